@@ -1,0 +1,1 @@
+//! Pure decoders for mlx5 doorbells, WQEs and devx mailboxes.

@@ -1,0 +1,4 @@
+//! sigmatop core: the event schema, wire protocol, record format, decoders and aggregation shared by
+//! the preload library, the command-line tool and the exporters.
+
+pub mod decode;

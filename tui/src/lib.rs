@@ -1,0 +1,1 @@
+//! sigmatop dashboard (placeholder until the dashboard lands).
