@@ -1,0 +1,600 @@
+//! UI state of the dashboard and the key bindings: which tab, sort, filter, window, units, theme, and
+//! what the driver must do after a key (`Action`). No terminal is needed to drive it.
+
+use crate::filter::Filter;
+use crate::fmt::Units;
+use crate::theme::{BUILTIN, Theme};
+use crate::warnings::WarningConfig;
+use crossterm::event::{KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
+use std::cell::Cell;
+
+/// The dashboard's tabs.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Tab {
+    #[default]
+    Overview,
+    Qps,
+    Gpus,
+    Nodes,
+    Matrix,
+    Doorbells,
+}
+
+impl Tab {
+    /// All tabs in bar order.
+    pub const ALL: [Tab; 6] = [
+        Tab::Overview,
+        Tab::Qps,
+        Tab::Gpus,
+        Tab::Nodes,
+        Tab::Matrix,
+        Tab::Doorbells,
+    ];
+
+    /// Position in [`Tab::ALL`].
+    pub fn index(self) -> usize {
+        Tab::ALL.iter().position(|t| *t == self).unwrap_or(0)
+    }
+
+    /// Title in the tab bar.
+    pub fn title(self) -> &'static str {
+        match self {
+            Tab::Overview => "Overview",
+            Tab::Qps => "QPs",
+            Tab::Gpus => "GPUs",
+            Tab::Nodes => "Nodes",
+            Tab::Matrix => "Matrix",
+            Tab::Doorbells => "Doorbells",
+        }
+    }
+
+    /// Key that selects it.
+    pub fn key(self) -> char {
+        match self {
+            Tab::Overview => '1',
+            Tab::Qps => '2',
+            Tab::Gpus => '3',
+            Tab::Nodes => '4',
+            Tab::Matrix => '5',
+            Tab::Doorbells => 'd',
+        }
+    }
+}
+
+/// Time window over which windowed rates and matrix bytes are computed.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Window {
+    S1,
+    #[default]
+    S10,
+    S60,
+    All,
+}
+
+impl Window {
+    pub const ALL: [Window; 4] = [Window::S1, Window::S10, Window::S60, Window::All];
+
+    /// "1s", "10s", "60s", "all".
+    pub fn label(self) -> &'static str {
+        match self {
+            Window::S1 => "1s",
+            Window::S10 => "10s",
+            Window::S60 => "60s",
+            Window::All => "all",
+        }
+    }
+
+    /// Length in seconds; None for the whole run.
+    pub fn seconds(self) -> Option<u64> {
+        match self {
+            Window::S1 => Some(1),
+            Window::S10 => Some(10),
+            Window::S60 => Some(60),
+            Window::All => None,
+        }
+    }
+
+    fn step(self, d: i32) -> Window {
+        let i = Window::ALL.iter().position(|w| *w == self).unwrap_or(1) as i32;
+        Window::ALL[(i + d).clamp(0, 3) as usize]
+    }
+
+    fn cycle(self) -> Window {
+        let i = Window::ALL.iter().position(|w| *w == self).unwrap_or(1);
+        Window::ALL[(i + 1) % 4]
+    }
+}
+
+/// Which communication matrix is shown.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum MatrixKind {
+    Rank,
+    Gpu,
+    #[default]
+    Node,
+}
+
+impl MatrixKind {
+    pub fn label(self) -> &'static str {
+        match self {
+            MatrixKind::Rank => "rank",
+            MatrixKind::Gpu => "GPU",
+            MatrixKind::Node => "node",
+        }
+    }
+
+    fn next(self) -> MatrixKind {
+        match self {
+            MatrixKind::Rank => MatrixKind::Gpu,
+            MatrixKind::Gpu => MatrixKind::Node,
+            MatrixKind::Node => MatrixKind::Rank,
+        }
+    }
+}
+
+/// Sort state of one table: column index (into the table's full column list) and direction.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Sort {
+    pub column: usize,
+    pub descending: bool,
+}
+
+/// What the driver should do after a key.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Action {
+    /// Nothing changed.
+    None,
+    /// Leave the dashboard.
+    Quit,
+    /// Only UI state changed: draw again.
+    Redraw,
+    /// The user picked another time window: recompute windowed figures, then draw.
+    SetWindow(Window),
+    /// Step through kept samples: negative is older, positive newer.
+    StepHistory(i32),
+    /// Pause toggled; the new state is `true` when paused. Collection goes on; the driver keeps
+    /// showing the frozen view model while paused.
+    TogglePause(bool),
+    /// Replay speed up (+1) or down (-1).
+    ChangeSpeed(i32),
+}
+
+/// The whole UI state. The view model is separate and owned by the driver.
+#[derive(Clone, Debug)]
+pub struct App {
+    pub tab: Tab,
+    /// Help overlay shown.
+    pub help: bool,
+    /// Current filter text (applied as typed).
+    pub filter: String,
+    /// The filter prompt has the keyboard.
+    pub filter_editing: bool,
+    /// The view is frozen (collection continues).
+    pub paused: bool,
+    pub window: Window,
+    pub units: Units,
+    pub theme: Theme,
+    pub matrix_kind: MatrixKind,
+    /// Matrix shows rates (bytes/s) instead of bytes in the window.
+    pub matrix_rate: bool,
+    /// Selected row per tab.
+    pub selected: [usize; 6],
+    /// Sort per tab.
+    pub sort: [Sort; 6],
+    /// Thresholds of the live warnings.
+    pub warning_config: WarningConfig,
+    /// Mouse capture (off by default so text selection over ssh keeps working).
+    pub mouse: bool,
+    filter_before_edit: String,
+    /// Rows and visible rows of the current tab as last drawn (to clamp cursor keys).
+    pub(crate) rows_seen: Cell<usize>,
+    pub(crate) page_seen: Cell<usize>,
+}
+
+impl Default for App {
+    fn default() -> Self {
+        App::new(Theme::dark())
+    }
+}
+
+/// Default sort per tab: traffic tables by egress, descending; the nodes tab by name.
+const DEFAULT_SORT: [Sort; 6] = [
+    Sort {
+        column: 5,
+        descending: true,
+    },
+    Sort {
+        column: 8,
+        descending: true,
+    },
+    Sort {
+        column: 2,
+        descending: true,
+    },
+    Sort {
+        column: 0,
+        descending: false,
+    },
+    Sort {
+        column: 0,
+        descending: false,
+    },
+    Sort {
+        column: 0,
+        descending: false,
+    },
+];
+
+impl App {
+    /// A fresh UI state with the given theme.
+    pub fn new(theme: Theme) -> App {
+        App {
+            tab: Tab::Overview,
+            help: false,
+            filter: String::new(),
+            filter_editing: false,
+            paused: false,
+            window: Window::default(),
+            units: Units::Bytes,
+            theme,
+            matrix_kind: MatrixKind::default(),
+            matrix_rate: false,
+            selected: [0; 6],
+            sort: DEFAULT_SORT,
+            warning_config: WarningConfig::default(),
+            mouse: false,
+            filter_before_edit: String::new(),
+            rows_seen: Cell::new(0),
+            page_seen: Cell::new(10),
+        }
+    }
+
+    /// The parsed filter.
+    pub fn parsed_filter(&self) -> Filter {
+        Filter::parse(&self.filter)
+    }
+
+    /// Handles one key and says what the driver must do.
+    pub fn handle_key(&mut self, key: KeyEvent) -> Action {
+        if key.kind == KeyEventKind::Release {
+            return Action::None;
+        }
+        let ctrl = key.modifiers.contains(KeyModifiers::CONTROL);
+        if ctrl && matches!(key.code, KeyCode::Char('c')) {
+            return Action::Quit;
+        }
+        if self.filter_editing {
+            return self.filter_key(key, ctrl);
+        }
+        if self.help {
+            return match key.code {
+                KeyCode::Esc | KeyCode::Char('?') | KeyCode::Char('h') | KeyCode::Enter => {
+                    self.help = false;
+                    Action::Redraw
+                }
+                KeyCode::Char('q') => Action::Quit,
+                _ => Action::None,
+            };
+        }
+        let t = self.tab.index();
+        match key.code {
+            KeyCode::Char('q') => Action::Quit,
+            KeyCode::Char('?') => {
+                self.help = true;
+                Action::Redraw
+            }
+            KeyCode::Esc => {
+                if self.filter.is_empty() {
+                    Action::None
+                } else {
+                    self.filter.clear();
+                    Action::Redraw
+                }
+            }
+            KeyCode::Char('/') => {
+                self.filter_before_edit = self.filter.clone();
+                self.filter_editing = true;
+                Action::Redraw
+            }
+            KeyCode::Char(c @ '1'..='6') => {
+                self.tab = Tab::ALL[(c as u8 - b'1') as usize];
+                Action::Redraw
+            }
+            KeyCode::Char('d') => {
+                self.tab = Tab::Doorbells;
+                Action::Redraw
+            }
+            KeyCode::Tab => {
+                self.tab = Tab::ALL[(t + 1) % Tab::ALL.len()];
+                Action::Redraw
+            }
+            KeyCode::BackTab => {
+                self.tab = Tab::ALL[(t + Tab::ALL.len() - 1) % Tab::ALL.len()];
+                Action::Redraw
+            }
+            KeyCode::Char(' ') | KeyCode::Char('p') => {
+                self.paused = !self.paused;
+                Action::TogglePause(self.paused)
+            }
+            KeyCode::Left => self.set_window(self.window.step(-1)),
+            KeyCode::Right => self.set_window(self.window.step(1)),
+            KeyCode::Char('w') => self.set_window(self.window.cycle()),
+            KeyCode::Char('[') => Action::StepHistory(-1),
+            KeyCode::Char(']') => Action::StepHistory(1),
+            KeyCode::Char('{') => Action::StepHistory(-10),
+            KeyCode::Char('}') => Action::StepHistory(10),
+            KeyCode::Char('+') | KeyCode::Char('=') => Action::ChangeSpeed(1),
+            KeyCode::Char('-') => Action::ChangeSpeed(-1),
+            KeyCode::Char('u') => {
+                self.units = match self.units {
+                    Units::Bytes => Units::Bits,
+                    Units::Bits => Units::Bytes,
+                };
+                Action::Redraw
+            }
+            KeyCode::Char('t') => {
+                let i = BUILTIN
+                    .iter()
+                    .position(|n| *n == self.theme.name)
+                    .map(|i| (i + 1) % BUILTIN.len())
+                    .unwrap_or(0);
+                self.theme = Theme::builtin(BUILTIN[i]).unwrap_or_else(|_| Theme::dark());
+                Action::Redraw
+            }
+            KeyCode::Char('m') => {
+                // Outside the matrix tab, `m` first jumps to it; there it cycles the kind.
+                if self.tab == Tab::Matrix {
+                    self.matrix_kind = self.matrix_kind.next();
+                    self.selected[Tab::Matrix.index()] = 0;
+                } else {
+                    self.tab = Tab::Matrix;
+                }
+                Action::Redraw
+            }
+            KeyCode::Char('r') => {
+                self.matrix_rate = !self.matrix_rate;
+                Action::Redraw
+            }
+            KeyCode::Char('s') => {
+                self.sort[t].column += 1;
+                Action::Redraw
+            }
+            KeyCode::Char('S') => {
+                self.sort[t].descending = !self.sort[t].descending;
+                Action::Redraw
+            }
+            KeyCode::Char('j') | KeyCode::Down => self.move_cursor(1),
+            KeyCode::Char('k') | KeyCode::Up => self.move_cursor(-1),
+            KeyCode::PageDown => self.move_cursor(self.page() as i64),
+            KeyCode::PageUp => self.move_cursor(-(self.page() as i64)),
+            KeyCode::Char('f') if ctrl => self.move_cursor(self.page() as i64),
+            KeyCode::Char('b') if ctrl => self.move_cursor(-(self.page() as i64)),
+            KeyCode::Char('g') | KeyCode::Home => {
+                self.selected[t] = 0;
+                Action::Redraw
+            }
+            KeyCode::Char('G') | KeyCode::End => {
+                self.selected[t] = self.rows_seen.get().saturating_sub(1);
+                Action::Redraw
+            }
+            _ => Action::None,
+        }
+    }
+
+    fn page(&self) -> usize {
+        self.page_seen.get().max(1)
+    }
+
+    fn set_window(&mut self, w: Window) -> Action {
+        if w == self.window {
+            return Action::None;
+        }
+        self.window = w;
+        Action::SetWindow(w)
+    }
+
+    fn move_cursor(&mut self, d: i64) -> Action {
+        let t = self.tab.index();
+        let last = self.rows_seen.get().saturating_sub(1) as i64;
+        let cur = (self.selected[t] as i64).min(last);
+        let next = (cur + d).clamp(0, last.max(0)) as usize;
+        if next == self.selected[t] {
+            return Action::None;
+        }
+        self.selected[t] = next;
+        Action::Redraw
+    }
+
+    fn filter_key(&mut self, key: KeyEvent, ctrl: bool) -> Action {
+        match key.code {
+            KeyCode::Enter => {
+                self.filter_editing = false;
+                self.filter = self.filter.trim().to_string();
+            }
+            KeyCode::Esc => {
+                self.filter_editing = false;
+                self.filter = std::mem::take(&mut self.filter_before_edit);
+            }
+            KeyCode::Backspace => {
+                self.filter.pop();
+            }
+            KeyCode::Char('u') if ctrl => self.filter.clear(),
+            KeyCode::Char('w') if ctrl => {
+                let keep = self.filter.trim_end().rfind(' ').map(|i| i + 1).unwrap_or(0);
+                self.filter.truncate(keep);
+            }
+            KeyCode::Char(c) if !ctrl => self.filter.push(c),
+            _ => return Action::None,
+        }
+        self.selected[self.tab.index()] = 0;
+        Action::Redraw
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(c: KeyCode) -> KeyEvent {
+        KeyEvent::new(c, KeyModifiers::NONE)
+    }
+
+    fn ch(c: char) -> KeyEvent {
+        key(KeyCode::Char(c))
+    }
+
+    fn typed(app: &mut App, s: &str) {
+        for c in s.chars() {
+            app.handle_key(ch(c));
+        }
+    }
+
+    #[test]
+    fn quit_keys() {
+        let mut app = App::default();
+        assert_eq!(app.handle_key(ch('q')), Action::Quit);
+        assert_eq!(
+            app.handle_key(KeyEvent::new(KeyCode::Char('c'), KeyModifiers::CONTROL)),
+            Action::Quit
+        );
+    }
+
+    #[test]
+    fn tabs() {
+        let mut app = App::default();
+        assert_eq!(app.handle_key(ch('2')), Action::Redraw);
+        assert_eq!(app.tab, Tab::Qps);
+        app.handle_key(ch('5'));
+        assert_eq!(app.tab, Tab::Matrix);
+        app.handle_key(key(KeyCode::Tab));
+        assert_eq!(app.tab, Tab::Doorbells);
+        app.handle_key(key(KeyCode::Tab));
+        assert_eq!(app.tab, Tab::Overview);
+        app.handle_key(key(KeyCode::BackTab));
+        assert_eq!(app.tab, Tab::Doorbells);
+        app.handle_key(ch('1'));
+        app.handle_key(ch('d'));
+        assert_eq!(app.tab, Tab::Doorbells);
+    }
+
+    #[test]
+    fn filter_editing_and_escape() {
+        let mut app = App::default();
+        app.handle_key(ch('/'));
+        assert!(app.filter_editing);
+        typed(&mut app, "rank=3 q");
+        assert_eq!(app.filter, "rank=3 q", "q is text while editing");
+        app.handle_key(key(KeyCode::Backspace));
+        app.handle_key(key(KeyCode::Backspace));
+        assert_eq!(app.handle_key(key(KeyCode::Enter)), Action::Redraw);
+        assert!(!app.filter_editing);
+        assert_eq!(app.filter, "rank=3");
+        // Esc while editing restores the filter as it was.
+        app.handle_key(ch('/'));
+        typed(&mut app, " host=x");
+        app.handle_key(key(KeyCode::Esc));
+        assert_eq!(app.filter, "rank=3");
+        // Esc outside the prompt clears the filter.
+        assert_eq!(app.handle_key(key(KeyCode::Esc)), Action::Redraw);
+        assert_eq!(app.filter, "");
+        assert_eq!(app.handle_key(key(KeyCode::Esc)), Action::None);
+        // Ctrl-U clears the line.
+        app.handle_key(ch('/'));
+        typed(&mut app, "abc");
+        app.handle_key(KeyEvent::new(KeyCode::Char('u'), KeyModifiers::CONTROL));
+        assert_eq!(app.filter, "");
+    }
+
+    #[test]
+    fn help_overlay_swallows_keys() {
+        let mut app = App::default();
+        app.handle_key(ch('?'));
+        assert!(app.help);
+        assert_eq!(app.handle_key(ch('2')), Action::None);
+        assert_eq!(app.tab, Tab::Overview);
+        app.handle_key(key(KeyCode::Esc));
+        assert!(!app.help);
+    }
+
+    #[test]
+    fn pause_window_history() {
+        let mut app = App::default();
+        assert_eq!(app.handle_key(ch(' ')), Action::TogglePause(true));
+        assert!(app.paused);
+        assert_eq!(app.handle_key(ch(' ')), Action::TogglePause(false));
+        assert_eq!(app.window, Window::S10);
+        assert_eq!(
+            app.handle_key(key(KeyCode::Right)),
+            Action::SetWindow(Window::S60)
+        );
+        assert_eq!(
+            app.handle_key(key(KeyCode::Right)),
+            Action::SetWindow(Window::All)
+        );
+        assert_eq!(app.handle_key(key(KeyCode::Right)), Action::None);
+        assert_eq!(app.handle_key(ch('w')), Action::SetWindow(Window::S1));
+        assert_eq!(app.handle_key(key(KeyCode::Left)), Action::None);
+        assert_eq!(app.handle_key(ch('[')), Action::StepHistory(-1));
+        assert_eq!(app.handle_key(ch(']')), Action::StepHistory(1));
+        assert_eq!(app.handle_key(ch('+')), Action::ChangeSpeed(1));
+    }
+
+    #[test]
+    fn units_theme_matrix_sort() {
+        let mut app = App::default();
+        app.handle_key(ch('u'));
+        assert_eq!(app.units, Units::Bits);
+        app.handle_key(ch('u'));
+        assert_eq!(app.units, Units::Bytes);
+        assert_eq!(app.theme.name, "dark");
+        app.handle_key(ch('t'));
+        assert_eq!(app.theme.name, "light");
+        app.handle_key(ch('t'));
+        assert_eq!(app.theme.name, "mono");
+        app.handle_key(ch('t'));
+        assert_eq!(app.theme.name, "dark");
+        app.handle_key(ch('m'));
+        assert_eq!(app.tab, Tab::Matrix);
+        assert_eq!(app.matrix_kind, MatrixKind::Node);
+        app.handle_key(ch('m'));
+        assert_eq!(app.matrix_kind, MatrixKind::Rank);
+        app.handle_key(ch('m'));
+        assert_eq!(app.matrix_kind, MatrixKind::Gpu);
+        app.handle_key(ch('r'));
+        assert!(app.matrix_rate);
+        app.handle_key(ch('2'));
+        let before = app.sort[1];
+        app.handle_key(ch('s'));
+        assert_eq!(app.sort[1].column, before.column + 1);
+        app.handle_key(ch('S'));
+        assert_eq!(app.sort[1].descending, !before.descending);
+    }
+
+    #[test]
+    fn cursor_is_clamped_to_rows_seen() {
+        let mut app = App::default();
+        app.rows_seen.set(5);
+        app.page_seen.set(3);
+        assert_eq!(app.handle_key(ch('k')), Action::None);
+        app.handle_key(ch('j'));
+        app.handle_key(key(KeyCode::Down));
+        assert_eq!(app.selected[0], 2);
+        app.handle_key(key(KeyCode::PageDown));
+        assert_eq!(app.selected[0], 4);
+        assert_eq!(app.handle_key(ch('j')), Action::None);
+        app.handle_key(ch('g'));
+        assert_eq!(app.selected[0], 0);
+        app.handle_key(ch('G'));
+        assert_eq!(app.selected[0], 4);
+        app.handle_key(key(KeyCode::PageUp));
+        assert_eq!(app.selected[0], 1);
+    }
+
+    #[test]
+    fn key_release_is_ignored() {
+        let mut app = App::default();
+        let mut k = ch('q');
+        k.kind = KeyEventKind::Release;
+        assert_eq!(app.handle_key(k), Action::None);
+    }
+}

@@ -1,0 +1,336 @@
+//! The `/` filter: parses `rank=3 host=node2 write`-style queries and matches them against rows.
+//!
+//! Terms are separated by spaces and all must match. `key=value` compares exactly (case-insensitive;
+//! QPNs compare as numbers, so `qpn=2a40` equals `qpn=0x2a40`), `key~value` matches a substring, and a
+//! bare word matches a substring of any field. Keys: host, rank, pid, qpn (alias qp, id, ep), layer,
+//! op (alias opcode; always a substring), gpu, peer, type (alias transport), state.
+
+use crate::model::{DoorbellRecord, DoorbellSeries, EndpointRow, GpuRow, NodeRow, ProcessRow, RankRow};
+
+/// A parsed filter; the empty filter matches everything.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Filter {
+    terms: Vec<Term>,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+enum Term {
+    Exact(Key, String),
+    Contains(Key, String),
+    Any(String),
+}
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Key {
+    Host,
+    Rank,
+    Pid,
+    Qpn,
+    Layer,
+    Op,
+    Gpu,
+    Peer,
+    Transport,
+    State,
+}
+
+impl Key {
+    fn parse(s: &str) -> Option<Key> {
+        Some(match s.to_ascii_lowercase().as_str() {
+            "host" | "node" => Key::Host,
+            "rank" | "r" => Key::Rank,
+            "pid" => Key::Pid,
+            "qpn" | "qp" | "id" | "ep" => Key::Qpn,
+            "layer" => Key::Layer,
+            "op" | "opcode" => Key::Op,
+            "gpu" => Key::Gpu,
+            "peer" => Key::Peer,
+            "type" | "transport" => Key::Transport,
+            "state" => Key::State,
+            _ => return None,
+        })
+    }
+}
+
+/// The fields of a row that a filter can look at.
+#[derive(Default)]
+struct Fields<'a> {
+    host: Option<&'a str>,
+    rank: Option<u32>,
+    pid: Option<u32>,
+    qpn: Option<String>,
+    layers: Vec<&'a str>,
+    ops: Vec<&'a str>,
+    gpu: Option<u32>,
+    peer: Option<String>,
+    transport: Option<&'a str>,
+    state: Option<&'a str>,
+    extra: Vec<&'a str>,
+}
+
+impl Filter {
+    /// Parses a query. Unknown keys (`foo=bar`) are treated as free text, so nothing is an error.
+    pub fn parse(query: &str) -> Filter {
+        let terms = query
+            .split_whitespace()
+            .map(|t| {
+                for (sep, exact) in [('=', true), ('~', false)] {
+                    if let Some((k, v)) = t.split_once(sep)
+                        && let Some(key) = Key::parse(k)
+                    {
+                        let v = v.to_ascii_lowercase();
+                        return if exact && key != Key::Op {
+                            Term::Exact(key, v)
+                        } else {
+                            Term::Contains(key, v)
+                        };
+                    }
+                }
+                Term::Any(t.to_ascii_lowercase())
+            })
+            .collect();
+        Filter { terms }
+    }
+
+    /// True when the filter has no terms.
+    pub fn is_empty(&self) -> bool {
+        self.terms.is_empty()
+    }
+
+    fn matches(&self, f: &Fields) -> bool {
+        self.terms.iter().all(|t| term_matches(t, f))
+    }
+
+    pub fn process(&self, r: &ProcessRow) -> bool {
+        self.is_empty()
+            || self.matches(&Fields {
+                host: Some(&r.host),
+                rank: r.rank,
+                pid: Some(r.pid),
+                layers: r.layers.iter().map(String::as_str).collect(),
+                extra: vec![&r.mode, if r.exited { "exited" } else { "" }],
+                ..Fields::default()
+            })
+    }
+
+    pub fn endpoint(&self, r: &EndpointRow) -> bool {
+        self.is_empty()
+            || self.matches(&Fields {
+                host: Some(&r.host),
+                rank: r.rank,
+                pid: Some(r.pid),
+                qpn: Some(r.local_id.clone()),
+                layers: vec![&r.layer],
+                ops: r.ops_by_opcode.iter().map(|(o, _)| o.as_str()).collect(),
+                peer: Some(r.peer.label()),
+                transport: Some(&r.transport),
+                state: Some(&r.state),
+                extra: vec![if r.unattributed { "unattributed" } else { "" }],
+                ..Fields::default()
+            })
+    }
+
+    pub fn gpu(&self, r: &GpuRow) -> bool {
+        self.is_empty()
+            || self.matches(&Fields {
+                host: Some(&r.host),
+                gpu: Some(r.gpu),
+                ops: r.opcode_mix.iter().map(|(o, _)| o.as_str()).collect(),
+                ..Fields::default()
+            })
+    }
+
+    pub fn node(&self, r: &NodeRow) -> bool {
+        self.is_empty()
+            || self.matches(&Fields {
+                host: Some(&r.host),
+                ..Fields::default()
+            })
+    }
+
+    pub fn rank(&self, r: &RankRow) -> bool {
+        self.is_empty()
+            || self.matches(&Fields {
+                host: Some(&r.host),
+                rank: Some(r.rank),
+                ..Fields::default()
+            })
+    }
+
+    pub fn doorbell(&self, r: &DoorbellRecord) -> bool {
+        self.is_empty()
+            || self.matches(&Fields {
+                host: Some(&r.host),
+                gpu: Some(r.gpu),
+                qpn: Some(format!("0x{:x}", r.qpn)),
+                layers: vec!["mlx5"],
+                ops: vec![&r.opcode],
+                ..Fields::default()
+            })
+    }
+
+    pub fn series(&self, r: &DoorbellSeries) -> bool {
+        self.is_empty()
+            || self.matches(&Fields {
+                host: Some(&r.host),
+                gpu: r.gpu,
+                qpn: r.qpn.map(|q| format!("0x{q:x}")),
+                layers: vec!["mlx5"],
+                extra: vec![&r.label],
+                ..Fields::default()
+            })
+    }
+}
+
+fn num(v: &str) -> Option<u32> {
+    v.parse().ok()
+}
+
+/// QPN-style ids compare as hex numbers when both sides parse; otherwise as strings.
+fn id_eq(have: &str, want: &str) -> bool {
+    let hex = |s: &str| {
+        let s = s.trim_start_matches("0x");
+        u64::from_str_radix(s, 16).ok()
+    };
+    let have_l = have.to_ascii_lowercase();
+    if have_l == want {
+        return true;
+    }
+    match (have_l.starts_with("0x"), hex(&have_l), hex(want)) {
+        (true, Some(a), Some(b)) => a == b,
+        _ => false,
+    }
+}
+
+fn contains(have: &str, want: &str) -> bool {
+    have.to_ascii_lowercase().contains(want)
+}
+
+fn eq(have: &str, want: &str) -> bool {
+    have.eq_ignore_ascii_case(want)
+}
+
+fn term_matches(t: &Term, f: &Fields) -> bool {
+    match t {
+        Term::Exact(key, v) => match key {
+            Key::Host => f.host.is_some_and(|h| eq(h, v)),
+            Key::Rank => f.rank.is_some() && f.rank == num(v),
+            Key::Pid => f.pid.is_some() && f.pid == num(v),
+            Key::Gpu => f.gpu.is_some() && f.gpu == num(v),
+            Key::Qpn => f.qpn.as_deref().is_some_and(|q| id_eq(q, v)),
+            Key::Layer => f.layers.iter().any(|l| eq(l, v)),
+            Key::Peer => f.peer.as_deref().is_some_and(|p| eq(p, v)),
+            Key::Transport => f.transport.is_some_and(|x| eq(x, v)),
+            Key::State => f.state.is_some_and(|x| eq(x, v)),
+            Key::Op => f.ops.iter().any(|o| contains(o, v)),
+        },
+        Term::Contains(key, v) => match key {
+            Key::Host => f.host.is_some_and(|h| contains(h, v)),
+            Key::Rank => f.rank.is_some_and(|r| r.to_string().contains(v.as_str())),
+            Key::Pid => f.pid.is_some_and(|r| r.to_string().contains(v.as_str())),
+            Key::Gpu => f.gpu.is_some_and(|r| r.to_string().contains(v.as_str())),
+            Key::Qpn => f.qpn.as_deref().is_some_and(|q| contains(q, v)),
+            Key::Layer => f.layers.iter().any(|l| contains(l, v)),
+            Key::Peer => f.peer.as_deref().is_some_and(|p| contains(p, v)),
+            Key::Transport => f.transport.is_some_and(|x| contains(x, v)),
+            Key::State => f.state.is_some_and(|x| contains(x, v)),
+            Key::Op => f.ops.iter().any(|o| contains(o, v)),
+        },
+        Term::Any(v) => {
+            let strs = f
+                .host
+                .iter()
+                .copied()
+                .chain(f.layers.iter().copied())
+                .chain(f.ops.iter().copied())
+                .chain(f.transport)
+                .chain(f.state)
+                .chain(f.extra.iter().copied())
+                .chain(f.qpn.as_deref())
+                .chain(f.peer.as_deref());
+            let mut hit = false;
+            for s in strs {
+                if contains(s, v) {
+                    hit = true;
+                    break;
+                }
+            }
+            hit || [f.rank, f.pid, f.gpu]
+                .iter()
+                .flatten()
+                .any(|n| n.to_string() == *v)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::Peer;
+
+    fn ep() -> EndpointRow {
+        EndpointRow {
+            host: "node2".into(),
+            rank: Some(9),
+            pid: 4121,
+            layer: "verbs".into(),
+            local_id: "0x2a40".into(),
+            peer: Peer {
+                host: "node1".into(),
+                rank: Some(5),
+                id: "0x1b07".into(),
+            },
+            transport: "RC".into(),
+            state: "RTS".into(),
+            ops_by_opcode: vec![("RDMA_WRITE".into(), 10)],
+            ..EndpointRow::default()
+        }
+    }
+
+    #[test]
+    fn keyed_terms() {
+        let e = ep();
+        assert!(Filter::parse("rank=9").endpoint(&e));
+        assert!(!Filter::parse("rank=3").endpoint(&e));
+        assert!(Filter::parse("host=NODE2").endpoint(&e));
+        assert!(!Filter::parse("host=node").endpoint(&e));
+        assert!(Filter::parse("host~node").endpoint(&e));
+        assert!(Filter::parse("qpn=2a40").endpoint(&e));
+        assert!(Filter::parse("qpn=0x2A40").endpoint(&e));
+        assert!(Filter::parse("layer=verbs op=write").endpoint(&e));
+        assert!(!Filter::parse("layer=ucx").endpoint(&e));
+        assert!(Filter::parse("type=rc state=rts").endpoint(&e));
+        assert!(Filter::parse("peer~r5").endpoint(&e));
+    }
+
+    #[test]
+    fn free_text_and_all_terms() {
+        let e = ep();
+        assert!(Filter::parse("").endpoint(&e));
+        assert!(Filter::parse("write").endpoint(&e));
+        assert!(Filter::parse("node1").endpoint(&e), "matches the peer");
+        assert!(Filter::parse("4121").endpoint(&e));
+        assert!(!Filter::parse("verbs ucx").endpoint(&e));
+        assert!(!Filter::parse("unknown=zzz").is_empty());
+        assert!(!Filter::parse("unknown=zzz").endpoint(&e));
+    }
+
+    #[test]
+    fn other_rows() {
+        let g = GpuRow {
+            host: "node0".into(),
+            gpu: 1,
+            ..GpuRow::default()
+        };
+        assert!(Filter::parse("gpu=1 host=node0").gpu(&g));
+        assert!(!Filter::parse("rank=1").gpu(&g));
+        let d = DoorbellRecord {
+            gpu: 0,
+            qpn: 0x2a40,
+            opcode: "ATOMIC_FA".into(),
+            ..DoorbellRecord::default()
+        };
+        assert!(Filter::parse("qpn=0x2a40 op=atomic").doorbell(&d));
+        assert!(!Filter::parse("gpu=1").doorbell(&d));
+    }
+}

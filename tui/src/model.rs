@@ -1,0 +1,293 @@
+//! The view model: plain data that the core fills from live or replayed samples and the dashboard draws.
+//!
+//! Every rate is per second and every byte count is in bytes; the dashboard converts to bits when the
+//! user asks. Nothing here does I/O, and every field has a sensible empty default, so the core can
+//! fill only what it knows.
+
+use serde::{Deserialize, Serialize};
+
+/// Everything one frame of the dashboard shows.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct ViewModel {
+    /// Totals and labels for the top line.
+    pub header: Header,
+    /// One row per traced process (Overview tab).
+    pub processes: Vec<ProcessRow>,
+    /// One row per QP / UCX endpoint / libfabric endpoint, plus unattributed rows (QPs tab).
+    pub endpoints: Vec<EndpointRow>,
+    /// One row per GPU that initiates RDMA (GPUs tab).
+    pub gpus: Vec<GpuRow>,
+    /// Per-node egress/ingress (Nodes tab).
+    pub nodes: Vec<NodeRow>,
+    /// Per-rank egress/ingress (Nodes tab).
+    pub ranks: Vec<RankRow>,
+    /// Communication matrices (Matrix tab).
+    pub matrices: Matrices,
+    /// GPU-initiated doorbells (Doorbells tab).
+    pub doorbells: DoorbellModel,
+    /// Total (tx, rx) bytes/s per sample, oldest first (Overview sparkline).
+    pub bandwidth_history: Vec<(f64, f64)>,
+    /// Loss and error counters, always shown in the status line.
+    pub status: StatusCounters,
+    /// Number of samples kept in history (0 when the source keeps none).
+    pub history_len: usize,
+    /// Index of the sample shown, `0..history_len`; `history_len - 1` is the newest.
+    pub history_pos: usize,
+}
+
+/// Totals and labels for the header line.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Header {
+    /// Where the data comes from: "live", "replay out/", "demo".
+    pub source: String,
+    /// Collection mode: "aggregate", "simple", "full" (or "mixed").
+    pub mode: String,
+    /// Number of nodes (hosts) seen.
+    pub nodes: u32,
+    /// Number of MPI/NCCL ranks seen.
+    pub ranks: u32,
+    /// Number of traced processes.
+    pub processes: u32,
+    /// Number of QPs and endpoints.
+    pub qps: u32,
+    /// Total egress, bytes/s.
+    pub tx_bps: f64,
+    /// Total ingress, bytes/s.
+    pub rx_bps: f64,
+    /// Window the windowed figures cover, as the source computed them ("10s", "all").
+    pub window: String,
+    /// Time of the sample, already formatted ("12:04:18" live, "t+12.004s" in replay).
+    pub clock: String,
+}
+
+/// One traced process.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct ProcessRow {
+    pub host: String,
+    pub pid: u32,
+    /// MPI/NCCL rank when known.
+    pub rank: Option<u32>,
+    /// "aggregate", "simple" or "full".
+    pub mode: String,
+    /// Enabled layers: "ibverbs", "mlx5", "cuda", "ucx", "libfabric".
+    pub layers: Vec<String>,
+    /// Egress bytes/s.
+    pub tx_bps: f64,
+    /// Ingress bytes/s.
+    pub rx_bps: f64,
+    /// Work requests (posted operations) per second.
+    pub ops_per_s: f64,
+    /// Events dropped by this process's rings.
+    pub drops: u64,
+    /// The process has exited; its totals are kept.
+    pub exited: bool,
+}
+
+/// The far end of a QP or endpoint, as far as it is known.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Peer {
+    pub host: String,
+    pub rank: Option<u32>,
+    /// Remote QPN in hex ("0x1b07") or endpoint label; empty when unknown.
+    pub id: String,
+}
+
+impl Peer {
+    /// "node1 r5 0x1b07", skipping unknown parts; "—" when nothing is known.
+    pub fn label(&self) -> String {
+        let mut parts: Vec<String> = Vec::new();
+        if !self.host.is_empty() {
+            parts.push(self.host.clone());
+        }
+        if let Some(r) = self.rank {
+            parts.push(format!("r{r}"));
+        }
+        if !self.id.is_empty() {
+            parts.push(self.id.clone());
+        }
+        if parts.is_empty() {
+            "—".to_string()
+        } else {
+            parts.join(" ")
+        }
+    }
+}
+
+/// One QP, UCX endpoint or libfabric endpoint; or the traffic that could not be attributed.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct EndpointRow {
+    pub host: String,
+    pub rank: Option<u32>,
+    pub pid: u32,
+    /// "verbs", "mlx5", "ucx", "ofi".
+    pub layer: String,
+    /// QPN in hex ("0x2a40") or an endpoint label ("ep#4").
+    pub local_id: String,
+    pub peer: Peer,
+    /// "RC", "UD", "DC", "tcp", "rc_mlx5", ...
+    pub transport: String,
+    /// "RTS", "ERR", ... ; empty when the layer has no state.
+    pub state: String,
+    /// Egress bytes/s at the latest sample.
+    pub tx_bps: f64,
+    /// Ingress bytes/s at the latest sample.
+    pub rx_bps: f64,
+    /// Egress bytes/s averaged over the window.
+    pub tx_bps_window: f64,
+    /// Ingress bytes/s averaged over the window.
+    pub rx_bps_window: f64,
+    /// Egress bytes since the start.
+    pub tx_bytes: u64,
+    /// Ingress bytes since the start.
+    pub rx_bytes: u64,
+    /// Work requests per second.
+    pub ops_per_s: f64,
+    /// Operations by opcode since the start, e.g. ("RDMA_WRITE", 1234), ("RECV", 80).
+    pub ops_by_opcode: Vec<(String, u64)>,
+    /// Doorbells per second (None when the layer has no doorbell).
+    pub doorbells_per_s: Option<f64>,
+    /// Work requests posted but not yet completed (None when unknown).
+    pub posted: Option<u64>,
+    /// Traffic seen but not attributable to a QP or endpoint.
+    pub unattributed: bool,
+}
+
+/// One GPU that drives RDMA itself (GPU-initiated doorbells).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct GpuRow {
+    pub host: String,
+    /// CUDA device index on its host.
+    pub gpu: u32,
+    /// Bytes/s described by the WQEs this GPU rang for.
+    pub bytes_per_s: f64,
+    pub doorbells_per_s: f64,
+    /// WQEs by opcode in the window, e.g. ("RDMA_WRITE", 900).
+    pub opcode_mix: Vec<(String, u64)>,
+    /// WQEs posted and not yet completed.
+    pub inflight_wqes: u64,
+}
+
+/// Per-node traffic.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct NodeRow {
+    pub host: String,
+    pub egress_bps: f64,
+    pub ingress_bps: f64,
+    pub egress_bytes: u64,
+    pub ingress_bytes: u64,
+}
+
+/// Per-rank traffic.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct RankRow {
+    pub rank: u32,
+    pub host: String,
+    pub egress_bps: f64,
+    pub ingress_bps: f64,
+    pub egress_bytes: u64,
+    pub ingress_bytes: u64,
+}
+
+/// A square source × destination matrix.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Matrix {
+    /// Row and column labels ("node0", "r3", "node1:gpu0").
+    pub labels: Vec<String>,
+    /// `bytes[src][dst]`: bytes sent in the window.
+    pub bytes: Vec<Vec<f64>>,
+    /// `rates[src][dst]`: bytes/s at the latest sample.
+    pub rates: Vec<Vec<f64>>,
+}
+
+/// The three communication matrices.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Matrices {
+    pub rank: Matrix,
+    pub gpu: Matrix,
+    pub node: Matrix,
+}
+
+/// Percentiles of a distribution (HdrHistogram output).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Percentiles {
+    pub p50: f64,
+    pub p90: f64,
+    pub p99: f64,
+    pub max: f64,
+}
+
+/// Doorbell rate of one GPU or QP over time.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct DoorbellSeries {
+    /// "GPU0", "node1 GPU1", "QP 0x2a40".
+    pub label: String,
+    pub host: String,
+    pub gpu: Option<u32>,
+    /// QPN when the series is per QP.
+    pub qpn: Option<u32>,
+    /// Doorbells/s per sample, oldest first.
+    pub rate_history: Vec<f64>,
+    /// Doorbells/s now.
+    pub rate_now: f64,
+    /// Interval between consecutive doorbells, nanoseconds.
+    pub interval_ns: Option<Percentiles>,
+    /// Doorbells per second across the window's samples.
+    pub rate_percentiles: Option<Percentiles>,
+}
+
+/// One decoded doorbell and the WQE(s) behind it.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct DoorbellRecord {
+    /// Seconds since the start of the trace.
+    pub time_s: f64,
+    pub host: String,
+    pub gpu: u32,
+    pub qpn: u32,
+    /// Producer index written in the doorbell.
+    pub pi: u32,
+    /// Opcode of the first WQE: "RDMA_WRITE", "ATOMIC_FA", ...; "?" when unparsable.
+    pub opcode: String,
+    pub bytes: u64,
+    pub raddr: u64,
+    pub rkey: u32,
+    /// WQEs covered by this doorbell.
+    pub wqes: u32,
+}
+
+/// Everything the doorbell view shows.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct DoorbellModel {
+    pub series: Vec<DoorbellSeries>,
+    /// Latest decoded doorbells, oldest first.
+    pub recent: Vec<DoorbellRecord>,
+}
+
+/// Loss and error counters: nothing is dropped silently.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct StatusCounters {
+    /// Events dropped because a ring was full.
+    pub dropped_events: u64,
+    /// Doorbells the poller saw as one (the GPU rang again before the poll).
+    pub coalesced_doorbells: u64,
+    /// WQEs that could not be decoded.
+    pub unparsable_wqes: u64,
+    /// Socket frames lost or rejected.
+    pub frames_lost: u64,
+    /// Latest error or notice, e.g. "socket /run/…/4121.sock: bad frame".
+    pub message: Option<String>,
+}
