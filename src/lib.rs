@@ -2,3 +2,6 @@
 //! the preload library, the command-line tool and the exporters.
 
 pub mod decode;
+pub mod event;
+pub mod trace;
+pub mod wire;

@@ -1,1 +1,88 @@
-//! In-process tracer.
+//! libsigmatop_preload.so: LD_PRELOADed into an unmodified program, it interposes the RDMA
+//! libraries (UCX, libfabric, ...), counts and records every operation on the calling thread
+//! without locks or syscalls, and leaves I/O to one collector thread. It never changes what the
+//! program's calls return: every entry point catches panics and falls through to the real function.
+
+pub mod clock;
+pub mod collector;
+pub mod config;
+pub mod dl;
+pub mod ofi;
+pub mod registry;
+pub mod server;
+pub mod thread;
+pub mod ucx;
+
+use core::sync::atomic::{AtomicU64, Ordering};
+
+use sigmatop::event::Layer;
+
+/// Hook bodies that panicked or failed (the call itself went through).
+pub static HOOK_FAILURES: AtomicU64 = AtomicU64::new(0);
+
+/// Runs sigmatop's bookkeeping `f`, returning `fallback` if it panics. The real function is
+/// never called inside `f`, so a panic can neither skip nor repeat the program's call.
+#[inline(always)]
+pub fn guarded<R>(fallback: R, f: impl FnOnce() -> R) -> R {
+    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)) {
+        Ok(r) => r,
+        Err(_) => {
+            on_hook_panic();
+            fallback
+        }
+    }
+}
+
+#[cold]
+fn on_hook_panic() {
+    if HOOK_FAILURES.fetch_add(1, Ordering::Relaxed) == 0 {
+        eprintln!("sigmatop: internal error in a hook; that call went through untraced");
+    }
+}
+
+/// True while the calling thread is inside a sigmatop hook (its calls are not traced).
+pub fn in_sigmatop() -> bool {
+    thread::inside()
+}
+
+/// Enters a hook of `layer`: the thread state when the call is to be traced, None when it must
+/// pass straight through (layer off, nested call, exiting thread).
+#[inline(always)]
+pub fn trace_enter(layer: Layer) -> Option<&'static thread::ThreadState> {
+    if !config::layer_enabled(layer) {
+        return None;
+    }
+    thread::enter()
+}
+
+/// Every hook the dlsym wrappers may hand out.
+pub fn hooks_table() -> &'static [dl::Hook] {
+    static FLAT: std::sync::OnceLock<Vec<dl::Hook>> = std::sync::OnceLock::new();
+    FLAT.get_or_init(|| {
+        let mut v = Vec::new();
+        v.extend(ucx::hooks());
+        v.extend(ofi::hooks());
+        v
+    })
+}
+
+extern "C" fn sigmatop_init() {
+    let _ = std::panic::catch_unwind(|| {
+        dl::init();
+        clock::init();
+        config::load();
+        thread::init();
+    });
+}
+
+extern "C" fn sigmatop_fini() {
+    let _ = std::panic::catch_unwind(collector::shutdown);
+}
+
+#[used]
+#[unsafe(link_section = ".init_array")]
+static INIT: extern "C" fn() = sigmatop_init;
+
+#[used]
+#[unsafe(link_section = ".fini_array")]
+static FINI: extern "C" fn() = sigmatop_fini;

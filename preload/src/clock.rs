@@ -1,0 +1,67 @@
+//! Timestamps for the hot path: the TSC where it is invariant (one instruction, no syscall),
+//! CLOCK_MONOTONIC otherwise; calibration samples pair it with CLOCK_MONOTONIC and CLOCK_REALTIME.
+
+use core::sync::atomic::{AtomicBool, Ordering};
+use sigmatop::event::ClockSample;
+
+static USE_TSC: AtomicBool = AtomicBool::new(false);
+
+/// Decides once whether the TSC can be used (x86_64 with invariant TSC).
+pub fn init() {
+    #[cfg(target_arch = "x86_64")]
+    {
+        let max_ext = core::arch::x86_64::__cpuid(0x8000_0000).eax;
+        if max_ext >= 0x8000_0007 {
+            let edx = core::arch::x86_64::__cpuid(0x8000_0007).edx;
+            USE_TSC.store(edx & (1 << 8) != 0, Ordering::Relaxed);
+        }
+    }
+    if std::env::var_os("SIGMATOP_NO_TSC").is_some() {
+        USE_TSC.store(false, Ordering::Relaxed);
+    }
+}
+
+fn clock_ns(id: libc::clockid_t) -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: valid clock id and out pointer.
+    unsafe { libc::clock_gettime(id, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+pub fn mono_ns() -> u64 {
+    clock_ns(libc::CLOCK_MONOTONIC)
+}
+
+pub fn real_ns() -> u64 {
+    clock_ns(libc::CLOCK_REALTIME)
+}
+
+/// The hot-path timestamp.
+#[inline(always)]
+pub fn now() -> u64 {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if USE_TSC.load(Ordering::Relaxed) {
+            // SAFETY: rdtsc has no preconditions.
+            return unsafe { core::arch::x86_64::_rdtsc() };
+        }
+    }
+    mono_ns()
+}
+
+/// One calibration sample; the TSC is read between two monotonic reads and paired with their
+/// midpoint, which bounds the pairing error by half the read window.
+pub fn sample() -> ClockSample {
+    let m0 = mono_ns();
+    let t = now();
+    let r = real_ns();
+    let m1 = mono_ns();
+    ClockSample {
+        tsc: t,
+        mono_ns: m0 + (m1 - m0) / 2,
+        real_ns: r,
+    }
+}

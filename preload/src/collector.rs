@@ -1,0 +1,480 @@
+//! The one collector thread per process: drains the per-thread rings, sums counters into
+//! snapshots, writes the record directory in chunks, and serves the live socket. Everything that
+//! does I/O happens here, never on an application thread.
+
+use core::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use sigmatop::event::{DropCounters, Event, Identity, OpCount, RawEvent, Snapshot};
+use sigmatop::trace::ProcessRecord;
+use sigmatop::trace::writer::ProcessWriter;
+use sigmatop::wire::Frame;
+
+use crate::server::Server;
+use crate::thread::{self, ThreadState};
+use crate::{clock, config, registry};
+
+const TICK: Duration = Duration::from_millis(5);
+/// Record chunks are flushed at least this often (the most a SIGKILL can lose).
+const FLUSH_EVERY: Duration = Duration::from_millis(100);
+/// Events buffered per thread before a chunk is written regardless of time.
+const CHUNK_EVENTS: usize = 16 * 1024;
+/// Sampled events sent live per snapshot interval, at most.
+const LIVE_EVENTS_PER_INTERVAL: usize = 4096;
+
+const NOT_STARTED: u8 = 0;
+const RUNNING: u8 = 1;
+const FAILED: u8 = 3;
+
+static STATE: AtomicU8 = AtomicU8::new(NOT_STARTED);
+static STOP: AtomicBool = AtomicBool::new(false);
+static DONE: AtomicBool = AtomicBool::new(false);
+
+/// Starts the collector once; called from control-path hooks (library init, endpoint creation),
+/// never from the hot path.
+pub fn ensure_started() {
+    if STATE.load(Ordering::Acquire) != NOT_STARTED {
+        return;
+    }
+    if STATE
+        .compare_exchange(NOT_STARTED, RUNNING, Ordering::AcqRel, Ordering::Acquire)
+        .is_err()
+    {
+        return;
+    }
+    config::flush_warnings();
+    let spawned = std::thread::Builder::new()
+        .name("sigmatop".into())
+        .stack_size(1 << 20)
+        .spawn(|| {
+            // The collector's own calls are never traced.
+            if let Some(ts) = thread::current() {
+                let _ = ts;
+            }
+            let r = std::panic::catch_unwind(run);
+            if r.is_err() {
+                eprintln!("sigmatop: collector failed; tracing stopped, the program continues");
+            }
+            DONE.store(true, Ordering::Release);
+        });
+    if spawned.is_err() {
+        STATE.store(FAILED, Ordering::Release);
+        eprintln!("sigmatop: cannot start the collector thread; tracing disabled");
+    }
+}
+
+pub fn running() -> bool {
+    STATE.load(Ordering::Acquire) == RUNNING && !DONE.load(Ordering::Acquire)
+}
+
+/// Asks the collector for a final flush and waits for it (bounded: exit must never hang).
+pub fn shutdown() {
+    if STATE.load(Ordering::Acquire) != RUNNING {
+        return;
+    }
+    STOP.store(true, Ordering::Release);
+    let deadline = Instant::now() + Duration::from_secs(2);
+    while !DONE.load(Ordering::Acquire) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+pub fn identity() -> Identity {
+    let env_u32 = |names: &[&str]| {
+        names.iter().find_map(|n| {
+            std::env::var(n)
+                .ok()
+                .and_then(|v| v.trim().parse::<u32>().ok())
+        })
+    };
+    let mut host = [0u8; 256];
+    // SAFETY: buffer and its length.
+    unsafe { libc::gethostname(host.as_mut_ptr() as *mut libc::c_char, host.len()) };
+    let end = host.iter().position(|&b| b == 0).unwrap_or(host.len());
+    let exe = std::fs::read_link("/proc/self/exe")
+        .ok()
+        .and_then(|p| p.file_name().map(|f| f.to_string_lossy().into_owned()))
+        .unwrap_or_default();
+    Identity {
+        host: String::from_utf8_lossy(&host[..end]).into_owned(),
+        // SAFETY: these calls cannot fail.
+        pid: unsafe { libc::getpid() } as u32,
+        ppid: unsafe { libc::getppid() } as u32,
+        uid: unsafe { libc::getuid() },
+        exe,
+        rank: env_u32(&[
+            "OMPI_COMM_WORLD_RANK",
+            "PMI_RANK",
+            "PMIX_RANK",
+            "SLURM_PROCID",
+            "RANK",
+        ]),
+        local_rank: env_u32(&[
+            "OMPI_COMM_WORLD_LOCAL_RANK",
+            "MPI_LOCALRANKID",
+            "SLURM_LOCALID",
+            "LOCAL_RANK",
+        ]),
+        world_size: env_u32(&[
+            "OMPI_COMM_WORLD_SIZE",
+            "PMI_SIZE",
+            "SLURM_NTASKS",
+            "WORLD_SIZE",
+        ]),
+        mode: config::mode() as u8,
+        layers: config::layers(),
+        sample: config::sample(),
+        own_addr_hashes: registry::own_addrs(),
+        start_ns: clock::real_ns(),
+        version: env!("CARGO_PKG_VERSION").to_string(),
+    }
+}
+
+/// Counters of threads that exited, folded in so totals never go backwards.
+#[derive(Default)]
+struct Totals {
+    retired: HashMap<(u32, u8), (u64, u64, u64)>,
+    retired_ring_full: u64,
+    retired_overflow: u64,
+}
+
+struct ThreadBuf {
+    events: Vec<RawEvent>,
+    written: u64,
+    started: bool,
+}
+
+struct Collector {
+    identity: Identity,
+    identity_gen: u64,
+    writer: Option<ProcessWriter>,
+    record_root: Option<PathBuf>,
+    server: Option<Server>,
+    totals: Totals,
+    bufs: HashMap<u32, ThreadBuf>,
+    scratch: Vec<RawEvent>,
+    defs_sent: usize,
+    updates_sent: usize,
+    live_events: Vec<Event>,
+    live_counter: u64,
+    events_total: u64,
+    drops: DropCounters,
+    seq: u64,
+}
+
+impl Collector {
+    fn record(&mut self, rec: &ProcessRecord) {
+        if let Some(w) = self.writer.as_mut() {
+            if let Err(e) = w.write_record(rec) {
+                self.record_failed(e);
+            }
+        }
+    }
+
+    fn record_failed(&mut self, e: std::io::Error) {
+        if let Some(w) = self.writer.take() {
+            eprintln!(
+                "sigmatop: recording to {} stopped: {e}; live tracing continues, the record is cut here",
+                w.dir().display()
+            );
+        }
+    }
+
+    fn write_events(&mut self, tid: u32) {
+        let Some(buf) = self.bufs.get_mut(&tid) else {
+            return;
+        };
+        if buf.events.is_empty() {
+            return;
+        }
+        let n = buf.events.len() as u64;
+        let mut failed = None;
+        if let Some(w) = self.writer.as_mut() {
+            if !buf.started {
+                buf.started = true;
+            }
+            match w.write_events(tid, &buf.events) {
+                Ok(()) => buf.written += n,
+                Err(e) => failed = Some(e),
+            }
+        }
+        buf.events.clear();
+        if let Some(e) = failed {
+            self.drops.record_lost += n;
+            self.record_failed(e);
+        } else if self.writer.is_none() && self.record_root.is_some() {
+            self.drops.record_lost += n;
+        }
+    }
+
+    /// Drains every ring; returns true if any thread retired (its counters moved to totals).
+    fn drain(&mut self, force_flush: bool) {
+        let mut exited: Vec<&'static ThreadState> = Vec::new();
+        let sample = config::sample().max(1) as u64;
+        let recording = self.writer.is_some();
+        let mut new_threads = Vec::new();
+        thread::for_each_thread(|ts| {
+            if ts.retired.load(Ordering::Acquire) {
+                return;
+            }
+            let was_exited = ts.exited.load(Ordering::Acquire);
+            self.scratch.clear();
+            let n = ts.drain(&mut self.scratch);
+            if n > 0 {
+                self.events_total += n as u64;
+                for e in &self.scratch {
+                    self.live_counter += 1;
+                    if self.live_counter % sample == 0 {
+                        if self.live_events.len() < LIVE_EVENTS_PER_INTERVAL {
+                            self.live_events.push(Event::from_raw(e, ts.tid));
+                        } else {
+                            self.drops.live_not_sent += 1;
+                        }
+                    }
+                }
+                if recording {
+                    let buf = self.bufs.entry(ts.tid).or_insert_with(|| {
+                        new_threads.push((ts.tid, ts.name()));
+                        ThreadBuf {
+                            events: Vec::with_capacity(CHUNK_EVENTS),
+                            written: 0,
+                            started: false,
+                        }
+                    });
+                    buf.events.extend_from_slice(&self.scratch);
+                }
+            }
+            if was_exited {
+                exited.push(ts);
+            }
+        });
+        for (tid, name) in new_threads {
+            self.record(&ProcessRecord::ThreadStart { tid, name });
+        }
+        let tids: Vec<u32> = self
+            .bufs
+            .iter()
+            .filter(|(_, b)| force_flush || b.events.len() >= CHUNK_EVENTS)
+            .map(|(t, _)| *t)
+            .collect();
+        for tid in tids {
+            self.write_events(tid);
+        }
+        for ts in exited {
+            self.retire(ts);
+        }
+    }
+
+    fn retire(&mut self, ts: &'static ThreadState) {
+        ts.for_each_counter(|ep, op, s| {
+            let e = self.totals.retired.entry((ep, op)).or_default();
+            e.0 += s.ops.load(Ordering::Relaxed);
+            e.1 += s.bytes.load(Ordering::Relaxed);
+            e.2 += s.errors.load(Ordering::Relaxed);
+        });
+        self.totals.retired_ring_full += ts.ring_full.load(Ordering::Relaxed);
+        self.totals.retired_overflow += ts.endpoint_overflow.load(Ordering::Relaxed);
+        self.write_events(ts.tid);
+        if let Some(buf) = self.bufs.remove(&ts.tid) {
+            if buf.started {
+                self.record(&ProcessRecord::ThreadEnd {
+                    tid: ts.tid,
+                    events: buf.written,
+                });
+            }
+        }
+        ts.retired.store(true, Ordering::Release);
+        ts.release_memory();
+    }
+
+    fn snapshot(&mut self) -> Snapshot {
+        let mut sums: HashMap<(u32, u8), (u64, u64, u64)> = self.totals.retired.clone();
+        let mut ring_full = self.totals.retired_ring_full;
+        let mut overflow = self.totals.retired_overflow;
+        let mut threads = 0u32;
+        thread::for_each_thread(|ts| {
+            if ts.retired.load(Ordering::Acquire) {
+                return;
+            }
+            threads += 1;
+            ring_full += ts.ring_full.load(Ordering::Relaxed);
+            overflow += ts.endpoint_overflow.load(Ordering::Relaxed);
+            ts.for_each_counter(|ep, op, s| {
+                let e = sums.entry((ep, op)).or_default();
+                e.0 += s.ops.load(Ordering::Relaxed);
+                e.1 += s.bytes.load(Ordering::Relaxed);
+                e.2 += s.errors.load(Ordering::Relaxed);
+            });
+        });
+        let mut counts: Vec<OpCount> = sums
+            .into_iter()
+            .map(|((ep, op), (ops, bytes, errors))| OpCount {
+                ep,
+                op,
+                ops,
+                bytes,
+                errors,
+            })
+            .collect();
+        counts.sort_by_key(|c| (c.ep, c.op));
+        let mut drops = self.drops;
+        drops.ring_full = ring_full;
+        drops.endpoint_overflow = overflow;
+        drops.unattributed_ops = registry::UNATTRIBUTED.load(Ordering::Relaxed);
+        drops.hook_failures = crate::HOOK_FAILURES.load(Ordering::Relaxed);
+        let s = Snapshot {
+            at_ns: clock::real_ns(),
+            seq: self.seq,
+            counts,
+            drops,
+            events: self.events_total,
+            threads,
+        };
+        self.seq += 1;
+        s
+    }
+
+    fn publish_definitions(&mut self) {
+        let generation = registry::IDENTITY_GEN.load(Ordering::Acquire);
+        if generation != self.identity_gen {
+            self.identity_gen = generation;
+            self.identity.own_addr_hashes = registry::own_addrs();
+            let rec = ProcessRecord::Identity(self.identity.clone());
+            self.record(&rec);
+            if let Some(s) = self.server.as_mut() {
+                s.broadcast(&Frame::Identity(self.identity.clone()));
+                s.set_identity(self.identity.clone());
+            }
+        }
+        let defs = registry::defs_since(self.defs_sent);
+        if !defs.is_empty() {
+            self.defs_sent += defs.len();
+            for d in &defs {
+                self.record(&ProcessRecord::Endpoint(d.clone()));
+            }
+            if let Some(s) = self.server.as_mut() {
+                s.broadcast(&Frame::Endpoints(defs));
+            }
+        }
+        let ups = registry::updates_since(self.updates_sent);
+        if !ups.is_empty() {
+            self.updates_sent += ups.len();
+            for u in &ups {
+                self.record(&ProcessRecord::EndpointUpdate(u.clone()));
+            }
+            if let Some(s) = self.server.as_mut() {
+                s.broadcast(&Frame::Updates(ups));
+            }
+        }
+    }
+
+    fn interval(&mut self) {
+        let c = clock::sample();
+        self.record(&ProcessRecord::Clock(c));
+        let snap = self.snapshot();
+        self.record(&ProcessRecord::Snapshot(snap.clone()));
+        if let Some(s) = self.server.as_mut() {
+            s.broadcast(&Frame::Clock(c));
+            if !self.live_events.is_empty() {
+                s.broadcast(&Frame::Events(std::mem::take(&mut self.live_events)));
+            }
+            s.broadcast(&Frame::Snapshot(snap.clone()));
+            s.set_last_snapshot(snap);
+        }
+        self.live_events.clear();
+    }
+}
+
+fn run() {
+    let identity = identity();
+    let paths = config::paths();
+    let writer = match &paths.record {
+        Some(root) => match ProcessWriter::create(root, &identity.host, identity.pid) {
+            Ok(w) => Some(w),
+            Err(e) => {
+                eprintln!(
+                    "sigmatop: cannot record to {}: {e}; tracing continues without a record (pick a writable directory with --record or SIGMATOP_RECORD)",
+                    root.display()
+                );
+                None
+            }
+        },
+        None => None,
+    };
+    let server = match Server::bind(&paths.socket_dir, &identity) {
+        Ok(s) => Some(s),
+        Err(e) => {
+            eprintln!("sigmatop: live view disabled: {e}");
+            None
+        }
+    };
+    let mut c = Collector {
+        identity_gen: registry::IDENTITY_GEN.load(Ordering::Acquire),
+        identity,
+        writer,
+        record_root: paths.record.clone(),
+        server,
+        totals: Totals::default(),
+        bufs: HashMap::new(),
+        scratch: Vec::with_capacity(thread::RING_CAP),
+        defs_sent: 0,
+        updates_sent: 0,
+        live_events: Vec::new(),
+        live_counter: 0,
+        events_total: 0,
+        drops: DropCounters::default(),
+        seq: 0,
+    };
+    c.identity.own_addr_hashes = registry::own_addrs();
+    c.record(&ProcessRecord::Identity(c.identity.clone()));
+    c.record(&ProcessRecord::Clock(clock::sample()));
+    let interval = Duration::from_millis(config::interval_ms() as u64);
+    let mut last_interval = Instant::now();
+    let mut last_flush = Instant::now();
+    loop {
+        let stopping = STOP.load(Ordering::Acquire);
+        c.publish_definitions();
+        let flush = stopping || last_flush.elapsed() >= FLUSH_EVERY;
+        c.drain(flush);
+        if flush {
+            last_flush = Instant::now();
+        }
+        if stopping || last_interval.elapsed() >= interval {
+            last_interval = Instant::now();
+            c.interval();
+        }
+        if let Some(s) = c.server.as_mut() {
+            s.poll();
+        }
+        if stopping {
+            break;
+        }
+        std::thread::sleep(TICK);
+    }
+    // Final: every thread's remaining events, then the end marker.
+    let tids: Vec<u32> = c.bufs.keys().copied().collect();
+    for tid in tids {
+        c.write_events(tid);
+        if let Some(buf) = c.bufs.get(&tid) {
+            let ev = ProcessRecord::ThreadEnd {
+                tid,
+                events: buf.written,
+            };
+            c.record(&ev);
+        }
+    }
+    let snap = c.snapshot();
+    let end = ProcessRecord::End {
+        at_ns: clock::real_ns(),
+        drops: snap.drops,
+    };
+    c.record(&end);
+    if let Some(s) = c.server.as_mut() {
+        s.broadcast(&Frame::Bye {
+            at_ns: clock::real_ns(),
+        });
+        s.finish();
+    }
+}

@@ -1,0 +1,207 @@
+//! The preload's settings, read once from the environment in the constructor. Bad values fall back
+//! to defaults with a one-line warning, printed once, when the process starts tracing.
+
+use core::sync::atomic::{AtomicU8, AtomicU32, Ordering};
+use std::path::PathBuf;
+use std::sync::{Mutex, OnceLock};
+
+use sigmatop::event::{Layer, Mode};
+
+static MODE: AtomicU8 = AtomicU8::new(Mode::Simple as u8);
+static LAYERS: AtomicU32 = AtomicU32::new(0);
+static SAMPLE: AtomicU32 = AtomicU32::new(DEFAULT_SAMPLE);
+static INTERVAL_MS: AtomicU32 = AtomicU32::new(DEFAULT_INTERVAL_MS);
+static PATHS: OnceLock<Paths> = OnceLock::new();
+static WARNINGS: Mutex<Vec<String>> = Mutex::new(Vec::new());
+
+pub const DEFAULT_SAMPLE: u32 = 64;
+pub const DEFAULT_INTERVAL_MS: u32 = 250;
+
+pub struct Paths {
+    pub record: Option<PathBuf>,
+    pub socket_dir: PathBuf,
+    pub socket_dir_from_env: bool,
+}
+
+#[inline(always)]
+pub fn mode() -> Mode {
+    Mode::from_u8(MODE.load(Ordering::Relaxed))
+}
+
+/// True when events (not only counters) are kept.
+#[inline(always)]
+pub fn events_enabled() -> bool {
+    MODE.load(Ordering::Relaxed) >= Mode::Simple as u8
+}
+
+#[inline(always)]
+pub fn full() -> bool {
+    MODE.load(Ordering::Relaxed) == Mode::Full as u8
+}
+
+pub fn layers() -> u32 {
+    LAYERS.load(Ordering::Relaxed)
+}
+
+#[inline]
+pub fn layer_enabled(l: Layer) -> bool {
+    LAYERS.load(Ordering::Relaxed) & l.bit() != 0
+}
+
+/// Turns a layer off at run time (a hook failed): its hooks pass everything through.
+pub fn disable_layer(l: Layer) {
+    LAYERS.fetch_and(!l.bit(), Ordering::Relaxed);
+}
+
+pub fn sample() -> u32 {
+    SAMPLE.load(Ordering::Relaxed)
+}
+
+pub fn interval_ms() -> u32 {
+    INTERVAL_MS.load(Ordering::Relaxed)
+}
+
+pub fn paths() -> &'static Paths {
+    PATHS.get_or_init(|| Paths {
+        record: None,
+        socket_dir: default_socket_dir(),
+        socket_dir_from_env: false,
+    })
+}
+
+/// Queues a warning; printed once the process starts tracing (so processes that never touch RDMA
+/// stay silent).
+pub fn warn(msg: String) {
+    if let Ok(mut w) = WARNINGS.lock() {
+        if !w.contains(&msg) {
+            w.push(msg);
+        }
+    }
+}
+
+/// Prints and clears queued warnings.
+pub fn flush_warnings() {
+    let msgs = match WARNINGS.lock() {
+        Ok(mut w) => std::mem::take(&mut *w),
+        Err(_) => return,
+    };
+    for m in msgs {
+        eprintln!("sigmatop: {m}");
+    }
+}
+
+fn default_socket_dir() -> PathBuf {
+    if let Some(x) = std::env::var_os("XDG_RUNTIME_DIR").filter(|v| !v.is_empty()) {
+        return PathBuf::from(x).join("sigmatop");
+    }
+    // SAFETY: getuid cannot fail.
+    let uid = unsafe { libc::getuid() };
+    PathBuf::from(format!("/tmp/sigmatop-{uid}"))
+}
+
+fn env(name: &str) -> Option<String> {
+    match std::env::var(name) {
+        Ok(v) if !v.trim().is_empty() => Some(v),
+        Ok(_) => None,
+        Err(std::env::VarError::NotPresent) => None,
+        Err(std::env::VarError::NotUnicode(_)) => {
+            warn(format!("{name} is not valid UTF-8; ignored"));
+            None
+        }
+    }
+}
+
+/// Parses SIGMATOP_LAYERS ("ucx,libfabric", "all", "none", "-cuda").
+pub fn parse_layers(s: &str) -> Result<u32, String> {
+    let all: u32 = Layer::ALL.iter().map(|l| l.bit()).sum();
+    let mut mask = 0u32;
+    let mut only_removals = true;
+    for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        if part == "all" {
+            mask |= all;
+            only_removals = false;
+        } else if part == "none" {
+            only_removals = false;
+        } else if let Some(rest) = part.strip_prefix('-') {
+            let l = Layer::parse(rest).ok_or_else(|| format!("unknown layer '{rest}'"))?;
+            mask &= !l.bit();
+        } else {
+            let l = Layer::parse(part).ok_or_else(|| format!("unknown layer '{part}'"))?;
+            mask |= l.bit();
+            only_removals = false;
+        }
+    }
+    if only_removals {
+        mask = all;
+        for part in s.split(',').map(str::trim) {
+            if let Some(l) = part.strip_prefix('-').and_then(Layer::parse) {
+                mask &= !l.bit();
+            }
+        }
+    }
+    Ok(mask)
+}
+
+/// Reads every SIGMATOP_* variable. Called once from the constructor.
+pub fn load() {
+    let all: u32 = Layer::ALL.iter().map(|l| l.bit()).sum();
+    if let Some(m) = env("SIGMATOP_MODE") {
+        match Mode::parse(&m) {
+            Some(mode) => MODE.store(mode as u8, Ordering::Relaxed),
+            None => warn(format!(
+                "SIGMATOP_MODE={m} is not one of aggregate, simple, full; using simple"
+            )),
+        }
+    }
+    let mut layers = all;
+    if let Some(l) = env("SIGMATOP_LAYERS") {
+        match parse_layers(&l) {
+            Ok(m) => layers = m,
+            Err(e) => warn(format!(
+                "SIGMATOP_LAYERS={l}: {e} (known: ucx, libfabric, ibverbs, mlx5, cuda); tracing all layers"
+            )),
+        }
+    }
+    LAYERS.store(layers, Ordering::Relaxed);
+    if let Some(s) = env("SIGMATOP_SAMPLE") {
+        match s.trim().parse::<u32>() {
+            Ok(n) if n >= 1 => SAMPLE.store(n, Ordering::Relaxed),
+            _ => warn(format!(
+                "SIGMATOP_SAMPLE={s} is not a positive integer (1 = every event live); using {DEFAULT_SAMPLE}"
+            )),
+        }
+    }
+    if let Some(s) = env("SIGMATOP_INTERVAL_MS") {
+        match s.trim().parse::<u32>() {
+            Ok(n) if (10..=60_000).contains(&n) => INTERVAL_MS.store(n, Ordering::Relaxed),
+            _ => warn(format!(
+                "SIGMATOP_INTERVAL_MS={s} is not between 10 and 60000; using {DEFAULT_INTERVAL_MS}"
+            )),
+        }
+    }
+    let record = env("SIGMATOP_RECORD").map(PathBuf::from);
+    let (socket_dir, from_env) = match env("SIGMATOP_SOCKET_DIR") {
+        Some(d) => (PathBuf::from(d), true),
+        None => (default_socket_dir(), false),
+    };
+    let _ = PATHS.set(Paths {
+        record,
+        socket_dir,
+        socket_dir_from_env: from_env,
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    #[test]
+    fn layers_parse() {
+        assert_eq!(parse_layers("ucx").unwrap(), Layer::Ucx.bit());
+        assert_eq!(
+            parse_layers("-cuda").unwrap(),
+            Layer::ALL.iter().map(|l| l.bit()).sum::<u32>() - Layer::Cuda.bit()
+        );
+        assert_eq!(parse_layers("none").unwrap(), 0);
+        assert!(parse_layers("ucx,bogus").is_err());
+    }
+}

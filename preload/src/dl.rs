@@ -1,0 +1,374 @@
+//! Symbol resolution: the real `dlsym`/`dlvsym` found in libc's own dynamic symbol table (calling
+//! them by name would reach our exported wrappers), the exported wrappers that hand out sigmatop's
+//! hooks to programs that resolve RDMA libraries with dlopen + dlsym, and `real()` lookups for the
+//! hooks themselves (RTLD_NEXT, then the already-loaded library by soname: UCX opens libibverbs with
+//! local scope, where RTLD_NEXT finds nothing).
+
+use core::ffi::{CStr, c_char, c_int, c_void};
+use core::sync::atomic::{AtomicPtr, Ordering};
+
+type DlsymFn = unsafe extern "C" fn(*mut c_void, *const c_char) -> *mut c_void;
+type DlvsymFn = unsafe extern "C" fn(*mut c_void, *const c_char, *const c_char) -> *mut c_void;
+
+static REAL_DLSYM: AtomicPtr<c_void> = AtomicPtr::new(core::ptr::null_mut());
+static REAL_DLVSYM: AtomicPtr<c_void> = AtomicPtr::new(core::ptr::null_mut());
+
+/// GNU hash of a symbol name (the ELF DT_GNU_HASH function).
+/// ELF64 dynamic section entry (elf.h `Elf64_Dyn`).
+#[repr(C)]
+struct Elf64Dyn {
+    d_tag: i64,
+    d_un: u64,
+}
+const DT_STRTAB: i64 = 5;
+const DT_SYMTAB: i64 = 6;
+const DT_GNU_HASH: i64 = 0x6fff_fef5;
+
+fn gnu_hash(name: &[u8]) -> u32 {
+    let mut h: u32 = 5381;
+    for &c in name {
+        h = h.wrapping_mul(33).wrapping_add(c as u32);
+    }
+    h
+}
+
+struct Found {
+    want: &'static [u8],
+    addr: *mut c_void,
+}
+
+/// Looks up `want` in the dynamic symbol table of a loaded libc through its GNU hash table.
+/// Pure reads of memory the dynamic linker already mapped; no allocation, no lock but
+/// dl_iterate_phdr's own.
+unsafe extern "C" fn phdr_callback(
+    info: *mut libc::dl_phdr_info,
+    _size: libc::size_t,
+    data: *mut c_void,
+) -> c_int {
+    // SAFETY: dl_iterate_phdr passes a valid info struct and our own `data` pointer.
+    let (info, found) = unsafe { (&*info, &mut *(data as *mut Found)) };
+    if info.dlpi_name.is_null() {
+        return 0;
+    }
+    // SAFETY: dlpi_name is a NUL-terminated string owned by the dynamic linker.
+    let name = unsafe { CStr::from_ptr(info.dlpi_name) }.to_bytes();
+    let is_libc = name.ends_with(b"/libc.so.6") || name == b"libc.so.6";
+    if !is_libc {
+        return 0;
+    }
+    let base = info.dlpi_addr as usize;
+    let mut dynamic: *const Elf64Dyn = core::ptr::null();
+    for i in 0..info.dlpi_phnum as usize {
+        // SAFETY: dlpi_phdr points at dlpi_phnum program headers.
+        let ph = unsafe { &*info.dlpi_phdr.add(i) };
+        if ph.p_type == libc::PT_DYNAMIC {
+            dynamic = (base + ph.p_vaddr as usize) as *const Elf64Dyn;
+        }
+    }
+    if dynamic.is_null() {
+        return 0;
+    }
+    let (mut symtab, mut strtab, mut gnuhash) = (0usize, 0usize, 0usize);
+    let fix = |p: u64| -> usize {
+        // glibc relocates these entries in place on x86_64; other loaders leave them relative.
+        if (p as usize) < base {
+            base + p as usize
+        } else {
+            p as usize
+        }
+    };
+    let mut d = dynamic;
+    loop {
+        // SAFETY: the dynamic section is an array terminated by DT_NULL.
+        let e = unsafe { &*d };
+        match e.d_tag {
+            0 => break,
+            DT_SYMTAB => symtab = fix(e.d_un),
+            DT_STRTAB => strtab = fix(e.d_un),
+            DT_GNU_HASH => gnuhash = fix(e.d_un),
+            _ => {}
+        }
+        // SAFETY: not past DT_NULL yet.
+        d = unsafe { d.add(1) };
+    }
+    if symtab == 0 || strtab == 0 || gnuhash == 0 {
+        return 0;
+    }
+    let h = gnu_hash(found.want);
+    // SAFETY: layout of DT_GNU_HASH: nbuckets, symoffset, bloom_size, bloom_shift, bloom[], buckets[], chain[].
+    unsafe {
+        let hdr = gnuhash as *const u32;
+        let nbuckets = *hdr;
+        let symoffset = *hdr.add(1);
+        let bloom_size = *hdr.add(2);
+        if nbuckets == 0 {
+            return 0;
+        }
+        let buckets = hdr
+            .add(4)
+            .cast::<u64>()
+            .add(bloom_size as usize)
+            .cast::<u32>();
+        let chain = buckets.add(nbuckets as usize);
+        let mut idx = *buckets.add((h % nbuckets) as usize);
+        if idx < symoffset {
+            return 0;
+        }
+        loop {
+            let ch = *chain.add((idx - symoffset) as usize);
+            if (ch | 1) == (h | 1) {
+                let sym = &*(symtab as *const libc::Elf64_Sym).add(idx as usize);
+                let sname = CStr::from_ptr((strtab + sym.st_name as usize) as *const c_char);
+                if sname.to_bytes() == found.want && sym.st_value != 0 {
+                    found.addr = (base + sym.st_value as usize) as *mut c_void;
+                    return 1;
+                }
+            }
+            if ch & 1 != 0 {
+                break;
+            }
+            idx += 1;
+        }
+    }
+    0
+}
+
+fn find_in_libc(want: &'static [u8]) -> *mut c_void {
+    let mut found = Found {
+        want,
+        addr: core::ptr::null_mut(),
+    };
+    // SAFETY: callback only reads loader data; `found` outlives the call.
+    unsafe {
+        libc::dl_iterate_phdr(Some(phdr_callback), &mut found as *mut Found as *mut c_void);
+    }
+    found.addr
+}
+
+/// Resolves the real dlsym/dlvsym once. Safe to call from any thread, any time.
+pub fn init() {
+    if REAL_DLSYM.load(Ordering::Acquire).is_null() {
+        let p = find_in_libc(b"dlsym");
+        REAL_DLSYM.store(p, Ordering::Release);
+    }
+    if REAL_DLVSYM.load(Ordering::Acquire).is_null() {
+        let p = find_in_libc(b"dlvsym");
+        REAL_DLVSYM.store(p, Ordering::Release);
+    }
+}
+
+/// Calls the real dlsym.
+pub fn real_dlsym(handle: *mut c_void, name: *const c_char) -> *mut c_void {
+    let mut p = REAL_DLSYM.load(Ordering::Acquire);
+    if p.is_null() {
+        init();
+        p = REAL_DLSYM.load(Ordering::Acquire);
+        if p.is_null() {
+            return core::ptr::null_mut();
+        }
+    }
+    // SAFETY: p is libc's dlsym.
+    unsafe { core::mem::transmute::<*mut c_void, DlsymFn>(p)(handle, name) }
+}
+
+/// Calls the real dlvsym.
+pub fn real_dlvsym(handle: *mut c_void, name: *const c_char, ver: *const c_char) -> *mut c_void {
+    let mut p = REAL_DLVSYM.load(Ordering::Acquire);
+    if p.is_null() {
+        init();
+        p = REAL_DLVSYM.load(Ordering::Acquire);
+        if p.is_null() {
+            return core::ptr::null_mut();
+        }
+    }
+    // SAFETY: p is libc's dlvsym.
+    unsafe { core::mem::transmute::<*mut c_void, DlvsymFn>(p)(handle, name, ver) }
+}
+
+/// Finds the next definition of `name` after this library: RTLD_NEXT first, then each loaded
+/// library named in `sonames` (RTLD_NOLOAD: never loads anything).
+pub fn next_symbol(name: &CStr, sonames: &[&CStr]) -> *mut c_void {
+    let p = real_dlsym(libc::RTLD_NEXT, name.as_ptr());
+    if !p.is_null() {
+        return p;
+    }
+    for so in sonames {
+        // SAFETY: RTLD_NOLOAD only returns a handle to an already-loaded object.
+        let h = unsafe { libc::dlopen(so.as_ptr(), libc::RTLD_LAZY | libc::RTLD_NOLOAD) };
+        if !h.is_null() {
+            let p = real_dlsym(h, name.as_ptr());
+            // SAFETY: balances the reference taken by dlopen above.
+            unsafe { libc::dlclose(h) };
+            if !p.is_null() {
+                return p;
+            }
+        }
+    }
+    core::ptr::null_mut()
+}
+
+/// A lazily resolved pointer to the real implementation of a hooked function.
+pub struct RealFn {
+    ptr: AtomicPtr<c_void>,
+    name: &'static CStr,
+    sonames: &'static [&'static CStr],
+}
+
+impl RealFn {
+    pub const fn new(name: &'static CStr, sonames: &'static [&'static CStr]) -> RealFn {
+        RealFn {
+            ptr: AtomicPtr::new(core::ptr::null_mut()),
+            name,
+            sonames,
+        }
+    }
+    /// The real function, or null when no library defines it (the caller must then fail the call
+    /// the way a missing symbol would, never call null).
+    #[inline]
+    pub fn get(&self) -> *mut c_void {
+        let p = self.ptr.load(Ordering::Relaxed);
+        if !p.is_null() {
+            return p;
+        }
+        self.resolve()
+    }
+    #[cold]
+    fn resolve(&self) -> *mut c_void {
+        let p = next_symbol(self.name, self.sonames);
+        if !p.is_null() {
+            self.ptr.store(p, Ordering::Relaxed);
+        }
+        p
+    }
+    /// Remembers the real function when a program's dlsym handed it to us.
+    pub fn set_if_unset(&self, p: *mut c_void) {
+        if !p.is_null() {
+            let _ = self.ptr.compare_exchange(
+                core::ptr::null_mut(),
+                p,
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            );
+        }
+    }
+}
+
+/// Hooks the dlsym wrappers may hand out: (symbol name, our hook, the real-function slot to fill
+/// with what the program's lookup found). Filled by each layer module.
+pub struct Hook {
+    pub name: &'static [u8],
+    pub layer: sigmatop::event::Layer,
+    pub hook: *const c_void,
+    pub real: &'static RealFn,
+}
+// SAFETY: `hook` is a function address, immutable and valid for the whole process.
+unsafe impl Sync for Hook {}
+// SAFETY: as above.
+unsafe impl Send for Hook {}
+
+fn lookup_hook(name: &[u8]) -> Option<&'static Hook> {
+    crate::hooks_table()
+        .iter()
+        .find(|h| h.name == name && crate::config::layer_enabled(h.layer))
+}
+
+/// Shared body of the dlsym/dlvsym wrappers: if the program looks up a function sigmatop hooks,
+/// return the hook (and remember the real one the lookup found).
+fn redirect(name: *const c_char, found: *mut c_void) -> *mut c_void {
+    if found.is_null() || name.is_null() || crate::in_sigmatop() {
+        return found;
+    }
+    // SAFETY: the caller's name is a NUL-terminated C string (dlsym's contract).
+    let n = unsafe { CStr::from_ptr(name) }.to_bytes();
+    // Cheap prefix filter: everything we hook starts with one of these.
+    if !(n.starts_with(b"ucp_")
+        || n.starts_with(b"fi_")
+        || n.starts_with(b"ibv_")
+        || n.starts_with(b"mlx5dv_")
+        || n.starts_with(b"cu"))
+    {
+        return found;
+    }
+    match lookup_hook(n) {
+        Some(h) => {
+            // A lookup of our own export (RTLD_DEFAULT finds the preload first) is not the real one.
+            if found as *const c_void != h.hook {
+                h.real.set_if_unset(found);
+            }
+            h.hook as *mut c_void
+        }
+        None => found,
+    }
+}
+
+/// Exported `dlsym`. Lookups relative to the caller (RTLD_NEXT) jump straight to libc's dlsym so
+/// that it sees the program's return address, not ours; every other lookup goes through
+/// `dlsym_impl`, which may hand out a hook.
+///
+/// # Safety
+/// Same contract as dlsym(3).
+#[unsafe(naked)]
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn dlsym(handle: *mut c_void, name: *const c_char) -> *mut c_void {
+    core::arch::naked_asm!(
+        "cmp rdi, -1",
+        "jne {imp}",
+        "mov rax, qword ptr [rip + {real}]",
+        "test rax, rax",
+        "jz {imp}",
+        "jmp rax",
+        imp = sym dlsym_impl,
+        real = sym REAL_DLSYM,
+    )
+}
+
+/// Exported `dlvsym`: as `dlsym`, comparing names only (any symbol version).
+///
+/// # Safety
+/// Same contract as dlvsym(3).
+#[unsafe(naked)]
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn dlvsym(
+    handle: *mut c_void,
+    name: *const c_char,
+    version: *const c_char,
+) -> *mut c_void {
+    core::arch::naked_asm!(
+        "cmp rdi, -1",
+        "jne {imp}",
+        "mov rax, qword ptr [rip + {real}]",
+        "test rax, rax",
+        "jz {imp}",
+        "jmp rax",
+        imp = sym dlvsym_impl,
+        real = sym REAL_DLVSYM,
+    )
+}
+
+extern "C" fn dlsym_impl(handle: *mut c_void, name: *const c_char) -> *mut c_void {
+    let found = real_dlsym(handle, name);
+    crate::guarded(found, || redirect(name, found))
+}
+
+extern "C" fn dlvsym_impl(
+    handle: *mut c_void,
+    name: *const c_char,
+    version: *const c_char,
+) -> *mut c_void {
+    let found = real_dlvsym(handle, name, version);
+    crate::guarded(found, || redirect(name, found))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn finds_libc_dlsym() {
+        init();
+        assert!(!REAL_DLSYM.load(Ordering::Acquire).is_null());
+        assert!(!REAL_DLVSYM.load(Ordering::Acquire).is_null());
+        let p = real_dlsym(libc::RTLD_DEFAULT, c"getpid".as_ptr());
+        assert!(!p.is_null());
+    }
+}

@@ -1,0 +1,181 @@
+//! Endpoints the process created (control path, under a lock) and the lock-free map from a
+//! library's handle (ucp_ep_h, qp pointer...) to sigmatop's endpoint id (hot path, reads only).
+
+use core::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::Mutex;
+
+use sigmatop::event::{EndpointDef, EndpointKind, EndpointUpdate, Layer, Peer, UNATTRIBUTED_EP};
+
+const MAP_CAP: usize = 1 << 15;
+const MAX_PROBE: usize = 64;
+
+struct PtrMap {
+    keys: [AtomicUsize; MAP_CAP],
+    vals: [AtomicU32; MAP_CAP],
+}
+
+static MAP: PtrMap = PtrMap {
+    keys: [const { AtomicUsize::new(0) }; MAP_CAP],
+    vals: [const { AtomicU32::new(0) }; MAP_CAP],
+};
+static MAP_INSERT: Mutex<()> = Mutex::new(());
+
+static NEXT_ID: AtomicU32 = AtomicU32::new(1);
+static DEFS: Mutex<Vec<EndpointDef>> = Mutex::new(Vec::new());
+static UPDATES: Mutex<Vec<EndpointUpdate>> = Mutex::new(Vec::new());
+static OWN_ADDRS: Mutex<Vec<u64>> = Mutex::new(Vec::new());
+/// Bumped whenever the identity (own addresses) changes, so the collector re-announces it.
+pub static IDENTITY_GEN: AtomicU64 = AtomicU64::new(0);
+/// Operations on handles sigmatop never saw created.
+pub static UNATTRIBUTED: AtomicU64 = AtomicU64::new(0);
+
+#[inline(always)]
+fn hash(key: usize) -> usize {
+    (((key >> 3) as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (64 - 15)) as usize
+}
+
+/// The endpoint id of `handle`, or `UNATTRIBUTED_EP`. Lock-free, a few loads.
+#[inline(always)]
+pub fn lookup(handle: usize) -> u32 {
+    let mut i = hash(handle);
+    for _ in 0..MAX_PROBE {
+        let k = MAP.keys[i].load(Ordering::Acquire);
+        if k == handle {
+            return MAP.vals[i].load(Ordering::Relaxed);
+        }
+        if k == 0 {
+            break;
+        }
+        i = (i + 1) & (MAP_CAP - 1);
+    }
+    lookup_miss()
+}
+
+#[cold]
+fn lookup_miss() -> u32 {
+    UNATTRIBUTED.fetch_add(1, Ordering::Relaxed);
+    UNATTRIBUTED_EP
+}
+
+/// Maps `handle` to `id` (replacing an earlier mapping of a reused handle). Control path.
+pub fn bind(handle: usize, id: u32) {
+    if handle == 0 {
+        return;
+    }
+    let _g = MAP_INSERT.lock();
+    let mut i = hash(handle);
+    for _ in 0..MAX_PROBE {
+        let k = MAP.keys[i].load(Ordering::Acquire);
+        if k == handle || k == 0 {
+            MAP.vals[i].store(id, Ordering::Relaxed);
+            MAP.keys[i].store(handle, Ordering::Release);
+            return;
+        }
+        i = (i + 1) & (MAP_CAP - 1);
+    }
+    crate::config::warn(
+        "endpoint map is full: traffic of further endpoints is unattributed".into(),
+    );
+}
+
+/// Defines a new endpoint and returns its id.
+pub fn define(
+    layer: Layer,
+    kind: EndpointKind,
+    label: String,
+    transport: String,
+    peer: Peer,
+) -> u32 {
+    let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
+    let def = EndpointDef {
+        id,
+        layer,
+        kind,
+        label,
+        transport,
+        peer,
+        qpn: None,
+        gpu: None,
+        created_ns: crate::clock::real_ns(),
+    };
+    if let Ok(mut d) = DEFS.lock() {
+        d.push(def);
+    }
+    id
+}
+
+/// Defines an endpoint from a full definition (its id is assigned here).
+pub fn define_full(mut def: EndpointDef) -> u32 {
+    let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
+    def.id = id;
+    def.created_ns = crate::clock::real_ns();
+    if let Ok(mut d) = DEFS.lock() {
+        d.push(def);
+    }
+    id
+}
+
+/// Records a state change of an endpoint.
+pub fn update(id: u32, state: &str, peer: Option<Peer>) {
+    if let Ok(mut u) = UPDATES.lock() {
+        u.push(EndpointUpdate {
+            id,
+            state: state.to_string(),
+            peer,
+            at_ns: crate::clock::real_ns(),
+        });
+    }
+}
+
+/// Adds one of this process's own addresses (hash of the blob a peer will connect with).
+pub fn add_own_addr(hash: u64) {
+    if let Ok(mut a) = OWN_ADDRS.lock() {
+        if !a.contains(&hash) {
+            a.push(hash);
+            IDENTITY_GEN.fetch_add(1, Ordering::Release);
+        }
+    }
+}
+
+pub fn own_addrs() -> Vec<u64> {
+    OWN_ADDRS.lock().map(|a| a.clone()).unwrap_or_default()
+}
+
+/// Definitions from index `from` on (collector: what it has not sent/recorded yet).
+pub fn defs_since(from: usize) -> Vec<EndpointDef> {
+    DEFS.lock()
+        .map(|d| d.get(from..).map(|s| s.to_vec()).unwrap_or_default())
+        .unwrap_or_default()
+}
+
+pub fn all_defs() -> Vec<EndpointDef> {
+    defs_since(0)
+}
+
+pub fn updates_since(from: usize) -> Vec<EndpointUpdate> {
+    UPDATES
+        .lock()
+        .map(|d| d.get(from..).map(|s| s.to_vec()).unwrap_or_default())
+        .unwrap_or_default()
+}
+
+pub fn all_updates() -> Vec<EndpointUpdate> {
+    updates_since(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    #[test]
+    fn bind_and_lookup() {
+        for i in 1..2000usize {
+            bind(i * 64, i as u32);
+        }
+        for i in 1..2000usize {
+            assert_eq!(lookup(i * 64), i as u32);
+        }
+        bind(64, 777);
+        assert_eq!(lookup(64), 777);
+        assert_eq!(lookup(12345 * 64 + 8), UNATTRIBUTED_EP);
+    }
+}

@@ -1,0 +1,244 @@
+//! The live socket of one traced process: `<socket dir>/<host>-<pid>.sock`, directory 0700 owned by
+//! the user, socket 0600, peers of another uid refused (SO_PEERCRED). Non-blocking throughout: a
+//! slow reader loses frames (counted), it never slows the collector, let alone the program.
+
+use std::io::{self, Write};
+use std::os::unix::fs::{DirBuilderExt, FileTypeExt, MetadataExt, PermissionsExt};
+use std::os::unix::io::AsRawFd;
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+
+use sigmatop::event::{Identity, Snapshot};
+use sigmatop::wire::{self, Frame};
+
+/// Bytes queued per client before further frames are dropped for it.
+const CLIENT_BUFFER: usize = 8 << 20;
+
+struct Client {
+    stream: UnixStream,
+    out: Vec<u8>,
+    sent: usize,
+    dropped: u64,
+}
+
+pub struct Server {
+    listener: UnixListener,
+    path: PathBuf,
+    clients: Vec<Client>,
+    identity: Identity,
+    last_snapshot: Option<Snapshot>,
+    pub frames_dropped: u64,
+}
+
+/// Checks (or creates) the socket directory: a real directory, owned by us, not open to others.
+pub fn check_socket_dir(dir: &Path) -> Result<(), String> {
+    // SAFETY: getuid cannot fail.
+    let uid = unsafe { libc::getuid() };
+    match std::fs::symlink_metadata(dir) {
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            std::fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o700)
+                .create(dir)
+                .map_err(|e| format!("cannot create socket directory {}: {e}", dir.display()))?;
+            let md = std::fs::symlink_metadata(dir)
+                .map_err(|e| format!("socket directory {}: {e}", dir.display()))?;
+            if md.uid() != uid {
+                return Err(format!(
+                    "socket directory {} is owned by uid {}, not you (uid {uid}); set SIGMATOP_SOCKET_DIR to a directory of yours",
+                    dir.display(),
+                    md.uid()
+                ));
+            }
+            Ok(())
+        }
+        Err(e) => Err(format!("socket directory {}: {e}", dir.display())),
+        Ok(md) => {
+            if md.file_type().is_symlink() {
+                return Err(format!(
+                    "socket directory {} is a symbolic link; refusing to follow it (set SIGMATOP_SOCKET_DIR)",
+                    dir.display()
+                ));
+            }
+            if !md.is_dir() {
+                return Err(format!(
+                    "socket directory {} is not a directory",
+                    dir.display()
+                ));
+            }
+            if md.uid() != uid {
+                return Err(format!(
+                    "socket directory {} is owned by uid {}, not you (uid {uid}); set SIGMATOP_SOCKET_DIR to a directory of yours",
+                    dir.display(),
+                    md.uid()
+                ));
+            }
+            if md.permissions().mode() & 0o077 != 0 {
+                return Err(format!(
+                    "socket directory {} is accessible to other users (mode {:o}); chmod 700 it or set SIGMATOP_SOCKET_DIR",
+                    dir.display(),
+                    md.permissions().mode() & 0o777
+                ));
+            }
+            Ok(())
+        }
+    }
+}
+
+/// The socket file name of a process.
+pub fn socket_name(host: &str, pid: u32) -> String {
+    format!("{}-{pid}.sock", sigmatop::trace::writer::sanitize(host))
+}
+
+fn peer_uid(s: &UnixStream) -> Option<u32> {
+    let mut cred = libc::ucred {
+        pid: 0,
+        uid: 0,
+        gid: 0,
+    };
+    let mut len = core::mem::size_of::<libc::ucred>() as libc::socklen_t;
+    // SAFETY: valid fd, out buffer and length.
+    let r = unsafe {
+        libc::getsockopt(
+            s.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_PEERCRED,
+            &mut cred as *mut libc::ucred as *mut libc::c_void,
+            &mut len,
+        )
+    };
+    (r == 0).then_some(cred.uid)
+}
+
+impl Server {
+    pub fn bind(dir: &Path, identity: &Identity) -> Result<Server, String> {
+        check_socket_dir(dir)?;
+        let path = dir.join(socket_name(&identity.host, identity.pid));
+        if path.as_os_str().len() >= 108 {
+            return Err(format!(
+                "socket path {} is longer than a Unix socket allows; set SIGMATOP_SOCKET_DIR to a shorter directory",
+                path.display()
+            ));
+        }
+        // A stale socket of an earlier process with our pid: remove it, but only a socket of ours.
+        if let Ok(md) = std::fs::symlink_metadata(&path) {
+            // SAFETY: getuid cannot fail.
+            if md.file_type().is_socket() && md.uid() == unsafe { libc::getuid() } {
+                let _ = std::fs::remove_file(&path);
+            }
+        }
+        let listener = UnixListener::bind(&path)
+            .map_err(|e| format!("cannot listen on {}: {e}", path.display()))?;
+        let _ = std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600));
+        listener
+            .set_nonblocking(true)
+            .map_err(|e| format!("socket {}: {e}", path.display()))?;
+        Ok(Server {
+            listener,
+            path,
+            clients: Vec::new(),
+            identity: identity.clone(),
+            last_snapshot: None,
+            frames_dropped: 0,
+        })
+    }
+
+    pub fn set_identity(&mut self, id: Identity) {
+        self.identity = id;
+    }
+
+    pub fn set_last_snapshot(&mut self, s: Snapshot) {
+        self.last_snapshot = Some(s);
+    }
+
+    fn queue(c: &mut Client, frame: &Frame) -> bool {
+        if c.out.len() - c.sent > CLIENT_BUFFER {
+            c.dropped += 1;
+            return false;
+        }
+        if c.sent > 0 && c.sent == c.out.len() {
+            c.out.clear();
+            c.sent = 0;
+        }
+        wire::encode(frame, &mut c.out).is_ok()
+    }
+
+    /// Queues a frame for every client.
+    pub fn broadcast(&mut self, frame: &Frame) {
+        for c in &mut self.clients {
+            if !Self::queue(c, frame) {
+                self.frames_dropped += 1;
+            }
+        }
+    }
+
+    /// Accepts new clients and writes what it can without blocking.
+    pub fn poll(&mut self) {
+        loop {
+            match self.listener.accept() {
+                Ok((stream, _)) => {
+                    // SAFETY: getuid cannot fail.
+                    let me = unsafe { libc::getuid() };
+                    if peer_uid(&stream) != Some(me) {
+                        continue; // dropped: closes the connection
+                    }
+                    if stream.set_nonblocking(true).is_err() {
+                        continue;
+                    }
+                    let mut c = Client {
+                        stream,
+                        out: Vec::with_capacity(1 << 16),
+                        sent: 0,
+                        dropped: 0,
+                    };
+                    Self::queue(&mut c, &Frame::hello(self.identity.clone()));
+                    let defs = crate::registry::all_defs();
+                    if !defs.is_empty() {
+                        Self::queue(&mut c, &Frame::Endpoints(defs));
+                    }
+                    let ups = crate::registry::all_updates();
+                    if !ups.is_empty() {
+                        Self::queue(&mut c, &Frame::Updates(ups));
+                    }
+                    if let Some(s) = &self.last_snapshot {
+                        Self::queue(&mut c, &Frame::Snapshot(s.clone()));
+                    }
+                    self.clients.push(c);
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(_) => break,
+            }
+        }
+        self.clients.retain_mut(|c| {
+            while c.sent < c.out.len() {
+                match c.stream.write(&c.out[c.sent..]) {
+                    Ok(0) => return false,
+                    Ok(n) => c.sent += n,
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => return true,
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                    Err(_) => return false, // reader went away
+                }
+            }
+            true
+        });
+    }
+
+    /// Last flush with a short bounded wait, then removes the socket file.
+    pub fn finish(&mut self) {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_millis(200);
+        while self.clients.iter().any(|c| c.sent < c.out.len())
+            && std::time::Instant::now() < deadline
+        {
+            self.poll();
+            std::thread::sleep(std::time::Duration::from_millis(2));
+        }
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
+}

@@ -1,0 +1,364 @@
+//! Per-thread state on the hot path: counters per endpoint and op (all modes) and a single-producer
+//! single-consumer event ring (simple/full). One thread-local access per intercepted call, no lock,
+//! no syscall; memory comes from mmap once per thread (and once per 16 new endpoints it touches).
+
+use core::cell::Cell;
+use core::ptr::null_mut;
+use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, Ordering};
+
+use crossbeam_utils::CachePadded;
+use sigmatop::event::{OP_SLOTS, Op, RawEvent, UNATTRIBUTED_EP};
+
+/// Events a ring holds (2 MiB of virtual memory; pages are touched only as they fill).
+pub const RING_CAP: usize = 1 << 16;
+const RING_MASK: u64 = (RING_CAP - 1) as u64;
+/// Endpoints per counter chunk, and chunks per thread: endpoint ids up to 16383 are counted.
+pub const EPS_PER_CHUNK: usize = 16;
+pub const N_CHUNKS: usize = 1024;
+pub const MAX_EPS: u32 = (EPS_PER_CHUNK * N_CHUNKS) as u32;
+
+/// Counters of one (endpoint, op) on one thread. Single writer (the thread), read by the collector.
+#[repr(C)]
+pub struct Slot {
+    pub ops: AtomicU64,
+    pub bytes: AtomicU64,
+    pub errors: AtomicU64,
+}
+
+#[repr(C)]
+pub struct Chunk {
+    pub slots: [[Slot; OP_SLOTS]; EPS_PER_CHUNK],
+}
+
+pub struct ThreadState {
+    pub tid: u32,
+    /// Nesting depth of sigmatop hooks on this thread: a hook entered while another runs (a
+    /// legacy `_nb` call reaching `_nbx`, sigmatop's own calls) passes through untraced.
+    depth: AtomicU32,
+    head: CachePadded<AtomicU64>,
+    /// Producer-side copy of `tail`, refreshed only when the ring looks full.
+    cached_tail: AtomicU64,
+    tail: CachePadded<AtomicU64>,
+    ring: *mut RawEvent,
+    pub chunks: [AtomicPtr<Chunk>; N_CHUNKS],
+    pub ring_full: AtomicU64,
+    pub endpoint_overflow: AtomicU64,
+    pub exited: AtomicBool,
+    /// Set by the collector once it retired this thread (counters folded, ring drained).
+    pub retired: AtomicBool,
+    pub next: AtomicPtr<ThreadState>,
+    pub name: [u8; 16],
+}
+
+// SAFETY: the ring pointer is written only by the owning thread (below head) and read only by the
+// collector (between tail and head), synchronised by the head/tail atomics.
+unsafe impl Sync for ThreadState {}
+unsafe impl Send for ThreadState {}
+
+/// Head of the list of every thread that ever traced something. Threads push at the head with CAS;
+/// only the collector unlinks.
+pub static THREADS: AtomicPtr<ThreadState> = AtomicPtr::new(null_mut());
+
+const DEAD: *mut ThreadState = 1 as *mut ThreadState;
+
+thread_local! {
+    static CURRENT: Cell<*mut ThreadState> = const { Cell::new(null_mut()) };
+}
+
+static EXIT_KEY: AtomicU32 = AtomicU32::new(u32::MAX);
+
+fn mmap_zeroed(len: usize) -> *mut u8 {
+    // SAFETY: anonymous private mapping; checked for MAP_FAILED.
+    let p = unsafe {
+        libc::mmap(
+            null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        )
+    };
+    if p == libc::MAP_FAILED {
+        null_mut()
+    } else {
+        p as *mut u8
+    }
+}
+
+unsafe extern "C" fn on_thread_exit(p: *mut libc::c_void) {
+    let ts = p as *mut ThreadState;
+    if !ts.is_null() && ts != DEAD {
+        // SAFETY: the pointer was stored by register() and stays valid until retired.
+        unsafe { (*ts).exited.store(true, Ordering::Release) };
+    }
+    // Hooks reached from later destructors on this thread pass through untraced.
+    let _ = CURRENT.try_with(|c| c.set(DEAD));
+}
+
+/// Creates the key whose destructor tells the collector a thread ended. Constructor only.
+pub fn init() {
+    let mut key: libc::pthread_key_t = 0;
+    // SAFETY: valid out pointer and destructor.
+    if unsafe { libc::pthread_key_create(&mut key, Some(on_thread_exit)) } == 0 {
+        EXIT_KEY.store(key, Ordering::Relaxed);
+    }
+}
+
+#[cold]
+fn register() -> *mut ThreadState {
+    let size = core::mem::size_of::<ThreadState>();
+    let mem = mmap_zeroed(size) as *mut ThreadState;
+    let ring = mmap_zeroed(RING_CAP * core::mem::size_of::<RawEvent>()) as *mut RawEvent;
+    if mem.is_null() || ring.is_null() {
+        return DEAD;
+    }
+    // SAFETY: gettid has no preconditions.
+    let tid = unsafe { libc::syscall(libc::SYS_gettid) } as u32;
+    let mut name = [0u8; 16];
+    // SAFETY: buffer of 16 bytes as pthread_getname_np requires.
+    unsafe {
+        libc::pthread_getname_np(
+            libc::pthread_self(),
+            name.as_mut_ptr() as *mut libc::c_char,
+            16,
+        )
+    };
+    // SAFETY: mem is a fresh zeroed mapping of the right size; all-zero is a valid ThreadState
+    // except for the fields set here.
+    unsafe {
+        let ts = &mut *mem;
+        core::ptr::addr_of_mut!(ts.tid).write(tid);
+        core::ptr::addr_of_mut!(ts.ring).write(ring);
+        core::ptr::addr_of_mut!(ts.name).write(name);
+    }
+    let mut head = THREADS.load(Ordering::Acquire);
+    loop {
+        // SAFETY: mem is ours until published.
+        unsafe { (*mem).next.store(head, Ordering::Relaxed) };
+        match THREADS.compare_exchange_weak(head, mem, Ordering::AcqRel, Ordering::Acquire) {
+            Ok(_) => break,
+            Err(h) => head = h,
+        }
+    }
+    let key = EXIT_KEY.load(Ordering::Relaxed);
+    if key != u32::MAX {
+        // SAFETY: key was created by init().
+        unsafe { libc::pthread_setspecific(key, mem as *const libc::c_void) };
+    }
+    mem
+}
+
+/// The calling thread's state, registering it on first use. None on a thread that is exiting or
+/// whose registration failed.
+#[inline(always)]
+pub fn current() -> Option<&'static ThreadState> {
+    let p = CURRENT.try_with(|c| {
+        let p = c.get();
+        if p.is_null() {
+            let n = register();
+            c.set(n);
+            n
+        } else {
+            p
+        }
+    });
+    match p {
+        Ok(p) if p != DEAD => {
+            // SAFETY: registered ThreadStates are never unmapped while their thread can reach them.
+            Some(unsafe { &*p })
+        }
+        _ => None,
+    }
+}
+
+/// Entered hook: the thread's state, or None when this call must pass through untraced.
+#[inline(always)]
+pub fn enter() -> Option<&'static ThreadState> {
+    let ts = current()?;
+    if ts.depth.load(Ordering::Relaxed) != 0 {
+        return None;
+    }
+    ts.depth.store(1, Ordering::Relaxed);
+    Some(ts)
+}
+
+/// True while the calling thread runs inside a sigmatop hook.
+pub fn inside() -> bool {
+    CURRENT
+        .try_with(|c| {
+            let p = c.get();
+            // SAFETY: see current().
+            !p.is_null() && p != DEAD && unsafe { (*p).depth.load(Ordering::Relaxed) } != 0
+        })
+        .unwrap_or(true)
+}
+
+impl ThreadState {
+    #[inline(always)]
+    pub fn leave(&self) {
+        self.depth.store(0, Ordering::Relaxed);
+    }
+
+    #[inline(always)]
+    fn slot(&self, ep: u32, op: u8) -> Option<&Slot> {
+        let mut ep = ep;
+        if ep >= MAX_EPS {
+            self.endpoint_overflow.store(
+                self.endpoint_overflow.load(Ordering::Relaxed) + 1,
+                Ordering::Relaxed,
+            );
+            ep = UNATTRIBUTED_EP;
+        }
+        let ci = ep as usize / EPS_PER_CHUNK;
+        let mut chunk = self.chunks[ci].load(Ordering::Acquire);
+        if chunk.is_null() {
+            chunk = self.new_chunk(ci);
+            if chunk.is_null() {
+                return None;
+            }
+        }
+        // SAFETY: chunk is a live mapping; indices are in range (op < OP_SLOTS by schema).
+        Some(unsafe { &(*chunk).slots[ep as usize % EPS_PER_CHUNK][op as usize & (OP_SLOTS - 1)] })
+    }
+
+    #[cold]
+    fn new_chunk(&self, ci: usize) -> *mut Chunk {
+        let c = mmap_zeroed(core::mem::size_of::<Chunk>()) as *mut Chunk;
+        if !c.is_null() {
+            self.chunks[ci].store(c, Ordering::Release);
+        }
+        c
+    }
+
+    /// Counts one operation. Plain load+store: this thread is the only writer.
+    #[inline(always)]
+    pub fn count(&self, ep: u32, op: Op, bytes: u64, error: bool) {
+        if let Some(s) = self.slot(ep, op as u8) {
+            s.ops
+                .store(s.ops.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
+            s.bytes
+                .store(s.bytes.load(Ordering::Relaxed) + bytes, Ordering::Relaxed);
+            if error {
+                s.errors
+                    .store(s.errors.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// Appends an event to the ring; counts it as lost when the ring is full.
+    #[inline(always)]
+    pub fn push(&self, ev: RawEvent) {
+        let h = self.head.load(Ordering::Relaxed);
+        if h.wrapping_sub(self.cached_tail.load(Ordering::Relaxed)) >= RING_CAP as u64 {
+            let t = self.tail.load(Ordering::Acquire);
+            self.cached_tail.store(t, Ordering::Relaxed);
+            if h.wrapping_sub(t) >= RING_CAP as u64 {
+                self.ring_full.store(
+                    self.ring_full.load(Ordering::Relaxed) + 1,
+                    Ordering::Relaxed,
+                );
+                return;
+            }
+        }
+        // SAFETY: slot h is outside [tail, head) so the collector does not read it.
+        unsafe { self.ring.add((h & RING_MASK) as usize).write(ev) };
+        self.head.store(h + 1, Ordering::Release);
+    }
+
+    /// Counts an operation and, in simple/full mode, records its event.
+    #[inline(always)]
+    pub fn record(&self, ep: u32, op: Op, bytes: u64, addr: u64, flags: u8, aux: u16) {
+        self.count(ep, op, bytes, flags & sigmatop::event::flags::ERROR != 0);
+        if crate::config::events_enabled() {
+            self.push(RawEvent {
+                tsc: crate::clock::now(),
+                bytes,
+                addr,
+                ep,
+                op: op as u8,
+                flags,
+                aux,
+            });
+        }
+    }
+
+    /// Collector side: moves every available event into `out`. Returns how many.
+    pub fn drain(&self, out: &mut Vec<RawEvent>) -> usize {
+        let t = self.tail.load(Ordering::Relaxed);
+        let h = self.head.load(Ordering::Acquire);
+        let n = h.wrapping_sub(t) as usize;
+        out.reserve(n);
+        for i in 0..n as u64 {
+            // SAFETY: [t, h) were published by the producer's release store of head.
+            out.push(unsafe { self.ring.add(((t + i) & RING_MASK) as usize).read() });
+        }
+        self.tail.store(h, Ordering::Release);
+        n
+    }
+
+    pub fn name(&self) -> String {
+        let end = self
+            .name
+            .iter()
+            .position(|&b| b == 0)
+            .unwrap_or(self.name.len());
+        String::from_utf8_lossy(&self.name[..end]).into_owned()
+    }
+
+    /// Calls `f(ep, op, slot)` for every non-zero counter of this thread.
+    pub fn for_each_counter(&self, mut f: impl FnMut(u32, u8, &Slot)) {
+        for (ci, c) in self.chunks.iter().enumerate() {
+            let p = c.load(Ordering::Acquire);
+            if p.is_null() {
+                continue;
+            }
+            // SAFETY: chunk mappings live as long as the ThreadState.
+            let chunk = unsafe { &*p };
+            for (ei, ops) in chunk.slots.iter().enumerate() {
+                for (op, s) in ops.iter().enumerate() {
+                    if s.ops.load(Ordering::Relaxed) != 0 {
+                        f((ci * EPS_PER_CHUNK + ei) as u32, op as u8, s);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Frees the ring and counter memory of a retired thread. Collector only, after the thread
+    /// exited and its ring was drained; the ThreadState itself stays mapped (it is small) so a
+    /// stale pointer can never fault.
+    pub fn release_memory(&self) {
+        if self.ring.is_null() {
+            return;
+        }
+        // SAFETY: the owning thread has exited (its exit destructor set `exited` and marked its
+        // thread-local DEAD), so nothing writes these mappings any more.
+        unsafe {
+            libc::munmap(
+                self.ring as *mut libc::c_void,
+                RING_CAP * core::mem::size_of::<RawEvent>(),
+            );
+            for c in &self.chunks {
+                let p = c.swap(null_mut(), Ordering::AcqRel);
+                if !p.is_null() {
+                    libc::munmap(p as *mut libc::c_void, core::mem::size_of::<Chunk>());
+                }
+            }
+        }
+        // The ring pointer is left dangling on purpose only after head==tail; make drains no-ops.
+        self.head
+            .store(self.tail.load(Ordering::Relaxed), Ordering::Relaxed);
+    }
+}
+
+/// Iterates over all registered threads.
+pub fn for_each_thread(mut f: impl FnMut(&'static ThreadState)) {
+    let mut p = THREADS.load(Ordering::Acquire);
+    while !p.is_null() {
+        // SAFETY: list nodes are never unmapped.
+        let ts = unsafe { &*p };
+        f(ts);
+        p = ts.next.load(Ordering::Acquire);
+    }
+}

@@ -1,0 +1,565 @@
+//! The event schema shared by the live wire protocol and the record format: layers, operations,
+//! endpoints and their peers, process identity and clock calibration. One version for both.
+
+use serde::{Deserialize, Serialize};
+
+/// Version of the schema below; bumped on any incompatible change. Carried in the wire hello and in
+/// every record file header.
+pub const SCHEMA_VERSION: u16 = 1;
+
+/// How much the preload records.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[repr(u8)]
+pub enum Mode {
+    /// Counters only: per thread, per endpoint, per operation kind.
+    Aggregate = 0,
+    /// Counters plus one timestamped event per data-moving operation.
+    #[default]
+    Simple = 1,
+    /// Simple plus progress calls and completions.
+    Full = 2,
+}
+
+impl Mode {
+    pub fn parse(s: &str) -> Option<Mode> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "aggregate" | "agg" => Some(Mode::Aggregate),
+            "simple" => Some(Mode::Simple),
+            "full" => Some(Mode::Full),
+            _ => None,
+        }
+    }
+    pub fn name(self) -> &'static str {
+        match self {
+            Mode::Aggregate => "aggregate",
+            Mode::Simple => "simple",
+            Mode::Full => "full",
+        }
+    }
+    pub fn from_u8(v: u8) -> Mode {
+        match v {
+            0 => Mode::Aggregate,
+            2 => Mode::Full,
+            _ => Mode::Simple,
+        }
+    }
+}
+
+/// An interposed library. The bit positions form the `layers` mask.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, PartialOrd, Ord, Hash)]
+#[repr(u8)]
+pub enum Layer {
+    Ucx = 0,
+    Libfabric = 1,
+    Ibverbs = 2,
+    Mlx5 = 3,
+    Cuda = 4,
+}
+
+impl Layer {
+    pub const ALL: [Layer; 5] = [
+        Layer::Ucx,
+        Layer::Libfabric,
+        Layer::Ibverbs,
+        Layer::Mlx5,
+        Layer::Cuda,
+    ];
+    pub fn name(self) -> &'static str {
+        match self {
+            Layer::Ucx => "ucx",
+            Layer::Libfabric => "libfabric",
+            Layer::Ibverbs => "ibverbs",
+            Layer::Mlx5 => "mlx5",
+            Layer::Cuda => "cuda",
+        }
+    }
+    pub fn short(self) -> &'static str {
+        match self {
+            Layer::Ucx => "ucx",
+            Layer::Libfabric => "ofi",
+            Layer::Ibverbs => "verbs",
+            Layer::Mlx5 => "mlx5",
+            Layer::Cuda => "cuda",
+        }
+    }
+    pub fn parse(s: &str) -> Option<Layer> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "ucx" | "ucp" => Some(Layer::Ucx),
+            "libfabric" | "ofi" | "fabric" => Some(Layer::Libfabric),
+            "ibverbs" | "verbs" => Some(Layer::Ibverbs),
+            "mlx5" | "mlx5dv" | "devx" => Some(Layer::Mlx5),
+            "cuda" => Some(Layer::Cuda),
+            _ => None,
+        }
+    }
+    pub fn bit(self) -> u32 {
+        1 << (self as u32)
+    }
+    pub fn from_u8(v: u8) -> Option<Layer> {
+        Layer::ALL.get(v as usize).copied()
+    }
+}
+
+/// Names of the layers set in `mask`, comma separated.
+pub fn layer_names(mask: u32) -> String {
+    let mut out = String::new();
+    for l in Layer::ALL {
+        if mask & l.bit() != 0 {
+            if !out.is_empty() {
+                out.push(',');
+            }
+            out.push_str(l.name());
+        }
+    }
+    out
+}
+
+/// Which way the payload of an operation moves, seen from the process that issued it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Dir {
+    /// Bytes leave this process (send, put, write, atomic operand).
+    Tx,
+    /// Bytes arrive at this process (receive, get, read).
+    Rx,
+    /// No payload (flush, progress, completion polling).
+    None,
+}
+
+macro_rules! ops {
+    ($( $v:ident = $n:expr, $name:expr, $dir:ident, $layer:ident; )*) => {
+        /// Every operation kind sigmatop counts, over all layers. The numeric values are part of the
+        /// schema (wire and disk): append only.
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, Hash, PartialOrd, Ord)]
+        #[repr(u8)]
+        pub enum Op { $( $v = $n, )* }
+        impl Op {
+            pub const ALL: &'static [Op] = &[ $( Op::$v, )* ];
+            pub fn from_u8(v: u8) -> Option<Op> {
+                match v { $( $n => Some(Op::$v), )* _ => None }
+            }
+            /// Stable lower-case name used in JSON, tables and filters.
+            pub fn name(self) -> &'static str {
+                match self { $( Op::$v => $name, )* }
+            }
+            pub fn dir(self) -> Dir {
+                match self { $( Op::$v => Dir::$dir, )* }
+            }
+            pub fn layer(self) -> Layer {
+                match self { $( Op::$v => Layer::$layer, )* }
+            }
+        }
+    };
+}
+
+ops! {
+    UcxPut = 0, "put", Tx, Ucx;
+    UcxGet = 1, "get", Rx, Ucx;
+    UcxTagSend = 2, "tag_send", Tx, Ucx;
+    UcxTagSendSync = 3, "tag_send_sync", Tx, Ucx;
+    UcxTagRecv = 4, "tag_recv", Rx, Ucx;
+    UcxAmSend = 5, "am_send", Tx, Ucx;
+    UcxAmRecvData = 6, "am_recv_data", Rx, Ucx;
+    UcxStreamSend = 7, "stream_send", Tx, Ucx;
+    UcxStreamRecv = 8, "stream_recv", Rx, Ucx;
+    UcxAtomic = 9, "atomic", Tx, Ucx;
+    UcxEpFlush = 10, "ep_flush", None, Ucx;
+    UcxWorkerFlush = 11, "worker_flush", None, Ucx;
+    UcxProgress = 12, "progress", None, Ucx;
+    OfiRead = 16, "read", Rx, Libfabric;
+    OfiWrite = 17, "write", Tx, Libfabric;
+    OfiSend = 18, "send", Tx, Libfabric;
+    OfiRecv = 19, "recv", Rx, Libfabric;
+    OfiTSend = 20, "tsend", Tx, Libfabric;
+    OfiTRecv = 21, "trecv", Rx, Libfabric;
+    OfiCqRead = 22, "cq_read", None, Libfabric;
+    OfiAtomic = 23, "atomic", Tx, Libfabric;
+    VerbsSend = 32, "SEND", Tx, Ibverbs;
+    VerbsSendImm = 33, "SEND_IMM", Tx, Ibverbs;
+    VerbsWrite = 34, "RDMA_WRITE", Tx, Ibverbs;
+    VerbsWriteImm = 35, "RDMA_WRITE_IMM", Tx, Ibverbs;
+    VerbsRead = 36, "RDMA_READ", Rx, Ibverbs;
+    VerbsAtomicCas = 37, "ATOMIC_CS", Tx, Ibverbs;
+    VerbsAtomicFa = 38, "ATOMIC_FA", Tx, Ibverbs;
+    VerbsRecv = 39, "RECV", Rx, Ibverbs;
+    VerbsSrqRecv = 40, "SRQ_RECV", Rx, Ibverbs;
+    VerbsPollCq = 41, "poll_cq", None, Ibverbs;
+    VerbsOther = 42, "OTHER", Tx, Ibverbs;
+    GpuDoorbell = 48, "doorbell", None, Mlx5;
+    GpuWrite = 49, "RDMA_WRITE", Tx, Mlx5;
+    GpuRead = 50, "RDMA_READ", Rx, Mlx5;
+    GpuAtomic = 51, "ATOMIC", Tx, Mlx5;
+    GpuSend = 52, "SEND", Tx, Mlx5;
+    GpuOther = 53, "OTHER", None, Mlx5;
+}
+
+/// Number of distinct op codes reserved in per-endpoint counter tables.
+pub const OP_SLOTS: usize = 64;
+
+/// Event flags (a bit set in `RawEvent::flags`).
+pub mod flags {
+    /// The operation was an inject / inline send.
+    pub const INLINE: u8 = 1;
+    /// The call returned an error (the operation did not start).
+    pub const ERROR: u8 = 2;
+    /// The operation completed immediately (no request handle).
+    pub const IMMEDIATE: u8 = 4;
+    /// Signaled / completion requested.
+    pub const SIGNALED: u8 = 8;
+}
+
+/// One traced operation as it sits in a per-thread ring: fixed size, no pointers, written by the
+/// application thread and read by the collector.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[repr(C)]
+pub struct RawEvent {
+    /// TSC (or CLOCK_MONOTONIC ns where there is no TSC) at the call.
+    pub tsc: u64,
+    /// Payload bytes, or the completion count for polling calls.
+    pub bytes: u64,
+    /// Remote address (RMA), tag (tagged), or 0.
+    pub addr: u64,
+    /// Endpoint id (see `EndpointDef`), 0 = unattributed.
+    pub ep: u32,
+    /// `Op` as u8.
+    pub op: u8,
+    /// `flags::*`.
+    pub flags: u8,
+    /// Layer-specific: rkey low bits, AM id, ...
+    pub aux: u16,
+}
+
+/// The id of the endpoint that collects traffic sigmatop cannot attribute to a known endpoint.
+pub const UNATTRIBUTED_EP: u32 = 0;
+
+/// What a traced endpoint is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, Hash)]
+pub enum EndpointKind {
+    Unattributed,
+    /// A `ucp_ep_h`.
+    UcpEp,
+    /// A `ucp_worker_h`: receives and flushes that name no endpoint.
+    UcpWorker,
+    /// A libfabric `fid_ep`.
+    FiEp,
+    /// A libfabric completion queue.
+    FiCq,
+    /// An ibverbs queue pair.
+    VerbsQp,
+    /// An ibverbs shared receive queue.
+    VerbsSrq,
+    /// An ibverbs completion queue.
+    VerbsCq,
+    /// A devx-created QP, driven from the GPU or CPU through its UAR.
+    DevxQp,
+}
+
+impl EndpointKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            EndpointKind::Unattributed => "unattributed",
+            EndpointKind::UcpEp => "ucp_ep",
+            EndpointKind::UcpWorker => "ucp_worker",
+            EndpointKind::FiEp => "fi_ep",
+            EndpointKind::FiCq => "fi_cq",
+            EndpointKind::VerbsQp => "qp",
+            EndpointKind::VerbsSrq => "srq",
+            EndpointKind::VerbsCq => "cq",
+            EndpointKind::DevxQp => "devx_qp",
+        }
+    }
+}
+
+/// Who is on the other side of an endpoint, as far as the process can tell.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, Hash)]
+pub struct Peer {
+    /// FNV-1a hash of the opaque address blob the endpoint was created with (UCX worker address,
+    /// libfabric AV address). Matches the `own_addr_hashes` of the peer process.
+    pub addr_hash: u64,
+    /// Printable address where there is one (socket address, fi_addr, QPN/GID).
+    pub text: String,
+    /// Remote QP number for verbs / devx QPs.
+    pub qpn: Option<u32>,
+    /// Remote GID (16 bytes) for verbs QPs.
+    pub gid: Option<[u8; 16]>,
+}
+
+/// A traced endpoint: defined once (control path), then referred to by id in counters and events.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EndpointDef {
+    pub id: u32,
+    pub layer: Layer,
+    pub kind: EndpointKind,
+    /// Local name: "ep#3", "qp 0x2a40", provider name...
+    pub label: String,
+    /// Transport or provider (RC/UC/UD, tcp, shm, "tcp;ofi_rxm").
+    pub transport: String,
+    pub peer: Peer,
+    /// Local QP number for verbs/devx endpoints.
+    pub qpn: Option<u32>,
+    /// Owning GPU for GPU-driven QPs.
+    pub gpu: Option<u32>,
+    /// When it was created (ns, CLOCK_REALTIME).
+    pub created_ns: u64,
+}
+
+/// A change of state of an endpoint after its definition (QP state transitions, close).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EndpointUpdate {
+    pub id: u32,
+    pub state: String,
+    pub peer: Option<Peer>,
+    pub at_ns: u64,
+}
+
+/// Who the traced process is. Carried in the wire hello and in the record's process file.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Identity {
+    pub host: String,
+    pub pid: u32,
+    pub ppid: u32,
+    pub uid: u32,
+    /// The program name (basename of /proc/self/exe).
+    pub exe: String,
+    /// Global rank from OMPI_COMM_WORLD_RANK, PMI_RANK, PMIX_RANK, SLURM_PROCID or RANK.
+    pub rank: Option<u32>,
+    pub local_rank: Option<u32>,
+    pub world_size: Option<u32>,
+    pub mode: u8,
+    /// Bit set of `Layer::bit()` that are enabled.
+    pub layers: u32,
+    /// Live event sampling: one event in `sample` is sent on the socket (the record keeps all).
+    pub sample: u32,
+    /// Hashes of this process's own addresses (UCX worker addresses, libfabric endpoint names):
+    /// a peer's `Peer::addr_hash` equal to one of these means the peer is this process.
+    pub own_addr_hashes: Vec<u64>,
+    /// Start time of the process trace (ns, CLOCK_REALTIME).
+    pub start_ns: u64,
+    /// sigmatop version that produced the stream.
+    pub version: String,
+}
+
+impl Identity {
+    pub fn mode(&self) -> Mode {
+        Mode::from_u8(self.mode)
+    }
+}
+
+/// One calibration sample: the same instant read on three clocks. TSC ticks convert to
+/// CLOCK_MONOTONIC by linear interpolation between samples; CLOCK_REALTIME aligns hosts.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClockSample {
+    pub tsc: u64,
+    pub mono_ns: u64,
+    pub real_ns: u64,
+}
+
+/// Converts TSC ticks to ns on a given clock using calibration samples.
+#[derive(Clone, Debug, Default)]
+pub struct TscClock {
+    samples: Vec<ClockSample>,
+}
+
+impl TscClock {
+    pub fn new(mut samples: Vec<ClockSample>) -> Self {
+        samples.sort_by_key(|s| s.tsc);
+        samples.dedup_by_key(|s| s.tsc);
+        TscClock { samples }
+    }
+    pub fn push(&mut self, s: ClockSample) {
+        if self.samples.last().is_none_or(|l| s.tsc > l.tsc) {
+            self.samples.push(s);
+        }
+    }
+    pub fn is_empty(&self) -> bool {
+        self.samples.is_empty()
+    }
+    /// Ticks per ns estimated from the outermost samples (1.0 when unknown).
+    pub fn ticks_per_ns(&self) -> f64 {
+        match (self.samples.first(), self.samples.last()) {
+            (Some(a), Some(b)) if b.mono_ns > a.mono_ns && b.tsc > a.tsc => {
+                (b.tsc - a.tsc) as f64 / (b.mono_ns - a.mono_ns) as f64
+            }
+            _ => 1.0,
+        }
+    }
+    /// CLOCK_REALTIME ns for a TSC value (interpolated between the two nearest samples).
+    pub fn to_real_ns(&self, tsc: u64) -> u64 {
+        self.convert(tsc, |s| s.real_ns)
+    }
+    /// CLOCK_MONOTONIC ns for a TSC value.
+    pub fn to_mono_ns(&self, tsc: u64) -> u64 {
+        self.convert(tsc, |s| s.mono_ns)
+    }
+    fn convert(&self, tsc: u64, clock: impl Fn(&ClockSample) -> u64) -> u64 {
+        let n = self.samples.len();
+        if n == 0 {
+            return tsc;
+        }
+        let idx = self.samples.partition_point(|s| s.tsc <= tsc);
+        let (a, b) = if n == 1 {
+            (self.samples[0], self.samples[0])
+        } else if idx == 0 {
+            (self.samples[0], self.samples[1])
+        } else if idx >= n {
+            (self.samples[n - 2], self.samples[n - 1])
+        } else {
+            (self.samples[idx - 1], self.samples[idx])
+        };
+        let rate = if b.tsc > a.tsc && b.mono_ns > a.mono_ns {
+            (b.mono_ns - a.mono_ns) as f64 / (b.tsc - a.tsc) as f64
+        } else {
+            1.0 / self.ticks_per_ns().max(1e-9)
+        };
+        let delta = (tsc as f64 - a.tsc as f64) * rate;
+        let base = clock(&a) as f64;
+        (base + delta).max(0.0) as u64
+    }
+}
+
+/// Counters of one endpoint and operation kind: how many calls and how many payload bytes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OpCount {
+    pub ep: u32,
+    pub op: u8,
+    pub ops: u64,
+    pub bytes: u64,
+    /// Calls that returned an error (counted in `ops` too).
+    pub errors: u64,
+}
+
+/// Everything sigmatop did not keep, by cause. Never silently dropped: shown and exported.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DropCounters {
+    /// Events lost because a per-thread ring was full.
+    pub ring_full: u64,
+    /// Events not written to the record (I/O error, disk full).
+    pub record_lost: u64,
+    /// Sampled events not sent to live readers (sampling or slow reader).
+    pub live_not_sent: u64,
+    /// Operations on endpoints created before sigmatop saw them (counted as unattributed).
+    pub unattributed_ops: u64,
+    /// Doorbells whose covered range merged several rings.
+    pub coalesced_doorbells: u64,
+    /// WQEs that did not parse.
+    pub unparsable_wqes: u64,
+    /// Endpoints past the per-process table size (their ops go to the unattributed row).
+    pub endpoint_overflow: u64,
+    /// Hooks that failed and were disabled (the call went through untraced).
+    pub hook_failures: u64,
+}
+
+impl DropCounters {
+    pub fn total_events_lost(&self) -> u64 {
+        self.ring_full + self.record_lost
+    }
+    pub fn add(&mut self, o: &DropCounters) {
+        self.ring_full += o.ring_full;
+        self.record_lost += o.record_lost;
+        self.live_not_sent += o.live_not_sent;
+        self.unattributed_ops += o.unattributed_ops;
+        self.coalesced_doorbells += o.coalesced_doorbells;
+        self.unparsable_wqes += o.unparsable_wqes;
+        self.endpoint_overflow += o.endpoint_overflow;
+        self.hook_failures += o.hook_failures;
+    }
+}
+
+/// A point-in-time copy of a process's cumulative counters.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Snapshot {
+    /// CLOCK_REALTIME ns when it was taken.
+    pub at_ns: u64,
+    /// Sequence number, per process, from 0.
+    pub seq: u64,
+    /// Cumulative counts since start, non-zero entries only.
+    pub counts: Vec<OpCount>,
+    pub drops: DropCounters,
+    /// Events produced so far (all threads).
+    pub events: u64,
+    pub threads: u32,
+}
+
+/// A decoded event as readers see it (from the record or the live sample stream).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Event {
+    pub tsc: u64,
+    pub tid: u32,
+    pub ep: u32,
+    pub op: u8,
+    pub flags: u8,
+    pub aux: u16,
+    pub bytes: u64,
+    pub addr: u64,
+}
+
+impl Event {
+    pub fn from_raw(r: &RawEvent, tid: u32) -> Event {
+        Event {
+            tsc: r.tsc,
+            tid,
+            ep: r.ep,
+            op: r.op,
+            flags: r.flags,
+            aux: r.aux,
+            bytes: r.bytes,
+            addr: r.addr,
+        }
+    }
+}
+
+/// FNV-1a, 64 bit: stable across processes and builds, used to match address blobs.
+pub fn fnv1a64(bytes: &[u8]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for &b in bytes {
+        h ^= b as u64;
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    h
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn op_codes_round_trip_and_are_unique() {
+        let mut seen = [false; 256];
+        for &op in Op::ALL {
+            assert!(!seen[op as usize], "duplicate op code {}", op as u8);
+            seen[op as usize] = true;
+            assert_eq!(Op::from_u8(op as u8), Some(op));
+            assert!((op as usize) < OP_SLOTS);
+        }
+        assert_eq!(Op::from_u8(200), None);
+    }
+
+    #[test]
+    fn tsc_clock_interpolates() {
+        let c = TscClock::new(vec![
+            ClockSample {
+                tsc: 1000,
+                mono_ns: 10,
+                real_ns: 1_000_010,
+            },
+            ClockSample {
+                tsc: 3000,
+                mono_ns: 1010,
+                real_ns: 1_001_010,
+            },
+        ]);
+        assert_eq!(c.to_mono_ns(2000), 510);
+        assert_eq!(c.to_real_ns(5000), 1_002_010);
+        assert!((c.ticks_per_ns() - 2.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn modes_and_layers_parse() {
+        assert_eq!(Mode::parse("FULL"), Some(Mode::Full));
+        assert_eq!(Mode::parse("bogus"), None);
+        assert_eq!(Layer::parse("ofi"), Some(Layer::Libfabric));
+        assert_eq!(
+            layer_names(Layer::Ucx.bit() | Layer::Cuda.bit()),
+            "ucx,cuda"
+        );
+    }
+}

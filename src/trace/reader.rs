@@ -1,0 +1,474 @@
+//! Reads record directories back: process files whole (they are small), thread event files as a
+//! stream of chunks with bounded memory. Corruption or truncation stops that file at the last good
+//! chunk and is reported with the file and byte offset; everything before it is kept.
+
+use std::fmt;
+use std::fs::File;
+use std::io::{self, BufReader, Read};
+use std::path::{Path, PathBuf};
+
+use super::{
+    CHUNK_HEADER_LEN, CHUNK_MAGIC, FILE_HEADER_LEN, FILE_MAGIC, FORMAT_VERSION, FileKind,
+    MAX_CHUNK, PROCESS_FILE, ProcessRecord, codec,
+};
+use crate::event::{
+    ClockSample, DropCounters, EndpointDef, EndpointUpdate, Event, Identity, Snapshot, TscClock,
+};
+
+/// Something in a record that could not be read, with where it is.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Problem {
+    pub file: PathBuf,
+    pub offset: u64,
+    pub what: String,
+}
+
+impl fmt::Display for Problem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{}: at byte {}: {}",
+            self.file.display(),
+            self.offset,
+            self.what
+        )
+    }
+}
+
+/// Reads and checks the 16-byte file header.
+fn check_header(buf: &[u8], want: FileKind) -> Result<(), String> {
+    if buf.len() < FILE_HEADER_LEN {
+        return Err(format!(
+            "file is {} bytes, shorter than the {FILE_HEADER_LEN}-byte header",
+            buf.len()
+        ));
+    }
+    if buf[..8] != FILE_MAGIC {
+        return Err("not a sigmatop record file (bad magic)".into());
+    }
+    let ver = u16::from_le_bytes([buf[8], buf[9]]);
+    if ver != FORMAT_VERSION {
+        return Err(format!(
+            "record format version {ver}, this sigmatop reads version {FORMAT_VERSION}: use a matching sigmatop"
+        ));
+    }
+    let schema = u16::from_le_bytes([buf[10], buf[11]]);
+    if schema != crate::event::SCHEMA_VERSION {
+        return Err(format!(
+            "event schema version {schema}, this sigmatop reads version {}",
+            crate::event::SCHEMA_VERSION
+        ));
+    }
+    if buf[12] != want as u8 {
+        return Err(format!(
+            "file kind {} where {} was expected",
+            buf[12], want as u8
+        ));
+    }
+    Ok(())
+}
+
+/// Outcome of reading one chunk header + payload.
+enum Next {
+    Chunk(Vec<u8>),
+    Eof,
+    Bad(String),
+}
+
+fn read_exact_or_eof(r: &mut impl Read, buf: &mut [u8]) -> io::Result<usize> {
+    let mut got = 0;
+    while got < buf.len() {
+        match r.read(&mut buf[got..]) {
+            Ok(0) => break,
+            Ok(n) => got += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(got)
+}
+
+fn next_chunk(r: &mut impl Read, payload: Vec<u8>) -> Next {
+    let mut hdr = [0u8; CHUNK_HEADER_LEN];
+    match read_exact_or_eof(r, &mut hdr) {
+        Ok(0) => return Next::Eof,
+        Ok(n) if n < CHUNK_HEADER_LEN => {
+            return Next::Bad(format!(
+                "cut inside a chunk header ({n} of {CHUNK_HEADER_LEN} bytes)"
+            ));
+        }
+        Ok(_) => {}
+        Err(e) => return Next::Bad(format!("read error: {e}")),
+    }
+    let magic = u32::from_le_bytes([hdr[0], hdr[1], hdr[2], hdr[3]]);
+    if magic != CHUNK_MAGIC {
+        return Next::Bad("bad chunk magic (corrupt or not a chunk boundary)".into());
+    }
+    let len = u32::from_le_bytes([hdr[4], hdr[5], hdr[6], hdr[7]]) as usize;
+    let crc = u32::from_le_bytes([hdr[8], hdr[9], hdr[10], hdr[11]]);
+    if len > MAX_CHUNK {
+        return Next::Bad(format!(
+            "chunk length {len} exceeds the {MAX_CHUNK}-byte limit"
+        ));
+    }
+    let mut payload = payload;
+    payload.clear();
+    payload.resize(len, 0);
+    match read_exact_or_eof(r, &mut payload) {
+        Ok(n) if n < len => {
+            return Next::Bad(format!("cut inside a chunk ({n} of {len} payload bytes)"));
+        }
+        Ok(_) => {}
+        Err(e) => return Next::Bad(format!("read error: {e}")),
+    }
+    if crc32fast::hash(&payload) != crc {
+        return Next::Bad("chunk checksum mismatch".into());
+    }
+    Next::Chunk(payload)
+}
+
+/// Everything in one process's record, except its events (see `ThreadEventReader`).
+#[derive(Clone, Debug, Default)]
+pub struct ProcessRecording {
+    pub dir: PathBuf,
+    pub identity: Identity,
+    pub endpoints: Vec<EndpointDef>,
+    pub updates: Vec<EndpointUpdate>,
+    pub clocks: Vec<ClockSample>,
+    pub snapshots: Vec<Snapshot>,
+    /// (tid, thread name) for every thread that produced events.
+    pub threads: Vec<(u32, String)>,
+    /// tids whose event files were closed cleanly, with the number of events written.
+    pub thread_ends: Vec<(u32, u64)>,
+    /// Present when the process shut down cleanly.
+    pub end: Option<(u64, DropCounters)>,
+    /// Where reading stopped early.
+    pub problems: Vec<Problem>,
+}
+
+impl ProcessRecording {
+    /// Reads `dir/process.stp`.
+    pub fn open(dir: &Path) -> Result<ProcessRecording, Problem> {
+        let path = dir.join(PROCESS_FILE);
+        let problem = |offset: u64, what: String| Problem {
+            file: path.clone(),
+            offset,
+            what,
+        };
+        let f = File::open(&path).map_err(|e| problem(0, format!("cannot open: {e}")))?;
+        let mut r = BufReader::new(f);
+        let mut hdr = [0u8; FILE_HEADER_LEN];
+        let n = read_exact_or_eof(&mut r, &mut hdr).map_err(|e| problem(0, e.to_string()))?;
+        check_header(&hdr[..n], FileKind::Process).map_err(|w| problem(0, w))?;
+        let mut rec = ProcessRecording {
+            dir: dir.to_path_buf(),
+            ..Default::default()
+        };
+        let mut offset = FILE_HEADER_LEN as u64;
+        let mut have_identity = false;
+        let mut buf = Vec::new();
+        loop {
+            match next_chunk(&mut r, buf) {
+                Next::Eof => break,
+                Next::Bad(what) => {
+                    rec.problems.push(problem(offset, what));
+                    break;
+                }
+                Next::Chunk(payload) => {
+                    let len = payload.len();
+                    match postcard::from_bytes::<ProcessRecord>(&payload) {
+                        Ok(ProcessRecord::Identity(id)) => {
+                            rec.identity = id;
+                            have_identity = true;
+                        }
+                        Ok(ProcessRecord::Endpoint(d)) => rec.endpoints.push(d),
+                        Ok(ProcessRecord::EndpointUpdate(u)) => rec.updates.push(u),
+                        Ok(ProcessRecord::Clock(c)) => rec.clocks.push(c),
+                        Ok(ProcessRecord::Snapshot(s)) => rec.snapshots.push(s),
+                        Ok(ProcessRecord::ThreadStart { tid, name }) => {
+                            rec.threads.push((tid, name))
+                        }
+                        Ok(ProcessRecord::ThreadEnd { tid, events }) => {
+                            rec.thread_ends.push((tid, events))
+                        }
+                        Ok(ProcessRecord::End { at_ns, drops }) => rec.end = Some((at_ns, drops)),
+                        Err(e) => {
+                            rec.problems
+                                .push(problem(offset, format!("undecodable record chunk: {e}")));
+                            break;
+                        }
+                    }
+                    offset += (CHUNK_HEADER_LEN + len) as u64;
+                    buf = payload;
+                }
+            }
+        }
+        if !have_identity {
+            return Err(rec.problems.pop().unwrap_or_else(|| {
+                problem(offset, "process file holds no identity record".into())
+            }));
+        }
+        Ok(rec)
+    }
+
+    /// True when the process did not shut down cleanly (killed, crashed, still running).
+    pub fn is_cut(&self) -> bool {
+        self.end.is_none()
+    }
+
+    /// The last cumulative snapshot, if any.
+    pub fn last_snapshot(&self) -> Option<&Snapshot> {
+        self.snapshots.last()
+    }
+
+    pub fn clock(&self) -> TscClock {
+        TscClock::new(self.clocks.clone())
+    }
+
+    /// Thread ids with an event file on disk.
+    pub fn thread_files(&self) -> Vec<(u32, PathBuf)> {
+        let mut out = Vec::new();
+        if let Ok(rd) = std::fs::read_dir(&self.dir) {
+            for e in rd.flatten() {
+                let name = e.file_name();
+                let name = name.to_string_lossy();
+                if let Some(tid) = name
+                    .strip_prefix("thread-")
+                    .and_then(|s| s.strip_suffix(".ste"))
+                    .and_then(|s| s.parse::<u32>().ok())
+                {
+                    out.push((tid, e.path()));
+                }
+            }
+        }
+        out.sort();
+        out
+    }
+
+    /// Reads every event of this process (all threads, each in time order). For exports of big
+    /// recordings use `ThreadEventReader` and merge instead.
+    pub fn read_all_events(&self, problems: &mut Vec<Problem>) -> Vec<Event> {
+        let mut all = Vec::new();
+        for (tid, path) in self.thread_files() {
+            match ThreadEventReader::open(&path, tid) {
+                Ok(mut r) => {
+                    while let Some(block) = r.next_block() {
+                        all.extend_from_slice(block);
+                    }
+                    problems.extend(r.problem);
+                }
+                Err(p) => problems.push(p),
+            }
+        }
+        all
+    }
+}
+
+/// Streams the events of one thread file, a chunk at a time.
+pub struct ThreadEventReader {
+    path: PathBuf,
+    tid: u32,
+    r: BufReader<File>,
+    offset: u64,
+    buf: Vec<u8>,
+    events: Vec<Event>,
+    done: bool,
+    /// Set when reading stopped before the end of the file.
+    pub problem: Option<Problem>,
+}
+
+impl ThreadEventReader {
+    pub fn open(path: &Path, tid: u32) -> Result<ThreadEventReader, Problem> {
+        let problem = |what: String| Problem {
+            file: path.to_path_buf(),
+            offset: 0,
+            what,
+        };
+        let f = File::open(path).map_err(|e| problem(format!("cannot open: {e}")))?;
+        let mut r = BufReader::with_capacity(1 << 16, f);
+        let mut hdr = [0u8; FILE_HEADER_LEN];
+        let n = read_exact_or_eof(&mut r, &mut hdr).map_err(|e| problem(e.to_string()))?;
+        check_header(&hdr[..n], FileKind::Thread).map_err(problem)?;
+        Ok(ThreadEventReader {
+            path: path.to_path_buf(),
+            tid,
+            r,
+            offset: FILE_HEADER_LEN as u64,
+            buf: Vec::new(),
+            events: Vec::new(),
+            done: false,
+            problem: None,
+        })
+    }
+
+    pub fn tid(&self) -> u32 {
+        self.tid
+    }
+
+    /// The next block of events, or None at the end (or at the first bad chunk: see `problem`).
+    pub fn next_block(&mut self) -> Option<&[Event]> {
+        if self.done {
+            return None;
+        }
+        let buf = std::mem::take(&mut self.buf);
+        match next_chunk(&mut self.r, buf) {
+            Next::Eof => {
+                self.done = true;
+                None
+            }
+            Next::Bad(what) => {
+                self.done = true;
+                self.problem = Some(Problem {
+                    file: self.path.clone(),
+                    offset: self.offset,
+                    what,
+                });
+                None
+            }
+            Next::Chunk(payload) => {
+                self.events.clear();
+                let res = codec::decode_block(&payload, self.tid, &mut self.events);
+                let at = self.offset;
+                self.offset += (CHUNK_HEADER_LEN + payload.len()) as u64;
+                self.buf = payload;
+                if let Err(e) = res {
+                    self.done = true;
+                    self.problem = Some(Problem {
+                        file: self.path.clone(),
+                        offset: at,
+                        what: format!("undecodable event block: {e}"),
+                    });
+                    return None;
+                }
+                Some(&self.events)
+            }
+        }
+    }
+}
+
+/// Every process recording under the given roots: `DIR` (holding `<host>/<pid>/`), a host
+/// directory, or a single process directory.
+#[derive(Debug, Default)]
+pub struct Recording {
+    pub processes: Vec<ProcessRecording>,
+    pub problems: Vec<Problem>,
+}
+
+impl Recording {
+    pub fn open(roots: &[PathBuf]) -> Result<Recording, String> {
+        let mut rec = Recording::default();
+        for root in roots {
+            if !root.is_dir() {
+                return Err(format!(
+                    "{}: not a directory: pass the directory given to --record",
+                    root.display()
+                ));
+            }
+            let mut dirs = Vec::new();
+            collect_process_dirs(root, 0, &mut dirs);
+            if dirs.is_empty() {
+                return Err(format!(
+                    "{}: holds no sigmatop recording (no */*/{PROCESS_FILE})",
+                    root.display()
+                ));
+            }
+            for d in dirs {
+                match ProcessRecording::open(&d) {
+                    Ok(p) => {
+                        rec.problems.extend(p.problems.iter().cloned());
+                        rec.processes.push(p);
+                    }
+                    Err(p) => rec.problems.push(p),
+                }
+            }
+        }
+        rec.processes.sort_by(|a, b| {
+            (&a.identity.host, a.identity.pid).cmp(&(&b.identity.host, b.identity.pid))
+        });
+        Ok(rec)
+    }
+}
+
+fn collect_process_dirs(dir: &Path, depth: usize, out: &mut Vec<PathBuf>) {
+    if dir.join(PROCESS_FILE).is_file() {
+        out.push(dir.to_path_buf());
+        return;
+    }
+    if depth >= 2 {
+        return;
+    }
+    let Ok(rd) = std::fs::read_dir(dir) else {
+        return;
+    };
+    let mut subs: Vec<PathBuf> = rd
+        .flatten()
+        .filter(|e| e.file_type().map(|t| t.is_dir()).unwrap_or(false))
+        .map(|e| e.path())
+        .collect();
+    subs.sort();
+    for s in subs {
+        collect_process_dirs(&s, depth + 1, out);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::writer::ProcessWriter;
+    use super::*;
+    use crate::event::RawEvent;
+
+    fn tmpdir(name: &str) -> PathBuf {
+        let d = std::env::temp_dir().join(format!("sigmatop-test-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        d
+    }
+
+    #[test]
+    fn write_read_and_truncate() {
+        let root = tmpdir("rw");
+        let mut w = ProcessWriter::create(&root, "node/0", 42).unwrap();
+        let id = Identity {
+            host: "node/0".into(),
+            pid: 42,
+            ..Default::default()
+        };
+        w.write_record(&ProcessRecord::Identity(id.clone()))
+            .unwrap();
+        let evs: Vec<RawEvent> = (0..100)
+            .map(|i| RawEvent {
+                tsc: i * 10,
+                bytes: 8,
+                ep: 1,
+                op: 2,
+                ..Default::default()
+            })
+            .collect();
+        w.write_events(7, &evs).unwrap();
+        w.write_events(7, &evs).unwrap();
+        let dir = w.dir().to_path_buf();
+        drop(w);
+        let rec = Recording::open(std::slice::from_ref(&root)).unwrap();
+        assert_eq!(rec.processes.len(), 1);
+        let p = &rec.processes[0];
+        assert_eq!(p.identity, id);
+        assert!(p.is_cut());
+        let mut probs = Vec::new();
+        assert_eq!(p.read_all_events(&mut probs).len(), 200);
+        assert!(probs.is_empty());
+
+        // Cut the thread file in the middle of its second chunk.
+        let tf = dir.join("thread-7.ste");
+        let len = std::fs::metadata(&tf).unwrap().len();
+        let f = std::fs::OpenOptions::new().write(true).open(&tf).unwrap();
+        f.set_len(len - 5).unwrap();
+        let mut probs = Vec::new();
+        assert_eq!(p.read_all_events(&mut probs).len(), 100);
+        assert_eq!(probs.len(), 1);
+        assert!(
+            probs[0].to_string().contains("cut inside a chunk"),
+            "{}",
+            probs[0]
+        );
+        let _ = std::fs::remove_dir_all(&root);
+    }
+}

@@ -1,0 +1,113 @@
+//! Writes a process's record directory: used by the preload's collector thread, never by an
+//! application thread. Every write is a whole chunk, so a reader sees complete chunks only.
+
+use std::collections::HashMap;
+use std::fs::{DirBuilder, File, OpenOptions};
+use std::io::{self, Write};
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+
+use super::{
+    FileKind, PROCESS_FILE, ProcessRecord, codec, file_header, frame_chunk, thread_file_name,
+};
+use crate::event::RawEvent;
+
+/// The record files of one process.
+pub struct ProcessWriter {
+    dir: PathBuf,
+    process: File,
+    threads: HashMap<u32, File>,
+    scratch: Vec<u8>,
+    framed: Vec<u8>,
+    pub bytes_written: u64,
+    pub events_written: u64,
+}
+
+/// Creates `path` and its parents with mode 0700 (existing directories are left as they are).
+pub fn create_private_dir(path: &Path) -> io::Result<()> {
+    DirBuilder::new().recursive(true).mode(0o700).create(path)
+}
+
+fn create_file(path: &Path) -> io::Result<File> {
+    OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(path)
+}
+
+impl ProcessWriter {
+    /// Creates `root/<host>/<pid>/` and its process file. Fails if the directory already holds
+    /// a recording of this pid (pid reuse): nothing is overwritten.
+    pub fn create(root: &Path, host: &str, pid: u32) -> io::Result<ProcessWriter> {
+        let dir = root.join(sanitize(host)).join(pid.to_string());
+        create_private_dir(&dir)?;
+        let mut process = create_file(&dir.join(PROCESS_FILE))?;
+        process.write_all(&file_header(FileKind::Process))?;
+        Ok(ProcessWriter {
+            dir,
+            process,
+            threads: HashMap::new(),
+            scratch: Vec::with_capacity(1 << 16),
+            framed: Vec::with_capacity(1 << 16),
+            bytes_written: 0,
+            events_written: 0,
+        })
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Appends one record to the process file.
+    pub fn write_record(&mut self, rec: &ProcessRecord) -> io::Result<()> {
+        let payload = postcard::to_allocvec(rec).map_err(io::Error::other)?;
+        self.framed.clear();
+        frame_chunk(&payload, &mut self.framed);
+        self.process.write_all(&self.framed)?;
+        self.bytes_written += self.framed.len() as u64;
+        Ok(())
+    }
+
+    /// Appends one block of events of thread `tid` (in time order) to its event file.
+    pub fn write_events(&mut self, tid: u32, events: &[RawEvent]) -> io::Result<()> {
+        if events.is_empty() {
+            return Ok(());
+        }
+        if !self.threads.contains_key(&tid) {
+            let mut f = create_file(&self.dir.join(thread_file_name(tid)))?;
+            f.write_all(&file_header(FileKind::Thread))?;
+            self.threads.insert(tid, f);
+        }
+        self.scratch.clear();
+        codec::encode_block(events, &mut self.scratch);
+        self.framed.clear();
+        frame_chunk(&self.scratch, &mut self.framed);
+        if let Some(f) = self.threads.get_mut(&tid) {
+            f.write_all(&self.framed)?;
+        }
+        self.bytes_written += self.framed.len() as u64;
+        self.events_written += events.len() as u64;
+        Ok(())
+    }
+}
+
+/// Host names become directory names: keep them printable and free of path separators.
+pub fn sanitize(s: &str) -> String {
+    let out: String = s
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' || c == '_' || c == '.' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    if out.is_empty() || out == "." || out == ".." {
+        "_".to_string()
+    } else {
+        out
+    }
+}
