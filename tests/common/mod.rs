@@ -1,0 +1,189 @@
+//! Shared helpers for the integration tests: find the built preload and CLI, run real programs
+//! under the preload, and read what sigmatop recorded about them.
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::atomic::{AtomicU16, Ordering};
+use std::time::{Duration, Instant};
+
+use sigmatop::event::{EndpointDef, Op};
+use sigmatop::trace::reader::{ProcessRecording, Recording};
+
+/// target/<profile>/ of the running test binary.
+pub fn target_dir() -> PathBuf {
+    let exe = std::env::current_exe().expect("current_exe");
+    // target/<profile>/deps/<test>-<hash>
+    exe.parent()
+        .and_then(|p| p.parent())
+        .expect("test binary lives in target/<profile>/deps")
+        .to_path_buf()
+}
+
+/// The preload library built beside the tests. Panics with the command to run when it is missing.
+pub fn preload() -> PathBuf {
+    let p = target_dir().join("libsigmatop_preload.so");
+    assert!(
+        p.is_file(),
+        "{} is missing: build it first with `cargo build --workspace` (the README's test command does)",
+        p.display()
+    );
+    p
+}
+
+/// The sigmatop binary built beside the tests.
+pub fn sigmatop_bin() -> PathBuf {
+    let p = target_dir().join("sigmatop");
+    assert!(
+        p.is_file(),
+        "{} is missing: build it first with `cargo build --workspace`",
+        p.display()
+    );
+    p
+}
+
+/// Fails loudly when a program the test needs is not installed (the README's test command
+/// installs every one of them).
+pub fn require(program: &str) -> PathBuf {
+    for dir in std::env::var("PATH").unwrap_or_default().split(':') {
+        let p = Path::new(dir).join(program);
+        if p.is_file() {
+            return p;
+        }
+    }
+    panic!("{program} is not installed: run the README's test command, which installs it (see scripts/test.sh)");
+}
+
+/// A fresh scratch directory under target/.
+pub fn scratch(name: &str) -> PathBuf {
+    static N: AtomicU16 = AtomicU16::new(0);
+    let d = target_dir().join("test-scratch").join(format!(
+        "{name}-{}-{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    ));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).expect("create scratch dir");
+    d
+}
+
+/// A TCP port unlikely to collide between concurrently running tests.
+pub fn port() -> u16 {
+    static NEXT: AtomicU16 = AtomicU16::new(0);
+    let base = 20000 + (std::process::id() % 1000) as u16 * 40;
+    base + NEXT.fetch_add(1, Ordering::Relaxed) % 40
+}
+
+/// How a command is traced.
+#[derive(Clone, Debug)]
+pub struct Trace {
+    pub mode: &'static str,
+    pub record: PathBuf,
+    pub socket_dir: PathBuf,
+}
+
+impl Trace {
+    pub fn new(mode: &'static str, dir: &Path) -> Trace {
+        Trace {
+            mode,
+            record: dir.join("rec"),
+            socket_dir: dir.join("sock"),
+        }
+    }
+    /// Adds the preload environment to `cmd`.
+    pub fn apply(&self, cmd: &mut Command) {
+        cmd.env("LD_PRELOAD", preload())
+            .env("SIGMATOP_MODE", self.mode)
+            .env("SIGMATOP_RECORD", &self.record)
+            .env("SIGMATOP_SOCKET_DIR", &self.socket_dir);
+    }
+}
+
+/// Waits for a child with a timeout, killing it when the time is up.
+pub fn wait_timeout(mut child: Child, limit: Duration) -> Output {
+    let start = Instant::now();
+    loop {
+        match child.try_wait() {
+            Ok(Some(_)) => return child.wait_with_output().expect("collect output"),
+            Ok(None) if start.elapsed() > limit => {
+                let _ = child.kill();
+                let out = child.wait_with_output().expect("collect output");
+                panic!(
+                    "command timed out after {limit:?}\nstdout:\n{}\nstderr:\n{}",
+                    String::from_utf8_lossy(&out.stdout),
+                    String::from_utf8_lossy(&out.stderr)
+                );
+            }
+            Ok(None) => std::thread::sleep(Duration::from_millis(20)),
+            Err(e) => panic!("wait failed: {e}"),
+        }
+    }
+}
+
+pub fn spawn(cmd: &mut Command) -> Child {
+    cmd.stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot start {cmd:?}: {e}"))
+}
+
+/// Totals of one process's record: (endpoint label or "unattributed", op name) -> (ops, bytes),
+/// from the last cumulative snapshot.
+#[derive(Debug, Default, Clone)]
+pub struct Totals {
+    pub by_op: BTreeMap<String, (u64, u64)>,
+    pub per_ep: BTreeMap<(u32, String), (u64, u64)>,
+    pub endpoints: Vec<EndpointDef>,
+    pub events: u64,
+    pub events_on_disk: u64,
+    pub cut: bool,
+}
+
+pub fn totals(p: &ProcessRecording) -> Totals {
+    let mut t = Totals {
+        endpoints: p.endpoints.clone(),
+        cut: p.is_cut(),
+        ..Default::default()
+    };
+    if let Some(s) = p.last_snapshot() {
+        t.events = s.events;
+        for c in &s.counts {
+            let name = Op::from_u8(c.op)
+                .map(|o| o.name().to_string())
+                .unwrap_or_else(|| format!("op{}", c.op));
+            let e = t.by_op.entry(name.clone()).or_default();
+            e.0 += c.ops;
+            e.1 += c.bytes;
+            let e = t.per_ep.entry((c.ep, name)).or_default();
+            e.0 += c.ops;
+            e.1 += c.bytes;
+        }
+    }
+    let mut probs = Vec::new();
+    t.events_on_disk = p.read_all_events(&mut probs).len() as u64;
+    assert!(probs.is_empty(), "record problems: {probs:?}");
+    t
+}
+
+/// Opens the record under `trace.record` and returns each process that traced anything, keyed
+/// by program name.
+pub fn processes(trace: &Trace) -> Vec<ProcessRecording> {
+    let rec = Recording::open(std::slice::from_ref(&trace.record))
+        .unwrap_or_else(|e| panic!("reading the record: {e}"));
+    assert!(rec.problems.is_empty(), "record problems: {:?}", rec.problems);
+    rec.processes
+}
+
+/// (ops, bytes) of `op` in `t`, zero if absent.
+pub fn op(t: &Totals, name: &str) -> (u64, u64) {
+    t.by_op.get(name).copied().unwrap_or((0, 0))
+}
+
+pub fn stdout_of(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+pub fn stderr_of(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
