@@ -13,6 +13,8 @@
 
 pub mod devx;
 pub mod doorbell;
+#[doc(hidden)]
+pub mod harness;
 pub mod wqe;
 
 /// `MLX5_SEND_WQE_BB`: one send WQE basic block is 64 bytes (rdma-core `providers/mlx5/mlx5dv.h`).

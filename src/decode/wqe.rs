@@ -24,7 +24,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::doorbell::WqeRange;
+pub use super::doorbell::WqeRange;
 use super::{DS_BYTES, WQEBB_BYTES, be, valid_sq_cnt, wqebbs_for_ds};
 
 /// Largest valid DS: the hardware DS field is 6 bits (Linux `mlx5/core/en/txrx.h`: "16 * 4 == 64
