@@ -420,7 +420,12 @@ impl App {
             }
             KeyCode::Char('u') if ctrl => self.filter.clear(),
             KeyCode::Char('w') if ctrl => {
-                let keep = self.filter.trim_end().rfind(' ').map(|i| i + 1).unwrap_or(0);
+                let keep = self
+                    .filter
+                    .trim_end()
+                    .rfind(' ')
+                    .map(|i| i + 1)
+                    .unwrap_or(0);
                 self.filter.truncate(keep);
             }
             KeyCode::Char(c) if !ctrl => self.filter.push(c),

@@ -5,7 +5,9 @@
 //! bare word matches a substring of any field. Keys: host, rank, pid, qpn (alias qp, id, ep), layer,
 //! op (alias opcode; always a substring), gpu, peer, type (alias transport), state.
 
-use crate::model::{DoorbellRecord, DoorbellSeries, EndpointRow, GpuRow, NodeRow, ProcessRow, RankRow};
+use crate::model::{
+    DoorbellRecord, DoorbellSeries, EndpointRow, GpuRow, NodeRow, ProcessRow, RankRow,
+};
 
 /// A parsed filter; the empty filter matches everything.
 #[derive(Clone, Debug, Default, PartialEq)]

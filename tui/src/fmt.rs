@@ -43,13 +43,7 @@ pub fn si(v: f64) -> String {
     }
     let neg = v < 0.0;
     let a = v.abs();
-    const PREFIX: [(f64, &str); 5] = [
-        (1e15, "P"),
-        (1e12, "T"),
-        (1e9, "G"),
-        (1e6, "M"),
-        (1e3, "k"),
-    ];
+    const PREFIX: [(f64, &str); 5] = [(1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")];
     let (scaled, suffix) = PREFIX
         .iter()
         .find(|(p, _)| a >= *p * 0.9995)
@@ -77,6 +71,13 @@ pub fn rate_unit(bytes_per_s: f64, units: Units) -> String {
     let s = si(units.scale(bytes_per_s));
     let (num, prefix) = split_prefix(&s);
     format!("{num} {prefix}{}", units.rate())
+}
+
+/// A volume with its unit: "621 GB" or "4.97 Tb".
+pub fn volume_unit(bytes: f64, units: Units) -> String {
+    let s = si(units.scale(bytes));
+    let (num, prefix) = split_prefix(&s);
+    format!("{num} {prefix}{}", units.volume())
 }
 
 /// A volume in bytes as a compact number in the chosen units.

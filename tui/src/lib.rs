@@ -15,11 +15,17 @@
 #![forbid(unsafe_code)]
 
 pub mod app;
+mod draw;
 pub mod filter;
+mod fixture;
 pub mod fmt;
 pub mod model;
 pub mod theme;
+mod views;
 pub mod warnings;
+
+pub use draw::draw;
+pub use fixture::sample_view_model;
 
 pub use app::{Action, App, MatrixKind, Sort, Tab, Window};
 pub use filter::Filter;

@@ -334,7 +334,10 @@ mod tests {
             styles.extend(t.ramp.iter().copied());
             for s in styles {
                 for c in [s.fg, s.bg].into_iter().flatten() {
-                    assert!(!matches!(c, Color::Rgb(..) | Color::Indexed(_)), "{name}: {c:?}");
+                    assert!(
+                        !matches!(c, Color::Rgb(..) | Color::Indexed(_)),
+                        "{name}: {c:?}"
+                    );
                 }
             }
         }
@@ -354,7 +357,10 @@ mod tests {
                 .bg(Color::Cyan)
                 .add_modifier(Modifier::BOLD))
         );
-        assert_eq!(parse_style("Light_Red"), Ok(Style::default().fg(Color::LightRed)));
+        assert_eq!(
+            parse_style("Light_Red"),
+            Ok(Style::default().fg(Color::LightRed))
+        );
         assert!(parse_style("#ff0000").is_err());
         assert!(parse_style("red blue").is_err());
         assert!(parse_style("red on").is_err());
@@ -363,8 +369,14 @@ mod tests {
     #[test]
     fn bad_files_give_one_line_errors() {
         let cases = [
-            ("name = \"x\"\ntx = \"#ff8800\"\n", "x.toml: tx: \"#ff8800\" is not one of"),
-            ("tx = \"green\"\ncolour = \"red\"\n", "line 2: unknown field `colour`"),
+            (
+                "name = \"x\"\ntx = \"#ff8800\"\n",
+                "x.toml: tx: \"#ff8800\" is not one of",
+            ),
+            (
+                "tx = \"green\"\ncolour = \"red\"\n",
+                "line 2: unknown field `colour`",
+            ),
             ("tx = [1, 2\n", "invalid array"),
             ("ramp = [\"red\"]\n", "ramp: needs at least 2 entries"),
             ("ramp = [\"red\", \"orange\"]\n", "ramp[1]: \"orange\""),
@@ -412,8 +424,14 @@ mod tests {
 
     #[test]
     fn no_color_selects_mono_unless_asked() {
-        assert_eq!(Theme::resolve(None, true).map(|t| t.name), Ok("mono".into()));
-        assert_eq!(Theme::resolve(None, false).map(|t| t.name), Ok("dark".into()));
+        assert_eq!(
+            Theme::resolve(None, true).map(|t| t.name),
+            Ok("mono".into())
+        );
+        assert_eq!(
+            Theme::resolve(None, false).map(|t| t.name),
+            Ok("dark".into())
+        );
         assert_eq!(
             Theme::resolve(Some("light"), true).map(|t| t.name),
             Ok("light".into())

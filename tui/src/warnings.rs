@@ -59,7 +59,10 @@ pub fn skew(values: &[f64]) -> Option<(usize, f64)> {
         .iter()
         .copied()
         .enumerate()
-        .fold((0, f64::MIN), |acc, (i, v)| if v > acc.1 { (i, v) } else { acc });
+        .fold(
+            (0, f64::MIN),
+            |acc, (i, v)| if v > acc.1 { (i, v) } else { acc },
+        );
     Some((idx, max / mean))
 }
 
@@ -90,7 +93,10 @@ pub fn compute(vm: &ViewModel, cfg: &WarningConfig) -> Vec<Warning> {
                 if procs == 1 { "" } else { "s" }
             )
         } else {
-            format!("{} events dropped (ring full)", fmt::count(st.dropped_events))
+            format!(
+                "{} events dropped (ring full)",
+                fmt::count(st.dropped_events)
+            )
         };
         out.push(Warning {
             kind: WarningKind::Drops,

@@ -1,0 +1,434 @@
+//! A fixed, realistic view model (4 nodes, 8 ranks, UCX / libfabric / verbs / mlx5 endpoints, an
+//! unattributed row, an idle QP, two GPUs ringing doorbells, a skewed node) for snapshot tests and
+//! smoke tests. Deterministic: integer arithmetic only, no clock, no randomness.
+
+use crate::model::*;
+
+const NODES: usize = 4;
+const RANKS: usize = 8;
+/// Seconds since the start of the run at this sample.
+const ELAPSED_S: f64 = 123.0;
+
+fn host(rank: usize) -> String {
+    format!("node{}", rank / 2)
+}
+
+/// Bytes/s that rank `src` sends to rank `dst`: a ring-like pattern across nodes, with rank 5
+/// sending 5.5× what the others send (the skew the warnings must catch).
+fn rank_rate(src: usize, dst: usize) -> f64 {
+    if src / 2 == dst / 2 {
+        return 0.0;
+    }
+    let base = if dst == (src + 2) % RANKS {
+        900e6
+    } else if dst == (src + 6) % RANKS {
+        450e6
+    } else {
+        150e6
+    };
+    // small per-pair variation so nothing looks synthetic
+    let wobble = 1.0 + ((src * 7 + dst * 3) % 9) as f64 / 100.0;
+    let skew = if src == 5 { 5.5 } else { 1.0 };
+    base * wobble * skew
+}
+
+/// Deterministic variation in 0.94..=1.06.
+fn jitter(i: usize) -> f64 {
+    1.0 + ((i * 37 + 11) % 13) as f64 / 100.0 - 0.06
+}
+
+fn layer_of(rank: usize) -> (&'static str, &'static str, &'static str) {
+    // (layer, transport, state)
+    match rank / 2 {
+        0 => ("mlx5", "RC", "RTS"),
+        1 => ("ucx", "rc_mlx5", ""),
+        2 => ("verbs", "RC", "RTS"),
+        _ => ("ofi", "verbs;rxm", ""),
+    }
+}
+
+fn local_id(src: usize, dst: usize) -> String {
+    match layer_of(src).0 {
+        "ucx" => format!("ep#{}", dst),
+        "ofi" => format!("fi#{}", dst),
+        _ => format!("0x{:x}", 0x2a00 + src * 0x40 + dst),
+    }
+}
+
+fn opcodes(layer: &str, ops_total: u64) -> Vec<(String, u64)> {
+    let split: &[(&str, u64)] = match layer {
+        "mlx5" => &[("RDMA_WRITE", 88), ("ATOMIC_FA", 9), ("RDMA_READ", 3)],
+        "ucx" => &[("RDMA_WRITE", 61), ("SEND", 30), ("RECV", 9)],
+        "verbs" => &[("SEND", 48), ("RECV", 48), ("RDMA_WRITE", 4)],
+        _ => &[("SEND", 50), ("RECV", 50)],
+    };
+    split
+        .iter()
+        .map(|(n, pct)| (n.to_string(), ops_total * pct / 100))
+        .collect()
+}
+
+fn message_size(layer: &str) -> f64 {
+    match layer {
+        "mlx5" => 65536.0,
+        "ucx" => 32768.0,
+        "verbs" => 65536.0,
+        _ => 8192.0,
+    }
+}
+
+fn matrix(labels: Vec<String>, rate: impl Fn(usize, usize) -> f64) -> Matrix {
+    let n = labels.len();
+    let rates: Vec<Vec<f64>> = (0..n)
+        .map(|i| (0..n).map(|j| rate(i, j)).collect())
+        .collect();
+    let bytes = rates
+        .iter()
+        .enumerate()
+        .map(|(i, row)| {
+            row.iter()
+                .enumerate()
+                .map(|(j, r)| (r * 10.0 * jitter(i * n + j)).round())
+                .collect()
+        })
+        .collect();
+    Matrix {
+        labels,
+        bytes,
+        rates,
+    }
+}
+
+/// The fixed feed used by the snapshot tests: `sigmatop demo`-like data at t+12.004 s.
+pub fn sample_view_model() -> ViewModel {
+    let egress = |r: usize| (0..RANKS).map(|d| rank_rate(r, d)).sum::<f64>();
+    let ingress = |r: usize| (0..RANKS).map(|s| rank_rate(s, r)).sum::<f64>();
+
+    let mut processes: Vec<ProcessRow> = (0..RANKS)
+        .map(|r| {
+            let (layer, _, _) = layer_of(r);
+            let layers: &[&str] = match layer {
+                "mlx5" => &["ibverbs", "mlx5", "cuda"],
+                "ucx" => &["ibverbs", "ucx", "cuda"],
+                "verbs" => &["ibverbs"],
+                _ => &["ibverbs", "libfabric"],
+            };
+            ProcessRow {
+                host: host(r),
+                pid: 41_200 + (r as u32) * 13,
+                rank: Some(r as u32),
+                mode: if r < 4 { "full" } else { "simple" }.into(),
+                layers: layers.iter().map(|s| s.to_string()).collect(),
+                tx_bps: egress(r),
+                rx_bps: ingress(r),
+                ops_per_s: (egress(r) + ingress(r)) / message_size(layer),
+                drops: if r == 5 { 37 } else { 0 },
+                exited: false,
+            }
+        })
+        .collect();
+    processes.push(ProcessRow {
+        host: "node3".into(),
+        pid: 40_977,
+        rank: None,
+        mode: "aggregate".into(),
+        layers: vec!["ibverbs".into()],
+        exited: true,
+        ..ProcessRow::default()
+    });
+
+    let mut endpoints = Vec::new();
+    for src in 0..RANKS {
+        let (layer, transport, state) = layer_of(src);
+        for dst in 0..RANKS {
+            let tx = rank_rate(src, dst);
+            if tx == 0.0 {
+                continue;
+            }
+            let rx = rank_rate(dst, src);
+            let k = src * RANKS + dst;
+            let ops = (tx + rx) / message_size(layer);
+            let total_ops = (ops * ELAPSED_S) as u64;
+            let peer_id = match layer_of(dst).0 {
+                "ucx" => format!("ep#{src}"),
+                "ofi" => format!("fi#{src}"),
+                _ => local_id(dst, src),
+            };
+            let has_db = matches!(layer, "mlx5" | "verbs");
+            endpoints.push(EndpointRow {
+                host: host(src),
+                rank: Some(src as u32),
+                pid: 41_200 + (src as u32) * 13,
+                layer: layer.into(),
+                local_id: local_id(src, dst),
+                peer: Peer {
+                    host: host(dst),
+                    rank: Some(dst as u32),
+                    id: peer_id,
+                },
+                transport: transport.into(),
+                state: state.into(),
+                tx_bps: tx,
+                rx_bps: rx,
+                tx_bps_window: tx * jitter(k),
+                rx_bps_window: rx * jitter(k + 5),
+                tx_bytes: (tx * ELAPSED_S) as u64,
+                rx_bytes: (rx * ELAPSED_S) as u64,
+                ops_per_s: ops,
+                ops_by_opcode: opcodes(layer, total_ops),
+                doorbells_per_s: has_db.then(|| (ops / 1.6).round()),
+                posted: has_db.then_some(((k * 7) % 24) as u64),
+                unattributed: false,
+            });
+        }
+    }
+    // A QP that holds posted work and moves nothing: the idle warning.
+    endpoints.push(EndpointRow {
+        host: "node2".into(),
+        rank: Some(5),
+        pid: 41_265,
+        layer: "verbs".into(),
+        local_id: "0x2a41".into(),
+        peer: Peer {
+            host: "node3".into(),
+            rank: Some(7),
+            id: "0x3c11".into(),
+        },
+        transport: "RC".into(),
+        state: "RTS".into(),
+        tx_bytes: 8_388_608,
+        rx_bytes: 0,
+        ops_by_opcode: vec![("RDMA_WRITE".into(), 128)],
+        doorbells_per_s: Some(0.0),
+        posted: Some(128),
+        ..EndpointRow::default()
+    });
+    // Traffic seen on a device but not attributable to any QP we know.
+    endpoints.push(EndpointRow {
+        host: "node1".into(),
+        layer: "verbs".into(),
+        tx_bps: 12.4e6,
+        tx_bps_window: 11.9e6,
+        tx_bytes: 1_490_000_000,
+        ops_per_s: 190.0,
+        unattributed: true,
+        ..EndpointRow::default()
+    });
+
+    let nodes: Vec<NodeRow> = (0..NODES)
+        .map(|n| {
+            let e = egress(2 * n) + egress(2 * n + 1);
+            let i = ingress(2 * n) + ingress(2 * n + 1);
+            NodeRow {
+                host: format!("node{n}"),
+                egress_bps: e,
+                ingress_bps: i,
+                egress_bytes: (e * ELAPSED_S * 0.93) as u64,
+                ingress_bytes: (i * ELAPSED_S * 0.93) as u64,
+            }
+        })
+        .collect();
+    let ranks: Vec<RankRow> = (0..RANKS)
+        .map(|r| RankRow {
+            rank: r as u32,
+            host: host(r),
+            egress_bps: egress(r),
+            ingress_bps: ingress(r),
+            egress_bytes: (egress(r) * ELAPSED_S * 0.93) as u64,
+            ingress_bytes: (ingress(r) * ELAPSED_S * 0.93) as u64,
+        })
+        .collect();
+
+    // GPUs: ranks 0..4 each drive one GPU; node0's two GPUs ring doorbells themselves (IBGDA).
+    let gpu_rank = |g: usize| g; // GPU matrix index = rank
+    let gpu_label = |g: usize| format!("{}:gpu{}", host(g), g % 2);
+    let gpus: Vec<GpuRow> = (0..4)
+        .map(|g| {
+            let r = gpu_rank(g);
+            let db = match g {
+                0 => 41_200.0,
+                1 => 12_000.0,
+                _ => 0.0,
+            };
+            GpuRow {
+                host: host(r),
+                gpu: (g % 2) as u32,
+                bytes_per_s: egress(r),
+                doorbells_per_s: db,
+                opcode_mix: if g < 2 {
+                    opcodes("mlx5", 100_000 + g as u64 * 31_000)
+                } else {
+                    opcodes("ucx", 60_000)
+                },
+                inflight_wqes: [37, 9, 0, 0][g],
+            }
+        })
+        .collect();
+
+    let matrices = Matrices {
+        rank: matrix((0..RANKS).map(|r| format!("r{r}")).collect(), rank_rate),
+        gpu: matrix((0..4).map(gpu_label).collect(), |a, b| {
+            rank_rate(gpu_rank(a), gpu_rank(b))
+        }),
+        node: matrix((0..NODES).map(|n| format!("node{n}")).collect(), |a, b| {
+            let mut s = 0.0;
+            for i in [2 * a, 2 * a + 1] {
+                for j in [2 * b, 2 * b + 1] {
+                    s += rank_rate(i, j);
+                }
+            }
+            s
+        }),
+    };
+
+    const SHAPE: [u32; 16] = [2, 3, 5, 8, 7, 5, 3, 2, 1, 1, 2, 6, 8, 7, 5, 2];
+    let series = |label: &str, g: usize, peak: f64, interval: Percentiles| DoorbellSeries {
+        label: label.into(),
+        host: "node0".into(),
+        gpu: Some(g as u32),
+        qpn: None,
+        rate_history: (0..48)
+            .map(|i| peak * SHAPE[(i + g * 3) % 16] as f64 / 8.0 * jitter(i))
+            .collect(),
+        rate_now: if g == 0 { 41_200.0 } else { 12_000.0 },
+        interval_ns: Some(interval),
+        rate_percentiles: Some(Percentiles {
+            p50: peak * 0.62,
+            p90: peak * 0.9,
+            p99: peak * 0.98,
+            max: peak * 1.04,
+        }),
+    };
+    let doorbells = DoorbellModel {
+        series: vec![
+            series(
+                "node0 GPU0",
+                0,
+                50_200.0,
+                Percentiles {
+                    p50: 2_100.0,
+                    p90: 9_800.0,
+                    p99: 71_000.0,
+                    max: 1_300_000.0,
+                },
+            ),
+            series(
+                "node0 GPU1",
+                1,
+                15_100.0,
+                Percentiles {
+                    p50: 6_400.0,
+                    p90: 31_000.0,
+                    p99: 220_000.0,
+                    max: 2_900_000.0,
+                },
+            ),
+        ],
+        recent: (0..32u64)
+            .map(|i| {
+                let gpu = u32::from(i % 4 == 3);
+                let (opcode, bytes, wqes) = match i % 5 {
+                    0 | 1 | 3 => ("RDMA_WRITE", 65_536, 1 + (i % 4) as u32),
+                    2 => ("ATOMIC_FA", 8, 1),
+                    _ => ("RDMA_READ", 4_096, 1),
+                };
+                let dst = [2usize, 3, 4, 5, 6, 7][(i % 6) as usize];
+                DoorbellRecord {
+                    time_s: 12.004_118_201 + i as f64 * 0.000_000_713,
+                    host: "node0".into(),
+                    gpu,
+                    qpn: (0x2a00 + gpu as usize * 0x40 + dst) as u32,
+                    pi: 0x11f3 + i as u32 * 4,
+                    opcode: opcode.into(),
+                    bytes,
+                    raddr: 0x7f3a_5600_0000 + i * 0x1_0040,
+                    rkey: if gpu == 0 { 0x1a2b3 } else { 0x9c4d1 },
+                    wqes,
+                }
+            })
+            .collect(),
+    };
+
+    let total_tx: f64 = nodes.iter().map(|n| n.egress_bps).sum::<f64>() + 12.4e6;
+    let total_rx: f64 = nodes.iter().map(|n| n.ingress_bps).sum();
+    const BW: [u32; 20] = [
+        9, 10, 10, 10, 9, 10, 10, 7, 4, 3, 6, 9, 10, 10, 10, 9, 10, 10, 10, 10,
+    ];
+    let bandwidth_history = (0..60)
+        .map(|i| {
+            let f = BW[i % 20] as f64 / 10.0;
+            (total_tx * f * jitter(i), total_rx * f * jitter(i + 3))
+        })
+        .collect();
+
+    let qps = endpoints.iter().filter(|e| !e.unattributed).count() as u32;
+    ViewModel {
+        header: Header {
+            source: "demo".into(),
+            mode: "mixed".into(),
+            nodes: NODES as u32,
+            ranks: RANKS as u32,
+            processes: processes.len() as u32,
+            qps,
+            tx_bps: total_tx,
+            rx_bps: total_rx,
+            window: "10s".into(),
+            clock: "t+12.004s".into(),
+        },
+        processes,
+        endpoints,
+        gpus,
+        nodes,
+        ranks,
+        matrices,
+        doorbells,
+        bandwidth_history,
+        status: StatusCounters {
+            dropped_events: 37,
+            coalesced_doorbells: 1_204,
+            unparsable_wqes: 3,
+            frames_lost: 0,
+            message: None,
+        },
+        history_len: 60,
+        history_pos: 59,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::warnings::{WarningConfig, WarningKind, compute};
+
+    #[test]
+    fn fixture_is_consistent() {
+        let vm = sample_view_model();
+        let node_tx: f64 = vm.nodes.iter().map(|n| n.egress_bps).sum();
+        let rank_tx: f64 = vm.ranks.iter().map(|r| r.egress_bps).sum();
+        assert!((node_tx - rank_tx).abs() < 1.0);
+        let m: f64 = vm.matrices.node.rates.iter().flatten().sum();
+        assert!((m - node_tx).abs() < 1.0);
+        assert!(vm.endpoints.iter().any(|e| e.unattributed));
+        assert_eq!(vm.doorbells.series.len(), 2);
+    }
+
+    #[test]
+    fn fixture_triggers_the_warnings_it_is_meant_to() {
+        let w = compute(&sample_view_model(), &WarningConfig::default());
+        let kinds: Vec<WarningKind> = w.iter().map(|w| w.kind).collect();
+        assert!(kinds.contains(&WarningKind::Drops));
+        assert!(kinds.contains(&WarningKind::NodeSkew));
+        assert!(kinds.contains(&WarningKind::RankSkew));
+        assert!(kinds.contains(&WarningKind::IdleWithPosted));
+        assert!(w.iter().any(|w| w.message.starts_with("node2 egress")));
+    }
+
+    #[test]
+    fn round_trips_through_serde() {
+        let vm = sample_view_model();
+        let text = toml::to_string(&vm).expect("serializes");
+        let back: ViewModel = toml::from_str(&text).expect("deserializes");
+        assert_eq!(back.endpoints.len(), vm.endpoints.len());
+        assert_eq!(back.header, vm.header);
+    }
+}

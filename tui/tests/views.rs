@@ -1,0 +1,191 @@
+//! Snapshot tests of every view, the help overlay and the filter prompt at 80×24 and 200×60, driven
+//! by the fixed feed and real key events (no terminal), plus checks that only the 16 ANSI colours
+//! are ever emitted.
+
+use crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
+use ratatui::Terminal;
+use ratatui::backend::TestBackend;
+use ratatui::style::Color;
+use sigmatop_tui::{App, Theme, ViewModel, draw, sample_view_model};
+
+const SIZES: [(u16, u16); 2] = [(80, 24), (200, 60)];
+
+fn render(app: &App, vm: &ViewModel, w: u16, h: u16) -> TestBackend {
+    let mut term = Terminal::new(TestBackend::new(w, h)).expect("test backend");
+    term.draw(|f| draw(f, app, vm)).expect("draw");
+    term.backend().clone()
+}
+
+fn keys(app: &mut App, keys: &str) {
+    for c in keys.chars() {
+        app.handle_key(KeyEvent::new(KeyCode::Char(c), KeyModifiers::NONE));
+    }
+}
+
+fn snap(name: &str, setup: &str) {
+    let vm = sample_view_model();
+    for (w, h) in SIZES {
+        let mut app = App::new(Theme::dark());
+        // Draw once so cursor keys know the row counts, as in a real session.
+        render(&app, &vm, w, h);
+        keys(&mut app, setup);
+        let backend = render(&app, &vm, w, h);
+        insta::assert_snapshot!(format!("{name}_{w}x{h}"), backend);
+    }
+}
+
+#[test]
+fn overview() {
+    snap("overview", "");
+}
+
+#[test]
+fn qps() {
+    snap("qps", "2");
+}
+
+#[test]
+fn qps_scrolled_bits() {
+    snap("qps_scrolled_bits", "2jjjju");
+}
+
+#[test]
+fn gpus() {
+    snap("gpus", "3");
+}
+
+#[test]
+fn nodes() {
+    snap("nodes", "4");
+}
+
+#[test]
+fn matrix_node_bytes() {
+    snap("matrix_node", "5");
+}
+
+#[test]
+fn matrix_rank_rate() {
+    snap("matrix_rank_rate", "5mr");
+}
+
+#[test]
+fn matrix_gpu() {
+    snap("matrix_gpu", "5mm");
+}
+
+#[test]
+fn doorbells() {
+    snap("doorbells", "d");
+}
+
+#[test]
+fn help_overlay() {
+    snap("help", "2?");
+}
+
+#[test]
+fn filter_prompt() {
+    snap("filter_prompt", "2/rank=5 layer=verbs");
+}
+
+#[test]
+fn filter_applied_paused() {
+    let vm = sample_view_model();
+    for (w, h) in SIZES {
+        let mut app = App::new(Theme::dark());
+        keys(&mut app, "2/host=node2");
+        app.handle_key(KeyEvent::new(KeyCode::Enter, KeyModifiers::NONE));
+        keys(&mut app, " ");
+        let backend = render(&app, &vm, w, h);
+        insta::assert_snapshot!(format!("filter_applied_paused_{w}x{h}"), backend);
+    }
+}
+
+#[test]
+fn history_and_error_message() {
+    let mut vm = sample_view_model();
+    vm.history_pos = 40;
+    vm.status.message =
+        Some("socket /run/user/1000/sigmatop/41213.sock: bad frame (crc mismatch), skipped".into());
+    vm.status.frames_lost = 1;
+    for (w, h) in SIZES {
+        let app = App::new(Theme::dark());
+        let backend = render(&app, &vm, w, h);
+        insta::assert_snapshot!(format!("history_error_{w}x{h}"), backend);
+    }
+}
+
+#[test]
+fn empty_model_draws_every_view() {
+    let vm = ViewModel::default();
+    let mut app = App::new(Theme::dark());
+    for tab in ["1", "2", "3", "4", "5", "d"] {
+        keys(&mut app, tab);
+        for (w, h) in SIZES {
+            render(&app, &vm, w, h);
+        }
+    }
+    keys(&mut app, "1");
+    insta::assert_snapshot!("empty_overview_80x24", render(&app, &vm, 80, 24));
+    keys(&mut app, "d");
+    insta::assert_snapshot!("empty_doorbells_80x24", render(&app, &vm, 80, 24));
+}
+
+#[test]
+fn tiny_and_odd_sizes_do_not_panic() {
+    let vm = sample_view_model();
+    let mut app = App::new(Theme::dark());
+    for tab in ["1", "2", "3", "4", "5", "d", "?"] {
+        keys(&mut app, tab);
+        for (w, h) in [
+            (1, 1),
+            (20, 5),
+            (39, 9),
+            (40, 10),
+            (60, 15),
+            (100, 30),
+            (300, 100),
+        ] {
+            render(&app, &vm, w, h);
+        }
+    }
+}
+
+#[test]
+fn only_16_colours_in_every_view_and_theme() {
+    let vm = sample_view_model();
+    for theme in ["dark", "light", "mono"] {
+        let mut app = App::new(Theme::builtin(theme).expect("builtin"));
+        for tab in ["1", "2", "3", "4", "5", "d", "?"] {
+            keys(&mut app, tab);
+            for (w, h) in SIZES {
+                let b = render(&app, &vm, w, h);
+                for cell in b.buffer().content() {
+                    for c in [cell.fg, cell.bg] {
+                        assert!(
+                            !matches!(c, Color::Rgb(..) | Color::Indexed(_)),
+                            "{theme} {tab} {w}x{h}: {c:?}"
+                        );
+                        if theme == "mono" {
+                            assert_eq!(c, Color::Reset, "mono uses no colour");
+                        }
+                    }
+                }
+            }
+            keys(&mut app, "?"); // close help if it was opened
+        }
+    }
+}
+
+#[test]
+fn heat_map_uses_shade_characters() {
+    let vm = sample_view_model();
+    let mut app = App::new(Theme::mono());
+    keys(&mut app, "5");
+    let b = render(&app, &vm, 80, 24);
+    let text: String = b.buffer().content().iter().map(|c| c.symbol()).collect();
+    for shade in ["░", "▒", "▓", "█"] {
+        assert!(text.contains(shade), "matrix lacks {shade}");
+    }
+}
