@@ -5,3 +5,10 @@ pub mod decode;
 pub mod event;
 pub mod trace;
 pub mod wire;
+
+#[cfg(feature = "cli")]
+pub mod agg;
+#[cfg(feature = "cli")]
+pub mod cli;
+#[cfg(feature = "cli")]
+pub mod live;

@@ -1,0 +1,146 @@
+//! Plain-text tables of a `Report`, for summaries, `attach --once` and `report`.
+
+use std::fmt::Write;
+
+use crate::agg::Report;
+
+/// 1234567 → "1.23 MB" (SI, bytes).
+pub fn human_bytes(b: f64) -> String {
+    const U: [&str; 6] = ["B", "kB", "MB", "GB", "TB", "PB"];
+    let mut v = b;
+    let mut i = 0;
+    while v.abs() >= 1000.0 && i < U.len() - 1 {
+        v /= 1000.0;
+        i += 1;
+    }
+    if i == 0 {
+        format!("{v:.0} {}", U[i])
+    } else {
+        format!("{v:.2} {}", U[i])
+    }
+}
+
+fn rank_str(r: Option<u32>) -> String {
+    r.map(|r| r.to_string()).unwrap_or_else(|| "-".into())
+}
+
+/// Per-process and per-endpoint totals.
+pub fn render(report: &Report) -> String {
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "{:<16} {:>8} {:>5} {:<14} {:>12} {:>12} {:>10} {:>10} {:>8}",
+        "host", "pid", "rank", "program", "▲ tx bytes", "▼ rx bytes", "tx ops", "rx ops", "lost"
+    );
+    for p in &report.processes {
+        let _ = writeln!(
+            s,
+            "{:<16} {:>8} {:>5} {:<14} {:>12} {:>12} {:>10} {:>10} {:>8}{}",
+            trunc(&p.host, 16),
+            p.pid,
+            rank_str(p.rank),
+            trunc(&p.exe, 14),
+            human_bytes(p.flow.tx_bytes as f64),
+            human_bytes(p.flow.rx_bytes as f64),
+            p.flow.tx_ops,
+            p.flow.rx_ops,
+            p.drops.total_events_lost(),
+            if p.clean_exit {
+                ""
+            } else {
+                "  (no clean exit)"
+            }
+        );
+        for e in &p.endpoints {
+            let peer = match &e.peer {
+                Some(pr) => format!(
+                    "→ {} pid {}{}",
+                    pr.host,
+                    pr.pid,
+                    pr.rank.map(|r| format!(" r{r}")).unwrap_or_default()
+                ),
+                None if !e.peer_text.is_empty() => format!("→ {}", e.peer_text),
+                None => String::new(),
+            };
+            let ops: Vec<String> = e
+                .ops
+                .iter()
+                .map(|(k, v)| format!("{k} {}×{}", v.ops, human_bytes(v.bytes as f64)))
+                .collect();
+            let _ = writeln!(
+                s,
+                "    {:<6} {:<14} {:<22} {}",
+                e.layer,
+                trunc(&e.label, 14),
+                trunc(&peer, 22),
+                ops.join(", ")
+            );
+        }
+    }
+    let d = &report.drops;
+    let _ = writeln!(
+        s,
+        "total: ▲ {} in {} ops, ▼ {} in {} ops; events lost {} (ring full {}, record {}), unattributed ops {}",
+        human_bytes(report.totals.tx_bytes as f64),
+        report.totals.tx_ops,
+        human_bytes(report.totals.rx_bytes as f64),
+        report.totals.rx_ops,
+        d.total_events_lost(),
+        d.ring_full,
+        d.record_lost,
+        d.unattributed_ops
+    );
+    s
+}
+
+/// A byte matrix as a table.
+pub fn render_matrix(title: &str, m: &crate::agg::Matrix) -> String {
+    let mut s = String::new();
+    if m.labels.is_empty() {
+        return s;
+    }
+    let _ = writeln!(s, "{title} (bytes sent, row → column)");
+    let _ = write!(s, "{:>10}", "src\\dst");
+    for l in &m.labels {
+        let _ = write!(s, " {:>10}", trunc(l, 10));
+    }
+    let _ = writeln!(s, " {:>10}", "egress");
+    let egress: Vec<u64> = m.bytes.iter().map(|r| r.iter().sum()).collect();
+    let mean = if egress.is_empty() {
+        0.0
+    } else {
+        egress.iter().sum::<u64>() as f64 / egress.len() as f64
+    };
+    for (i, row) in m.bytes.iter().enumerate() {
+        let _ = write!(s, "{:>10}", trunc(&m.labels[i], 10));
+        for (j, v) in row.iter().enumerate() {
+            if i == j && *v == 0 {
+                let _ = write!(s, " {:>10}", "·");
+            } else {
+                let _ = write!(s, " {:>10}", human_bytes(*v as f64));
+            }
+        }
+        let skew = if mean > 0.0 {
+            egress[i] as f64 / mean
+        } else {
+            0.0
+        };
+        let mark = if skew >= 1.5 {
+            format!("  ◀ {skew:.2}× mean")
+        } else {
+            String::new()
+        };
+        let _ = writeln!(s, " {:>10}{mark}", human_bytes(egress[i] as f64));
+    }
+    s
+}
+
+fn trunc(s: &str, n: usize) -> String {
+    if s.chars().count() <= n {
+        s.to_string()
+    } else {
+        let mut t: String = s.chars().take(n.saturating_sub(1)).collect();
+        t.push('…');
+        t
+    }
+}
