@@ -58,11 +58,33 @@ pub fn draw(frame: &mut Frame, app: &App, vm: &ViewModel) {
         frame.render_widget(Paragraph::new(status_line(th, vm, None, w)), rows[4]);
         frame.render_widget(Paragraph::new(footer_line(app, w)), rows[5]);
     } else {
+        let msg = vm.status.message.as_deref().filter(|_| !app.filter_editing);
+        let vm_no_msg;
+        let status_vm = if msg.is_some() {
+            // On short terminals the message takes the footer's line; keys stay behind `?`.
+            vm_no_msg = ViewModel {
+                status: crate::model::StatusCounters {
+                    message: None,
+                    ..vm.status.clone()
+                },
+                ..ViewModel::default()
+            };
+            &vm_no_msg
+        } else {
+            vm
+        };
         frame.render_widget(
-            Paragraph::new(status_line(th, vm, Some(&warns), w)),
+            Paragraph::new(status_line(th, status_vm, Some(&warns), w)),
             rows[3],
         );
-        frame.render_widget(Paragraph::new(footer_line(app, w)), rows[4]);
+        let footer = match msg {
+            Some(m) => Line::from(Span::styled(
+                format!(" ✗ {}", truncate(m, w.saturating_sub(3))),
+                th.error,
+            )),
+            None => footer_line(app, w),
+        };
+        frame.render_widget(Paragraph::new(footer), rows[4]);
     }
     if app.help {
         draw_help(frame, area, app);
@@ -150,7 +172,6 @@ fn tab_line(app: &App, vm: &ViewModel, w: usize) -> Line<'static> {
             let title = if compact {
                 match t {
                     Tab::Overview => "Overview",
-                    Tab::Doorbells => "Doorbell",
                     other => other.title(),
                 }
             } else {
@@ -176,37 +197,47 @@ fn tab_line(app: &App, vm: &ViewModel, w: usize) -> Line<'static> {
     if !h.window.is_empty() && h.window != app.window.label() {
         window.push_str(&format!(" (data {})", h.window));
     }
-    let history = (vm.history_len > 0 && vm.history_pos + 1 < vm.history_len)
-        .then(|| format!("◀ sample {}/{}", vm.history_pos + 1, vm.history_len));
-    let paused = app.paused.then(|| Span::styled("‖ PAUSED", th.warn));
+    let in_past = vm.history_len > 0 && vm.history_pos + 1 < vm.history_len;
+    let (pos, len) = (vm.history_pos + 1, vm.history_len);
+    // detail 3: window, clock, history, pause; 2: window, history, pause; 1: short window, history,
+    // pause; 0: history and pause only (what the user most needs to know: this is not live).
     let right = |detail: u8| -> Vec<Span<'static>> {
-        let mut v = Vec::new();
+        let mut v: Vec<Span<'static>> = Vec::new();
         let sep = Span::styled(" · ", th.dim);
-        if detail > 0 {
-            v.push(Span::raw(window.clone()));
-            if detail > 1 && !h.clock.is_empty() {
+        let push = |v: &mut Vec<Span<'static>>, s: Span<'static>| {
+            if !v.is_empty() {
                 v.push(sep.clone());
-                v.push(Span::raw(h.clock.clone()));
             }
-        } else {
-            v.push(Span::raw(app.window.label().to_string()));
+            v.push(s);
+        };
+        match detail {
+            0 => {}
+            1 => push(&mut v, Span::raw(app.window.label().to_string())),
+            _ => push(&mut v, Span::raw(window.clone())),
         }
-        if let Some(hist) = &history {
-            v.push(sep.clone());
-            v.push(Span::styled(hist.clone(), th.warn));
+        if detail >= 3 && !h.clock.is_empty() {
+            push(&mut v, Span::raw(h.clock.clone()));
         }
-        if let Some(p) = &paused {
-            v.push(sep.clone());
-            v.push(p.clone());
+        if in_past {
+            let text = if detail >= 2 {
+                format!("◀ sample {pos}/{len}")
+            } else {
+                format!("◀ {pos}/{len}")
+            };
+            push(&mut v, Span::styled(text, th.warn));
+        }
+        if app.paused {
+            push(&mut v, Span::styled("‖ PAUSED", th.warn));
         }
         v.push(Span::raw(" "));
         v
     };
     let mut start = vec![Span::raw(" ")];
     for (compact, detail) in [
+        (false, 3),
         (false, 2),
         (false, 1),
-        (false, 0),
+        (true, 3),
         (true, 2),
         (true, 1),
         (true, 0),
@@ -356,7 +387,7 @@ fn footer_line(app: &App, w: usize) -> Line<'static> {
         let f = truncate(&f, budget.saturating_sub(12));
         budget = budget.saturating_sub(f.width() + 11);
         spans.push(Span::styled(f, th.warn));
-        spans.push(Span::styled("(Esc clear)", th.dim));
+        spans.push(Span::styled("(Esc clears) ", th.dim));
     }
     let cost = |k: &str, d: &str| k.width() + d.width() + 3;
     let mut keep = vec![false; items.len()];

@@ -97,7 +97,7 @@ pub fn count(n: u64) -> String {
     let digits = n.to_string();
     let mut out = String::with_capacity(digits.len() + digits.len() / 3);
     for (i, c) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i) % 3 == 0 {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
             out.push(',');
         }
         out.push(c);
@@ -131,7 +131,7 @@ pub fn addr(a: u64) -> String {
     let hex = format!("{a:x}");
     let mut out = String::from("0x");
     for (i, c) in hex.chars().enumerate() {
-        if i > 0 && (hex.len() - i) % 4 == 0 {
+        if i > 0 && (hex.len() - i).is_multiple_of(4) {
             out.push('_');
         }
         out.push(c);

@@ -720,9 +720,8 @@ fn gpu_cols(app: &App) -> Vec<Col<GpuRow>> {
             max: 40,
             cell: |r, _| Span::raw(fmt::mix(&r.opcode_mix, 4)),
             key: |r| {
-                let mut v = r.opcode_mix.clone();
-                v.sort_by(|a, b| b.1.cmp(&a.1));
-                Key::Text(v.first().map(|o| o.0.clone()).unwrap_or_default())
+                let top = r.opcode_mix.iter().max_by_key(|o| o.1);
+                Key::Text(top.map(|o| o.0.clone()).unwrap_or_default())
             },
         },
     ]
@@ -1129,12 +1128,12 @@ fn matrix(frame: &mut Frame, area: Rect, app: &App, vm: &ViewModel) {
         .unwrap_or(0)
         .clamp(9, 14); // fits "▼ ingress"
     let width = inner.width as usize;
-    // Cells: "▓ 8.05G" (8 wide) or "▓8.05G" (7 wide) when they fit, else shade only ("▓▓▓").
-    const EGRESS_W: usize = 8;
+    // Cells: "▓ 8.05G" (8 wide), " ▓8.05G" (7) or "▓8.05G" (6) when they fit, else shade only.
+    const EGRESS_W: usize = 9;
     const MARK_W: usize = 8; // " ◀ 2.08×"
     let longest = m.labels.iter().map(|l| l.width() + 1).max().unwrap_or(0);
     let fixed = 1 + label_w + EGRESS_W + MARK_W;
-    let (numeric, cell_w) = [8usize, 7]
+    let (numeric, cell_w) = [8usize, 7, 6]
         .iter()
         .map(|w| (*w).max(longest))
         .find(|w| fixed + n * w <= width)
@@ -1185,7 +1184,8 @@ fn matrix(frame: &mut Frame, area: Rect, app: &App, vm: &ViewModel) {
                 format!("{:>cell_w$}", "·")
             } else if numeric {
                 let gap = if cell_w >= 8 { " " } else { "" };
-                format!("{:>cell_w$}", format!("{}{gap}{}", SHADES[lvl], val(v)))
+                let num = format!("{:>5}", val(v));
+                format!("{:>cell_w$}", format!("{}{gap}{num}", SHADES[lvl]))
             } else {
                 format!(" {}", SHADES[lvl].repeat(cell_w - 1))
             };
