@@ -111,6 +111,11 @@ fn header_line<'a>(app: &App, vm: &'a ViewModel, w: usize) -> Line<'a> {
     let h = &vm.header;
     let sep = || Span::styled(" · ", th.dim);
     let source_style = if h.source == "live" { th.ok } else { th.text };
+    let source = if h.source.is_empty() {
+        "no source".to_string()
+    } else {
+        h.source.clone()
+    };
     let title = Span::styled(" sigmatop ", th.title);
     let full = vec![
         title.clone(),
@@ -122,11 +127,14 @@ fn header_line<'a>(app: &App, vm: &'a ViewModel, w: usize) -> Line<'a> {
         Span::raw(format!("{} procs", h.processes)),
         sep(),
         Span::raw(format!("{} QPs", fmt::count(u64::from(h.qps)))),
-        sep(),
-        Span::raw(format!("mode {}", h.mode)),
-        sep(),
-        Span::styled(h.source.clone(), source_style),
     ];
+    let mut full = full;
+    if !h.mode.is_empty() {
+        full.push(sep());
+        full.push(Span::raw(format!("mode {}", h.mode)));
+    }
+    full.push(sep());
+    full.push(Span::styled(source.clone(), source_style));
     let medium = vec![
         title.clone(),
         Span::raw(" "),
@@ -136,7 +144,7 @@ fn header_line<'a>(app: &App, vm: &'a ViewModel, w: usize) -> Line<'a> {
         sep(),
         Span::raw(format!("{} QPs", fmt::count(u64::from(h.qps)))),
         sep(),
-        Span::styled(h.source.clone(), source_style),
+        Span::styled(source.clone(), source_style),
     ];
     let narrow = vec![
         title.clone(),
@@ -147,9 +155,9 @@ fn header_line<'a>(app: &App, vm: &'a ViewModel, w: usize) -> Line<'a> {
         sep(),
         Span::raw(format!("{} QPs", fmt::count(u64::from(h.qps)))),
         sep(),
-        Span::styled(h.source.clone(), source_style),
+        Span::styled(source.clone(), source_style),
     ];
-    let short = vec![title, Span::styled(h.source.clone(), source_style)];
+    let short = vec![title, Span::styled(source.clone(), source_style)];
     let totals = vec![
         Span::styled(format!("▲ {}", fmt::rate_unit(h.tx_bps, app.units)), th.tx),
         Span::raw("  "),
@@ -644,10 +652,15 @@ pub(crate) fn sort_rows<R>(rows: &mut [&R], cols: &[Col<R>], column: usize, desc
         return;
     }
     let c = &cols[column % cols.len()];
-    rows.sort_by(|a, b| {
-        let o = (c.key)(a).cmp(&(c.key)(b));
+    // Compute each key once (text keys allocate), then sort stably by it.
+    let mut keyed: Vec<(Key, &R)> = rows.iter().map(|r| ((c.key)(r), *r)).collect();
+    keyed.sort_by(|a, b| {
+        let o = a.0.cmp(&b.0);
         if descending { o.reverse() } else { o }
     });
+    for (slot, (_, r)) in rows.iter_mut().zip(keyed) {
+        *slot = r;
+    }
 }
 
 /// Draws rows as a table into `area` (header + rows), dropping low-priority columns that do not fit.
@@ -747,6 +760,19 @@ pub(crate) fn render_table<R>(
         .highlight_spacing(HighlightSpacing::Always);
     let mut state = TableState::default().with_selected(sel.map(|s| s - offset));
     frame.render_stateful_widget(table, area, &mut state);
+    if rows.is_empty() && area.height > 1 {
+        let msg = if ctx.app.filter.is_empty() {
+            "  (none yet)"
+        } else {
+            "  (nothing matches the filter; Esc clears it)"
+        };
+        let r = Rect {
+            y: area.y + 1,
+            height: 1,
+            ..area
+        };
+        frame.render_widget(Paragraph::new(Span::styled(msg, th.dim)), r);
+    }
 }
 
 /// A one-line text sparkline of `values` scaled to `max`, newest at the right, `width` cells.

@@ -14,13 +14,13 @@
 
 #![forbid(unsafe_code)]
 
-pub mod app;
+mod app;
 mod draw;
-pub mod filter;
+mod filter;
 mod fixture;
 pub mod fmt;
-pub mod model;
-pub mod theme;
+mod model;
+mod theme;
 mod views;
 pub mod warnings;
 
@@ -34,5 +34,5 @@ pub use model::{
     DoorbellModel, DoorbellRecord, DoorbellSeries, EndpointRow, GpuRow, Header, Matrices, Matrix,
     NodeRow, Peer, Percentiles, ProcessRow, RankRow, StatusCounters, ViewModel,
 };
-pub use theme::{Theme, ThemeError};
+pub use theme::{BUILTIN as BUILTIN_THEMES, Theme, ThemeError};
 pub use warnings::{Warning, WarningConfig, WarningKind};

@@ -795,7 +795,7 @@ fn gpus(frame: &mut Frame, area: Rect, app: &App, vm: &ViewModel) {
         frame.render_widget(block, bottom);
         let lines = series
             .iter()
-            .map(|s| series_line(app, s, inner.width as usize, false))
+            .map(|s| series_line(app, s, inner.width as usize, inner.width >= 150))
             .collect::<Vec<_>>();
         frame.render_widget(Paragraph::new(lines), inner);
     }
@@ -1283,7 +1283,10 @@ fn series_line(app: &App, s: &DoorbellSeries, width: usize, pct: bool) -> Line<'
     };
     let pct_w: usize = pct_spans.iter().map(|s| s.width()).sum();
     let fixed = label.width() + 5 + now.width() + pct_w + 1;
-    let spark_w = width.saturating_sub(fixed).clamp(8, 60);
+    let spark_w = width
+        .saturating_sub(fixed)
+        .clamp(8, 60)
+        .min(s.rate_history.len().max(8));
     let max = s.rate_history.iter().copied().fold(0.0, f64::max);
     let mut v = vec![
         Span::styled(label, th.title),
@@ -1412,9 +1415,10 @@ fn doorbells(frame: &mut Frame, area: Rect, app: &App, vm: &ViewModel) {
             Paragraph::new(vec![
                 Line::from(Span::styled(" no GPU-initiated doorbells seen", th.dim)),
                 Line::from(Span::styled(
-                    " (needs the mlx5 and cuda layers and a GPU-initiated transport, e.g. NVSHMEM IBGDA)",
+                    " (needs the mlx5 and cuda layers and a GPU-initiated transport,",
                     th.dim,
                 )),
+                Line::from(Span::styled(" e.g. NVSHMEM with IBGDA)", th.dim)),
             ]),
             inner,
         );
