@@ -186,9 +186,9 @@ pub struct App {
     /// Mouse capture (off by default so text selection over ssh keeps working).
     pub mouse: bool,
     filter_before_edit: String,
-    /// Rows and visible rows of the current tab as last drawn (to clamp cursor keys).
-    pub(crate) rows_seen: Cell<usize>,
-    pub(crate) page_seen: Cell<usize>,
+    /// Rows and visible rows of each tab as last drawn (to clamp cursor keys).
+    rows_seen: [Cell<usize>; 6],
+    page_seen: [Cell<usize>; 6],
 }
 
 impl Default for App {
@@ -244,9 +244,16 @@ impl App {
             warning_config: WarningConfig::default(),
             mouse: false,
             filter_before_edit: String::new(),
-            rows_seen: Cell::new(0),
-            page_seen: Cell::new(10),
+            rows_seen: Default::default(),
+            page_seen: std::array::from_fn(|_| Cell::new(10)),
         }
+    }
+
+    /// Records, while drawing, how many rows the current tab has and how many fit on screen.
+    pub(crate) fn seen(&self, rows: usize, page: usize) {
+        let t = self.tab.index();
+        self.rows_seen[t].set(rows);
+        self.page_seen[t].set(page.max(1));
     }
 
     /// The parsed filter.
@@ -374,7 +381,7 @@ impl App {
                 Action::Redraw
             }
             KeyCode::Char('G') | KeyCode::End => {
-                self.selected[t] = self.rows_seen.get().saturating_sub(1);
+                self.selected[t] = self.rows_seen[t].get().saturating_sub(1);
                 Action::Redraw
             }
             _ => Action::None,
@@ -382,7 +389,7 @@ impl App {
     }
 
     fn page(&self) -> usize {
-        self.page_seen.get().max(1)
+        self.page_seen[self.tab.index()].get().max(1)
     }
 
     fn set_window(&mut self, w: Window) -> Action {
@@ -395,7 +402,7 @@ impl App {
 
     fn move_cursor(&mut self, d: i64) -> Action {
         let t = self.tab.index();
-        let last = self.rows_seen.get().saturating_sub(1) as i64;
+        let last = self.rows_seen[t].get().saturating_sub(1) as i64;
         let cur = (self.selected[t] as i64).min(last);
         let next = (cur + d).clamp(0, last.max(0)) as usize;
         if next == self.selected[t] {
@@ -578,8 +585,7 @@ mod tests {
     #[test]
     fn cursor_is_clamped_to_rows_seen() {
         let mut app = App::default();
-        app.rows_seen.set(5);
-        app.page_seen.set(3);
+        app.seen(5, 3);
         assert_eq!(app.handle_key(ch('k')), Action::None);
         app.handle_key(ch('j'));
         app.handle_key(key(KeyCode::Down));

@@ -679,8 +679,7 @@ pub(crate) fn render_table<R>(
     let th = ctx.th;
     let visible = area.height.saturating_sub(1) as usize;
     if track {
-        ctx.app.rows_seen.set(rows.len());
-        ctx.app.page_seen.set(visible.max(1));
+        ctx.app.seen(rows.len(), visible);
     }
     let sel = selected.map(|s| s.min(rows.len().saturating_sub(1)));
     let offset = sel

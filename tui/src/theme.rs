@@ -4,7 +4,6 @@
 use ratatui::style::{Color, Modifier, Style};
 use serde::Deserialize;
 use std::fmt;
-use std::path::Path;
 
 const DARK: &str = include_str!("../../themes/dark.toml");
 const LIGHT: &str = include_str!("../../themes/light.toml");
@@ -181,8 +180,8 @@ impl Theme {
     /// ".toml"). Never panics; the error is one line naming the file, the line and the problem.
     pub fn load(name_or_path: &str) -> Result<Theme, ThemeError> {
         let looks_like_path = name_or_path.contains('/')
-            || name_or_path.ends_with(".toml")
-            || Path::new(name_or_path).is_file();
+            || name_or_path.contains(std::path::MAIN_SEPARATOR)
+            || name_or_path.ends_with(".toml");
         if !looks_like_path {
             return Theme::builtin(name_or_path);
         }

@@ -1101,7 +1101,7 @@ fn matrix(frame: &mut Frame, area: Rect, app: &App, vm: &ViewModel) {
     let inner = block.inner(area);
     frame.render_widget(block, area);
     if n == 0 {
-        app.rows_seen.set(0);
+        app.seen(0, 1);
         frame.render_widget(
             Paragraph::new(Span::styled(format!(" no {kind} matrix yet"), th.dim)),
             inner,
@@ -1163,8 +1163,7 @@ fn matrix(frame: &mut Frame, area: Rect, app: &App, vm: &ViewModel) {
     head.push(Span::styled(format!("{:>EGRESS_W$}", "▲ egress"), hdr));
 
     let rows_h = (inner.height as usize).saturating_sub(3); // header, ingress, legend
-    app.rows_seen.set(n);
-    app.page_seen.set(rows_h.max(1));
+    app.seen(n, rows_h);
     let sel = app.selected[t].min(n - 1);
     let offset = sel.saturating_sub(rows_h.saturating_sub(1));
     let mut lines = vec![Line::from(head)];
@@ -1407,7 +1406,7 @@ fn doorbells(frame: &mut Frame, area: Rect, app: &App, vm: &ViewModel) {
         .collect();
     recent.reverse(); // newest first
     if vm.doorbells.series.is_empty() && vm.doorbells.recent.is_empty() {
-        app.rows_seen.set(0);
+        app.seen(0, 1);
         let block = section(th, Line::from(Span::styled(" Doorbells ", th.title)));
         let inner = block.inner(area);
         frame.render_widget(block, area);

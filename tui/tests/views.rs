@@ -26,10 +26,12 @@ fn snap(name: &str, setup: &str) {
     let vm = sample_view_model();
     for (w, h) in SIZES {
         let mut app = App::new(Theme::dark());
-        // Draw once so cursor keys know the row counts, as in a real session.
-        render(&app, &vm, w, h);
-        keys(&mut app, setup);
-        let backend = render(&app, &vm, w, h);
+        // Like the driver: draw, then a key, then draw again (cursor keys use the last frame).
+        let mut backend = render(&app, &vm, w, h);
+        for c in setup.chars() {
+            app.handle_key(KeyEvent::new(KeyCode::Char(c), KeyModifiers::NONE));
+            backend = render(&app, &vm, w, h);
+        }
         insta::assert_snapshot!(format!("{name}_{w}x{h}"), backend);
     }
 }
@@ -188,4 +190,38 @@ fn heat_map_uses_shade_characters() {
     for shade in ["░", "▒", "▓", "█"] {
         assert!(text.contains(shade), "matrix lacks {shade}");
     }
+}
+
+#[test]
+fn every_sort_column_and_a_large_feed() {
+    // 64 processes × 64 QPs, the benchmark's shape: every tab and sort column draws without panic.
+    let mut vm = sample_view_model();
+    let base = vm.endpoints.clone();
+    vm.endpoints = (0..4096)
+        .map(|i| {
+            let mut e = base[i % base.len()].clone();
+            e.local_id = format!("0x{:x}", 0x1000 + i);
+            e.tx_bps *= 1.0 + (i % 17) as f64 / 10.0;
+            e
+        })
+        .collect();
+    let mut app = App::new(Theme::dark());
+    for tab in ["1", "2", "3", "4", "5", "d"] {
+        keys(&mut app, tab);
+        for _ in 0..20 {
+            keys(&mut app, "s");
+            render(&app, &vm, 200, 60);
+            keys(&mut app, "S");
+            render(&app, &vm, 80, 24);
+        }
+        keys(&mut app, "G");
+        render(&app, &vm, 80, 24);
+    }
+    keys(&mut app, "2G");
+    let b = render(&app, &vm, 80, 24);
+    let text: String = b.buffer().content().iter().map(|c| c.symbol()).collect();
+    assert!(
+        text.contains("(unattributed)"),
+        "the unattributed row is last"
+    );
 }
