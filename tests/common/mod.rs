@@ -52,7 +52,9 @@ pub fn require(program: &str) -> PathBuf {
             return p;
         }
     }
-    panic!("{program} is not installed: run the README's test command, which installs it (see scripts/test.sh)");
+    panic!(
+        "{program} is not installed: run the README's test command, which installs it (see scripts/test.sh)"
+    );
 }
 
 /// A fresh scratch directory under target/.
@@ -172,7 +174,11 @@ pub fn totals(p: &ProcessRecording) -> Totals {
 pub fn processes(trace: &Trace) -> Vec<ProcessRecording> {
     let rec = Recording::open(std::slice::from_ref(&trace.record))
         .unwrap_or_else(|e| panic!("reading the record: {e}"));
-    assert!(rec.problems.is_empty(), "record problems: {:?}", rec.problems);
+    assert!(
+        rec.problems.is_empty(),
+        "record problems: {:?}",
+        rec.problems
+    );
     rec.processes
 }
 
@@ -186,4 +192,53 @@ pub fn stdout_of(o: &Output) -> String {
 }
 pub fn stderr_of(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// Waits until some process listens on TCP `port` (read from /proc/net/tcp{,6}, so the check
+/// itself never connects), panicking after `limit`.
+pub fn wait_listening(port: u16, limit: Duration) {
+    let start = Instant::now();
+    let want = format!(":{port:04X} ");
+    loop {
+        for f in ["/proc/net/tcp", "/proc/net/tcp6"] {
+            let text = std::fs::read_to_string(f).unwrap_or_default();
+            // Columns: sl local_address rem_address st ...; st 0A = LISTEN.
+            if text.lines().skip(1).any(|l| {
+                let mut c = l.split_whitespace().skip(1);
+                let local = c.next().unwrap_or("");
+                let st = c.nth(1).unwrap_or("");
+                format!("{local} ").ends_with(&want) && st == "0A"
+            }) {
+                return;
+            }
+        }
+        assert!(
+            start.elapsed() < limit,
+            "nothing listens on port {port} after {limit:?}"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// The shape of a program's output: every run of digits (with '.' and ',' inside numbers)
+/// becomes '#' and runs of spaces one space, so runs that differ only in figures compare equal.
+pub fn output_shape(text: &str) -> Vec<String> {
+    text.lines()
+        .map(|l| {
+            let mut out = String::new();
+            let mut in_num = false;
+            for ch in l.chars() {
+                if ch.is_ascii_digit() || (in_num && (ch == '.' || ch == ',')) {
+                    if !in_num {
+                        out.push('#');
+                        in_num = true;
+                    }
+                } else {
+                    in_num = false;
+                    out.push(ch);
+                }
+            }
+            out.split_whitespace().collect::<Vec<_>>().join(" ")
+        })
+        .collect()
 }

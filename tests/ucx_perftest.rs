@@ -1,0 +1,320 @@
+//! Proves that the UCX layer traces a real UCP program exactly: ucx_perftest server and client on
+//! loopback, over the tcp, posix and sysv transports, for tag_bw, ucp_put_bw, ucp_get, stream_bw
+//! and ucp_am_bw, in aggregate, simple and full mode:
+//! - both sides exit 0 and print output of the same shape as an untraced run;
+//! - the operations and bytes sigmatop counts per operation kind (hence per direction) equal what
+//!   the benchmark moved: (iterations + warm-up) × size, plus the benchmark's own extra operations,
+//!   each derived below from ucx_perftest's source (UCX 1.13, src/tools/perf/lib/);
+//! - the traffic sits on the endpoint whose peer hash is the other process's own worker address;
+//! - in simple/full mode every counted operation has exactly one event on disk (full mode: every
+//!   progress call is counted, and the progress events on disk add up to the same completions).
+//!
+//! Warm-up: `ucx_perf_do_warmup` (libperf.c) runs rounds of 1, 2, 4, ... iterations while the
+//! total is below `-w` and 100 ms have not passed. With `-w 1` that is exactly one round of one
+//! iteration, whatever the timing, so every figure is (n + 1) × size, plus:
+//! - ucp_put_bw: `send_last_iter` (ucp_tests.cc) issues one more put per run (2 runs: +2);
+//! - every run ends in `flush()` = blocking `ucp_worker_flush`, and endpoint setup flushes once
+//!   more (`ucp_perf_test_setup_endpoints`): 3 worker flushes per side.
+//!
+//! No double counting: stream_bw's receiver calls the legacy `ucp_stream_recv_nb`, which calls
+//! `ucp_stream_recv_nbx` through libucp's PLT, i.e. through our hook as well; it is counted once.
+//! Stream receives count the posted size (see preload/src/ucx.rs); stream_bw uses 4096-byte
+//! messages, below every transport's 8 KiB segment, so each message arrives in one piece and each
+//! receive is filled exactly (larger messages arrive in pieces, and a receive posted for the rest
+//! of a message may complete with fewer bytes than it posted).
+mod common;
+
+use std::process::Command;
+use std::sync::atomic::{AtomicU16, Ordering};
+use std::time::Duration;
+
+use common::{Totals, Trace};
+use sigmatop::event::Op;
+use sigmatop::trace::reader::ProcessRecording;
+
+const LIMIT: Duration = Duration::from_secs(60);
+
+/// Ports for this file's server/client pairs, away from `common::port()`'s range and never reused
+/// within one test process (a reused listening port may sit in TIME_WAIT).
+fn fresh_port() -> u16 {
+    static N: AtomicU16 = AtomicU16::new(0);
+    60000 + (std::process::id() % 50) as u16 * 100 + N.fetch_add(1, Ordering::Relaxed) % 100
+}
+
+struct Side {
+    stdout: String,
+    stderr: String,
+    rec: Option<(ProcessRecording, Totals)>,
+}
+
+struct Pair {
+    server: Side,
+    client: Side,
+}
+
+/// Runs one ucx_perftest pair, traced in `mode` (None = untraced).
+fn run_pair(tls: &str, test: &str, n: u64, size: u64, mode: Option<&'static str>) -> Pair {
+    let bin = common::require("ucx_perftest");
+    let port = fresh_port();
+    let dir = common::scratch(&format!("ucx-{test}-{}", tls.replace(',', "_")));
+    let traces = mode.map(|m| {
+        (
+            Trace::new(m, &dir.join("server")),
+            Trace::new(m, &dir.join("client")),
+        )
+    });
+    let mut server = Command::new(&bin);
+    server.args(["-p", &port.to_string()]).env("UCX_TLS", tls);
+    let mut client = Command::new(&bin);
+    client
+        .args(["127.0.0.1", "-p", &port.to_string(), "-t", test])
+        .args(["-n", &n.to_string(), "-s", &size.to_string(), "-w", "1"])
+        .env("UCX_TLS", tls);
+    for c in [&mut server, &mut client] {
+        c.env("UCX_RNDV_THRESH", rndv_thresh(size));
+    }
+    if let Some((s, c)) = &traces {
+        s.apply(&mut server);
+        c.apply(&mut client);
+    }
+    let s = common::spawn(&mut server);
+    common::wait_listening(port, Duration::from_secs(20));
+    let c = common::spawn(&mut client);
+    let co = common::wait_timeout(c, LIMIT);
+    let so = common::wait_timeout(s, LIMIT);
+    let ctx = format!("{test} over {tls}, mode {mode:?}");
+    for (who, o) in [("server", &so), ("client", &co)] {
+        assert!(
+            o.status.success(),
+            "{ctx}: {who} failed: {:?}\nstdout:\n{}\nstderr:\n{}",
+            o.status,
+            common::stdout_of(o),
+            common::stderr_of(o)
+        );
+        assert!(
+            !common::stderr_of(o).contains("sigmatop"),
+            "{ctx}: {who} printed a sigmatop warning:\n{}",
+            common::stderr_of(o)
+        );
+    }
+    let read = |t: &Trace| {
+        let mut ps = common::processes(t);
+        assert_eq!(ps.len(), 1, "{ctx}: one traced process per side");
+        let p = ps.remove(0);
+        let tot = common::totals(&p);
+        assert!(!tot.cut, "{ctx}: the record ends cleanly");
+        (p, tot)
+    };
+    Pair {
+        server: Side {
+            stdout: common::stdout_of(&so),
+            stderr: common::stderr_of(&so),
+            rec: traces.as_ref().map(|(s, _)| read(s)),
+        },
+        client: Side {
+            stdout: common::stdout_of(&co),
+            stderr: common::stderr_of(&co),
+            rec: traces.as_ref().map(|(_, c)| read(c)),
+        },
+    }
+}
+
+/// Every op the record counted, except progress: (ops, bytes) by name.
+fn data_ops(t: &Totals) -> Vec<(String, (u64, u64))> {
+    t.by_op
+        .iter()
+        .filter(|(k, _)| k.as_str() != Op::UcxProgress.name())
+        .map(|(k, v)| (k.clone(), *v))
+        .collect()
+}
+
+fn check_side(
+    ctx: &str,
+    mode: &str,
+    side: &Side,
+    peer: &ProcessRecording,
+    expect: &[(Op, u64, u64)],
+) {
+    let (p, t) = side.rec.as_ref().expect("traced");
+    let mut want: Vec<(String, (u64, u64))> = expect
+        .iter()
+        .map(|(o, n, b)| (o.name().to_string(), (*n, *b)))
+        .collect();
+    want.sort();
+    let got = data_ops(t);
+    if std::env::var_os("DEBUG_SIGMATOP_TEST").is_some() {
+        eprintln!(
+            "{ctx}: {got:?} progress {:?} events {}",
+            t.by_op.get("progress"),
+            t.events_on_disk
+        );
+    }
+    assert_eq!(
+        got, want,
+        "{ctx}: counted operations\nendpoints: {:#?}\nstdout:\n{}\nstderr:\n{}",
+        t.endpoints, side.stdout, side.stderr
+    );
+    // Traffic on endpoints sits on the one endpoint whose peer is the other process.
+    let peer_hashes = &peer.identity.own_addr_hashes;
+    assert!(
+        !peer_hashes.is_empty(),
+        "{ctx}: the peer announced its address"
+    );
+    for ((ep, op), (n, _)) in &t.per_ep {
+        let def = t.endpoints.iter().find(|d| d.id == *ep);
+        let def = def.unwrap_or_else(|| panic!("{ctx}: {n} {op} on undefined endpoint {ep}"));
+        if def.kind == sigmatop::event::EndpointKind::UcpEp {
+            assert!(
+                peer_hashes.contains(&def.peer.addr_hash),
+                "{ctx}: {op} on {} whose peer {:#x} is not the other process {:x?}",
+                def.label,
+                def.peer.addr_hash,
+                peer_hashes
+            );
+        }
+    }
+    let progress = t.by_op.get(Op::UcxProgress.name()).copied();
+    let data_total: u64 = got.iter().map(|(_, (n, _))| n).sum();
+    let mut probs = Vec::new();
+    let events = p.read_all_events(&mut probs);
+    let prog_events: Vec<_> = events
+        .iter()
+        .filter(|e| e.op == Op::UcxProgress as u8)
+        .collect();
+    let data_events = events.len() - prog_events.len();
+    match mode {
+        "aggregate" => {
+            assert_eq!(events.len(), 0, "{ctx}: no events in aggregate mode");
+            assert_eq!(progress, None, "{ctx}: progress is not traced");
+        }
+        "simple" => {
+            assert_eq!(data_events as u64, data_total, "{ctx}: one event per op");
+            assert_eq!(progress, None, "{ctx}: progress is not traced");
+        }
+        _ => {
+            assert_eq!(data_events as u64, data_total, "{ctx}: one event per op");
+            let (pn, pb) = progress.unwrap_or_else(|| panic!("{ctx}: full mode counts progress"));
+            assert!(pn > 0 && pn >= prog_events.len() as u64);
+            let ev_bytes: u64 = prog_events.iter().map(|e| e.bytes).sum();
+            assert_eq!(
+                ev_bytes, pb,
+                "{ctx}: progress events carry every completion"
+            );
+            assert!(prog_events.iter().all(|e| e.bytes > 0));
+        }
+    }
+    assert_eq!(t.events_on_disk, events.len() as u64);
+}
+
+/// Pins the protocol: messages of 16 KiB and more go rendezvous, smaller ones eager, on every
+/// transport. It matters for ucp_am_bw, whose receiver calls `ucp_am_recv_data_nbx` (from its AM
+/// handler, inside `ucp_worker_progress`) only for rendezvous messages.
+fn rndv_thresh(size: u64) -> &'static str {
+    if size >= 16384 { "8192" } else { "inf" }
+}
+
+/// What each side of `test` does, per ucx_perftest's source (see the top of this file).
+fn expected(test: &str, n: u64, s: u64) -> (Vec<(Op, u64, u64)>, Vec<(Op, u64, u64)>) {
+    let it = n + 1; // + the one warm-up iteration
+    let flush = (Op::UcxWorkerFlush, 3, 0);
+    match test {
+        "tag_bw" => (
+            vec![(Op::UcxTagRecv, it, it * s), flush],
+            vec![(Op::UcxTagSend, it, it * s), flush],
+        ),
+        "ucp_put_bw" => (vec![flush], vec![(Op::UcxPut, it + 2, (it + 2) * s), flush]),
+        "ucp_get" => (vec![flush], vec![(Op::UcxGet, it, it * s), flush]),
+        "stream_bw" => (
+            vec![(Op::UcxStreamRecv, it, it * s), flush],
+            vec![(Op::UcxStreamSend, it, it * s), flush],
+        ),
+        "ucp_am_bw" if rndv_thresh(s) == "inf" => {
+            (vec![flush], vec![(Op::UcxAmSend, it, it * s), flush])
+        }
+        "ucp_am_bw" => (
+            vec![(Op::UcxAmRecvData, it, it * s), flush],
+            vec![(Op::UcxAmSend, it, it * s), flush],
+        ),
+        _ => unreachable!(),
+    }
+}
+
+fn run_transport(tls: &str, cases: &[(&str, u64, u64)]) {
+    for &(test, n, size) in cases {
+        let base = run_pair(tls, test, n, size, None);
+        for mode in ["aggregate", "simple", "full"] {
+            let ctx = format!("{test} -n {n} -s {size} over UCX_TLS={tls}, {mode} mode");
+            let pair = run_pair(tls, test, n, size, Some(mode));
+            for (who, a, b) in [
+                ("server", &base.server, &pair.server),
+                ("client", &base.client, &pair.client),
+            ] {
+                assert_eq!(
+                    common::output_shape(&a.stdout),
+                    common::output_shape(&b.stdout),
+                    "{ctx}: {who} output differs in shape from the untraced run"
+                );
+            }
+            let (srv_want, cli_want) = expected(test, n, size);
+            let srv = &pair.server.rec.as_ref().expect("traced").0;
+            let cli = &pair.client.rec.as_ref().expect("traced").0;
+            check_side(
+                &format!("{ctx}, server"),
+                mode,
+                &pair.server,
+                cli,
+                &srv_want,
+            );
+            check_side(
+                &format!("{ctx}, client"),
+                mode,
+                &pair.client,
+                srv,
+                &cli_want,
+            );
+        }
+    }
+}
+
+#[test]
+fn perftest_tcp() {
+    run_transport(
+        "tcp",
+        &[
+            ("tag_bw", 2000, 4096),
+            ("ucp_put_bw", 2000, 65536),
+            ("ucp_get", 200, 4096),
+            ("stream_bw", 1000, 4096),
+            ("ucp_am_bw", 1000, 4096),
+            ("ucp_am_bw", 500, 65536),
+        ],
+    );
+}
+
+#[test]
+fn perftest_posix() {
+    run_transport(
+        "posix,self",
+        &[
+            ("tag_bw", 2000, 65536),
+            ("ucp_put_bw", 2000, 4096),
+            ("ucp_get", 1000, 65536),
+            ("stream_bw", 1000, 4096),
+            ("ucp_am_bw", 1000, 65536),
+        ],
+    );
+}
+
+#[test]
+fn perftest_sysv() {
+    run_transport(
+        "sysv,self",
+        &[
+            ("tag_bw", 1000, 4096),
+            ("ucp_put_bw", 1000, 65536),
+            ("ucp_get", 1000, 4096),
+            ("stream_bw", 1000, 4096),
+            ("ucp_am_bw", 1000, 4096),
+        ],
+    );
+}
