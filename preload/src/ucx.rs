@@ -226,6 +226,15 @@ fn finish(
 
 /// Resolves the real function `$slot` as type `$ty`, or returns `$fail` from the hook.
 macro_rules! real {
+    ($slot:ident, $ty:ty) => {{
+        let p = $slot.get();
+        if p.is_null() {
+            return;
+        }
+        // SAFETY: `p` is libucp's definition of the symbol named in `$slot`, whose C signature is
+        // `$ty` (ucp.h of UCX 1.13).
+        unsafe { core::mem::transmute::<*mut c_void, $ty>(p) }
+    }};
     ($slot:ident, $ty:ty, $fail:expr) => {{
         let p = $slot.get();
         if p.is_null() {
@@ -675,6 +684,7 @@ type TagSendNb = unsafe extern "C" fn(Ptr, *const c_void, usize, u64, u64, Ptr) 
 type TagSendNbr = unsafe extern "C" fn(Ptr, *const c_void, usize, u64, u64, Ptr) -> Status;
 
 #[inline(always)]
+#[allow(clippy::too_many_arguments)] // the C signature's six arguments plus the slot and op
 unsafe fn tag_send_nb_common(
     slot: &'static RealFn,
     op: Op,
@@ -1503,7 +1513,7 @@ type EpDestroy = unsafe extern "C" fn(Ptr);
 /// C ABI entry point with the contract of the real function.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn ucp_ep_destroy(ep: Ptr) {
-    let real = real!(EP_DESTROY, EpDestroy, ());
+    let real = real!(EP_DESTROY, EpDestroy);
     // SAFETY (real calls): the program's argument, unchanged.
     let Some(ts) = crate::trace_enter(Layer::Ucx) else {
         return unsafe { real(ep) };
