@@ -21,7 +21,7 @@ use sigmatop::trace::reader::ProcessRecording;
 
 const PROV: &str = "tcp;ofi_rxm";
 
-fn build() -> PathBuf {
+fn build(defines: &[&str]) -> PathBuf {
     let gcc = require("gcc");
     let dir = scratch("ofi-rma-build");
     let src = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/programs/fi_rma.c");
@@ -29,8 +29,9 @@ fn build() -> PathBuf {
     let out = Command::new(gcc)
         .args(["-O1", "-Wall", "-o"])
         .arg(&exe)
+        .args(defines)
         .arg(&src)
-        .arg("-lfabric")
+        .args(["-lfabric", "-ldl"])
         .output()
         .expect("run gcc");
     assert!(
@@ -108,15 +109,25 @@ fn without_base(out: &str) -> String {
 
 #[test]
 fn rma_traced_exactly() {
-    let exe = build();
-    let (plain, _) = run(&exe, None);
+    check(&build(&[]), &["aggregate", "simple", "full"]);
+}
+
+/// The same program resolving fi_getinfo / fi_fabric with dlopen(RTLD_LOCAL) + dlsym: sigmatop's
+/// dlsym hands out its hooks, so the traffic is counted all the same.
+#[test]
+fn rma_through_dlsym() {
+    check(&build(&["-DFI_RMA_DLSYM"]), &["simple"]);
+}
+
+fn check(exe: &PathBuf, modes: &[&'static str]) {
+    let (plain, _) = run(exe, None);
     let plain_out = stdout_of(&plain);
     let (_, plain_ops) = parse(&plain_out);
     assert!(plain_out.contains("verify ok"), "{plain_out}");
-    for mode in ["aggregate", "simple", "full"] {
+    for &mode in modes {
         let dir = scratch(&format!("ofi-rma-{mode}"));
         let trace = Trace::new(mode, &dir);
-        let (out, pid) = run(&exe, Some(&trace));
+        let (out, pid) = run(exe, Some(&trace));
         let text = stdout_of(&out);
         assert_eq!(
             without_base(&text),

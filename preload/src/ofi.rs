@@ -493,7 +493,7 @@ struct AvState {
     ops: Wrapped<FiOpsAv>,
     info: AddrInfo,
     /// fi_addr of the next insert when the program passes no fi_addr array (FI_AV_TABLE).
-    next_index: u64,
+    next_index: AtomicU64,
 }
 
 /// AV bookkeeping (control path): which endpoints are bound to which AV and what was inserted,
@@ -1633,7 +1633,7 @@ unsafe fn wrap_av(av: *mut FidAv, dom: &AddrInfo) {
         fid_ops: zeroed_wrapped(),
         ops: zeroed_wrapped(),
         info: dom.clone(),
-        next_index: 0,
+        next_index: AtomicU64::new(0),
     }) else {
         return;
     };
@@ -1753,13 +1753,12 @@ unsafe extern "C" fn av_insert(
             // SAFETY: st is live; fi_addr is NULL or the program's array of `count` entries,
             // filled by the provider (FI_ADDR_NOTAVAIL where an insert failed).
             unsafe {
-                let st = &mut *st;
+                let first = (*st).next_index.fetch_add(count as u64, Ordering::Relaxed);
                 let addrs: Vec<u64> = if fi_addr.is_null() {
-                    (st.next_index..st.next_index + count as u64).collect()
+                    (first..first + count as u64).collect()
                 } else {
                     core::slice::from_raw_parts(fi_addr, count).to_vec()
                 };
-                st.next_index += count as u64;
                 note_inserted(av, &addrs);
             }
         });
@@ -1792,13 +1791,8 @@ unsafe extern "C" fn av_insertsvc(
         crate::guarded((), || {
             // SAFETY: st is live; fi_addr is NULL or the program's one entry.
             unsafe {
-                let st = &mut *st;
-                let a = if fi_addr.is_null() {
-                    st.next_index
-                } else {
-                    *fi_addr
-                };
-                st.next_index += 1;
+                let first = (*st).next_index.fetch_add(1, Ordering::Relaxed);
+                let a = if fi_addr.is_null() { first } else { *fi_addr };
                 note_inserted(av, &[a]);
             }
         });

@@ -15,6 +15,8 @@
  * and "base <addr>" (the remote address the offsets are relative to: the buffer's virtual
  * address with FI_MR_VIRT_ADDR, else 0) and a final "verify ok" when the data read back matches
  * what was written. Usage: fi_rma [provider [NW WSIZE NR RSIZE NS SSIZE NT]].
+ * Built with -DFI_RMA_DLSYM it resolves fi_getinfo and fi_fabric with dlopen + dlsym (local
+ * scope), the way some runtimes load libfabric.
  */
 #include <inttypes.h>
 #include <stdio.h>
@@ -39,6 +41,38 @@
 			exit(1);                                               \
 		}                                                              \
 	} while (0)
+
+#ifdef FI_RMA_DLSYM
+#include <dlfcn.h>
+typedef int (*getinfo_fn)(uint32_t, const char *, const char *, uint64_t,
+			  const struct fi_info *, struct fi_info **);
+typedef int (*fabric_fn)(struct fi_fabric_attr *, struct fid_fabric **, void *);
+static getinfo_fn p_getinfo;
+static fabric_fn p_fabric;
+#define GETINFO p_getinfo
+#define FABRIC p_fabric
+static void resolve(void)
+{
+	void *h = dlopen("libfabric.so.1", RTLD_NOW | RTLD_LOCAL);
+
+	if (!h) {
+		fprintf(stderr, "dlopen: %s\n", dlerror());
+		exit(1);
+	}
+	p_getinfo = (getinfo_fn)dlsym(h, "fi_getinfo");
+	p_fabric = (fabric_fn)dlsym(h, "fi_fabric");
+	if (!p_getinfo || !p_fabric) {
+		fprintf(stderr, "dlsym: %s\n", dlerror());
+		exit(1);
+	}
+}
+#else
+#define GETINFO fi_getinfo
+#define FABRIC fi_fabric
+static void resolve(void)
+{
+}
+#endif
 
 #define REGION (1 << 20)
 
@@ -148,10 +182,11 @@ int main(int argc, char **argv)
 	hints->domain_attr->mr_mode = FI_MR_LOCAL | FI_MR_VIRT_ADDR |
 				      FI_MR_ALLOCATED | FI_MR_PROV_KEY;
 	hints->fabric_attr->prov_name = strdup(prov);
-	CHECK(fi_getinfo(FI_VERSION(1, 17), NULL, NULL, 0, hints, &info));
+	resolve();
+	CHECK(GETINFO(FI_VERSION(1, 17), NULL, NULL, 0, hints, &info));
 	mr_mode = info->domain_attr->mr_mode;
 
-	CHECK(fi_fabric(info->fabric_attr, &fabric, NULL));
+	CHECK(FABRIC(info->fabric_attr, &fabric, NULL));
 	CHECK(fi_domain(fabric, info, &domain, NULL));
 	open_ep(info, &cq_a, &av_a, &ep_a);
 	open_ep(info, &cq_b, &av_b, &ep_b);
