@@ -129,6 +129,16 @@ impl DoorbellWord {
     }
 }
 
+/// `MLX5_SND_DBR` (rdma-core `mlx5dv.h`): the send counter is `dbrec[1]`, byte +4 of the DBR.
+pub const DBR_SEND_OFFSET: usize = 4;
+
+/// The send producer index in a doorbell record (8 bytes: `dbrec[MLX5_RCV_DBR]`,
+/// `dbrec[MLX5_SND_DBR]`): `be32(dbr[4..8]) & 0xffff`, the next free WQEBB (rdma-core
+/// `post_send_db`, NVSHMEM `ibgda_update_dbr`). What [`SqTracker::resync`] wants after an overrun.
+pub fn dbr_send_pi(dbr: &[u8]) -> Option<u16> {
+    super::be::u32(dbr, DBR_SEND_OFFSET).map(|v| (v & 0xffff) as u16)
+}
+
 /// A range of newly posted WQEBBs in 16-bit producer-index space, `[start, end)`, with wrap.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct WqeRange {
@@ -363,6 +373,14 @@ mod tests {
         let mut bf = [0xeeu8; 64];
         bf[..8].copy_from_slice(&v);
         assert_eq!(DoorbellWord::decode(&bf).unwrap().idx, 7);
+    }
+
+    #[test]
+    fn dbr_send_counter() {
+        // htobe32(cur_post & 0xffff) at +4; the receive counter at +0 is ignored.
+        let dbr = [0, 0, 0, 9, 0x00, 0x00, 0x12, 0x34];
+        assert_eq!(dbr_send_pi(&dbr), Some(0x1234));
+        assert_eq!(dbr_send_pi(&dbr[..7]), None);
     }
 
     #[test]
