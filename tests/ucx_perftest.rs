@@ -214,7 +214,10 @@ fn rndv_thresh(size: u64) -> &'static str {
 }
 
 /// What each side of `test` does, per ucx_perftest's source (see the top of this file).
-fn expected(test: &str, n: u64, s: u64) -> (Vec<(Op, u64, u64)>, Vec<(Op, u64, u64)>) {
+/// (op, calls, bytes) expected on one side.
+type Expect = Vec<(Op, u64, u64)>;
+
+fn expected(test: &str, n: u64, s: u64) -> (Expect, Expect) {
     let it = n + 1; // + the one warm-up iteration
     let flush = (Op::UcxWorkerFlush, 3, 0);
     match test {

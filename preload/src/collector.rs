@@ -166,11 +166,10 @@ struct Collector {
 
 impl Collector {
     fn record(&mut self, rec: &ProcessRecord) {
-        if let Some(w) = self.writer.as_mut() {
-            if let Err(e) = w.write_record(rec) {
+        if let Some(w) = self.writer.as_mut()
+            && let Err(e) = w.write_record(rec) {
                 self.record_failed(e);
             }
-        }
     }
 
     fn record_failed(&mut self, e: std::io::Error) {
@@ -226,7 +225,7 @@ impl Collector {
                 self.events_total += n as u64;
                 for e in &self.scratch {
                     self.live_counter += 1;
-                    if self.live_counter % sample == 0 {
+                    if self.live_counter.is_multiple_of(sample) {
                         if self.live_events.len() < LIVE_EVENTS_PER_INTERVAL {
                             self.live_events.push(Event::from_raw(e, ts.tid));
                         } else {
@@ -277,14 +276,13 @@ impl Collector {
         self.totals.retired_ring_full += ts.ring_full.load(Ordering::Relaxed);
         self.totals.retired_overflow += ts.endpoint_overflow.load(Ordering::Relaxed);
         self.write_events(ts.tid);
-        if let Some(buf) = self.bufs.remove(&ts.tid) {
-            if buf.started {
+        if let Some(buf) = self.bufs.remove(&ts.tid)
+            && buf.started {
                 self.record(&ProcessRecord::ThreadEnd {
                     tid: ts.tid,
                     events: buf.written,
                 });
             }
-        }
         ts.retired.store(true, Ordering::Release);
         ts.release_memory();
     }

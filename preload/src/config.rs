@@ -72,11 +72,10 @@ pub fn paths() -> &'static Paths {
 /// Queues a warning; printed once the process starts tracing (so processes that never touch RDMA
 /// stay silent).
 pub fn warn(msg: String) {
-    if let Ok(mut w) = WARNINGS.lock() {
-        if !w.contains(&msg) {
+    if let Ok(mut w) = WARNINGS.lock()
+        && !w.contains(&msg) {
             w.push(msg);
         }
-    }
 }
 
 /// Prints and clears queued warnings.

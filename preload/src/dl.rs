@@ -158,7 +158,10 @@ pub fn init() {
 }
 
 /// Calls the real dlsym.
-pub fn real_dlsym(handle: *mut c_void, name: *const c_char) -> *mut c_void {
+///
+/// # Safety
+/// `name` must be a NUL-terminated string; `handle` as for dlsym(3).
+pub unsafe fn real_dlsym(handle: *mut c_void, name: *const c_char) -> *mut c_void {
     let mut p = REAL_DLSYM.load(Ordering::Acquire);
     if p.is_null() {
         init();
@@ -172,7 +175,10 @@ pub fn real_dlsym(handle: *mut c_void, name: *const c_char) -> *mut c_void {
 }
 
 /// Calls the real dlvsym.
-pub fn real_dlvsym(handle: *mut c_void, name: *const c_char, ver: *const c_char) -> *mut c_void {
+///
+/// # Safety
+/// `name` and `ver` must be NUL-terminated strings; `handle` as for dlvsym(3).
+pub unsafe fn real_dlvsym(handle: *mut c_void, name: *const c_char, ver: *const c_char) -> *mut c_void {
     let mut p = REAL_DLVSYM.load(Ordering::Acquire);
     if p.is_null() {
         init();
@@ -188,7 +194,8 @@ pub fn real_dlvsym(handle: *mut c_void, name: *const c_char, ver: *const c_char)
 /// Finds the next definition of `name` after this library: RTLD_NEXT first, then each loaded
 /// library named in `sonames` (RTLD_NOLOAD: never loads anything).
 pub fn next_symbol(name: &CStr, sonames: &[&CStr]) -> *mut c_void {
-    let p = real_dlsym(libc::RTLD_NEXT, name.as_ptr());
+    // SAFETY: name is a CStr.
+    let p = unsafe { real_dlsym(libc::RTLD_NEXT, name.as_ptr()) };
     if !p.is_null() {
         return p;
     }
@@ -196,7 +203,8 @@ pub fn next_symbol(name: &CStr, sonames: &[&CStr]) -> *mut c_void {
         // SAFETY: RTLD_NOLOAD only returns a handle to an already-loaded object.
         let h = unsafe { libc::dlopen(so.as_ptr(), libc::RTLD_LAZY | libc::RTLD_NOLOAD) };
         if !h.is_null() {
-            let p = real_dlsym(h, name.as_ptr());
+            // SAFETY: h is a live handle, name a CStr.
+            let p = unsafe { real_dlsym(h, name.as_ptr()) };
             // SAFETY: balances the reference taken by dlopen above.
             unsafe { libc::dlclose(h) };
             if !p.is_null() {
@@ -292,7 +300,7 @@ fn redirect(name: *const c_char, found: *mut c_void) -> *mut c_void {
     match lookup_hook(n) {
         Some(h) => {
             // A lookup of our own export (RTLD_DEFAULT finds the preload first) is not the real one.
-            if found as *const c_void != h.hook {
+            if !std::ptr::eq(found, h.hook) {
                 h.real.set_if_unset(found);
             }
             h.hook as *mut c_void
@@ -346,7 +354,8 @@ pub unsafe extern "C" fn dlvsym(
 }
 
 extern "C" fn dlsym_impl(handle: *mut c_void, name: *const c_char) -> *mut c_void {
-    let found = real_dlsym(handle, name);
+    // SAFETY: the program's dlsym arguments, passed on unchanged.
+    let found = unsafe { real_dlsym(handle, name) };
     crate::guarded(found, || redirect(name, found))
 }
 
@@ -355,7 +364,8 @@ extern "C" fn dlvsym_impl(
     name: *const c_char,
     version: *const c_char,
 ) -> *mut c_void {
-    let found = real_dlvsym(handle, name, version);
+    // SAFETY: the program's dlvsym arguments, passed on unchanged.
+    let found = unsafe { real_dlvsym(handle, name, version) };
     crate::guarded(found, || redirect(name, found))
 }
 
@@ -368,7 +378,8 @@ mod tests {
         init();
         assert!(!REAL_DLSYM.load(Ordering::Acquire).is_null());
         assert!(!REAL_DLVSYM.load(Ordering::Acquire).is_null());
-        let p = real_dlsym(libc::RTLD_DEFAULT, c"getpid".as_ptr());
+        // SAFETY: a C string literal.
+        let p = unsafe { real_dlsym(libc::RTLD_DEFAULT, c"getpid".as_ptr()) };
         assert!(!p.is_null());
     }
 }

@@ -3,6 +3,7 @@
 //! without locks or syscalls, and leaves I/O to one collector thread. It never changes what the
 //! program's calls return: every entry point catches panics and falls through to the real function.
 
+pub mod bench;
 pub mod clock;
 pub mod collector;
 pub mod config;

@@ -2,7 +2,6 @@
 //! single-consumer event ring (simple/full). One thread-local access per intercepted call, no lock,
 //! no syscall; memory comes from mmap once per thread (and once per 16 new endpoints it touches).
 
-use core::cell::Cell;
 use core::ptr::null_mut;
 use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, Ordering};
 
@@ -59,10 +58,74 @@ unsafe impl Send for ThreadState {}
 /// only the collector unlinks.
 pub static THREADS: AtomicPtr<ThreadState> = AtomicPtr::new(null_mut());
 
-const DEAD: *mut ThreadState = 1 as *mut ThreadState;
+const DEAD: *mut ThreadState = std::ptr::dangling_mut::<ThreadState>();
 
-thread_local! {
-    static CURRENT: Cell<*mut ThreadState> = const { Cell::new(null_mut()) };
+// The calling thread's state pointer lives in one 8-byte slot of static TLS, read with the
+// initial-exec model (`mov %fs:off`): the preload is loaded at start-up, so its TLS block is static,
+// and this avoids the `__tls_get_addr` call that Rust's default model for a shared library costs on
+// every hook (reference/hardware-and-hooks.md §9).
+#[cfg(target_arch = "x86_64")]
+core::arch::global_asm!(
+    ".pushsection .tbss,\"awT\",@nobits",
+    ".p2align 3",
+    ".globl sigmatop_tls_current",
+    ".hidden sigmatop_tls_current",
+    ".type sigmatop_tls_current, @object",
+    ".size sigmatop_tls_current, 8",
+    "sigmatop_tls_current:",
+    ".zero 8",
+    ".popsection",
+);
+
+#[cfg(target_arch = "x86_64")]
+mod tls {
+    use super::ThreadState;
+
+    #[inline(always)]
+    pub fn get() -> *mut ThreadState {
+        let v: *mut ThreadState;
+        // SAFETY: reads this thread's own static-TLS slot through its GOT offset.
+        unsafe {
+            core::arch::asm!(
+                "mov {t}, qword ptr [rip + sigmatop_tls_current@GOTTPOFF]",
+                "mov {v}, qword ptr fs:[{t}]",
+                t = out(reg) _,
+                v = out(reg) v,
+                options(nostack, readonly, preserves_flags),
+            );
+        }
+        v
+    }
+
+    #[inline(always)]
+    pub fn set(p: *mut ThreadState) {
+        // SAFETY: writes this thread's own static-TLS slot.
+        unsafe {
+            core::arch::asm!(
+                "mov {t}, qword ptr [rip + sigmatop_tls_current@GOTTPOFF]",
+                "mov qword ptr fs:[{t}], {v}",
+                t = out(reg) _,
+                v = in(reg) p,
+                options(nostack, preserves_flags),
+            );
+        }
+    }
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+mod tls {
+    use super::ThreadState;
+    thread_local! {
+        static CURRENT: Cell<*mut ThreadState> = const { Cell::new(core::ptr::null_mut()) };
+    }
+    #[inline(always)]
+    pub fn get() -> *mut ThreadState {
+        CURRENT.try_with(|c| c.get()).unwrap_or(super::DEAD)
+    }
+    #[inline(always)]
+    pub fn set(p: *mut ThreadState) {
+        let _ = CURRENT.try_with(|c| c.set(p));
+    }
 }
 
 static EXIT_KEY: AtomicU32 = AtomicU32::new(u32::MAX);
@@ -93,7 +156,7 @@ unsafe extern "C" fn on_thread_exit(p: *mut libc::c_void) {
         unsafe { (*ts).exited.store(true, Ordering::Release) };
     }
     // Hooks reached from later destructors on this thread pass through untraced.
-    let _ = CURRENT.try_with(|c| c.set(DEAD));
+    tls::set(DEAD);
 }
 
 /// Creates the key whose destructor tells the collector a thread ended. Constructor only.
@@ -153,23 +216,16 @@ fn register() -> *mut ThreadState {
 /// whose registration failed.
 #[inline(always)]
 pub fn current() -> Option<&'static ThreadState> {
-    let p = CURRENT.try_with(|c| {
-        let p = c.get();
-        if p.is_null() {
-            let n = register();
-            c.set(n);
-            n
-        } else {
-            p
-        }
-    });
-    match p {
-        Ok(p) if p != DEAD => {
-            // SAFETY: registered ThreadStates are never unmapped while their thread can reach them.
-            Some(unsafe { &*p })
-        }
-        _ => None,
+    let mut p = tls::get();
+    if p.is_null() {
+        p = register();
+        tls::set(p);
     }
+    if p == DEAD {
+        return None;
+    }
+    // SAFETY: registered ThreadStates are never unmapped.
+    Some(unsafe { &*p })
 }
 
 /// Entered hook: the thread's state, or None when this call must pass through untraced.
@@ -185,13 +241,9 @@ pub fn enter() -> Option<&'static ThreadState> {
 
 /// True while the calling thread runs inside a sigmatop hook.
 pub fn inside() -> bool {
-    CURRENT
-        .try_with(|c| {
-            let p = c.get();
-            // SAFETY: see current().
-            !p.is_null() && p != DEAD && unsafe { (*p).depth.load(Ordering::Relaxed) } != 0
-        })
-        .unwrap_or(true)
+    let p = tls::get();
+    // SAFETY: see current().
+    !p.is_null() && p != DEAD && unsafe { (*p).depth.load(Ordering::Relaxed) } != 0
 }
 
 impl ThreadState {
@@ -281,6 +333,13 @@ impl ThreadState {
                 aux,
             });
         }
+    }
+
+    /// Events pushed and not yet drained.
+    pub fn pending(&self) -> u64 {
+        self.head
+            .load(Ordering::Relaxed)
+            .wrapping_sub(self.tail.load(Ordering::Acquire))
     }
 
     /// Collector side: moves every available event into `out`. Returns how many.
