@@ -12,3 +12,5 @@ pub mod agg;
 pub mod cli;
 #[cfg(feature = "cli")]
 pub mod live;
+#[cfg(feature = "cli")]
+pub mod view;

@@ -1,0 +1,1031 @@
+//! From the aggregation `Model` to the dashboard's `ViewModel`: a pure function of the model, the
+//! time window and the history position. Live, replay and demo all go through `build_view`.
+//!
+//! Rates come from differences of cumulative snapshots:
+//! - "now": the last two snapshots of each process at or before the view time;
+//! - window (1 s / 10 s / 60 s / all): the snapshot at or before `t - window` (or zero at the
+//!   process start when it started inside the window) to the snapshot at or before `t`;
+//! - totals: the snapshot at or before `t` itself (cumulative since the process started).
+//!
+//! History positions follow the reference timeline: the snapshot times of the process with the
+//! longest kept history. `ViewOptions::at` is a time (ns, CLOCK_REALTIME) on that timeline, or
+//! None for the newest data.
+//!
+//! GPU-initiated doorbells (op `doorbell` of the mlx5 layer) are read from the sampled events with
+//! this layout: a `doorbell` event carries the producer index in `aux`; the WQE events that follow
+//! it on the same endpoint (`RDMA_WRITE`, `RDMA_READ`, `ATOMIC`, `SEND`, `OTHER` of the mlx5 layer)
+//! carry their bytes, remote address in `addr` and rkey in `aux`. Without such events the doorbell
+//! view stays empty.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use sigmatop_tui::{
+    DoorbellModel, DoorbellRecord, DoorbellSeries, EndpointRow, GpuRow, Header, Matrices, Matrix,
+    NodeRow, Peer, Percentiles, ProcessRow, RankRow, StatusCounters, ViewModel, Window,
+};
+
+use crate::agg::{Model, OpTable, ProcKey, ProcessState};
+use crate::event::{
+    Dir, DropCounters, EndpointKind, Event, Layer, Op, Snapshot, UNATTRIBUTED_EP, layer_names,
+};
+
+/// Samples shown in the bandwidth sparkline and the doorbell rate history.
+pub const SPARK_SAMPLES: usize = 120;
+/// Latest decoded doorbells kept in the view.
+pub const DOORBELL_RECORDS: usize = 200;
+/// A process whose newest snapshot is older than this (relative to the view time) has a "now"
+/// rate of zero (it exited or stopped reporting).
+const STALE_NS: u64 = 2_000_000_000;
+
+/// How the header clock is written.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum ClockStyle {
+    /// Local wall time "12:04:18" (live).
+    #[default]
+    Wall,
+    /// Seconds since the earliest process start, "t+12.004s" (replay).
+    SinceStart,
+}
+
+/// What to show: the window, the history position and labels.
+#[derive(Clone, Debug, Default)]
+pub struct ViewOptions {
+    pub window: Window,
+    /// View time (ns, CLOCK_REALTIME); None = the newest data.
+    pub at: Option<u64>,
+    /// "live", "replay out/", "demo".
+    pub source: String,
+    pub clock: ClockStyle,
+}
+
+/// The process whose kept history is the longest: its snapshot times are the history positions.
+pub fn reference(model: &Model) -> Option<&ProcessState> {
+    model
+        .processes
+        .values()
+        .max_by_key(|p| (p.history.len(), std::cmp::Reverse(p.identity.start_ns)))
+}
+
+/// Index of the last snapshot at or before `t`.
+fn idx_at(hist: &std::collections::VecDeque<Snapshot>, t: u64) -> Option<usize> {
+    hist.partition_point(|s| s.at_ns <= t).checked_sub(1)
+}
+
+/// The view time for `at`.
+pub fn view_time(model: &Model, at: Option<u64>) -> u64 {
+    at.unwrap_or_else(|| model.latest_ns())
+}
+
+/// Moves `at` by `d` samples on the reference timeline. Returns None when the step lands on the
+/// newest sample (back to live).
+pub fn step(model: &Model, at: Option<u64>, d: i32) -> Option<u64> {
+    let r = reference(model)?;
+    let len = r.history.len();
+    if len == 0 {
+        return None;
+    }
+    let pos = match at {
+        None => len - 1,
+        Some(t) => idx_at(&r.history, t).unwrap_or(0),
+    };
+    let new = (pos as i64 + d as i64).clamp(0, len as i64 - 1) as usize;
+    if new + 1 == len {
+        None
+    } else {
+        Some(r.history[new].at_ns)
+    }
+}
+
+/// (tx bytes, rx bytes, data ops) of a cumulative op table.
+#[derive(Clone, Copy, Debug, Default)]
+struct Sums {
+    tx: u64,
+    rx: u64,
+    ops: u64,
+    doorbells: u64,
+}
+
+impl Sums {
+    fn of(ops: &OpTable) -> Sums {
+        let mut s = Sums::default();
+        for (op, (n, b)) in ops {
+            s.add(*op, *n, *b);
+        }
+        s
+    }
+    fn add(&mut self, op: u8, n: u64, b: u64) {
+        match Op::from_u8(op) {
+            Some(Op::GpuDoorbell) => self.doorbells += n,
+            Some(o) => match o.dir() {
+                Dir::Tx => {
+                    self.tx += b;
+                    self.ops += n;
+                }
+                Dir::Rx => {
+                    self.rx += b;
+                    self.ops += n;
+                }
+                Dir::None => {}
+            },
+            None => {}
+        }
+    }
+}
+
+fn snapshot_sums(s: &Snapshot) -> Sums {
+    let mut out = Sums::default();
+    for c in &s.counts {
+        out.add(c.op, c.ops, c.bytes);
+    }
+    out
+}
+
+fn per_s(bytes: u64, dt_ns: u64) -> f64 {
+    if dt_ns == 0 {
+        0.0
+    } else {
+        bytes as f64 * 1e9 / dt_ns as f64
+    }
+}
+
+/// Where one process stands at the view time.
+struct ProcAt<'a> {
+    key: &'a ProcKey,
+    p: &'a ProcessState,
+    /// Cumulative per endpoint at the view time.
+    total: BTreeMap<u32, OpTable>,
+    /// Per endpoint over the window, and the window's length.
+    window: BTreeMap<u32, OpTable>,
+    window_ns: u64,
+    /// Per endpoint between the last two snapshots, and their distance (0: no "now" rate).
+    now: BTreeMap<u32, OpTable>,
+    now_ns: u64,
+    drops: DropCounters,
+}
+
+fn proc_at<'a>(key: &'a ProcKey, p: &'a ProcessState, t: u64, window: Window) -> ProcAt<'a> {
+    let mut out = ProcAt {
+        key,
+        p,
+        total: BTreeMap::new(),
+        window: BTreeMap::new(),
+        window_ns: 0,
+        now: BTreeMap::new(),
+        now_ns: 0,
+        drops: DropCounters::default(),
+    };
+    let Some(i1) = idx_at(&p.history, t) else {
+        return out;
+    };
+    let s1 = &p.history[i1];
+    out.drops = s1.drops;
+    out.total = Model::diff(s1, None);
+    let prev = i1.checked_sub(1).map(|i| &p.history[i]);
+    let stale = t.saturating_sub(s1.at_ns) > STALE_NS;
+    if let Some(s0) = prev
+        && !stale
+        && s1.at_ns > s0.at_ns
+    {
+        out.now = Model::diff(s1, Some(s0));
+        out.now_ns = s1.at_ns - s0.at_ns;
+    }
+    let end_ns = if stale { t } else { s1.at_ns };
+    let start = p.identity.start_ns;
+    let from = window
+        .seconds()
+        .map(|s| t.saturating_sub(s * 1_000_000_000));
+    // The baseline: zero at the process start when it started inside the window, else the
+    // snapshot at or before the window's start (the oldest kept one when none is that old).
+    let zero_base = start > 0 && start < s1.at_ns && from.is_none_or(|f| f <= start);
+    if zero_base {
+        out.window = out.total.clone();
+        out.window_ns = end_ns.saturating_sub(start);
+    } else {
+        let j = from.and_then(|f| idx_at(&p.history, f)).unwrap_or(0);
+        let base = &p.history[j.min(i1)];
+        if base.at_ns < end_ns {
+            out.window = Model::diff(s1, Some(base));
+            out.window_ns = end_ns - base.at_ns;
+        }
+    }
+    out
+}
+
+fn op_name(op: u8) -> String {
+    Op::from_u8(op)
+        .map(|o| o.name().to_string())
+        .unwrap_or_else(|| format!("op{op}"))
+}
+
+fn local_id(p: &ProcessState, ep: u32) -> String {
+    if ep == UNATTRIBUTED_EP {
+        return "(unattributed)".into();
+    }
+    match p.endpoints.get(&ep) {
+        Some(d) => match d.qpn {
+            Some(q) => format!("0x{q:x}"),
+            None if !d.label.is_empty() => d.label.clone(),
+            None => format!("ep#{ep}"),
+        },
+        None => format!("ep#{ep}"),
+    }
+}
+
+/// Builds the whole view model. Pure: the same model and options give the same view.
+pub fn build_view(model: &Model, opts: &ViewOptions) -> ViewModel {
+    let t = view_time(model, opts.at);
+    let owners: HashMap<u64, &ProcKey> = model
+        .processes
+        .iter()
+        .flat_map(|(k, p)| p.identity.own_addr_hashes.iter().map(move |h| (*h, k)))
+        .filter(|(h, _)| *h != 0)
+        .collect();
+
+    // Processes visible at t: every one that had started by then (all of them when live).
+    let procs: Vec<ProcAt> = model
+        .processes
+        .iter()
+        .filter(|(_, p)| opts.at.is_none() || p.identity.start_ns == 0 || p.identity.start_ns <= t)
+        .map(|(k, p)| proc_at(k, p, t, opts.window))
+        .collect();
+
+    let mut vm = ViewModel::default();
+    let mut status = StatusCounters::default();
+    let mut drops = DropCounters::default();
+
+    let ranks: BTreeSet<u32> = procs.iter().filter_map(|a| a.p.identity.rank).collect();
+    let hosts: BTreeSet<&str> = procs.iter().map(|a| a.key.host.as_str()).collect();
+    let rank_pos: HashMap<u32, usize> = ranks.iter().enumerate().map(|(i, r)| (*r, i)).collect();
+    let host_pos: HashMap<&str, usize> = hosts.iter().enumerate().map(|(i, h)| (*h, i)).collect();
+    let square = |n: usize| vec![vec![0.0f64; n]; n];
+    let mut rank_m = (square(ranks.len()), square(ranks.len()));
+    let mut node_m = (square(hosts.len()), square(hosts.len()));
+    let mut node_rows: BTreeMap<&str, NodeRow> = BTreeMap::new();
+    let mut rank_rows: BTreeMap<u32, RankRow> = BTreeMap::new();
+    let mut gpus: BTreeMap<(String, u32), GpuRow> = BTreeMap::new();
+    let mut modes: BTreeSet<&str> = BTreeSet::new();
+    let (mut tx_now, mut rx_now) = (0.0, 0.0);
+
+    for a in &procs {
+        let p = a.p;
+        drops.add(&a.drops);
+        modes.insert(p.identity.mode().name());
+        let tot = a
+            .total
+            .values()
+            .map(Sums::of)
+            .fold(Sums::default(), |x, y| Sums {
+                tx: x.tx + y.tx,
+                rx: x.rx + y.rx,
+                ops: x.ops + y.ops,
+                doorbells: x.doorbells + y.doorbells,
+            });
+        let mut prow = ProcessRow {
+            host: a.key.host.clone(),
+            pid: a.key.pid,
+            rank: p.identity.rank,
+            mode: p.identity.mode().name().to_string(),
+            layers: layer_names(p.identity.layers)
+                .split(',')
+                .filter(|s| !s.is_empty())
+                .map(str::to_string)
+                .collect(),
+            drops: a.drops.total_events_lost(),
+            exited: p.exited,
+            ..Default::default()
+        };
+        let (mut win_tx, mut win_rx) = (0u64, 0u64);
+
+        // Every endpoint with traffic, plus defined QPs/endpoints that have none yet (idle).
+        let mut eps: BTreeSet<u32> = a.total.keys().copied().collect();
+        for (id, d) in &p.endpoints {
+            if matches!(
+                d.kind,
+                EndpointKind::UcpEp
+                    | EndpointKind::FiEp
+                    | EndpointKind::VerbsQp
+                    | EndpointKind::DevxQp
+            ) {
+                eps.insert(*id);
+            }
+        }
+        for ep in eps {
+            let def = p.endpoints.get(&ep);
+            let empty = OpTable::new();
+            let tot_t = a.total.get(&ep).unwrap_or(&empty);
+            let win_t = a.window.get(&ep).unwrap_or(&empty);
+            let now_t = a.now.get(&ep).unwrap_or(&empty);
+            let (ts, ws, ns) = (Sums::of(tot_t), Sums::of(win_t), Sums::of(now_t));
+            win_tx += ws.tx;
+            win_rx += ws.rx;
+            let peer_key = def.and_then(|d| owners.get(&d.peer.addr_hash).copied());
+            let mut peer = Peer::default();
+            if let Some(d) = def {
+                peer.id = match d.peer.qpn {
+                    Some(q) => format!("0x{q:x}"),
+                    None if peer_key.is_none() => d.peer.text.clone(),
+                    None => String::new(),
+                };
+            }
+            if let Some(pk) = peer_key {
+                peer.host = pk.host.clone();
+                peer.rank = model.processes.get(pk).and_then(|pp| pp.identity.rank);
+                if peer.rank.is_none() {
+                    peer.id = format!("pid {}", pk.pid);
+                }
+            }
+            let mut by_op: Vec<(String, u64)> = tot_t
+                .iter()
+                .filter(|(_, (n, _))| *n > 0)
+                .map(|(op, (n, _))| (op_name(*op), *n))
+                .collect();
+            by_op.sort_by(|x, y| y.1.cmp(&x.1).then_with(|| x.0.cmp(&y.0)));
+            let is_gpu_qp = def.is_some_and(|d| d.kind == EndpointKind::DevxQp || d.gpu.is_some());
+            let state = p.ep_state.get(&ep).cloned().unwrap_or_default();
+            let row = EndpointRow {
+                host: a.key.host.clone(),
+                rank: p.identity.rank,
+                pid: a.key.pid,
+                layer: def.map(|d| d.layer.short().to_string()).unwrap_or_default(),
+                local_id: local_id(p, ep),
+                peer,
+                transport: def.map(|d| d.transport.clone()).unwrap_or_default(),
+                state: if p.exited && state.is_empty() {
+                    "exited".into()
+                } else {
+                    state
+                },
+                tx_bps: per_s(ns.tx, a.now_ns),
+                rx_bps: per_s(ns.rx, a.now_ns),
+                tx_bps_window: per_s(ws.tx, a.window_ns),
+                rx_bps_window: per_s(ws.rx, a.window_ns),
+                tx_bytes: ts.tx,
+                rx_bytes: ts.rx,
+                ops_per_s: per_s(ns.ops, a.now_ns),
+                ops_by_opcode: by_op,
+                doorbells_per_s: (is_gpu_qp || ts.doorbells > 0)
+                    .then(|| per_s(ns.doorbells, a.now_ns)),
+                posted: None,
+                unattributed: ep == UNATTRIBUTED_EP,
+            };
+            prow.tx_bps += row.tx_bps;
+            prow.rx_bps += row.rx_bps;
+            prow.ops_per_s += row.ops_per_s;
+
+            // Matrices: bytes in the window and rate now, from this endpoint to its peer.
+            if let Some(pk) = peer_key {
+                if let (Some(sr), Some(dr)) = (
+                    p.identity.rank,
+                    model.processes.get(pk).and_then(|pp| pp.identity.rank),
+                ) && let (Some(&i), Some(&j)) = (rank_pos.get(&sr), rank_pos.get(&dr))
+                {
+                    rank_m.0[i][j] += ws.tx as f64;
+                    rank_m.1[i][j] += row.tx_bps;
+                }
+                if let (Some(&i), Some(&j)) = (
+                    host_pos.get(a.key.host.as_str()),
+                    host_pos.get(pk.host.as_str()),
+                ) {
+                    node_m.0[i][j] += ws.tx as f64;
+                    node_m.1[i][j] += row.tx_bps;
+                }
+            }
+
+            if let Some(g) = def.and_then(|d| d.gpu) {
+                let gr = gpus
+                    .entry((a.key.host.clone(), g))
+                    .or_insert_with(|| GpuRow {
+                        host: a.key.host.clone(),
+                        gpu: g,
+                        ..Default::default()
+                    });
+                gr.bytes_per_s += row.tx_bps + row.rx_bps;
+                gr.doorbells_per_s += per_s(ns.doorbells, a.now_ns);
+                for (op, (n, _)) in win_t {
+                    let is_wqe = Op::from_u8(*op)
+                        .is_some_and(|o| o.layer() == Layer::Mlx5 && o != Op::GpuDoorbell);
+                    if is_wqe && *n > 0 {
+                        let name = op_name(*op);
+                        match gr.opcode_mix.iter_mut().find(|(k, _)| *k == name) {
+                            Some(e) => e.1 += n,
+                            None => gr.opcode_mix.push((name, *n)),
+                        }
+                    }
+                }
+            }
+            vm.endpoints.push(row);
+        }
+        let win_tx_bps = per_s(win_tx, a.window_ns);
+        let win_rx_bps = per_s(win_rx, a.window_ns);
+        tx_now += prow.tx_bps;
+        rx_now += prow.rx_bps;
+
+        let n = node_rows
+            .entry(a.key.host.as_str())
+            .or_insert_with(|| NodeRow {
+                host: a.key.host.clone(),
+                ..Default::default()
+            });
+        n.egress_bps += win_tx_bps;
+        n.ingress_bps += win_rx_bps;
+        n.egress_bytes += tot.tx;
+        n.ingress_bytes += tot.rx;
+        if let Some(r) = p.identity.rank {
+            let rr = rank_rows.entry(r).or_insert_with(|| RankRow {
+                rank: r,
+                host: a.key.host.clone(),
+                ..Default::default()
+            });
+            rr.egress_bps += win_tx_bps;
+            rr.ingress_bps += win_rx_bps;
+            rr.egress_bytes += tot.tx;
+            rr.ingress_bytes += tot.rx;
+        }
+        vm.processes.push(prow);
+    }
+
+    vm.nodes = node_rows.into_values().collect();
+    vm.ranks = rank_rows.into_values().collect();
+    vm.gpus = gpus.into_values().collect();
+    vm.matrices = Matrices {
+        rank: Matrix {
+            labels: ranks.iter().map(|r| format!("r{r}")).collect(),
+            bytes: rank_m.0,
+            rates: rank_m.1,
+        },
+        node: Matrix {
+            labels: hosts.iter().map(|h| h.to_string()).collect(),
+            bytes: node_m.0,
+            rates: node_m.1,
+        },
+        // GPU × GPU needs GPU-driven QPs with a known peer GPU; none are known yet.
+        gpu: Matrix::default(),
+    };
+
+    let (bw, times) = bandwidth_history(model, t);
+    vm.bandwidth_history = bw;
+    vm.doorbells = doorbell_model(model, &procs, t, &times, opts.window);
+
+    status.dropped_events = drops.total_events_lost();
+    status.coalesced_doorbells = drops.coalesced_doorbells;
+    status.unparsable_wqes = drops.unparsable_wqes;
+    status.frames_lost = model
+        .processes
+        .values()
+        .filter(|p| p.problem.is_some() && !p.said_bye)
+        .count() as u64;
+    status.message = model.messages.last().cloned().or_else(|| {
+        model
+            .processes
+            .values()
+            .rev()
+            .find_map(|p| p.problem.clone())
+    });
+    vm.status = status;
+
+    let reference = reference(model);
+    vm.history_len = reference.map_or(0, |r| r.history.len());
+    vm.history_pos = match (reference, opts.at) {
+        (Some(r), Some(at)) => idx_at(&r.history, at).unwrap_or(0),
+        _ => vm.history_len.saturating_sub(1),
+    };
+
+    let start = model
+        .processes
+        .values()
+        .map(|p| p.identity.start_ns)
+        .filter(|s| *s > 0)
+        .min()
+        .unwrap_or(0);
+    vm.header = Header {
+        source: opts.source.clone(),
+        mode: match modes.len() {
+            0 => String::new(),
+            1 => modes
+                .iter()
+                .next()
+                .map(|m| m.to_string())
+                .unwrap_or_default(),
+            _ => "mixed".into(),
+        },
+        nodes: hosts.len() as u32,
+        ranks: ranks.len() as u32,
+        processes: procs.len() as u32,
+        qps: vm.endpoints.iter().filter(|e| !e.unattributed).count() as u32,
+        tx_bps: tx_now,
+        rx_bps: rx_now,
+        window: opts.window.label().to_string(),
+        clock: match opts.clock {
+            ClockStyle::Wall if t > 0 => wall_clock(t),
+            ClockStyle::Wall => String::new(),
+            ClockStyle::SinceStart => {
+                format!("t+{:.3}s", t.saturating_sub(start) as f64 / 1e9)
+            }
+        },
+    };
+    vm
+}
+
+/// Sample times of the reference timeline that end at `t` (at most SPARK_SAMPLES + 1).
+fn sample_times(model: &Model, t: u64) -> Vec<u64> {
+    let Some(r) = reference(model) else {
+        return Vec::new();
+    };
+    let Some(end) = idx_at(&r.history, t) else {
+        return Vec::new();
+    };
+    let begin = end.saturating_sub(SPARK_SAMPLES);
+    r.history.range(begin..=end).map(|s| s.at_ns).collect()
+}
+
+/// Total (tx, rx) bytes/s per sample of the reference timeline up to `t`, oldest first.
+fn bandwidth_history(model: &Model, t: u64) -> (Vec<(f64, f64)>, Vec<u64>) {
+    let times = sample_times(model, t);
+    if times.len() < 2 {
+        return (Vec::new(), times);
+    }
+    let mut cum = vec![(0u64, 0u64); times.len()];
+    for p in model.processes.values() {
+        let mut last: Option<(usize, Sums)> = None;
+        for (j, tj) in times.iter().enumerate() {
+            let Some(i) = idx_at(&p.history, *tj) else {
+                continue;
+            };
+            let s = match last {
+                Some((li, s)) if li == i => s,
+                _ => snapshot_sums(&p.history[i]),
+            };
+            last = Some((i, s));
+            cum[j].0 += s.tx;
+            cum[j].1 += s.rx;
+        }
+    }
+    let out = (1..times.len())
+        .map(|j| {
+            let dt = times[j].saturating_sub(times[j - 1]);
+            (
+                per_s(cum[j].0.saturating_sub(cum[j - 1].0), dt),
+                per_s(cum[j].1.saturating_sub(cum[j - 1].1), dt),
+            )
+        })
+        .collect();
+    (out, times)
+}
+
+fn percentiles(h: &hdrhistogram::Histogram<u64>) -> Option<Percentiles> {
+    if h.is_empty() {
+        return None;
+    }
+    Some(Percentiles {
+        p50: h.value_at_quantile(0.5) as f64,
+        p90: h.value_at_quantile(0.9) as f64,
+        p99: h.value_at_quantile(0.99) as f64,
+        max: h.max() as f64,
+    })
+}
+
+fn is_gpu_wqe(op: u8) -> bool {
+    Op::from_u8(op).is_some_and(|o| o.layer() == Layer::Mlx5 && o != Op::GpuDoorbell)
+}
+
+/// Doorbell series per GPU (or per QP when the QP has no GPU) and the latest decoded doorbells.
+fn doorbell_model(
+    model: &Model,
+    procs: &[ProcAt],
+    t: u64,
+    times: &[u64],
+    window: Window,
+) -> DoorbellModel {
+    let db = Op::GpuDoorbell as u8;
+    // Which endpoints ring doorbells, grouped by series.
+    let mut groups: BTreeMap<(String, Option<u32>, Option<u32>), Vec<(&ProcKey, u32)>> =
+        BTreeMap::new();
+    for a in procs {
+        for (ep, ops) in &a.total {
+            if ops.get(&db).is_some_and(|(n, _)| *n > 0) {
+                let def = a.p.endpoints.get(ep);
+                let gpu = def.and_then(|d| d.gpu);
+                let qpn = if gpu.is_none() {
+                    Some(def.and_then(|d| d.qpn).unwrap_or(*ep))
+                } else {
+                    None
+                };
+                groups
+                    .entry((a.key.host.clone(), gpu, qpn))
+                    .or_default()
+                    .push((a.key, *ep));
+            }
+        }
+    }
+    let mut out = DoorbellModel::default();
+    if groups.is_empty() {
+        return out;
+    }
+    let window_from = window
+        .seconds()
+        .map(|s| t.saturating_sub(s * 1_000_000_000));
+    for ((host, gpu, qpn), members) in groups {
+        // Cumulative doorbells at each sample time.
+        let mut cum = vec![0u64; times.len()];
+        let mut intervals = hdrhistogram::Histogram::<u64>::new(3).ok();
+        for (key, ep) in &members {
+            let Some(p) = model.processes.get(*key) else {
+                continue;
+            };
+            for (j, tj) in times.iter().enumerate() {
+                if let Some(i) = idx_at(&p.history, *tj) {
+                    cum[j] += p.history[i]
+                        .counts
+                        .iter()
+                        .filter(|c| c.ep == *ep && c.op == db)
+                        .map(|c| c.ops)
+                        .sum::<u64>();
+                }
+            }
+            // Inter-doorbell intervals from the sampled events (at or before t).
+            let mut prev: Option<u64> = None;
+            for e in p.recent.iter().filter(|e| e.ep == *ep && e.op == db) {
+                let ns = p.clock.to_real_ns(e.tsc);
+                if ns > t {
+                    break;
+                }
+                if let (Some(pv), Some(h)) = (prev, intervals.as_mut())
+                    && ns >= pv
+                {
+                    let _ = h.record((ns - pv).max(1));
+                }
+                prev = Some(ns);
+            }
+        }
+        let rate_history: Vec<f64> = (1..times.len())
+            .map(|j| {
+                per_s(
+                    cum[j].saturating_sub(cum[j - 1]),
+                    times[j].saturating_sub(times[j - 1]),
+                )
+            })
+            .collect();
+        let mut rates = hdrhistogram::Histogram::<u64>::new(3).ok();
+        if let Some(h) = rates.as_mut() {
+            for j in 1..times.len() {
+                if window_from.is_none_or(|f| times[j] > f) {
+                    let _ = h.record(rate_history[j - 1].round() as u64);
+                }
+            }
+        }
+        let label = match (gpu, qpn) {
+            (Some(g), _) => format!("{host} GPU{g}"),
+            (None, Some(q)) => format!("QP 0x{q:x}"),
+            _ => host.clone(),
+        };
+        out.series.push(DoorbellSeries {
+            label,
+            host,
+            gpu,
+            qpn,
+            rate_now: rate_history.last().copied().unwrap_or(0.0),
+            rate_history,
+            interval_ns: intervals.as_ref().and_then(percentiles),
+            rate_percentiles: rates.as_ref().and_then(percentiles),
+        });
+    }
+    out.recent = recent_doorbells(model, procs, t);
+    out
+}
+
+/// The latest decoded doorbells (with the WQE events after each) at or before `t`, oldest first.
+fn recent_doorbells(model: &Model, procs: &[ProcAt], t: u64) -> Vec<DoorbellRecord> {
+    let start = model
+        .processes
+        .values()
+        .map(|p| p.identity.start_ns)
+        .filter(|s| *s > 0)
+        .min()
+        .unwrap_or(0);
+    let mut recs: Vec<DoorbellRecord> = Vec::new();
+    for a in procs {
+        let p = a.p;
+        let mut open: HashMap<u32, usize> = HashMap::new();
+        for e in p.recent.iter() {
+            let ns = p.clock.to_real_ns(e.tsc);
+            if ns > t {
+                break;
+            }
+            if e.op == Op::GpuDoorbell as u8 {
+                let def = p.endpoints.get(&e.ep);
+                open.insert(e.ep, recs.len());
+                recs.push(DoorbellRecord {
+                    time_s: ns.saturating_sub(start) as f64 / 1e9,
+                    host: a.key.host.clone(),
+                    gpu: def.and_then(|d| d.gpu).unwrap_or(0),
+                    qpn: def.and_then(|d| d.qpn).unwrap_or(e.ep),
+                    pi: e.aux as u32,
+                    opcode: "?".into(),
+                    ..Default::default()
+                });
+            } else if is_gpu_wqe(e.op)
+                && let Some(&i) = open.get(&e.ep)
+            {
+                add_wqe(&mut recs[i], e);
+            }
+        }
+    }
+    recs.sort_by(|x, y| x.time_s.total_cmp(&y.time_s));
+    let drop = recs.len().saturating_sub(DOORBELL_RECORDS);
+    recs.drain(..drop);
+    recs
+}
+
+fn add_wqe(r: &mut DoorbellRecord, e: &Event) {
+    if r.wqes == 0 {
+        r.opcode = op_name(e.op);
+        r.raddr = e.addr;
+        r.rkey = e.aux as u32;
+    }
+    r.wqes += 1;
+    r.bytes += e.bytes;
+}
+
+/// Local time of day for a CLOCK_REALTIME ns value, "HH:MM:SS".
+fn wall_clock(ns: u64) -> String {
+    let secs = (ns / 1_000_000_000) as libc::time_t;
+    // SAFETY: `tm` is plain old data; localtime_r writes it and only reads `secs`.
+    let mut tm: libc::tm = unsafe { std::mem::zeroed() };
+    // SAFETY: both pointers are valid for the duration of the call; localtime_r is thread-safe.
+    let ok = unsafe { !libc::localtime_r(&secs, &mut tm).is_null() };
+    if ok {
+        format!("{:02}:{:02}:{:02}", tm.tm_hour, tm.tm_min, tm.tm_sec)
+    } else {
+        let s = secs.rem_euclid(86_400);
+        format!("{:02}:{:02}:{:02} UTC", s / 3600, s / 60 % 60, s % 60)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::event::{EndpointDef, Identity, Layer, OpCount, Peer as EvPeer};
+    use crate::wire::Frame;
+
+    const S: u64 = 1_000_000_000;
+    const T0: u64 = 1_700_000_000 * S;
+
+    fn ident(pid: u32, rank: u32, host: &str, own: u64) -> Identity {
+        Identity {
+            host: host.into(),
+            pid,
+            rank: Some(rank),
+            mode: 1,
+            layers: Layer::Ucx.bit(),
+            own_addr_hashes: vec![own],
+            start_ns: T0,
+            ..Default::default()
+        }
+    }
+
+    fn ep(id: u32, peer_hash: u64) -> EndpointDef {
+        EndpointDef {
+            id,
+            layer: Layer::Ucx,
+            kind: EndpointKind::UcpEp,
+            label: format!("ep#{id}"),
+            transport: "tcp".into(),
+            peer: EvPeer {
+                addr_hash: peer_hash,
+                ..Default::default()
+            },
+            qpn: None,
+            gpu: None,
+            created_ns: T0,
+        }
+    }
+
+    fn snap(at: u64, seq: u64, counts: &[(u32, Op, u64, u64)]) -> Snapshot {
+        Snapshot {
+            at_ns: at,
+            seq,
+            counts: counts
+                .iter()
+                .map(|(ep, op, ops, bytes)| OpCount {
+                    ep: *ep,
+                    op: *op as u8,
+                    ops: *ops,
+                    bytes: *bytes,
+                    errors: 0,
+                })
+                .collect(),
+            ..Default::default()
+        }
+    }
+
+    /// Two ranks on two hosts; rank 0 sends 1 MB/s to rank 1 for 20 s, then 3 MB/s; rank 1 has
+    /// some unattributed receives.
+    fn model() -> Model {
+        let mut m = Model::new();
+        let a = ProcKey {
+            host: "n0".into(),
+            pid: 10,
+        };
+        let b = ProcKey {
+            host: "n1".into(),
+            pid: 20,
+        };
+        m.apply(&a, Frame::hello(ident(10, 0, "n0", 0xa)));
+        m.apply(&b, Frame::hello(ident(20, 1, "n1", 0xb)));
+        m.apply(&a, Frame::Endpoints(vec![ep(1, 0xb)]));
+        m.apply(&b, Frame::Endpoints(vec![ep(1, 0xa)]));
+        let mut tx = 0u64;
+        for i in 1..=30u64 {
+            tx += if i <= 20 { 1_000_000 } else { 3_000_000 };
+            m.apply(
+                &a,
+                Frame::Snapshot(snap(T0 + i * S, i, &[(1, Op::UcxTagSend, i, tx)])),
+            );
+            m.apply(
+                &b,
+                Frame::Snapshot(snap(
+                    T0 + i * S,
+                    i,
+                    &[(1, Op::UcxTagRecv, i, tx), (0, Op::UcxTagRecv, i, 100 * i)],
+                )),
+            );
+        }
+        m
+    }
+
+    fn opts(window: Window, at: Option<u64>) -> ViewOptions {
+        ViewOptions {
+            window,
+            at,
+            source: "test".into(),
+            clock: ClockStyle::SinceStart,
+        }
+    }
+
+    #[test]
+    fn rates_now_window_total() {
+        let m = model();
+        let vm = build_view(&m, &opts(Window::S10, None));
+        let e = vm
+            .endpoints
+            .iter()
+            .find(|e| e.pid == 10 && e.local_id == "ep#1")
+            .expect("rank 0 endpoint");
+        assert_eq!(e.tx_bps, 3e6);
+        assert_eq!(e.tx_bps_window, 3e6);
+        assert_eq!(e.tx_bytes, 20_000_000 + 30_000_000);
+        assert_eq!(e.peer.host, "n1");
+        assert_eq!(e.peer.rank, Some(1));
+        assert_eq!(e.ops_by_opcode, vec![("tag_send".to_string(), 30)]);
+        let all = build_view(&m, &opts(Window::All, None));
+        let e = all.endpoints.iter().find(|e| e.pid == 10).expect("row");
+        assert!((e.tx_bps_window - 50e6 / 30.0).abs() < 1.0);
+        assert_eq!(vm.header.tx_bps, 3e6);
+        assert_eq!(vm.header.clock, "t+30.000s");
+        assert_eq!(vm.header.ranks, 2);
+        assert_eq!(vm.header.qps, 2);
+        assert_eq!(vm.history_len, 30);
+        assert_eq!(vm.history_pos, 29);
+    }
+
+    #[test]
+    fn unattributed_row_and_matrices() {
+        let m = model();
+        let vm = build_view(&m, &opts(Window::S10, None));
+        let u = vm
+            .endpoints
+            .iter()
+            .find(|e| e.unattributed)
+            .expect("unattributed row");
+        assert_eq!(u.pid, 20);
+        assert_eq!(u.local_id, "(unattributed)");
+        assert_eq!(u.rx_bps, 100.0);
+        assert_eq!(vm.matrices.rank.labels, vec!["r0", "r1"]);
+        assert_eq!(vm.matrices.rank.bytes[0][1], 30e6);
+        assert_eq!(vm.matrices.rank.rates[0][1], 3e6);
+        assert_eq!(vm.matrices.node.labels, vec!["n0", "n1"]);
+        assert_eq!(vm.matrices.node.bytes[0][1], 30e6);
+        assert!(vm.matrices.gpu.labels.is_empty());
+        assert_eq!(vm.nodes.len(), 2);
+        assert_eq!(vm.ranks[0].egress_bps, 3e6);
+        assert_eq!(vm.ranks[1].ingress_bps, 3e6 + 100.0);
+        assert!(vm.doorbells.series.is_empty());
+    }
+
+    #[test]
+    fn history_positions_and_sparkline() {
+        let m = model();
+        let at = step(&m, None, -15);
+        assert_eq!(at, Some(T0 + 15 * S));
+        let vm = build_view(&m, &opts(Window::S1, at));
+        assert_eq!(vm.history_pos, 14);
+        let e = vm.endpoints.iter().find(|e| e.pid == 10).expect("row");
+        assert_eq!(e.tx_bps, 1e6);
+        assert_eq!(e.tx_bytes, 15_000_000);
+        assert_eq!(
+            step(&m, at, 100),
+            None,
+            "stepping past the end returns to live"
+        );
+        assert_eq!(step(&m, at, -100), Some(T0 + S));
+        let live = build_view(&m, &opts(Window::S10, None));
+        assert_eq!(live.bandwidth_history.len(), 29);
+        assert_eq!(live.bandwidth_history[0].0, 1e6);
+        assert_eq!(live.bandwidth_history[28].0, 3e6);
+    }
+
+    #[test]
+    fn exited_process_keeps_totals_and_goes_quiet() {
+        let mut m = model();
+        let a = ProcKey {
+            host: "n0".into(),
+            pid: 10,
+        };
+        m.apply(&a, Frame::Bye { at_ns: T0 + 30 * S });
+        // The other process reports for 5 more seconds.
+        let b = ProcKey {
+            host: "n1".into(),
+            pid: 20,
+        };
+        for i in 31..=35u64 {
+            m.apply(&b, Frame::Snapshot(snap(T0 + i * S, i, &[])));
+        }
+        let vm = build_view(&m, &opts(Window::S10, None));
+        let p = vm.processes.iter().find(|p| p.pid == 10).expect("row");
+        assert!(p.exited);
+        assert_eq!(p.tx_bps, 0.0);
+        let e = vm.endpoints.iter().find(|e| e.pid == 10).expect("row");
+        assert_eq!(e.tx_bytes, 50_000_000);
+        assert_eq!(e.state, "exited");
+    }
+
+    #[test]
+    fn doorbells_from_sampled_events() {
+        let mut m = Model::new();
+        let k = ProcKey {
+            host: "g".into(),
+            pid: 1,
+        };
+        m.apply(&k, Frame::hello(ident(1, 0, "g", 0)));
+        let mut d = ep(5, 0);
+        d.layer = Layer::Mlx5;
+        d.kind = EndpointKind::DevxQp;
+        d.qpn = Some(0x2a40);
+        d.gpu = Some(0);
+        m.apply(&k, Frame::Endpoints(vec![d]));
+        for i in 1..=4u64 {
+            m.apply(
+                &k,
+                Frame::Snapshot(snap(
+                    T0 + i * S,
+                    i,
+                    &[
+                        (5, Op::GpuDoorbell, 1000 * i, 0),
+                        (5, Op::GpuWrite, 1000 * i, 65536 * 1000 * i),
+                    ],
+                )),
+            );
+        }
+        // No clock samples: tsc is read as ns.
+        let evs: Vec<Event> = (0..10u64)
+            .flat_map(|i| {
+                let tsc = T0 + 3 * S + i * 1000;
+                [
+                    Event {
+                        tsc,
+                        ep: 5,
+                        op: Op::GpuDoorbell as u8,
+                        aux: i as u16,
+                        ..Default::default()
+                    },
+                    Event {
+                        tsc,
+                        ep: 5,
+                        op: Op::GpuWrite as u8,
+                        bytes: 65536,
+                        addr: 0x7f00_0000,
+                        aux: 0x1a2b,
+                        ..Default::default()
+                    },
+                ]
+            })
+            .collect();
+        m.apply(&k, Frame::Events(evs));
+        let vm = build_view(&m, &opts(Window::S10, None));
+        assert_eq!(vm.doorbells.series.len(), 1);
+        let s = &vm.doorbells.series[0];
+        assert_eq!(s.gpu, Some(0));
+        assert_eq!(s.rate_now, 1000.0);
+        let iv = s.interval_ns.expect("intervals");
+        assert!((iv.p50 - 1000.0).abs() < 10.0, "{iv:?}");
+        assert_eq!(vm.doorbells.recent.len(), 10);
+        let r = &vm.doorbells.recent[9];
+        assert_eq!((r.qpn, r.pi, r.wqes, r.bytes), (0x2a40, 9, 1, 65536));
+        assert_eq!(r.opcode, "RDMA_WRITE");
+        assert_eq!(vm.gpus.len(), 1);
+        assert_eq!(vm.gpus[0].doorbells_per_s, 1000.0);
+        let e = &vm.endpoints[0];
+        assert_eq!(e.local_id, "0x2a40");
+        assert_eq!(e.doorbells_per_s, Some(1000.0));
+    }
+}
