@@ -32,6 +32,30 @@ static STATE: AtomicU8 = AtomicU8::new(NOT_STARTED);
 static STOP: AtomicBool = AtomicBool::new(false);
 static DONE: AtomicBool = AtomicBool::new(false);
 
+/// Registered with pthread_atfork: in the child, the parent's collector thread does not exist.
+/// The child gets its own collector (own socket and record directory, counters from zero) after a
+/// short grace period, so the common fork + exec leaves nothing behind: the exec'd image starts its
+/// own tracing if it uses RDMA.
+extern "C" fn after_fork_in_child() {
+    let was_running = STATE.load(Ordering::Acquire) == RUNNING;
+    crate::thread::reset_after_fork();
+    STATE.store(NOT_STARTED, Ordering::Release);
+    STOP.store(false, Ordering::Release);
+    DONE.store(false, Ordering::Release);
+    if was_running {
+        START_DELAY_MS.store(50, Ordering::Release);
+        ensure_started();
+    }
+}
+
+static START_DELAY_MS: core::sync::atomic::AtomicU64 = core::sync::atomic::AtomicU64::new(0);
+
+/// Installs the fork handler. Constructor only.
+pub fn init() {
+    // SAFETY: registering a plain function as the child handler.
+    unsafe { libc::pthread_atfork(None, None, Some(after_fork_in_child)) };
+}
+
 /// Starts the collector once; called from control-path hooks (library init, endpoint creation),
 /// never from the hot path.
 pub fn ensure_started() {
@@ -49,9 +73,9 @@ pub fn ensure_started() {
         .name("sigmatop".into())
         .stack_size(1 << 20)
         .spawn(|| {
-            // The collector's own calls are never traced.
-            if let Some(ts) = thread::current() {
-                let _ = ts;
+            let delay = START_DELAY_MS.swap(0, Ordering::AcqRel);
+            if delay > 0 {
+                std::thread::sleep(Duration::from_millis(delay));
             }
             let r = std::panic::catch_unwind(run);
             if r.is_err() {
@@ -167,9 +191,10 @@ struct Collector {
 impl Collector {
     fn record(&mut self, rec: &ProcessRecord) {
         if let Some(w) = self.writer.as_mut()
-            && let Err(e) = w.write_record(rec) {
-                self.record_failed(e);
-            }
+            && let Err(e) = w.write_record(rec)
+        {
+            self.record_failed(e);
+        }
     }
 
     fn record_failed(&mut self, e: std::io::Error) {
@@ -277,12 +302,13 @@ impl Collector {
         self.totals.retired_overflow += ts.endpoint_overflow.load(Ordering::Relaxed);
         self.write_events(ts.tid);
         if let Some(buf) = self.bufs.remove(&ts.tid)
-            && buf.started {
-                self.record(&ProcessRecord::ThreadEnd {
-                    tid: ts.tid,
-                    events: buf.written,
-                });
-            }
+            && buf.started
+        {
+            self.record(&ProcessRecord::ThreadEnd {
+                tid: ts.tid,
+                events: buf.written,
+            });
+        }
         ts.retired.store(true, Ordering::Release);
         ts.release_memory();
     }

@@ -73,6 +73,7 @@ extern "C" fn sigmatop_init() {
         clock::init();
         config::load();
         thread::init();
+        collector::init();
     });
 }
 

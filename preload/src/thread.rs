@@ -411,6 +411,13 @@ impl ThreadState {
     }
 }
 
+/// In the child of a fork only the forking thread exists: forget every parent thread (their rings
+/// hold the parent's events, already accounted for there) and let this thread register afresh.
+pub fn reset_after_fork() {
+    THREADS.store(null_mut(), Ordering::Release);
+    tls::set(null_mut());
+}
+
 /// Iterates over all registered threads.
 pub fn for_each_thread(mut f: impl FnMut(&'static ThreadState)) {
     let mut p = THREADS.load(Ordering::Acquire);

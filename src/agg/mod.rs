@@ -133,12 +133,11 @@ impl Model {
             }
             Frame::Updates(ups) => {
                 for u in ups {
-                    if let Some(peer) = u.peer.clone() {
-                        if u.state != "av" {
-                            if let Some(d) = p.endpoints.get_mut(&u.id) {
-                                d.peer = peer;
-                            }
-                        }
+                    if let Some(peer) = u.peer.clone()
+                        && u.state != "av"
+                        && let Some(d) = p.endpoints.get_mut(&u.id)
+                    {
+                        d.peer = peer;
                     }
                     if u.state != "av" {
                         p.ep_state.insert(u.id, u.state);
@@ -286,7 +285,11 @@ impl Model {
                 r.processes.push(ProcessReport::empty(key, p));
                 continue;
             };
-            let per_ep = Model::diff(last, None);
+            let mut per_ep = Model::diff(last, None);
+            // Endpoints without traffic are listed too: an idle endpoint is information.
+            for id in p.endpoints.keys() {
+                per_ep.entry(*id).or_default();
+            }
             let mut pr = ProcessReport::empty(key, p);
             pr.drops = last.drops;
             pr.events = last.events;
@@ -336,22 +339,19 @@ impl Model {
                     e.bytes += b;
                 }
                 pr.flow.add(&er.flow);
-                if let (Some(pk), Some(src_rank)) = (peer_key, p.identity.rank) {
-                    if let Some(dst_rank) = self.processes[pk].identity.rank {
-                        if let (Some(&i), Some(&j)) =
-                            (rank_pos.get(&src_rank), rank_pos.get(&dst_rank))
-                        {
-                            rank_matrix[i][j] += er.flow.tx_bytes;
-                        }
-                    }
+                if let (Some(pk), Some(src_rank)) = (peer_key, p.identity.rank)
+                    && let Some(dst_rank) = self.processes[pk].identity.rank
+                    && let (Some(&i), Some(&j)) = (rank_pos.get(&src_rank), rank_pos.get(&dst_rank))
+                {
+                    rank_matrix[i][j] += er.flow.tx_bytes;
                 }
-                if let Some(pk) = peer_key {
-                    if let (Some(&i), Some(&j)) = (
+                if let Some(pk) = peer_key
+                    && let (Some(&i), Some(&j)) = (
                         host_pos.get(key.host.as_str()),
                         host_pos.get(pk.host.as_str()),
-                    ) {
-                        node_matrix[i][j] += er.flow.tx_bytes;
-                    }
+                    )
+                {
+                    node_matrix[i][j] += er.flow.tx_bytes;
                 }
                 pr.endpoints.push(er);
             }

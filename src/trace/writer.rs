@@ -38,12 +38,29 @@ fn create_file(path: &Path) -> io::Result<File> {
 }
 
 impl ProcessWriter {
-    /// Creates `root/<host>/<pid>/` and its process file. Fails if the directory already holds
-    /// a recording of this pid (pid reuse): nothing is overwritten.
+    /// Creates `root/<host>/<pid>/` and its process file. When that directory already holds a
+    /// recording (the same pid after exec, or pid reuse), the next free `<pid>.<n>` is used:
+    /// nothing is ever overwritten.
     pub fn create(root: &Path, host: &str, pid: u32) -> io::Result<ProcessWriter> {
-        let dir = root.join(sanitize(host)).join(pid.to_string());
-        create_private_dir(&dir)?;
-        let mut process = create_file(&dir.join(PROCESS_FILE))?;
+        let host_dir = root.join(sanitize(host));
+        let mut last_err = None;
+        for generation in 0..64u32 {
+            let dir = if generation == 0 {
+                host_dir.join(pid.to_string())
+            } else {
+                host_dir.join(format!("{pid}.{generation}"))
+            };
+            create_private_dir(&dir)?;
+            match create_file(&dir.join(PROCESS_FILE)) {
+                Ok(f) => return Self::start(dir, f),
+                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => last_err = Some(e),
+                Err(e) => return Err(e),
+            }
+        }
+        Err(last_err.unwrap_or_else(|| io::Error::other("no free process directory")))
+    }
+
+    fn start(dir: PathBuf, mut process: File) -> io::Result<ProcessWriter> {
         process.write_all(&file_header(FileKind::Process))?;
         Ok(ProcessWriter {
             dir,
