@@ -1,18 +1,17 @@
 //! The `sigmatop` binary: parses the command line and hands off to `sigmatop::cli`.
 
 use clap::Parser;
-use sigmatop::cli::{Cli, Command, RunArgs, launch};
+use sigmatop::cli::{Cli, Command, RunArgs, dashboard, launch, replay};
 
 fn main() {
     let cli = Cli::parse();
     let result = match cli.command {
-        Some(Command::Run(a)) => launch::run_headless(&a),
-        Some(Command::Attach(a)) => launch::attach_print(&a),
+        Some(Command::Run(a)) => dashboard::run_cmd(&a),
+        Some(Command::Attach(a)) => dashboard::attach(&a),
         Some(Command::Export(a)) => launch::export(&a),
         Some(Command::Report(a)) => launch::report(&a),
-        Some(Command::Replay(_)) | Some(Command::Demo(_)) => {
-            Err("the dashboard is not built yet".to_string())
-        }
+        Some(Command::Replay(a)) => replay::replay(&a),
+        Some(Command::Demo(a)) => replay::demo(&a),
         None => {
             if cli.top.cmd.is_empty() {
                 Err("nothing to do: try `sigmatop demo`, `sigmatop run -- CMD`, `sigmatop --record DIR -- CMD` or `sigmatop --help`".to_string())

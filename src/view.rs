@@ -161,6 +161,8 @@ struct ProcAt<'a> {
     now: BTreeMap<u32, OpTable>,
     now_ns: u64,
     drops: DropCounters,
+    /// The process has a snapshot at or before the view time.
+    has_data: bool,
 }
 
 fn proc_at<'a>(key: &'a ProcKey, p: &'a ProcessState, t: u64, window: Window) -> ProcAt<'a> {
@@ -173,11 +175,13 @@ fn proc_at<'a>(key: &'a ProcKey, p: &'a ProcessState, t: u64, window: Window) ->
         now: BTreeMap::new(),
         now_ns: 0,
         drops: DropCounters::default(),
+        has_data: false,
     };
     let Some(i1) = idx_at(&p.history, t) else {
         return out;
     };
     let s1 = &p.history[i1];
+    out.has_data = true;
     out.drops = s1.drops;
     out.total = Model::diff(s1, None);
     let prev = i1.checked_sub(1).map(|i| &p.history[i]);
@@ -296,8 +300,12 @@ pub fn build_view(model: &Model, opts: &ViewOptions) -> ViewModel {
         };
         let (mut win_tx, mut win_rx) = (0u64, 0u64);
 
-        // Every endpoint with traffic, plus defined QPs/endpoints that have none yet (idle).
+        // Every endpoint with traffic, defined QPs/endpoints that have none yet (idle), and the
+        // unattributed row of every reporting process, even when it is zero: totals never hide it.
         let mut eps: BTreeSet<u32> = a.total.keys().copied().collect();
+        if a.has_data {
+            eps.insert(UNATTRIBUTED_EP);
+        }
         for (id, d) in &p.endpoints {
             if matches!(
                 d.kind,
@@ -878,7 +886,11 @@ mod tests {
         assert_eq!(e.peer.rank, Some(1));
         assert_eq!(e.ops_by_opcode, vec![("tag_send".to_string(), 30)]);
         let all = build_view(&m, &opts(Window::All, None));
-        let e = all.endpoints.iter().find(|e| e.pid == 10).expect("row");
+        let e = all
+            .endpoints
+            .iter()
+            .find(|e| e.pid == 10 && !e.unattributed)
+            .expect("row");
         assert!((e.tx_bps_window - 50e6 / 30.0).abs() < 1.0);
         assert_eq!(vm.header.tx_bps, 3e6);
         assert_eq!(vm.header.clock, "t+30.000s");
@@ -895,7 +907,7 @@ mod tests {
         let u = vm
             .endpoints
             .iter()
-            .find(|e| e.unattributed)
+            .find(|e| e.unattributed && e.pid == 20)
             .expect("unattributed row");
         assert_eq!(u.pid, 20);
         assert_eq!(u.local_id, "(unattributed)");
@@ -919,7 +931,11 @@ mod tests {
         assert_eq!(at, Some(T0 + 15 * S));
         let vm = build_view(&m, &opts(Window::S1, at));
         assert_eq!(vm.history_pos, 14);
-        let e = vm.endpoints.iter().find(|e| e.pid == 10).expect("row");
+        let e = vm
+            .endpoints
+            .iter()
+            .find(|e| e.pid == 10 && !e.unattributed)
+            .expect("row");
         assert_eq!(e.tx_bps, 1e6);
         assert_eq!(e.tx_bytes, 15_000_000);
         assert_eq!(
@@ -954,7 +970,11 @@ mod tests {
         let p = vm.processes.iter().find(|p| p.pid == 10).expect("row");
         assert!(p.exited);
         assert_eq!(p.tx_bps, 0.0);
-        let e = vm.endpoints.iter().find(|e| e.pid == 10).expect("row");
+        let e = vm
+            .endpoints
+            .iter()
+            .find(|e| e.pid == 10 && !e.unattributed)
+            .expect("row");
         assert_eq!(e.tx_bytes, 50_000_000);
         assert_eq!(e.state, "exited");
     }
@@ -1024,7 +1044,11 @@ mod tests {
         assert_eq!(r.opcode, "RDMA_WRITE");
         assert_eq!(vm.gpus.len(), 1);
         assert_eq!(vm.gpus[0].doorbells_per_s, 1000.0);
-        let e = &vm.endpoints[0];
+        assert!(
+            vm.endpoints[0].unattributed,
+            "a zero unattributed row is still shown"
+        );
+        let e = &vm.endpoints[1];
         assert_eq!(e.local_id, "0x2a40");
         assert_eq!(e.doorbells_per_s, Some(1000.0));
     }

@@ -1,7 +1,9 @@
 //! The `sigmatop` command line: launch programs under the preload, attach to traced processes,
 //! export and report recordings. Wires the core (live sources, model) to the dashboard.
 
+pub mod dashboard;
 pub mod launch;
+pub mod replay;
 pub mod table;
 
 use std::path::PathBuf;

@@ -1,0 +1,444 @@
+//! The terminal driver of the dashboard: owns the terminal (raw mode, alternate screen, no mouse
+//! capture so text selection over ssh keeps working), a data `Source` (live sockets or a recording)
+//! and the `Model`; builds a `ViewModel` at 4 Hz and draws it with `sigmatop_tui::draw`.
+//!
+//! The terminal is restored on every way out: normal return, error, and panic (a guard's Drop and
+//! a panic hook).
+
+use std::fs::File;
+use std::io::{self, IsTerminal, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ExitStatus, Stdio};
+use std::sync::Once;
+use std::time::{Duration, Instant};
+
+use crossterm::event::{self, Event as TermEvent, KeyEvent};
+use crossterm::{cursor, execute, terminal};
+use ratatui::Terminal;
+use ratatui::backend::{Backend, CrosstermBackend};
+use sigmatop_tui::{Action, App, Theme, ViewModel};
+
+use super::launch::{attach_print, run_headless, traced_command};
+use super::{AttachArgs, CliResult, RunArgs};
+use crate::agg::Model;
+use crate::live::{Filter, LiveSource, default_socket_dir};
+use crate::view::{self, ClockStyle, ViewOptions};
+
+/// Redraw period (4 Hz).
+pub const REFRESH: Duration = Duration::from_millis(250);
+/// Longest wait for input before the source is polled again.
+const INPUT_POLL: Duration = Duration::from_millis(50);
+
+/// Where the model's data comes from.
+pub trait Source {
+    /// Applies what is available now; never blocks. Returns how much was applied.
+    fn poll(&mut self, model: &mut Model) -> usize;
+    /// "live", "replay out/", "demo".
+    fn label(&self) -> String;
+    fn clock_style(&self) -> ClockStyle {
+        ClockStyle::Wall
+    }
+    /// The user paused or resumed the view.
+    fn set_paused(&mut self, _paused: bool) {}
+    /// Pause stops collection too (replay: the clock stops); live collection never stops.
+    fn pauses_collection(&self) -> bool {
+        false
+    }
+    /// Replay speed up or down.
+    fn change_speed(&mut self, _d: i32) {}
+    /// Step forward past the newest sample (replay while stopped). False when not possible.
+    fn step_forward(&mut self, _model: &mut Model, _samples: i32) -> bool {
+        false
+    }
+    /// A line for the status bar: what the source is doing.
+    fn note(&self) -> Option<String> {
+        None
+    }
+}
+
+/// Dashboard state without the terminal: testable and usable with any ratatui backend.
+pub struct Dashboard<S: Source> {
+    pub app: App,
+    pub model: Model,
+    pub source: S,
+    pub vm: ViewModel,
+    /// History position shown (None: the newest data).
+    pub at: Option<u64>,
+    last_build: Option<Instant>,
+}
+
+impl<S: Source> Dashboard<S> {
+    pub fn new(source: S, app: App) -> Self {
+        Dashboard {
+            app,
+            model: Model::new(),
+            source,
+            vm: ViewModel::default(),
+            at: None,
+            last_build: None,
+        }
+    }
+
+    pub fn options(&self) -> ViewOptions {
+        ViewOptions {
+            window: self.app.window,
+            at: self.at,
+            source: self.source.label(),
+            clock: self.source.clock_style(),
+        }
+    }
+
+    /// Rebuilds the view model from the model now.
+    pub fn rebuild(&mut self) {
+        self.vm = view::build_view(&self.model, &self.options());
+        let note = self.source.note();
+        self.vm.status.message = match (note, self.vm.status.message.take()) {
+            (Some(n), Some(m)) => Some(format!("{n} · {m}")),
+            (n, m) => n.or(m),
+        };
+        self.last_build = Some(Instant::now());
+    }
+
+    /// Polls the source; rebuilds the view when a refresh is due and the view is not paused.
+    /// Returns true when the view changed (a draw is needed).
+    pub fn tick(&mut self) -> bool {
+        self.source.poll(&mut self.model);
+        let due = self.last_build.is_none_or(|t| t.elapsed() >= REFRESH);
+        if due && !self.app.paused {
+            self.rebuild();
+            return true;
+        }
+        if due && self.app.paused {
+            // Keep the frozen view, but refresh the source's note (e.g. "child exited").
+            self.last_build = Some(Instant::now());
+            let note = self.source.note();
+            if let Some(n) = note {
+                let rest = self
+                    .vm
+                    .status
+                    .message
+                    .as_deref()
+                    .and_then(|m| m.split_once(" · ").map(|x| x.1.to_string()));
+                self.vm.status.message = Some(match rest {
+                    Some(r) => format!("{n} · {r}"),
+                    None => n,
+                });
+            }
+            return true;
+        }
+        false
+    }
+
+    /// Time until the next refresh is due.
+    pub fn until_due(&self) -> Duration {
+        self.last_build
+            .map_or(Duration::ZERO, |t| REFRESH.saturating_sub(t.elapsed()))
+    }
+
+    /// Handles a key; returns true when the user quits.
+    pub fn on_key(&mut self, key: KeyEvent) -> bool {
+        match self.app.handle_key(key) {
+            Action::Quit => return true,
+            Action::None | Action::Redraw => {}
+            Action::SetWindow(_) => self.rebuild(),
+            Action::StepHistory(d) => {
+                if d > 0 && self.at.is_none_or(|t| t >= self.model.latest_ns()) {
+                    if self.source.step_forward(&mut self.model, d) {
+                        self.at = self.app.paused.then(|| self.model.latest_ns());
+                    }
+                } else {
+                    self.at = view::step(&self.model, self.at, d);
+                    if self.at.is_none() && self.app.paused {
+                        self.at = Some(self.model.latest_ns());
+                    }
+                }
+                self.rebuild();
+            }
+            Action::TogglePause(paused) => {
+                self.source.set_paused(paused);
+                if paused {
+                    self.at.get_or_insert(self.model.latest_ns());
+                } else {
+                    self.at = None;
+                }
+                self.rebuild();
+            }
+            Action::ChangeSpeed(d) => {
+                self.source.change_speed(d);
+                let note = self.source.note();
+                if let Some(n) = note {
+                    self.vm.status.message = Some(n);
+                }
+            }
+        }
+        false
+    }
+
+    pub fn draw<B: Backend>(&self, term: &mut Terminal<B>) -> io::Result<()> {
+        term.draw(|f| sigmatop_tui::draw(f, &self.app, &self.vm))
+            .map(|_| ())
+    }
+}
+
+/// Puts the terminal back: raw mode off, main screen, cursor shown. Idempotent.
+pub fn restore_terminal() {
+    let _ = terminal::disable_raw_mode();
+    let mut out = io::stdout();
+    let _ = execute!(out, terminal::LeaveAlternateScreen, cursor::Show);
+    let _ = out.flush();
+}
+
+/// Raw mode and the alternate screen for as long as it lives.
+struct TerminalGuard;
+
+impl TerminalGuard {
+    fn enter() -> io::Result<TerminalGuard> {
+        static HOOK: Once = Once::new();
+        HOOK.call_once(|| {
+            let prev = std::panic::take_hook();
+            std::panic::set_hook(Box::new(move |info| {
+                restore_terminal();
+                prev(info);
+            }));
+        });
+        terminal::enable_raw_mode()?;
+        let guard = TerminalGuard;
+        // Mouse capture stays off: selecting text with the mouse must keep working over ssh.
+        execute!(io::stdout(), terminal::EnterAlternateScreen, cursor::Hide)?;
+        Ok(guard)
+    }
+}
+
+impl Drop for TerminalGuard {
+    fn drop(&mut self) {
+        restore_terminal();
+    }
+}
+
+/// Runs a dashboard on the terminal until the user quits; gives the dashboard back.
+pub fn run_terminal<S: Source>(mut dash: Dashboard<S>) -> Result<Dashboard<S>, String> {
+    let guard = TerminalGuard::enter().map_err(|e| format!("cannot set up the terminal: {e}"))?;
+    let mut term = Terminal::new(CrosstermBackend::new(io::stdout()))
+        .map_err(|e| format!("cannot set up the terminal: {e}"))?;
+    let res = (|| -> io::Result<()> {
+        let mut need_draw = true;
+        loop {
+            if dash.tick() {
+                need_draw = true;
+            }
+            if need_draw {
+                dash.draw(&mut term)?;
+                need_draw = false;
+            }
+            let wait = dash.until_due().min(INPUT_POLL);
+            if event::poll(wait)? {
+                // Drain everything queued before drawing again (fast typing, pasted filters).
+                loop {
+                    match event::read()? {
+                        TermEvent::Key(k) => {
+                            if dash.on_key(k) {
+                                return Ok(());
+                            }
+                            need_draw = true;
+                        }
+                        TermEvent::Resize(_, _) => {
+                            term.autoresize()?;
+                            need_draw = true;
+                        }
+                        _ => {}
+                    }
+                    if !event::poll(Duration::ZERO)? {
+                        break;
+                    }
+                }
+            }
+        }
+    })();
+    drop(term);
+    drop(guard);
+    res.map_err(|e| format!("terminal: {e}"))?;
+    Ok(dash)
+}
+
+/// The dashboard over `source`, with the theme from `--theme` / `NO_COLOR`.
+pub fn run<S: Source>(source: S, theme: Option<&str>) -> CliResult {
+    let theme = Theme::from_env(theme).map_err(|e| e.to_string())?;
+    run_terminal(Dashboard::new(source, App::new(theme)))?;
+    Ok(0)
+}
+
+/// A program started by `sigmatop run`, watched alongside its processes' sockets.
+pub struct ChildWatch {
+    pub child: Child,
+    pub name: String,
+    pub log: PathBuf,
+    pub status: Option<ExitStatus>,
+}
+
+/// Live processes through their sockets (and the launched program, for `sigmatop run`).
+pub struct LiveFeed {
+    pub live: LiveSource,
+    pub child: Option<ChildWatch>,
+}
+
+impl Source for LiveFeed {
+    fn poll(&mut self, model: &mut Model) -> usize {
+        let n = self.live.poll(model);
+        if let Some(c) = self.child.as_mut()
+            && c.status.is_none()
+            && let Ok(Some(st)) = c.child.try_wait()
+        {
+            c.status = Some(st);
+        }
+        n
+    }
+
+    fn label(&self) -> String {
+        "live".into()
+    }
+
+    fn note(&self) -> Option<String> {
+        match &self.child {
+            Some(c) => Some(match c.status {
+                None => format!(
+                    "{} running (pid {}) · output in {}",
+                    c.name,
+                    c.child.id(),
+                    c.log.display()
+                ),
+                Some(st) => format!(
+                    "{} exited ({}) · output in {} · q to leave",
+                    c.name,
+                    describe(st),
+                    c.log.display()
+                ),
+            }),
+            None if self.live.sockets_seen == 0 => Some(format!(
+                "waiting for traced processes in {}",
+                self.live.dir().display()
+            )),
+            None => None,
+        }
+    }
+}
+
+fn exit_code(status: ExitStatus) -> i32 {
+    use std::os::unix::process::ExitStatusExt;
+    match (status.code(), status.signal()) {
+        (Some(c), _) => c,
+        (None, Some(sig)) => 128 + sig,
+        _ => 1,
+    }
+}
+
+fn describe(status: ExitStatus) -> String {
+    use std::os::unix::process::ExitStatusExt;
+    match (status.code(), status.signal()) {
+        (Some(c), _) => format!("status {c}"),
+        (None, Some(sig)) => format!("signal {sig}"),
+        _ => "unknown status".into(),
+    }
+}
+
+/// `sigmatop attach`: the dashboard on a terminal; `--json`, `--once` or no terminal print instead.
+pub fn attach(args: &AttachArgs) -> CliResult {
+    if args.json || args.once || !io::stdout().is_terminal() || !io::stdin().is_terminal() {
+        return attach_print(args);
+    }
+    let dir = args.socket_dir.clone().unwrap_or_else(default_socket_dir);
+    let filter = if args.pids.is_empty() {
+        Filter::All
+    } else {
+        Filter::Pids(args.pids.clone())
+    };
+    let feed = LiveFeed {
+        live: LiveSource::new(dir, filter),
+        child: None,
+    };
+    run(feed, args.theme.as_deref())
+}
+
+/// The log file for the program's output: ./sigmatop-run-<pid>.log (the temp dir when the current
+/// directory is not writable).
+fn open_log() -> Result<(PathBuf, File), String> {
+    let name = format!("sigmatop-run-{}.log", std::process::id());
+    let mut last = String::new();
+    for dir in [Path::new(".").to_path_buf(), std::env::temp_dir()] {
+        let p = dir.join(&name);
+        match File::create(&p) {
+            Ok(f) => return Ok((p, f)),
+            Err(e) => last = format!("cannot create {}: {e}", p.display()),
+        }
+    }
+    Err(last)
+}
+
+/// `sigmatop run -- CMD`: the dashboard when stdin and stdout are a terminal and not `--headless`
+/// or `--json`; the program's output goes to a log file. On `q` the dashboard closes and sigmatop
+/// waits for the program; when the program exits first the dashboard stays open until `q`.
+pub fn run_cmd(args: &RunArgs) -> CliResult {
+    if args.headless || args.json || !io::stdout().is_terminal() || !io::stdin().is_terminal() {
+        return run_headless(args);
+    }
+    let theme = Theme::from_env(args.theme.as_deref()).map_err(|e| e.to_string())?;
+    let socket_dir = default_socket_dir();
+    let mut cmd = traced_command(args, &socket_dir)?;
+    let (log, file) = open_log()?;
+    let err = file
+        .try_clone()
+        .map_err(|e| format!("{}: {e}", log.display()))?;
+    cmd.stdin(Stdio::null()).stdout(file).stderr(err);
+    let name = args.cmd.first().cloned().unwrap_or_default();
+    let child = cmd
+        .spawn()
+        .map_err(|e| format!("cannot start {name}: {e}"))?;
+    let pid = child.id();
+    let mut live = LiveSource::new(socket_dir, Filter::DescendantsOf(pid));
+    live.scan_every = Duration::from_millis(100);
+    let feed = LiveFeed {
+        live,
+        child: Some(ChildWatch {
+            child,
+            name: name.clone(),
+            log: log.clone(),
+            status: None,
+        }),
+    };
+    let result = run_terminal(Dashboard::new(feed, App::new(theme)));
+    let mut dash = match result {
+        Ok(d) => d,
+        Err(e) => {
+            eprintln!(
+                "sigmatop: {e}; the program keeps running, output in {}",
+                log.display()
+            );
+            return Err(e);
+        }
+    };
+    let Some(mut c) = dash.source.child.take() else {
+        return Ok(0);
+    };
+    let status = match c.status {
+        Some(st) => st,
+        None => {
+            eprintln!(
+                "sigmatop: stopped watching; waiting for {name} (pid {pid}) to exit (output in {})",
+                log.display()
+            );
+            // SAFETY: installing SIG_IGN is always valid; the terminal's ^C reaches the program.
+            unsafe {
+                libc::signal(libc::SIGINT, libc::SIG_IGN);
+                libc::signal(libc::SIGQUIT, libc::SIG_IGN);
+            }
+            c.child
+                .wait()
+                .map_err(|e| format!("waiting for {name}: {e}"))?
+        }
+    };
+    eprintln!(
+        "sigmatop: {name} exited ({}); its output is in {}",
+        describe(status),
+        log.display()
+    );
+    Ok(exit_code(status))
+}

@@ -1,0 +1,493 @@
+//! `sigmatop replay DIR` and `sigmatop demo`: a recording drives the same `Model` as a live
+//! session, by time. Snapshots, endpoint updates and events are applied as their timestamps pass on
+//! a virtual clock that runs at the chosen speed and stops on pause. Event files are streamed a chunk
+//! at a time (never loaded whole).
+//!
+//! `sigmatop demo` replays the bundled recording `fixtures/demo-moe` (a real 4-rank MPI run over
+//! UCX), embedded in the binary and unpacked into a private temporary directory that is removed at
+//! exit.
+
+use std::io::IsTerminal;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use super::dashboard::{self, Source};
+use super::{CliResult, DemoArgs, ReplayArgs, table};
+use crate::agg::{Model, ProcKey};
+use crate::event::{Event, TscClock};
+use crate::trace::reader::{ProcessRecording, Recording, ThreadEventReader};
+use crate::view::ClockStyle;
+use crate::wire::Frame;
+
+/// Events applied to the model per process and poll, at most: the view keeps the latest
+/// `agg::RECENT_EVENTS`, so older ones in the same poll are skipped (and counted).
+const EVENTS_PER_POLL: usize = crate::agg::RECENT_EVENTS;
+/// Replay speeds offered by `+` / `-`.
+pub const SPEEDS: [f64; 9] = [0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 10.0, 30.0, 100.0];
+
+struct ThreadFeed {
+    reader: ThreadEventReader,
+    /// Decoded events of the current block not yet applied, with their real-time stamps.
+    pending: Vec<(u64, Event)>,
+    pos: usize,
+    done: bool,
+}
+
+struct ProcFeed {
+    key: ProcKey,
+    rec: ProcessRecording,
+    clock: TscClock,
+    started: bool,
+    next_snapshot: usize,
+    next_update: usize,
+    threads: Vec<ThreadFeed>,
+    ended: bool,
+    /// Time after which the process is over: its clean end, else its last snapshot.
+    end_ns: u64,
+}
+
+/// A recording played back through the model.
+pub struct ReplaySource {
+    procs: Vec<ProcFeed>,
+    label: String,
+    start_ns: u64,
+    end_ns: u64,
+    vnow: u64,
+    speed: f64,
+    playing: bool,
+    last_real: Instant,
+    problems: Vec<String>,
+    /// Events read but not kept by the view (more than it shows arrived within one poll).
+    pub events_skipped: u64,
+    pub events_applied: u64,
+}
+
+impl ReplaySource {
+    /// Opens a recording (one or more roots) for playback.
+    pub fn open(dirs: &[PathBuf], label: &str, speed: f64) -> Result<ReplaySource, String> {
+        let rec = Recording::open(dirs)?;
+        if rec.processes.is_empty() {
+            let why = rec
+                .problems
+                .first()
+                .map(|p| p.to_string())
+                .unwrap_or_else(|| "no process could be read".into());
+            return Err(format!("nothing to replay: {why}"));
+        }
+        let mut problems: Vec<String> = rec.problems.iter().map(|p| p.to_string()).collect();
+        let mut procs = Vec::new();
+        for pr in rec.processes {
+            let mut threads = Vec::new();
+            for (tid, path) in pr.thread_files() {
+                match ThreadEventReader::open(&path, tid) {
+                    Ok(reader) => threads.push(ThreadFeed {
+                        reader,
+                        pending: Vec::new(),
+                        pos: 0,
+                        done: false,
+                    }),
+                    Err(p) => problems.push(p.to_string()),
+                }
+            }
+            let last_snap = pr.snapshots.last().map_or(0, |s| s.at_ns);
+            let end_ns = pr.end.map_or(last_snap, |(at, _)| at.max(last_snap));
+            procs.push(ProcFeed {
+                key: ProcKey {
+                    host: pr.identity.host.clone(),
+                    pid: pr.identity.pid,
+                },
+                clock: pr.clock(),
+                rec: pr,
+                started: false,
+                next_snapshot: 0,
+                next_update: 0,
+                threads,
+                ended: false,
+                end_ns,
+            });
+        }
+        let start_ns = procs
+            .iter()
+            .map(|p| {
+                let first = p.rec.snapshots.first().map_or(u64::MAX, |s| s.at_ns);
+                match p.rec.identity.start_ns {
+                    0 => first,
+                    s => s.min(first),
+                }
+            })
+            .min()
+            .unwrap_or(0);
+        let end_ns = procs.iter().map(|p| p.end_ns).max().unwrap_or(start_ns);
+        Ok(ReplaySource {
+            procs,
+            label: label.to_string(),
+            start_ns,
+            end_ns: end_ns.max(start_ns),
+            vnow: start_ns,
+            speed: if speed.is_finite() && speed > 0.0 {
+                speed
+            } else {
+                1.0
+            },
+            playing: true,
+            last_real: Instant::now(),
+            problems,
+            events_skipped: 0,
+            events_applied: 0,
+        })
+    }
+
+    /// Length of the recording.
+    pub fn duration_ns(&self) -> u64 {
+        self.end_ns - self.start_ns
+    }
+
+    /// Virtual time now.
+    pub fn now_ns(&self) -> u64 {
+        self.vnow
+    }
+
+    pub fn finished(&self) -> bool {
+        self.vnow >= self.end_ns && self.procs.iter().all(|p| p.ended)
+    }
+
+    /// Moves the virtual clock to `t` (forward only) and applies what it passed.
+    pub fn advance_to(&mut self, model: &mut Model, t: u64) -> usize {
+        self.vnow = self.vnow.max(t.min(self.end_ns));
+        self.apply_due(model)
+    }
+
+    fn apply_due(&mut self, model: &mut Model) -> usize {
+        for p in self.problems.drain(..) {
+            model.messages.push(p);
+        }
+        let now = self.vnow;
+        let mut applied = 0;
+        for f in &mut self.procs {
+            if f.ended {
+                continue;
+            }
+            let start = f.rec.identity.start_ns;
+            let first = f.rec.snapshots.first().map_or(start, |s| s.at_ns);
+            if !f.started {
+                if now < start.min(first) {
+                    continue;
+                }
+                f.started = true;
+                model.apply(&f.key, Frame::hello(f.rec.identity.clone()));
+                model.apply(&f.key, Frame::Endpoints(f.rec.endpoints.clone()));
+                for c in &f.rec.clocks {
+                    model.apply(&f.key, Frame::Clock(*c));
+                }
+                applied += 3;
+            }
+            let n_up = f.rec.updates[f.next_update..]
+                .iter()
+                .take_while(|u| u.at_ns <= now)
+                .count();
+            if n_up > 0 {
+                let ups = f.rec.updates[f.next_update..f.next_update + n_up].to_vec();
+                f.next_update += n_up;
+                model.apply(&f.key, Frame::Updates(ups));
+                applied += 1;
+            }
+            // Events before the snapshots that follow them.
+            let mut batch: Vec<Event> = Vec::new();
+            for th in &mut f.threads {
+                loop {
+                    if th.pos >= th.pending.len() {
+                        if th.done {
+                            break;
+                        }
+                        th.pending.clear();
+                        th.pos = 0;
+                        match th.reader.next_block() {
+                            Some(block) => th
+                                .pending
+                                .extend(block.iter().map(|e| (f.clock.to_real_ns(e.tsc), *e))),
+                            None => {
+                                th.done = true;
+                                if let Some(p) = th.reader.problem.take() {
+                                    model.messages.push(p.to_string());
+                                }
+                                break;
+                            }
+                        }
+                        continue;
+                    }
+                    let (at, e) = th.pending[th.pos];
+                    if at > now {
+                        break;
+                    }
+                    batch.push(e);
+                    th.pos += 1;
+                }
+            }
+            if !batch.is_empty() {
+                if f.threads.len() > 1 {
+                    batch.sort_by_key(|e| e.tsc);
+                }
+                let skip = batch.len().saturating_sub(EVENTS_PER_POLL);
+                self.events_skipped += skip as u64;
+                self.events_applied += (batch.len() - skip) as u64;
+                batch.drain(..skip);
+                model.apply(&f.key, Frame::Events(batch));
+                applied += 1;
+            }
+            while let Some(s) = f.rec.snapshots.get(f.next_snapshot) {
+                if s.at_ns > now {
+                    break;
+                }
+                model.apply(&f.key, Frame::Snapshot(s.clone()));
+                f.next_snapshot += 1;
+                applied += 1;
+            }
+            if f.next_snapshot >= f.rec.snapshots.len() && now >= f.end_ns {
+                f.ended = true;
+                match f.rec.end {
+                    Some((at_ns, _)) => model.apply(&f.key, Frame::Bye { at_ns }),
+                    None => model.source_closed(
+                        &f.key,
+                        Some("record cut: the process did not shut down cleanly".into()),
+                    ),
+                }
+                applied += 1;
+            }
+        }
+        applied
+    }
+}
+
+impl Source for ReplaySource {
+    fn poll(&mut self, model: &mut Model) -> usize {
+        let real = Instant::now();
+        if self.playing {
+            let dt = real.duration_since(self.last_real).as_nanos() as f64 * self.speed;
+            self.vnow = self.vnow.saturating_add(dt as u64).min(self.end_ns);
+        }
+        self.last_real = real;
+        self.apply_due(model)
+    }
+
+    fn set_paused(&mut self, paused: bool) {
+        self.playing = !paused;
+        self.last_real = Instant::now();
+    }
+
+    fn pauses_collection(&self) -> bool {
+        true
+    }
+
+    fn change_speed(&mut self, d: i32) {
+        let i = SPEEDS
+            .iter()
+            .position(|s| *s >= self.speed - 1e-9)
+            .unwrap_or(SPEEDS.len() - 1) as i32;
+        self.speed = SPEEDS[(i + d).clamp(0, SPEEDS.len() as i32 - 1) as usize];
+    }
+
+    fn step_forward(&mut self, model: &mut Model, samples: i32) -> bool {
+        // 250 ms per sample, the preload's default interval.
+        let t = self.vnow + samples.max(0) as u64 * 250_000_000;
+        self.advance_to(model, t);
+        true
+    }
+
+    fn label(&self) -> String {
+        self.label.clone()
+    }
+
+    fn clock_style(&self) -> ClockStyle {
+        ClockStyle::SinceStart
+    }
+
+    fn note(&self) -> Option<String> {
+        let pos = (self.vnow - self.start_ns) as f64 / 1e9;
+        let len = self.duration_ns() as f64 / 1e9;
+        let state = if self.finished() {
+            "replay finished".to_string()
+        } else if self.playing {
+            format!("playing {}×", fmt_speed(self.speed))
+        } else {
+            format!("stopped at {}×", fmt_speed(self.speed))
+        };
+        Some(format!("{state} · {pos:.1}/{len:.1}s · +/- speed"))
+    }
+}
+
+fn fmt_speed(s: f64) -> String {
+    if s.fract() == 0.0 {
+        format!("{s:.0}")
+    } else {
+        format!("{s}")
+    }
+}
+
+/// Prints the report of a recording (what `--headless` shows).
+fn print_summary(dirs: &[PathBuf]) -> CliResult {
+    let rec = Recording::open(dirs)?;
+    let model = Model::from_recording(&rec);
+    let r = model.report();
+    print!("{}", table::render(&r));
+    print!("{}", table::render_matrix("rank × rank", &r.rank_matrix));
+    print!("{}", table::render_matrix("node × node", &r.node_matrix));
+    let vm = crate::view::build_view(
+        &model,
+        &crate::view::ViewOptions {
+            window: sigmatop_tui::Window::All,
+            ..Default::default()
+        },
+    );
+    for w in sigmatop_tui::warnings::compute(&vm, &Default::default()) {
+        println!("warning: {}", w.message);
+    }
+    for p in &rec.problems {
+        println!("skipped: {p}");
+    }
+    Ok(0)
+}
+
+fn interactive() -> bool {
+    std::io::stdout().is_terminal() && std::io::stdin().is_terminal()
+}
+
+pub fn replay(args: &ReplayArgs) -> CliResult {
+    let dirs = std::slice::from_ref(&args.dir);
+    if args.headless {
+        return print_summary(dirs);
+    }
+    if !interactive() {
+        eprintln!(
+            "sigmatop: not a terminal; printing the summary instead (use --headless to say so)"
+        );
+        return print_summary(dirs);
+    }
+    let src = ReplaySource::open(dirs, &format!("replay {}", args.dir.display()), args.speed)?;
+    dashboard::run(src, args.theme.as_deref())
+}
+
+mod embedded {
+    include!(concat!(env!("OUT_DIR"), "/demo_files.rs"));
+}
+
+/// A private (0700) temporary directory, removed when dropped.
+pub struct TempDir(PathBuf);
+
+impl TempDir {
+    pub fn new(prefix: &str) -> Result<TempDir, String> {
+        use std::os::unix::fs::DirBuilderExt;
+        let base = std::env::temp_dir();
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.subsec_nanos());
+        for i in 0..16u32 {
+            let p = base.join(format!("{prefix}-{}-{nanos:x}-{i}", std::process::id()));
+            match std::fs::DirBuilder::new().mode(0o700).create(&p) {
+                Ok(()) => return Ok(TempDir(p)),
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+                Err(e) => return Err(format!("cannot create {}: {e}", p.display())),
+            }
+        }
+        Err(format!(
+            "cannot create a private directory in {}",
+            base.display()
+        ))
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// Unpacks the bundled demo recording into a fresh private directory.
+pub fn unpack_demo() -> Result<TempDir, String> {
+    use std::os::unix::fs::DirBuilderExt;
+    let tmp = TempDir::new("sigmatop-demo")?;
+    for (rel, bytes) in embedded::DEMO_FILES {
+        let rel = Path::new(rel);
+        if rel.is_absolute()
+            || rel
+                .components()
+                .any(|c| !matches!(c, std::path::Component::Normal(_)))
+        {
+            return Err(format!("bad bundled path {}", rel.display()));
+        }
+        let path = tmp.path().join(rel);
+        if let Some(parent) = path.parent() {
+            std::fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o700)
+                .create(parent)
+                .map_err(|e| format!("cannot create {}: {e}", parent.display()))?;
+        }
+        std::fs::write(&path, bytes)
+            .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+    }
+    Ok(tmp)
+}
+
+pub fn demo(args: &DemoArgs) -> CliResult {
+    if embedded::DEMO_FILES.is_empty() {
+        return Err("this sigmatop was built without the bundled demo recording".into());
+    }
+    let tmp = unpack_demo()?;
+    let dirs = [tmp.path().to_path_buf()];
+    if args.headless {
+        return print_summary(&dirs);
+    }
+    if !interactive() {
+        eprintln!(
+            "sigmatop: not a terminal, so no dashboard: printing the demo's summary (`sigmatop demo --headless` does this on purpose)"
+        );
+        return print_summary(&dirs);
+    }
+    let src = ReplaySource::open(&dirs, "demo", args.speed)?;
+    let r = dashboard::run(src, args.theme.as_deref());
+    drop(tmp);
+    r
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn demo_unpacks_privately_and_replays_by_time() {
+        use std::os::unix::fs::PermissionsExt;
+        let tmp = unpack_demo().expect("unpack");
+        let mode = std::fs::metadata(tmp.path())
+            .expect("stat")
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o700);
+        let dir = tmp.path().to_path_buf();
+        let mut src = ReplaySource::open(std::slice::from_ref(&dir), "demo", 1.0).expect("open");
+        let mut m = Model::new();
+        let half = src.start_ns + src.duration_ns() / 2;
+        src.advance_to(&mut m, half);
+        assert_eq!(m.processes.len(), 4);
+        let mid: usize = m.processes.values().map(|p| p.history.len()).sum();
+        assert!(!src.finished());
+        src.advance_to(&mut m, u64::MAX);
+        assert!(src.finished());
+        let all: usize = m.processes.values().map(|p| p.history.len()).sum();
+        assert!(mid > 0 && mid < all, "{mid} < {all}");
+        assert!(m.processes.values().all(|p| p.exited));
+        assert!(src.events_applied > 0);
+        // Same totals as loading the whole recording.
+        let whole = Model::from_recording(&Recording::open(&[dir]).expect("open"));
+        assert_eq!(
+            serde_json::to_string(&m.report().totals).ok(),
+            serde_json::to_string(&whole.report().totals).ok()
+        );
+        let p = tmp.path().to_path_buf();
+        drop(tmp);
+        assert!(!p.exists());
+    }
+}
