@@ -1,0 +1,182 @@
+//! The dashboard's view model built from the REAL demo recording (fixtures/demo-moe: 4 MPI ranks
+//! over UCX, rank 2 receives three times what the others do), at several history positions and
+//! through the by-time replay, drawn with ratatui's TestBackend at 80×24 and 200×60.
+
+use std::path::PathBuf;
+
+use crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
+use ratatui::Terminal;
+use ratatui::backend::TestBackend;
+use sigmatop::agg::Model;
+use sigmatop::cli::replay::ReplaySource;
+use sigmatop::trace::reader::Recording;
+use sigmatop::view::{ClockStyle, ViewOptions, build_view, step};
+use sigmatop_tui::{App, Theme, ViewModel, Window};
+
+fn fixture() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("fixtures/demo-moe")
+}
+
+fn model() -> Model {
+    let rec = Recording::open(&[fixture()]).expect("the demo recording opens");
+    assert!(rec.problems.is_empty(), "{:?}", rec.problems);
+    Model::from_recording(&rec)
+}
+
+fn opts(window: Window, at: Option<u64>) -> ViewOptions {
+    ViewOptions {
+        window,
+        at,
+        source: "demo".into(),
+        clock: ClockStyle::SinceStart,
+    }
+}
+
+fn render(app: &App, vm: &ViewModel, w: u16, h: u16) -> String {
+    let mut term = Terminal::new(TestBackend::new(w, h)).expect("terminal");
+    term.draw(|f| sigmatop_tui::draw(f, app, vm)).expect("draw");
+    let buf = term.backend().buffer().clone();
+    let mut out = String::new();
+    for y in 0..h {
+        for x in 0..w {
+            out.push_str(buf[(x, y)].symbol());
+        }
+        out.push('\n');
+    }
+    out
+}
+
+fn key(app: &mut App, c: char) {
+    app.handle_key(KeyEvent::new(KeyCode::Char(c), KeyModifiers::NONE));
+}
+
+/// Rank with the largest windowed ingress, and its ratio to the mean.
+fn hottest_ingress(vm: &ViewModel) -> (u32, f64) {
+    let mean = vm.ranks.iter().map(|r| r.ingress_bps).sum::<f64>() / vm.ranks.len() as f64;
+    let hot = vm
+        .ranks
+        .iter()
+        .max_by(|a, b| a.ingress_bps.total_cmp(&b.ingress_bps))
+        .expect("ranks");
+    (hot.rank, hot.ingress_bps / mean)
+}
+
+#[test]
+fn rank_2_is_hot_at_every_history_position() {
+    let m = model();
+    let live = build_view(&m, &opts(Window::S10, None));
+    assert_eq!(live.header.ranks, 4);
+    assert_eq!(live.header.processes, 4);
+    assert!(live.history_len >= 10, "history {}", live.history_len);
+    assert_eq!(live.history_pos + 1, live.history_len);
+    let mut positions = 0;
+    for back in [1, 4, 8, 12] {
+        if back >= live.history_len as i32 {
+            continue;
+        }
+        let at = step(&m, None, -back);
+        assert!(at.is_some(), "step back {back}");
+        let vm = build_view(&m, &opts(Window::S1, at));
+        assert_eq!(vm.history_pos + 1 + back as usize, vm.history_len);
+        let (hot, ratio) = hottest_ingress(&vm);
+        assert_eq!(hot, 2, "at {back} samples back: {:?}", vm.ranks);
+        assert!(ratio > 1.5, "rank 2 ingress {ratio:.2}× mean");
+        // Something moves at every position in the middle of the run.
+        assert!(vm.header.tx_bps > 0.0 && vm.header.rx_bps > 0.0);
+        positions += 1;
+    }
+    assert!(positions >= 3);
+    // Totals over the whole run equal the report's.
+    let all = build_view(&m, &opts(Window::All, None));
+    let report = m.report();
+    let tx: u64 = all.endpoints.iter().map(|e| e.tx_bytes).sum();
+    assert_eq!(tx, report.totals.tx_bytes);
+    let r2 = all.ranks.iter().find(|r| r.rank == 2).expect("rank 2");
+    assert_eq!(r2.ingress_bytes, 23_224_320, "{r2:?}");
+    assert_eq!(all.matrices.rank.labels, ["r0", "r1", "r2", "r3"]);
+    let into_r2: f64 = (0..4).map(|s| all.matrices.rank.bytes[s][2]).sum();
+    assert_eq!(into_r2, 3.0 * 7_741_440.0);
+    // Unattributed: one row per process, zero here, never hidden.
+    assert_eq!(all.endpoints.iter().filter(|e| e.unattributed).count(), 4);
+    assert!(all.processes.iter().all(|p| p.exited));
+    assert!(all.doorbells.series.is_empty(), "no GPU in this run");
+}
+
+#[test]
+fn replay_by_time_matches_the_whole_recording() {
+    let mut src =
+        ReplaySource::open(&[fixture()], "demo", 1.0).expect("the demo recording replays");
+    let mut m = Model::new();
+    let mid = src.now_ns() + src.duration_ns() / 2;
+    src.advance_to(&mut m, mid);
+    let vm = build_view(&m, &opts(Window::S10, None));
+    assert_eq!(vm.header.processes, 4);
+    assert!(vm.processes.iter().all(|p| !p.exited), "nobody exited yet");
+    assert_eq!(hottest_ingress(&vm).0, 2);
+    src.advance_to(&mut m, u64::MAX);
+    assert!(src.finished());
+    let end = build_view(&m, &opts(Window::All, None));
+    let whole = build_view(&model(), &opts(Window::All, None));
+    assert_eq!(end.ranks, whole.ranks);
+    assert_eq!(end.matrices, whole.matrices);
+    assert!(end.processes.iter().all(|p| p.exited));
+}
+
+#[test]
+fn renders_at_80x24_and_200x60() {
+    let m = model();
+    let at = step(&m, None, -8);
+    let vm = build_view(&m, &opts(Window::S10, at));
+    let theme = Theme::builtin("mono").expect("mono theme");
+    for (w, h) in [(80u16, 24u16), (200, 60)] {
+        let mut app = App::new(theme.clone());
+        let overview = render(&app, &vm, w, h);
+        assert!(overview.contains("4 ranks"), "{overview}");
+        assert!(overview.contains("▲ tx B/s"), "{overview}");
+        assert!(overview.contains("▼ rx B/s"), "{overview}");
+        assert!(overview.contains("demo"), "{overview}");
+
+        key(&mut app, '2');
+        let qps = render(&app, &vm, w, h);
+        assert!(qps.contains("QPs"), "{qps}");
+        assert!(qps.contains("B/s"), "{qps}");
+        if w >= 200 {
+            assert!(qps.contains("▲ 10s B/s"), "{qps}");
+            assert!(qps.contains("(unattributed)"), "{qps}");
+        }
+        // The filter finds the unattributed rows at any size.
+        key(&mut app, '/');
+        for c in "unattributed".chars() {
+            key(&mut app, c);
+        }
+        app.handle_key(KeyEvent::new(KeyCode::Enter, KeyModifiers::NONE));
+        let filtered = render(&app, &vm, w, h);
+        assert!(filtered.contains("(unattr"), "{filtered}");
+        app.handle_key(KeyEvent::new(KeyCode::Esc, KeyModifiers::NONE));
+
+        key(&mut app, '4');
+        let nodes = render(&app, &vm, w, h);
+        assert!(nodes.contains("ingress"), "{nodes}");
+        // Rank 2's row shows its ingress, the largest of the four.
+        let r2 = vm.ranks.iter().find(|r| r.rank == 2).expect("rank 2");
+        let shown = sigmatop_tui::fmt::si(r2.ingress_bps);
+        let line = nodes
+            .lines()
+            .find(|l| l.trim_start_matches(['▸', ' ']).starts_with("2 "))
+            .unwrap_or_else(|| panic!("no rank 2 row:\n{nodes}"));
+        assert!(line.contains(&shown), "{shown} not in {line:?}");
+
+        key(&mut app, '5');
+        key(&mut app, 'm'); // node → rank
+        let matrix = render(&app, &vm, w, h);
+        assert!(matrix.contains("r2"), "{matrix}");
+
+        key(&mut app, 'd');
+        let db = render(&app, &vm, w, h);
+        assert!(db.to_lowercase().contains("doorbell"), "{db}");
+
+        key(&mut app, '?');
+        let help = render(&app, &vm, w, h);
+        assert!(help.to_lowercase().contains("help"), "{help}");
+    }
+}
