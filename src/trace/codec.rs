@@ -70,29 +70,43 @@ const X_ADDR: u8 = 0x10;
 const X_AUX: u8 = 0x20;
 const X_BIG_OP: u8 = 0x40;
 
-/// Running state of the encoder/decoder within one block.
+/// Running state of the encoder/decoder within one block: the last values seen *for each op
+/// code* (interleaved streams such as send / receive / progress each compress against their own
+/// previous event), and the last timestamp overall.
 #[derive(Default, Clone, Copy)]
 struct Prev {
-    tsc: u64,
     ep: u32,
     bytes: u64,
     addr: u64,
     aux: u16,
 }
 
+struct State {
+    tsc: u64,
+    per_op: [Prev; 256],
+}
+
+impl State {
+    fn new(base: u64) -> State {
+        State {
+            tsc: base,
+            per_op: [Prev::default(); 256],
+        }
+    }
+}
+
 /// Encodes one block of events of a single thread (in time order) into `out`.
 /// Layout: varint base_tsc, varint count, then per event:
-/// header byte (op:6, EXT, SAME ep+bytes), varint Δtsc, [varint ep, varint bytes],
-/// [ext byte (flags:4, addr changed, aux changed, op≥64), [op byte], [zigzag Δaddr], [varint aux]].
+/// header byte (op:6, EXT, SAME ep+bytes as the previous event of this op), varint Δtsc,
+/// [ext byte (flags:4, addr changed, aux changed, op ≥ 64), [op byte]], [varint ep, varint bytes],
+/// [zigzag Δaddr], [varint aux]. "Previous" values are kept per op code.
 pub fn encode_block(events: &[RawEvent], out: &mut Vec<u8>) {
     let base = events.first().map(|e| e.tsc).unwrap_or(0);
     put_varint(out, base);
     put_varint(out, events.len() as u64);
-    let mut p = Prev {
-        tsc: base,
-        ..Prev::default()
-    };
+    let mut st = State::new(base);
     for e in events {
+        let p = st.per_op[e.op as usize];
         let same = e.ep == p.ep && e.bytes == p.bytes;
         let addr_changed = e.addr != p.addr;
         let aux_changed = e.aux != p.aux;
@@ -108,11 +122,7 @@ pub fn encode_block(events: &[RawEvent], out: &mut Vec<u8>) {
         out.push(h);
         // Timestamps within a thread are monotonic; a backwards step (TSC from another core
         // on a broken system) is clamped to 0 rather than wrapping.
-        put_varint(out, e.tsc.saturating_sub(p.tsc));
-        if !same {
-            put_varint(out, e.ep as u64);
-            put_varint(out, e.bytes);
-        }
+        put_varint(out, e.tsc.saturating_sub(st.tsc));
         if ext {
             let mut x = e.flags & X_FLAGS_MASK;
             if addr_changed {
@@ -128,21 +138,31 @@ pub fn encode_block(events: &[RawEvent], out: &mut Vec<u8>) {
             if big_op {
                 out.push(e.op);
             }
-            if addr_changed {
-                put_varint(out, zigzag(e.addr.wrapping_sub(p.addr) as i64));
-            }
-            if aux_changed {
-                put_varint(out, e.aux as u64);
-            }
         }
-        p = Prev {
-            tsc: e.tsc.max(p.tsc),
+        if !same {
+            put_varint(out, e.ep as u64);
+            put_varint(out, e.bytes);
+        }
+        if addr_changed {
+            put_varint(out, zigzag(e.addr.wrapping_sub(p.addr) as i64));
+        }
+        if aux_changed {
+            put_varint(out, e.aux as u64);
+        }
+        st.tsc = e.tsc.max(st.tsc);
+        st.per_op[e.op as usize] = Prev {
             ep: e.ep,
             bytes: e.bytes,
             addr: e.addr,
             aux: e.aux,
         };
     }
+}
+
+fn byte_at(buf: &[u8], pos: &mut usize, at: usize) -> Result<u8, CodecError> {
+    let b = *buf.get(*pos).ok_or(CodecError::Truncated { at })?;
+    *pos += 1;
+    Ok(b)
 }
 
 /// Decodes a block produced by `encode_block`, appending to `out`. Never panics; the number of
@@ -156,18 +176,20 @@ pub fn decode_block(buf: &[u8], tid: u32, out: &mut Vec<Event>) -> Result<(), Co
         return Err(CodecError::CountTooLarge { count, max });
     }
     out.reserve(count as usize);
-    let mut p = Prev {
-        tsc: base,
-        ..Prev::default()
-    };
+    let mut st = State::new(base);
     for _ in 0..count {
         let at = pos;
-        let Some(&h) = buf.get(pos) else {
-            return Err(CodecError::Truncated { at });
-        };
-        pos += 1;
+        let h = byte_at(buf, &mut pos, at)?;
         let mut op = h & H_OP_MASK;
-        let tsc = p.tsc.wrapping_add(get_varint(buf, &mut pos)?);
+        let tsc = st.tsc.wrapping_add(get_varint(buf, &mut pos)?);
+        let mut x = 0u8;
+        if h & H_EXT != 0 {
+            x = byte_at(buf, &mut pos, at)?;
+            if x & X_BIG_OP != 0 {
+                op = byte_at(buf, &mut pos, at)?;
+            }
+        }
+        let p = st.per_op[op as usize];
         let (ep, bytes) = if h & H_SAME != 0 {
             (p.ep, p.bytes)
         } else {
@@ -175,43 +197,29 @@ pub fn decode_block(buf: &[u8], tid: u32, out: &mut Vec<Event>) -> Result<(), Co
             let bytes = get_varint(buf, &mut pos)?;
             (ep as u32, bytes)
         };
-        let mut flags = 0u8;
-        let mut addr = p.addr;
-        let mut aux = p.aux;
-        if h & H_EXT != 0 {
-            let Some(&x) = buf.get(pos) else {
-                return Err(CodecError::Truncated { at });
-            };
-            pos += 1;
-            flags = x & X_FLAGS_MASK;
-            if x & X_BIG_OP != 0 {
-                let Some(&o) = buf.get(pos) else {
-                    return Err(CodecError::Truncated { at });
-                };
-                pos += 1;
-                op = o;
-            }
-            if x & X_ADDR != 0 {
-                addr = p
-                    .addr
-                    .wrapping_add(unzigzag(get_varint(buf, &mut pos)?) as u64);
-            }
-            if x & X_AUX != 0 {
-                aux = get_varint(buf, &mut pos)? as u16;
-            }
-        }
+        let addr = if x & X_ADDR != 0 {
+            p.addr
+                .wrapping_add(unzigzag(get_varint(buf, &mut pos)?) as u64)
+        } else {
+            p.addr
+        };
+        let aux = if x & X_AUX != 0 {
+            get_varint(buf, &mut pos)? as u16
+        } else {
+            p.aux
+        };
         out.push(Event {
             tsc,
             tid,
             ep,
             op,
-            flags,
+            flags: x & X_FLAGS_MASK,
             aux,
             bytes,
             addr,
         });
-        p = Prev {
-            tsc,
+        st.tsc = tsc;
+        st.per_op[op as usize] = Prev {
             ep,
             bytes,
             addr,
@@ -261,6 +269,31 @@ mod tests {
         for (a, b) in evs.iter().zip(&out) {
             assert_eq!(Event::from_raw(a, 5), *b);
         }
+    }
+
+    #[test]
+    fn interleaved_ops_compress_against_their_own_history() {
+        let mut evs = Vec::new();
+        for i in 0..3000u64 {
+            evs.push(ev(i * 300, 1, 2, 8, 0x1000)); // send
+            evs.push(ev(i * 300 + 100, 2, 4, 8, 0x1000)); // receive on another endpoint
+            evs.push(ev(i * 300 + 200, 3, 12, 1, 0)); // progress
+        }
+        let mut buf = Vec::new();
+        encode_block(&evs, &mut buf);
+        assert!(
+            buf.len() <= evs.len() * 3 + 32,
+            "{} bytes for {} events",
+            buf.len(),
+            evs.len()
+        );
+        let mut out = Vec::new();
+        decode_block(&buf, 1, &mut out).unwrap();
+        assert!(
+            evs.iter()
+                .zip(&out)
+                .all(|(a, b)| Event::from_raw(a, 1) == *b)
+        );
     }
 
     #[test]
