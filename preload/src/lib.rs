@@ -8,6 +8,7 @@ pub mod clock;
 pub mod collector;
 pub mod config;
 pub mod dl;
+pub mod ibverbs;
 pub mod ofi;
 pub mod registry;
 pub mod server;
@@ -63,6 +64,7 @@ pub fn hooks_table() -> &'static [dl::Hook] {
         let mut v = Vec::new();
         v.extend(ucx::hooks());
         v.extend(ofi::hooks());
+        v.extend(ibverbs::hooks());
         v
     })
 }
