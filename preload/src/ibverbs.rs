@@ -1276,7 +1276,6 @@ unsafe fn on_qp_created(qp: *mut IbvQp, ex_ops: bool) {
     }
     // SAFETY: a live QP.
     let (ctx, qpn, qpt) = unsafe { ((*qp).context, (*qp).qp_num, (*qp).qp_type) };
-    let dev = dev_info(ctx);
     let id = crate::registry::define_full(EndpointDef {
         id: 0,
         layer: Layer::Ibverbs,
@@ -1289,14 +1288,7 @@ unsafe fn on_qp_created(qp: *mut IbvQp, ex_ops: bool) {
         created_ns: 0,
     });
     crate::registry::bind(qp as usize, id);
-    crate::registry::update(
-        id,
-        "RESET",
-        Some(Peer {
-            text: format!("local {} guid {:016x}", dev.name, dev.guid),
-            ..Default::default()
-        }),
-    );
+    crate::registry::update(id, "RESET", None);
     if let Ok(mut m) = QPS.lock() {
         m.get_or_insert_with(HashMap::new).insert(
             qp as usize,
