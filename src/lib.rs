@@ -11,6 +11,10 @@ pub mod agg;
 #[cfg(feature = "cli")]
 pub mod cli;
 #[cfg(feature = "cli")]
+pub mod correlate;
+#[cfg(feature = "cli")]
+pub mod export;
+#[cfg(feature = "cli")]
 pub mod live;
 #[cfg(feature = "cli")]
 pub mod view;

@@ -224,9 +224,42 @@ pub fn export(args: &ExportArgs) -> CliResult {
             );
         }
     }
+    let corr = crate::correlate::Correlation::new(&rec);
+    let opts = crate::correlate::RunOptions::default();
+    let (analysis, pstats) = match &args.perfetto {
+        Some(path) => {
+            let f = std::fs::File::create(path)
+                .map_err(|e| format!("cannot create {}: {e}", path.display()))?;
+            let mut sink = crate::export::perfetto::PerfettoSink::new(
+                std::io::BufWriter::with_capacity(1 << 20, f),
+            );
+            let a = corr.run(&opts, &mut sink);
+            let stats = sink.stats.clone();
+            sink.into_inner()
+                .map_err(|e| format!("writing {}: {e}", path.display()))?;
+            (a, Some(stats))
+        }
+        None => (corr.run(&opts, &mut crate::correlate::NoSink), None),
+    };
+    for p in &analysis.problems {
+        eprintln!("sigmatop: skipped {p}");
+    }
+    if let Some(st) = &pstats
+        && let Some(path) = &args.perfetto
+    {
+        eprintln!(
+            "sigmatop: wrote {} ({} operations, {} flows, {} bytes)",
+            path.display(),
+            st.op_instants,
+            st.flows,
+            st.bytes
+        );
+    }
     if let Some(path) = &args.json {
-        let report = Model::from_recording(&rec).report();
-        let s = serde_json::to_string_pretty(&report).map_err(|e| e.to_string())?;
+        let mut ex =
+            crate::export::json::build(&corr, &analysis, Model::from_recording(&rec).report());
+        ex.perfetto = pstats;
+        let s = serde_json::to_string_pretty(&ex).map_err(|e| e.to_string())?;
         if path.as_os_str() == "-" {
             println!("{s}");
         } else {
@@ -234,24 +267,17 @@ pub fn export(args: &ExportArgs) -> CliResult {
                 .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
         }
     }
-    if let Some(path) = &args.perfetto {
-        return Err(format!(
-            "--perfetto {}: the Perfetto exporter is not built yet (JSON only for now)",
-            path.display()
-        ));
-    }
     Ok(0)
 }
 
 pub fn report(args: &ReportArgs) -> CliResult {
     let rec = Recording::open(&args.dirs)?;
-    let model = Model::from_recording(&rec);
-    let r = model.report();
-    print!("{}", table::render(&r));
-    print!("{}", table::render_matrix("rank × rank", &r.rank_matrix));
-    print!("{}", table::render_matrix("node × node", &r.node_matrix));
-    for p in &rec.problems {
-        println!("skipped: {p}");
-    }
+    let corr = crate::correlate::Correlation::new(&rec);
+    let analysis = corr.run(
+        &crate::correlate::RunOptions::default(),
+        &mut crate::correlate::NoSink,
+    );
+    let ex = crate::export::json::build(&corr, &analysis, Model::from_recording(&rec).report());
+    print!("{}", crate::export::text::render(&ex));
     Ok(0)
 }

@@ -1,0 +1,244 @@
+//! Clock normalisation: every process's TSC ticks → CLOCK_REALTIME ns through its calibration
+//! samples, with an estimate of the residual error of each conversion.
+//!
+//! Within a process the conversion is piecewise linear between consecutive samples, using the
+//! CLOCK_MONOTONIC rate of each segment (so NTP steps of CLOCK_REALTIME between samples do not
+//! bend the TSC rate), anchored at the sample's CLOCK_REALTIME reading. Processes and hosts are
+//! aligned by that CLOCK_REALTIME (PTP-disciplined where present).
+//!
+//! Residual error of one process (`ProcClock::err_ns`), the sum of:
+//! - pairing: the preload reads TSC between two CLOCK_MONOTONIC reads and then CLOCK_REALTIME; the
+//!   window is not recorded, so it is estimated as half the spread of `real_ns - mono_ns` over the
+//!   samples (read jitter plus any slew of CLOCK_REALTIME), and at least `PAIR_FLOOR_NS`;
+//! - drift: the largest misprediction of a sample from the rate of the segment before it (how far
+//!   the TSC rate wandered between samples), which bounds the interpolation error in between;
+//! - uncalibrated: a process with a single sample borrows the TSC rate of another process on the
+//!   same host (same TSC); with none, ticks are taken as ns and the error is unknown (`u64::MAX`).
+//!
+//! Between hosts the error adds the CLOCK_REALTIME synchronisation of the hosts themselves, which
+//! a record cannot measure; `Causality` counts receives seen completing before their send, which
+//! would betray a larger cross-host offset.
+
+use crate::event::ClockSample;
+
+/// Floor of the pairing error: the TSC and CLOCK_REALTIME are read one after the other (vDSO
+/// clock reads take tens of ns; preemption between them is what this cannot see).
+pub const PAIR_FLOOR_NS: u64 = 100;
+
+/// Conversion of one process's TSC to CLOCK_REALTIME.
+#[derive(Clone, Debug, Default)]
+pub struct ProcClock {
+    /// Sorted by tsc, strictly increasing tsc and mono.
+    samples: Vec<ClockSample>,
+    /// ns per tick used outside / without segments.
+    default_rate: f64,
+    /// Estimated residual error of a converted timestamp, ns (u64::MAX: unknown).
+    pub err_ns: u64,
+    /// Parts of the estimate, for the report.
+    pub pair_ns: u64,
+    pub drift_ns: u64,
+    /// What is special about this clock, if anything.
+    pub note: Option<String>,
+}
+
+impl ProcClock {
+    /// Builds the conversion; `host_rate` is ns per tick of another process on the same host.
+    pub fn new(raw: &[ClockSample], host_rate: Option<f64>) -> ProcClock {
+        let mut samples: Vec<ClockSample> = raw.to_vec();
+        samples.sort_by_key(|s| s.tsc);
+        // Keep strictly increasing tsc and mono (a repeated or backwards sample is dropped).
+        let mut kept: Vec<ClockSample> = Vec::with_capacity(samples.len());
+        for s in samples {
+            if kept
+                .last()
+                .is_none_or(|l| s.tsc > l.tsc && s.mono_ns > l.mono_ns)
+            {
+                kept.push(s);
+            }
+        }
+        let samples = kept;
+        let mut c = ProcClock {
+            default_rate: 1.0,
+            ..Default::default()
+        };
+        match samples.len() {
+            0 => {
+                c.err_ns = u64::MAX;
+                c.note = Some("no clock sample: timestamps taken as ns as recorded".into());
+            }
+            1 => match host_rate {
+                Some(r) => {
+                    c.default_rate = r;
+                    c.note = Some("one clock sample: TSC rate taken from the same host".into());
+                    c.pair_ns = PAIR_FLOOR_NS;
+                    c.err_ns = PAIR_FLOOR_NS;
+                }
+                None => {
+                    c.err_ns = u64::MAX;
+                    c.note =
+                        Some("one clock sample and no rate from the host: uncalibrated".into());
+                }
+            },
+            n => {
+                let (a, b) = (samples[0], samples[n - 1]);
+                c.default_rate = (b.mono_ns - a.mono_ns) as f64 / (b.tsc - a.tsc) as f64;
+                let offs = samples
+                    .iter()
+                    .map(|s| s.real_ns as i128 - s.mono_ns as i128);
+                let (lo, hi) = offs.fold((i128::MAX, i128::MIN), |(l, h), o| (l.min(o), h.max(o)));
+                c.pair_ns = (((hi - lo) / 2) as u64).max(PAIR_FLOOR_NS);
+                let mut drift = 0f64;
+                for w in samples.windows(3) {
+                    let r = (w[1].mono_ns - w[0].mono_ns) as f64 / (w[1].tsc - w[0].tsc) as f64;
+                    let pred = w[1].mono_ns as f64 + (w[2].tsc - w[1].tsc) as f64 * r;
+                    drift = drift.max((pred - w[2].mono_ns as f64).abs());
+                }
+                c.drift_ns = drift.ceil() as u64;
+                c.err_ns = c.pair_ns.saturating_add(c.drift_ns);
+            }
+        }
+        c.samples = samples;
+        c
+    }
+
+    /// ns per tick over the whole recording (None without two samples).
+    pub fn rate(&self) -> Option<f64> {
+        (self.samples.len() >= 2).then_some(self.default_rate)
+    }
+
+    pub fn samples(&self) -> &[ClockSample] {
+        &self.samples
+    }
+
+    /// A cursor converting a mostly increasing sequence of ticks cheaply.
+    pub fn cursor(&self) -> ClockCursor {
+        let mut c = ClockCursor {
+            seg: usize::MAX,
+            lo: 1,
+            hi: 0,
+            base_tsc: 0,
+            base_real: 0.0,
+            rate: self.default_rate,
+        };
+        c.seek(self, 0);
+        c
+    }
+
+    /// One conversion without a cursor.
+    pub fn to_real_ns(&self, tsc: u64) -> u64 {
+        self.cursor().to_real_ns(self, tsc)
+    }
+}
+
+/// Cached segment of a `ProcClock`.
+#[derive(Clone, Debug)]
+pub struct ClockCursor {
+    seg: usize,
+    lo: u64,
+    hi: u64,
+    base_tsc: u64,
+    base_real: f64,
+    rate: f64,
+}
+
+impl ClockCursor {
+    fn seek(&mut self, c: &ProcClock, tsc: u64) {
+        let s = &c.samples;
+        let n = s.len();
+        if n == 0 {
+            self.seg = 0;
+            self.lo = 0;
+            self.hi = u64::MAX;
+            self.base_tsc = 0;
+            self.base_real = 0.0;
+            self.rate = 1.0;
+            return;
+        }
+        if n == 1 {
+            self.seg = 0;
+            self.lo = 0;
+            self.hi = u64::MAX;
+            self.base_tsc = s[0].tsc;
+            self.base_real = s[0].real_ns as f64;
+            self.rate = c.default_rate;
+            return;
+        }
+        // Segment i spans [s[i].tsc, s[i+1].tsc); the first and last extend outwards.
+        let idx = s.partition_point(|x| x.tsc <= tsc);
+        let i = idx.saturating_sub(1).min(n - 2);
+        self.seg = i;
+        self.lo = if i == 0 { 0 } else { s[i].tsc };
+        self.hi = if i == n - 2 {
+            u64::MAX
+        } else {
+            s[i + 1].tsc - 1
+        };
+        self.base_tsc = s[i].tsc;
+        self.base_real = s[i].real_ns as f64;
+        self.rate = (s[i + 1].mono_ns - s[i].mono_ns) as f64 / (s[i + 1].tsc - s[i].tsc) as f64;
+    }
+
+    #[inline]
+    pub fn to_real_ns(&mut self, c: &ProcClock, tsc: u64) -> u64 {
+        if tsc < self.lo || tsc > self.hi {
+            self.seek(c, tsc);
+        }
+        let v = self.base_real + (tsc as f64 - self.base_tsc as f64) * self.rate;
+        if v <= 0.0 { 0 } else { v as u64 }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn s(tsc: u64, mono: u64, real: u64) -> ClockSample {
+        ClockSample {
+            tsc,
+            mono_ns: mono,
+            real_ns: real,
+        }
+    }
+
+    #[test]
+    fn converts_piecewise_and_estimates_error() {
+        let c = ProcClock::new(
+            &[
+                s(1000, 10, 1_000_010),
+                s(3000, 1010, 1_001_010),
+                s(5000, 2010, 1_002_110),
+            ],
+            None,
+        );
+        assert_eq!(c.to_real_ns(2000), 1_000_510);
+        assert_eq!(c.to_real_ns(4000), 1_001_510);
+        assert_eq!(c.to_real_ns(7000), 1_003_010);
+        assert_eq!(c.to_real_ns(0), 1_000_000 - 500 + 10);
+        // real - mono moved by 100 ns: pairing 50 -> floor.
+        assert_eq!(c.pair_ns, PAIR_FLOOR_NS);
+        assert_eq!(c.drift_ns, 0);
+        let mut cur = c.cursor();
+        let mut last = 0;
+        for t in (0..8000).step_by(7) {
+            let v = cur.to_real_ns(&c, t);
+            assert!(v >= last);
+            last = v;
+        }
+    }
+
+    #[test]
+    fn degenerate_samples_never_panic() {
+        for raw in [
+            vec![],
+            vec![s(5, 5, 5)],
+            vec![s(5, 5, 5), s(5, 6, 7), s(4, 1, 1)],
+            vec![s(u64::MAX, u64::MAX, u64::MAX), s(0, 0, 0)],
+        ] {
+            let c = ProcClock::new(&raw, None);
+            let _ = c.to_real_ns(0);
+            let _ = c.to_real_ns(u64::MAX);
+            let c = ProcClock::new(&raw, Some(0.5));
+            let _ = c.to_real_ns(123);
+        }
+    }
+}

@@ -1,0 +1,244 @@
+//! Sends matched to receives for two-sided operations, in the merged time order.
+//!
+//! A channel is (destination process, kind, tag): UCX tagged messages match the same tag in order
+//! (tag matching is FIFO per tag), UCX streams and libfabric messages match in order per
+//! destination, libfabric tagged messages per tag. Within a channel a send pairs with the oldest
+//! waiting receive whose source is that sender or unknown, and a receive with the oldest waiting
+//! send from its source (any source when unknown). Receives are usually posted before the
+//! message arrives; the flow then ends at the receiving thread's first event at or after the
+//! send, the earliest point at which that thread can have seen the message.
+
+use std::collections::{HashMap, VecDeque};
+
+use crate::event::{Event, Op, flags};
+
+/// Most unmatched operations kept per channel; older ones are dropped (counted).
+pub const MAX_WAITING: usize = 1 << 20;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Kind {
+    UcxTag,
+    UcxStream,
+    OfiMsg,
+    OfiTagged,
+}
+
+/// The two-sided role of an operation.
+pub fn role(ev: &Event) -> Option<(bool, Kind, u64)> {
+    if ev.flags & flags::ERROR != 0 {
+        return None;
+    }
+    Some(match Op::from_u8(ev.op)? {
+        Op::UcxTagSend | Op::UcxTagSendSync => (true, Kind::UcxTag, ev.addr),
+        Op::UcxTagRecv => (false, Kind::UcxTag, ev.addr),
+        Op::UcxStreamSend => (true, Kind::UcxStream, 0),
+        Op::UcxStreamRecv => (false, Kind::UcxStream, 0),
+        Op::OfiSend => (true, Kind::OfiMsg, 0),
+        Op::OfiRecv => (false, Kind::OfiMsg, 0),
+        Op::OfiTSend => (true, Kind::OfiTagged, ev.addr),
+        Op::OfiTRecv => (false, Kind::OfiTagged, ev.addr),
+        _ => return None,
+    })
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Waiting {
+    seq: u64,
+    /// Sender process (for sends), or the known source of a receive.
+    src: Option<u32>,
+    proc: u32,
+    thread: u32,
+    ns: u64,
+    flags: u8,
+}
+
+#[derive(Default)]
+struct Channel {
+    sends: VecDeque<Waiting>,
+    recvs: VecDeque<Waiting>,
+}
+
+/// A send paired with a receive.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Pair {
+    pub send_seq: u64,
+    pub send_proc: u32,
+    pub send_ns: u64,
+    pub recv_seq: u64,
+    pub recv_proc: u32,
+    pub recv_thread: u32,
+    pub recv_ns: u64,
+    /// The receive completed inside its call (the message had arrived before it).
+    pub recv_immediate: bool,
+}
+
+impl Pair {
+    /// The receive was posted before the send (the usual case).
+    pub fn pre_posted(&self) -> bool {
+        self.recv_ns < self.send_ns
+    }
+}
+
+#[derive(Clone, Copy, Debug, Default, serde::Serialize)]
+pub struct MatchStats {
+    /// Two-sided sends whose destination is a traced process.
+    pub sends: u64,
+    /// Receives seen.
+    pub recvs: u64,
+    pub paired: u64,
+    /// Sends to a process outside the recording, or whose peer could not be resolved.
+    pub sends_unresolved: u64,
+    /// Left waiting at the end (no matching operation on the other side).
+    pub sends_unmatched: u64,
+    pub recvs_unmatched: u64,
+    /// Dropped from a channel holding more than `MAX_WAITING` operations.
+    pub dropped: u64,
+}
+
+#[derive(Default)]
+pub struct Matcher {
+    channels: HashMap<(u32, Kind, u64), Channel>,
+    pub stats: MatchStats,
+}
+
+impl Matcher {
+    /// Feeds one operation: `proc` issued it, `peer` is the resolved other side. Returns the pair
+    /// it completes, if any.
+    #[allow(clippy::too_many_arguments)]
+    pub fn feed(
+        &mut self,
+        seq: u64,
+        ns: u64,
+        proc: u32,
+        thread: u32,
+        ev: &Event,
+        peer: Option<u32>,
+    ) -> Option<Pair> {
+        let (is_send, kind, tag) = role(ev)?;
+        if is_send {
+            let Some(dst) = peer else {
+                self.stats.sends_unresolved += 1;
+                return None;
+            };
+            self.stats.sends += 1;
+            let ch = self.channels.entry((dst, kind, tag)).or_default();
+            if let Some(i) = ch
+                .recvs
+                .iter()
+                .position(|r| r.src.is_none_or(|s| s == proc))
+            {
+                let r = ch.recvs.remove(i)?;
+                self.stats.paired += 1;
+                return Some(Pair {
+                    send_seq: seq,
+                    send_proc: proc,
+                    send_ns: ns,
+                    recv_seq: r.seq,
+                    recv_proc: r.proc,
+                    recv_thread: r.thread,
+                    recv_ns: r.ns,
+                    recv_immediate: r.flags & flags::IMMEDIATE != 0,
+                });
+            }
+            if ch.sends.len() >= MAX_WAITING {
+                ch.sends.pop_front();
+                self.stats.dropped += 1;
+            }
+            ch.sends.push_back(Waiting {
+                seq,
+                src: Some(proc),
+                proc,
+                thread,
+                ns,
+                flags: ev.flags,
+            });
+            None
+        } else {
+            self.stats.recvs += 1;
+            let ch = self.channels.entry((proc, kind, tag)).or_default();
+            if let Some(i) = ch
+                .sends
+                .iter()
+                .position(|s| peer.is_none_or(|p| s.src == Some(p)))
+            {
+                let s = ch.sends.remove(i)?;
+                self.stats.paired += 1;
+                return Some(Pair {
+                    send_seq: s.seq,
+                    send_proc: s.proc,
+                    send_ns: s.ns,
+                    recv_seq: seq,
+                    recv_proc: proc,
+                    recv_thread: thread,
+                    recv_ns: ns,
+                    recv_immediate: ev.flags & flags::IMMEDIATE != 0,
+                });
+            }
+            if ch.recvs.len() >= MAX_WAITING {
+                ch.recvs.pop_front();
+                self.stats.dropped += 1;
+            }
+            ch.recvs.push_back(Waiting {
+                seq,
+                src: peer,
+                proc,
+                thread,
+                ns,
+                flags: ev.flags,
+            });
+            None
+        }
+    }
+
+    /// Counts what is left waiting.
+    pub fn finish(&mut self) {
+        for ch in self.channels.values() {
+            self.stats.sends_unmatched += ch.sends.len() as u64;
+            self.stats.recvs_unmatched += ch.recvs.len() as u64;
+        }
+        self.channels.clear();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ev(op: Op, tag: u64) -> Event {
+        Event {
+            op: op as u8,
+            addr: tag,
+            bytes: 8,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn pairs_in_order_per_tag() {
+        let mut m = Matcher::default();
+        // Receiver (proc 1) posts two receives with tags 5 and 6, then sends arrive 6, 5.
+        assert!(m.feed(0, 10, 1, 1, &ev(Op::UcxTagRecv, 5), None).is_none());
+        assert!(m.feed(1, 11, 1, 1, &ev(Op::UcxTagRecv, 6), None).is_none());
+        let p = m
+            .feed(2, 20, 0, 0, &ev(Op::UcxTagSend, 6), Some(1))
+            .unwrap();
+        assert_eq!((p.send_seq, p.recv_seq), (2, 1));
+        assert!(p.pre_posted());
+        let p = m
+            .feed(3, 21, 0, 0, &ev(Op::UcxTagSend, 5), Some(1))
+            .unwrap();
+        assert_eq!((p.send_seq, p.recv_seq), (3, 0));
+        // A send before its receive.
+        assert!(
+            m.feed(4, 30, 0, 0, &ev(Op::UcxTagSend, 7), Some(1))
+                .is_none()
+        );
+        let p = m.feed(5, 31, 1, 1, &ev(Op::UcxTagRecv, 7), None).unwrap();
+        assert_eq!((p.send_seq, p.recv_seq), (4, 5));
+        assert!(!p.pre_posted());
+        assert!(m.feed(6, 40, 0, 0, &ev(Op::UcxTagSend, 7), None).is_none());
+        m.finish();
+        assert_eq!(m.stats.paired, 3);
+        assert_eq!(m.stats.sends_unresolved, 1);
+    }
+}

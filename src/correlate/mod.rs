@@ -1,0 +1,337 @@
+//! Post-mortem correlation (paper §IV-D): record directories of many processes on many hosts →
+//! one time-ordered stream of events with converted timestamps, the peer process of every
+//! operation, sends paired with receives, and activity phases. Docs: docs/CORRELATE.md.
+//!
+//! `Correlation::new` builds the static part (clocks, topology) from the process files; `run`
+//! streams every event once, in time order, through the matcher and the phase detector and hands
+//! each event, pair and phase boundary to a `Sink` (the Perfetto writer, or nothing for reports).
+
+pub mod clock;
+pub mod matcher;
+pub mod merge;
+pub mod topology;
+
+use std::collections::HashMap;
+
+use serde::Serialize;
+
+use crate::event::{Dir, Op, flags};
+use crate::trace::reader::{Problem, Recording};
+use clock::ProcClock;
+use matcher::{MatchStats, Matcher, Pair};
+use merge::{Merged, Merger, ThreadInfo};
+use topology::Topology;
+
+/// Default gap that separates two bursts of activity (phases).
+pub const DEFAULT_PHASE_GAP_NS: u64 = 1_000_000;
+/// Phases kept per process for the report (later ones are counted, not kept).
+pub const MAX_PHASES: usize = 100_000;
+
+/// Static part of the correlation.
+pub struct Correlation<'r> {
+    pub rec: &'r Recording,
+    pub clocks: Vec<ProcClock>,
+    pub topo: Topology,
+    /// Index of each process's host in `hosts`.
+    pub host_of: Vec<u32>,
+    pub hosts: Vec<String>,
+}
+
+impl<'r> Correlation<'r> {
+    pub fn new(rec: &'r Recording) -> Correlation<'r> {
+        let mut hosts: Vec<String> = rec
+            .processes
+            .iter()
+            .map(|p| p.identity.host.clone())
+            .collect();
+        hosts.sort();
+        hosts.dedup();
+        let host_of: Vec<u32> = rec
+            .processes
+            .iter()
+            .map(|p| hosts.partition_point(|h| h < &p.identity.host) as u32)
+            .collect();
+        // TSC rate per host from processes with at least two samples.
+        let mut host_rate: HashMap<u32, f64> = HashMap::new();
+        let first: Vec<ProcClock> = rec
+            .processes
+            .iter()
+            .map(|p| ProcClock::new(&p.clocks, None))
+            .collect();
+        for (i, c) in first.iter().enumerate() {
+            if let Some(r) = c.rate() {
+                host_rate.entry(host_of[i]).or_insert(r);
+            }
+        }
+        let clocks = rec
+            .processes
+            .iter()
+            .enumerate()
+            .map(|(i, p)| {
+                if first[i].rate().is_some() {
+                    first[i].clone()
+                } else {
+                    ProcClock::new(&p.clocks, host_rate.get(&host_of[i]).copied())
+                }
+            })
+            .collect();
+        Correlation {
+            rec,
+            clocks,
+            topo: Topology::build(&rec.processes),
+            host_of,
+            hosts,
+        }
+    }
+
+    /// "exe pid@host" (with the rank when there is one).
+    pub fn proc_label(&self, i: u32) -> String {
+        let Some(p) = self.rec.processes.get(i as usize) else {
+            return format!("process #{i}");
+        };
+        let id = &p.identity;
+        match id.rank {
+            Some(r) => format!("{} r{} {}@{}", id.exe, r, id.pid, id.host),
+            None => format!("{} {}@{}", id.exe, id.pid, id.host),
+        }
+    }
+
+    /// Worst clock error of two processes' conversions (u64::MAX when one is unknown).
+    pub fn pair_bound_ns(&self, a: u32, b: u32) -> u64 {
+        let e = |i: u32| self.clocks.get(i as usize).map_or(u64::MAX, |c| c.err_ns);
+        e(a).saturating_add(e(b))
+    }
+
+    /// Streams every event through matching and phase detection into `sink`.
+    pub fn run(&self, opts: &RunOptions, sink: &mut dyn Sink) -> Analysis {
+        let nproc = self.rec.processes.len();
+        let mut merger = Merger::new(&self.rec.processes, &self.clocks);
+        let mut a = Analysis {
+            proc_events: vec![0; nproc],
+            proc_phases: vec![Vec::new(); nproc],
+            proc_phases_dropped: vec![0; nproc],
+            phase_gap_ns: opts.phase_gap_ns.max(1),
+            ..Default::default()
+        };
+        sink.begin(self, &merger.threads);
+        let mut matcher = Matcher::default();
+        let gap = opts.phase_gap_ns.max(1);
+        // Phase detectors: one per process, one per thread file.
+        let nthreads = merger.threads.len();
+        let mut det_proc = vec![Burst::default(); nproc];
+        let mut det_thread = vec![Burst::default(); nthreads];
+        let tick = (gap / 2).max(1);
+        let mut next_tick = 0u64;
+        let mut seq: u64 = 0;
+        let mut first_ns = None;
+        let mut last_ns = 0;
+        while let Some(m) = merger.next_event() {
+            if first_ns.is_none() {
+                first_ns = Some(m.ns);
+            }
+            last_ns = m.ns;
+            if m.ns >= next_tick {
+                // Close bursts that went quiet, so their ends reach the sink in time.
+                for (i, d) in det_proc.iter_mut().enumerate() {
+                    if let Some((b, e, n)) = d.close_if_idle(m.ns, gap) {
+                        a.push_phase(i, b, e, n);
+                        sink.phase(PhaseTrack::Process(i as u32), b, e);
+                    }
+                }
+                for (i, d) in det_thread.iter_mut().enumerate() {
+                    if let Some((b, e, _)) = d.close_if_idle(m.ns, gap) {
+                        sink.phase(PhaseTrack::Thread(i as u32), b, e);
+                    }
+                }
+                next_tick = m.ns.saturating_add(tick);
+                sink.tick(m.ns);
+            }
+            let p = m.proc as usize;
+            let (closed, started) = det_proc[p].feed(m.ns, gap);
+            if let Some((b, e, n)) = closed {
+                a.push_phase(p, b, e, n);
+                sink.phase(PhaseTrack::Process(m.proc), b, e);
+            }
+            if started {
+                sink.phase_begin(PhaseTrack::Process(m.proc), m.ns);
+            }
+            let (closed, started) = det_thread[m.thread as usize].feed(m.ns, gap);
+            if let Some((b, e, _)) = closed {
+                sink.phase(PhaseTrack::Thread(m.thread), b, e);
+            }
+            if started {
+                sink.phase_begin(PhaseTrack::Thread(m.thread), m.ns);
+            }
+            a.events += 1;
+            a.proc_events[p] += 1;
+            let peer = self.topo.peer_of(m.proc, &m.ev);
+            if m.ev.flags & flags::ERROR == 0
+                && let Some(op) = Op::from_u8(m.ev.op)
+                && op.dir() == Dir::Tx
+            {
+                match peer {
+                    Some(d) => *a.tx_matrix.entry((m.proc, d)).or_default() += m.ev.bytes,
+                    None => a.tx_unresolved_bytes += m.ev.bytes,
+                }
+            }
+            sink.event(seq, &m, peer);
+            if let Some(pair) = matcher.feed(seq, m.ns, m.proc, m.thread, &m.ev, peer) {
+                if pair.recv_immediate && pair.recv_ns < pair.send_ns {
+                    a.causality_violations += 1;
+                }
+                sink.pair(&pair);
+            }
+            seq += 1;
+        }
+        for (i, d) in det_proc.iter_mut().enumerate() {
+            if let Some((b, e, n)) = d.close() {
+                a.push_phase(i, b, e, n);
+                sink.phase(PhaseTrack::Process(i as u32), b, e);
+            }
+        }
+        for (i, d) in det_thread.iter_mut().enumerate() {
+            if let Some((b, e, _)) = d.close() {
+                sink.phase(PhaseTrack::Thread(i as u32), b, e);
+            }
+        }
+        matcher.finish();
+        a.matching = matcher.stats;
+        a.first_ns = first_ns.unwrap_or(0);
+        a.last_ns = last_ns;
+        a.problems = std::mem::take(&mut merger.problems);
+        a.threads = std::mem::take(&mut merger.threads);
+        sink.end(&a);
+        a
+    }
+}
+
+#[derive(Clone, Copy, Debug)]
+pub struct RunOptions {
+    pub phase_gap_ns: u64,
+}
+
+impl Default for RunOptions {
+    fn default() -> Self {
+        RunOptions {
+            phase_gap_ns: DEFAULT_PHASE_GAP_NS,
+        }
+    }
+}
+
+/// Where a phase boundary belongs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PhaseTrack {
+    Process(u32),
+    /// Index of the thread file in the merge.
+    Thread(u32),
+}
+
+/// Receives the merged stream. Calls come in this order for each event: `tick` (now and then),
+/// `phase` (bursts that ended), `phase_begin` (a burst this event starts), `event`, `pair`.
+pub trait Sink {
+    fn begin(&mut self, _c: &Correlation, _threads: &[ThreadInfo]) {}
+    /// Called at least every half phase gap of merged time, before the event at `now_ns`.
+    fn tick(&mut self, _now_ns: u64) {}
+    /// An event, numbered in merge order by `seq`, with the resolved other side.
+    fn event(&mut self, _seq: u64, _m: &Merged, _peer: Option<u32>) {}
+    /// A send paired with a receive, reported with the later of the two events.
+    fn pair(&mut self, _p: &Pair) {}
+    /// A burst of activity starts with the event about to be reported.
+    fn phase_begin(&mut self, _t: PhaseTrack, _ns: u64) {}
+    /// A burst of activity `[begin, end]` (ns) that ended.
+    fn phase(&mut self, _t: PhaseTrack, _begin: u64, _end: u64) {}
+    fn end(&mut self, _a: &Analysis) {}
+}
+
+/// A sink that keeps nothing (reports need only the `Analysis`).
+pub struct NoSink;
+impl Sink for NoSink {}
+
+/// Gap-based burst detector.
+#[derive(Clone, Copy, Debug, Default)]
+struct Burst {
+    active: bool,
+    begin: u64,
+    last: u64,
+    n: u64,
+}
+
+impl Burst {
+    /// Feeds an event; returns the burst it closed (begin, end, events) and whether it starts
+    /// a new one.
+    #[inline]
+    fn feed(&mut self, ns: u64, gap: u64) -> (Option<(u64, u64, u64)>, bool) {
+        let closed = if self.active && ns.saturating_sub(self.last) > gap {
+            Some((self.begin, self.last, self.n))
+        } else {
+            None
+        };
+        let started = !self.active || closed.is_some();
+        if started {
+            self.active = true;
+            self.begin = ns;
+            self.n = 0;
+        }
+        self.last = ns;
+        self.n += 1;
+        (closed, started)
+    }
+    fn close_if_idle(&mut self, now: u64, gap: u64) -> Option<(u64, u64, u64)> {
+        if self.active && now.saturating_sub(self.last) > gap {
+            self.close()
+        } else {
+            None
+        }
+    }
+    fn close(&mut self) -> Option<(u64, u64, u64)> {
+        if !self.active {
+            return None;
+        }
+        self.active = false;
+        Some((self.begin, self.last, self.n))
+    }
+}
+
+/// A burst of activity of one process.
+#[derive(Clone, Copy, Debug, Serialize)]
+pub struct Phase {
+    pub begin_ns: u64,
+    pub end_ns: u64,
+    pub events: u64,
+}
+
+/// What one pass over the events found.
+#[derive(Clone, Debug, Default)]
+pub struct Analysis {
+    pub events: u64,
+    pub proc_events: Vec<u64>,
+    pub first_ns: u64,
+    pub last_ns: u64,
+    /// Payload bytes of data-moving operations, (issuer, other side) → bytes, from events.
+    pub tx_matrix: HashMap<(u32, u32), u64>,
+    pub tx_unresolved_bytes: u64,
+    pub matching: MatchStats,
+    /// Immediate receives that appear before their send (clocks misaligned beyond the bound).
+    pub causality_violations: u64,
+    pub proc_phases: Vec<Vec<Phase>>,
+    pub proc_phases_dropped: Vec<u64>,
+    /// The gap that separated phases.
+    pub phase_gap_ns: u64,
+    pub threads: Vec<ThreadInfo>,
+    /// Thread files that could not be read or stopped early.
+    pub problems: Vec<Problem>,
+}
+
+impl Analysis {
+    fn push_phase(&mut self, p: usize, b: u64, e: u64, n: u64) {
+        if self.proc_phases[p].len() < MAX_PHASES {
+            self.proc_phases[p].push(Phase {
+                begin_ns: b,
+                end_ns: e,
+                events: n,
+            });
+        } else {
+            self.proc_phases_dropped[p] += 1;
+        }
+    }
+}

@@ -1,0 +1,534 @@
+//! The JSON aggregate of `sigmatop export --json` (schema: docs/JSON.md) and the figures
+//! `sigmatop report` prints: the snapshot `Report` of `agg`, with its matrices resolved by the
+//! correlator, plus per-rank and per-node summaries, top talkers, egress skew, phase spread,
+//! clock alignment, send/receive pairing and what was skipped.
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+
+use super::perfetto::PerfettoStats;
+use crate::agg::{Matrix, Report};
+use crate::correlate::matcher::MatchStats;
+use crate::correlate::{Analysis, Correlation, Phase};
+use crate::event::{Dir, Op};
+
+/// Egress skew at or above this ratio (max / mean) is flagged.
+pub const SKEW_FLAG: f64 = 1.5;
+
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct RankSummary {
+    pub rank: u32,
+    pub host: String,
+    pub pid: u32,
+    pub exe: String,
+    pub tx_bytes: u64,
+    pub rx_bytes: u64,
+    pub tx_ops: u64,
+    pub rx_ops: u64,
+    /// Bytes this rank sent to other traced ranks (row sum of the rank matrix).
+    pub egress_bytes: u64,
+    /// Bytes other traced ranks sent to it (column sum).
+    pub ingress_bytes: u64,
+    pub events: u64,
+    pub phases: usize,
+}
+
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct NodeSummary {
+    pub host: String,
+    pub processes: usize,
+    pub ranks: Vec<u32>,
+    pub tx_bytes: u64,
+    pub rx_bytes: u64,
+    pub tx_ops: u64,
+    pub rx_ops: u64,
+    /// Bytes sent to traced processes on other nodes / received from them.
+    pub egress_bytes: u64,
+    pub ingress_bytes: u64,
+    /// Bytes between processes of this node.
+    pub local_bytes: u64,
+    pub events: u64,
+    /// Largest clock error of this node's processes, ns (null: unknown).
+    pub clock_err_ns: Option<u64>,
+}
+
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Skew {
+    pub labels: Vec<String>,
+    pub egress_bytes: Vec<u64>,
+    pub max_label: String,
+    pub max_bytes: u64,
+    pub mean_bytes: f64,
+    /// max / mean (0 when nothing moved).
+    pub ratio: f64,
+    /// ratio ≥ 1.5.
+    pub flagged: bool,
+}
+
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct SkewReport {
+    pub nodes: Skew,
+    pub ranks: Skew,
+    pub processes: Skew,
+}
+
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Talker {
+    pub from: String,
+    pub to: String,
+    pub bytes: u64,
+}
+
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct PhaseSpread {
+    pub index: usize,
+    /// Earliest and latest start of this phase over the processes, CLOCK_REALTIME ns.
+    pub first_start_ns: u64,
+    pub last_start_ns: u64,
+    /// last - first start: the barrier spread.
+    pub start_spread_ns: u64,
+    pub end_spread_ns: u64,
+    pub last_process: String,
+}
+
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct PhaseReport {
+    /// Quiet time that separates two phases of a process.
+    pub gap_ns: u64,
+    /// Phases found per process ("exe pid@host" → count).
+    pub per_process: BTreeMap<String, usize>,
+    /// True when every process with events has the same number of phases (then phase k of
+    /// every process is taken to be the same program phase; otherwise phases are matched to the
+    /// nearest start of the process with the fewest phases).
+    pub aligned: bool,
+    pub phases: Vec<PhaseSpread>,
+    pub max_start_spread_ns: u64,
+    pub median_start_spread_ns: u64,
+}
+
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct ProcessClock {
+    pub host: String,
+    pub pid: u32,
+    pub samples: usize,
+    /// Estimated error of a converted timestamp (null: unknown).
+    pub err_ns: Option<u64>,
+    pub pair_ns: u64,
+    pub drift_ns: u64,
+    pub note: Option<String>,
+}
+
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct ClockReport {
+    /// The clock all timestamps are converted to.
+    pub timebase: String,
+    pub processes: Vec<ProcessClock>,
+    /// Worst error between two processes of the same host (sum of their errors).
+    pub within_host_bound_ns: Option<u64>,
+    /// Worst error between processes of different hosts, excluding the hosts' own
+    /// CLOCK_REALTIME synchronisation (PTP/NTP), which a record cannot measure.
+    pub cross_host_bound_ns: Option<u64>,
+    /// Receives that completed inside their call yet appear before their send.
+    pub causality_violations: u64,
+    pub note: String,
+}
+
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Skipped {
+    pub file: String,
+    pub offset: u64,
+    pub what: String,
+}
+
+/// Everything `export --json` writes.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Export {
+    #[serde(flatten)]
+    pub report: Report,
+    /// How the rank / node / process matrices were built.
+    pub matrices_source: String,
+    pub process_matrix: Matrix,
+    /// GPU × GPU bytes (placeholder until GPU-initiated QPs carry their peer GPU: labels of the
+    /// GPUs seen, zeros).
+    pub gpu_matrix: Matrix,
+    pub ranks: Vec<RankSummary>,
+    pub nodes: Vec<NodeSummary>,
+    pub top_talkers: Vec<Talker>,
+    pub skew: SkewReport,
+    pub phases: PhaseReport,
+    pub clocks: ClockReport,
+    pub flows: MatchStats,
+    pub events: u64,
+    pub first_ns: u64,
+    pub last_ns: u64,
+    /// Record files (or parts of them) that could not be read.
+    pub skipped: Vec<Skipped>,
+    pub perfetto: Option<PerfettoStats>,
+}
+
+fn opt(v: u64) -> Option<u64> {
+    (v != u64::MAX).then_some(v)
+}
+
+fn skew(labels: Vec<String>, egress: Vec<u64>) -> Skew {
+    let n = egress.len();
+    let total: u64 = egress.iter().sum();
+    let (mi, mx) = egress
+        .iter()
+        .enumerate()
+        .max_by_key(|(i, v)| (**v, std::cmp::Reverse(*i)))
+        .map(|(i, v)| (i, *v))
+        .unwrap_or((0, 0));
+    let mean = if n == 0 { 0.0 } else { total as f64 / n as f64 };
+    let ratio = if mean > 0.0 { mx as f64 / mean } else { 0.0 };
+    Skew {
+        max_label: labels.get(mi).cloned().unwrap_or_default(),
+        labels,
+        egress_bytes: egress,
+        max_bytes: mx,
+        mean_bytes: mean,
+        ratio,
+        flagged: ratio >= SKEW_FLAG,
+    }
+}
+
+/// Builds the export from the snapshot report, the correlation and one pass's analysis.
+pub fn build(c: &Correlation, a: &Analysis, mut report: Report) -> Export {
+    let procs = &c.rec.processes;
+    let np = procs.len();
+    // Process matrix: from events where every event is on disk, else from the snapshots.
+    let mut pm = vec![vec![0u64; np]; np];
+    let mut from_events = 0;
+    let mut from_snapshots = 0;
+    for (i, p) in procs.iter().enumerate() {
+        let produced = p.last_snapshot().map_or(0, |s| s.events);
+        let on_disk = a.proc_events.get(i).copied().unwrap_or(0);
+        if on_disk > 0 && on_disk >= produced {
+            from_events += 1;
+            for (&(s, d), &b) in &a.tx_matrix {
+                if s as usize == i && (d as usize) < np {
+                    pm[i][d as usize] += b;
+                }
+            }
+        } else if let Some(s) = p.last_snapshot() {
+            from_snapshots += 1;
+            for cnt in &s.counts {
+                if Op::from_u8(cnt.op).map(|o| o.dir()) != Some(Dir::Tx) {
+                    continue;
+                }
+                if let Some(d) = c.topo.ep(i as u32, cnt.ep).and_then(|e| e.single_peer())
+                    && (d as usize) < np
+                {
+                    pm[i][d as usize] += cnt.bytes;
+                }
+            }
+        }
+    }
+    let matrices_source = format!(
+        "{from_events} process(es) from events (per-operation peers), {from_snapshots} from snapshots (per-endpoint peers)"
+    );
+    let plabels: Vec<String> = (0..np).map(|i| c.proc_label(i as u32)).collect();
+
+    // Ranks.
+    let mut rank_list: Vec<(u32, usize)> = procs
+        .iter()
+        .enumerate()
+        .filter_map(|(i, p)| p.identity.rank.map(|r| (r, i)))
+        .collect();
+    rank_list.sort();
+    rank_list.dedup_by_key(|x| x.0);
+    let rank_pos: BTreeMap<usize, usize> = rank_list
+        .iter()
+        .enumerate()
+        .map(|(k, (_, i))| (*i, k))
+        .collect();
+    let nr = rank_list.len();
+    let mut rm = vec![vec![0u64; nr]; nr];
+    let nh = c.hosts.len();
+    let mut hm = vec![vec![0u64; nh]; nh];
+    for i in 0..np {
+        for j in 0..np {
+            let b = pm[i][j];
+            if b == 0 {
+                continue;
+            }
+            if let (Some(&ri), Some(&rj)) = (rank_pos.get(&i), rank_pos.get(&j)) {
+                rm[ri][rj] += b;
+            }
+            hm[c.host_of[i] as usize][c.host_of[j] as usize] += b;
+        }
+    }
+    report.rank_matrix = Matrix {
+        labels: rank_list.iter().map(|(r, _)| format!("r{r}")).collect(),
+        bytes: rm.clone(),
+    };
+    report.node_matrix = Matrix {
+        labels: c.hosts.clone(),
+        bytes: hm.clone(),
+    };
+    let flow_of = |host: &str, pid: u32| {
+        report
+            .processes
+            .iter()
+            .find(|p| p.host == host && p.pid == pid)
+            .map(|p| p.flow)
+            .unwrap_or_default()
+    };
+    let ranks: Vec<RankSummary> = rank_list
+        .iter()
+        .enumerate()
+        .map(|(k, &(r, i))| {
+            let id = &procs[i].identity;
+            let f = flow_of(&id.host, id.pid);
+            RankSummary {
+                rank: r,
+                host: id.host.clone(),
+                pid: id.pid,
+                exe: id.exe.clone(),
+                tx_bytes: f.tx_bytes,
+                rx_bytes: f.rx_bytes,
+                tx_ops: f.tx_ops,
+                rx_ops: f.rx_ops,
+                egress_bytes: rm[k].iter().sum(),
+                ingress_bytes: rm.iter().map(|row| row[k]).sum(),
+                events: a.proc_events.get(i).copied().unwrap_or(0),
+                phases: a.proc_phases.get(i).map_or(0, |v| v.len()),
+            }
+        })
+        .collect();
+    let nodes: Vec<NodeSummary> = c
+        .hosts
+        .iter()
+        .enumerate()
+        .map(|(h, host)| {
+            let mut n = NodeSummary {
+                host: host.clone(),
+                ..Default::default()
+            };
+            let mut err = 0u64;
+            for (i, p) in procs.iter().enumerate() {
+                if c.host_of[i] as usize != h {
+                    continue;
+                }
+                n.processes += 1;
+                if let Some(r) = p.identity.rank {
+                    n.ranks.push(r);
+                }
+                let f = flow_of(&p.identity.host, p.identity.pid);
+                n.tx_bytes += f.tx_bytes;
+                n.rx_bytes += f.rx_bytes;
+                n.tx_ops += f.tx_ops;
+                n.rx_ops += f.rx_ops;
+                n.events += a.proc_events.get(i).copied().unwrap_or(0);
+                err = err.max(c.clocks[i].err_ns);
+            }
+            n.ranks.sort_unstable();
+            n.egress_bytes = (0..nh).filter(|&j| j != h).map(|j| hm[h][j]).sum();
+            n.ingress_bytes = (0..nh).filter(|&j| j != h).map(|j| hm[j][h]).sum();
+            n.local_bytes = hm[h][h];
+            n.clock_err_ns = opt(err);
+            n
+        })
+        .collect();
+
+    // Top talkers: process pairs by bytes.
+    let mut talkers: Vec<Talker> = Vec::new();
+    for (i, row) in pm.iter().enumerate() {
+        for (j, &b) in row.iter().enumerate() {
+            if b > 0 {
+                talkers.push(Talker {
+                    from: plabels[i].clone(),
+                    to: plabels[j].clone(),
+                    bytes: b,
+                });
+            }
+        }
+    }
+    talkers.sort_by(|x, y| y.bytes.cmp(&x.bytes).then_with(|| x.from.cmp(&y.from)));
+    talkers.truncate(10);
+
+    let skew_r = SkewReport {
+        nodes: skew(
+            c.hosts.clone(),
+            nodes
+                .iter()
+                .map(|n| n.egress_bytes + n.local_bytes)
+                .collect(),
+        ),
+        ranks: skew(
+            ranks.iter().map(|r| format!("r{}", r.rank)).collect(),
+            ranks.iter().map(|r| r.egress_bytes).collect(),
+        ),
+        processes: skew(plabels.clone(), pm.iter().map(|r| r.iter().sum()).collect()),
+    };
+
+    // GPU matrix placeholder.
+    let mut gpus: Vec<String> = Vec::new();
+    for p in procs {
+        for d in &p.endpoints {
+            if let Some(g) = d.gpu {
+                let l = format!("{}/gpu{g}", p.identity.host);
+                if !gpus.contains(&l) {
+                    gpus.push(l);
+                }
+            }
+        }
+    }
+    gpus.sort();
+    let gpu_matrix = Matrix {
+        bytes: vec![vec![0; gpus.len()]; gpus.len()],
+        labels: gpus,
+    };
+
+    Export {
+        matrices_source,
+        process_matrix: Matrix {
+            labels: plabels.clone(),
+            bytes: pm,
+        },
+        gpu_matrix,
+        ranks,
+        nodes,
+        top_talkers: talkers,
+        skew: skew_r,
+        phases: phases(a, &plabels),
+        clocks: clocks(c, a),
+        flows: a.matching,
+        events: a.events,
+        first_ns: a.first_ns,
+        last_ns: a.last_ns,
+        skipped: skipped(c, a),
+        perfetto: None,
+        report,
+    }
+}
+
+fn skipped(c: &Correlation, a: &Analysis) -> Vec<Skipped> {
+    c.rec
+        .problems
+        .iter()
+        .chain(a.problems.iter())
+        .map(|p| Skipped {
+            file: p.file.display().to_string(),
+            offset: p.offset,
+            what: p.what.clone(),
+        })
+        .collect()
+}
+
+fn phases(a: &Analysis, labels: &[String]) -> PhaseReport {
+    let mut r = PhaseReport {
+        gap_ns: a.phase_gap_ns,
+        ..Default::default()
+    };
+    let active: Vec<(usize, &Vec<Phase>)> = a
+        .proc_phases
+        .iter()
+        .enumerate()
+        .filter(|(_, v)| !v.is_empty())
+        .collect();
+    for (i, v) in &active {
+        r.per_process.insert(
+            labels[*i].clone(),
+            v.len() + a.proc_phases_dropped[*i] as usize,
+        );
+    }
+    if active.len() < 2 {
+        r.aligned = !active.is_empty();
+        return r;
+    }
+    // Equal counts: phase k of every process is the same program phase. Otherwise the process
+    // with the fewest phases is the reference and each other process contributes its phase
+    // whose start is nearest to the reference phase's start.
+    let n = active.iter().map(|(_, v)| v.len()).min().unwrap_or(0);
+    r.aligned = active.iter().all(|(_, v)| v.len() == n);
+    let reference = active
+        .iter()
+        .min_by_key(|(i, v)| (v.len(), *i))
+        .map(|(_, v)| *v);
+    let Some(reference) = reference else {
+        return r;
+    };
+    for (k, rp) in reference.iter().enumerate().take(n) {
+        let mut lo = (u64::MAX, 0usize);
+        let mut hi = (0u64, 0usize);
+        let (mut elo, mut ehi) = (u64::MAX, 0u64);
+        for (i, v) in &active {
+            let ph = if r.aligned {
+                v[k]
+            } else {
+                let j = v.partition_point(|p| p.begin_ns < rp.begin_ns);
+                let cands = [j.checked_sub(1), Some(j)];
+                let best = cands
+                    .iter()
+                    .flatten()
+                    .filter_map(|&j| v.get(j))
+                    .min_by_key(|p| p.begin_ns.abs_diff(rp.begin_ns));
+                match best {
+                    Some(p) => *p,
+                    None => continue,
+                }
+            };
+            lo = lo.min((ph.begin_ns, *i));
+            if ph.begin_ns >= hi.0 {
+                hi = (ph.begin_ns, *i);
+            }
+            elo = elo.min(ph.end_ns);
+            ehi = ehi.max(ph.end_ns);
+        }
+        r.phases.push(PhaseSpread {
+            index: k,
+            first_start_ns: lo.0,
+            last_start_ns: hi.0,
+            start_spread_ns: hi.0.saturating_sub(lo.0),
+            end_spread_ns: ehi.saturating_sub(elo),
+            last_process: labels[hi.1].clone(),
+        });
+    }
+    let mut spreads: Vec<u64> = r.phases.iter().map(|p| p.start_spread_ns).collect();
+    spreads.sort_unstable();
+    r.max_start_spread_ns = spreads.last().copied().unwrap_or(0);
+    r.median_start_spread_ns = spreads.get(spreads.len() / 2).copied().unwrap_or(0);
+    r
+}
+
+fn clocks(c: &Correlation, a: &Analysis) -> ClockReport {
+    let procs = &c.rec.processes;
+    let mut within = 0u64;
+    let mut cross = 0u64;
+    let mut any_within = false;
+    let mut any_cross = false;
+    for i in 0..procs.len() {
+        for j in i + 1..procs.len() {
+            let b = c.pair_bound_ns(i as u32, j as u32);
+            if c.host_of[i] == c.host_of[j] {
+                within = within.max(b);
+                any_within = true;
+            } else {
+                cross = cross.max(b);
+                any_cross = true;
+            }
+        }
+    }
+    ClockReport {
+        timebase: "CLOCK_REALTIME".into(),
+        processes: procs
+            .iter()
+            .zip(&c.clocks)
+            .map(|(p, k)| ProcessClock {
+                host: p.identity.host.clone(),
+                pid: p.identity.pid,
+                samples: k.samples().len(),
+                err_ns: opt(k.err_ns),
+                pair_ns: k.pair_ns,
+                drift_ns: k.drift_ns,
+                note: k.note.clone(),
+            })
+            .collect(),
+        within_host_bound_ns: if any_within { opt(within) } else { None },
+        cross_host_bound_ns: if any_cross { opt(cross) } else { None },
+        causality_violations: a.causality_violations,
+        note: "per process: pairing (half the spread of REALTIME-MONOTONIC over its samples, at least 100 ns) + drift (largest misprediction of a sample from the previous segment's TSC rate); across hosts add the hosts' own CLOCK_REALTIME synchronisation (PTP/NTP)".into(),
+    }
+}

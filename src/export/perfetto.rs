@@ -1,0 +1,796 @@
+//! Perfetto trace writer (protobuf `Trace`, streamed as `TracePacket`s), a `Sink` of the
+//! correlator. Field numbers: reference/hardware-and-hooks.md §7 and Perfetto's protos.
+//!
+//! Layout of the trace:
+//! - one packet sequence (`trusted_packet_sequence_id` 1); its first packet clears incremental
+//!   state, sets the default timestamp clock to CLOCK_REALTIME (id 1) and interns every event
+//!   name, category, annotation name and peer label; a ClockSnapshot pairs CLOCK_BOOTTIME with
+//!   CLOCK_REALTIME and makes REALTIME the trace clock, so timestamps from all hosts share it;
+//! - tracks: one process track per traced process (named "exe pid@host", pids made unique over
+//!   hosts), a thread track per thread file under it, a custom track per endpoint / QP (under its
+//!   GPU's track when the endpoint names a GPU, else under the process), a "phases" track per
+//!   process, counter tracks for payload bytes/s per endpoint and egress bytes/s per node;
+//! - an instant (category "op") per recorded operation on its endpoint's track, with debug
+//!   annotations (bytes or count, tag / raddr / fi_addr, AM id, tid, peer, flags);
+//! - flows from each send to its receive (`flow_ids` on the send, `terminating_flow_ids` on the
+//!   receiving side), id = 1 + the send's position in the merged stream;
+//! - slices: bursts of activity per thread ("busy") and per process ("phase").
+//!
+//! Packets are written in timestamp order through a bounded reorder window (events wait there
+//! until their flow and phase boundaries are known), so memory does not grow with the trace.
+
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap, HashSet, VecDeque};
+use std::io::{self, Write};
+
+use serde::Serialize;
+
+use super::proto::{self, begin, end, fixed64, int, string, uint};
+use crate::correlate::matcher::Pair;
+use crate::correlate::merge::{Merged, ThreadInfo};
+use crate::correlate::{Analysis, Correlation, PhaseTrack, Sink};
+use crate::event::{Dir, Layer, Op, Snapshot};
+
+const SEQ: u64 = 1;
+// TracePacket fields.
+const P_TIMESTAMP: u32 = 8;
+const P_SEQ_ID: u32 = 10;
+const P_TRACK_EVENT: u32 = 11;
+const P_INTERNED: u32 = 12;
+const P_SEQ_FLAGS: u32 = 13;
+const P_CLOCK_SNAPSHOT: u32 = 6;
+const P_TRACK_DESC: u32 = 60;
+const P_DEFAULTS: u32 = 59;
+const P_FIRST_ON_SEQ: u32 = 87;
+const SEQ_CLEARED: u64 = 1;
+const SEQ_NEEDS: u64 = 2;
+// TrackEvent fields.
+const TE_TYPE: u32 = 9;
+const TE_TRACK: u32 = 11;
+const TE_NAME_IID: u32 = 10;
+const TE_CATEGORY_IIDS: u32 = 3;
+const TE_COUNTER: u32 = 30;
+const TE_FLOW: u32 = 47;
+const TE_TERM_FLOW: u32 = 48;
+const TE_ANNOT: u32 = 4;
+const TYPE_BEGIN: u64 = 1;
+const TYPE_END: u64 = 2;
+const TYPE_INSTANT: u64 = 3;
+const TYPE_COUNTER: u64 = 4;
+// DebugAnnotation fields.
+const DA_NAME_IID: u32 = 1;
+const DA_UINT: u32 = 3;
+const DA_STRING_IID: u32 = 17;
+// Clocks.
+const CLOCK_REALTIME: u64 = 1;
+const CLOCK_BOOTTIME: u64 = 6;
+
+// Interned iids.
+const CAT_OP: u64 = 1;
+const CAT_PHASE: u64 = 2;
+const CAT_FLOW: u64 = 3;
+const NAME_PHASE: u64 = 100;
+const NAME_BUSY: u64 = 101;
+const NAME_FLOW_END: u64 = 102;
+const NAME_UNKNOWN_OP: u64 = 103;
+const AN_BYTES: u64 = 1;
+const AN_COUNT: u64 = 2;
+const AN_TAG: u64 = 3;
+const AN_RADDR: u64 = 4;
+const AN_FI_ADDR: u64 = 5;
+const AN_AM_ID: u64 = 6;
+const AN_TID: u64 = 7;
+const AN_PEER: u64 = 8;
+const AN_FLAGS: u64 = 9;
+const ANNOTATION_NAMES: [(u64, &str); 9] = [
+    (AN_BYTES, "bytes"),
+    (AN_COUNT, "count"),
+    (AN_TAG, "tag"),
+    (AN_RADDR, "raddr"),
+    (AN_FI_ADDR, "fi_addr"),
+    (AN_AM_ID, "am_id"),
+    (AN_TID, "tid"),
+    (AN_PEER, "peer"),
+    (AN_FLAGS, "flags"),
+];
+
+/// Events held back at most this long (merged time) for their flows and phase ends, and at most
+/// this many.
+pub const WINDOW_NS: u64 = 200_000_000;
+pub const WINDOW_EVENTS: usize = 2 << 20;
+
+fn op_name_iid(op: u8) -> u64 {
+    if Op::from_u8(op).is_some() {
+        1 + op as u64
+    } else {
+        NAME_UNKNOWN_OP
+    }
+}
+
+fn op_name(op: Op) -> String {
+    format!("{}.{}", op.layer().short(), op.name())
+}
+
+/// What the writer did.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct PerfettoStats {
+    pub packets: u64,
+    pub op_instants: u64,
+    pub flows: u64,
+    /// Pairs whose send had already been written when the receive was seen (no arrow drawn).
+    pub flows_outside_window: u64,
+    /// Flows that ended on a marker because the receiving thread recorded nothing after the send.
+    pub flows_ended_on_marker: u64,
+    pub tracks: u64,
+    pub counter_samples: u64,
+    pub phase_slices: u64,
+    pub bytes: u64,
+}
+
+struct Item {
+    m: Merged,
+    peer: Option<u32>,
+    flow_out: u64,
+    flow_in: Vec<u64>,
+}
+
+/// Packets written outside the event stream, ordered by time.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Late {
+    Counter { track: u64, value: i64 },
+    Begin { track: u64, name: u64 },
+    End { track: u64 },
+    FlowEnd { track: u64, flow: u64 },
+}
+
+pub struct PerfettoSink<W: Write> {
+    out: W,
+    pkt: Vec<u8>,
+    pub error: Option<io::Error>,
+    pub stats: PerfettoStats,
+    next_uuid: u64,
+    proc_uuid: Vec<u64>,
+    phase_uuid: Vec<u64>,
+    proc_pid: Vec<u32>,
+    thread_uuid: Vec<u64>,
+    thread_tid: Vec<u32>,
+    ep_uuid: HashMap<(u32, u32), u64>,
+    gpu_uuid: HashMap<(u32, u32), u64>,
+    ep_gpu: HashMap<(u32, u32), u32>,
+    ep_label: HashMap<(u32, u32), String>,
+    buf: VecDeque<Item>,
+    base_seq: u64,
+    late: BinaryHeap<Reverse<(u64, u64, Late)>>,
+    late_n: u64,
+    pending_end: HashMap<u32, Vec<(u64, u64)>>,
+    last_written_ns: u64,
+}
+
+impl<W: Write> PerfettoSink<W> {
+    pub fn new(out: W) -> Self {
+        PerfettoSink {
+            out,
+            pkt: Vec::with_capacity(256),
+            error: None,
+            stats: PerfettoStats::default(),
+            next_uuid: 1,
+            proc_uuid: Vec::new(),
+            phase_uuid: Vec::new(),
+            proc_pid: Vec::new(),
+            thread_uuid: Vec::new(),
+            thread_tid: Vec::new(),
+            ep_uuid: HashMap::new(),
+            gpu_uuid: HashMap::new(),
+            ep_gpu: HashMap::new(),
+            ep_label: HashMap::new(),
+            buf: VecDeque::new(),
+            base_seq: 0,
+            late: BinaryHeap::new(),
+            late_n: 0,
+            pending_end: HashMap::new(),
+            last_written_ns: 0,
+        }
+    }
+
+    /// Finishes writing and returns the output.
+    pub fn into_inner(mut self) -> Result<W, io::Error> {
+        if let Some(e) = self.error.take() {
+            return Err(e);
+        }
+        self.out.flush()?;
+        Ok(self.out)
+    }
+
+    /// Writes `self.pkt` as one `Trace.packet`.
+    fn emit(&mut self) {
+        if self.error.is_some() {
+            return;
+        }
+        let mut hdr = [0u8; 11];
+        hdr[0] = 0x0A;
+        let mut n = 1;
+        let mut v = self.pkt.len() as u64;
+        while v >= 0x80 {
+            hdr[n] = (v as u8) | 0x80;
+            v >>= 7;
+            n += 1;
+        }
+        hdr[n] = v as u8;
+        n += 1;
+        let r = self
+            .out
+            .write_all(&hdr[..n])
+            .and_then(|_| self.out.write_all(&self.pkt));
+        if let Err(e) = r {
+            self.error = Some(e);
+            return;
+        }
+        self.stats.packets += 1;
+        self.stats.bytes += (n + self.pkt.len()) as u64;
+    }
+
+    fn uuid(&mut self) -> u64 {
+        let u = self.next_uuid;
+        self.next_uuid += 1;
+        self.stats.tracks += 1;
+        u
+    }
+
+    /// Writes a TrackDescriptor; `body` adds fields after uuid and parent.
+    fn track(
+        &mut self,
+        uuid: u64,
+        parent: Option<u64>,
+        name: &str,
+        body: impl FnOnce(&mut Vec<u8>),
+    ) {
+        self.pkt.clear();
+        uint(&mut self.pkt, P_SEQ_ID, SEQ);
+        let d = begin(&mut self.pkt, P_TRACK_DESC);
+        uint(&mut self.pkt, 1, uuid);
+        if let Some(p) = parent {
+            uint(&mut self.pkt, 5, p);
+        }
+        if !name.is_empty() {
+            string(&mut self.pkt, 2, name);
+        }
+        body(&mut self.pkt);
+        end(&mut self.pkt, d);
+        self.emit();
+    }
+
+    fn counter_track(&mut self, parent: Option<u64>, name: &str) -> u64 {
+        let u = self.uuid();
+        self.track(u, parent, name, |b| {
+            let c = begin(b, 8);
+            uint(b, 3, 3); // UNIT_SIZE_BYTES (per second: see the name)
+            end(b, c);
+        });
+        u
+    }
+
+    fn ep_track(&mut self, proc: u32, ep: u32) -> u64 {
+        if let Some(&u) = self.ep_uuid.get(&(proc, ep)) {
+            return u;
+        }
+        let parent = match self.ep_gpu.get(&(proc, ep)).copied() {
+            Some(g) => match self.gpu_uuid.get(&(proc, g)) {
+                Some(&u) => u,
+                None => {
+                    let u = self.uuid();
+                    let pu = self.proc_uuid[proc as usize];
+                    self.track(u, Some(pu), &format!("GPU {g}"), |_| {});
+                    self.gpu_uuid.insert((proc, g), u);
+                    u
+                }
+            },
+            None => self.proc_uuid[proc as usize],
+        };
+        let name = self
+            .ep_label
+            .get(&(proc, ep))
+            .cloned()
+            .unwrap_or_else(|| format!("ep#{ep}"));
+        let u = self.uuid();
+        self.track(u, Some(parent), &name, |_| {});
+        self.ep_uuid.insert((proc, ep), u);
+        u
+    }
+
+    fn push_late(&mut self, ns: u64, l: Late) {
+        self.late_n += 1;
+        self.late.push(Reverse((ns, self.late_n, l)));
+    }
+
+    fn write_late(&mut self, ns: u64, l: Late) {
+        self.pkt.clear();
+        uint(&mut self.pkt, P_TIMESTAMP, ns);
+        uint(&mut self.pkt, P_SEQ_ID, SEQ);
+        uint(&mut self.pkt, P_SEQ_FLAGS, SEQ_NEEDS);
+        let te = begin(&mut self.pkt, P_TRACK_EVENT);
+        match l {
+            Late::Counter { track, value } => {
+                uint(&mut self.pkt, TE_TYPE, TYPE_COUNTER);
+                uint(&mut self.pkt, TE_TRACK, track);
+                int(&mut self.pkt, TE_COUNTER, value);
+                self.stats.counter_samples += 1;
+            }
+            Late::Begin { track, name } => {
+                uint(&mut self.pkt, TE_TYPE, TYPE_BEGIN);
+                uint(&mut self.pkt, TE_TRACK, track);
+                uint(&mut self.pkt, TE_CATEGORY_IIDS, CAT_PHASE);
+                uint(&mut self.pkt, TE_NAME_IID, name);
+            }
+            Late::End { track } => {
+                uint(&mut self.pkt, TE_TYPE, TYPE_END);
+                uint(&mut self.pkt, TE_TRACK, track);
+                self.stats.phase_slices += 1;
+            }
+            Late::FlowEnd { track, flow } => {
+                uint(&mut self.pkt, TE_TYPE, TYPE_INSTANT);
+                uint(&mut self.pkt, TE_TRACK, track);
+                uint(&mut self.pkt, TE_CATEGORY_IIDS, CAT_FLOW);
+                uint(&mut self.pkt, TE_NAME_IID, NAME_FLOW_END);
+                fixed64(&mut self.pkt, TE_TERM_FLOW, flow);
+                self.stats.flows_ended_on_marker += 1;
+            }
+        }
+        end(&mut self.pkt, te);
+        self.emit();
+        self.last_written_ns = self.last_written_ns.max(ns);
+    }
+
+    /// Writes late packets due at or before `ns`.
+    fn drain_late(&mut self, ns: u64) {
+        while let Some(Reverse((t, _, _))) = self.late.peek() {
+            if *t > ns {
+                break;
+            }
+            if let Some(Reverse((t, _, l))) = self.late.pop() {
+                self.write_late(t, l);
+            }
+        }
+    }
+
+    fn write_item(&mut self, it: Item) {
+        self.drain_late(it.m.ns);
+        let track = self
+            .ep_uuid
+            .get(&(it.m.proc, it.m.ev.ep))
+            .copied()
+            .unwrap_or(0);
+        let ev = &it.m.ev;
+        let tid = self
+            .thread_tid
+            .get(it.m.thread as usize)
+            .copied()
+            .unwrap_or(ev.tid);
+        let p = &mut self.pkt;
+        p.clear();
+        uint(p, P_TIMESTAMP, it.m.ns);
+        uint(p, P_SEQ_ID, SEQ);
+        uint(p, P_SEQ_FLAGS, SEQ_NEEDS);
+        let te = begin(p, P_TRACK_EVENT);
+        uint(p, TE_TYPE, TYPE_INSTANT);
+        uint(p, TE_TRACK, track);
+        uint(p, TE_CATEGORY_IIDS, CAT_OP);
+        uint(p, TE_NAME_IID, op_name_iid(ev.op));
+        let op = Op::from_u8(ev.op);
+        let annot = |p: &mut Vec<u8>, name: u64, v: u64| {
+            let d = begin(p, TE_ANNOT);
+            uint(p, DA_NAME_IID, name);
+            uint(p, DA_UINT, v);
+            end(p, d);
+        };
+        let dir = op.map(|o| o.dir()).unwrap_or(Dir::None);
+        annot(
+            p,
+            if dir == Dir::None { AN_COUNT } else { AN_BYTES },
+            ev.bytes,
+        );
+        if let Some(op) = op {
+            let addr_name = match op {
+                Op::UcxTagSend
+                | Op::UcxTagSendSync
+                | Op::UcxTagRecv
+                | Op::OfiTSend
+                | Op::OfiTRecv => Some(AN_TAG),
+                Op::OfiSend | Op::OfiRecv => Some(AN_FI_ADDR).filter(|_| ev.addr != u64::MAX),
+                _ if ev.addr != 0 && op.dir() != Dir::None => Some(AN_RADDR),
+                _ => None,
+            };
+            if let Some(n) = addr_name {
+                annot(p, n, ev.addr);
+            }
+            match op.layer() {
+                Layer::Libfabric
+                    if ev.aux != 0xffff
+                        && !matches!(op, Op::OfiSend | Op::OfiRecv | Op::OfiCqRead) =>
+                {
+                    annot(p, AN_FI_ADDR, ev.aux as u64)
+                }
+                Layer::Ucx if matches!(op, Op::UcxAmSend | Op::UcxAmRecvData) => {
+                    annot(p, AN_AM_ID, ev.aux as u64)
+                }
+                _ => {}
+            }
+        }
+        annot(p, AN_TID, tid as u64);
+        if let Some(peer) = it.peer {
+            let d = begin(p, TE_ANNOT);
+            uint(p, DA_NAME_IID, AN_PEER);
+            uint(p, DA_STRING_IID, peer as u64 + 1);
+            end(p, d);
+        }
+        if ev.flags != 0 {
+            annot(p, AN_FLAGS, ev.flags as u64);
+        }
+        if it.flow_out != 0 {
+            fixed64(p, TE_FLOW, it.flow_out);
+            self.stats.flows += 1;
+        }
+        for f in &it.flow_in {
+            fixed64(p, TE_TERM_FLOW, *f);
+        }
+        end(p, te);
+        self.emit();
+        self.stats.op_instants += 1;
+        self.last_written_ns = self.last_written_ns.max(it.m.ns);
+    }
+
+    fn release(&mut self, now: u64) {
+        while let Some(front) = self.buf.front() {
+            if front.m.ns.saturating_add(WINDOW_NS) >= now && self.buf.len() <= WINDOW_EVENTS {
+                break;
+            }
+            if let Some(it) = self.buf.pop_front() {
+                self.base_seq += 1;
+                self.write_item(it);
+            }
+        }
+    }
+
+    fn write_header(&mut self, c: &Correlation) {
+        // Interned data and defaults.
+        let p = &mut self.pkt;
+        p.clear();
+        uint(p, P_SEQ_ID, SEQ);
+        uint(p, P_SEQ_FLAGS, SEQ_CLEARED | SEQ_NEEDS);
+        uint(p, P_FIRST_ON_SEQ, 1);
+        let d = begin(p, P_DEFAULTS);
+        uint(p, 58, CLOCK_REALTIME);
+        end(p, d);
+        let i = begin(p, P_INTERNED);
+        for (iid, name) in [(CAT_OP, "op"), (CAT_PHASE, "phase"), (CAT_FLOW, "flow")] {
+            let e = begin(p, 1);
+            uint(p, 1, iid);
+            string(p, 2, name);
+            end(p, e);
+        }
+        let mut names: Vec<(u64, String)> = Op::ALL
+            .iter()
+            .map(|&o| (op_name_iid(o as u8), op_name(o)))
+            .collect();
+        names.push((NAME_PHASE, "phase".into()));
+        names.push((NAME_BUSY, "busy".into()));
+        names.push((
+            NAME_FLOW_END,
+            "flow end (receiver recorded nothing later)".into(),
+        ));
+        names.push((NAME_UNKNOWN_OP, "unknown op".into()));
+        for (iid, name) in &names {
+            let e = begin(p, 2);
+            uint(p, 1, *iid);
+            string(p, 2, name);
+            end(p, e);
+        }
+        for (iid, name) in ANNOTATION_NAMES {
+            let e = begin(p, 3);
+            uint(p, 1, iid);
+            string(p, 2, name);
+            end(p, e);
+        }
+        for pi in 0..c.rec.processes.len() {
+            let e = begin(p, 29);
+            uint(p, 1, pi as u64 + 1);
+            proto::bytes(p, 2, c.proc_label(pi as u32).as_bytes());
+            end(p, e);
+        }
+        end(p, i);
+        self.emit();
+
+        // Clock snapshot: CLOCK_BOOTTIME (≈ MONOTONIC of the first process) ↔ CLOCK_REALTIME.
+        let anchor = c
+            .clocks
+            .iter()
+            .find_map(|k| k.samples().first().copied())
+            .unwrap_or_default();
+        let p = &mut self.pkt;
+        p.clear();
+        uint(p, P_SEQ_ID, SEQ);
+        let s = begin(p, P_CLOCK_SNAPSHOT);
+        for (id, ts) in [
+            (CLOCK_BOOTTIME, anchor.mono_ns),
+            (CLOCK_REALTIME, anchor.real_ns),
+        ] {
+            let k = begin(p, 1);
+            uint(p, 1, id);
+            uint(p, 2, ts);
+            end(p, k);
+        }
+        uint(p, 2, CLOCK_REALTIME);
+        end(p, s);
+        self.emit();
+    }
+
+    fn write_tracks(&mut self, c: &Correlation, threads: &[ThreadInfo]) {
+        let mut used: HashSet<u32> = HashSet::new();
+        let mut synthetic = 1u32 << 30;
+        let mut fresh = |want: u32, used: &mut HashSet<u32>| -> u32 {
+            if want != 0 && used.insert(want) {
+                return want;
+            }
+            while !used.insert(synthetic) {
+                synthetic += 1;
+            }
+            synthetic
+        };
+        for (pi, p) in c.rec.processes.iter().enumerate() {
+            let pid = fresh(p.identity.pid, &mut used);
+            self.proc_pid.push(pid);
+            let u = self.uuid();
+            let label = c.proc_label(pi as u32);
+            self.track(u, None, "", |b| {
+                let d = begin(b, 3);
+                uint(b, 1, pid as u64);
+                string(b, 6, &label);
+                end(b, d);
+            });
+            self.proc_uuid.push(u);
+            let ph = self.uuid();
+            self.track(ph, Some(u), "phases", |_| {});
+            self.phase_uuid.push(ph);
+            for d in &p.endpoints {
+                if let Some(g) = d.gpu {
+                    self.ep_gpu.insert((pi as u32, d.id), g);
+                }
+                let peer = c
+                    .topo
+                    .ep(pi as u32, d.id)
+                    .and_then(|e| e.single_peer())
+                    .map(|q| format!(" → {}", c.proc_label(q)))
+                    .unwrap_or_else(|| {
+                        if d.peer.text.is_empty() {
+                            String::new()
+                        } else {
+                            format!(" → {}", d.peer.text)
+                        }
+                    });
+                let qpn = d.qpn.map(|q| format!(" qpn {q:#x}")).unwrap_or_default();
+                self.ep_label.insert(
+                    (pi as u32, d.id),
+                    format!("{} {} {}{qpn}{peer}", d.label, d.kind.name(), d.transport),
+                );
+            }
+            self.ep_label
+                .entry((pi as u32, 0))
+                .or_insert_with(|| "(unattributed)".into());
+        }
+        for (ti, t) in threads.iter().enumerate() {
+            let proc = t.proc as usize;
+            let pid = self.proc_pid.get(proc).copied().unwrap_or(0);
+            let tid = if t.tid == c.rec.processes[proc].identity.pid {
+                pid
+            } else {
+                fresh(t.tid, &mut used)
+            };
+            let name = c.rec.processes[proc]
+                .threads
+                .iter()
+                .find(|(id, _)| *id == t.tid)
+                .map(|(_, n)| n.clone())
+                .unwrap_or_else(|| format!("thread {}", t.tid));
+            let u = self.uuid();
+            let parent = self.proc_uuid[proc];
+            self.track(u, Some(parent), "", |b| {
+                let d = begin(b, 4);
+                uint(b, 1, pid as u64);
+                uint(b, 2, tid as u64);
+                string(b, 5, &name);
+                end(b, d);
+            });
+            let _ = ti;
+            self.thread_uuid.push(u);
+            self.thread_tid.push(tid);
+        }
+    }
+
+    /// Counter samples from the snapshots: payload bytes/s per endpoint, egress bytes/s per node.
+    fn write_counters(&mut self, c: &Correlation) {
+        // Per host: (ts, proc, tx rate) for the node counter.
+        let mut node_pts: Vec<Vec<(u64, u32, i64)>> = vec![Vec::new(); c.hosts.len()];
+        for (pi, p) in c.rec.processes.iter().enumerate() {
+            let mut prev: Option<&Snapshot> = None;
+            let mut ep_tracks: HashMap<u32, u64> = HashMap::new();
+            for s in &p.snapshots {
+                let cur = per_ep(s);
+                let prev_map = prev.map(per_ep).unwrap_or_default();
+                let dt = prev.map(|q| s.at_ns.saturating_sub(q.at_ns)).unwrap_or(0);
+                let mut tx_sum = 0i64;
+                for (ep, (tx, rx)) in &cur {
+                    let (ptx, prx) = prev_map.get(ep).copied().unwrap_or((0, 0));
+                    let rate = |a: u64, b: u64| -> i64 {
+                        if dt == 0 {
+                            0
+                        } else {
+                            (a.saturating_sub(b) as f64 * 1e9 / dt as f64) as i64
+                        }
+                    };
+                    tx_sum += rate(*tx, ptx);
+                    let track = match ep_tracks.get(ep) {
+                        Some(&t) => t,
+                        None => {
+                            let parent = self.proc_uuid[pi];
+                            let name = format!(
+                                "{} bytes/s",
+                                self.ep_label
+                                    .get(&(pi as u32, *ep))
+                                    .cloned()
+                                    .unwrap_or_else(|| format!("ep#{ep}"))
+                            );
+                            let t = self.counter_track(Some(parent), &name);
+                            ep_tracks.insert(*ep, t);
+                            t
+                        }
+                    };
+                    self.push_late(
+                        s.at_ns,
+                        Late::Counter {
+                            track,
+                            value: rate(*tx, ptx) + rate(*rx, prx),
+                        },
+                    );
+                }
+                if let Some(h) = c.host_of.get(pi) {
+                    node_pts[*h as usize].push((s.at_ns, pi as u32, tx_sum));
+                }
+                prev = Some(s);
+            }
+        }
+        for (h, mut pts) in node_pts.into_iter().enumerate() {
+            if pts.is_empty() {
+                continue;
+            }
+            pts.sort_unstable();
+            let t = self.counter_track(None, &format!("node {} egress bytes/s", c.hosts[h]));
+            let mut latest: HashMap<u32, i64> = HashMap::new();
+            for (ts, proc, v) in pts {
+                latest.insert(proc, v);
+                let sum = latest.values().sum();
+                self.push_late(
+                    ts,
+                    Late::Counter {
+                        track: t,
+                        value: sum,
+                    },
+                );
+            }
+        }
+    }
+}
+
+/// (tx, rx) payload bytes per endpoint in a cumulative snapshot.
+fn per_ep(s: &Snapshot) -> HashMap<u32, (u64, u64)> {
+    let mut m: HashMap<u32, (u64, u64)> = HashMap::new();
+    for c in &s.counts {
+        let e = m.entry(c.ep).or_default();
+        match Op::from_u8(c.op).map(|o| o.dir()) {
+            Some(Dir::Tx) => e.0 += c.bytes,
+            Some(Dir::Rx) => e.1 += c.bytes,
+            _ => {}
+        }
+    }
+    m
+}
+
+impl<W: Write> Sink for PerfettoSink<W> {
+    fn begin(&mut self, c: &Correlation, threads: &[ThreadInfo]) {
+        self.write_header(c);
+        self.write_tracks(c, threads);
+        self.write_counters(c);
+    }
+
+    fn tick(&mut self, now_ns: u64) {
+        self.release(now_ns);
+    }
+
+    fn event(&mut self, seq: u64, m: &Merged, peer: Option<u32>) {
+        if self.buf.is_empty() {
+            self.base_seq = seq;
+        }
+        self.ep_track(m.proc, m.ev.ep);
+        let flow_in = self
+            .pending_end
+            .get_mut(&m.thread)
+            .map(|v| v.drain(..).map(|(_, f)| f).collect())
+            .unwrap_or_default();
+        self.buf.push_back(Item {
+            m: *m,
+            peer,
+            flow_out: 0,
+            flow_in,
+        });
+        if self.buf.len() > WINDOW_EVENTS {
+            self.release(m.ns);
+        }
+    }
+
+    fn pair(&mut self, p: &Pair) {
+        let flow = p.send_seq + 1;
+        if p.send_seq > p.recv_seq {
+            // The send is the newest event; the flow ends at the receiving thread's next event.
+            if let Some(it) = self.buf.back_mut() {
+                it.flow_out = flow;
+            }
+            self.pending_end
+                .entry(p.recv_thread)
+                .or_default()
+                .push((p.send_ns, flow));
+        } else {
+            let Some(idx) = p.send_seq.checked_sub(self.base_seq) else {
+                self.stats.flows_outside_window += 1;
+                return;
+            };
+            match self.buf.get_mut(idx as usize) {
+                Some(s) => s.flow_out = flow,
+                None => {
+                    self.stats.flows_outside_window += 1;
+                    return;
+                }
+            }
+            if let Some(it) = self.buf.back_mut() {
+                it.flow_in.push(flow);
+            }
+        }
+    }
+
+    fn phase_begin(&mut self, t: PhaseTrack, ns: u64) {
+        let (track, name) = match t {
+            PhaseTrack::Process(p) => (self.phase_uuid.get(p as usize).copied(), NAME_PHASE),
+            PhaseTrack::Thread(i) => (self.thread_uuid.get(i as usize).copied(), NAME_BUSY),
+        };
+        if let Some(track) = track {
+            self.push_late(ns, Late::Begin { track, name });
+        }
+    }
+
+    fn phase(&mut self, t: PhaseTrack, _begin: u64, end_ns: u64) {
+        let track = match t {
+            PhaseTrack::Process(p) => self.phase_uuid.get(p as usize).copied(),
+            PhaseTrack::Thread(i) => self.thread_uuid.get(i as usize).copied(),
+        };
+        if let Some(track) = track {
+            self.push_late(end_ns, Late::End { track });
+        }
+    }
+
+    fn end(&mut self, _a: &Analysis) {
+        // Flows whose receiving thread recorded nothing after the send end on a marker there.
+        let pending: Vec<(u32, Vec<(u64, u64)>)> = self.pending_end.drain().collect();
+        for (thread, flows) in pending {
+            let Some(&track) = self.thread_uuid.get(thread as usize) else {
+                continue;
+            };
+            for (ns, flow) in flows {
+                self.push_late(ns, Late::FlowEnd { track, flow });
+            }
+        }
+        self.release(u64::MAX);
+        self.drain_late(u64::MAX);
+        if self.error.is_none()
+            && let Err(e) = self.out.flush()
+        {
+            self.error = Some(e);
+        }
+    }
+}

@@ -1,0 +1,139 @@
+//! `sigmatop report`: the figures of an `Export` as plain-text tables.
+
+use std::fmt::Write;
+
+use super::json::{Export, Skew};
+use crate::cli::table::{self, human_bytes};
+
+fn ns(v: u64) -> String {
+    if v >= 1_000_000_000 {
+        format!("{:.3} s", v as f64 / 1e9)
+    } else if v >= 1_000_000 {
+        format!("{:.3} ms", v as f64 / 1e6)
+    } else if v >= 1_000 {
+        format!("{:.1} µs", v as f64 / 1e3)
+    } else {
+        format!("{v} ns")
+    }
+}
+
+fn skew_line(s: &mut String, what: &str, k: &Skew) {
+    if k.labels.is_empty() {
+        let _ = writeln!(s, "  {what:<10} (none)");
+        return;
+    }
+    let _ = writeln!(
+        s,
+        "  {what:<10} max/mean {:.2}×  (max {} = {}, mean {}){}",
+        k.ratio,
+        k.max_label,
+        human_bytes(k.max_bytes as f64),
+        human_bytes(k.mean_bytes),
+        if k.flagged {
+            "  ⚠ SKEWED (≥ 1.5×)"
+        } else {
+            ""
+        }
+    );
+}
+
+/// The whole report.
+pub fn render(e: &Export) -> String {
+    let mut s = String::new();
+    s.push_str(&table::render(&e.report));
+    s.push_str(&table::render_matrix(
+        "rank × rank (bytes sent, row → column)",
+        &e.report.rank_matrix,
+    ));
+    s.push_str(&table::render_matrix(
+        "node × node (bytes sent, row → column)",
+        &e.report.node_matrix,
+    ));
+    let _ = writeln!(s, "matrices: {}", e.matrices_source);
+
+    let _ = writeln!(s, "\ntop talkers (process → process):");
+    if e.top_talkers.is_empty() {
+        let _ = writeln!(s, "  (no traffic between traced processes)");
+    }
+    for t in &e.top_talkers {
+        let _ = writeln!(
+            s,
+            "  {:>12}  {} → {}",
+            human_bytes(t.bytes as f64),
+            t.from,
+            t.to
+        );
+    }
+
+    let _ = writeln!(s, "\negress skew:");
+    skew_line(&mut s, "nodes", &e.skew.nodes);
+    skew_line(&mut s, "ranks", &e.skew.ranks);
+    skew_line(&mut s, "processes", &e.skew.processes);
+
+    let p = &e.phases;
+    let _ = writeln!(
+        s,
+        "\nphases (bursts separated by ≥ {} of quiet, per process):",
+        ns(p.gap_ns)
+    );
+    for (who, n) in &p.per_process {
+        let _ = writeln!(s, "  {n:>6} phases  {who}");
+    }
+    if !p.phases.is_empty() {
+        let _ = writeln!(
+            s,
+            "  barrier spread of phase starts: max {}, median {}{}",
+            ns(p.max_start_spread_ns),
+            ns(p.median_start_spread_ns),
+            if p.aligned {
+                ""
+            } else {
+                "  (processes found different numbers of phases: matched by nearest start)"
+            }
+        );
+        let mut worst: Vec<_> = p.phases.iter().collect();
+        worst.sort_by_key(|p| std::cmp::Reverse(p.start_spread_ns));
+        for ph in worst.iter().take(5) {
+            let _ = writeln!(
+                s,
+                "    phase {:>5}: start spread {:>10}, end spread {:>10}, last to start: {}",
+                ph.index,
+                ns(ph.start_spread_ns),
+                ns(ph.end_spread_ns),
+                ph.last_process
+            );
+        }
+    }
+
+    let c = &e.clocks;
+    let b = |v: Option<u64>| v.map(ns).unwrap_or_else(|| "unknown".into());
+    let _ = writeln!(
+        s,
+        "\nclocks ({}): within a host ±{}, across hosts ±{} + the hosts' own REALTIME sync; causality violations {}",
+        c.timebase,
+        b(c.within_host_bound_ns),
+        b(c.cross_host_bound_ns),
+        c.causality_violations
+    );
+    for pc in &c.processes {
+        if let Some(n) = &pc.note {
+            let _ = writeln!(s, "  {} pid {}: {n}", pc.host, pc.pid);
+        }
+    }
+    let f = &e.flows;
+    let _ = writeln!(
+        s,
+        "sends ↔ receives: {} paired; unmatched: {} sends, {} receives; {} sends to untraced or unresolved peers",
+        f.paired, f.sends_unmatched, f.recvs_unmatched, f.sends_unresolved
+    );
+    let _ = writeln!(s, "events: {}", e.events);
+    if e.skipped.is_empty() {
+        let _ = writeln!(s, "skipped: nothing");
+    } else {
+        let _ = writeln!(s, "skipped (everything before these points was used):");
+        for k in &e.skipped {
+            let _ = writeln!(s, "  {}: at byte {}: {}", k.file, k.offset, k.what);
+        }
+    }
+    s
+}
