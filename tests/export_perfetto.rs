@@ -1,0 +1,115 @@
+//! `sigmatop export --perfetto/--json` of real recordings, validated with Perfetto's official
+//! schema (tests/tools/check_perfetto.py: no unknown fields, tracks defined before use, slices
+//! balanced, every flow with both ends, one operation instant per recorded event), and the flows
+//! checked against what the benchmarks exchanged:
+//! - fi_pingpong over `tcp;ofi_rxm` RDM (peers resolved through the AV updates): each side posts
+//!   ITERS + 1 receives and sends ITERS + 1 messages (see tests/ofi_pingpong.rs), so 2 (ITERS + 1)
+//!   pairs, nothing left unmatched, and the process matrix holds ITERS × SIZE + 4 each way;
+//! - ucx_perftest tag_bw over tcp (peers by worker-address hash): the client sends n + 1 tagged
+//!   messages (`-w 1`), the server posts n + 1 receives: n + 1 pairs.
+mod common;
+#[path = "export_util.rs"]
+mod util;
+
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::Duration;
+
+use common::*;
+
+const ITERS: u64 = 200;
+const SIZE: u64 = 1024;
+
+fn record_pingpong(dir: &std::path::Path) -> Trace {
+    let t = Trace::new("simple", dir);
+    let bin = require("fi_pingpong");
+    let port = port();
+    let args = |c: &mut Command| {
+        c.args(["-p", "tcp", "-e", "rdm", "-I", &ITERS.to_string(), "-S"])
+            .arg(SIZE.to_string());
+    };
+    let mut s = Command::new(&bin);
+    args(&mut s);
+    s.args(["-B", &port.to_string()]);
+    let mut c = Command::new(&bin);
+    args(&mut c);
+    c.args(["-P", &port.to_string(), "127.0.0.1"]);
+    t.apply(&mut s);
+    t.apply(&mut c);
+    let server = spawn(&mut s);
+    wait_listening(port, Duration::from_secs(20));
+    let client = wait_timeout(spawn(&mut c), Duration::from_secs(60));
+    let server = wait_timeout(server, Duration::from_secs(60));
+    for o in [&server, &client] {
+        assert!(o.status.success(), "fi_pingpong failed: {}", stderr_of(o));
+    }
+    t
+}
+
+#[test]
+fn fi_pingpong_rdm_exports_valid_perfetto_with_paired_flows() {
+    let dir = scratch("export-fi");
+    let t = record_pingpong(&dir);
+    let dirs = vec![t.record.clone()];
+    let events = util::readable_events(&dirs);
+    assert!(events > 0);
+    let (j, _) = util::export(&dirs, &dir);
+    let sum = util::check_perfetto(&dir.join("trace.pftrace"), events);
+    let pairs = 2 * (ITERS + 1);
+    assert_eq!(j["flows"]["paired"], pairs, "{}", j["flows"]);
+    assert_eq!(j["flows"]["sends_unmatched"], 0, "{}", j["flows"]);
+    assert_eq!(j["flows"]["recvs_unmatched"], 0, "{}", j["flows"]);
+    assert_eq!(sum["flows"], pairs, "{sum}");
+    assert_eq!(j["perfetto"]["flows_outside_window"], 0);
+    assert_eq!(j["events"], events);
+    // Both directions resolved through the AV: ITERS × SIZE + 4 ("fin") each way.
+    let m = &j["process_matrix"]["bytes"];
+    assert_eq!(m[0][1], ITERS * SIZE + 4, "{m}");
+    assert_eq!(m[1][0], ITERS * SIZE + 4, "{m}");
+    assert_eq!(j["skipped"].as_array().map(|a| a.len()), Some(0));
+    // Counter tracks exist (snapshots) and phases were found.
+    assert!(sum["counters"].as_u64().unwrap_or(0) > 0, "{sum}");
+    assert!(sum["slices"].as_u64().unwrap_or(0) > 0, "{sum}");
+}
+
+#[test]
+fn ucx_perftest_tag_bw_exports_valid_perfetto_with_paired_flows() {
+    let bin = require("ucx_perftest");
+    let dir = scratch("export-ucx");
+    let t = Trace::new("simple", &dir);
+    let port = 61000 + (std::process::id() % 500) as u16;
+    let n: u64 = 3000;
+    let size: u64 = 4096;
+    let mut s = Command::new(&bin);
+    s.args(["-p", &port.to_string()]).env("UCX_TLS", "tcp");
+    let mut c = Command::new(&bin);
+    c.args(["127.0.0.1", "-p", &port.to_string(), "-t", "tag_bw"])
+        .args(["-n", &n.to_string(), "-s", &size.to_string(), "-w", "1"])
+        .env("UCX_TLS", "tcp");
+    t.apply(&mut s);
+    t.apply(&mut c);
+    let server = spawn(&mut s);
+    wait_listening(port, Duration::from_secs(20));
+    let client = wait_timeout(spawn(&mut c), Duration::from_secs(60));
+    let server = wait_timeout(server, Duration::from_secs(60));
+    for o in [&server, &client] {
+        assert!(o.status.success(), "ucx_perftest failed: {}", stderr_of(o));
+    }
+    let dirs: Vec<PathBuf> = vec![t.record.clone()];
+    let events = util::readable_events(&dirs);
+    let (j, _) = util::export(&dirs, &dir);
+    let sum = util::check_perfetto(&dir.join("trace.pftrace"), events);
+    assert_eq!(j["flows"]["paired"], n + 1, "{}", j["flows"]);
+    assert_eq!(j["flows"]["sends_unmatched"], 0, "{}", j["flows"]);
+    assert_eq!(sum["flows"], n + 1, "{sum}");
+    assert_eq!(sum["ops_by_name"]["ucx.tag_send"], n + 1, "{sum}");
+    // Client → server bytes, resolved by worker address.
+    let total: u64 = j["process_matrix"]["bytes"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .flat_map(|r| r.as_array().into_iter().flatten())
+        .filter_map(|v| v.as_u64())
+        .sum();
+    assert_eq!(total, (n + 1) * size);
+}
