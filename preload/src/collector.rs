@@ -26,6 +26,7 @@ const LIVE_EVENTS_PER_INTERVAL: usize = 4096;
 
 const NOT_STARTED: u8 = 0;
 const RUNNING: u8 = 1;
+const STOPPED_FOR_EXEC: u8 = 2;
 const FAILED: u8 = 3;
 
 static STATE: AtomicU8 = AtomicU8::new(NOT_STARTED);
@@ -42,6 +43,7 @@ extern "C" fn after_fork_in_child() {
     STATE.store(NOT_STARTED, Ordering::Release);
     STOP.store(false, Ordering::Release);
     DONE.store(false, Ordering::Release);
+    RUN_BEGAN.store(false, Ordering::Release);
     if was_running {
         START_DELAY_MS.store(50, Ordering::Release);
         ensure_started();
@@ -49,6 +51,44 @@ extern "C" fn after_fork_in_child() {
 }
 
 static START_DELAY_MS: core::sync::atomic::AtomicU64 = core::sync::atomic::AtomicU64::new(0);
+
+/// Set once `run` has begun (socket and record created).
+static RUN_BEGAN: AtomicBool = AtomicBool::new(false);
+
+/// Called right before an exec replaces this image: ends the record cleanly (final drain, End
+/// record, Bye to live readers). A fork child whose collector has not begun yet (still in its
+/// grace period) is simply cancelled: nothing of it is created.
+pub fn before_exec() {
+    if STATE.load(Ordering::Acquire) != RUNNING {
+        return;
+    }
+    if !RUN_BEGAN.load(Ordering::Acquire) {
+        STOP.store(true, Ordering::Release);
+    } else {
+        shutdown();
+    }
+    STATE.store(STOPPED_FOR_EXEC, Ordering::Release);
+}
+
+/// The exec failed: this image goes on, and so does tracing.
+pub fn after_failed_exec() {
+    restart();
+}
+
+fn restart() {
+    if STATE.load(Ordering::Acquire) != STOPPED_FOR_EXEC {
+        return;
+    }
+    let deadline = Instant::now() + Duration::from_secs(2);
+    while !DONE.load(Ordering::Acquire) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    STOP.store(false, Ordering::Release);
+    DONE.store(false, Ordering::Release);
+    RUN_BEGAN.store(false, Ordering::Release);
+    STATE.store(NOT_STARTED, Ordering::Release);
+    ensure_started();
+}
 
 /// Installs the fork handler. Constructor only.
 pub fn init() {
@@ -59,8 +99,12 @@ pub fn init() {
 /// Starts the collector once; called from control-path hooks (library init, endpoint creation),
 /// never from the hot path.
 pub fn ensure_started() {
-    if STATE.load(Ordering::Acquire) != NOT_STARTED {
-        return;
+    match STATE.load(Ordering::Acquire) {
+        NOT_STARTED => {}
+        // A variadic exec (execl...) that failed cannot resume tracing itself: the next
+        // control-path call does.
+        STOPPED_FOR_EXEC => return restart(),
+        _ => return,
     }
     if STATE
         .compare_exchange(NOT_STARTED, RUNNING, Ordering::AcqRel, Ordering::Acquire)
@@ -77,9 +121,18 @@ pub fn ensure_started() {
             if delay > 0 {
                 std::thread::sleep(Duration::from_millis(delay));
             }
+            if STOP.load(Ordering::Acquire) {
+                // Cancelled before it began (exec right after fork): leave nothing behind.
+                DONE.store(true, Ordering::Release);
+                return;
+            }
+            RUN_BEGAN.store(true, Ordering::Release);
             let r = std::panic::catch_unwind(run);
             if r.is_err() {
-                eprintln!("sigmatop: collector failed; tracing stopped, the program continues");
+                config::disable_all();
+                eprintln!(
+                    "sigmatop: collector failed; tracing and recording stopped, the program continues untraced"
+                );
             }
             DONE.store(true, Ordering::Release);
         });
@@ -206,6 +259,13 @@ impl Collector {
         }
     }
 
+    fn write_chunk(w: &mut ProcessWriter, tid: u32, events: &[RawEvent]) -> std::io::Result<()> {
+        if config::fault() == config::Fault::Disk && w.bytes_written > 4096 {
+            return Err(std::io::Error::from_raw_os_error(libc::ENOSPC));
+        }
+        w.write_events(tid, events)
+    }
+
     fn write_events(&mut self, tid: u32) {
         let Some(buf) = self.bufs.get_mut(&tid) else {
             return;
@@ -219,7 +279,7 @@ impl Collector {
             if !buf.started {
                 buf.started = true;
             }
-            match w.write_events(tid, &buf.events) {
+            match Self::write_chunk(w, tid, &buf.events) {
                 Ok(()) => buf.written += n,
                 Err(e) => failed = Some(e),
             }
@@ -228,13 +288,14 @@ impl Collector {
         if let Some(e) = failed {
             self.drops.record_lost += n;
             self.record_failed(e);
-        } else if self.writer.is_none() && self.record_root.is_some() {
-            self.drops.record_lost += n;
         }
     }
 
     /// Drains every ring; returns true if any thread retired (its counters moved to totals).
     fn drain(&mut self, force_flush: bool) {
+        if config::fault() == config::Fault::Ring {
+            return;
+        }
         let mut exited: Vec<&'static ThreadState> = Vec::new();
         let sample = config::sample().max(1) as u64;
         let recording = self.writer.is_some();
@@ -257,6 +318,10 @@ impl Collector {
                             self.drops.live_not_sent += 1;
                         }
                     }
+                }
+                if !recording && self.record_root.is_some() {
+                    // The record stopped (disk full, I/O error): what it would have held is lost.
+                    self.drops.record_lost += n as u64;
                 }
                 if recording {
                     let buf = self.bufs.entry(ts.tid).or_insert_with(|| {
@@ -468,6 +533,9 @@ fn run() {
         if stopping || last_interval.elapsed() >= interval {
             last_interval = Instant::now();
             c.interval();
+            if config::fault() == config::Fault::Collector {
+                panic!("injected collector fault (SIGMATOP_TEST_FAULT=collector)");
+            }
         }
         if let Some(s) = c.server.as_mut() {
             s.poll();
@@ -490,6 +558,14 @@ fn run() {
         }
     }
     let snap = c.snapshot();
+    if snap.drops.total_events_lost() > 0 {
+        eprintln!(
+            "sigmatop: {} events were not kept (ring full {}, record {}); the counters are exact",
+            snap.drops.total_events_lost(),
+            snap.drops.ring_full,
+            snap.drops.record_lost
+        );
+    }
     let end = ProcessRecord::End {
         at_ns: clock::real_ns(),
         drops: snap.drops,

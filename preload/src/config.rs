@@ -14,6 +14,50 @@ static INTERVAL_MS: AtomicU32 = AtomicU32::new(DEFAULT_INTERVAL_MS);
 static PATHS: OnceLock<Paths> = OnceLock::new();
 static WARNINGS: Mutex<Vec<String>> = Mutex::new(Vec::new());
 
+static FAULT: AtomicU8 = AtomicU8::new(Fault::None as u8);
+
+/// Test-only fault injection (`SIGMATOP_TEST_FAULT`), to prove every failure leaves the traced
+/// program untouched. Nothing here costs anything on the hot path unless `Hook` is set.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub enum Fault {
+    None = 0,
+    /// The constructor fails.
+    Init = 1,
+    /// Every hook's bookkeeping panics.
+    Hook = 2,
+    /// The collector stops draining rings, so they fill.
+    Ring = 3,
+    /// The collector thread dies after its first interval.
+    Collector = 4,
+    /// The live socket cannot be created.
+    Socket = 5,
+    /// The record's disk fills up after a few chunks.
+    Disk = 6,
+}
+
+pub fn fault() -> Fault {
+    match FAULT.load(Ordering::Relaxed) {
+        1 => Fault::Init,
+        2 => Fault::Hook,
+        3 => Fault::Ring,
+        4 => Fault::Collector,
+        5 => Fault::Socket,
+        6 => Fault::Disk,
+        _ => Fault::None,
+    }
+}
+
+#[inline(always)]
+pub fn fault_hook() -> bool {
+    FAULT.load(Ordering::Relaxed) == Fault::Hook as u8
+}
+
+/// Stops tracing in every layer: hooks pass everything through from now on.
+pub fn disable_all() {
+    LAYERS.store(0, Ordering::Relaxed);
+}
+
 pub const DEFAULT_SAMPLE: u32 = 64;
 pub const DEFAULT_INTERVAL_MS: u32 = 250;
 
@@ -73,9 +117,10 @@ pub fn paths() -> &'static Paths {
 /// stay silent).
 pub fn warn(msg: String) {
     if let Ok(mut w) = WARNINGS.lock()
-        && !w.contains(&msg) {
-            w.push(msg);
-        }
+        && !w.contains(&msg)
+    {
+        w.push(msg);
+    }
 }
 
 /// Prints and clears queued warnings.
@@ -177,6 +222,23 @@ pub fn load() {
                 "SIGMATOP_INTERVAL_MS={s} is not between 10 and 60000; using {DEFAULT_INTERVAL_MS}"
             )),
         }
+    }
+    if let Some(f) = env("SIGMATOP_TEST_FAULT") {
+        let v = match f.trim() {
+            "init" => Fault::Init,
+            "hook" => Fault::Hook,
+            "ring" => Fault::Ring,
+            "collector" => Fault::Collector,
+            "socket" => Fault::Socket,
+            "disk" => Fault::Disk,
+            _ => {
+                warn(format!(
+                    "SIGMATOP_TEST_FAULT={f} is not one of init, hook, ring, collector, socket, disk; ignored"
+                ));
+                Fault::None
+            }
+        };
+        FAULT.store(v as u8, Ordering::Relaxed);
     }
     let record = env("SIGMATOP_RECORD").map(PathBuf::from);
     let (socket_dir, from_env) = match env("SIGMATOP_SOCKET_DIR") {

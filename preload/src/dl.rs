@@ -178,7 +178,11 @@ pub unsafe fn real_dlsym(handle: *mut c_void, name: *const c_char) -> *mut c_voi
 ///
 /// # Safety
 /// `name` and `ver` must be NUL-terminated strings; `handle` as for dlvsym(3).
-pub unsafe fn real_dlvsym(handle: *mut c_void, name: *const c_char, ver: *const c_char) -> *mut c_void {
+pub unsafe fn real_dlvsym(
+    handle: *mut c_void,
+    name: *const c_char,
+    ver: *const c_char,
+) -> *mut c_void {
     let mut p = REAL_DLVSYM.load(Ordering::Acquire);
     if p.is_null() {
         init();

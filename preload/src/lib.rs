@@ -10,6 +10,7 @@ pub mod config;
 pub mod dl;
 pub mod ibverbs;
 pub mod ofi;
+pub mod process;
 pub mod registry;
 pub mod server;
 pub mod thread;
@@ -26,7 +27,12 @@ pub static HOOK_FAILURES: AtomicU64 = AtomicU64::new(0);
 /// never called inside `f`, so a panic can neither skip nor repeat the program's call.
 #[inline(always)]
 pub fn guarded<R>(fallback: R, f: impl FnOnce() -> R) -> R {
-    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)) {
+    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        if config::fault_hook() {
+            injected_hook_fault();
+        }
+        f()
+    })) {
         Ok(r) => r,
         Err(_) => {
             on_hook_panic();
@@ -36,9 +42,20 @@ pub fn guarded<R>(fallback: R, f: impl FnOnce() -> R) -> R {
 }
 
 #[cold]
+#[inline(never)]
+fn injected_hook_fault() {
+    panic!("injected hook fault (SIGMATOP_TEST_FAULT=hook)");
+}
+
+/// A hook's bookkeeping failed: the program's call already went through; sigmatop stops tracing
+/// (every hook passes through from now on) and says so once.
+#[cold]
 fn on_hook_panic() {
+    config::disable_all();
     if HOOK_FAILURES.fetch_add(1, Ordering::Relaxed) == 0 {
-        eprintln!("sigmatop: internal error in a hook; that call went through untraced");
+        eprintln!(
+            "sigmatop: internal error in a hook; tracing stopped, the program continues untraced"
+        );
     }
 }
 
@@ -70,13 +87,27 @@ pub fn hooks_table() -> &'static [dl::Hook] {
 }
 
 extern "C" fn sigmatop_init() {
-    let _ = std::panic::catch_unwind(|| {
+    // This library's own copy of std: its panics are caught and reported in one line of ours,
+    // never with std's default message in the program's stderr.
+    std::panic::set_hook(Box::new(|info| {
+        if std::env::var_os("SIGMATOP_DEBUG").is_some() {
+            eprintln!("sigmatop: {info}");
+        }
+    }));
+    let ok = std::panic::catch_unwind(|| {
         dl::init();
         clock::init();
         config::load();
+        if config::fault() == config::Fault::Init {
+            panic!("injected init fault (SIGMATOP_TEST_FAULT=init)");
+        }
         thread::init();
         collector::init();
     });
+    if ok.is_err() {
+        config::disable_all();
+        eprintln!("sigmatop: initialisation failed; nothing is traced, the program runs untraced");
+    }
 }
 
 extern "C" fn sigmatop_fini() {

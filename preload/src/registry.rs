@@ -130,10 +130,11 @@ pub fn update(id: u32, state: &str, peer: Option<Peer>) {
 /// Adds one of this process's own addresses (hash of the blob a peer will connect with).
 pub fn add_own_addr(hash: u64) {
     if let Ok(mut a) = OWN_ADDRS.lock()
-        && !a.contains(&hash) {
-            a.push(hash);
-            IDENTITY_GEN.fetch_add(1, Ordering::Release);
-        }
+        && !a.contains(&hash)
+    {
+        a.push(hash);
+        IDENTITY_GEN.fetch_add(1, Ordering::Release);
+    }
 }
 
 pub fn own_addrs() -> Vec<u64> {

@@ -112,6 +112,9 @@ fn peer_uid(s: &UnixStream) -> Option<u32> {
 
 impl Server {
     pub fn bind(dir: &Path, identity: &Identity) -> Result<Server, String> {
+        if crate::config::fault() == crate::config::Fault::Socket {
+            return Err("cannot listen: injected socket fault (SIGMATOP_TEST_FAULT=socket)".into());
+        }
         check_socket_dir(dir)?;
         let path = dir.join(socket_name(&identity.host, identity.pid));
         if path.as_os_str().len() >= 108 {

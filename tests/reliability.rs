@@ -1,0 +1,246 @@
+//! Proves sigmatop never breaks the traced program and never loses data silently:
+//! - every injected fault (init, hook, ring full, collector death, socket error, disk full) leaves a
+//!   real program's (fi_pingpong's) exit status and output shape identical to an untraced run, and
+//!   sigmatop says once, on stderr, what it stopped doing;
+//! - 64 threads posting concurrently and exiting while their rings hold events: counts exact,
+//!   every event on disk;
+//! - fork (child traced with its own record), exec (the new image traced again);
+//! - SIGTERM, SIGKILL, abort, exit from a signal handler: the record reads back, cut or complete;
+//!   the program's own signal handlers run untouched;
+//! - the socket directory is 0700 and the socket 0600; another uid cannot connect.
+mod common;
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::PathBuf;
+use std::process::Command;
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use common::Trace;
+use sigmatop::trace::reader::Recording;
+
+const LIMIT: Duration = Duration::from_secs(60);
+
+fn probe() -> PathBuf {
+    static BIN: OnceLock<PathBuf> = OnceLock::new();
+    BIN.get_or_init(|| {
+        let out = common::scratch("probe-bin").join("runtime_probe");
+        let src = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/programs/runtime_probe.c");
+        let st = Command::new(common::require("gcc"))
+            .args(["-O2", "-pthread", "-o"])
+            .arg(&out)
+            .arg(&src)
+            .arg("-ldl")
+            .status()
+            .unwrap();
+        assert!(st.success(), "compiling {}", src.display());
+        out
+    })
+    .clone()
+}
+
+/// One fi_pingpong pair over tcp; returns (server, client) outputs.
+fn pingpong(trace: Option<&Trace>, env: &[(&str, &str)], iters: u32) -> (std::process::Output, std::process::Output) {
+    let bin = common::require("fi_pingpong");
+    let port = 30000 + (std::process::id() % 500) as u16 * 40 + common::port() % 40;
+    let args = ["-p", "tcp", "-e", "msg", "-I", &iters.to_string(), "-S", "1024"];
+    let mut server = Command::new(&bin);
+    server.args(["-B", &port.to_string()]).args(args);
+    let mut client = Command::new(&bin);
+    client.args(["-P", &port.to_string()]).args(args).arg("127.0.0.1");
+    for c in [&mut server, &mut client] {
+        if let Some(t) = trace {
+            t.apply(c);
+        }
+        for (k, v) in env {
+            c.env(k, v);
+        }
+    }
+    let s = common::spawn(&mut server);
+    common::wait_listening(port, Duration::from_secs(20));
+    let c = common::wait_timeout(common::spawn(&mut client), LIMIT);
+    let s = common::wait_timeout(s, LIMIT);
+    (s, c)
+}
+
+fn check_fault(fault: &str, message: &str, iters: u32) {
+    let (base_s, base_c) = pingpong(None, &[], iters);
+    assert!(base_s.status.success() && base_c.status.success());
+    let dir = common::scratch(&format!("fault-{fault}"));
+    let trace = Trace::new("simple", &dir);
+    let (s, c) = pingpong(Some(&trace), &[("SIGMATOP_TEST_FAULT", fault)], iters);
+    for (base, got, side) in [(&base_s, &s, "server"), (&base_c, &c, "client")] {
+        assert_eq!(got.status.code(), base.status.code(), "{fault}: {side} exit status");
+        assert_eq!(
+            common::output_shape(&common::stdout_of(got)),
+            common::output_shape(&common::stdout_of(base)),
+            "{fault}: {side} output"
+        );
+        let err = common::stderr_of(got);
+        assert_eq!(
+            err.matches(message).count(),
+            1,
+            "{fault}: {side} says once what stopped ({message}): {err}"
+        );
+        assert!(!err.contains("panicked"), "{fault}: no raw panic text: {err}");
+    }
+}
+
+#[test]
+fn fault_init() {
+    check_fault("init", "initialisation failed", 500);
+}
+
+#[test]
+fn fault_hook() {
+    check_fault("hook", "internal error in a hook", 500);
+}
+
+#[test]
+fn fault_ring_full() {
+    // 40k iterations make 80k send+receive events per side: more than a 64Ki-event ring.
+    check_fault("ring", "events were not kept", 40_000);
+}
+
+#[test]
+fn fault_collector() {
+    check_fault("collector", "collector failed", 3000);
+}
+
+#[test]
+fn fault_socket() {
+    check_fault("socket", "live view disabled", 500);
+}
+
+#[test]
+fn fault_disk_full() {
+    check_fault("disk", "stopped: No space left on device", 20_000);
+}
+
+fn run_probe(trace: &Trace, args: &[&str]) -> std::process::Output {
+    let mut cmd = Command::new(probe());
+    cmd.args(args);
+    trace.apply(&mut cmd);
+    common::wait_timeout(common::spawn(&mut cmd), LIMIT)
+}
+
+#[test]
+fn sixty_four_threads_exact_and_nothing_lost() {
+    let dir = common::scratch("threads");
+    let trace = Trace::new("simple", &dir);
+    let per = 20_000u64;
+    let out = run_probe(&trace, &["threads", "64", &per.to_string()]);
+    assert!(out.status.success(), "{}", common::stderr_of(&out));
+    let procs = common::processes(&trace);
+    assert_eq!(procs.len(), 1);
+    let t = common::totals(&procs[0]);
+    let (ops, bytes) = common::op(&t, "tag_send");
+    assert_eq!(ops, 64 * per);
+    assert_eq!(bytes, per * (1..=64).sum::<u64>());
+    assert_eq!(t.events_on_disk, 64 * per, "threads that exited with events in their rings lost none");
+    let drops = procs[0].end.expect("clean end").1;
+    assert_eq!(drops.total_events_lost(), 0);
+    assert_eq!(procs[0].thread_ends.len(), 64, "every worker closed its event file");
+}
+
+#[test]
+fn fork_and_exec_are_traced_separately() {
+    let dir = common::scratch("fork");
+    let trace = Trace::new("simple", &dir);
+    let out = run_probe(&trace, &["fork", "1000"]);
+    assert!(out.status.success(), "{}", common::stderr_of(&out));
+    let procs = common::processes(&trace);
+    assert_eq!(procs.len(), 3, "parent, forked child, exec'd image");
+    let mut by_bytes: Vec<(u64, u64)> = procs
+        .iter()
+        .map(|p| common::op(&common::totals(p), "tag_send"))
+        .collect();
+    by_bytes.sort();
+    assert_eq!(by_bytes, vec![(1000, 100_000), (2000, 400_000), (3000, 900_000)]);
+    let names: Vec<String> = procs
+        .iter()
+        .map(|p| p.dir.file_name().unwrap().to_string_lossy().into_owned())
+        .collect();
+    assert!(names.iter().any(|n| n.ends_with(".1")), "exec'd image recorded beside: {names:?}");
+    assert!(procs.iter().all(|p| !p.is_cut()));
+}
+
+#[test]
+fn signals_and_exits_leave_readable_records() {
+    for (sig, name) in [(libc::SIGTERM, "sigterm"), (libc::SIGKILL, "sigkill"), (libc::SIGABRT, "abort")] {
+        let dir = common::scratch(name);
+        let trace = Trace::new("full", &dir);
+        let mut cmd = Command::new(probe());
+        cmd.args(["stay", "5000"]);
+        trace.apply(&mut cmd);
+        let child = common::spawn(&mut cmd);
+        // Past the first flush (100 ms) and snapshot (250 ms).
+        std::thread::sleep(Duration::from_millis(700));
+        // SAFETY: kill(2) of our own child.
+        unsafe { libc::kill(child.id() as i32, sig) };
+        let out = common::wait_timeout(child, LIMIT);
+        assert!(!out.status.success());
+        let procs = common::processes(&trace);
+        assert_eq!(procs.len(), 1, "{name}");
+        assert!(procs[0].is_cut(), "{name}: marked as cut");
+        let t = common::totals(&procs[0]);
+        assert_eq!(common::op(&t, "tag_send").0, 5000, "{name}");
+        assert_eq!(t.events_on_disk, 5000, "{name}: everything flushed reads back");
+    }
+    // exit() from inside a signal handler runs the normal exit path: a complete record.
+    let dir = common::scratch("handler-exit");
+    let trace = Trace::new("simple", &dir);
+    let out = run_probe(&trace, &["handler-exit", "3000"]);
+    assert_eq!(out.status.code(), Some(7));
+    let procs = common::processes(&trace);
+    assert!(!procs[0].is_cut());
+    assert_eq!(common::totals(&procs[0]).events_on_disk, 3000);
+    // The program's own handlers are untouched.
+    let dir = common::scratch("own-handler");
+    let out = run_probe(&Trace::new("simple", &dir), &["own-handler", "10"]);
+    assert!(out.status.success());
+    assert!(common::stdout_of(&out).contains("handler ran 1"));
+}
+
+#[test]
+fn socket_is_private() {
+    let dir = common::scratch("socket-private");
+    let trace = Trace::new("aggregate", &dir);
+    let mut cmd = Command::new(probe());
+    cmd.args(["stay", "10"]);
+    trace.apply(&mut cmd);
+    let mut child = common::spawn(&mut cmd);
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let sock = loop {
+        let found = std::fs::read_dir(&trace.socket_dir)
+            .ok()
+            .and_then(|rd| rd.flatten().map(|e| e.path()).find(|p| p.extension().is_some_and(|x| x == "sock")));
+        if let Some(s) = found {
+            break s;
+        }
+        assert!(std::time::Instant::now() < deadline, "no socket appeared");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let dmode = std::fs::metadata(&trace.socket_dir).unwrap().permissions().mode() & 0o777;
+    let smode = std::fs::symlink_metadata(&sock).unwrap().permissions().mode() & 0o777;
+    assert_eq!(dmode, 0o700);
+    assert_eq!(smode, 0o600);
+    // SAFETY: getuid cannot fail.
+    if unsafe { libc::getuid() } == 0 {
+        // Another uid cannot even reach it.
+        let script = format!(
+            "import socket,sys\ns=socket.socket(socket.AF_UNIX)\ntry:\n  s.connect({:?}); print('connected')\nexcept OSError as e: print('refused', e.errno)",
+            sock.display().to_string()
+        );
+        use std::os::unix::process::CommandExt;
+        let out = Command::new("python3").arg("-c").arg(&script).uid(65534).gid(65534).output().unwrap();
+        let o = common::stdout_of(&out);
+        assert!(o.starts_with("refused"), "{o} {}", common::stderr_of(&out));
+    } else {
+        eprintln!("SKIPPED the other-uid connection check: needs root");
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    // The record of an unrelated dir stays readable.
+    let _ = Recording::open(std::slice::from_ref(&trace.record));
+}
