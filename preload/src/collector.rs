@@ -413,6 +413,7 @@ impl Collector {
         drops.endpoint_overflow = overflow;
         drops.unattributed_ops = registry::UNATTRIBUTED.load(Ordering::Relaxed);
         drops.hook_failures = crate::HOOK_FAILURES.load(Ordering::Relaxed);
+        (drops.coalesced_doorbells, drops.unparsable_wqes) = crate::doorbell::drops();
         let s = Snapshot {
             at_ns: clock::real_ns(),
             seq: self.seq,

@@ -7,8 +7,11 @@ pub mod bench;
 pub mod clock;
 pub mod collector;
 pub mod config;
+pub mod cuda;
 pub mod dl;
+pub mod doorbell;
 pub mod ibverbs;
+pub mod mlx5;
 pub mod ofi;
 pub mod process;
 pub mod registry;
@@ -81,6 +84,8 @@ pub fn hooks_table() -> &'static [dl::Hook] {
         let mut v = Vec::new();
         v.extend(ucx::hooks());
         v.extend(ofi::hooks());
+        v.extend(mlx5::hooks());
+        v.extend(cuda::hooks());
         v.extend(ibverbs::hooks());
         v
     })
@@ -111,6 +116,8 @@ extern "C" fn sigmatop_init() {
 }
 
 extern "C" fn sigmatop_fini() {
+    // GPU doorbells: parse pending WQEs first, so the collector's last snapshot has them.
+    let _ = std::panic::catch_unwind(doorbell::shutdown);
     let _ = std::panic::catch_unwind(collector::shutdown);
 }
 

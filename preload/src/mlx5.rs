@@ -1,0 +1,476 @@
+//! mlx5 direct verbs (devx) control path (reference §3): the pieces GPU-initiated RDMA is set up
+//! with. Nothing here is on a data path; every call goes through unchanged and is observed after.
+//!
+//! - `mlx5dv_open_device`: passes through (starts the collector when a context opens).
+//! - `mlx5dv_devx_alloc_uar` / `free_uar`: the UAR (reg_addr, base_addr, page_id) is handed to
+//!   doorbell.rs, which recognises later `cuMemHostRegister` calls on it by address.
+//! - `mlx5dv_devx_umem_reg` / `umem_reg_ex` / `umem_dereg`: umem id -> (address, size, GPU), the
+//!   address of a dma-buf umem from the fd -> device range map of cuda.rs, GPU residency from the
+//!   driver's pointer attributes.
+//! - `mlx5dv_devx_obj_create` with CREATE_QP (decoded by [`sigmatop::decode::devx`]): a
+//!   `DevxQp` endpoint (qpn from the output, service type, SQ size, UAR page, SQ base =
+//!   wq umem address + wq_umem_offset + RQ bytes), handed to doorbell.rs for the doorbell join.
+//! - `mlx5dv_devx_obj_modify` with a QP transition: endpoint state updates (remote QPN/GID at
+//!   INIT2RTR). `mlx5dv_devx_obj_destroy` of a QP: "destroyed", pending WQEs parsed first.
+
+use core::ffi::{CStr, c_int, c_void};
+use std::sync::Mutex;
+
+use sigmatop::decode::devx::{
+    CreateQpOut, DEVX_UAR_BYTES, DevxUar, QpCommand, QpState, decode_command, st,
+};
+use sigmatop::decode::wqe::QpType;
+use sigmatop::event::{EndpointDef, EndpointKind, Layer, Peer};
+
+use crate::dl::{Hook, RealFn};
+use crate::doorbell::{self, QpInfo};
+
+type Ptr = *mut c_void;
+
+const SONAMES: &[&CStr] = &[c"libmlx5.so.1", c"libmlx5.so"];
+
+static OPEN_DEVICE: RealFn = RealFn::new(c"mlx5dv_open_device", SONAMES);
+static ALLOC_UAR: RealFn = RealFn::new(c"mlx5dv_devx_alloc_uar", SONAMES);
+static FREE_UAR: RealFn = RealFn::new(c"mlx5dv_devx_free_uar", SONAMES);
+static UMEM_REG: RealFn = RealFn::new(c"mlx5dv_devx_umem_reg", SONAMES);
+static UMEM_REG_EX: RealFn = RealFn::new(c"mlx5dv_devx_umem_reg_ex", SONAMES);
+static UMEM_DEREG: RealFn = RealFn::new(c"mlx5dv_devx_umem_dereg", SONAMES);
+static OBJ_CREATE: RealFn = RealFn::new(c"mlx5dv_devx_obj_create", SONAMES);
+static OBJ_MODIFY: RealFn = RealFn::new(c"mlx5dv_devx_obj_modify", SONAMES);
+static OBJ_DESTROY: RealFn = RealFn::new(c"mlx5dv_devx_obj_destroy", SONAMES);
+
+/// `MLX5DV_UMEM_MASK_DMABUF` (mlx5dv.h).
+const UMEM_MASK_DMABUF: u64 = 1;
+
+/// `struct mlx5dv_devx_umem_in` (mlx5dv.h).
+#[repr(C)]
+pub struct UmemIn {
+    addr: Ptr,
+    size: usize,
+    access: u32,
+    pgsz_bitmap: u64,
+    comp_mask: u64,
+    dmabuf_fd: c_int,
+}
+const _: () = assert!(core::mem::offset_of!(UmemIn, comp_mask) == 32);
+const _: () = assert!(core::mem::offset_of!(UmemIn, dmabuf_fd) == 40);
+
+#[derive(Clone, Copy, Debug)]
+struct Umem {
+    handle: usize,
+    id: u32,
+    addr: u64,
+    size: u64,
+    gpu: Option<u32>,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Obj {
+    handle: usize,
+    qpn: u32,
+    ep: u32,
+}
+
+static UMEMS: Mutex<Vec<Umem>> = Mutex::new(Vec::new());
+static OBJS: Mutex<Vec<Obj>> = Mutex::new(Vec::new());
+
+macro_rules! real {
+    ($slot:ident, $ty:ty) => {{
+        let p = $slot.get();
+        if p.is_null() {
+            return;
+        }
+        // SAFETY: `p` is libmlx5's definition of the symbol named in `$slot`, whose C signature
+        // (mlx5dv.h, rdma-core v44+) is `$ty`.
+        unsafe { core::mem::transmute::<*mut c_void, $ty>(p) }
+    }};
+    ($slot:ident, $ty:ty, $fail:expr) => {{
+        let p = $slot.get();
+        if p.is_null() {
+            return $fail;
+        }
+        // SAFETY: `p` is libmlx5's definition of the symbol named in `$slot`, whose C signature
+        // (mlx5dv.h, rdma-core v44+) is `$ty`.
+        unsafe { core::mem::transmute::<*mut c_void, $ty>(p) }
+    }};
+}
+
+/// Runs `f` traced (depth guard, panics caught) when the mlx5 layer is on.
+fn observe(f: impl FnOnce()) {
+    if let Some(ts) = crate::trace_enter(Layer::Mlx5) {
+        crate::guarded((), f);
+        ts.leave();
+    }
+}
+
+type OpenDevice = unsafe extern "C" fn(Ptr, Ptr) -> Ptr;
+
+/// Hook of `mlx5dv_open_device`.
+///
+/// # Safety
+/// C ABI entry point with the contract of the real function.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn mlx5dv_open_device(device: Ptr, attr: Ptr) -> Ptr {
+    let real = real!(OPEN_DEVICE, OpenDevice, core::ptr::null_mut());
+    // SAFETY: the program's arguments, unchanged.
+    let ctx = unsafe { real(device, attr) };
+    if !ctx.is_null() {
+        if !device.is_null() {
+            // A real device's context: the verbs layer patches its ops table as for
+            // ibv_open_device (an emulated devx context from a NULL device is not an ibv_context).
+            // SAFETY: a context libmlx5 just opened, not yet used by any other thread.
+            unsafe { crate::ibverbs::patch_context(ctx) };
+            crate::ibverbs::note_device(ctx, device);
+        }
+        observe(crate::collector::ensure_started);
+    }
+    ctx
+}
+
+type AllocUar = unsafe extern "C" fn(Ptr, u32) -> Ptr;
+
+/// Hook of `mlx5dv_devx_alloc_uar`.
+///
+/// # Safety
+/// C ABI entry point with the contract of the real function.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn mlx5dv_devx_alloc_uar(ctx: Ptr, flags: u32) -> Ptr {
+    let real = real!(ALLOC_UAR, AllocUar, core::ptr::null_mut());
+    // SAFETY: the program's arguments, unchanged.
+    let uar = unsafe { real(ctx, flags) };
+    if !uar.is_null() {
+        observe(|| {
+            // SAFETY: a `struct mlx5dv_devx_uar` (40 bytes) returned by the library.
+            let b = unsafe { core::slice::from_raw_parts(uar as *const u8, DEVX_UAR_BYTES) };
+            if let Ok(u) = DevxUar::from_ne_bytes(b) {
+                doorbell::add_uar(uar as u64, u);
+            }
+        });
+    }
+    uar
+}
+
+type FreeUar = unsafe extern "C" fn(Ptr);
+
+/// Hook of `mlx5dv_devx_free_uar`: the poller stops forwarding to the UAR before it goes.
+///
+/// # Safety
+/// C ABI entry point with the contract of the real function.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn mlx5dv_devx_free_uar(uar: Ptr) {
+    let real = real!(FREE_UAR, FreeUar);
+    if !uar.is_null() {
+        // Not gated on the layer: a UAR the poller forwards to must be dropped before unmapping.
+        crate::guarded((), || doorbell::remove_uar(uar as u64));
+    }
+    // SAFETY: the program's argument, unchanged.
+    unsafe { real(uar) }
+}
+
+fn add_umem(handle: Ptr, addr: u64, size: u64, gpu: Option<u32>) {
+    // SAFETY: `struct mlx5dv_devx_umem { uint32_t umem_id; }` returned by the library.
+    let id = unsafe { *(handle as *const u32) };
+    let gpu = gpu.or_else(|| crate::cuda::device_of(addr));
+    if let Ok(mut m) = UMEMS.lock() {
+        m.retain(|u| u.handle != handle as usize);
+        m.push(Umem {
+            handle: handle as usize,
+            id,
+            addr,
+            size,
+            gpu,
+        });
+    }
+}
+
+type UmemReg = unsafe extern "C" fn(Ptr, Ptr, usize, u32) -> Ptr;
+
+/// Hook of `mlx5dv_devx_umem_reg`.
+///
+/// # Safety
+/// C ABI entry point with the contract of the real function.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn mlx5dv_devx_umem_reg(
+    ctx: Ptr,
+    addr: Ptr,
+    size: usize,
+    access: u32,
+) -> Ptr {
+    let real = real!(UMEM_REG, UmemReg, core::ptr::null_mut());
+    // SAFETY: the program's arguments, unchanged.
+    let u = unsafe { real(ctx, addr, size, access) };
+    if !u.is_null() {
+        observe(|| add_umem(u, addr as u64, size as u64, None));
+    }
+    u
+}
+
+type UmemRegEx = unsafe extern "C" fn(Ptr, *mut UmemIn) -> Ptr;
+
+/// Hook of `mlx5dv_devx_umem_reg_ex` (dma-buf fd -> the device range it was exported from).
+///
+/// # Safety
+/// C ABI entry point with the contract of the real function.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn mlx5dv_devx_umem_reg_ex(ctx: Ptr, umem_in: *mut UmemIn) -> Ptr {
+    let real = real!(UMEM_REG_EX, UmemRegEx, core::ptr::null_mut());
+    // SAFETY: the program's arguments, unchanged.
+    let u = unsafe { real(ctx, umem_in) };
+    if !u.is_null() && !umem_in.is_null() {
+        observe(|| {
+            // SAFETY: the program's valid input struct.
+            let i = unsafe { &*umem_in };
+            if i.comp_mask & UMEM_MASK_DMABUF != 0 {
+                // The fd names a range of GPU memory; addr (usually 0) is an offset in it.
+                match crate::cuda::dmabuf_range(i.dmabuf_fd) {
+                    Some((dptr, _)) => {
+                        let gpu = crate::cuda::device_of(dptr).or(Some(0));
+                        add_umem(u, dptr + i.addr as u64, i.size as u64, gpu)
+                    }
+                    None => add_umem(u, 0, i.size as u64, None),
+                }
+            } else {
+                add_umem(u, i.addr as u64, i.size as u64, None)
+            }
+        });
+    }
+    u
+}
+
+type UmemDereg = unsafe extern "C" fn(Ptr) -> c_int;
+
+/// Hook of `mlx5dv_devx_umem_dereg`.
+///
+/// # Safety
+/// C ABI entry point with the contract of the real function.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn mlx5dv_devx_umem_dereg(umem: Ptr) -> c_int {
+    let real = real!(UMEM_DEREG, UmemDereg, libc::EOPNOTSUPP);
+    if !umem.is_null() {
+        crate::guarded((), || {
+            if let Ok(mut m) = UMEMS.lock() {
+                m.retain(|u| u.handle != umem as usize);
+            }
+        });
+    }
+    // SAFETY: the program's argument, unchanged.
+    unsafe { real(umem) }
+}
+
+fn umem_by_id(id: u32) -> Option<Umem> {
+    UMEMS
+        .lock()
+        .ok()?
+        .iter()
+        .rev()
+        .find(|u| u.id == id)
+        .copied()
+}
+
+fn transport(st_: u8) -> &'static str {
+    match st_ {
+        st::RC => "RC",
+        st::UC => "UC",
+        st::UD => "UD",
+        st::XRC => "XRC",
+        st::DCI => "DCI",
+        _ => "devx",
+    }
+}
+
+/// A CREATE_QP went through: define the endpoint and hand the QP to the doorbell join.
+fn on_create_qp(obj: Ptr, inbox: &[u8], outbox: &[u8]) {
+    let Ok(QpCommand::Create(c)) = decode_command(inbox) else {
+        return;
+    };
+    let Ok(out) = CreateQpOut::decode(outbox) else {
+        return;
+    };
+    if out.status != 0 {
+        return;
+    }
+    crate::collector::ensure_started();
+    let wq = if c.wq_umem_valid {
+        umem_by_id(c.wq_umem_id)
+    } else {
+        None
+    };
+    // The SQ must lie inside its umem; otherwise the WQEs are not read (counted by the walk).
+    let sq_addr = wq
+        .filter(|u| c.sq_offset_in_umem().saturating_add(c.sq_bytes()) <= u.size)
+        .map_or(0, |u| u.addr.saturating_add(c.sq_offset_in_umem()));
+    let gpu = wq.and_then(|u| u.gpu);
+    let ep = crate::registry::define_full(EndpointDef {
+        id: 0,
+        layer: Layer::Mlx5,
+        kind: EndpointKind::DevxQp,
+        label: format!("devx qp {:#x}", out.qpn),
+        transport: transport(c.st).to_string(),
+        peer: Peer::default(),
+        qpn: Some(out.qpn),
+        gpu,
+        created_ns: 0,
+    });
+    crate::registry::update(
+        ep,
+        &format!(
+            "RESET sq={} uar_page={:#x} sq_addr={:#x}",
+            c.sq_cnt(),
+            c.uar_page,
+            sq_addr
+        ),
+        None,
+    );
+    if let Ok(mut o) = OBJS.lock() {
+        o.retain(|x| x.handle != obj as usize);
+        o.push(Obj {
+            handle: obj as usize,
+            qpn: out.qpn,
+            ep,
+        });
+    }
+    if sq_addr != 0 && c.sq_cnt() != 0 {
+        doorbell::add_qp(QpInfo {
+            qpn: out.qpn,
+            ep,
+            sq_addr,
+            sq_cnt: c.sq_cnt(),
+            qp_type: c.qp_type().unwrap_or(QpType::Rc),
+            gpu,
+        });
+    }
+}
+
+type ObjCreate = unsafe extern "C" fn(Ptr, *const c_void, usize, *mut c_void, usize) -> Ptr;
+
+/// Hook of `mlx5dv_devx_obj_create`.
+///
+/// # Safety
+/// C ABI entry point with the contract of the real function.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn mlx5dv_devx_obj_create(
+    ctx: Ptr,
+    inbox: *const c_void,
+    inlen: usize,
+    outbox: *mut c_void,
+    outlen: usize,
+) -> Ptr {
+    let real = real!(OBJ_CREATE, ObjCreate, core::ptr::null_mut());
+    // SAFETY: the program's arguments, unchanged.
+    let obj = unsafe { real(ctx, inbox, inlen, outbox, outlen) };
+    if !obj.is_null() && !inbox.is_null() && !outbox.is_null() {
+        observe(|| {
+            // SAFETY: the mailboxes the program passed, with their lengths.
+            let (i, o) = unsafe {
+                (
+                    core::slice::from_raw_parts(inbox as *const u8, inlen),
+                    core::slice::from_raw_parts(outbox as *const u8, outlen),
+                )
+            };
+            on_create_qp(obj, i, o);
+        });
+    }
+    obj
+}
+
+fn state_name(s: QpState) -> &'static str {
+    match s {
+        QpState::Reset => "RESET",
+        QpState::Init => "INIT",
+        QpState::Rtr => "RTR",
+        QpState::Rts => "RTS",
+        QpState::Err => "ERR",
+    }
+}
+
+type ObjModify = unsafe extern "C" fn(Ptr, *const c_void, usize, *mut c_void, usize) -> c_int;
+
+/// Hook of `mlx5dv_devx_obj_modify`: QP state transitions.
+///
+/// # Safety
+/// C ABI entry point with the contract of the real function.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn mlx5dv_devx_obj_modify(
+    obj: Ptr,
+    inbox: *const c_void,
+    inlen: usize,
+    outbox: *mut c_void,
+    outlen: usize,
+) -> c_int {
+    let real = real!(OBJ_MODIFY, ObjModify, libc::EOPNOTSUPP);
+    // SAFETY: the program's arguments, unchanged.
+    let r = unsafe { real(obj, inbox, inlen, outbox, outlen) };
+    if r == 0 && !inbox.is_null() {
+        observe(|| {
+            // SAFETY: the program's mailbox and its length.
+            let i = unsafe { core::slice::from_raw_parts(inbox as *const u8, inlen) };
+            let Ok(QpCommand::Modify(m)) = decode_command(i) else {
+                return;
+            };
+            let ep = OBJS.lock().ok().and_then(|o| {
+                o.iter()
+                    .find(|x| x.handle == obj as usize || x.qpn == m.qpn)
+                    .map(|x| x.ep)
+            });
+            let Some(ep) = ep else { return };
+            let peer = m.path.filter(|p| p.remote_qpn != 0).map(|p| Peer {
+                addr_hash: 0,
+                text: format!("qpn {:#x}", p.remote_qpn),
+                qpn: Some(p.remote_qpn),
+                gid: (p.rgid != [0; 16]).then_some(p.rgid),
+            });
+            crate::registry::update(ep, state_name(m.transition.target_state()), peer);
+        });
+    }
+    r
+}
+
+type ObjDestroy = unsafe extern "C" fn(Ptr) -> c_int;
+
+/// Hook of `mlx5dv_devx_obj_destroy`: a QP's pending WQEs are parsed before its SQ can go.
+///
+/// # Safety
+/// C ABI entry point with the contract of the real function.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn mlx5dv_devx_obj_destroy(obj: Ptr) -> c_int {
+    let real = real!(OBJ_DESTROY, ObjDestroy, libc::EOPNOTSUPP);
+    if !obj.is_null() {
+        crate::guarded((), || {
+            let found = OBJS.lock().ok().and_then(|mut o| {
+                let i = o.iter().position(|x| x.handle == obj as usize)?;
+                Some(o.remove(i))
+            });
+            if let Some(x) = found {
+                doorbell::remove_qp(x.qpn);
+                crate::registry::update(x.ep, "destroyed", None);
+            }
+        });
+    }
+    // SAFETY: the program's argument, unchanged.
+    unsafe { real(obj) }
+}
+
+/// Hooks the dlsym wrappers hand out (DOCA opens libmlx5 with dlopen + dlsym).
+pub fn hooks() -> Vec<Hook> {
+    macro_rules! h {
+        ($($f:ident => $slot:ident),* $(,)?) => {
+            vec![$(Hook {
+                name: stringify!($f).as_bytes(),
+                layer: Layer::Mlx5,
+                hook: $f as *const c_void,
+                real: &$slot,
+            }),*]
+        };
+    }
+    h![
+        mlx5dv_open_device => OPEN_DEVICE,
+        mlx5dv_devx_alloc_uar => ALLOC_UAR,
+        mlx5dv_devx_free_uar => FREE_UAR,
+        mlx5dv_devx_umem_reg => UMEM_REG,
+        mlx5dv_devx_umem_reg_ex => UMEM_REG_EX,
+        mlx5dv_devx_umem_dereg => UMEM_DEREG,
+        mlx5dv_devx_obj_create => OBJ_CREATE,
+        mlx5dv_devx_obj_modify => OBJ_MODIFY,
+        mlx5dv_devx_obj_destroy => OBJ_DESTROY,
+    ]
+}

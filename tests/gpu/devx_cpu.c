@@ -1,0 +1,157 @@
+/* Test-only workload for CI (no GPU): NVSHMEM IBGDA's host set-up against the devx emulation,
+ * the driver reached like cudart reaches it (dlopen libcuda.so.1 -> dlsym cuGetProcAddress_v2 ->
+ * self-lookup -> every entry point through it; here libcuda is tests/gpu/fake_cuda.c), and CPU
+ * threads playing the GPU: they build WQEs in NVSHMEM's formats in "device" memory and store
+ * doorbells to the pointer cuMemHostGetDevicePointer returned (the shadow page under sigmatop).
+ * Usage: devx_cpu WQE_LIST_FILE. Prints results (identical with and without sigmatop) on stdout. */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <pthread.h>
+
+#include "scenario.h"
+
+typedef int (*gpa2_t)(const char *, void **, int, unsigned long long, int *);
+static int (*p_alloc)(uint64_t *, size_t);
+static int (*p_reg)(void *, size_t, unsigned);
+static int (*p_dptr)(uint64_t *, void *, unsigned);
+static int (*p_unreg)(void *);
+static int (*p_handle)(void *, uint64_t, size_t, int, unsigned long long);
+
+static int f_alloc(void **p, size_t n) {
+  uint64_t d;
+  int r = p_alloc(&d, n);
+  *p = (void *)d;
+  return r;
+}
+static int f_reg(void *p, size_t n, unsigned fl) { return p_reg(p, n, fl); }
+static int f_dptr(void **d, void *p) {
+  uint64_t x;
+  int r = p_dptr(&x, p, 0);
+  *d = (void *)x;
+  return r;
+}
+static int f_unreg(void *p) { return p_unreg(p); }
+static int f_fd(void *p, size_t n, int *fd) { return p_handle(fd, (uint64_t)p, n, 1, 0); }
+static void f_rd(void *dst, uint64_t src, size_t n) { memcpy(dst, (void *)src, n); }
+static void f_wr(uint64_t dst, const void *src, size_t n) { memcpy((void *)dst, src, n); }
+
+static void resolve(void) {
+  void *h = dlopen("libcuda.so.1", RTLD_NOW);
+  if (!h)
+    die("dlopen libcuda.so.1");
+  gpa2_t g = (gpa2_t)dlsym(h, "cuGetProcAddress_v2");
+  if (!g)
+    die("dlsym cuGetProcAddress_v2");
+  gpa2_t gpa = NULL;
+  int st;
+  if (g("cuGetProcAddress", (void **)&gpa, 13000, 0, &st) || !gpa)
+    die("cuGetProcAddress self-lookup");
+  if (gpa("cuMemAlloc", (void **)&p_alloc, 13000, 0, &st) ||
+      gpa("cuMemHostRegister", (void **)&p_reg, 13000, 0, &st) ||
+      gpa("cuMemHostGetDevicePointer", (void **)&p_dptr, 13000, 0, &st) ||
+      gpa("cuMemHostUnregister", (void **)&p_unreg, 13000, 0, &st) ||
+      gpa("cuMemGetHandleForAddressRange", (void **)&p_handle, 13000, 0, &st) || !p_alloc ||
+      !p_reg || !p_dptr || !p_unreg || !p_handle)
+    die("driver entry points");
+  int (*init)(unsigned) = NULL;
+  gpa("cuInit", (void **)&init, 13000, 0, &st);
+  if (init)
+    init(0);
+}
+
+/* The multi-thread batch: THREADS "GPU threads" each reserve PER slots of QP 1 with an atomic
+ * and write their WQEs; after a barrier one of them rings once for all. */
+#define THREADS 4
+#define PER 32
+static struct wl *W;
+static pthread_barrier_t bar;
+static uint16_t batch_start;
+static void *batch_thread(void *arg) {
+  long t = (long)arg;
+  for (int k = 0; k < PER; k++) {
+    uint16_t idx = (uint16_t)__atomic_fetch_add(&W->batch_prod, 1, __ATOMIC_RELAXED);
+    uint32_t rel = (uint16_t)(idx - batch_start);
+    struct op_desc o = mk(rel % 3 == 2 ? MLX5_OPCODE_RDMA_READ : MLX5_OPCODE_RDMA_WRITE, 16 + rel % 4,
+                          (uint64_t)W->R + 500000 + 64 * (uint64_t)rel, (uint64_t)W->L + 700000 + 64 * (uint64_t)rel);
+    post_at(W, 1, idx, &o, W->batch_base + rel);
+  }
+  pthread_barrier_wait(&bar);
+  if (t == 0) {
+    W->pi[1] = (uint16_t)(batch_start + THREADS * PER);
+    W->nlog = W->batch_base + THREADS * PER;
+    ring(W, 1);
+    wait_cqe(W, 1, (uint16_t)(W->pi[1] - 1));
+  }
+  return NULL;
+}
+
+static uint64_t fnv(const uint8_t *p, size_t n) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (size_t i = 0; i < n; i++) {
+    h ^= p[i];
+    h *= 0x100000001b3ull;
+  }
+  return h;
+}
+
+int main(int argc, char **argv) {
+  resolve();
+  static struct drv d = {f_alloc, f_reg, f_dptr, f_unreg, f_fd, f_rd, f_wr, 0};
+  static struct setup s;
+  setup_qps(&d, &s);
+  static struct nic n;
+  nic_start(&n, &d, &s);
+  W = calloc(1, sizeof *W);
+  for (int i = 0; i < NQP; i++)
+    W->q[i] = s.q[i];
+  if (f_alloc((void **)&W->L, BUF_BYTES) || f_alloc((void **)&W->R, BUF_BYTES))
+    die("buffers");
+  for (uint32_t i = 0; i < BUF_BYTES; i++)
+    W->L[i] = (uint8_t)(i * 7 + 3), W->R[i] = (uint8_t)(i * 13 + 1);
+  memset(W->R + R_ATOMIC, 0, 16);
+  *(uint64_t *)(W->R + R_ATOMIC + 8) = 100;
+
+  scenario_single(W);
+
+  /* BlueFlame: the WQE's 64 bytes stored to the BF register, body first, ctrl word last. */
+  uint64_t bf[8];
+  uint16_t idx = bf_prepare(W, bf);
+  volatile uint64_t *reg = W->q[1].db;
+  for (int k = 1; k < 8; k++)
+    reg[k] = bf[k];
+  FENCE();
+  reg[0] = bf[0];
+  wait_cqe(W, 1, idx);
+
+  batch_start = W->pi[1];
+  W->batch_prod = batch_start;
+  W->batch_base = W->nlog;
+  pthread_barrier_init(&bar, NULL, THREADS);
+  pthread_t th[THREADS];
+  for (long t = 0; t < THREADS; t++)
+    pthread_create(&th[t], NULL, batch_thread, (void *)t);
+  for (int t = 0; t < THREADS; t++)
+    pthread_join(th[t], NULL);
+
+  nic_stop(&n);
+  printf("RESULT local=%016llx remote=%016llx\n", (unsigned long long)fnv(W->L, BUF_BYTES),
+         (unsigned long long)fnv(W->R, BUF_BYTES));
+  printf("RESULT atomic=%llu cas=%llu\n", (unsigned long long)*(uint64_t *)(W->R + R_ATOMIC),
+         (unsigned long long)*(uint64_t *)(W->R + R_ATOMIC + 8));
+  printf("NIC wqes=%llu bad=%llu\n", (unsigned long long)n.wqes, (unsigned long long)n.bad);
+  printf("DOORBELLS %u\n", W->rings);
+  printf("WQES %u\n", W->nlog);
+  if (argc > 1) {
+    FILE *f = fopen(argv[1], "w");
+    if (!f)
+      die("open WQE list");
+    for (uint32_t i = 0; i < W->nlog && i < MAX_LOG; i++) {
+      struct oplog *l = &W->log[i];
+      fprintf(f, "wqe qpn=%#x idx=%u opcode=%#x bytes=%u raddr=%#llx rkey=%#x\n", l->qpn, l->idx,
+              l->opcode, l->bytes, (unsigned long long)l->raddr, l->rkey);
+    }
+    fclose(f);
+  }
+  teardown_qps(&d, &s);
+  return n.bad ? 1 : 0;
+}

@@ -1,0 +1,131 @@
+/* Test-only stand-in for libcuda.so.1 where there is no GPU (CI): the driver entry points the
+ * workload and sigmatop use, over host memory. "Device" memory is host memory the fake allocated
+ * (cuPointerGetAttribute says DEVICE for it); a registered host range's device pointer is its host
+ * address; copies are memcpy. Registration follows the real driver's rules seen on the H200
+ * (reference §8): IoMemory on ordinary RAM is refused, a second registration of a page is
+ * CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED. Resolved like cudart does: dlsym of
+ * cuGetProcAddress_v2, then its self-lookup. Build: gcc -shared -fPIC -Wl,-soname,libcuda.so.1 */
+#define _GNU_SOURCE
+#include <pthread.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <sys/eventfd.h>
+
+typedef int CUresult;
+static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+static struct { uint64_t p, n; } devs[256], regs[256];
+static int ndev, nreg;
+static long pagesz(void) { return sysconf(_SC_PAGESIZE); }
+
+CUresult cuInit(unsigned f) { (void)f; return 0; }
+CUresult cuCtxGetCurrent(void **c) { *c = (void *)0x1; return 0; }
+CUresult cuCtxSetCurrent(void *c) { (void)c; return 0; }
+CUresult cuStreamCreate(void **s, unsigned f) { (void)f; *s = (void *)0x2; return 0; }
+CUresult cuStreamSynchronize(void *s) { (void)s; return 0; }
+CUresult cuMemcpyDtoHAsync_v2(void *dst, uint64_t src, size_t n, void *s) {
+  (void)s;
+  memcpy(dst, (void *)src, n);
+  return 0;
+}
+CUresult cuMemAlloc_v2(uint64_t *p, size_t n) {
+  void *m = aligned_alloc(4096, (n + 4095) & ~4095ul);
+  if (!m) return 2;
+  memset(m, 0, n);
+  pthread_mutex_lock(&mu);
+  devs[ndev].p = (uint64_t)m;
+  devs[ndev++].n = n;
+  pthread_mutex_unlock(&mu);
+  *p = (uint64_t)m;
+  return 0;
+}
+static int is_dev(uint64_t a) {
+  for (int i = 0; i < ndev; i++)
+    if (a >= devs[i].p && a < devs[i].p + devs[i].n) return 1;
+  return 0;
+}
+CUresult cuPointerGetAttribute(void *out, int attr, uint64_t p) {
+  if (attr == 2) { /* MEMORY_TYPE */
+    *(unsigned *)out = is_dev(p) ? 2 : 1;
+    return 0;
+  }
+  if (attr == 9) { *(int *)out = 0; return is_dev(p) ? 0 : 1; }
+  return 1;
+}
+CUresult cuMemHostRegister_v2(void *p, size_t n, unsigned flags) {
+  uint64_t a = (uint64_t)p & ~(uint64_t)(pagesz() - 1), e = ((uint64_t)p + n + pagesz() - 1) & ~(uint64_t)(pagesz() - 1);
+  if (flags & 4) return 1; /* IoMemory on RAM: CUDA_ERROR_INVALID_VALUE */
+  pthread_mutex_lock(&mu);
+  for (int i = 0; i < nreg; i++)
+    if (regs[i].n && a < regs[i].p + regs[i].n && e > regs[i].p) {
+      pthread_mutex_unlock(&mu);
+      return 712;
+    }
+  regs[nreg].p = a;
+  regs[nreg++].n = e - a;
+  pthread_mutex_unlock(&mu);
+  return 0;
+}
+CUresult cuMemHostRegister(void *p, size_t n, unsigned flags) { return cuMemHostRegister_v2(p, n, flags); }
+CUresult cuMemHostGetDevicePointer_v2(uint64_t *d, void *p, unsigned f) {
+  (void)f;
+  for (int i = 0; i < nreg; i++)
+    if (regs[i].n && (uint64_t)p >= regs[i].p && (uint64_t)p < regs[i].p + regs[i].n) {
+      *d = (uint64_t)p;
+      return 0;
+    }
+  return 1;
+}
+CUresult cuMemHostUnregister(void *p) {
+  uint64_t a = (uint64_t)p & ~(uint64_t)(pagesz() - 1);
+  pthread_mutex_lock(&mu);
+  for (int i = 0; i < nreg; i++)
+    if (regs[i].n && regs[i].p == a) {
+      regs[i].n = 0;
+      pthread_mutex_unlock(&mu);
+      return 0;
+    }
+  pthread_mutex_unlock(&mu);
+  return 713;
+}
+CUresult cuMemGetHandleForAddressRange(void *h, uint64_t d, size_t n, int type, unsigned long long f) {
+  (void)d; (void)n; (void)f;
+  if (type != 1) return 1;
+  *(int *)h = eventfd(0, 0);
+  return 0;
+}
+CUresult cuGetExportTable(const void **t, const void *id) { (void)t; (void)id; return 500; }
+
+CUresult cuGetProcAddress_v2(const char *sym, void **pfn, int ver, unsigned long long flags, int *st);
+CUresult cuGetProcAddress(const char *sym, void **pfn, int ver, unsigned long long flags) {
+  return cuGetProcAddress_v2(sym, pfn, ver, flags, NULL);
+}
+static const struct { const char *name; void *v2, *v1; } table[] = {
+  {"cuGetProcAddress", (void *)cuGetProcAddress_v2, (void *)cuGetProcAddress},
+  {"cuInit", (void *)cuInit, (void *)cuInit},
+  {"cuCtxGetCurrent", (void *)cuCtxGetCurrent, (void *)cuCtxGetCurrent},
+  {"cuCtxSetCurrent", (void *)cuCtxSetCurrent, (void *)cuCtxSetCurrent},
+  {"cuStreamCreate", (void *)cuStreamCreate, (void *)cuStreamCreate},
+  {"cuStreamSynchronize", (void *)cuStreamSynchronize, (void *)cuStreamSynchronize},
+  {"cuMemcpyDtoHAsync", (void *)cuMemcpyDtoHAsync_v2, (void *)cuMemcpyDtoHAsync_v2},
+  {"cuMemAlloc", (void *)cuMemAlloc_v2, (void *)cuMemAlloc_v2},
+  {"cuPointerGetAttribute", (void *)cuPointerGetAttribute, (void *)cuPointerGetAttribute},
+  {"cuMemHostRegister", (void *)cuMemHostRegister_v2, (void *)cuMemHostRegister},
+  {"cuMemHostGetDevicePointer", (void *)cuMemHostGetDevicePointer_v2, NULL},
+  {"cuMemHostUnregister", (void *)cuMemHostUnregister, (void *)cuMemHostUnregister},
+  {"cuMemGetHandleForAddressRange", (void *)cuMemGetHandleForAddressRange, (void *)cuMemGetHandleForAddressRange},
+  {"cuGetExportTable", (void *)cuGetExportTable, (void *)cuGetExportTable},
+};
+CUresult cuGetProcAddress_v2(const char *sym, void **pfn, int ver, unsigned long long flags, int *st) {
+  (void)flags;
+  if (ver > 13000) return 1;
+  *pfn = NULL;
+  for (unsigned i = 0; i < sizeof table / sizeof table[0]; i++)
+    if (!strcmp(table[i].name, sym)) {
+      *pfn = ver >= 12000 ? table[i].v2 : table[i].v1;
+      break;
+    }
+  if (st) *st = *pfn ? 0 : 1;
+  return 0;
+}
