@@ -12,6 +12,9 @@
 //!   samples (read jitter plus any slew of CLOCK_REALTIME), and at least `PAIR_FLOOR_NS`;
 //! - drift: the largest misprediction of a sample from the rate of the segment before it (how far
 //!   the TSC rate wandered between samples), which bounds the interpolation error in between;
+//! - same host: processes of one host share the TSC, so converting the same tick through two
+//!   processes' calibrations measures their combined error directly; each process's estimate is
+//!   raised to the largest such disagreement with another process of its host (`same_host_ns`);
 //! - uncalibrated: a process with a single sample borrows the TSC rate of another process on the
 //!   same host (same TSC); with none, ticks are taken as ns and the error is unknown (`u64::MAX`).
 //!
@@ -21,9 +24,10 @@
 
 use crate::event::ClockSample;
 
-/// Floor of the pairing error: the TSC and CLOCK_REALTIME are read one after the other (vDSO
-/// clock reads take tens of ns; preemption between them is what this cannot see).
-pub const PAIR_FLOOR_NS: u64 = 100;
+/// Floor of the pairing error: the TSC and CLOCK_REALTIME are read one after the other and the
+/// read window is not recorded (vDSO clock reads take tens of ns on bare metal, a few hundred on a
+/// VM; seen here: two processes of one host disagreeing by 256 ns).
+pub const PAIR_FLOOR_NS: u64 = 1_000;
 
 /// Conversion of one process's TSC to CLOCK_REALTIME.
 #[derive(Clone, Debug, Default)]
@@ -37,6 +41,8 @@ pub struct ProcClock {
     /// Parts of the estimate, for the report.
     pub pair_ns: u64,
     pub drift_ns: u64,
+    /// Largest disagreement with another process of the same host at a common tick.
+    pub same_host_ns: u64,
     /// What is special about this clock, if anything.
     pub note: Option<String>,
 }
@@ -106,6 +112,31 @@ impl ProcClock {
         (self.samples.len() >= 2).then_some(self.default_rate)
     }
 
+    /// Raises the estimate to a measured disagreement with another process of the same host.
+    pub fn note_same_host(&mut self, d: u64) {
+        self.same_host_ns = self.same_host_ns.max(d);
+        if self.err_ns != u64::MAX {
+            self.err_ns = self.err_ns.max(d);
+        }
+    }
+
+    /// Largest |self(t) - other(t)| over both processes' sample ticks inside their common span
+    /// (None without a common span).
+    pub fn disagreement(&self, other: &ProcClock) -> Option<u64> {
+        let (a, b) = (&self.samples, &other.samples);
+        let lo = a.first()?.tsc.max(b.first()?.tsc);
+        let hi = a.last()?.tsc.min(b.last()?.tsc);
+        if lo > hi {
+            return None;
+        }
+        a.iter()
+            .chain(b.iter())
+            .map(|s| s.tsc)
+            .filter(|t| (lo..=hi).contains(t))
+            .map(|t| self.to_real_ns(t).abs_diff(other.to_real_ns(t)))
+            .max()
+    }
+
     pub fn samples(&self) -> &[ClockSample] {
         &self.samples
     }
@@ -117,7 +148,7 @@ impl ProcClock {
             lo: 1,
             hi: 0,
             base_tsc: 0,
-            base_real: 0.0,
+            base_real: 0,
             rate: self.default_rate,
         };
         c.seek(self, 0);
@@ -137,7 +168,8 @@ pub struct ClockCursor {
     lo: u64,
     hi: u64,
     base_tsc: u64,
-    base_real: f64,
+    /// Kept integral: CLOCK_REALTIME ns near 1.8e18 do not fit an f64 mantissa (256 ns steps).
+    base_real: u64,
     rate: f64,
 }
 
@@ -150,7 +182,7 @@ impl ClockCursor {
             self.lo = 0;
             self.hi = u64::MAX;
             self.base_tsc = 0;
-            self.base_real = 0.0;
+            self.base_real = 0;
             self.rate = 1.0;
             return;
         }
@@ -159,7 +191,7 @@ impl ClockCursor {
             self.lo = 0;
             self.hi = u64::MAX;
             self.base_tsc = s[0].tsc;
-            self.base_real = s[0].real_ns as f64;
+            self.base_real = s[0].real_ns;
             self.rate = c.default_rate;
             return;
         }
@@ -174,7 +206,7 @@ impl ClockCursor {
             s[i + 1].tsc - 1
         };
         self.base_tsc = s[i].tsc;
-        self.base_real = s[i].real_ns as f64;
+        self.base_real = s[i].real_ns;
         self.rate = (s[i + 1].mono_ns - s[i].mono_ns) as f64 / (s[i + 1].tsc - s[i].tsc) as f64;
     }
 
@@ -183,8 +215,12 @@ impl ClockCursor {
         if tsc < self.lo || tsc > self.hi {
             self.seek(c, tsc);
         }
-        let v = self.base_real + (tsc as f64 - self.base_tsc as f64) * self.rate;
-        if v <= 0.0 { 0 } else { v as u64 }
+        let delta = if tsc >= self.base_tsc {
+            ((tsc - self.base_tsc) as f64 * self.rate) as i128
+        } else {
+            -(((self.base_tsc - tsc) as f64 * self.rate) as i128)
+        };
+        (self.base_real as i128 + delta).clamp(0, u64::MAX as i128) as u64
     }
 }
 

@@ -63,7 +63,7 @@ impl<'r> Correlation<'r> {
                 host_rate.entry(host_of[i]).or_insert(r);
             }
         }
-        let clocks = rec
+        let mut clocks: Vec<ProcClock> = rec
             .processes
             .iter()
             .enumerate()
@@ -75,6 +75,23 @@ impl<'r> Correlation<'r> {
                 }
             })
             .collect();
+        // Processes of one host share the TSC: measure how far their conversions disagree.
+        let n = clocks.len();
+        let mut measured = vec![0u64; n];
+        for i in 0..n {
+            for j in i + 1..n {
+                if host_of[i] != host_of[j] {
+                    continue;
+                }
+                if let Some(d) = clocks[i].disagreement(&clocks[j]) {
+                    measured[i] = measured[i].max(d);
+                    measured[j] = measured[j].max(d);
+                }
+            }
+        }
+        for (c, d) in clocks.iter_mut().zip(measured) {
+            c.note_same_host(d);
+        }
         Correlation {
             rec,
             clocks,

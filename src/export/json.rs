@@ -116,6 +116,8 @@ pub struct ProcessClock {
     pub err_ns: Option<u64>,
     pub pair_ns: u64,
     pub drift_ns: u64,
+    /// Largest disagreement measured against another process of the same host (shared TSC).
+    pub same_host_ns: u64,
     pub note: Option<String>,
 }
 
@@ -523,12 +525,13 @@ fn clocks(c: &Correlation, a: &Analysis) -> ClockReport {
                 err_ns: opt(k.err_ns),
                 pair_ns: k.pair_ns,
                 drift_ns: k.drift_ns,
+                same_host_ns: k.same_host_ns,
                 note: k.note.clone(),
             })
             .collect(),
         within_host_bound_ns: if any_within { opt(within) } else { None },
         cross_host_bound_ns: if any_cross { opt(cross) } else { None },
         causality_violations: a.causality_violations,
-        note: "per process: pairing (half the spread of REALTIME-MONOTONIC over its samples, at least 100 ns) + drift (largest misprediction of a sample from the previous segment's TSC rate); across hosts add the hosts' own CLOCK_REALTIME synchronisation (PTP/NTP)".into(),
+        note: "per process: pairing (half the spread of REALTIME-MONOTONIC over its samples, at least 1 µs) + drift (largest misprediction of a sample from the previous segment's TSC rate), raised to the largest disagreement measured with another process of the same host (shared TSC); across hosts add the hosts' own CLOCK_REALTIME synchronisation (PTP/NTP)".into(),
     }
 }
