@@ -203,7 +203,7 @@ struct nic {
 
 static void nic_exec(struct nic *n, struct nic_qp *q, const uint8_t *w) {
   uint32_t c0 = be32(*(const uint32_t *)w), c1 = be32(*(const uint32_t *)(w + 4));
-  uint8_t opcode = c0 & 0xff, ds = c1 & 0xff;
+  uint8_t opcode = c0 & 0xff;
   uint16_t idx = (uint16_t)(c0 >> 8);
   uint64_t raddr = be64(*(const uint64_t *)(w + 16));
   uint32_t rkey = be32(*(const uint32_t *)(w + 24));
@@ -236,7 +236,6 @@ static void nic_exec(struct nic *n, struct nic_qp *q, const uint8_t *w) {
   } else {
     n->bad++;
   }
-  (void)ds;
   if (w[11] & MLX5_WQE_CTRL_CQ_UPDATE) {
     uint8_t cq[4];
     uint16_t ctr = be16(idx);

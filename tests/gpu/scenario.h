@@ -92,6 +92,23 @@ HD void wait_cqe(struct wl *w, int qi, uint16_t idx) {
   }
 }
 
+/* In-flight WQEs per doorbell in the sweep: 1 to 1024 (the whole SQ). */
+#define SWEEP_STEPS 10
+HD int sweep_n(int s) {
+  switch (s) {
+  case 0: return 1;
+  case 1: return 2;
+  case 2: return 3;
+  case 3: return 16;
+  case 4: return 100;
+  case 5: return 255;
+  case 6: return 256;
+  case 7: return 511;
+  case 8: return 1000;
+  default: return 1024;
+  }
+}
+
 HD struct op_desc mk(uint8_t opcode, uint32_t bytes, uint64_t raddr, uint64_t laddr) {
   struct op_desc o;
   memset(&o, 0, sizeof o);
@@ -150,10 +167,9 @@ HD void scenario_single(struct wl *w) {
     ring_doca(w, 0);
     wait_cqe(w, 0, idx);
   }
-  static const int sweep[] = {1, 2, 3, 16, 100, 255, 256, 511, 1000, 1024};
-  for (unsigned s = 0; s < sizeof sweep / sizeof sweep[0]; s++) {
+  for (int s = 0; s < SWEEP_STEPS; s++) {
     uint16_t last = 0;
-    for (int k = 0; k < sweep[s]; k++) {
+    for (int k = 0; k < sweep_n(s); k++) {
       struct op_desc o = mk(MLX5_OPCODE_RDMA_WRITE, 8, R + 400000 + 8 * (uint64_t)k, L + 8 * (uint64_t)(k % 512));
       last = post(w, 1, &o);
     }
