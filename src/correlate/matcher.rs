@@ -8,7 +8,9 @@
 //! message arrives; the flow then ends at the receiving thread's first event at or after the
 //! send, the earliest point at which that thread can have seen the message.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
+
+use super::FxMap;
 
 use crate::event::{Event, Op, flags};
 
@@ -97,7 +99,7 @@ pub struct MatchStats {
 
 #[derive(Default)]
 pub struct Matcher {
-    channels: HashMap<(u32, Kind, u64), Channel>,
+    channels: FxMap<(u32, Kind, u64), Channel>,
     pub stats: MatchStats,
 }
 

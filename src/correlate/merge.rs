@@ -112,17 +112,20 @@ impl<'a> Merger<'a> {
     /// The next event in time order (ties: by process, then thread file).
     #[inline]
     pub fn next_event(&mut self) -> Option<Merged> {
-        let Reverse((ns, proc, i)) = self.heap.pop()?;
+        let mut top = self.heap.peek_mut()?;
+        let Reverse((ns, proc, i)) = *top;
         let c = &mut self.cursors[i as usize];
         let ev = c.block[c.pos];
         c.pos += 1;
         self.threads[i as usize].events += 1;
         if c.pos < c.block.len() {
+            // Replace the top in place (one sift instead of a pop and a push).
             let clock = &self.clocks[c.proc as usize];
             let n = c.clock.to_real_ns(clock, c.block[c.pos].tsc).max(ns);
             c.last_ns = n;
-            self.heap.push(Reverse((n, c.proc, i)));
+            *top = Reverse((n, c.proc, i));
         } else {
+            std::collections::binary_heap::PeekMut::pop(top);
             self.refill(i);
         }
         Some(Merged {

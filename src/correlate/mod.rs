@@ -12,6 +12,7 @@ pub mod merge;
 pub mod topology;
 
 use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
 
 use serde::Serialize;
 
@@ -26,6 +27,53 @@ use topology::Topology;
 pub const DEFAULT_PHASE_GAP_NS: u64 = 1_000_000;
 /// Phases kept per process for the report (later ones are counted, not kept).
 pub const MAX_PHASES: usize = 100_000;
+
+/// A fast non-cryptographic hasher for the small integer keys of the hot loop (FxHash).
+#[derive(Clone, Copy, Default)]
+pub struct FxHasher(u64);
+
+impl FxHasher {
+    #[inline]
+    fn add(&mut self, v: u64) {
+        self.0 = (self.0.rotate_left(5) ^ v).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+    }
+}
+
+impl Hasher for FxHasher {
+    #[inline]
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.add(b as u64);
+        }
+    }
+    #[inline]
+    fn write_u8(&mut self, v: u8) {
+        self.add(v as u64);
+    }
+    #[inline]
+    fn write_u32(&mut self, v: u32) {
+        self.add(v as u64);
+    }
+    #[inline]
+    fn write_u64(&mut self, v: u64) {
+        self.add(v);
+    }
+    #[inline]
+    fn write_usize(&mut self, v: usize) {
+        self.add(v as u64);
+    }
+    #[inline]
+    fn write_isize(&mut self, v: isize) {
+        self.add(v as u64);
+    }
+    #[inline]
+    fn finish(&self) -> u64 {
+        self.0
+    }
+}
+
+/// HashMap with `FxHasher`.
+pub type FxMap<K, V> = HashMap<K, V, BuildHasherDefault<FxHasher>>;
 
 /// Static part of the correlation.
 pub struct Correlation<'r> {
@@ -325,7 +373,7 @@ pub struct Analysis {
     pub first_ns: u64,
     pub last_ns: u64,
     /// Payload bytes of data-moving operations, (issuer, other side) → bytes, from events.
-    pub tx_matrix: HashMap<(u32, u32), u64>,
+    pub tx_matrix: FxMap<(u32, u32), u64>,
     pub tx_unresolved_bytes: u64,
     pub matching: MatchStats,
     /// Immediate receives that appear before their send (clocks misaligned beyond the bound).

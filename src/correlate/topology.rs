@@ -9,6 +9,7 @@
 
 use std::collections::HashMap;
 
+use super::FxMap;
 use crate::event::{EndpointDef, Event, Layer, Op};
 use crate::trace::reader::ProcessRecording;
 
@@ -38,7 +39,7 @@ impl EpTopo {
 #[derive(Clone, Debug, Default)]
 pub struct Topology {
     /// Per process: endpoint id → what is known.
-    pub eps: Vec<HashMap<u32, EpTopo>>,
+    pub eps: Vec<FxMap<u32, EpTopo>>,
     /// addr_hash → owning process.
     pub owner: HashMap<u64, u32>,
     /// Address hashes claimed by more than one process (ignored for resolution).
@@ -82,7 +83,7 @@ impl Topology {
             }
         }
         for (i, p) in procs.iter().enumerate() {
-            let mut eps: HashMap<u32, EpTopo> = HashMap::new();
+            let mut eps: FxMap<u32, EpTopo> = FxMap::default();
             for d in &p.endpoints {
                 let e = eps.entry(d.id).or_default();
                 e.def = Some(d.clone());

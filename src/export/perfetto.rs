@@ -28,7 +28,7 @@ use serde::Serialize;
 use super::proto::{self, begin, end, fixed64, int, string, uint};
 use crate::correlate::matcher::Pair;
 use crate::correlate::merge::{Merged, ThreadInfo};
-use crate::correlate::{Analysis, Correlation, PhaseTrack, Sink};
+use crate::correlate::{Analysis, Correlation, FxMap, PhaseTrack, Sink};
 use crate::event::{Dir, Layer, Op, Snapshot};
 
 const SEQ: u64 = 1;
@@ -129,9 +129,21 @@ pub struct PerfettoStats {
 
 struct Item {
     m: Merged,
+    track: u64,
     peer: Option<u32>,
     flow_out: u64,
-    flow_in: Vec<u64>,
+    /// Flows ending here: the first two inline, more (rare) in `flow_more`.
+    flow_in: [u64; 2],
+    flow_more: Vec<u64>,
+}
+
+impl Item {
+    fn end_flow(&mut self, f: u64) {
+        match self.flow_in.iter_mut().find(|x| **x == 0) {
+            Some(slot) => *slot = f,
+            None => self.flow_more.push(f),
+        }
+    }
 }
 
 /// Packets written outside the event stream, ordered by time.
@@ -154,7 +166,7 @@ pub struct PerfettoSink<W: Write> {
     proc_pid: Vec<u32>,
     thread_uuid: Vec<u64>,
     thread_tid: Vec<u32>,
-    ep_uuid: HashMap<(u32, u32), u64>,
+    ep_uuid: FxMap<(u32, u32), u64>,
     gpu_uuid: HashMap<(u32, u32), u64>,
     ep_gpu: HashMap<(u32, u32), u32>,
     ep_label: HashMap<(u32, u32), String>,
@@ -162,7 +174,10 @@ pub struct PerfettoSink<W: Write> {
     base_seq: u64,
     late: BinaryHeap<Reverse<(u64, u64, Late)>>,
     late_n: u64,
-    pending_end: HashMap<u32, Vec<(u64, u64)>>,
+    /// Per thread file: flows (send ns, id) ending at its next event.
+    pending_end: Vec<Vec<(u64, u64)>>,
+    pending_n: usize,
+    last_ep: (u32, u32, u64),
     last_written_ns: u64,
 }
 
@@ -179,7 +194,7 @@ impl<W: Write> PerfettoSink<W> {
             proc_pid: Vec::new(),
             thread_uuid: Vec::new(),
             thread_tid: Vec::new(),
-            ep_uuid: HashMap::new(),
+            ep_uuid: FxMap::default(),
             gpu_uuid: HashMap::new(),
             ep_gpu: HashMap::new(),
             ep_label: HashMap::new(),
@@ -187,7 +202,9 @@ impl<W: Write> PerfettoSink<W> {
             base_seq: 0,
             late: BinaryHeap::new(),
             late_n: 0,
-            pending_end: HashMap::new(),
+            pending_end: Vec::new(),
+            pending_n: 0,
+            last_ep: (u32::MAX, u32::MAX, 0),
             last_written_ns: 0,
         }
     }
@@ -354,11 +371,7 @@ impl<W: Write> PerfettoSink<W> {
 
     fn write_item(&mut self, it: Item) {
         self.drain_late(it.m.ns);
-        let track = self
-            .ep_uuid
-            .get(&(it.m.proc, it.m.ev.ep))
-            .copied()
-            .unwrap_or(0);
+        let track = it.track;
         let ev = &it.m.ev;
         let tid = self
             .thread_tid
@@ -429,8 +442,10 @@ impl<W: Write> PerfettoSink<W> {
             fixed64(p, TE_FLOW, it.flow_out);
             self.stats.flows += 1;
         }
-        for f in &it.flow_in {
-            fixed64(p, TE_TERM_FLOW, *f);
+        for f in it.flow_in.iter().chain(it.flow_more.iter()) {
+            if *f != 0 {
+                fixed64(p, TE_TERM_FLOW, *f);
+            }
         }
         end(p, te);
         self.emit();
@@ -708,18 +723,31 @@ impl<W: Write> Sink for PerfettoSink<W> {
         if self.buf.is_empty() {
             self.base_seq = seq;
         }
-        self.ep_track(m.proc, m.ev.ep);
-        let flow_in = self
-            .pending_end
-            .get_mut(&m.thread)
-            .map(|v| v.drain(..).map(|(_, f)| f).collect())
-            .unwrap_or_default();
-        self.buf.push_back(Item {
+        let track = if (self.last_ep.0, self.last_ep.1) == (m.proc, m.ev.ep) {
+            self.last_ep.2
+        } else {
+            let t = self.ep_track(m.proc, m.ev.ep);
+            self.last_ep = (m.proc, m.ev.ep, t);
+            t
+        };
+        let mut item = Item {
             m: *m,
+            track,
             peer,
             flow_out: 0,
-            flow_in,
-        });
+            flow_in: [0; 2],
+            flow_more: Vec::new(),
+        };
+        if self.pending_n > 0
+            && let Some(v) = self.pending_end.get_mut(m.thread as usize)
+            && !v.is_empty()
+        {
+            self.pending_n -= v.len();
+            for (_, f) in v.drain(..) {
+                item.end_flow(f);
+            }
+        }
+        self.buf.push_back(item);
         if self.buf.len() > WINDOW_EVENTS {
             self.release(m.ns);
         }
@@ -732,10 +760,12 @@ impl<W: Write> Sink for PerfettoSink<W> {
             if let Some(it) = self.buf.back_mut() {
                 it.flow_out = flow;
             }
-            self.pending_end
-                .entry(p.recv_thread)
-                .or_default()
-                .push((p.send_ns, flow));
+            let t = p.recv_thread as usize;
+            if self.pending_end.len() <= t {
+                self.pending_end.resize_with(t + 1, Vec::new);
+            }
+            self.pending_end[t].push((p.send_ns, flow));
+            self.pending_n += 1;
         } else {
             let Some(idx) = p.send_seq.checked_sub(self.base_seq) else {
                 self.stats.flows_outside_window += 1;
@@ -749,7 +779,7 @@ impl<W: Write> Sink for PerfettoSink<W> {
                 }
             }
             if let Some(it) = self.buf.back_mut() {
-                it.flow_in.push(flow);
+                it.end_flow(flow);
             }
         }
     }
@@ -776,9 +806,10 @@ impl<W: Write> Sink for PerfettoSink<W> {
 
     fn end(&mut self, _a: &Analysis) {
         // Flows whose receiving thread recorded nothing after the send end on a marker there.
-        let pending: Vec<(u32, Vec<(u64, u64)>)> = self.pending_end.drain().collect();
-        for (thread, flows) in pending {
-            let Some(&track) = self.thread_uuid.get(thread as usize) else {
+        let pending: Vec<Vec<(u64, u64)>> = std::mem::take(&mut self.pending_end);
+        self.pending_n = 0;
+        for (thread, flows) in pending.into_iter().enumerate() {
+            let Some(&track) = self.thread_uuid.get(thread) else {
                 continue;
             };
             for (ns, flow) in flows {
