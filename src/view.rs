@@ -24,7 +24,7 @@ use sigmatop_tui::{
     NodeRow, Peer, Percentiles, ProcessRow, RankRow, StatusCounters, ViewModel, Window,
 };
 
-use crate::agg::{Model, OpTable, ProcKey, ProcessState};
+use crate::agg::{Model, ProcKey, ProcessState};
 use crate::event::{
     Dir, DropCounters, EndpointKind, Event, Layer, Op, Snapshot, UNATTRIBUTED_EP, layer_names,
 };
@@ -106,13 +106,6 @@ struct Sums {
 }
 
 impl Sums {
-    fn of(ops: &OpTable) -> Sums {
-        let mut s = Sums::default();
-        for (op, (n, b)) in ops {
-            s.add(*op, *n, *b);
-        }
-        s
-    }
     fn add(&mut self, op: u8, n: u64, b: u64) {
         match Op::from_u8(op) {
             Some(Op::GpuDoorbell) => self.doorbells += n,
@@ -124,6 +117,26 @@ impl Sums {
                 Dir::Rx => {
                     self.rx += b;
                     self.ops += n;
+                }
+                Dir::None => {}
+            },
+            None => {}
+        }
+    }
+}
+
+impl Sums {
+    fn sub(&mut self, op: u8, n: u64, b: u64) {
+        match Op::from_u8(op) {
+            Some(Op::GpuDoorbell) => self.doorbells = self.doorbells.saturating_sub(n),
+            Some(o) => match o.dir() {
+                Dir::Tx => {
+                    self.tx = self.tx.saturating_sub(b);
+                    self.ops = self.ops.saturating_sub(n);
+                }
+                Dir::Rx => {
+                    self.rx = self.rx.saturating_sub(b);
+                    self.ops = self.ops.saturating_sub(n);
                 }
                 Dir::None => {}
             },
@@ -148,31 +161,64 @@ fn per_s(bytes: u64, dt_ns: u64) -> f64 {
     }
 }
 
+/// One endpoint's sums at the view time: since the start, over the window, between the last two
+/// snapshots; and its operations by code since the start.
+#[derive(Clone, Debug, Default)]
+struct EpSums {
+    tot: Sums,
+    win: Sums,
+    now: Sums,
+    ops: Vec<(u8, u64)>,
+}
+
 /// Where one process stands at the view time.
 struct ProcAt<'a> {
     key: &'a ProcKey,
     p: &'a ProcessState,
-    /// Cumulative per endpoint at the view time.
-    total: BTreeMap<u32, OpTable>,
-    /// Per endpoint over the window, and the window's length.
-    window: BTreeMap<u32, OpTable>,
+    eps: BTreeMap<u32, EpSums>,
+    /// The snapshot at the view time and the window's base (None: zero at the process start).
+    s1: Option<&'a Snapshot>,
+    base: Option<&'a Snapshot>,
     window_ns: u64,
-    /// Per endpoint between the last two snapshots, and their distance (0: no "now" rate).
-    now: BTreeMap<u32, OpTable>,
+    /// Distance of the last two snapshots (0: no "now" rate).
     now_ns: u64,
     drops: DropCounters,
     /// The process has a snapshot at or before the view time.
     has_data: bool,
 }
 
+impl ProcAt<'_> {
+    /// Operations by code over the window for one endpoint (GPU opcode mix).
+    fn window_ops(&self, ep: u32) -> Vec<(u8, u64)> {
+        let mut out: Vec<(u8, u64)> = Vec::new();
+        let Some(s1) = self.s1 else {
+            return out;
+        };
+        for c in s1.counts.iter().filter(|c| c.ep == ep) {
+            match out.iter_mut().find(|(o, _)| *o == c.op) {
+                Some(e) => e.1 += c.ops,
+                None => out.push((c.op, c.ops)),
+            }
+        }
+        if let Some(b) = self.base {
+            for c in b.counts.iter().filter(|c| c.ep == ep) {
+                if let Some(e) = out.iter_mut().find(|(o, _)| *o == c.op) {
+                    e.1 = e.1.saturating_sub(c.ops);
+                }
+            }
+        }
+        out
+    }
+}
+
 fn proc_at<'a>(key: &'a ProcKey, p: &'a ProcessState, t: u64, window: Window) -> ProcAt<'a> {
     let mut out = ProcAt {
         key,
         p,
-        total: BTreeMap::new(),
-        window: BTreeMap::new(),
+        eps: BTreeMap::new(),
+        s1: None,
+        base: None,
         window_ns: 0,
-        now: BTreeMap::new(),
         now_ns: 0,
         drops: DropCounters::default(),
         has_data: false,
@@ -181,16 +227,33 @@ fn proc_at<'a>(key: &'a ProcKey, p: &'a ProcessState, t: u64, window: Window) ->
         return out;
     };
     let s1 = &p.history[i1];
+    out.s1 = Some(s1);
     out.has_data = true;
     out.drops = s1.drops;
-    out.total = Model::diff(s1, None);
+    for c in &s1.counts {
+        let e = out.eps.entry(c.ep).or_default();
+        e.tot.add(c.op, c.ops, c.bytes);
+        if c.ops > 0 {
+            match e.ops.iter_mut().find(|(o, _)| *o == c.op) {
+                Some(x) => x.1 += c.ops,
+                None => e.ops.push((c.op, c.ops)),
+            }
+        }
+    }
     let prev = i1.checked_sub(1).map(|i| &p.history[i]);
     let stale = t.saturating_sub(s1.at_ns) > STALE_NS;
     if let Some(s0) = prev
         && !stale
         && s1.at_ns > s0.at_ns
     {
-        out.now = Model::diff(s1, Some(s0));
+        for e in out.eps.values_mut() {
+            e.now = e.tot;
+        }
+        for c in &s0.counts {
+            if let Some(e) = out.eps.get_mut(&c.ep) {
+                e.now.sub(c.op, c.ops, c.bytes);
+            }
+        }
         out.now_ns = s1.at_ns - s0.at_ns;
     }
     let end_ns = if stale { t } else { s1.at_ns };
@@ -202,13 +265,23 @@ fn proc_at<'a>(key: &'a ProcKey, p: &'a ProcessState, t: u64, window: Window) ->
     // snapshot at or before the window's start (the oldest kept one when none is that old).
     let zero_base = start > 0 && start < s1.at_ns && from.is_none_or(|f| f <= start);
     if zero_base {
-        out.window = out.total.clone();
+        for e in out.eps.values_mut() {
+            e.win = e.tot;
+        }
         out.window_ns = end_ns.saturating_sub(start);
     } else {
         let j = from.and_then(|f| idx_at(&p.history, f)).unwrap_or(0);
         let base = &p.history[j.min(i1)];
         if base.at_ns < end_ns {
-            out.window = Model::diff(s1, Some(base));
+            for e in out.eps.values_mut() {
+                e.win = e.tot;
+            }
+            for c in &base.counts {
+                if let Some(e) = out.eps.get_mut(&c.ep) {
+                    e.win.sub(c.op, c.ops, c.bytes);
+                }
+            }
+            out.base = Some(base);
             out.window_ns = end_ns - base.at_ns;
         }
     }
@@ -235,13 +308,54 @@ fn local_id(p: &ProcessState, ep: u32) -> String {
     }
 }
 
+/// Sums of snapshots already seen, so that the sparkline does not re-add every kept snapshot on
+/// each frame. Transparent: a view built with a cache equals one built without.
+#[derive(Default)]
+pub struct ViewCache {
+    /// Per process (host hash, pid): (seq, at_ns, tx, rx) of snapshots, in history order.
+    sums: HashMap<(u64, u32), std::collections::VecDeque<(u64, u64, u64, u64)>>,
+}
+
+impl ViewCache {
+    /// Cumulative (tx, rx) of `p.history[i]`, from the cache when it was seen before.
+    fn totals(
+        list: &mut std::collections::VecDeque<(u64, u64, u64, u64)>,
+        s: &Snapshot,
+    ) -> (u64, u64) {
+        let found = list.partition_point(|e| e.1 < s.at_ns);
+        if let Some(e) = list.get(found)
+            && e.0 == s.seq
+            && e.1 == s.at_ns
+        {
+            return (e.2, e.3);
+        }
+        let x = snapshot_sums(s);
+        if found == list.len() {
+            list.push_back((s.seq, s.at_ns, x.tx, x.rx));
+        }
+        (x.tx, x.rx)
+    }
+}
+
 /// Builds the whole view model. Pure: the same model and options give the same view.
 pub fn build_view(model: &Model, opts: &ViewOptions) -> ViewModel {
+    build_view_cached(model, opts, &mut ViewCache::default())
+}
+
+/// `build_view` with a cache kept between frames (the dashboard's 4 Hz loop).
+pub fn build_view_cached(model: &Model, opts: &ViewOptions, cache: &mut ViewCache) -> ViewModel {
     let t = view_time(model, opts.at);
-    let owners: HashMap<u64, &ProcKey> = model
+    // Address hash → (owning process, its rank).
+    let owners: HashMap<u64, (&ProcKey, Option<u32>)> = model
         .processes
         .iter()
-        .flat_map(|(k, p)| p.identity.own_addr_hashes.iter().map(move |h| (*h, k)))
+        .flat_map(|(k, p)| {
+            let rank = p.identity.rank;
+            p.identity
+                .own_addr_hashes
+                .iter()
+                .map(move |h| (*h, (k, rank)))
+        })
         .filter(|(h, _)| *h != 0)
         .collect();
 
@@ -254,6 +368,8 @@ pub fn build_view(model: &Model, opts: &ViewOptions) -> ViewModel {
         .collect();
 
     let mut vm = ViewModel::default();
+    vm.endpoints
+        .reserve(procs.iter().map(|a| a.eps.len() + 1).sum());
     let mut status = StatusCounters::default();
     let mut drops = DropCounters::default();
 
@@ -275,9 +391,9 @@ pub fn build_view(model: &Model, opts: &ViewOptions) -> ViewModel {
         drops.add(&a.drops);
         modes.insert(p.identity.mode().name());
         let tot = a
-            .total
+            .eps
             .values()
-            .map(Sums::of)
+            .map(|e| e.tot)
             .fold(Sums::default(), |x, y| Sums {
                 tx: x.tx + y.tx,
                 rx: x.rx + y.rx,
@@ -302,7 +418,7 @@ pub fn build_view(model: &Model, opts: &ViewOptions) -> ViewModel {
 
         // Every endpoint with traffic, defined QPs/endpoints that have none yet (idle), and the
         // unattributed row of every reporting process, even when it is zero: totals never hide it.
-        let mut eps: BTreeSet<u32> = a.total.keys().copied().collect();
+        let mut eps: BTreeSet<u32> = a.eps.keys().copied().collect();
         if a.has_data {
             eps.insert(UNATTRIBUTED_EP);
         }
@@ -319,14 +435,14 @@ pub fn build_view(model: &Model, opts: &ViewOptions) -> ViewModel {
         }
         for ep in eps {
             let def = p.endpoints.get(&ep);
-            let empty = OpTable::new();
-            let tot_t = a.total.get(&ep).unwrap_or(&empty);
-            let win_t = a.window.get(&ep).unwrap_or(&empty);
-            let now_t = a.now.get(&ep).unwrap_or(&empty);
-            let (ts, ws, ns) = (Sums::of(tot_t), Sums::of(win_t), Sums::of(now_t));
+            let empty = EpSums::default();
+            let es = a.eps.get(&ep).unwrap_or(&empty);
+            let (ts, ws, ns) = (es.tot, es.win, es.now);
             win_tx += ws.tx;
             win_rx += ws.rx;
-            let peer_key = def.and_then(|d| owners.get(&d.peer.addr_hash).copied());
+            let peer_of = def.and_then(|d| owners.get(&d.peer.addr_hash).copied());
+            let peer_key = peer_of.map(|x| x.0);
+            let peer_rank = peer_of.and_then(|x| x.1);
             let mut peer = Peer::default();
             if let Some(d) = def {
                 peer.id = match d.peer.qpn {
@@ -337,16 +453,13 @@ pub fn build_view(model: &Model, opts: &ViewOptions) -> ViewModel {
             }
             if let Some(pk) = peer_key {
                 peer.host = pk.host.clone();
-                peer.rank = model.processes.get(pk).and_then(|pp| pp.identity.rank);
+                peer.rank = peer_rank;
                 if peer.rank.is_none() {
                     peer.id = format!("pid {}", pk.pid);
                 }
             }
-            let mut by_op: Vec<(String, u64)> = tot_t
-                .iter()
-                .filter(|(_, (n, _))| *n > 0)
-                .map(|(op, (n, _))| (op_name(*op), *n))
-                .collect();
+            let mut by_op: Vec<(String, u64)> =
+                es.ops.iter().map(|(op, n)| (op_name(*op), *n)).collect();
             by_op.sort_by(|x, y| y.1.cmp(&x.1).then_with(|| x.0.cmp(&y.0)));
             let is_gpu_qp = def.is_some_and(|d| d.kind == EndpointKind::DevxQp || d.gpu.is_some());
             let state = p.ep_state.get(&ep).cloned().unwrap_or_default();
@@ -382,10 +495,8 @@ pub fn build_view(model: &Model, opts: &ViewOptions) -> ViewModel {
 
             // Matrices: bytes in the window and rate now, from this endpoint to its peer.
             if let Some(pk) = peer_key {
-                if let (Some(sr), Some(dr)) = (
-                    p.identity.rank,
-                    model.processes.get(pk).and_then(|pp| pp.identity.rank),
-                ) && let (Some(&i), Some(&j)) = (rank_pos.get(&sr), rank_pos.get(&dr))
+                if let (Some(sr), Some(dr)) = (p.identity.rank, peer_rank)
+                    && let (Some(&i), Some(&j)) = (rank_pos.get(&sr), rank_pos.get(&dr))
                 {
                     rank_m.0[i][j] += ws.tx as f64;
                     rank_m.1[i][j] += row.tx_bps;
@@ -409,10 +520,8 @@ pub fn build_view(model: &Model, opts: &ViewOptions) -> ViewModel {
                     });
                 gr.bytes_per_s += row.tx_bps + row.rx_bps;
                 gr.doorbells_per_s += per_s(ns.doorbells, a.now_ns);
-                for (op, (n, _)) in win_t {
-                    let is_wqe = Op::from_u8(*op)
-                        .is_some_and(|o| o.layer() == Layer::Mlx5 && o != Op::GpuDoorbell);
-                    if is_wqe && *n > 0 {
+                for (op, n) in &a.window_ops(ep) {
+                    if is_gpu_wqe(*op) && *n > 0 {
                         let name = op_name(*op);
                         match gr.opcode_mix.iter_mut().find(|(k, _)| *k == name) {
                             Some(e) => e.1 += n,
@@ -470,7 +579,7 @@ pub fn build_view(model: &Model, opts: &ViewOptions) -> ViewModel {
         gpu: Matrix::default(),
     };
 
-    let (bw, times) = bandwidth_history(model, t);
+    let (bw, times) = bandwidth_history(model, t, cache);
     vm.bandwidth_history = bw;
     vm.doorbells = doorbell_model(model, &procs, t, &times, opts.window);
 
@@ -547,27 +656,41 @@ fn sample_times(model: &Model, t: u64) -> Vec<u64> {
 }
 
 /// Total (tx, rx) bytes/s per sample of the reference timeline up to `t`, oldest first.
-fn bandwidth_history(model: &Model, t: u64) -> (Vec<(f64, f64)>, Vec<u64>) {
+fn bandwidth_history(model: &Model, t: u64, cache: &mut ViewCache) -> (Vec<(f64, f64)>, Vec<u64>) {
     let times = sample_times(model, t);
     if times.len() < 2 {
         return (Vec::new(), times);
     }
     let mut cum = vec![(0u64, 0u64); times.len()];
-    for p in model.processes.values() {
-        let mut last: Option<(usize, Sums)> = None;
+    let mut keep = HashMap::with_capacity(model.processes.len());
+    for (k, p) in &model.processes {
+        let host = crate::event::fnv1a64(k.host.as_bytes());
+        let mut list = cache.sums.remove(&(host, k.pid)).unwrap_or_default();
+        // Walk the sample times and the history together (both ascending).
+        let mut i = idx_at(&p.history, times[0]).unwrap_or(0);
+        let mut last: Option<(usize, (u64, u64))> = None;
         for (j, tj) in times.iter().enumerate() {
-            let Some(i) = idx_at(&p.history, *tj) else {
+            while i + 1 < p.history.len() && p.history[i + 1].at_ns <= *tj {
+                i += 1;
+            }
+            let Some(snap) = p.history.get(i).filter(|s| s.at_ns <= *tj) else {
                 continue;
             };
             let s = match last {
                 Some((li, s)) if li == i => s,
-                _ => snapshot_sums(&p.history[i]),
+                _ => ViewCache::totals(&mut list, snap),
             };
             last = Some((i, s));
-            cum[j].0 += s.tx;
-            cum[j].1 += s.rx;
+            cum[j].0 += s.0;
+            cum[j].1 += s.1;
         }
+        // Forget what fell out of the sample range.
+        while list.front().is_some_and(|e| e.1 < times[0]) {
+            list.pop_front();
+        }
+        keep.insert((host, k.pid), list);
     }
+    cache.sums = keep;
     let out = (1..times.len())
         .map(|j| {
             let dt = times[j].saturating_sub(times[j - 1]);
@@ -609,8 +732,8 @@ fn doorbell_model(
     let mut groups: BTreeMap<(String, Option<u32>, Option<u32>), Vec<(&ProcKey, u32)>> =
         BTreeMap::new();
     for a in procs {
-        for (ep, ops) in &a.total {
-            if ops.get(&db).is_some_and(|(n, _)| *n > 0) {
+        for (ep, es) in &a.eps {
+            if es.tot.doorbells > 0 {
                 let def = a.p.endpoints.get(ep);
                 let gpu = def.and_then(|d| d.gpu);
                 let qpn = if gpu.is_none() {

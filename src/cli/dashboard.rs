@@ -26,8 +26,9 @@ use crate::view::{self, ClockStyle, ViewOptions};
 
 /// Redraw period (4 Hz).
 pub const REFRESH: Duration = Duration::from_millis(250);
-/// Longest wait for input before the source is polled again.
-const INPUT_POLL: Duration = Duration::from_millis(50);
+/// Longest wait for input before the source is polled again: short enough that a socket carrying
+/// a burst of sampled events is drained before its buffer fills.
+pub const INPUT_POLL: Duration = Duration::from_millis(10);
 
 /// Where the model's data comes from.
 pub trait Source {
@@ -65,6 +66,7 @@ pub struct Dashboard<S: Source> {
     /// History position shown (None: the newest data).
     pub at: Option<u64>,
     last_build: Option<Instant>,
+    cache: view::ViewCache,
 }
 
 impl<S: Source> Dashboard<S> {
@@ -76,6 +78,7 @@ impl<S: Source> Dashboard<S> {
             vm: ViewModel::default(),
             at: None,
             last_build: None,
+            cache: view::ViewCache::default(),
         }
     }
 
@@ -90,7 +93,7 @@ impl<S: Source> Dashboard<S> {
 
     /// Rebuilds the view model from the model now.
     pub fn rebuild(&mut self) {
-        self.vm = view::build_view(&self.model, &self.options());
+        self.vm = view::build_view_cached(&self.model, &self.options(), &mut self.cache);
         let note = self.source.note();
         self.vm.status.message = match (note, self.vm.status.message.take()) {
             (Some(n), Some(m)) => Some(format!("{n} · {m}")),

@@ -201,10 +201,15 @@ impl ReplaySource {
                         }
                         th.pending.clear();
                         th.pos = 0;
+                        // An event stamped after its process ended (a timestamp the clock
+                        // samples do not cover) is played at the end rather than never.
+                        let end = f.end_ns;
                         match th.reader.next_block() {
-                            Some(block) => th
-                                .pending
-                                .extend(block.iter().map(|e| (f.clock.to_real_ns(e.tsc), *e))),
+                            Some(block) => th.pending.extend(
+                                block
+                                    .iter()
+                                    .map(|e| (f.clock.to_real_ns(e.tsc).min(end), *e)),
+                            ),
                             None => {
                                 th.done = true;
                                 if let Some(p) = th.reader.problem.take() {

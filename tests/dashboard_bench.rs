@@ -1,0 +1,362 @@
+//! Dashboard benchmarks (not run in CI; results go to BENCHMARKS.md under "Dashboard"):
+//!
+//! ```text
+//! cargo test --release --test dashboard_bench -- --ignored --nocapture --test-threads 1
+//! ```
+//!
+//! 1. `rows_4096_at_4hz`: a synthetic recording of 64 processes × 64 QPs (4,096 QP rows, plus one
+//!    unattributed row per process) replayed at 1× through the real dashboard loop (source poll
+//!    every 50 ms, view rebuilt and drawn at 4 Hz on the QPs tab, 200×60, into /dev/null through the
+//!    crossterm backend) for 30 s: CPU of one core (getrusage) and peak RSS.
+//! 2. `events_1m_per_s`: a fake traced process serves the real wire protocol on a Unix socket and
+//!    offers 1,000,000 sampled events/s (10,000 every 10 ms) plus a snapshot every 250 ms; the
+//!    dashboard attaches through `LiveSource` and runs its loop for 10 s. The producer never blocks:
+//!    whatever the socket does not take at once is counted as dropped. CPU of the dashboard thread
+//!    (RUSAGE_THREAD), events offered / sent / dropped.
+
+mod common;
+
+use std::fs::File;
+use std::io::{ErrorKind, Write};
+use std::os::unix::net::UnixListener;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use ratatui::backend::CrosstermBackend;
+use ratatui::layout::Rect;
+use ratatui::{Terminal, TerminalOptions, Viewport};
+use sigmatop::cli::dashboard::{Dashboard, INPUT_POLL, LiveFeed};
+use sigmatop::cli::replay::ReplaySource;
+use sigmatop::event::{
+    ClockSample, EndpointDef, EndpointKind, Event, Identity, Layer, Op, OpCount, Peer, Snapshot,
+};
+use sigmatop::live::{Filter, LiveSource};
+use sigmatop::trace::ProcessRecord;
+use sigmatop::trace::writer::ProcessWriter;
+use sigmatop::wire::{Frame, encode};
+use sigmatop_tui::{App, Tab, Theme};
+
+const S: u64 = 1_000_000_000;
+
+fn now_ns() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64)
+}
+
+/// (user + system CPU seconds, max RSS in KiB) of `who` (RUSAGE_SELF or RUSAGE_THREAD).
+fn rusage(who: libc::c_int) -> (f64, i64) {
+    // SAFETY: rusage is plain old data, filled by getrusage.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: the pointer is valid for the call.
+    let rc = unsafe { libc::getrusage(who, &mut ru) };
+    assert_eq!(rc, 0, "getrusage");
+    let t = |tv: libc::timeval| tv.tv_sec as f64 + tv.tv_usec as f64 / 1e6;
+    (t(ru.ru_utime) + t(ru.ru_stime), ru.ru_maxrss)
+}
+
+fn terminal() -> Terminal<CrosstermBackend<File>> {
+    let null = File::create("/dev/null").expect("/dev/null");
+    Terminal::with_options(
+        CrosstermBackend::new(null),
+        TerminalOptions {
+            viewport: Viewport::Fixed(Rect::new(0, 0, 200, 60)),
+        },
+    )
+    .expect("terminal")
+}
+
+fn identity(p: u32, start: u64) -> Identity {
+    Identity {
+        host: format!("node{}", p / 8),
+        pid: 10_000 + p,
+        rank: Some(p),
+        mode: 1,
+        layers: Layer::Ibverbs.bit(),
+        own_addr_hashes: vec![u64::from(p) + 1],
+        start_ns: start,
+        exe: "synthetic".into(),
+        ..Default::default()
+    }
+}
+
+/// Writes a recording of `procs` × `qps` verbs QPs, snapshots every 250 ms for `secs` seconds.
+fn synthetic_recording(root: &std::path::Path, procs: u32, qps: u32, secs: u64) {
+    let start = now_ns();
+    let snaps = secs * 4;
+    for p in 0..procs {
+        let id = identity(p, start);
+        let mut w = ProcessWriter::create(root, &id.host, id.pid).expect("writer");
+        w.write_record(&ProcessRecord::Identity(id)).expect("write");
+        for q in 0..qps {
+            w.write_record(&ProcessRecord::Endpoint(EndpointDef {
+                id: q + 1,
+                layer: Layer::Ibverbs,
+                kind: EndpointKind::VerbsQp,
+                label: format!("qp {}", 0x100 + q),
+                transport: "RC".into(),
+                peer: Peer {
+                    addr_hash: u64::from((p + q + 1) % procs) + 1,
+                    qpn: Some(0x200 + q),
+                    ..Default::default()
+                },
+                qpn: Some(0x100 + q),
+                gpu: None,
+                created_ns: start,
+            }))
+            .expect("write");
+        }
+        w.write_record(&ProcessRecord::Clock(ClockSample {
+            tsc: start,
+            mono_ns: start,
+            real_ns: start,
+        }))
+        .expect("write");
+        for i in 1..=snaps {
+            let mut counts = Vec::with_capacity(qps as usize * 2 + 1);
+            for q in 0..qps {
+                let rate = 1_000_000 * u64::from(1 + (p * 7 + q) % 5);
+                let ops = i * 10 * u64::from(1 + q % 3);
+                counts.push(OpCount {
+                    ep: q + 1,
+                    op: Op::VerbsWrite as u8,
+                    ops,
+                    bytes: rate * i / 4,
+                    errors: 0,
+                });
+                counts.push(OpCount {
+                    ep: q + 1,
+                    op: Op::VerbsRecv as u8,
+                    ops,
+                    bytes: rate * i / 8,
+                    errors: 0,
+                });
+            }
+            w.write_record(&ProcessRecord::Snapshot(Snapshot {
+                at_ns: start + i * S / 4,
+                seq: i,
+                counts,
+                ..Default::default()
+            }))
+            .expect("write");
+        }
+        w.write_record(&ProcessRecord::End {
+            at_ns: start + snaps * S / 4,
+            drops: Default::default(),
+        })
+        .expect("write");
+    }
+}
+
+#[test]
+#[ignore]
+fn rows_4096_at_4hz() {
+    let dir = common::scratch("bench-4096");
+    synthetic_recording(&dir, 64, 64, 32);
+    let src = ReplaySource::open(std::slice::from_ref(&dir), "bench", 1.0).expect("open");
+    let mut app = App::new(Theme::dark());
+    app.tab = Tab::Qps;
+    let mut dash = Dashboard::new(src, app);
+    let mut term = terminal();
+    let (cpu0, _) = rusage(libc::RUSAGE_SELF);
+    let t0 = Instant::now();
+    let (mut frames, mut frame_time, mut draw_time) = (0u32, Duration::ZERO, Duration::ZERO);
+    while t0.elapsed() < Duration::from_secs(30) {
+        let f0 = Instant::now();
+        if dash.tick() {
+            let d0 = Instant::now();
+            dash.draw(&mut term).expect("draw");
+            frames += 1;
+            frame_time += f0.elapsed();
+            draw_time += d0.elapsed();
+        }
+        std::thread::sleep(dash.until_due().min(INPUT_POLL));
+    }
+    let wall = t0.elapsed().as_secs_f64();
+    let (cpu1, maxrss) = rusage(libc::RUSAGE_SELF);
+    let rows = dash.vm.endpoints.len();
+    let cpu_pct = (cpu1 - cpu0) / wall * 100.0;
+    println!(
+        "DASHBOARD 4096: {rows} endpoint rows, {frames} frames in {wall:.1}s ({:.2} Hz), \
+         poll+build+draw {:.2} ms/frame (draw {:.2}), CPU {cpu_pct:.2}% of one core, peak RSS {:.1} MB",
+        frames as f64 / wall,
+        frame_time.as_secs_f64() * 1e3 / frames.max(1) as f64,
+        draw_time.as_secs_f64() * 1e3 / frames.max(1) as f64,
+        maxrss as f64 / 1024.0
+    );
+    assert_eq!(rows, 64 * 64 + 64);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+#[ignore]
+fn events_1m_per_s() {
+    let dir = common::scratch("bench-events");
+    let pid = 4242u32;
+    let path = dir.join(format!("benchhost-{pid}.sock"));
+    let listener = UnixListener::bind(&path).expect("bind");
+    let stop = Arc::new(AtomicBool::new(false));
+    let stop2 = stop.clone();
+    let producer = std::thread::spawn(move || {
+        let (mut conn, _) = listener.accept().expect("accept");
+        let start = now_ns();
+        let mut id = identity(0, start);
+        id.pid = pid;
+        id.host = "benchhost".into();
+        let mut buf = Vec::new();
+        encode(&Frame::hello(id), &mut buf).expect("encode");
+        let ep = EndpointDef {
+            id: 1,
+            layer: Layer::Ibverbs,
+            kind: EndpointKind::VerbsQp,
+            label: "qp".into(),
+            transport: "RC".into(),
+            peer: Peer::default(),
+            qpn: Some(0x42),
+            gpu: None,
+            created_ns: start,
+        };
+        encode(&Frame::Endpoints(vec![ep]), &mut buf).expect("encode");
+        encode(
+            &Frame::Clock(ClockSample {
+                tsc: start,
+                mono_ns: start,
+                real_ns: start,
+            }),
+            &mut buf,
+        )
+        .expect("encode");
+        conn.write_all(&buf).expect("hello");
+        conn.set_nonblocking(true).expect("nonblocking");
+        let (mut offered, mut sent, mut dropped) = (0u64, 0u64, 0u64);
+        let mut pending: Vec<u8> = Vec::new();
+        let t0 = Instant::now();
+        let mut tick = 0u64;
+        let mut seq = 0u64;
+        while !stop2.load(Ordering::Relaxed) {
+            tick += 1;
+            let due = t0 + Duration::from_millis(10 * tick);
+            if let Some(wait) = due.checked_duration_since(Instant::now()) {
+                std::thread::sleep(wait);
+            }
+            let base = now_ns();
+            let evs: Vec<Event> = (0..10_000u64)
+                .map(|i| Event {
+                    tsc: base + i * 1000,
+                    tid: 1,
+                    ep: 1,
+                    op: Op::VerbsWrite as u8,
+                    bytes: 4096,
+                    ..Default::default()
+                })
+                .collect();
+            offered += evs.len() as u64;
+            let n = evs.len() as u64;
+            let mut frame = Vec::new();
+            encode(&Frame::Events(evs), &mut frame).expect("encode");
+            // Never block, never queue more than one frame: what does not fit is dropped.
+            if pending.is_empty() {
+                pending = frame;
+                sent += n;
+            } else {
+                dropped += n;
+            }
+            if tick % 25 == 0 {
+                seq += 1;
+                encode(
+                    &Frame::Snapshot(Snapshot {
+                        at_ns: now_ns(),
+                        seq,
+                        counts: vec![OpCount {
+                            ep: 1,
+                            op: Op::VerbsWrite as u8,
+                            ops: sent,
+                            bytes: sent * 4096,
+                            errors: 0,
+                        }],
+                        events: sent,
+                        ..Default::default()
+                    }),
+                    &mut pending,
+                )
+                .expect("encode");
+            }
+            while !pending.is_empty() {
+                match conn.write(&pending) {
+                    Ok(k) => {
+                        pending.drain(..k);
+                    }
+                    Err(e) if e.kind() == ErrorKind::WouldBlock => break,
+                    Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                    Err(_) => return (offered, sent, dropped),
+                }
+            }
+        }
+        (offered, sent, dropped)
+    });
+
+    let mut live = LiveSource::new(dir.clone(), Filter::All);
+    live.scan_every = Duration::from_millis(50);
+    let mut app = App::new(Theme::dark());
+    app.tab = Tab::Doorbells;
+    let mut dash = Dashboard::new(LiveFeed { live, child: None }, app);
+    let mut term = terminal();
+    let (cpu0, _) = rusage(libc::RUSAGE_THREAD);
+    let t0 = Instant::now();
+    let mut frames = 0u32;
+    while t0.elapsed() < Duration::from_secs(10) {
+        if dash.tick() {
+            dash.draw(&mut term).expect("draw");
+            frames += 1;
+        }
+        std::thread::sleep(dash.until_due().min(INPUT_POLL));
+    }
+    let wall = t0.elapsed().as_secs_f64();
+    let (cpu1, _) = rusage(libc::RUSAGE_THREAD);
+    stop.store(true, Ordering::Relaxed);
+    let (offered, sent, dropped) = producer.join().expect("producer");
+    let (_, maxrss) = rusage(libc::RUSAGE_SELF);
+    let recent = dash
+        .model
+        .processes
+        .values()
+        .map(|p| p.recent.len())
+        .sum::<usize>();
+    println!(
+        "DASHBOARD 1M events/s: offered {offered} ({:.2} M/s), sent {sent}, dropped {dropped} \
+         ({:.3}%), {frames} frames, dashboard thread CPU {:.1}% of one core, peak RSS {:.1} MB, \
+         kept {recent} recent events",
+        offered as f64 / wall / 1e6,
+        dropped as f64 * 100.0 / offered.max(1) as f64,
+        (cpu1 - cpu0) / wall * 100.0,
+        maxrss as f64 / 1024.0
+    );
+    assert!(dash.model.processes.len() == 1, "attached");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+#[ignore]
+fn build_view_4096_profile() {
+    use sigmatop::view::{ViewCache, ViewOptions, build_view_cached};
+    let dir = common::scratch("bench-build");
+    synthetic_recording(&dir, 64, 64, 32);
+    let rec = sigmatop::trace::reader::Recording::open(std::slice::from_ref(&dir)).expect("open");
+    let model = sigmatop::agg::Model::from_recording(&rec);
+    let opts = ViewOptions::default();
+    let mut cache = ViewCache::default();
+    build_view_cached(&model, &opts, &mut cache);
+    let t0 = Instant::now();
+    let n = 100;
+    let mut rows = 0;
+    for _ in 0..n {
+        rows += build_view_cached(&model, &opts, &mut cache).endpoints.len();
+    }
+    println!(
+        "DASHBOARD build_view: {:.2} ms per build of {} rows",
+        t0.elapsed().as_secs_f64() * 1e3 / n as f64,
+        rows / n
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
