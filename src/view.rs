@@ -312,16 +312,19 @@ fn local_id(p: &ProcessState, ep: u32) -> String {
 /// each frame. Transparent: a view built with a cache equals one built without.
 #[derive(Default)]
 pub struct ViewCache {
-    /// Per process (host hash, pid): (seq, at_ns, tx, rx) of snapshots, in history order.
-    sums: HashMap<(u64, u32), std::collections::VecDeque<(u64, u64, u64, u64)>>,
+    /// Per process (host hash, pid): its snapshots' sums, in history order.
+    sums: HashMap<(u64, u32), SnapSums>,
 }
+
+/// (seq, at_ns, tx bytes, rx bytes) of snapshots.
+type SnapSums = std::collections::VecDeque<(u64, u64, u64, u64)>;
+
+/// Doorbell series key (host, GPU, QPN when per QP) → the endpoints that ring.
+type DoorbellGroups<'a> = BTreeMap<(String, Option<u32>, Option<u32>), Vec<(&'a ProcKey, u32)>>;
 
 impl ViewCache {
     /// Cumulative (tx, rx) of `p.history[i]`, from the cache when it was seen before.
-    fn totals(
-        list: &mut std::collections::VecDeque<(u64, u64, u64, u64)>,
-        s: &Snapshot,
-    ) -> (u64, u64) {
+    fn totals(list: &mut SnapSums, s: &Snapshot) -> (u64, u64) {
         let found = list.partition_point(|e| e.1 < s.at_ns);
         if let Some(e) = list.get(found)
             && e.0 == s.seq
@@ -729,8 +732,7 @@ fn doorbell_model(
 ) -> DoorbellModel {
     let db = Op::GpuDoorbell as u8;
     // Which endpoints ring doorbells, grouped by series.
-    let mut groups: BTreeMap<(String, Option<u32>, Option<u32>), Vec<(&ProcKey, u32)>> =
-        BTreeMap::new();
+    let mut groups: DoorbellGroups = BTreeMap::new();
     for a in procs {
         for (ep, es) in &a.eps {
             if es.tot.doorbells > 0 {

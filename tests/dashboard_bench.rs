@@ -262,7 +262,7 @@ fn events_1m_per_s() {
             } else {
                 dropped += n;
             }
-            if tick % 25 == 0 {
+            if tick.is_multiple_of(25) {
                 seq += 1;
                 encode(
                     &Frame::Snapshot(Snapshot {
