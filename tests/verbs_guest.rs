@@ -1,0 +1,677 @@
+//! The ibverbs layer on the real rdma-core stack over soft-RoCE (rdma_rxe), in a software-emulated
+//! guest (reference/workloads.md, Tier 2). One guest boot runs tests/guest/verbs_batch.sh: every
+//! workload untraced and under the preload in aggregate, simple and full mode (ibv_rc_pingpong,
+//! ib_read_bw, ib_send_lat, UCT put_bw over rc_verbs, ib_write_bw -R, rping, fi_pingpong -p verbs,
+//! UCT am_lat over rc_verbs, UCX io_demo over rc_verbs). Here, on the host, for each traced run:
+//! - exit statuses and the shape of the output equal the untraced run's;
+//! - the WRs and bytes per QP and opcode equal what the program reports it did, with the
+//!   documented extras of each program (rules next to each check, from the programs' sources);
+//! - every QP that carried traffic is matched to its peer QP: its RTR peer (QPN, GID) names a QP of
+//!   the other process whose peer is this QP, and the peer hash is one of that process's own
+//!   addresses;
+//! - full mode counts the completions the programs polled (exact where the program polls every
+//!   completion it caused).
+//!
+//! When the guest cannot boot (no virtme-ng, QEMU or kernel image) the test fails naming what is
+//! missing; with SIGMATOP_SKIP_GUEST=1 it prints a loud SKIPPED line instead.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Instant;
+
+use common::*;
+use sigmatop::event::{EndpointKind, Op, flags};
+use sigmatop::trace::reader::{ProcessRecording, Recording};
+
+const MODES: [&str; 3] = ["aggregate", "simple", "full"];
+const WORKLOADS: [&str; 9] = [
+    "rc_pingpong",
+    "read_bw",
+    "send_lat",
+    "put_bw",
+    "write_bw",
+    "rping",
+    "fi_pingpong",
+    "am_lat",
+    "io_demo",
+];
+
+/// virtme-ng and a kernel to boot, or what is missing.
+pub fn guest_tools() -> Result<(PathBuf, String), String> {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let venv = root.join("target/vng-venv/bin");
+    let vng = if venv.join("vng").is_file() {
+        venv.join("vng")
+    } else {
+        std::env::var("PATH")
+            .unwrap_or_default()
+            .split(':')
+            .map(|d| Path::new(d).join("vng"))
+            .find(|p| p.is_file())
+            .ok_or("virtme-ng (`vng`) is not installed: scripts/test.sh installs virtme-ng==1.42 into target/vng-venv")?
+    };
+    if !Path::new("/usr/bin/qemu-system-x86_64").is_file() {
+        return Err(
+            "qemu-system-x86_64 is missing: apt-get install qemu-system-x86 (scripts/test.sh does)"
+                .into(),
+        );
+    }
+    let mut kernels: Vec<String> = std::fs::read_dir("/lib/modules")
+        .map_err(|_| "no /lib/modules: apt-get install linux-image-amd64 (scripts/test.sh does)")?
+        .filter_map(|e| e.ok())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|k| k.ends_with("-amd64") && Path::new(&format!("/boot/vmlinuz-{k}")).is_file())
+        .collect();
+    kernels.sort();
+    let k = kernels
+        .pop()
+        .ok_or("no /boot/vmlinuz-*-amd64 with modules: apt-get install linux-image-amd64 (scripts/test.sh does)")?;
+    Ok((vng, k))
+}
+
+/// Boots the guest once and runs `script` with `args`; returns the guest's console output.
+pub fn boot(vng: &Path, kernel: &str, out: &Path, script: &str, args: &[&str]) -> String {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let script = root.join("tests/guest").join(script);
+    let quoted: Vec<String> = args.iter().map(|a| format!("'{a}'")).collect();
+    let exec = format!("bash {} {}", script.display(), quoted.join(" "));
+    let path = format!(
+        "{}:{}",
+        vng.parent()
+            .map(|p| p.display().to_string())
+            .unwrap_or_default(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    // `| cat`: vng loses the guest output when its stdout is a file (workloads.md).
+    let cmd = format!(
+        "timeout 900 '{}' --disable-kvm --run /boot/vmlinuz-{kernel} --cpus 2 -m 2G --rwdir='{}' --exec \"{exec}\" 2>&1 | cat",
+        vng.display(),
+        out.display()
+    );
+    let start = Instant::now();
+    let o = Command::new("bash")
+        .arg("-c")
+        .arg(&cmd)
+        .env("PATH", path)
+        .output()
+        .expect("run vng");
+    let text = String::from_utf8_lossy(&o.stdout).into_owned();
+    eprintln!("guest ran {:?}", start.elapsed());
+    text
+}
+
+fn read(p: &Path) -> String {
+    std::fs::read_to_string(p).unwrap_or_default()
+}
+
+/// Output shape: hex numbers, timestamps and pointers become '#', then digits (common shape).
+/// Lines that only report progress over time (ucx_perftest's periodic rows) are dropped.
+fn shape(text: &str) -> Vec<String> {
+    let mut cleaned = String::new();
+    for line in text.lines() {
+        let t = line.trim_start();
+        if t.starts_with(|c: char| c.is_ascii_digit())
+            && line.starts_with(' ')
+            && !t.contains("bytes")
+        {
+            // ucx_perftest periodic progress rows: "   1234   ..." (time-driven, count varies)
+            if t.split_whitespace().count() >= 8 && !line.contains(':') {
+                continue;
+            }
+        }
+        let mut out = String::new();
+        let b = line.as_bytes();
+        let mut i = 0;
+        while i < b.len() {
+            if b[i] == b'0' && i + 1 < b.len() && (b[i + 1] == b'x' || b[i + 1] == b'X') {
+                i += 2;
+                while i < b.len() && b[i].is_ascii_hexdigit() {
+                    i += 1;
+                }
+                out.push('#');
+            } else {
+                out.push(b[i] as char);
+                i += 1;
+            }
+        }
+        cleaned.push_str(&out);
+        cleaned.push('\n');
+    }
+    output_shape(&cleaned)
+}
+
+#[derive(Default, Debug, Clone)]
+struct Run {
+    client_rc: String,
+    server_rc: String,
+    client_out: String,
+    server_out: String,
+    dir: PathBuf,
+}
+
+fn load(out: &Path, w: &str, mode: &str) -> Run {
+    let dir = out.join(w).join(mode);
+    Run {
+        client_rc: read(&dir.join("client.rc")).trim().to_string(),
+        server_rc: read(&dir.join("server.rc")).trim().to_string(),
+        client_out: read(&dir.join("client.out")),
+        server_out: read(&dir.join("server.out")),
+        dir,
+    }
+}
+
+/// (ops, bytes) per op name, per QP label, of one process.
+type QpOps = BTreeMap<String, BTreeMap<&'static str, (u64, u64)>>;
+
+fn qp_ops(p: &ProcessRecording) -> QpOps {
+    let mut m = QpOps::new();
+    let Some(s) = p.last_snapshot() else { return m };
+    for c in &s.counts {
+        let Some(def) = p.endpoints.iter().find(|e| e.id == c.ep) else {
+            continue;
+        };
+        let Some(op) = Op::from_u8(c.op) else {
+            continue;
+        };
+        let e = m
+            .entry(def.label.clone())
+            .or_default()
+            .entry(op.name())
+            .or_default();
+        e.0 += c.ops;
+        e.1 += c.bytes;
+    }
+    m
+}
+
+fn op_of(m: &QpOps, label_prefix: &str, op: Op) -> (u64, u64) {
+    m.iter()
+        .filter(|(l, _)| l.starts_with(label_prefix))
+        .filter_map(|(_, ops)| ops.get(op.name()))
+        .fold((0, 0), |a, b| (a.0 + b.0, a.1 + b.1))
+}
+
+/// The QP (label) that carried `op`, with its counts: exactly one must.
+fn qp_with(m: &QpOps, op: Op) -> Vec<(String, (u64, u64))> {
+    m.iter()
+        .filter(|(l, _)| l.starts_with("qp "))
+        .filter_map(|(l, ops)| ops.get(op.name()).map(|v| (l.clone(), *v)))
+        .collect()
+}
+
+/// Completions polled (full mode): sum of the poll_cq event `bytes` over all CQs.
+fn completions(p: &ProcessRecording) -> u64 {
+    let Some(s) = p.last_snapshot() else { return 0 };
+    s.counts
+        .iter()
+        .filter(|c| c.op == Op::VerbsPollCq as u8)
+        .map(|c| c.bytes)
+        .sum()
+}
+
+/// Every QP of `a` that carried traffic has an RTR peer (QPN, GID) that is a QP of `b` whose own
+/// peer is that QP, and the peer hash is one of `b`'s own addresses.
+fn check_matched(ctx: &str, a: &ProcessRecording, b: &ProcessRecording) {
+    let busy: Vec<u32> = a
+        .last_snapshot()
+        .map(|s| s.counts.iter().map(|c| c.ep).collect())
+        .unwrap_or_default();
+    for qp in a
+        .endpoints
+        .iter()
+        .filter(|e| e.kind == EndpointKind::VerbsQp && busy.contains(&e.id))
+    {
+        let rtr = a
+            .updates
+            .iter()
+            .rfind(|u| u.id == qp.id && u.state == "RTR")
+            .and_then(|u| u.peer.clone())
+            .unwrap_or_else(|| {
+                panic!(
+                    "{ctx}: {} of pid {} carried traffic but has no RTR peer",
+                    qp.label, a.identity.pid
+                )
+            });
+        let pq = rtr.qpn.expect("peer qpn");
+        assert!(rtr.gid.is_some(), "{ctx}: {} has no peer GID", qp.label);
+        let other = b
+            .endpoints
+            .iter()
+            .find(|e| e.kind == EndpointKind::VerbsQp && e.qpn == Some(pq))
+            .unwrap_or_else(|| {
+                panic!(
+                    "{ctx}: peer QPN 0x{pq:x} of {} is no QP of pid {}",
+                    qp.label, b.identity.pid
+                )
+            });
+        let back = b
+            .updates
+            .iter()
+            .rfind(|u| u.id == other.id && u.state == "RTR")
+            .and_then(|u| u.peer.clone())
+            .unwrap_or_else(|| panic!("{ctx}: peer {} has no RTR", other.label));
+        assert_eq!(
+            back.qpn, qp.qpn,
+            "{ctx}: {} ↔ {} not mutual",
+            qp.label, other.label
+        );
+        assert!(
+            b.identity.own_addr_hashes.contains(&rtr.addr_hash),
+            "{ctx}: {}'s peer hash is not an own address of pid {} ({})",
+            qp.label,
+            b.identity.pid,
+            rtr.text
+        );
+    }
+}
+
+/// Numbers in the row that follows the perftest results header ("#bytes #iterations ...").
+fn perftest_row(out: &str) -> (u64, u64) {
+    let mut lines = out.lines();
+    while let Some(l) = lines.next() {
+        if l.contains("#bytes") && l.contains("#iterations") {
+            let row = lines.next().unwrap_or_default();
+            let v: Vec<u64> = row
+                .split_whitespace()
+                .take(2)
+                .filter_map(|t| t.parse().ok())
+                .collect();
+            if v.len() == 2 {
+                return (v[0], v[1]);
+            }
+        }
+    }
+    panic!("no perftest result row in:\n{out}");
+}
+
+fn number_before(out: &str, word: &str) -> u64 {
+    out.lines()
+        .find_map(|l| {
+            let t: Vec<&str> = l.split_whitespace().collect();
+            t.iter()
+                .position(|w| *w == word)
+                .and_then(|i| i.checked_sub(1))
+                .and_then(|i| t[i].parse().ok())
+        })
+        .unwrap_or_else(|| panic!("no '<n> {word}' in:\n{out}"))
+}
+
+/// Checks one traced run of workload `w`. `srv` and `cli` are the processes of its record.
+fn check_counts(w: &str, mode: &str, run: &Run, srv: &ProcessRecording, cli: &ProcessRecording) {
+    let ctx = format!("{w}/{mode}");
+    let (s, c) = (qp_ops(srv), qp_ops(cli));
+    let full = mode == "full";
+    match w {
+        "rc_pingpong" => {
+            // rdma-core libibverbs/examples/rc_pingpong.c: "<2·n·size> bytes in ..." and
+            // "<n> iters in ..."; each side sends n messages of `size` and posts rx_depth (500)
+            // receives of `size` up front (reposting only once fewer than 2 remain).
+            let bytes = number_before(&run.client_out, "bytes");
+            let iters = number_before(&run.client_out, "iters");
+            for (side, m, p) in [("server", &s, srv), ("client", &c, cli)] {
+                assert_eq!(
+                    op_of(m, "qp ", Op::VerbsSend),
+                    (iters, bytes / 2),
+                    "{ctx} {side} SEND"
+                );
+                assert_eq!(
+                    op_of(m, "qp ", Op::VerbsRecv),
+                    (500, 500 * bytes / 2 / iters),
+                    "{ctx} {side} RECV"
+                );
+                if full {
+                    assert_eq!(
+                        completions(p),
+                        2 * iters,
+                        "{ctx} {side}: n send + n recv completions"
+                    );
+                }
+            }
+        }
+        "read_bw" => {
+            // perftest read_bw: the client posts #iterations RDMA reads of #bytes; the server posts
+            // nothing on the data QP (keys are exchanged over TCP).
+            let (size, iters) = perftest_row(&run.client_out);
+            let q = qp_with(&c, Op::VerbsRead);
+            assert_eq!(q.len(), 1, "{ctx}: one QP reads: {c:?}");
+            assert_eq!(q[0].1, (iters, iters * size), "{ctx} RDMA_READ");
+            assert!(
+                qp_with(&s, Op::VerbsRead).is_empty() && op_of(&s, "qp ", Op::VerbsSend).0 == 0,
+                "{ctx}: server idle: {s:?}"
+            );
+            if full {
+                // Signaled every CQ-moderation (100) reads: n / 100 completions.
+                assert_eq!(completions(cli), iters / 100, "{ctx} completions");
+            }
+        }
+        "send_lat" => {
+            // perftest send_lat: n ping-pong sends of #bytes each way; each side posts
+            // rx_depth = min(512, n) receives of #bytes (rounded up to even), never reposted.
+            let (size, iters) = perftest_row(&run.client_out);
+            let rx = iters.min(512).div_ceil(2) * 2;
+            for (side, m, p) in [("server", &s, srv), ("client", &c, cli)] {
+                assert_eq!(
+                    op_of(m, "qp ", Op::VerbsSend),
+                    (iters, iters * size),
+                    "{ctx} {side} SEND"
+                );
+                assert_eq!(
+                    op_of(m, "qp ", Op::VerbsRecv),
+                    (rx, rx * size),
+                    "{ctx} {side} RECV"
+                );
+                if full {
+                    assert_eq!(
+                        completions(p),
+                        2 * iters,
+                        "{ctx} {side}: every send and receive completes"
+                    );
+                }
+            }
+        }
+        "put_bw" | "am_lat" => {
+            // ucx_perftest UCT (-w 0: no warm-up): "Final: <n> ..."; put_bw: n + 1 RDMA writes of
+            // -s bytes (put_short, inline; the last is the sentinel); am_lat: n active messages each way of -s bytes plus the
+            // 1-byte rc_verbs AM header (uct_rc_hdr_t). UCX also posts 0-byte RDMA writes as
+            // flush/fence markers, which carry no payload.
+            let iters = run
+                .client_out
+                .lines()
+                .find(|l| l.trim_start().starts_with("Final:"))
+                .and_then(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
+                .unwrap_or_else(|| panic!("{ctx}: no Final row:\n{}", run.client_out));
+            if w == "put_bw" {
+                let q = qp_with(&c, Op::VerbsWrite);
+                assert_eq!(q.len(), 1, "{ctx}: {c:?}");
+                // uct_tests.cc send_stream_req_uni: without flow control, one "sentinel" put of the
+                // same length follows the n iterations.
+                assert_eq!(
+                    q[0].1,
+                    (iters + 1, (iters + 1) * 64),
+                    "{ctx} client RDMA_WRITE"
+                );
+                assert_eq!(
+                    op_of(&s, "qp ", Op::VerbsWrite).1,
+                    0,
+                    "{ctx}: server writes no payload"
+                );
+            } else {
+                for (side, m) in [("server", &s), ("client", &c)] {
+                    assert_eq!(
+                        op_of(m, "qp ", Op::VerbsSend),
+                        (iters, iters * 65),
+                        "{ctx} {side} SEND"
+                    );
+                    assert_eq!(
+                        op_of(m, "qp ", Op::VerbsWrite).1,
+                        0,
+                        "{ctx} {side}: only 0-byte writes"
+                    );
+                }
+            }
+            for (side, m) in [("server", &s), ("client", &c)] {
+                assert!(
+                    op_of(m, "srq", Op::VerbsSrqRecv).0 > 0,
+                    "{ctx} {side}: UCX receives through an SRQ"
+                );
+            }
+        }
+        "write_bw" => {
+            // perftest write_bw -R: #iterations RDMA writes of #bytes on the data QP (rdma_cm
+            // connected); the server posts nothing there. The other QP pair is the rdma_cm
+            // exchange channel: SEND/RECV only.
+            let (size, iters) = perftest_row(&run.client_out);
+            let q = qp_with(&c, Op::VerbsWrite);
+            assert_eq!(q.len(), 1, "{ctx}: {c:?}");
+            assert_eq!(q[0].1, (iters, iters * size), "{ctx} RDMA_WRITE");
+            assert!(qp_with(&s, Op::VerbsWrite).is_empty(), "{ctx}: {s:?}");
+            for m in [&s, &c] {
+                for (l, ops) in m
+                    .iter()
+                    .filter(|(l, _)| l.starts_with("qp ") && **l != q[0].0)
+                {
+                    assert!(
+                        ops.keys().all(|k| *k == "SEND" || *k == "RECV"),
+                        "{ctx}: exchange QP {l}: {ops:?}"
+                    );
+                }
+            }
+        }
+        "rping" => {
+            // librdmacm examples/rping.c, -C n, size 64: the client sends 2n rping_rdma_info
+            // (16 bytes) advertisements, the server answers each; both post 1 + 2n receives of
+            // 16 bytes (one up front, one repost per completion); the server RDMA-reads the
+            // client's 64-byte buffer and RDMA-writes it back n times each.
+            let n = run
+                .client_out
+                .lines()
+                .filter(|l| l.contains("ping data:"))
+                .count() as u64;
+            assert!(n > 0, "{ctx}: no ping data lines");
+            for (side, m) in [("server", &s), ("client", &c)] {
+                assert_eq!(
+                    op_of(m, "qp ", Op::VerbsSend),
+                    (2 * n, 2 * n * 16),
+                    "{ctx} {side} SEND"
+                );
+                assert_eq!(
+                    op_of(m, "qp ", Op::VerbsRecv),
+                    (2 * n + 1, (2 * n + 1) * 16),
+                    "{ctx} {side} RECV"
+                );
+            }
+            assert_eq!(
+                op_of(&s, "qp ", Op::VerbsRead),
+                (n, n * 64),
+                "{ctx} server RDMA_READ"
+            );
+            assert_eq!(
+                op_of(&s, "qp ", Op::VerbsWrite),
+                (n, n * 64),
+                "{ctx} server RDMA_WRITE"
+            );
+            if full {
+                // Every WR completes (the last posted receive is flushed at disconnect).
+                assert_eq!(
+                    completions(srv),
+                    2 * n + 2 * n + 2 * n + 1,
+                    "{ctx} server completions"
+                );
+                assert_eq!(
+                    completions(cli),
+                    2 * n + 2 * n + 1,
+                    "{ctx} client completions"
+                );
+            }
+        }
+        "fi_pingpong" => {
+            // libfabric util/pingpong.c over verbs msg endpoints: "#sent" transfers of -S bytes
+            // each way plus one short sync message before them; each side keeps one receive
+            // posted ahead (n + 1 in all).
+            let row = run
+                .client_out
+                .lines()
+                .find(|l| l.contains('='))
+                .unwrap_or_else(|| panic!("{ctx}: no result row:\n{}", run.client_out));
+            let sent: u64 = row
+                .split_whitespace()
+                .nth(1)
+                .and_then(|t| t.parse().ok())
+                .expect("#sent");
+            for (side, m) in [("server", &s), ("client", &c)] {
+                let (n, b) = op_of(m, "qp ", Op::VerbsSend);
+                assert_eq!(n, sent + 1, "{ctx} {side} SEND count (n + 1 sync)");
+                assert_eq!(b / 4096, sent, "{ctx} {side} SEND bytes {b}");
+                let (rn, _) = op_of(m, "qp ", Op::VerbsRecv);
+                assert_eq!(rn, sent + 1, "{ctx} {side} RECV count");
+            }
+        }
+        "io_demo" => {
+            // UCP over rc_verbs: the payload travels in UCP protocol messages (eager sends, RDMA
+            // for rendezvous) whose exact count depends on random I/O sizes; check the client
+            // sent and received something on a matched QP.
+            let (n, b) = op_of(&c, "qp ", Op::VerbsSend);
+            assert!(n > 0 && b > 0, "{ctx}: {c:?}");
+        }
+        _ => unreachable!(),
+    }
+}
+
+fn processes_of(dir: &Path) -> Vec<ProcessRecording> {
+    let rec = Recording::open(&[dir.join("rec")])
+        .unwrap_or_else(|e| panic!("reading {}: {e}", dir.display()));
+    assert!(
+        rec.problems.is_empty(),
+        "record problems: {:?}",
+        rec.problems
+    );
+    let mut p = rec.processes;
+    p.sort_by_key(|p| p.identity.start_ns);
+    p
+}
+
+#[test]
+fn soft_roce_guest_workloads() {
+    let (vng, kernel) = match guest_tools() {
+        Ok(t) => t,
+        Err(what) if std::env::var("SIGMATOP_SKIP_GUEST").as_deref() == Ok("1") => {
+            eprintln!("\n*** SKIPPED: soft-RoCE guest test (SIGMATOP_SKIP_GUEST=1): {what} ***\n");
+            return;
+        }
+        Err(what) => {
+            panic!("the soft-RoCE guest cannot boot: {what} (set SIGMATOP_SKIP_GUEST=1 to skip)")
+        }
+    };
+    let pre = preload();
+    let out = scratch("verbs-guest");
+    let modes = format!("none {}", MODES.join(" "));
+    let console = boot(
+        &vng,
+        &kernel,
+        &out,
+        "verbs_batch.sh",
+        &[
+            &out.display().to_string(),
+            &pre.display().to_string(),
+            &modes,
+            &WORKLOADS.join(" "),
+        ],
+    );
+    assert!(
+        read(&out.join("batch.log")).contains("BATCH_DONE"),
+        "guest batch did not finish:\n{console}\n{}",
+        read(&out.join("batch.log"))
+    );
+    let mut failures = Vec::new();
+    for w in WORKLOADS {
+        let base = load(&out, w, "none");
+        if base.client_rc != "0" {
+            failures.push(format!(
+                "{w}: untraced client failed ({}): {}",
+                base.client_rc,
+                read(&base.dir.join("client.err"))
+            ));
+            continue;
+        }
+        for mode in MODES {
+            let run = load(&out, w, mode);
+            let r = std::panic::catch_unwind(|| {
+                assert_eq!(
+                    run.client_rc,
+                    base.client_rc,
+                    "{w}/{mode}: client exit status; stderr: {}",
+                    read(&run.dir.join("client.err"))
+                );
+                assert_eq!(
+                    run.server_rc,
+                    base.server_rc,
+                    "{w}/{mode}: server exit status; stderr: {}",
+                    read(&run.dir.join("server.err"))
+                );
+                if w == "io_demo" {
+                    assert!(
+                        run.client_out.contains("Client exit with status 'OK'"),
+                        "{w}/{mode}: {}",
+                        run.client_out
+                    );
+                } else {
+                    assert_eq!(
+                        shape(&run.client_out),
+                        shape(&base.client_out),
+                        "{w}/{mode}: client output shape"
+                    );
+                    assert_eq!(
+                        shape(&run.server_out),
+                        shape(&base.server_out),
+                        "{w}/{mode}: server output shape"
+                    );
+                }
+                let procs = processes_of(&run.dir);
+                assert_eq!(procs.len(), 2, "{w}/{mode}: server and client recorded");
+                let (srv, cli) = (&procs[0], &procs[1]);
+                check_matched(&format!("{w}/{mode}"), srv, cli);
+                check_matched(&format!("{w}/{mode}"), cli, srv);
+                check_counts(w, mode, &run, srv, cli);
+                if mode != "full" {
+                    assert_eq!(
+                        completions(srv) + completions(cli),
+                        0,
+                        "{w}/{mode}: poll_cq only in full mode"
+                    );
+                }
+                if mode == "simple" || mode == "full" {
+                    let mut probs = Vec::new();
+                    let evs = cli.read_all_events(&mut probs);
+                    let data = evs
+                        .iter()
+                        .filter(|e| {
+                            e.op != Op::VerbsPollCq as u8
+                                && e.op != Op::VerbsOther as u8
+                                && Op::from_u8(e.op).map(|o| o.layer())
+                                    == Some(sigmatop::event::Layer::Ibverbs)
+                        })
+                        .count() as u64;
+                    let counted: u64 = cli
+                        .last_snapshot()
+                        .map(|s| {
+                            s.counts
+                                .iter()
+                                .filter(|c| {
+                                    c.op != Op::VerbsPollCq as u8
+                                        && c.op != Op::VerbsOther as u8
+                                        && Op::from_u8(c.op).map(|o| o.layer())
+                                            == Some(sigmatop::event::Layer::Ibverbs)
+                                })
+                                .map(|c| c.ops)
+                                .sum()
+                        })
+                        .unwrap_or(0);
+                    assert_eq!(data, counted, "{w}/{mode}: one event per counted WR");
+                    assert!(
+                        evs.iter()
+                            .all(|e| e.flags & flags::ERROR == 0 || e.op == Op::VerbsPollCq as u8),
+                        "{w}/{mode}: no failed post"
+                    );
+                }
+            });
+            if let Err(e) = r {
+                let msg = e
+                    .downcast_ref::<String>()
+                    .cloned()
+                    .or_else(|| e.downcast_ref::<&str>().map(|s| s.to_string()))
+                    .unwrap_or_default();
+                failures.push(msg);
+            }
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "guest failures ({} of them; guest files under {}):\n{}",
+        failures.len(),
+        out.display(),
+        failures.join("\n---\n")
+    );
+}
