@@ -6,7 +6,8 @@ cd "$(dirname "$0")/.."
 
 PKGS=(ucx-utils libucx0 libucx-dev libfabric-bin libfabric1 libfabric-dev openmpi-bin libopenmpi-dev
       ibverbs-utils ibverbs-providers libibverbs-dev rdma-core librdmacm1 rdmacm-utils perftest
-      infiniband-diags gcc tmux)
+      infiniband-diags gcc tmux
+      qemu-system-x86 linux-image-amd64 busybox-static python3-venv)
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -17,6 +18,13 @@ if [ ${#missing[@]} -gt 0 ]; then
   echo "scripts/test.sh: installing ${missing[*]}"
   $SUDO apt-get update -q
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
+fi
+
+# The soft-RoCE guest (tests/verbs_guest.rs) boots with virtme-ng, from PyPI, in a venv under target/.
+if [ ! -x target/vng-venv/bin/vng ]; then
+  echo "scripts/test.sh: installing virtme-ng==1.42 into target/vng-venv"
+  python3 -m venv target/vng-venv
+  target/vng-venv/bin/pip install -q virtme-ng==1.42
 fi
 
 # Open MPI refuses root without these; the tests pass --allow-run-as-root too.
