@@ -56,6 +56,9 @@ pub struct ViewOptions {
     /// "live", "replay out/", "demo".
     pub source: String,
     pub clock: ClockStyle,
+    /// Wall clock (ns, CLOCK_REALTIME) of a live view: when every process has gone quiet, the view
+    /// time still moves on, so "now" rates fall to zero instead of freezing at their last value.
+    pub now_ns: Option<u64>,
 }
 
 /// The process whose kept history is the longest: its snapshot times are the history positions.
@@ -347,7 +350,10 @@ pub fn build_view(model: &Model, opts: &ViewOptions) -> ViewModel {
 
 /// `build_view` with a cache kept between frames (the dashboard's 4 Hz loop).
 pub fn build_view_cached(model: &Model, opts: &ViewOptions, cache: &mut ViewCache) -> ViewModel {
-    let t = view_time(model, opts.at);
+    let t = match (opts.at, opts.now_ns) {
+        (None, Some(now)) => view_time(model, None).max(now),
+        (at, _) => view_time(model, at),
+    };
     // Address hash → (owning process, its rank).
     let owners: HashMap<u64, (&ProcKey, Option<u32>)> = model
         .processes
@@ -992,6 +998,7 @@ mod tests {
             at,
             source: "test".into(),
             clock: ClockStyle::SinceStart,
+            now_ns: None,
         }
     }
 
@@ -1102,6 +1109,22 @@ mod tests {
             .expect("row");
         assert_eq!(e.tx_bytes, 50_000_000);
         assert_eq!(e.state, "exited");
+    }
+
+    #[test]
+    fn live_now_rates_fall_to_zero_when_everyone_is_quiet() {
+        let m = model();
+        let mut o = opts(Window::S10, None);
+        o.now_ns = Some(T0 + 40 * S);
+        let vm = build_view(&m, &o);
+        assert_eq!(vm.header.tx_bps, 0.0);
+        let e = vm
+            .endpoints
+            .iter()
+            .find(|e| e.pid == 10 && !e.unattributed)
+            .expect("row");
+        assert_eq!(e.tx_bytes, 50_000_000, "totals kept");
+        assert_eq!(e.tx_bps_window, 0.0, "nothing in the last 10 s");
     }
 
     #[test]

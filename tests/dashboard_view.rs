@@ -29,6 +29,7 @@ fn opts(window: Window, at: Option<u64>) -> ViewOptions {
         at,
         source: "demo".into(),
         clock: ClockStyle::SinceStart,
+        now_ns: None,
     }
 }
 

@@ -88,6 +88,13 @@ impl<S: Source> Dashboard<S> {
             at: self.at,
             source: self.source.label(),
             clock: self.source.clock_style(),
+            now_ns: (self.at.is_none() && self.source.clock_style() == ClockStyle::Wall).then(
+                || {
+                    std::time::SystemTime::now()
+                        .duration_since(std::time::UNIX_EPOCH)
+                        .map_or(0, |d| d.as_nanos() as u64)
+                },
+            ),
         }
     }
 
