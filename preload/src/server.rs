@@ -188,6 +188,19 @@ impl Server {
                     if stream.set_nonblocking(true).is_err() {
                         continue;
                     }
+                    // A reader that is briefly descheduled (a dashboard on a busy node) should not
+                    // cost frames: let the kernel hold ~4 MiB for it.
+                    let size: libc::c_int = 4 << 20;
+                    // SAFETY: valid fd, option value and length.
+                    unsafe {
+                        libc::setsockopt(
+                            stream.as_raw_fd(),
+                            libc::SOL_SOCKET,
+                            libc::SO_SNDBUF,
+                            &size as *const libc::c_int as *const libc::c_void,
+                            core::mem::size_of::<libc::c_int>() as libc::socklen_t,
+                        )
+                    };
                     let mut c = Client {
                         stream,
                         out: Vec::with_capacity(1 << 16),

@@ -13,7 +13,8 @@ use crate::event::{ClockSample, DropCounters, EndpointDef, EndpointUpdate, Ident
 /// First 8 bytes of every record file.
 pub const FILE_MAGIC: [u8; 8] = *b"SIGMATOP";
 /// Version of the file layout (header + chunk framing); the payload schema has its own version.
-pub const FORMAT_VERSION: u16 = 1;
+/// 2: event blocks keep their "previous" values per op code (docs/FORMAT.md).
+pub const FORMAT_VERSION: u16 = 2;
 /// Marks the start of every chunk ("STCK" little-endian).
 pub const CHUNK_MAGIC: u32 = u32::from_le_bytes(*b"STCK");
 /// Header: magic(8) format_version(2) schema_version(2) kind(1) reserved(3).
