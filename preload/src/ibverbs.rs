@@ -365,6 +365,12 @@ static CTX_INSERT: Mutex<()> = Mutex::new(());
 /// The originals of `ctx`: a scan of the few contexts a process opens (one compare for most).
 #[inline(always)]
 fn ctx_state(ctx: *mut IbvContext) -> Option<&'static CtxState> {
+    // The first context (most programs open one) is checked without the loop.
+    let p = CTXS[0].load(Ordering::Acquire);
+    // SAFETY: states are leaked, never freed.
+    if !p.is_null() && unsafe { (*p).ctx.load(Ordering::Relaxed) } == ctx as usize {
+        return Some(unsafe { &*p });
+    }
     let n = NCTX.load(Ordering::Acquire);
     for slot in CTXS.iter().take(n) {
         let p = slot.load(Ordering::Acquire);
@@ -593,6 +599,10 @@ unsafe fn sge_bytes(sg: *const IbvSge, n: c_int) -> u64 {
     if sg.is_null() || n <= 0 {
         return 0;
     }
+    if n == 1 {
+        // SAFETY: caller's contract.
+        return unsafe { core::ptr::addr_of!((*sg).length).read() } as u64;
+    }
     let mut sum = 0u64;
     for i in 0..(n as usize).min(SGE_MAX) {
         // SAFETY: caller's contract.
@@ -601,11 +611,52 @@ unsafe fn sge_bytes(sg: *const IbvSge, n: c_int) -> u64 {
     sum
 }
 
+/// Records one WR the provider accepted.
+///
+/// # Safety
+/// `p` is a WR the provider read.
+#[inline(always)]
+unsafe fn record_one_send(ts: &ThreadState, ep: u32, p: *const IbvSendWr) {
+    // SAFETY: caller's contract; only fields the provider itself reads.
+    unsafe {
+        let opcode = core::ptr::addr_of!((*p).opcode).read();
+        let bytes = sge_bytes(
+            core::ptr::addr_of!((*p).sg_list).read(),
+            core::ptr::addr_of!((*p).num_sge).read(),
+        );
+        if !crate::config::events_enabled() {
+            ts.count(ep, send_op(opcode), bytes, false);
+            return;
+        }
+        let sf = core::ptr::addr_of!((*p).send_flags).read();
+        let (addr, rkey) = match opcode {
+            WR_RDMA_WRITE | WR_RDMA_WRITE_WITH_IMM | WR_RDMA_READ => (
+                core::ptr::addr_of!((*p).remote_addr).read(),
+                core::ptr::addr_of!((*p).w1).read() as u32,
+            ),
+            WR_ATOMIC_CMP_AND_SWP | WR_ATOMIC_FETCH_AND_ADD => (
+                core::ptr::addr_of!((*p).remote_addr).read(),
+                core::ptr::addr_of!((*p).w3).read() as u32,
+            ),
+            _ => (0, 0),
+        };
+        ts.record(
+            ep,
+            send_op(opcode),
+            bytes,
+            addr,
+            send_flags(sf),
+            rkey as u16,
+        );
+    }
+}
+
 /// Records the WRs of a post_send chain the provider read: all of them when `r == 0`, else those
 /// before `*bad` (and `*bad` itself as an error).
 ///
 /// # Safety
 /// `wr` is the chain the provider was given; `bad` is the program's bad_wr pointer (or NULL).
+#[inline(never)]
 unsafe fn record_send_chain(
     ts: &ThreadState,
     ep: u32,
@@ -637,29 +688,12 @@ unsafe fn record_send_chain(
         }
         // SAFETY: p is a WR the provider read (before the failing one, or the whole chain).
         unsafe {
-            let opcode = core::ptr::addr_of!((*p).opcode).read();
-            let op = send_op(opcode);
             if p == stop {
-                ts.record(ep, op, 0, 0, flags::ERROR, 0);
+                let opcode = core::ptr::addr_of!((*p).opcode).read();
+                ts.record(ep, send_op(opcode), 0, 0, flags::ERROR, 0);
                 return;
             }
-            let sf = core::ptr::addr_of!((*p).send_flags).read();
-            let bytes = sge_bytes(
-                core::ptr::addr_of!((*p).sg_list).read(),
-                core::ptr::addr_of!((*p).num_sge).read(),
-            );
-            let (addr, rkey) = match opcode {
-                WR_RDMA_WRITE | WR_RDMA_WRITE_WITH_IMM | WR_RDMA_READ => (
-                    core::ptr::addr_of!((*p).remote_addr).read(),
-                    core::ptr::addr_of!((*p).w1).read() as u32,
-                ),
-                WR_ATOMIC_CMP_AND_SWP | WR_ATOMIC_FETCH_AND_ADD => (
-                    core::ptr::addr_of!((*p).remote_addr).read(),
-                    core::ptr::addr_of!((*p).w3).read() as u32,
-                ),
-                _ => (0, 0),
-            };
-            ts.record(ep, op, bytes, addr, send_flags(sf), rkey as u16);
+            record_one_send(ts, ep, p);
             p = core::ptr::addr_of!((*p).next).read();
         }
         n += 1;
@@ -744,8 +778,14 @@ pub unsafe extern "C" fn post_send_hook(
     let r = unsafe { f(qp, wr, bad) };
     crate::guarded((), || {
         let ep = crate::registry::lookup(qp as usize);
-        // SAFETY: the chain the provider just walked.
-        unsafe { record_send_chain(ts, ep, wr, r, bad) }
+        // SAFETY: the chain the provider just walked: a single accepted WR is recorded inline.
+        unsafe {
+            if r == 0 && !wr.is_null() && core::ptr::addr_of!((*wr).next).read().is_null() {
+                record_one_send(ts, ep, wr);
+            } else {
+                record_send_chain(ts, ep, wr, r, bad);
+            }
+        }
     });
     r
 }

@@ -1,0 +1,72 @@
+// ibverbs hot-path microbenchmark: the cost sigmatop's patched ctx->ops.post_send / poll_cq add per
+// call, measured natively through the real shared library with a fake provider (a struct
+// ibv_context whose ops are stub functions), per mode.
+// Build: gcc -O2 -o verbs_hotpath benches/verbs_hotpath.c -ldl
+// Usage: SIGMATOP_MODE=simple LD_PRELOAD=target/release/libsigmatop_preload.so ./verbs_hotpath
+#include <dlfcn.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <infiniband/verbs.h>
+
+static long sink;
+__attribute__((noinline)) static int stub_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **bad) {
+    sink += wr->num_sge; return 0;
+}
+__attribute__((noinline)) static int stub_poll_cq(struct ibv_cq *cq, int n, struct ibv_wc *wc) {
+    wc[0].status = IBV_WC_SUCCESS; wc[0].opcode = IBV_WC_RDMA_WRITE; wc[0].byte_len = 64; return 1;
+}
+
+static double now_ns(void) {
+    struct timespec ts; clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e9 + ts.tv_nsec;
+}
+
+int main(void) {
+    void (*setup)(void *, void *, void *) = (void (*)(void *, void *, void *))dlsym(RTLD_DEFAULT, "sigmatop_bench_verbs_setup");
+    uint64_t (*pending)(void) = (uint64_t (*)(void))dlsym(RTLD_DEFAULT, "sigmatop_bench_pending");
+    if (!setup || !pending) { fprintf(stderr, "run with LD_PRELOAD=libsigmatop_preload.so\n"); return 2; }
+    static struct ibv_context ctx;
+    static struct ibv_qp qp;
+    static struct ibv_cq cq;
+    ctx.ops.post_send = stub_post_send;
+    ctx.ops.poll_cq = stub_poll_cq;
+    qp.context = &ctx; qp.qp_num = 1; qp.qp_type = IBV_QPT_RC;
+    cq.context = &ctx;
+    setup(&ctx, &qp, &cq);
+    int (*volatile plain_send)(struct ibv_qp *, struct ibv_send_wr *, struct ibv_send_wr **) = stub_post_send;
+    int (*volatile plain_poll)(struct ibv_cq *, int, struct ibv_wc *) = stub_poll_cq;
+    int poll_wrapped = ctx.ops.poll_cq != stub_poll_cq;
+    char buf[64];
+    struct ibv_sge sge = {(uintptr_t)buf, 64, 1};
+    struct ibv_send_wr wr;
+    memset(&wr, 0, sizeof(wr));
+    wr.opcode = IBV_WR_RDMA_WRITE; wr.sg_list = &sge; wr.num_sge = 1; wr.send_flags = IBV_SEND_SIGNALED;
+    wr.wr.rdma.remote_addr = 0x1000; wr.wr.rdma.rkey = 7;
+    struct ibv_send_wr *bad;
+    struct ibv_wc wc[4];
+    const int burst = 4096, reps = 6000;
+    double b_send = 0, t_send = 0, b_poll = 0, t_poll = 0;
+    for (int r = 0; r < reps; r++) {
+        double t0 = now_ns();
+        for (int i = 0; i < burst; i++) plain_send(&qp, &wr, &bad);
+        double t1 = now_ns();
+        for (int i = 0; i < burst; i++) ibv_post_send(&qp, &wr, &bad);
+        double t2 = now_ns();
+        for (int i = 0; i < burst; i++) plain_poll(&cq, 4, wc);
+        double t3 = now_ns();
+        for (int i = 0; i < burst; i++) ibv_poll_cq(&cq, 4, wc);
+        double t4 = now_ns();
+        b_send += t1 - t0; t_send += t2 - t1; b_poll += t3 - t2; t_poll += t4 - t3;
+        while (pending() > 0) { struct timespec s = {0, 200000}; nanosleep(&s, 0); }
+    }
+    double n = (double)burst * reps;
+    const char *mode = getenv("SIGMATOP_MODE");
+    printf("mode=%s calls=%.0f post_send plain=%.2f wrapped=%.2f added=%.2f ns/call; "
+           "poll_cq(1 completion) plain=%.2f wrapped=%.2f added=%.2f ns/call%s\n",
+           mode ? mode : "simple", n, b_send / n, t_send / n, (t_send - b_send) / n,
+           b_poll / n, t_poll / n, (t_poll - b_poll) / n, poll_wrapped ? "" : " (not wrapped in this mode)");
+    return 0;
+}
