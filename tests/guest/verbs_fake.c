@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <infiniband/verbs.h>
 
 struct fake_vqp { // rdma-core libibverbs/driver.h struct verbs_qp
@@ -148,5 +149,8 @@ int main(void) {
     ibv_wr_set_sge(qx, 1, (uintptr_t)buf, 8);
     r = ibv_wr_complete(qx);
     printf("wr batch refused: rc %d; provider saw %lu starts, %lu WRs, %lu bytes\n", r, x_start, x_ops, x_bytes);
+    // Live a little, like any real program: a collector that has not begun when the process
+    // exits records nothing (collector.rs cancels a start that STOP overtakes).
+    usleep(100000);
     return 0;
 }
