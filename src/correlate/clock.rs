@@ -8,8 +8,11 @@
 //!
 //! Residual error of one process (`ProcClock::err_ns`), the sum of:
 //! - pairing: the preload reads TSC between two CLOCK_MONOTONIC reads and then CLOCK_REALTIME; the
-//!   window is not recorded, so it is estimated as half the spread of `real_ns - mono_ns` over the
-//!   samples (read jitter plus any slew of CLOCK_REALTIME), and at least `PAIR_FLOOR_NS`;
+//!   window is not recorded, so it is estimated as half the largest deviation of one sample-to-
+//!   sample step of `real_ns - mono_ns` from the median step (read jitter; a steady NTP slew is
+//!   followed by the per-segment anchors), and at least `PAIR_FLOOR_NS`;
+//! - outliers: a sample inconsistent with both neighbours (preempted between its reads) is
+//!   dropped before anything else and counted in the note;
 //! - drift: the largest misprediction of a sample from the rate of the segment before it (how far
 //!   the TSC rate wandered between samples), which bounds the interpolation error in between;
 //! - same host: processes of one host share the TSC, so converting the same tick through two
@@ -28,6 +31,9 @@ use crate::event::ClockSample;
 /// read window is not recorded (vDSO clock reads take tens of ns on bare metal, a few hundred on a
 /// VM; seen here: two processes of one host disagreeing by 256 ns).
 pub const PAIR_FLOOR_NS: u64 = 1_000;
+/// A sample whose MONOTONIC reading misses the line through its neighbours by more than
+/// max(this, 20 × the median miss) is rejected as an outlier.
+pub const OUTLIER_FLOOR_NS: f64 = 20_000.0;
 
 /// Conversion of one process's TSC to CLOCK_REALTIME.
 #[derive(Clone, Debug, Default)]
@@ -41,6 +47,8 @@ pub struct ProcClock {
     /// Parts of the estimate, for the report.
     pub pair_ns: u64,
     pub drift_ns: u64,
+    /// Samples dropped as outliers.
+    pub rejected: usize,
     /// Largest disagreement with another process of the same host at a common tick.
     pub same_host_ns: u64,
     /// What is special about this clock, if anything.
@@ -62,7 +70,34 @@ impl ProcClock {
                 kept.push(s);
             }
         }
-        let samples = kept;
+        // Reject samples inconsistent with both neighbours (a read preempted between the TSC and
+        // the clocks): a sample's MONOTONIC reading against the line through its neighbours.
+        let mut rejected = 0usize;
+        let samples = if kept.len() >= 3 {
+            let miss: Vec<f64> = kept
+                .windows(3)
+                .map(|w| {
+                    let r = (w[2].mono_ns - w[0].mono_ns) as f64 / (w[2].tsc - w[0].tsc) as f64;
+                    let pred = w[0].mono_ns as f64 + (w[1].tsc - w[0].tsc) as f64 * r;
+                    (pred - w[1].mono_ns as f64).abs()
+                })
+                .collect();
+            let mut sorted = miss.clone();
+            sorted.sort_by(|a, b| a.total_cmp(b));
+            let thr = (sorted[sorted.len() / 2] * 20.0).max(OUTLIER_FLOOR_NS);
+            let mut out = Vec::with_capacity(kept.len());
+            for (i, smp) in kept.iter().enumerate() {
+                let bad = i > 0 && i + 1 < kept.len() && miss[i - 1] > thr;
+                if bad {
+                    rejected += 1;
+                } else {
+                    out.push(*smp);
+                }
+            }
+            out
+        } else {
+            kept
+        };
         let mut c = ProcClock {
             default_rate: 1.0,
             ..Default::default()
@@ -88,11 +123,18 @@ impl ProcClock {
             n => {
                 let (a, b) = (samples[0], samples[n - 1]);
                 c.default_rate = (b.mono_ns - a.mono_ns) as f64 / (b.tsc - a.tsc) as f64;
-                let offs = samples
+                // Pairing: jitter of the REALTIME - MONOTONIC offset from one sample to the next
+                // around its median step (a steady NTP slew is followed, not an error).
+                let offs: Vec<i128> = samples
                     .iter()
-                    .map(|s| s.real_ns as i128 - s.mono_ns as i128);
-                let (lo, hi) = offs.fold((i128::MAX, i128::MIN), |(l, h), o| (l.min(o), h.max(o)));
-                c.pair_ns = (((hi - lo) / 2) as u64).max(PAIR_FLOOR_NS);
+                    .map(|s| s.real_ns as i128 - s.mono_ns as i128)
+                    .collect();
+                let mut steps: Vec<i128> = offs.windows(2).map(|w| w[1] - w[0]).collect();
+                let mut sorted = steps.clone();
+                sorted.sort_unstable();
+                let med = sorted[sorted.len() / 2];
+                let jitter = steps.iter_mut().map(|d| (*d - med).unsigned_abs()).max();
+                c.pair_ns = ((jitter.unwrap_or(0) / 2) as u64).max(PAIR_FLOOR_NS);
                 let mut drift = 0f64;
                 for w in samples.windows(3) {
                     let r = (w[1].mono_ns - w[0].mono_ns) as f64 / (w[1].tsc - w[0].tsc) as f64;
@@ -103,6 +145,12 @@ impl ProcClock {
                 c.err_ns = c.pair_ns.saturating_add(c.drift_ns);
             }
         }
+        if rejected > 0 {
+            c.note = Some(format!(
+                "{rejected} clock sample(s) rejected: inconsistent with their neighbours (read preempted)"
+            ));
+        }
+        c.rejected = rejected;
         c.samples = samples;
         c
     }
@@ -260,6 +308,29 @@ mod tests {
             assert!(v >= last);
             last = v;
         }
+    }
+
+    #[test]
+    fn preempted_sample_is_rejected() {
+        let mut raw: Vec<ClockSample> = (0..10)
+            .map(|i| {
+                s(
+                    1_000 + i * 2_000_000,
+                    10 + i * 1_000_000,
+                    5_000_000 + i * 1_000_000,
+                )
+            })
+            .collect();
+        // Sample 5: the process was preempted between the TSC and the clock reads.
+        raw[5].mono_ns += 3_000_000;
+        raw[5].real_ns += 3_000_000;
+        let c = ProcClock::new(&raw, None);
+        assert!(c.rejected >= 1, "{c:?}");
+        assert!(c.err_ns < 10_000, "{c:?}");
+        assert_eq!(
+            c.to_real_ns(1_000 + 5 * 2_000_000),
+            5_000_000 + 5 * 1_000_000
+        );
     }
 
     #[test]

@@ -41,14 +41,8 @@ fn skew_line(s: &mut String, what: &str, k: &Skew) {
 pub fn render(e: &Export) -> String {
     let mut s = String::new();
     s.push_str(&table::render(&e.report));
-    s.push_str(&table::render_matrix(
-        "rank × rank (bytes sent, row → column)",
-        &e.report.rank_matrix,
-    ));
-    s.push_str(&table::render_matrix(
-        "node × node (bytes sent, row → column)",
-        &e.report.node_matrix,
-    ));
+    s.push_str(&table::render_matrix("rank × rank", &e.report.rank_matrix));
+    s.push_str(&table::render_matrix("node × node", &e.report.node_matrix));
     let _ = writeln!(s, "matrices: {}", e.matrices_source);
 
     let _ = writeln!(s, "\ntop talkers (process → process):");
