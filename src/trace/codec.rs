@@ -69,6 +69,9 @@ const X_FLAGS_MASK: u8 = 0x0f;
 const X_ADDR: u8 = 0x10;
 const X_AUX: u8 = 0x20;
 const X_BIG_OP: u8 = 0x40;
+/// The event is older than the previous one (GPU WQEs recovered after later doorbells carry their
+/// doorbell's time): Δtsc counts backwards.
+const X_TSC_BACK: u8 = 0x80;
 
 /// Running state of the encoder/decoder within one block: the last values seen *for each op
 /// code* (interleaved streams such as send / receive / progress each compress against their own
@@ -111,7 +114,8 @@ pub fn encode_block(events: &[RawEvent], out: &mut Vec<u8>) {
         let addr_changed = e.addr != p.addr;
         let aux_changed = e.aux != p.aux;
         let big_op = e.op > H_OP_MASK;
-        let ext = e.flags != 0 || addr_changed || aux_changed || big_op;
+        let back = e.tsc < st.tsc;
+        let ext = e.flags != 0 || addr_changed || aux_changed || big_op || back;
         let mut h = e.op & H_OP_MASK;
         if ext {
             h |= H_EXT;
@@ -120,9 +124,8 @@ pub fn encode_block(events: &[RawEvent], out: &mut Vec<u8>) {
             h |= H_SAME;
         }
         out.push(h);
-        // Timestamps within a thread are monotonic; a backwards step (TSC from another core
-        // on a broken system) is clamped to 0 rather than wrapping.
-        put_varint(out, e.tsc.saturating_sub(st.tsc));
+        // Δtsc against the latest time so far; an older event sets X_TSC_BACK.
+        put_varint(out, e.tsc.abs_diff(st.tsc));
         if ext {
             let mut x = e.flags & X_FLAGS_MASK;
             if addr_changed {
@@ -133,6 +136,9 @@ pub fn encode_block(events: &[RawEvent], out: &mut Vec<u8>) {
             }
             if big_op {
                 x |= X_BIG_OP;
+            }
+            if back {
+                x |= X_TSC_BACK;
             }
             out.push(x);
             if big_op {
@@ -181,7 +187,7 @@ pub fn decode_block(buf: &[u8], tid: u32, out: &mut Vec<Event>) -> Result<(), Co
         let at = pos;
         let h = byte_at(buf, &mut pos, at)?;
         let mut op = h & H_OP_MASK;
-        let tsc = st.tsc.wrapping_add(get_varint(buf, &mut pos)?);
+        let dt = get_varint(buf, &mut pos)?;
         let mut x = 0u8;
         if h & H_EXT != 0 {
             x = byte_at(buf, &mut pos, at)?;
@@ -189,6 +195,11 @@ pub fn decode_block(buf: &[u8], tid: u32, out: &mut Vec<Event>) -> Result<(), Co
                 op = byte_at(buf, &mut pos, at)?;
             }
         }
+        let tsc = if x & X_TSC_BACK != 0 {
+            st.tsc.wrapping_sub(dt)
+        } else {
+            st.tsc.wrapping_add(dt)
+        };
         let p = st.per_op[op as usize];
         let (ep, bytes) = if h & H_SAME != 0 {
             (p.ep, p.bytes)
@@ -218,7 +229,7 @@ pub fn decode_block(buf: &[u8], tid: u32, out: &mut Vec<Event>) -> Result<(), Co
             bytes,
             addr,
         });
-        st.tsc = tsc;
+        st.tsc = st.tsc.max(tsc);
         st.per_op[op as usize] = Prev {
             ep,
             bytes,
@@ -294,6 +305,26 @@ mod tests {
                 .zip(&out)
                 .all(|(a, b)| Event::from_raw(a, 1) == *b)
         );
+    }
+
+    #[test]
+    fn events_older_than_their_predecessor_keep_their_time() {
+        // A poller thread: doorbells at 100, 200, 300, then the WQEs of the first two, stamped
+        // with their doorbells' times, recovered later in one batch.
+        let evs = vec![
+            ev(100, 1, 48, 1, 0),
+            ev(200, 1, 48, 1, 0),
+            ev(300, 1, 48, 1, 0),
+            ev(100, 1, 49, 64, 0x1000),
+            ev(200, 1, 49, 64, 0x2000),
+            ev(350, 1, 48, 1, 0),
+        ];
+        let mut buf = Vec::new();
+        encode_block(&evs, &mut buf);
+        let mut out = Vec::new();
+        decode_block(&buf, 1, &mut out).unwrap();
+        let times: Vec<u64> = out.iter().map(|e| e.tsc).collect();
+        assert_eq!(times, vec![100, 200, 300, 100, 200, 350]);
     }
 
     #[test]

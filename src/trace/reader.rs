@@ -113,8 +113,9 @@ fn next_chunk(r: &mut impl Read, payload: Vec<u8>) -> Next {
     }
     let mut payload = payload;
     payload.clear();
-    payload.resize(len, 0);
-    match read_exact_or_eof(r, &mut payload) {
+    // Grow with the bytes that actually arrive: a corrupt length in a short file must not
+    // allocate up to MAX_CHUNK (found by fuzzing, tests/io_corpus.rs).
+    match r.by_ref().take(len as u64).read_to_end(&mut payload) {
         Ok(n) if n < len => {
             return Next::Bad(format!("cut inside a chunk ({n} of {len} payload bytes)"));
         }
@@ -339,6 +340,12 @@ impl ThreadEventReader {
                         what: format!("undecodable event block: {e}"),
                     });
                     return None;
+                }
+                // A block is in push order; events stamped earlier than their predecessors (GPU
+                // WQEs recovered after later doorbells, with their doorbell's time) are put back
+                // in time order here, so every block a reader sees is sorted.
+                if !self.events.is_sorted_by_key(|e| e.tsc) {
+                    self.events.sort_by_key(|e| e.tsc);
                 }
                 Some(&self.events)
             }
