@@ -13,7 +13,13 @@ PATH=$ROOT/target/vng-venv/bin:$PATH timeout 1500 vng --disable-kvm --run /boot/
     --rwdir="$OUT" --exec "bash $ROOT/tests/guest/verbs_bench.sh $OUT $ROOT/target/release/libsigmatop_preload.so $REPS" 2>&1 | cat | grep -E '^(send_lat|write_bw),' || true
 python3 - "$OUT/bench.csv" <<'PY'
 import csv, statistics, sys
-rows = [r for r in csv.DictReader(open(sys.argv[1])) if r["value"]]
+def ok(v):
+    try:
+        f = float(v)
+    except ValueError:
+        return False
+    return 0 < f < float("inf")  # perftest prints inf / 0.00 when its timing broke
+rows = [r for r in csv.DictReader(open(sys.argv[1])) if ok(r["value"])]
 for b in ("send_lat", "write_bw"):
     med = {m: statistics.median(float(r["value"]) for r in rows if r["bench"] == b and r["mode"] == m)
            for m in ("none", "aggregate", "simple", "full") if any(r["bench"] == b and r["mode"] == m for r in rows)}
