@@ -237,9 +237,8 @@ impl LiveSource {
                 if let Some(p) = &problem {
                     model.messages.push(p.clone());
                 }
-                match &c.key {
-                    Some(k) => model.source_closed(k, problem),
-                    None => {}
+                if let Some(k) = &c.key {
+                    model.source_closed(k, problem)
                 }
                 closed.push(path.clone());
             }
