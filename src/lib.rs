@@ -3,6 +3,8 @@
 
 pub mod decode;
 pub mod event;
+#[doc(hidden)]
+pub mod harness_io;
 pub mod trace;
 pub mod wire;
 

@@ -19,6 +19,8 @@ mod draw;
 mod filter;
 mod fixture;
 pub mod fmt;
+#[doc(hidden)]
+pub mod harness;
 mod model;
 mod theme;
 mod views;
