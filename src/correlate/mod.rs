@@ -7,6 +7,7 @@
 //! each event, pair and phase boundary to a `Sink` (the Perfetto writer, or nothing for reports).
 
 pub mod clock;
+pub mod doorbell;
 pub mod matcher;
 pub mod merge;
 pub mod topology;
@@ -19,6 +20,7 @@ use serde::Serialize;
 use crate::event::{Dir, Op, flags};
 use crate::trace::reader::{Problem, Recording};
 use clock::ProcClock;
+use doorbell::{Associator, DoorbellInfo, DoorbellStats, WqeLink};
 use matcher::{MatchStats, Matcher, Pair};
 use merge::{Merged, Merger, ThreadInfo};
 use topology::Topology;
@@ -180,6 +182,7 @@ impl<'r> Correlation<'r> {
         };
         sink.begin(self, &merger.threads);
         let mut matcher = Matcher::default();
+        let mut assoc = Associator::new(&self.rec.processes);
         let gap = opts.phase_gap_ns.max(1);
         // Phase detectors: one per process, one per thread file.
         let nthreads = merger.threads.len();
@@ -240,6 +243,19 @@ impl<'r> Correlation<'r> {
                 }
             }
             sink.event(seq, &m, peer);
+            match Op::from_u8(m.ev.op) {
+                Some(Op::GpuDoorbell) => {
+                    if let Some(info) = assoc.doorbell(seq, &m) {
+                        sink.doorbell(seq, &info);
+                    }
+                }
+                Some(op) if Associator::is_wqe(op) => {
+                    if let Some(link) = assoc.wqe(&m) {
+                        sink.doorbell_wqe(&link, seq, &m);
+                    }
+                }
+                _ => {}
+            }
             if let Some(pair) = matcher.feed(seq, m.ns, m.proc, m.thread, &m.ev, peer) {
                 if pair.recv_immediate && pair.recv_ns < pair.send_ns {
                     a.causality_violations += 1;
@@ -261,6 +277,7 @@ impl<'r> Correlation<'r> {
         }
         matcher.finish();
         a.matching = matcher.stats;
+        a.doorbells = assoc.finish();
         a.first_ns = first_ns.unwrap_or(0);
         a.last_ns = last_ns;
         a.problems = std::mem::take(&mut merger.problems);
@@ -292,7 +309,8 @@ pub enum PhaseTrack {
 }
 
 /// Receives the merged stream. Calls come in this order for each event: `tick` (now and then),
-/// `phase` (bursts that ended), `phase_begin` (a burst this event starts), `event`, `pair`.
+/// `phase` (bursts that ended), `phase_begin` (a burst this event starts), `event`, then
+/// `doorbell` or `doorbell_wqe` for doorbells and recovered WQEs, `pair`.
 pub trait Sink {
     fn begin(&mut self, _c: &Correlation, _threads: &[ThreadInfo]) {}
     /// Called at least every half phase gap of merged time, before the event at `now_ns`.
@@ -301,6 +319,10 @@ pub trait Sink {
     fn event(&mut self, _seq: u64, _m: &Merged, _peer: Option<u32>) {}
     /// A send paired with a receive, reported with the later of the two events.
     fn pair(&mut self, _p: &Pair) {}
+    /// The doorbell just reported by `event` (as `seq`), with its recomputed producer-index range.
+    fn doorbell(&mut self, _seq: u64, _info: &DoorbellInfo) {}
+    /// The WQE just reported by `event` (as `seq`) belongs to the doorbell `link.doorbell_seq`.
+    fn doorbell_wqe(&mut self, _link: &WqeLink, _seq: u64, _m: &Merged) {}
     /// A burst of activity starts with the event about to be reported.
     fn phase_begin(&mut self, _t: PhaseTrack, _ns: u64) {}
     /// A burst of activity `[begin, end]` (ns) that ended.
@@ -376,6 +398,8 @@ pub struct Analysis {
     pub tx_matrix: FxMap<(u32, u32), u64>,
     pub tx_unresolved_bytes: u64,
     pub matching: MatchStats,
+    /// Doorbell → WQE association.
+    pub doorbells: DoorbellStats,
     /// Immediate receives that appear before their send (clocks misaligned beyond the bound).
     pub causality_violations: u64,
     pub proc_phases: Vec<Vec<Phase>>,

@@ -9,6 +9,7 @@ use serde::Serialize;
 
 use super::perfetto::PerfettoStats;
 use crate::agg::{Matrix, Report};
+use crate::correlate::doorbell::DoorbellStats;
 use crate::correlate::matcher::MatchStats;
 use crate::correlate::{Analysis, Correlation, Phase};
 use crate::event::{Dir, Op};
@@ -161,6 +162,8 @@ pub struct Export {
     pub phases: PhaseReport,
     pub clocks: ClockReport,
     pub flows: MatchStats,
+    /// Doorbell → WQE association (GPU-initiated and devx QPs).
+    pub doorbells: DoorbellStats,
     pub events: u64,
     pub first_ns: u64,
     pub last_ns: u64,
@@ -397,6 +400,7 @@ pub fn build(c: &Correlation, a: &Analysis, mut report: Report) -> Export {
         phases: phases(a, &plabels),
         clocks: clocks(c, a),
         flows: a.matching,
+        doorbells: doorbells(c, a),
         events: a.events,
         first_ns: a.first_ns,
         last_ns: a.last_ns,
@@ -404,6 +408,20 @@ pub fn build(c: &Correlation, a: &Analysis, mut report: Report) -> Export {
         perfetto: None,
         report,
     }
+}
+
+fn doorbells(c: &Correlation, a: &Analysis) -> DoorbellStats {
+    let mut d = a.doorbells.clone();
+    for q in &mut d.qps {
+        q.process_label = c.proc_label(q.process);
+        q.endpoint = c
+            .topo
+            .ep(q.process, q.ep)
+            .and_then(|e| e.def.as_ref())
+            .map(|d| d.label.clone())
+            .unwrap_or_else(|| format!("ep#{}", q.ep));
+    }
+    d
 }
 
 fn skipped(c: &Correlation, a: &Analysis) -> Vec<Skipped> {

@@ -12,6 +12,11 @@
 //!   process, counter tracks for payload bytes/s per endpoint and egress bytes/s per node;
 //! - an instant (category "op") per recorded operation on its endpoint's track, with debug
 //!   annotations (bytes or count, tag / raddr / fi_addr, AM id, tid, peer, flags);
+//! - a doorbell instant (`mlx5.doorbell`) carries its QP number, producer index, the recomputed
+//!   range `[prev_pi, end_pi)`, WQEBBs, and a summary of the WQEs it covered (count, bytes,
+//!   opcodes, first raddr/rkey); each recovered WQE instant on the same QP track carries the
+//!   doorbell's index (`doorbell_pi`) and its position (`wqe_index`); one-sided operations carry
+//!   their `rkey` (low 16 bits) and, when the memory region was found, the `target` process;
 //! - flows from each send to its receive (`flow_ids` on the send, `terminating_flow_ids` on the
 //!   receiving side), id = 1 + the send's position in the merged stream;
 //! - slices: bursts of activity per thread ("busy") and per process ("phase").
@@ -26,6 +31,7 @@ use std::io::{self, Write};
 use serde::Serialize;
 
 use super::proto::{self, begin, end, fixed64, int, string, uint};
+use crate::correlate::doorbell::{DoorbellInfo, WqeLink};
 use crate::correlate::matcher::Pair;
 use crate::correlate::merge::{Merged, ThreadInfo};
 use crate::correlate::{Analysis, Correlation, FxMap, PhaseTrack, Sink};
@@ -82,7 +88,20 @@ const AN_AM_ID: u64 = 6;
 const AN_TID: u64 = 7;
 const AN_PEER: u64 = 8;
 const AN_FLAGS: u64 = 9;
-const ANNOTATION_NAMES: [(u64, &str); 9] = [
+const AN_QPN: u64 = 10;
+const AN_PI: u64 = 11;
+const AN_PREV_PI: u64 = 12;
+const AN_END_PI: u64 = 13;
+const AN_WQEBBS: u64 = 14;
+const AN_WQES: u64 = 15;
+const AN_WQE_BYTES: u64 = 16;
+const AN_OPCODES: u64 = 17;
+const AN_RKEY: u64 = 18;
+const AN_DB_PI: u64 = 19;
+const AN_WQE_INDEX: u64 = 20;
+const AN_PI_MISMATCH: u64 = 21;
+const AN_TARGET: u64 = 22;
+const ANNOTATION_NAMES: [(u64, &str); 22] = [
     (AN_BYTES, "bytes"),
     (AN_COUNT, "count"),
     (AN_TAG, "tag"),
@@ -92,7 +111,22 @@ const ANNOTATION_NAMES: [(u64, &str); 9] = [
     (AN_TID, "tid"),
     (AN_PEER, "peer"),
     (AN_FLAGS, "flags"),
+    (AN_QPN, "qpn"),
+    (AN_PI, "pi"),
+    (AN_PREV_PI, "prev_pi"),
+    (AN_END_PI, "end_pi"),
+    (AN_WQEBBS, "wqebbs"),
+    (AN_WQES, "wqes"),
+    (AN_WQE_BYTES, "wqe_bytes"),
+    (AN_OPCODES, "opcodes"),
+    (AN_RKEY, "rkey"),
+    (AN_DB_PI, "doorbell_pi"),
+    (AN_WQE_INDEX, "wqe_index"),
+    (AN_PI_MISMATCH, "pi_mismatch"),
+    (AN_TARGET, "target"),
 ];
+// DebugAnnotation.string_value.
+const DA_STRING: u32 = 6;
 
 /// Events held back at most this long (merged time) for their flows and phase ends, and at most
 /// this many.
@@ -107,6 +141,21 @@ fn op_name_iid(op: u8) -> u64 {
     }
 }
 
+/// One-sided operations, whose `aux` holds the low 16 bits of the rkey.
+fn one_sided(op: Op) -> bool {
+    matches!(
+        op,
+        Op::VerbsWrite
+            | Op::VerbsWriteImm
+            | Op::VerbsRead
+            | Op::VerbsAtomicCas
+            | Op::VerbsAtomicFa
+            | Op::GpuWrite
+            | Op::GpuRead
+            | Op::GpuAtomic
+    )
+}
+
 fn op_name(op: Op) -> String {
     format!("{}.{}", op.layer().short(), op.name())
 }
@@ -119,6 +168,8 @@ pub struct PerfettoStats {
     pub flows: u64,
     /// Pairs whose send had already been written when the receive was seen (no arrow drawn).
     pub flows_outside_window: u64,
+    /// WQEs whose doorbell had already been written (its WQE summary misses them).
+    pub doorbell_wqes_outside_window: u64,
     /// Flows that ended on a marker because the receiving thread recorded nothing after the send.
     pub flows_ended_on_marker: u64,
     pub tracks: u64,
@@ -135,6 +186,24 @@ struct Item {
     /// Flows ending here: the first two inline, more (rare) in `flow_more`.
     flow_in: [u64; 2],
     flow_more: Vec<u64>,
+    /// Doorbell / WQE / one-sided details (rare enough to box).
+    extra: Option<Box<Extra>>,
+}
+
+/// What a doorbell or a WQE instant carries besides the common annotations.
+#[derive(Default)]
+struct Extra {
+    db: Option<DoorbellInfo>,
+    wqes: u32,
+    wqe_bytes: u64,
+    /// WQEs per opcode (`Op` as u8, count), in order of first appearance.
+    ops: Vec<(u8, u32)>,
+    first_raddr: u64,
+    first_rkey: u16,
+    /// This WQE's doorbell index and position.
+    wqe_of: Option<(u16, u32)>,
+    /// The process owning the memory region a one-sided operation targets.
+    target: Option<u32>,
 }
 
 impl Item {
@@ -438,6 +507,49 @@ impl<W: Write> PerfettoSink<W> {
         if ev.flags != 0 {
             annot(p, AN_FLAGS, ev.flags as u64);
         }
+        if op.is_some_and(one_sided) {
+            annot(p, AN_RKEY, ev.aux as u64);
+        }
+        if let Some(x) = &it.extra {
+            if let Some(d) = &x.db {
+                annot(p, AN_QPN, d.qpn as u64);
+                annot(p, AN_PI, d.pi as u64);
+                annot(p, AN_PREV_PI, d.prev_pi as u64);
+                annot(p, AN_END_PI, d.end_pi as u64);
+                annot(p, AN_WQEBBS, d.wqebbs);
+                annot(p, AN_WQES, x.wqes as u64);
+                if x.wqes > 0 {
+                    annot(p, AN_WQE_BYTES, x.wqe_bytes);
+                    let mut ops = String::new();
+                    for (i, (o, n)) in x.ops.iter().enumerate() {
+                        if i > 0 {
+                            ops.push_str(", ");
+                        }
+                        let name = Op::from_u8(*o).map_or("?", |o| o.name());
+                        ops.push_str(&format!("{name}×{n}"));
+                    }
+                    let d = begin(p, TE_ANNOT);
+                    uint(p, DA_NAME_IID, AN_OPCODES);
+                    string(p, DA_STRING, &ops);
+                    end(p, d);
+                    annot(p, AN_RADDR, x.first_raddr);
+                    annot(p, AN_RKEY, x.first_rkey as u64);
+                }
+                if d.pi_mismatch {
+                    annot(p, AN_PI_MISMATCH, 1);
+                }
+            }
+            if let Some((pi, i)) = x.wqe_of {
+                annot(p, AN_DB_PI, pi as u64);
+                annot(p, AN_WQE_INDEX, i as u64);
+            }
+            if let Some(t) = x.target {
+                let d = begin(p, TE_ANNOT);
+                uint(p, DA_NAME_IID, AN_TARGET);
+                uint(p, DA_STRING_IID, t as u64 + 1);
+                end(p, d);
+            }
+        }
         if it.flow_out != 0 {
             fixed64(p, TE_FLOW, it.flow_out);
             self.stats.flows += 1;
@@ -737,6 +849,7 @@ impl<W: Write> Sink for PerfettoSink<W> {
             flow_out: 0,
             flow_in: [0; 2],
             flow_more: Vec::new(),
+            extra: None,
         };
         if self.pending_n > 0
             && let Some(v) = self.pending_end.get_mut(m.thread as usize)
@@ -750,6 +863,47 @@ impl<W: Write> Sink for PerfettoSink<W> {
         self.buf.push_back(item);
         if self.buf.len() > WINDOW_EVENTS {
             self.release(m.ns);
+        }
+    }
+
+    fn doorbell(&mut self, seq: u64, info: &DoorbellInfo) {
+        let last = (self.base_seq + self.buf.len() as u64).checked_sub(1);
+        if last == Some(seq)
+            && let Some(it) = self.buf.back_mut()
+        {
+            it.extra.get_or_insert_with(Box::default).db = Some(*info);
+        }
+    }
+
+    fn doorbell_wqe(&mut self, link: &WqeLink, seq: u64, m: &Merged) {
+        let mut pi = None;
+        match link
+            .doorbell_seq
+            .checked_sub(self.base_seq)
+            .and_then(|i| self.buf.get_mut(i as usize))
+        {
+            Some(d) => {
+                let x = d.extra.get_or_insert_with(Box::default);
+                pi = x.db.map(|d| d.pi);
+                if x.wqes == 0 {
+                    x.first_raddr = m.ev.addr;
+                    x.first_rkey = m.ev.aux;
+                }
+                x.wqes += 1;
+                x.wqe_bytes += m.ev.bytes;
+                match x.ops.iter_mut().find(|(o, _)| *o == m.ev.op) {
+                    Some((_, n)) => *n += 1,
+                    None => x.ops.push((m.ev.op, 1)),
+                }
+            }
+            None => self.stats.doorbell_wqes_outside_window += 1,
+        }
+        let last = (self.base_seq + self.buf.len() as u64).checked_sub(1);
+        if last == Some(seq)
+            && let Some(it) = self.buf.back_mut()
+        {
+            let x = it.extra.get_or_insert_with(Box::default);
+            x.wqe_of = Some((pi.unwrap_or(0), link.index));
         }
     }
 

@@ -120,6 +120,7 @@ pub fn render(e: &Export) -> String {
         "sends ↔ receives: {} paired; unmatched: {} sends, {} receives; {} sends to untraced or unresolved peers",
         f.paired, f.sends_unmatched, f.recvs_unmatched, f.sends_unresolved
     );
+    doorbell_lines(&mut s, e);
     let _ = writeln!(s, "events: {}", e.events);
     if e.skipped.is_empty() {
         let _ = writeln!(s, "skipped: nothing");
@@ -130,4 +131,52 @@ pub fn render(e: &Export) -> String {
         }
     }
     s
+}
+
+fn doorbell_lines(s: &mut String, e: &Export) {
+    let d = &e.doorbells;
+    if d.doorbells == 0 && d.wqes == 0 {
+        return;
+    }
+    let w = &d.wqes_per_doorbell;
+    let _ = writeln!(
+        s,
+        "doorbells → WQEs: {} doorbells, {} of {} WQEs associated, WQEs per doorbell min {} / median {} / max {}; mismatches {} (PI range {}, more WQEs than WQEBBs {}, WQEs without doorbell {}); without WQEs {}, duplicates {}, behind {}, overruns {}, unknown QP {}",
+        d.doorbells,
+        d.wqes_associated,
+        d.wqes,
+        w.min,
+        w.median,
+        w.max,
+        d.mismatches,
+        d.pi_mismatches,
+        d.too_many_wqes,
+        d.orphan_wqes,
+        d.without_wqes,
+        d.duplicates,
+        d.behind,
+        d.overruns,
+        d.unknown_qp
+    );
+    for q in &d.qps {
+        let w = &q.wqes_per_doorbell;
+        let _ = writeln!(
+            s,
+            "  {:<28} {:<16} qpn {:>8}  {:>8} doorbells {:>9} WQEBBs {:>9} WQEs  per doorbell {}/{}/{}  mismatches {}  without WQEs {}  dup {}  behind {}  overrun {}",
+            q.process_label,
+            q.endpoint,
+            q.qpn.map_or("-".to_string(), |n| format!("{n:#x}")),
+            q.doorbells,
+            q.wqebbs,
+            q.wqes,
+            w.min,
+            w.median,
+            w.max,
+            q.pi_mismatches + q.too_many_wqes,
+            q.without_wqes,
+            q.duplicates,
+            q.behind,
+            q.overruns
+        );
+    }
 }

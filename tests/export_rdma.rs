@@ -1,0 +1,199 @@
+//! RDMA-specific correlation on real recordings:
+//! - doorbell → WQE association on fixtures/demo-gpu (GPU-initiated doorbells recorded on an
+//!   H200 with the test-only emulated NIC, see fixtures/README.md): every doorbell whose WQEs are
+//!   in the record gets exactly the WQE events of the same (endpoint, TSC), the recomputed
+//!   producer-index ranges agree with the WQEBBs the preload counted, the counts equal the
+//!   record's, and the Perfetto doorbell instants carry the association (checked with the
+//!   official schema).
+mod common;
+#[path = "export_util.rs"]
+mod util;
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use sigmatop::correlate::doorbell::{DoorbellInfo, WqeLink};
+use sigmatop::correlate::merge::Merged;
+use sigmatop::correlate::{Correlation, RunOptions, Sink};
+use sigmatop::event::Op;
+use sigmatop::trace::reader::Recording;
+
+fn fixture(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("fixtures")
+        .join(name)
+}
+
+#[derive(Default)]
+struct Capture {
+    /// seq → what the correlator recomputed for the doorbell.
+    doorbells: HashMap<u64, DoorbellInfo>,
+    /// doorbell seq → WQEs linked to it (in order)
+    links: HashMap<u64, Vec<(u32, u32, u64, u32)>>,
+}
+
+impl Sink for Capture {
+    fn event(&mut self, _seq: u64, _m: &Merged, _peer: Option<u32>) {}
+    fn doorbell(&mut self, seq: u64, info: &DoorbellInfo) {
+        self.doorbells.insert(seq, *info);
+    }
+    fn doorbell_wqe(&mut self, link: &WqeLink, _seq: u64, m: &Merged) {
+        self.links
+            .entry(link.doorbell_seq)
+            .or_default()
+            .push((m.proc, m.ev.ep, m.ev.tsc, link.index));
+    }
+}
+
+#[test]
+fn demo_gpu_doorbells_are_associated_with_their_wqes() {
+    let dirs = vec![fixture("demo-gpu")];
+    let rec = Recording::open(&dirs).expect("open fixtures/demo-gpu");
+    // What the record holds, straight from the files: per (proc, ep, tsc) the doorbell's WQEBBs
+    // and the number of WQE events.
+    let mut want_db: HashMap<(u32, u32, u64), u64> = HashMap::new();
+    let mut want_wqes: HashMap<(u32, u32, u64), u32> = HashMap::new();
+    let mut test_proc = None;
+    for (i, p) in rec.processes.iter().enumerate() {
+        let mut probs = Vec::new();
+        for e in p.read_all_events(&mut probs) {
+            match Op::from_u8(e.op) {
+                Some(Op::GpuDoorbell) => {
+                    assert!(
+                        want_db.insert((i as u32, e.ep, e.tsc), e.bytes).is_none(),
+                        "two doorbells share (ep, tsc)"
+                    );
+                }
+                Some(o) if o.layer() == sigmatop::event::Layer::Mlx5 => {
+                    *want_wqes.entry((i as u32, e.ep, e.tsc)).or_default() += 1
+                }
+                _ => {}
+            }
+        }
+        assert!(probs.is_empty(), "{probs:?}");
+        // The `test` scenario is the process with the multi-WQE doorbells (batched submission).
+        if p.identity.pid == 456 {
+            test_proc = Some(i as u32);
+        }
+    }
+    let test_proc = test_proc.expect("the `test` process (pid 456) is in the fixture");
+    let c = Correlation::new(&rec);
+    let mut cap = Capture::default();
+    let a = c.run(&RunOptions::default(), &mut cap);
+    let d = &a.doorbells;
+    let n_wqes: u64 = want_wqes.values().map(|&n| n as u64).sum();
+    assert_eq!(
+        d.doorbells,
+        want_db.len() as u64,
+        "doorbells = the record's"
+    );
+    assert_eq!(d.wqes, n_wqes, "WQE events = the record's");
+    assert_eq!(d.wqes_associated, n_wqes, "every WQE found its doorbell");
+    assert_eq!(d.mismatches, 0, "{d:?}");
+    assert_eq!(d.pi_mismatches, 0);
+    assert_eq!(d.orphan_wqes, 0);
+    assert_eq!(cap.doorbells.len() as u64, d.doorbells);
+    // Each doorbell's WQEs: the same (proc, ep, tsc), numbered 0.., as many as the record has.
+    let mut by_key_seen = 0;
+    let mut test_doorbells = 0;
+    let mut test_multi = 0;
+    for (seq, links) in &cap.links {
+        let (p, ep, tsc, _) = links[0];
+        let key = (p, ep, tsc);
+        assert!(cap.doorbells.contains_key(seq));
+        assert!(links.iter().all(|l| (l.0, l.1, l.2) == key));
+        assert!(links.iter().enumerate().all(|(i, l)| l.3 == i as u32));
+        assert_eq!(links.len() as u32, want_wqes[&key]);
+        // In this recording every WQE is one WQEBB: WQEs = WQEBBs of the doorbell.
+        assert_eq!(links.len() as u64, want_db[&key]);
+        by_key_seen += 1;
+        if p == test_proc {
+            test_doorbells += 1;
+            if links.len() > 1 {
+                test_multi += 1;
+            }
+        }
+    }
+    let test_with_wqes = want_db
+        .keys()
+        .filter(|k| k.0 == test_proc && want_wqes.contains_key(k))
+        .count();
+    assert_eq!(
+        test_doorbells, test_with_wqes,
+        "every doorbell of `test` with WQEs"
+    );
+    assert!(test_multi >= 5, "batched submissions: {test_multi}");
+    assert_eq!(by_key_seen, want_wqes.len());
+    // Per QP, figures for the report.
+    let q = d
+        .qps
+        .iter()
+        .find(|q| q.process == test_proc && q.qpn == Some(0x1c1))
+        .expect("QP 0x1c1 of `test`");
+    assert_eq!(
+        (q.doorbells, q.wqebbs, q.wqes),
+        (12, 3297, 3297),
+        "batched QP of `test`"
+    );
+    assert_eq!(
+        (q.wqes_per_doorbell.min, q.wqes_per_doorbell.max),
+        (1, 1024)
+    );
+
+    // The export: JSON figures, report line, Perfetto doorbell instants with their WQEs.
+    let out = common::scratch("export-rdma-doorbells");
+    let (j, _) = util::export(&dirs, &out);
+    assert_eq!(j["doorbells"]["wqes_associated"], n_wqes);
+    assert_eq!(j["doorbells"]["mismatches"], 0);
+    let events = util::readable_events(&dirs);
+    let trace = out.join("trace.pftrace");
+    let sum = util::check_perfetto(&trace, events);
+    assert_eq!(sum["errors"], 0);
+    let py = util::perfetto_python();
+    let script = r#"
+import sys
+from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
+t = pb.Trace(); t.ParseFromString(open(sys.argv[1], 'rb').read())
+names = {}
+for p in t.packet:
+    for e in p.interned_data.debug_annotation_names: names[e.iid] = e.name
+dbs = wqes = linked = with_ops = 0
+for p in t.packet:
+    if not p.HasField('track_event'): continue
+    a = {names.get(x.name_iid): x for x in p.track_event.debug_annotations}
+    if 'qpn' in a and 'wqes' in a:
+        dbs += 1; wqes += a['wqes'].uint_value
+        if 'opcodes' in a and a['opcodes'].string_value: with_ops += 1
+    if 'doorbell_pi' in a: linked += 1
+print(dbs, wqes, linked, with_ops)
+"#;
+    let o = Command::new(py)
+        .args(["-c", script])
+        .arg(&trace)
+        .output()
+        .expect("python");
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let v: Vec<u64> = String::from_utf8_lossy(&o.stdout)
+        .split_whitespace()
+        .map(|x| x.parse().unwrap())
+        .collect();
+    assert_eq!(
+        v[0],
+        want_db.len() as u64,
+        "doorbell instants with qpn/wqes"
+    );
+    assert_eq!(v[1], n_wqes, "sum of the doorbells' wqes annotations");
+    assert_eq!(v[2], n_wqes, "WQE instants naming their doorbell");
+    assert_eq!(
+        v[3],
+        want_wqes.len() as u64,
+        "doorbells listing their opcodes"
+    );
+    let (ok, report, _) = util::sigmatop(&["report".as_ref(), dirs[0].as_os_str()]);
+    assert!(ok);
+    assert!(
+        report.contains(&format!("{n_wqes} of {n_wqes} WQEs associated")),
+        "{report}"
+    );
+}
