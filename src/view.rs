@@ -21,10 +21,11 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use sigmatop_tui::{
     DoorbellModel, DoorbellRecord, DoorbellSeries, EndpointRow, GpuRow, Header, Matrices, Matrix,
-    NodeRow, Peer, Percentiles, ProcessRow, RankRow, StatusCounters, ViewModel, Window,
+    NodeRow, Percentiles, ProcessRow, RankRow, StatusCounters, ViewModel, Window,
 };
 
 use crate::agg::{Model, ProcKey, ProcessState};
+use crate::correlate::FxMap;
 use crate::event::{
     Dir, DropCounters, EndpointKind, Event, Layer, Op, Snapshot, UNATTRIBUTED_EP, layer_names,
 };
@@ -164,6 +165,40 @@ fn per_s(bytes: u64, dt_ns: u64) -> f64 {
     }
 }
 
+/// Operations by code, without allocating for the usual handful of codes per endpoint.
+#[derive(Clone, Debug, Default)]
+struct OpTally {
+    len: usize,
+    inline: [(u8, u64); 6],
+    spill: Vec<(u8, u64)>,
+}
+
+impl OpTally {
+    fn add(&mut self, op: u8, n: u64) {
+        if let Some(x) = self.inline[..self.len].iter_mut().find(|(o, _)| *o == op) {
+            x.1 += n;
+        } else if let Some(x) = self.spill.iter_mut().find(|(o, _)| *o == op) {
+            x.1 += n;
+        } else if self.len < self.inline.len() {
+            self.inline[self.len] = (op, n);
+            self.len += 1;
+        } else {
+            self.spill.push((op, n));
+        }
+    }
+
+    fn iter(&self) -> impl Iterator<Item = (u8, u64)> + '_ {
+        self.inline[..self.len]
+            .iter()
+            .chain(self.spill.iter())
+            .copied()
+    }
+
+    fn count(&self) -> usize {
+        self.len + self.spill.len()
+    }
+}
+
 /// One endpoint's sums at the view time: since the start, over the window, between the last two
 /// snapshots; and its operations by code since the start.
 #[derive(Clone, Debug, Default)]
@@ -171,14 +206,56 @@ struct EpSums {
     tot: Sums,
     win: Sums,
     now: Sums,
-    ops: Vec<(u8, u64)>,
+    ops: OpTally,
+}
+
+/// Endpoint → sums, kept sorted by endpoint id in a vector: snapshots list their counts grouped by
+/// endpoint, so nearly every insert is an append or a hit on the last entry.
+#[derive(Default)]
+struct EpMap(Vec<(u32, EpSums)>);
+
+impl EpMap {
+    fn pos(&self, ep: u32) -> Result<usize, usize> {
+        match self.0.last() {
+            Some((last, _)) if *last == ep => Ok(self.0.len() - 1),
+            Some((last, _)) if *last < ep => Err(self.0.len()),
+            _ => self.0.binary_search_by_key(&ep, |e| e.0),
+        }
+    }
+
+    fn entry(&mut self, ep: u32) -> &mut EpSums {
+        let i = match self.pos(ep) {
+            Ok(i) => i,
+            Err(i) => {
+                self.0.insert(i, (ep, EpSums::default()));
+                i
+            }
+        };
+        &mut self.0[i].1
+    }
+
+    fn get(&self, ep: u32) -> Option<&EpSums> {
+        self.pos(ep).ok().map(|i| &self.0[i].1)
+    }
+
+    fn get_mut(&mut self, ep: u32) -> Option<&mut EpSums> {
+        self.pos(ep).ok().map(|i| &mut self.0[i].1)
+    }
+
+    fn values_mut(&mut self) -> impl Iterator<Item = &mut EpSums> {
+        self.0.iter_mut().map(|e| &mut e.1)
+    }
+
+    fn iter(&self) -> impl Iterator<Item = (u32, &EpSums)> {
+        self.0.iter().map(|e| (e.0, &e.1))
+    }
 }
 
 /// Where one process stands at the view time.
 struct ProcAt<'a> {
     key: &'a ProcKey,
     p: &'a ProcessState,
-    eps: BTreeMap<u32, EpSums>,
+    eps: EpMap,
     /// The snapshot at the view time and the window's base (None: zero at the process start).
     s1: Option<&'a Snapshot>,
     base: Option<&'a Snapshot>,
@@ -218,7 +295,7 @@ fn proc_at<'a>(key: &'a ProcKey, p: &'a ProcessState, t: u64, window: Window) ->
     let mut out = ProcAt {
         key,
         p,
-        eps: BTreeMap::new(),
+        eps: EpMap(Vec::with_capacity(p.endpoints.len() + 1)),
         s1: None,
         base: None,
         window_ns: 0,
@@ -234,13 +311,10 @@ fn proc_at<'a>(key: &'a ProcKey, p: &'a ProcessState, t: u64, window: Window) ->
     out.has_data = true;
     out.drops = s1.drops;
     for c in &s1.counts {
-        let e = out.eps.entry(c.ep).or_default();
+        let e = out.eps.entry(c.ep);
         e.tot.add(c.op, c.ops, c.bytes);
         if c.ops > 0 {
-            match e.ops.iter_mut().find(|(o, _)| *o == c.op) {
-                Some(x) => x.1 += c.ops,
-                None => e.ops.push((c.op, c.ops)),
-            }
+            e.ops.add(c.op, c.ops);
         }
     }
     let prev = i1.checked_sub(1).map(|i| &p.history[i]);
@@ -253,7 +327,7 @@ fn proc_at<'a>(key: &'a ProcKey, p: &'a ProcessState, t: u64, window: Window) ->
             e.now = e.tot;
         }
         for c in &s0.counts {
-            if let Some(e) = out.eps.get_mut(&c.ep) {
+            if let Some(e) = out.eps.get_mut(c.ep) {
                 e.now.sub(c.op, c.ops, c.bytes);
             }
         }
@@ -280,7 +354,7 @@ fn proc_at<'a>(key: &'a ProcKey, p: &'a ProcessState, t: u64, window: Window) ->
                 e.win = e.tot;
             }
             for c in &base.counts {
-                if let Some(e) = out.eps.get_mut(&c.ep) {
+                if let Some(e) = out.eps.get_mut(c.ep) {
                     e.win.sub(c.op, c.ops, c.bytes);
                 }
             }
@@ -292,22 +366,44 @@ fn proc_at<'a>(key: &'a ProcKey, p: &'a ProcessState, t: u64, window: Window) ->
 }
 
 fn op_name(op: u8) -> String {
-    Op::from_u8(op)
-        .map(|o| o.name().to_string())
-        .unwrap_or_else(|| format!("op{op}"))
+    let mut s = String::new();
+    op_name_into(&mut s, op);
+    s
 }
 
-fn local_id(p: &ProcessState, ep: u32) -> String {
+/// Sets `dst` to `src`, keeping its buffer (no allocation when it is already large enough).
+fn set_str(dst: &mut String, src: &str) {
+    if dst != src {
+        dst.clear();
+        dst.push_str(src);
+    }
+}
+
+/// Sets `dst` to formatted text, keeping its buffer.
+fn set_fmt(dst: &mut String, args: std::fmt::Arguments) {
+    use std::fmt::Write;
+    dst.clear();
+    let _ = dst.write_fmt(args);
+}
+
+fn op_name_into(dst: &mut String, op: u8) {
+    match Op::from_u8(op) {
+        Some(o) => set_str(dst, o.name()),
+        None => set_fmt(dst, format_args!("op{op}")),
+    }
+}
+
+fn local_id_into(dst: &mut String, p: &ProcessState, ep: u32) {
     if ep == UNATTRIBUTED_EP {
-        return "(unattributed)".into();
+        return set_str(dst, "(unattributed)");
     }
     match p.endpoints.get(&ep) {
         Some(d) => match d.qpn {
-            Some(q) => format!("0x{q:x}"),
-            None if !d.label.is_empty() => d.label.clone(),
-            None => format!("ep#{ep}"),
+            Some(q) => set_fmt(dst, format_args!("0x{q:x}")),
+            None if !d.label.is_empty() => set_str(dst, &d.label),
+            None => set_fmt(dst, format_args!("ep#{ep}")),
         },
-        None => format!("ep#{ep}"),
+        None => set_fmt(dst, format_args!("ep#{ep}")),
     }
 }
 
@@ -326,9 +422,13 @@ type SnapSums = std::collections::VecDeque<(u64, u64, u64, u64)>;
 type DoorbellGroups<'a> = BTreeMap<(String, Option<u32>, Option<u32>), Vec<(&'a ProcKey, u32)>>;
 
 impl ViewCache {
-    /// Cumulative (tx, rx) of `p.history[i]`, from the cache when it was seen before.
-    fn totals(list: &mut SnapSums, s: &Snapshot) -> (u64, u64) {
-        let found = list.partition_point(|e| e.1 < s.at_ns);
+    /// Cumulative (tx, rx) of `p.history[i]`, from the cache when it was seen before. `cur` is a
+    /// cursor into `list` for snapshots asked for in ascending time (one walk, no searches).
+    fn totals(list: &mut SnapSums, cur: &mut usize, s: &Snapshot) -> (u64, u64) {
+        while *cur < list.len() && list[*cur].1 < s.at_ns {
+            *cur += 1;
+        }
+        let found = *cur;
         if let Some(e) = list.get(found)
             && e.0 == s.seq
             && e.1 == s.at_ns
@@ -348,26 +448,26 @@ pub fn build_view(model: &Model, opts: &ViewOptions) -> ViewModel {
     build_view_cached(model, opts, &mut ViewCache::default())
 }
 
-/// `build_view` with a cache kept between frames (the dashboard's 4 Hz loop).
+/// `build_view` with a cache kept between frames.
 pub fn build_view_cached(model: &Model, opts: &ViewOptions, cache: &mut ViewCache) -> ViewModel {
+    let mut vm = ViewModel::default();
+    build_view_into(model, opts, cache, &mut vm);
+    vm
+}
+
+/// `build_view_cached` into the view model of the previous frame (the dashboard's 4 Hz loop): the
+/// result equals a fresh build, but the endpoint rows (thousands on a large job) reuse their
+/// buffers instead of being freed and allocated again.
+pub fn build_view_into(
+    model: &Model,
+    opts: &ViewOptions,
+    cache: &mut ViewCache,
+    vm: &mut ViewModel,
+) {
     let t = match (opts.at, opts.now_ns) {
         (None, Some(now)) => view_time(model, None).max(now),
         (at, _) => view_time(model, at),
     };
-    // Address hash → (owning process, its rank).
-    let owners: HashMap<u64, (&ProcKey, Option<u32>)> = model
-        .processes
-        .iter()
-        .flat_map(|(k, p)| {
-            let rank = p.identity.rank;
-            p.identity
-                .own_addr_hashes
-                .iter()
-                .map(move |h| (*h, (k, rank)))
-        })
-        .filter(|(h, _)| *h != 0)
-        .collect();
-
     // Processes visible at t: every one that had started by then (all of them when live).
     let procs: Vec<ProcAt> = model
         .processes
@@ -376,16 +476,30 @@ pub fn build_view_cached(model: &Model, opts: &ViewOptions, cache: &mut ViewCach
         .map(|(k, p)| proc_at(k, p, t, opts.window))
         .collect();
 
-    let mut vm = ViewModel::default();
-    vm.endpoints
-        .reserve(procs.iter().map(|a| a.eps.len() + 1).sum());
+    let mut n_rows = 0usize;
+    vm.processes.clear();
     let mut status = StatusCounters::default();
     let mut drops = DropCounters::default();
 
     let ranks: BTreeSet<u32> = procs.iter().filter_map(|a| a.p.identity.rank).collect();
     let hosts: BTreeSet<&str> = procs.iter().map(|a| a.key.host.as_str()).collect();
-    let rank_pos: HashMap<u32, usize> = ranks.iter().enumerate().map(|(i, r)| (*r, i)).collect();
+    let rank_pos: FxMap<u32, usize> = ranks.iter().enumerate().map(|(i, r)| (*r, i)).collect();
     let host_pos: HashMap<&str, usize> = hosts.iter().enumerate().map(|(i, h)| (*h, i)).collect();
+    // Address hash → (owning process, its rank, its host's matrix index).
+    let owners: FxMap<u64, (&ProcKey, Option<u32>, Option<usize>)> = model
+        .processes
+        .iter()
+        .flat_map(|(k, p)| {
+            let rank = p.identity.rank;
+            let hi = host_pos.get(k.host.as_str()).copied();
+            p.identity
+                .own_addr_hashes
+                .iter()
+                .map(move |h| (*h, (k, rank, hi)))
+        })
+        .filter(|(h, _)| *h != 0)
+        .collect();
+    let mut eps: Vec<u32> = Vec::new();
     let square = |n: usize| vec![vec![0.0f64; n]; n];
     let mut rank_m = (square(ranks.len()), square(ranks.len()));
     let mut node_m = (square(hosts.len()), square(hosts.len()));
@@ -401,8 +515,8 @@ pub fn build_view_cached(model: &Model, opts: &ViewOptions, cache: &mut ViewCach
         modes.insert(p.identity.mode().name());
         let tot = a
             .eps
-            .values()
-            .map(|e| e.tot)
+            .iter()
+            .map(|(_, e)| e.tot)
             .fold(Sums::default(), |x, y| Sums {
                 tx: x.tx + y.tx,
                 rx: x.rx + y.rx,
@@ -427,9 +541,10 @@ pub fn build_view_cached(model: &Model, opts: &ViewOptions, cache: &mut ViewCach
 
         // Every endpoint with traffic, defined QPs/endpoints that have none yet (idle), and the
         // unattributed row of every reporting process, even when it is zero: totals never hide it.
-        let mut eps: BTreeSet<u32> = a.eps.keys().copied().collect();
+        eps.clear();
+        eps.extend(a.eps.iter().map(|(ep, _)| ep));
         if a.has_data {
-            eps.insert(UNATTRIBUTED_EP);
+            eps.push(UNATTRIBUTED_EP);
         }
         for (id, d) in &p.endpoints {
             if matches!(
@@ -439,81 +554,96 @@ pub fn build_view_cached(model: &Model, opts: &ViewOptions, cache: &mut ViewCach
                     | EndpointKind::VerbsQp
                     | EndpointKind::DevxQp
             ) {
-                eps.insert(*id);
+                eps.push(*id);
             }
         }
-        for ep in eps {
+        eps.sort_unstable();
+        eps.dedup();
+        let host_i = host_pos.get(a.key.host.as_str()).copied();
+        let rank_i = p.identity.rank.and_then(|r| rank_pos.get(&r).copied());
+        for &ep in &eps {
             let def = p.endpoints.get(&ep);
             let empty = EpSums::default();
-            let es = a.eps.get(&ep).unwrap_or(&empty);
+            let es = a.eps.get(ep).unwrap_or(&empty);
             let (ts, ws, ns) = (es.tot, es.win, es.now);
             win_tx += ws.tx;
             win_rx += ws.rx;
             let peer_of = def.and_then(|d| owners.get(&d.peer.addr_hash).copied());
             let peer_key = peer_of.map(|x| x.0);
             let peer_rank = peer_of.and_then(|x| x.1);
-            let mut peer = Peer::default();
-            if let Some(d) = def {
-                peer.id = match d.peer.qpn {
-                    Some(q) => format!("0x{q:x}"),
-                    None if peer_key.is_none() => d.peer.text.clone(),
-                    None => String::new(),
-                };
+            // The row of the previous build is overwritten in place: its strings and vectors keep
+            // their buffers, so a steady view allocates nothing per row.
+            if n_rows == vm.endpoints.len() {
+                vm.endpoints.push(EndpointRow::default());
             }
-            if let Some(pk) = peer_key {
-                peer.host = pk.host.clone();
-                peer.rank = peer_rank;
-                if peer.rank.is_none() {
-                    peer.id = format!("pid {}", pk.pid);
+            let row = &mut vm.endpoints[n_rows];
+            n_rows += 1;
+            row.peer.id.clear();
+            row.peer.host.clear();
+            row.peer.rank = None;
+            if let Some(d) = def {
+                match d.peer.qpn {
+                    Some(q) => set_fmt(&mut row.peer.id, format_args!("0x{q:x}")),
+                    None if peer_key.is_none() => set_str(&mut row.peer.id, &d.peer.text),
+                    None => {}
                 }
             }
-            let mut by_op: Vec<(String, u64)> =
-                es.ops.iter().map(|(op, n)| (op_name(*op), *n)).collect();
-            by_op.sort_by(|x, y| y.1.cmp(&x.1).then_with(|| x.0.cmp(&y.0)));
+            if let Some(pk) = peer_key {
+                set_str(&mut row.peer.host, &pk.host);
+                row.peer.rank = peer_rank;
+                if peer_rank.is_none() {
+                    set_fmt(&mut row.peer.id, format_args!("pid {}", pk.pid));
+                }
+            }
+            // Operations by code, most first (ties by name).
+            let n_ops = es.ops.count();
+            row.ops_by_opcode.truncate(n_ops);
+            while row.ops_by_opcode.len() < n_ops {
+                row.ops_by_opcode.push((String::new(), 0));
+            }
+            for (slot, (op, n)) in row.ops_by_opcode.iter_mut().zip(es.ops.iter()) {
+                op_name_into(&mut slot.0, op);
+                slot.1 = n;
+            }
+            row.ops_by_opcode
+                .sort_by(|x, y| y.1.cmp(&x.1).then_with(|| x.0.cmp(&y.0)));
             let is_gpu_qp = def.is_some_and(|d| d.kind == EndpointKind::DevxQp || d.gpu.is_some());
-            let state = p.ep_state.get(&ep).cloned().unwrap_or_default();
-            let row = EndpointRow {
-                host: a.key.host.clone(),
-                rank: p.identity.rank,
-                pid: a.key.pid,
-                layer: def.map(|d| d.layer.short().to_string()).unwrap_or_default(),
-                local_id: local_id(p, ep),
-                peer,
-                transport: def.map(|d| d.transport.clone()).unwrap_or_default(),
-                state: if p.exited && state.is_empty() {
-                    "exited".into()
-                } else {
-                    state
-                },
-                tx_bps: per_s(ns.tx, a.now_ns),
-                rx_bps: per_s(ns.rx, a.now_ns),
-                tx_bps_window: per_s(ws.tx, a.window_ns),
-                rx_bps_window: per_s(ws.rx, a.window_ns),
-                tx_bytes: ts.tx,
-                rx_bytes: ts.rx,
-                ops_per_s: per_s(ns.ops, a.now_ns),
-                ops_by_opcode: by_op,
-                doorbells_per_s: (is_gpu_qp || ts.doorbells > 0)
-                    .then(|| per_s(ns.doorbells, a.now_ns)),
-                posted: None,
-                unattributed: ep == UNATTRIBUTED_EP,
-            };
+            set_str(&mut row.host, &a.key.host);
+            row.rank = p.identity.rank;
+            row.pid = a.key.pid;
+            set_str(&mut row.layer, def.map_or("", |d| d.layer.short()));
+            local_id_into(&mut row.local_id, p, ep);
+            set_str(&mut row.transport, def.map_or("", |d| d.transport.as_str()));
+            match p.ep_state.get(&ep) {
+                Some(st) if !st.is_empty() => set_str(&mut row.state, st),
+                _ if p.exited => set_str(&mut row.state, "exited"),
+                _ => row.state.clear(),
+            }
+            row.tx_bps = per_s(ns.tx, a.now_ns);
+            row.rx_bps = per_s(ns.rx, a.now_ns);
+            row.tx_bps_window = per_s(ws.tx, a.window_ns);
+            row.rx_bps_window = per_s(ws.rx, a.window_ns);
+            row.tx_bytes = ts.tx;
+            row.rx_bytes = ts.rx;
+            row.ops_per_s = per_s(ns.ops, a.now_ns);
+            row.doorbells_per_s =
+                (is_gpu_qp || ts.doorbells > 0).then(|| per_s(ns.doorbells, a.now_ns));
+            row.posted = None;
+            row.unattributed = ep == UNATTRIBUTED_EP;
+            let row = &vm.endpoints[n_rows - 1];
             prow.tx_bps += row.tx_bps;
             prow.rx_bps += row.rx_bps;
             prow.ops_per_s += row.ops_per_s;
 
             // Matrices: bytes in the window and rate now, from this endpoint to its peer.
-            if let Some(pk) = peer_key {
-                if let (Some(sr), Some(dr)) = (p.identity.rank, peer_rank)
-                    && let (Some(&i), Some(&j)) = (rank_pos.get(&sr), rank_pos.get(&dr))
+            if let Some((_, _, peer_host_i)) = peer_of {
+                if let (Some(i), Some(dr)) = (rank_i, peer_rank)
+                    && let Some(&j) = rank_pos.get(&dr)
                 {
                     rank_m.0[i][j] += ws.tx as f64;
                     rank_m.1[i][j] += row.tx_bps;
                 }
-                if let (Some(&i), Some(&j)) = (
-                    host_pos.get(a.key.host.as_str()),
-                    host_pos.get(pk.host.as_str()),
-                ) {
+                if let (Some(i), Some(j)) = (host_i, peer_host_i) {
                     node_m.0[i][j] += ws.tx as f64;
                     node_m.1[i][j] += row.tx_bps;
                 }
@@ -539,7 +669,6 @@ pub fn build_view_cached(model: &Model, opts: &ViewOptions, cache: &mut ViewCach
                     }
                 }
             }
-            vm.endpoints.push(row);
         }
         let win_tx_bps = per_s(win_tx, a.window_ns);
         let win_rx_bps = per_s(win_rx, a.window_ns);
@@ -570,6 +699,7 @@ pub fn build_view_cached(model: &Model, opts: &ViewOptions, cache: &mut ViewCach
         vm.processes.push(prow);
     }
 
+    vm.endpoints.truncate(n_rows);
     vm.nodes = node_rows.into_values().collect();
     vm.ranks = rank_rows.into_values().collect();
     vm.gpus = gpus.into_values().collect();
@@ -649,7 +779,6 @@ pub fn build_view_cached(model: &Model, opts: &ViewOptions, cache: &mut ViewCach
             }
         },
     };
-    vm
 }
 
 /// Sample times of the reference timeline that end at `t` (at most SPARK_SAMPLES + 1).
@@ -678,6 +807,7 @@ fn bandwidth_history(model: &Model, t: u64, cache: &mut ViewCache) -> (Vec<(f64,
         // Walk the sample times and the history together (both ascending).
         let mut i = idx_at(&p.history, times[0]).unwrap_or(0);
         let mut last: Option<(usize, (u64, u64))> = None;
+        let mut cur = 0usize;
         for (j, tj) in times.iter().enumerate() {
             while i + 1 < p.history.len() && p.history[i + 1].at_ns <= *tj {
                 i += 1;
@@ -687,7 +817,7 @@ fn bandwidth_history(model: &Model, t: u64, cache: &mut ViewCache) -> (Vec<(f64,
             };
             let s = match last {
                 Some((li, s)) if li == i => s,
-                _ => ViewCache::totals(&mut list, snap),
+                _ => ViewCache::totals(&mut list, &mut cur, snap),
             };
             last = Some((i, s));
             cum[j].0 += s.0;
@@ -740,19 +870,19 @@ fn doorbell_model(
     // Which endpoints ring doorbells, grouped by series.
     let mut groups: DoorbellGroups = BTreeMap::new();
     for a in procs {
-        for (ep, es) in &a.eps {
+        for (ep, es) in a.eps.iter() {
             if es.tot.doorbells > 0 {
-                let def = a.p.endpoints.get(ep);
+                let def = a.p.endpoints.get(&ep);
                 let gpu = def.and_then(|d| d.gpu);
                 let qpn = if gpu.is_none() {
-                    Some(def.and_then(|d| d.qpn).unwrap_or(*ep))
+                    Some(def.and_then(|d| d.qpn).unwrap_or(ep))
                 } else {
                     None
                 };
                 groups
                     .entry((a.key.host.clone(), gpu, qpn))
                     .or_default()
-                    .push((a.key, *ep));
+                    .push((a.key, ep));
             }
         }
     }
@@ -1030,6 +1160,31 @@ mod tests {
         assert_eq!(vm.header.qps, 2);
         assert_eq!(vm.history_len, 30);
         assert_eq!(vm.history_pos, 29);
+    }
+
+    #[test]
+    fn building_into_a_previous_view_equals_a_fresh_build() {
+        let m = model();
+        let mut cache = ViewCache::default();
+        let mut vm = ViewModel::default();
+        // A bigger view first (doorbells, GPU rows, more endpoints), then smaller ones into it.
+        let mut big = model();
+        let k = ProcKey {
+            host: "n2".into(),
+            pid: 30,
+        };
+        big.apply(&k, Frame::hello(ident(30, 2, "n2", 0xc)));
+        big.apply(&k, Frame::Endpoints((1..=5).map(|i| ep(i, 0xa)).collect()));
+        build_view_into(&big, &opts(Window::All, None), &mut cache, &mut vm);
+        assert!(vm.endpoints.len() > 4);
+        for (w, at) in [
+            (Window::S10, None),
+            (Window::S1, Some(T0 + 15 * S)),
+            (Window::All, None),
+        ] {
+            build_view_into(&m, &opts(w, at), &mut cache, &mut vm);
+            assert_eq!(vm, build_view(&m, &opts(w, at)), "{w:?} {at:?}");
+        }
     }
 
     #[test]

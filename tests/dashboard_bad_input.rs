@@ -6,7 +6,7 @@ mod common;
 
 use std::io::Write;
 use std::os::unix::net::UnixListener;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use ratatui::Terminal;
@@ -131,8 +131,17 @@ fn corrupt_recording_is_reported_and_replayed_up_to_the_damage() {
     let dir = common::scratch("bad-recording");
     let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/demo-moe");
     copy_dir(&fixture, &dir);
-    // Flip bytes in the middle of one thread file's first chunk.
-    let tf = dir.join("vm/1944/thread-1944.ste");
+    // Flip bytes in the middle of one thread file's first chunk (the first process's, whatever
+    // its pid in the current fixture).
+    let mut procs: Vec<PathBuf> = std::fs::read_dir(dir.join("vm"))
+        .expect("vm/")
+        .flatten()
+        .map(|e| e.path())
+        .collect();
+    procs.sort();
+    let pid = procs[0].file_name().expect("pid").to_string_lossy().into_owned();
+    let tf_name = format!("thread-{pid}.ste");
+    let tf = procs[0].join(&tf_name);
     let mut bytes = std::fs::read(&tf).expect("read");
     let mid = bytes.len() / 2;
     for b in &mut bytes[mid..mid + 8] {
@@ -141,7 +150,7 @@ fn corrupt_recording_is_reported_and_replayed_up_to_the_damage() {
     std::fs::write(&tf, bytes).expect("write");
     let src = ReplaySource::open(std::slice::from_ref(&dir), "replay", 100.0).expect("opens");
     let mut dash = Dashboard::new(src, App::new(Theme::dark()));
-    let msg = until_status(&mut dash, "thread-1944.ste");
+    let msg = until_status(&mut dash, &tf_name);
     assert!(msg.contains("checksum") || msg.contains("chunk"), "{msg}");
     // Playback goes on to the end for every process.
     let start = Instant::now();

@@ -1,23 +1,33 @@
 //! Dashboard benchmarks (not run in CI; results go to BENCHMARKS.md under "Dashboard"):
 //!
 //! ```text
-//! cargo test --release --test dashboard_bench -- --ignored --nocapture --test-threads 1
+//! cargo test --release --test dashboard_bench --no-run
+//! B=$(ls -t target/release/deps/dashboard_bench-* | grep -v '\.d$' | head -1)
+//! for t in rows_4096_at_4hz events_1m_per_s build_view_4096_profile draw_4096_profile; do
+//!   $B --ignored --nocapture --exact $t     # one process per test, so peak RSS is per test
+//! done
 //! ```
 //!
 //! 1. `rows_4096_at_4hz`: a synthetic recording of 64 processes × 64 QPs (4,096 QP rows, plus one
-//!    unattributed row per process) replayed at 1× through the real dashboard loop (source poll
-//!    every 50 ms, view rebuilt and drawn at 4 Hz on the QPs tab, 200×60, into /dev/null through the
-//!    crossterm backend) for 30 s: CPU of one core (getrusage) and peak RSS.
+//!    unattributed row per process) replayed at 1× through the real dashboard loop
+//!    (`Dashboard::tick`, `draw` and `wait`: a recording is polled when a refresh is due, the view
+//!    rebuilt when new data arrived and drawn at 4 Hz on the QPs tab, 200×60, into /dev/null
+//!    through the crossterm backend, buffered like the dashboard's stdout) for 30 s: CPU of one
+//!    core (getrusage), peak RSS, and the CPU of ticks and draws (CLOCK_THREAD_CPUTIME_ID).
 //! 2. `events_1m_per_s`: a fake traced process serves the real wire protocol on a Unix socket and
 //!    offers 1,000,000 sampled events/s (10,000 every 10 ms) plus a snapshot every 250 ms; the
 //!    dashboard attaches through `LiveSource` and runs its loop for 10 s. The producer never blocks:
-//!    whatever the socket does not take at once is counted as dropped. CPU of the dashboard thread
-//!    (RUSAGE_THREAD), events offered / sent / dropped.
+//!    whatever the socket does not take at once is counted as dropped. Its socket has the 4 MiB
+//!    send buffer the preload's collector gives each live client (`SIGMATOP_BENCH_SNDBUF=0`: the
+//!    kernel's default). CPU of the dashboard thread (RUSAGE_THREAD), events offered / sent /
+//!    dropped.
+//! 3. `build_view_4096_profile`, `draw_4096_profile`: `build_view_into` alone and `draw` alone on
+//!    the same 4,160-row model, CPU per call.
 
 mod common;
 
 use std::fs::File;
-use std::io::{ErrorKind, Write};
+use std::io::{BufWriter, ErrorKind, Write};
 use std::os::unix::net::UnixListener;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -26,7 +36,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use ratatui::backend::CrosstermBackend;
 use ratatui::layout::Rect;
 use ratatui::{Terminal, TerminalOptions, Viewport};
-use sigmatop::cli::dashboard::{Dashboard, INPUT_POLL, LiveFeed};
+use sigmatop::cli::dashboard::{Dashboard, LiveFeed};
 use sigmatop::cli::replay::ReplaySource;
 use sigmatop::event::{
     ClockSample, EndpointDef, EndpointKind, Event, Identity, Layer, Op, OpCount, Peer, Snapshot,
@@ -56,10 +66,23 @@ fn rusage(who: libc::c_int) -> (f64, i64) {
     (t(ru.ru_utime) + t(ru.ru_stime), ru.ru_maxrss)
 }
 
-fn terminal() -> Terminal<CrosstermBackend<File>> {
+/// A 200×60 terminal writing to /dev/null, buffered as the dashboard's stdout is (crossterm
+/// writes each escape sequence separately: unbuffered, every one would be a system call).
+/// CPU time of the calling thread (CLOCK_THREAD_CPUTIME_ID: exact, unlike getrusage's
+/// tick-sampled split, which is too coarse for a few milliseconds).
+fn thread_cpu() -> f64 {
+    // SAFETY: timespec is plain old data, filled by clock_gettime.
+    let mut ts: libc::timespec = unsafe { std::mem::zeroed() };
+    // SAFETY: the pointer is valid for the call.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    assert_eq!(rc, 0, "clock_gettime");
+    ts.tv_sec as f64 + ts.tv_nsec as f64 / 1e9
+}
+
+fn terminal() -> Terminal<CrosstermBackend<BufWriter<File>>> {
     let null = File::create("/dev/null").expect("/dev/null");
     Terminal::with_options(
-        CrosstermBackend::new(null),
+        CrosstermBackend::new(BufWriter::with_capacity(64 * 1024, null)),
         TerminalOptions {
             viewport: Viewport::Fixed(Rect::new(0, 0, 200, 60)),
         },
@@ -162,16 +185,22 @@ fn rows_4096_at_4hz() {
     let (cpu0, _) = rusage(libc::RUSAGE_SELF);
     let t0 = Instant::now();
     let (mut frames, mut frame_time, mut draw_time) = (0u32, Duration::ZERO, Duration::ZERO);
+    let (mut tick_cpu, mut draw_cpu) = (0.0, 0.0);
     while t0.elapsed() < Duration::from_secs(30) {
         let f0 = Instant::now();
-        if dash.tick() {
+        let c0 = thread_cpu();
+        let changed = dash.tick();
+        let c1 = thread_cpu();
+        tick_cpu += c1 - c0;
+        if changed {
             let d0 = Instant::now();
             dash.draw(&mut term).expect("draw");
+            draw_cpu += thread_cpu() - c1;
             frames += 1;
             frame_time += f0.elapsed();
             draw_time += d0.elapsed();
         }
-        std::thread::sleep(dash.until_due().min(INPUT_POLL));
+        std::thread::sleep(dash.wait());
     }
     let wall = t0.elapsed().as_secs_f64();
     let (cpu1, maxrss) = rusage(libc::RUSAGE_SELF);
@@ -179,11 +208,14 @@ fn rows_4096_at_4hz() {
     let cpu_pct = (cpu1 - cpu0) / wall * 100.0;
     println!(
         "DASHBOARD 4096: {rows} endpoint rows, {frames} frames in {wall:.1}s ({:.2} Hz), \
-         poll+build+draw {:.2} ms/frame (draw {:.2}), CPU {cpu_pct:.2}% of one core, peak RSS {:.1} MB",
+         poll+build+draw {:.2} ms/frame (draw {:.2}), CPU {cpu_pct:.2}% of one core, peak RSS {:.1} MB; \
+         CPU per second: ticks (poll + build) {:.2} ms, draws {:.2} ms",
         frames as f64 / wall,
         frame_time.as_secs_f64() * 1e3 / frames.max(1) as f64,
         draw_time.as_secs_f64() * 1e3 / frames.max(1) as f64,
-        maxrss as f64 / 1024.0
+        maxrss as f64 / 1024.0,
+        tick_cpu * 1e3 / wall,
+        draw_cpu * 1e3 / wall,
     );
     assert_eq!(rows, 64 * 64 + 64);
     let _ = std::fs::remove_dir_all(&dir);
@@ -227,6 +259,27 @@ fn events_1m_per_s() {
             &mut buf,
         )
         .expect("encode");
+        // As the preload's collector does for each live client (preload/src/server.rs): a 4 MiB
+        // send buffer, so that a briefly descheduled dashboard does not cost frames. Set
+        // SIGMATOP_BENCH_SNDBUF=0 to keep the kernel's default and compare.
+        let sndbuf: libc::c_int = std::env::var("SIGMATOP_BENCH_SNDBUF")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(4 << 20);
+        if sndbuf > 0 {
+            use std::os::fd::AsRawFd;
+            // SAFETY: valid fd, option value and length.
+            let rc = unsafe {
+                libc::setsockopt(
+                    conn.as_raw_fd(),
+                    libc::SOL_SOCKET,
+                    libc::SO_SNDBUF,
+                    &sndbuf as *const libc::c_int as *const libc::c_void,
+                    std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+                )
+            };
+            assert_eq!(rc, 0, "SO_SNDBUF");
+        }
         conn.write_all(&buf).expect("hello");
         conn.set_nonblocking(true).expect("nonblocking");
         let (mut offered, mut sent, mut dropped) = (0u64, 0u64, 0u64);
@@ -310,7 +363,7 @@ fn events_1m_per_s() {
             dash.draw(&mut term).expect("draw");
             frames += 1;
         }
-        std::thread::sleep(dash.until_due().min(INPUT_POLL));
+        std::thread::sleep(dash.wait());
     }
     let wall = t0.elapsed().as_secs_f64();
     let (cpu1, _) = rusage(libc::RUSAGE_THREAD);
@@ -339,24 +392,65 @@ fn events_1m_per_s() {
 #[test]
 #[ignore]
 fn build_view_4096_profile() {
-    use sigmatop::view::{ViewCache, ViewOptions, build_view_cached};
+    use sigmatop::view::{ViewCache, ViewOptions, build_view_into};
     let dir = common::scratch("bench-build");
     synthetic_recording(&dir, 64, 64, 32);
     let rec = sigmatop::trace::reader::Recording::open(std::slice::from_ref(&dir)).expect("open");
     let model = sigmatop::agg::Model::from_recording(&rec);
     let opts = ViewOptions::default();
     let mut cache = ViewCache::default();
-    build_view_cached(&model, &opts, &mut cache);
+    // As the dashboard does: into the previous frame's view model.
+    let mut vm = sigmatop_tui::ViewModel::default();
+    build_view_into(&model, &opts, &mut cache, &mut vm);
     let t0 = Instant::now();
-    let n = 100;
+    let cpu0 = thread_cpu();
+    let n = 200;
     let mut rows = 0;
     for _ in 0..n {
-        rows += build_view_cached(&model, &opts, &mut cache).endpoints.len();
+        build_view_into(&model, &opts, &mut cache, &mut vm);
+        rows += vm.endpoints.len();
     }
+    let cpu1 = thread_cpu();
     println!(
-        "DASHBOARD build_view: {:.2} ms per build of {} rows",
+        "DASHBOARD build_view: {:.2} ms per build of {} rows ({:.2} ms of CPU)",
         t0.elapsed().as_secs_f64() * 1e3 / n as f64,
-        rows / n
+        rows / n,
+        (cpu1 - cpu0) * 1e3 / n as f64
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+#[ignore]
+fn draw_4096_profile() {
+    use sigmatop::view::{ViewCache, ViewOptions, build_view_into};
+    let dir = common::scratch("bench-draw");
+    synthetic_recording(&dir, 64, 64, 32);
+    let rec = sigmatop::trace::reader::Recording::open(std::slice::from_ref(&dir)).expect("open");
+    let model = sigmatop::agg::Model::from_recording(&rec);
+    let mut vm = sigmatop_tui::ViewModel::default();
+    build_view_into(
+        &model,
+        &ViewOptions::default(),
+        &mut ViewCache::default(),
+        &mut vm,
+    );
+    let mut app = App::new(Theme::dark());
+    app.tab = Tab::Qps;
+    let mut term = terminal();
+    let n = 200;
+    let cpu0 = thread_cpu();
+    for i in 0..n {
+        // Move the cursor so that every frame differs from the one before.
+        app.selected[Tab::Qps.index()] = i % 2;
+        term.draw(|f| sigmatop_tui::draw(f, &app, &vm))
+            .expect("draw");
+    }
+    let cpu1 = thread_cpu();
+    println!(
+        "DASHBOARD draw: {:.2} ms of CPU per frame of the QPs tab, {} rows, 200×60",
+        (cpu1 - cpu0) * 1e3 / n as f64,
+        vm.endpoints.len()
     );
     let _ = std::fs::remove_dir_all(&dir);
 }

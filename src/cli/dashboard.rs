@@ -55,6 +55,12 @@ pub trait Source {
     fn note(&self) -> Option<String> {
         None
     }
+    /// Longest wait between polls when no key arrives. Live sockets are drained every
+    /// INPUT_POLL; a source that nothing pushes into (a recording) is polled only when a refresh
+    /// is due, which shows the same view without waking up 100 times a second.
+    fn poll_every(&self) -> Duration {
+        INPUT_POLL
+    }
 }
 
 /// Dashboard state without the terminal: testable and usable with any ratatui backend.
@@ -67,6 +73,37 @@ pub struct Dashboard<S: Source> {
     pub at: Option<u64>,
     last_build: Option<Instant>,
     cache: view::ViewCache,
+    /// New data arrived, or the view options changed, since the last build.
+    dirty: bool,
+    /// What the model looked like at the last poll (to see changes `poll` does not count).
+    mark: ModelMark,
+    /// Wall-clock second of the last build of a live view (its clock and "now" rates move on
+    /// even when no data arrives).
+    built_second: Option<u64>,
+    /// The status message as built, before the source's note is put in front of it.
+    built_message: Option<String>,
+    note: Option<String>,
+}
+
+/// A cheap fingerprint of what a poll can change besides applied frames: messages, processes
+/// that appear, exit or fail.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct ModelMark {
+    messages: usize,
+    processes: usize,
+    exited: usize,
+    problems: usize,
+}
+
+impl ModelMark {
+    fn of(m: &Model) -> ModelMark {
+        ModelMark {
+            messages: m.messages.len(),
+            processes: m.processes.len(),
+            exited: m.processes.values().filter(|p| p.exited).count(),
+            problems: m.processes.values().filter(|p| p.problem.is_some()).count(),
+        }
+    }
 }
 
 impl<S: Source> Dashboard<S> {
@@ -79,6 +116,11 @@ impl<S: Source> Dashboard<S> {
             at: None,
             last_build: None,
             cache: view::ViewCache::default(),
+            dirty: true,
+            mark: ModelMark::default(),
+            built_second: None,
+            built_message: None,
+            note: None,
         }
     }
 
@@ -88,55 +130,71 @@ impl<S: Source> Dashboard<S> {
             at: self.at,
             source: self.source.label(),
             clock: self.source.clock_style(),
-            now_ns: (self.at.is_none() && self.source.clock_style() == ClockStyle::Wall).then(
-                || {
-                    std::time::SystemTime::now()
-                        .duration_since(std::time::UNIX_EPOCH)
-                        .map_or(0, |d| d.as_nanos() as u64)
-                },
-            ),
+            now_ns: (self.at.is_none() && self.source.clock_style() == ClockStyle::Wall)
+                .then(wall_ns),
         }
     }
 
     /// Rebuilds the view model from the model now.
     pub fn rebuild(&mut self) {
-        self.vm = view::build_view_cached(&self.model, &self.options(), &mut self.cache);
-        let note = self.source.note();
-        self.vm.status.message = match (note, self.vm.status.message.take()) {
-            (Some(n), Some(m)) => Some(format!("{n} · {m}")),
-            (n, m) => n.or(m),
-        };
+        let opts = self.options();
+        view::build_view_into(&self.model, &opts, &mut self.cache, &mut self.vm);
+        self.built_second = opts.now_ns.map(|n| n / 1_000_000_000);
+        self.built_message = self.vm.status.message.take();
+        self.note = self.source.note();
+        self.compose_message();
+        self.dirty = false;
         self.last_build = Some(Instant::now());
     }
 
-    /// Polls the source; rebuilds the view when a refresh is due and the view is not paused.
-    /// Returns true when the view changed (a draw is needed).
+    /// The status message: the source's note in front of the built message.
+    fn compose_message(&mut self) {
+        self.vm.status.message = match (&self.note, &self.built_message) {
+            (Some(n), Some(m)) => Some(format!("{n} · {m}")),
+            (n, m) => n.clone().or_else(|| m.clone()),
+        };
+    }
+
+    /// Polls the source; at most every REFRESH, rebuilds the view when new data arrived (or, for a
+    /// live view, when the wall-clock second moved on), and refreshes the source's note. Returns
+    /// true when the view changed (a draw is needed). A paused view stays frozen.
     pub fn tick(&mut self) -> bool {
-        self.source.poll(&mut self.model);
-        let due = self.last_build.is_none_or(|t| t.elapsed() >= REFRESH);
-        if due && !self.app.paused {
-            self.rebuild();
-            return true;
+        let applied = self.source.poll(&mut self.model);
+        let mark = ModelMark::of(&self.model);
+        if applied > 0 || mark != self.mark {
+            self.dirty = true;
+            self.mark = mark;
         }
-        if due && self.app.paused {
-            // Keep the frozen view, but refresh the source's note (e.g. "child exited").
-            self.last_build = Some(Instant::now());
-            let note = self.source.note();
-            if let Some(n) = note {
-                let rest = self
-                    .vm
-                    .status
-                    .message
-                    .as_deref()
-                    .and_then(|m| m.split_once(" · ").map(|x| x.1.to_string()));
-                self.vm.status.message = Some(match rest {
-                    Some(r) => format!("{n} · {r}"),
-                    None => n,
-                });
+        let due = self.last_build.is_none_or(|t| t.elapsed() >= REFRESH);
+        if !due {
+            return false;
+        }
+        if !self.app.paused {
+            let second_moved = self.built_second.is_some_and(|s| {
+                self.at.is_none()
+                    && self.source.clock_style() == ClockStyle::Wall
+                    && s != wall_ns() / 1_000_000_000
+            });
+            if self.dirty || second_moved {
+                self.rebuild();
+                return true;
             }
+        }
+        // Nothing new to build: keep the view, but refresh the source's note (e.g. "child
+        // exited", "replay finished").
+        self.last_build = Some(Instant::now());
+        let note = self.source.note();
+        if note != self.note {
+            self.note = note;
+            self.compose_message();
             return true;
         }
         false
+    }
+
+    /// How long the loop may wait for input before it calls `tick` again.
+    pub fn wait(&self) -> Duration {
+        self.until_due().min(self.source.poll_every())
     }
 
     /// Time until the next refresh is due.
@@ -175,10 +233,8 @@ impl<S: Source> Dashboard<S> {
             }
             Action::ChangeSpeed(d) => {
                 self.source.change_speed(d);
-                let note = self.source.note();
-                if let Some(n) = note {
-                    self.vm.status.message = Some(n);
-                }
+                self.note = self.source.note();
+                self.compose_message();
             }
         }
         false
@@ -188,6 +244,13 @@ impl<S: Source> Dashboard<S> {
         term.draw(|f| sigmatop_tui::draw(f, &self.app, &self.vm))
             .map(|_| ())
     }
+}
+
+/// CLOCK_REALTIME in ns.
+fn wall_ns() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64)
 }
 
 /// Puts the terminal back: raw mode off, main screen, cursor shown. Idempotent.
@@ -228,7 +291,10 @@ impl Drop for TerminalGuard {
 /// Runs a dashboard on the terminal until the user quits; gives the dashboard back.
 pub fn run_terminal<S: Source>(mut dash: Dashboard<S>) -> Result<Dashboard<S>, String> {
     let guard = TerminalGuard::enter().map_err(|e| format!("cannot set up the terminal: {e}"))?;
-    let mut term = Terminal::new(CrosstermBackend::new(io::stdout()))
+    // One write per frame (stdout alone is line-buffered with a small buffer, and a frame is a
+    // run of escape sequences without newlines): fewer system calls and fewer ssh packets.
+    let out = io::BufWriter::with_capacity(1 << 16, io::stdout());
+    let mut term = Terminal::new(CrosstermBackend::new(out))
         .map_err(|e| format!("cannot set up the terminal: {e}"))?;
     let res = (|| -> io::Result<()> {
         let mut need_draw = true;
@@ -240,7 +306,7 @@ pub fn run_terminal<S: Source>(mut dash: Dashboard<S>) -> Result<Dashboard<S>, S
                 dash.draw(&mut term)?;
                 need_draw = false;
             }
-            let wait = dash.until_due().min(INPUT_POLL);
+            let wait = dash.wait();
             if event::poll(wait)? {
                 // Drain everything queued before drawing again (fast typing, pasted filters).
                 loop {

@@ -9,12 +9,12 @@
 
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use super::dashboard::{self, Source};
 use super::{CliResult, DemoArgs, ReplayArgs, table};
 use crate::agg::{Model, ProcKey};
-use crate::event::{Event, TscClock};
+use crate::event::{Event, Snapshot, TscClock};
 use crate::trace::reader::{ProcessRecording, Recording, ThreadEventReader};
 use crate::view::ClockStyle;
 use crate::wire::Frame;
@@ -239,11 +239,18 @@ impl ReplaySource {
                 model.apply(&f.key, Frame::Events(batch));
                 applied += 1;
             }
-            while let Some(s) = f.rec.snapshots.get(f.next_snapshot) {
+            while let Some(s) = f.rec.snapshots.get_mut(f.next_snapshot) {
                 if s.at_ns > now {
                     break;
                 }
-                model.apply(&f.key, Frame::Snapshot(s.clone()));
+                // Played once: the model keeps it from here on, so move it rather than copy it
+                // (its time and sequence number stay for anything that looks at the timeline).
+                let kept = Snapshot {
+                    at_ns: s.at_ns,
+                    seq: s.seq,
+                    ..Default::default()
+                };
+                model.apply(&f.key, Frame::Snapshot(std::mem::replace(s, kept)));
                 f.next_snapshot += 1;
                 applied += 1;
             }
@@ -281,6 +288,10 @@ impl Source for ReplaySource {
 
     fn pauses_collection(&self) -> bool {
         true
+    }
+
+    fn poll_every(&self) -> Duration {
+        super::dashboard::REFRESH
     }
 
     fn change_speed(&mut self, d: i32) {

@@ -568,10 +568,11 @@ pub(crate) fn title_line(
     Line::from(spans)
 }
 
-/// A sort key of one cell.
+/// A sort key of one cell: a number, a borrowed field, or text made for the purpose.
 #[derive(Clone, Debug)]
-pub(crate) enum Key {
+pub(crate) enum Key<'a> {
     Num(f64),
+    Str(&'a str),
     Text(String),
 }
 
@@ -614,13 +615,21 @@ fn natural_cmp(a: &str, b: &str) -> Ordering {
     }
 }
 
-impl Key {
+impl Key<'_> {
+    fn text(&self) -> Option<&str> {
+        match self {
+            Key::Num(_) => None,
+            Key::Str(s) => Some(s),
+            Key::Text(s) => Some(s),
+        }
+    }
+
     fn cmp(&self, other: &Key) -> Ordering {
         match (self, other) {
             (Key::Num(a), Key::Num(b)) => a.partial_cmp(b).unwrap_or(Ordering::Equal),
-            (Key::Text(a), Key::Text(b)) => natural_cmp(a, b),
-            (Key::Num(_), Key::Text(_)) => Ordering::Less,
-            (Key::Text(_), Key::Num(_)) => Ordering::Greater,
+            (Key::Num(_), _) => Ordering::Less,
+            (_, Key::Num(_)) => Ordering::Greater,
+            _ => natural_cmp(self.text().unwrap_or(""), other.text().unwrap_or("")),
         }
     }
 }
@@ -643,22 +652,49 @@ pub(crate) struct Col<R> {
     pub right: bool,
     pub max: u16,
     pub cell: fn(&R, &Ctx) -> Span<'static>,
-    pub key: fn(&R) -> Key,
+    pub key: fn(&R) -> Key<'_>,
 }
 
 /// Sorts rows by a column (stable; ties keep the source order).
 pub(crate) fn sort_rows<R>(rows: &mut [&R], cols: &[Col<R>], column: usize, descending: bool) {
-    if cols.is_empty() {
+    sort_rows_front(rows, cols, column, descending, usize::MAX);
+}
+
+/// Like [`sort_rows`], but only the first `front` rows need to end up in order (the rows a table
+/// can show: its cursor plus a page): those are exactly what a full stable sort puts there, the
+/// rest are left in no particular order. With thousands of rows and a page of fifty, this is a
+/// linear selection plus a small sort instead of a full sort every frame.
+pub(crate) fn sort_rows_front<R>(
+    rows: &mut [&R],
+    cols: &[Col<R>],
+    column: usize,
+    descending: bool,
+    front: usize,
+) {
+    if cols.is_empty() || rows.len() < 2 {
         return;
     }
     let c = &cols[column % cols.len()];
-    // Compute each key once (text keys allocate), then sort stably by it.
-    let mut keyed: Vec<(Key, &R)> = rows.iter().map(|r| ((c.key)(r), *r)).collect();
-    keyed.sort_by(|a, b| {
+    // Compute each key once; the source position breaks ties, so the order is total and an
+    // unstable selection gives what the stable sort gives.
+    let mut keyed: Vec<(Key, usize, &R)> = rows
+        .iter()
+        .enumerate()
+        .map(|(i, r)| ((c.key)(r), i, *r))
+        .collect();
+    let order = |a: &(Key, usize, &R), b: &(Key, usize, &R)| {
         let o = a.0.cmp(&b.0);
-        if descending { o.reverse() } else { o }
-    });
-    for (slot, (_, r)) in rows.iter_mut().zip(keyed) {
+        let o = if descending { o.reverse() } else { o };
+        o.then(a.1.cmp(&b.1))
+    };
+    if front < keyed.len() {
+        let n = front.max(1);
+        keyed.select_nth_unstable_by(n - 1, order);
+        keyed[..n].sort_unstable_by(order);
+    } else {
+        keyed.sort_unstable_by(order);
+    }
+    for (slot, (_, _, r)) in rows.iter_mut().zip(keyed) {
         *slot = r;
     }
 }
@@ -739,11 +775,14 @@ pub(crate) fn render_table<R>(
     }));
     let body: Vec<Row> = cells
         .into_iter()
-        .map(|row| {
+        .map(|mut row| {
             Row::new(shown.iter().map(|&i| {
-                let span = row[i].clone();
-                let text = truncate(&span.content, widths[i] as usize);
-                Cell::from(Line::from(Span::styled(text, span.style)).alignment(align(i)))
+                let mut span = std::mem::take(&mut row[i]);
+                let w = widths[i] as usize;
+                if span.width() > w {
+                    span.content = truncate(&span.content, w).into();
+                }
+                Cell::from(Line::from(span).alignment(align(i)))
             }))
         })
         .collect();
@@ -836,6 +875,56 @@ mod tests {
         let mut v = vec!["node10", "node2", "node1", "Node3"];
         v.sort_by(|a, b| natural_cmp(a, b));
         assert_eq!(v, vec!["node1", "node2", "Node3", "node10"]);
+    }
+
+    #[test]
+    fn sorting_the_front_gives_the_front_of_a_full_stable_sort() {
+        let cols: Vec<Col<(u32, &str)>> = vec![
+            Col {
+                title: "n".into(),
+                prio: 0,
+                right: true,
+                max: 4,
+                cell: |r, _| Span::raw(r.0.to_string()),
+                key: |r| Key::Num(f64::from(r.0 % 7)),
+            },
+            Col {
+                title: "s".into(),
+                prio: 0,
+                right: false,
+                max: 4,
+                cell: |r, _| Span::raw(r.1.to_string()),
+                key: |r| Key::Str(r.1),
+            },
+        ];
+        let names = ["b", "a10", "a2", "c", "a1"];
+        let data: Vec<(u32, &str)> = (0..200u32)
+            .map(|i| (i * 31 % 97, names[i as usize % names.len()]))
+            .collect();
+        for column in 0..2 {
+            for desc in [false, true] {
+                let mut full: Vec<&(u32, &str)> = data.iter().collect();
+                full.sort_by(|a, b| {
+                    let o = (cols[column].key)(a).cmp(&(cols[column].key)(b));
+                    if desc { o.reverse() } else { o }
+                });
+                for front in [0, 1, 7, 50, 199, 200, 500] {
+                    let mut rows: Vec<&(u32, &str)> = data.iter().collect();
+                    sort_rows_front(&mut rows, &cols, column, desc, front);
+                    let n = front.min(rows.len());
+                    assert_eq!(
+                        rows[..n],
+                        full[..n],
+                        "column {column} desc {desc} front {front}"
+                    );
+                    let mut all = rows.clone();
+                    all.sort();
+                    let mut want = full.clone();
+                    want.sort();
+                    assert_eq!(all, want, "same rows");
+                }
+            }
+        }
     }
 
     #[test]

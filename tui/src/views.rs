@@ -3,8 +3,8 @@
 
 use crate::app::{App, MatrixKind, Tab};
 use crate::draw::{
-    Col, Ctx, Key, SHADES, bar, heat_level, render_table, section, sort_rows, spark, styled,
-    title_line, truncate,
+    Col, Ctx, Key, SHADES, bar, heat_level, render_table, section, sort_rows, sort_rows_front,
+    spark, styled, title_line, truncate,
 };
 use crate::fmt;
 use crate::model::{
@@ -84,7 +84,7 @@ fn process_cols(app: &App) -> Vec<Col<ProcessRow>> {
             right: false,
             max: 16,
             cell: |r, _| Span::raw(r.host.clone()),
-            key: |r| Key::Text(r.host.clone()),
+            key: |r| Key::Str(&r.host),
         },
         Col {
             title: "pid".into(),
@@ -108,7 +108,7 @@ fn process_cols(app: &App) -> Vec<Col<ProcessRow>> {
             right: false,
             max: 9,
             cell: |r, _| Span::raw(r.mode.clone()),
-            key: |r| Key::Text(r.mode.clone()),
+            key: |r| Key::Str(&r.mode),
         },
         Col {
             title: "layers".into(),
@@ -339,7 +339,7 @@ fn endpoint_cols(app: &App) -> Vec<Col<EndpointRow>> {
             right: false,
             max: 14,
             cell: |r, _| Span::raw(r.host.clone()),
-            key: |r| Key::Text(r.host.clone()),
+            key: |r| Key::Str(&r.host),
         },
         Col {
             title: "rank".into(),
@@ -369,7 +369,7 @@ fn endpoint_cols(app: &App) -> Vec<Col<EndpointRow>> {
             right: false,
             max: 6,
             cell: |r, _| Span::raw(r.layer.clone()),
-            key: |r| Key::Text(r.layer.clone()),
+            key: |r| Key::Str(&r.layer),
         },
         Col {
             title: "QPN/ep".into(),
@@ -383,7 +383,7 @@ fn endpoint_cols(app: &App) -> Vec<Col<EndpointRow>> {
                     Span::raw(r.local_id.clone())
                 }
             },
-            key: |r| Key::Text(r.local_id.clone()),
+            key: |r| Key::Str(&r.local_id),
         },
         Col {
             title: "peer".into(),
@@ -405,7 +405,7 @@ fn endpoint_cols(app: &App) -> Vec<Col<EndpointRow>> {
             right: false,
             max: 10,
             cell: |r, _| Span::raw(dash_if_empty(&r.transport)),
-            key: |r| Key::Text(r.transport.clone()),
+            key: |r| Key::Str(&r.transport),
         },
         Col {
             title: "state".into(),
@@ -413,7 +413,7 @@ fn endpoint_cols(app: &App) -> Vec<Col<EndpointRow>> {
             right: false,
             max: 6,
             cell: |r, _| Span::raw(dash_if_empty(&r.state)),
-            key: |r| Key::Text(r.state.clone()),
+            key: |r| Key::Str(&r.state),
         },
         Col {
             title: format!("▲ tx {u}"),
@@ -522,10 +522,20 @@ fn qps(frame: &mut Frame, area: Rect, app: &App, vm: &ViewModel) {
     let filter = app.parsed_filter();
     let t = Tab::Qps.index();
     let cols = endpoint_cols(app);
-    let mut rows: Vec<&EndpointRow> = vm.endpoints.iter().filter(|r| filter.endpoint(r)).collect();
-    sort_rows(&mut rows, &cols, app.sort[t].column, app.sort[t].descending);
-    // Unattributed traffic always sits at the bottom, whatever the sort.
-    rows.sort_by_key(|r| r.unattributed);
+    // Unattributed traffic always sits at the bottom, whatever the sort. Of the (possibly
+    // thousands of) other rows, only those up to the cursor's page need to be in order.
+    let (mut rows, mut unattributed): (Vec<&EndpointRow>, Vec<&EndpointRow>) = vm
+        .endpoints
+        .iter()
+        .filter(|r| filter.endpoint(r))
+        .partition(|r| !r.unattributed);
+    let (col, desc) = (app.sort[t].column, app.sort[t].descending);
+    let front = app.selected[t].saturating_add(area.height as usize);
+    sort_rows_front(&mut rows, &cols, col, desc, front);
+    if rows.len() < front {
+        sort_rows(&mut unattributed, &cols, col, desc);
+    }
+    rows.append(&mut unattributed);
 
     let detail_h: u16 = if area.height >= 30 { 7 } else { 0 };
     let [top, bottom] =
@@ -665,7 +675,7 @@ fn gpu_cols(app: &App) -> Vec<Col<GpuRow>> {
             right: false,
             max: 16,
             cell: |r, _| Span::raw(r.host.clone()),
-            key: |r| Key::Text(r.host.clone()),
+            key: |r| Key::Str(&r.host),
         },
         Col {
             title: "GPU".into(),
@@ -827,7 +837,7 @@ fn node_cols(app: &App) -> Vec<Col<NodeRow>> {
             right: false,
             max: 16,
             cell: |r, _| Span::raw(r.host.clone()),
-            key: |r| Key::Text(r.host.clone()),
+            key: |r| Key::Str(&r.host),
         },
         Col {
             title: format!("▲ egress {u}"),
@@ -946,7 +956,7 @@ fn rank_cols(app: &App) -> Vec<Col<RankRow>> {
             right: false,
             max: 16,
             cell: |r, _| Span::raw(r.host.clone()),
-            key: |r| Key::Text(r.host.clone()),
+            key: |r| Key::Str(&r.host),
         },
     ]
 }
@@ -1313,7 +1323,7 @@ fn doorbell_cols() -> Vec<Col<DoorbellRecord>> {
             right: false,
             max: 12,
             cell: |r, _| Span::raw(r.host.clone()),
-            key: |r| Key::Text(r.host.clone()),
+            key: |r| Key::Str(&r.host),
         },
         Col {
             title: "gpu".into(),
@@ -1351,7 +1361,7 @@ fn doorbell_cols() -> Vec<Col<DoorbellRecord>> {
                     Span::raw(r.opcode.clone())
                 }
             },
-            key: |r| Key::Text(r.opcode.clone()),
+            key: |r| Key::Str(&r.opcode),
         },
         Col {
             title: "len B".into(),
