@@ -517,6 +517,25 @@ pub fn fnv1a64(bytes: &[u8]) -> u64 {
     h
 }
 
+/// A memory region registered (or deregistered) by the process: `ibv_reg_mr`,
+/// `ibv_reg_mr_iova2`, `ibv_reg_dmabuf_mr`, `ibv_dereg_mr`. One-sided operations of a peer name
+/// it by remote address (in `[addr, addr + len)`) and rkey. Control path only.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MemRegion {
+    /// Start of the region as peers address it: the virtual address for `ibv_reg_mr`, the IOVA
+    /// for `_iova2` and dmabuf registrations.
+    pub addr: u64,
+    pub len: u64,
+    pub lkey: u32,
+    pub rkey: u32,
+    /// `ibv_access_flags` of the registration.
+    pub access: u32,
+    /// false: this record is the deregistration of the region named by `rkey`/`addr`/`len`.
+    pub registered: bool,
+    /// When (ns, CLOCK_REALTIME).
+    pub at_ns: u64,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

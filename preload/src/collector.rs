@@ -458,6 +458,9 @@ impl Collector {
                 s.broadcast(&Frame::Updates(ups));
             }
         }
+        for m in registry::take_mrs() {
+            self.record(&ProcessRecord::MemRegion(m));
+        }
     }
 
     fn interval(&mut self) {

@@ -1724,7 +1724,12 @@ pub unsafe extern "C" fn ibv_reg_mr(
         core::ptr::null_mut()
     );
     // SAFETY: the program's arguments, unchanged.
-    unsafe { f(pd, addr, len, access) }
+    let mr = unsafe { f(pd, addr, len, access) };
+    if !mr.is_null() {
+        // SAFETY: a struct ibv_mr just returned by libibverbs.
+        after(|| unsafe { crate::registry::queue_mr(mr, None, access as u32, true) });
+    }
+    mr
 }
 
 /// # Safety
@@ -1743,7 +1748,12 @@ pub unsafe extern "C" fn ibv_reg_mr_iova2(
         core::ptr::null_mut()
     );
     // SAFETY: the program's arguments, unchanged.
-    unsafe { f(pd, addr, len, iova, access) }
+    let mr = unsafe { f(pd, addr, len, iova, access) };
+    if !mr.is_null() {
+        // SAFETY: a struct ibv_mr just returned by libibverbs; peers address it by `iova`.
+        after(|| unsafe { crate::registry::queue_mr(mr, Some(iova), access, true) });
+    }
+    mr
 }
 
 /// # Safety
@@ -1763,7 +1773,12 @@ pub unsafe extern "C" fn ibv_reg_dmabuf_mr(
         core::ptr::null_mut()
     );
     // SAFETY: the program's arguments, unchanged.
-    unsafe { f(pd, offset, len, iova, fd, access) }
+    let mr = unsafe { f(pd, offset, len, iova, fd, access) };
+    if !mr.is_null() {
+        // SAFETY: a struct ibv_mr just returned by libibverbs; peers address it by `iova`.
+        after(|| unsafe { crate::registry::queue_mr(mr, Some(iova), access as u32, true) });
+    }
+    mr
 }
 
 /// # Safety
@@ -1775,8 +1790,23 @@ pub unsafe extern "C" fn ibv_dereg_mr(mr: *mut c_void) -> c_int {
         unsafe extern "C" fn(*mut c_void) -> c_int,
         libc::ENOSYS
     );
+    // The fields are read before the region is freed; recorded only when the call succeeds.
+    let mut fields = [0u8; 44];
+    if !mr.is_null() {
+        // SAFETY: the program passes a live struct ibv_mr (44 bytes: rdma-core layout).
+        after(|| unsafe {
+            core::ptr::copy_nonoverlapping(mr.cast::<u8>(), fields.as_mut_ptr(), 44)
+        });
+    }
     // SAFETY: the program's argument, unchanged.
-    unsafe { f(mr) }
+    let r = unsafe { f(mr) };
+    if r == 0 && fields != [0u8; 44] {
+        // SAFETY: a copy of the freed struct ibv_mr.
+        after(|| unsafe {
+            crate::registry::queue_mr(fields.as_ptr().cast(), None, 0, false)
+        });
+    }
+    r
 }
 
 fn define_cq(cq: *mut c_void) {

@@ -4,7 +4,9 @@
 use core::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Mutex;
 
-use sigmatop::event::{EndpointDef, EndpointKind, EndpointUpdate, Layer, Peer, UNATTRIBUTED_EP};
+use sigmatop::event::{
+    EndpointDef, EndpointKind, EndpointUpdate, Layer, MemRegion, Peer, UNATTRIBUTED_EP,
+};
 
 const MAP_CAP: usize = 1 << 15;
 const MAX_PROBE: usize = 64;
@@ -161,6 +163,53 @@ pub fn updates_since(from: usize) -> Vec<EndpointUpdate> {
 
 pub fn all_updates() -> Vec<EndpointUpdate> {
     updates_since(0)
+}
+
+static MRS: Mutex<Vec<MemRegion>> = Mutex::new(Vec::new());
+
+/// Reads `struct ibv_mr` (rdma-core ≥ v17 layout, unchanged to v50+: context, pd, addr, length,
+/// handle, lkey, rkey) and queues a memory-region record for the collector: a registration
+/// (`registered`, `iova` = the address peers use when it is not `addr`) or a deregistration.
+///
+/// # Safety
+/// `mr` is null or a live `struct ibv_mr` returned by libibverbs.
+pub unsafe fn queue_mr(
+    mr: *const core::ffi::c_void,
+    iova: Option<u64>,
+    access: u32,
+    registered: bool,
+) {
+    if mr.is_null() {
+        return;
+    }
+    let b = mr.cast::<u8>();
+    // SAFETY: the caller's contract; offsets of `addr`, `length`, `lkey`, `rkey`.
+    let (addr, len, lkey, rkey) = unsafe {
+        (
+            b.add(16).cast::<u64>().read_unaligned(),
+            b.add(24).cast::<u64>().read_unaligned(),
+            b.add(36).cast::<u32>().read_unaligned(),
+            b.add(40).cast::<u32>().read_unaligned(),
+        )
+    };
+    if let Ok(mut m) = MRS.lock() {
+        m.push(MemRegion {
+            addr: iova.unwrap_or(addr),
+            len,
+            lkey,
+            rkey,
+            access,
+            registered,
+            at_ns: crate::clock::real_ns(),
+        });
+    }
+}
+
+/// Memory-region records queued since the last call (the collector records them once).
+pub fn take_mrs() -> Vec<MemRegion> {
+    MRS.lock()
+        .map(|mut d| std::mem::take(&mut *d))
+        .unwrap_or_default()
 }
 
 #[cfg(test)]

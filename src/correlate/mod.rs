@@ -10,6 +10,7 @@ pub mod clock;
 pub mod doorbell;
 pub mod matcher;
 pub mod merge;
+pub mod mr;
 pub mod topology;
 
 use std::collections::HashMap;
@@ -23,6 +24,7 @@ use clock::ProcClock;
 use doorbell::{Associator, DoorbellInfo, DoorbellStats, WqeLink};
 use matcher::{MatchStats, Matcher, Pair};
 use merge::{Merged, Merger, ThreadInfo};
+use mr::{Attributor, MrTable, OneSidedStats};
 use topology::Topology;
 
 /// Default gap that separates two bursts of activity (phases).
@@ -183,6 +185,7 @@ impl<'r> Correlation<'r> {
         sink.begin(self, &merger.threads);
         let mut matcher = Matcher::default();
         let mut assoc = Associator::new(&self.rec.processes);
+        let mut attr = Attributor::new(&self.rec.processes);
         let gap = opts.phase_gap_ns.max(1);
         // Phase detectors: one per process, one per thread file.
         let nthreads = merger.threads.len();
@@ -233,16 +236,33 @@ impl<'r> Correlation<'r> {
             a.events += 1;
             a.proc_events[p] += 1;
             let peer = self.topo.peer_of(m.proc, &m.ev);
+            let mut target = None;
             if m.ev.flags & flags::ERROR == 0
                 && let Some(op) = Op::from_u8(m.ev.op)
-                && op.dir() == Dir::Tx
             {
-                match peer {
-                    Some(d) => *a.tx_matrix.entry((m.proc, d)).or_default() += m.ev.bytes,
-                    None => a.tx_unresolved_bytes += m.ev.bytes,
+                if mr::one_sided(op) {
+                    target =
+                        attr.feed(m.proc, m.ev.ep, peer, m.ev.addr, m.ev.aux, m.ev.bytes, m.ns);
+                }
+                // One-sided operations move data to (write, atomic) or from (read) the process
+                // owning the region; the QP's peer when no region names it.
+                let other = target.or(peer);
+                match op.dir() {
+                    Dir::Tx => match other {
+                        Some(d) => *a.tx_matrix.entry((m.proc, d)).or_default() += m.ev.bytes,
+                        None => a.tx_unresolved_bytes += m.ev.bytes,
+                    },
+                    Dir::Rx if mr::one_sided(op) => match other {
+                        Some(d) => *a.tx_matrix.entry((d, m.proc)).or_default() += m.ev.bytes,
+                        None => a.tx_unresolved_bytes += m.ev.bytes,
+                    },
+                    _ => {}
                 }
             }
             sink.event(seq, &m, peer);
+            if let Some(t) = target {
+                sink.target(seq, t);
+            }
             match Op::from_u8(m.ev.op) {
                 Some(Op::GpuDoorbell) => {
                     if let Some(info) = assoc.doorbell(seq, &m) {
@@ -278,6 +298,7 @@ impl<'r> Correlation<'r> {
         matcher.finish();
         a.matching = matcher.stats;
         a.doorbells = assoc.finish();
+        (a.one_sided, a.mrs) = attr.finish();
         a.first_ns = first_ns.unwrap_or(0);
         a.last_ns = last_ns;
         a.problems = std::mem::take(&mut merger.problems);
@@ -321,6 +342,9 @@ pub trait Sink {
     fn pair(&mut self, _p: &Pair) {}
     /// The doorbell just reported by `event` (as `seq`), with its recomputed producer-index range.
     fn doorbell(&mut self, _seq: u64, _info: &DoorbellInfo) {}
+    /// The one-sided operation just reported by `event` (as `seq`) targets a memory region of
+    /// process `target`.
+    fn target(&mut self, _seq: u64, _target: u32) {}
     /// The WQE just reported by `event` (as `seq`) belongs to the doorbell `link.doorbell_seq`.
     fn doorbell_wqe(&mut self, _link: &WqeLink, _seq: u64, _m: &Merged) {}
     /// A burst of activity starts with the event about to be reported.
@@ -400,6 +424,10 @@ pub struct Analysis {
     pub matching: MatchStats,
     /// Doorbell → WQE association.
     pub doorbells: DoorbellStats,
+    /// One-sided operations attributed to their target through memory regions.
+    pub one_sided: OneSidedStats,
+    /// The memory regions of every process, with the operations attributed to each.
+    pub mrs: MrTable,
     /// Immediate receives that appear before their send (clocks misaligned beyond the bound).
     pub causality_violations: u64,
     pub proc_phases: Vec<Vec<Phase>>,

@@ -11,6 +11,7 @@ use super::perfetto::PerfettoStats;
 use crate::agg::{Matrix, Report};
 use crate::correlate::doorbell::DoorbellStats;
 use crate::correlate::matcher::MatchStats;
+use crate::correlate::mr::{MAX_MRS_LISTED, MrListed, OneSidedStats};
 use crate::correlate::{Analysis, Correlation, Phase};
 use crate::event::{Dir, Op};
 
@@ -164,6 +165,9 @@ pub struct Export {
     pub flows: MatchStats,
     /// Doorbell → WQE association (GPU-initiated and devx QPs).
     pub doorbells: DoorbellStats,
+    /// One-sided operations attributed to their target process through memory regions
+    /// (per endpoint "target", and the table of regions).
+    pub one_sided: OneSidedStats,
     pub events: u64,
     pub first_ns: u64,
     pub last_ns: u64,
@@ -401,6 +405,7 @@ pub fn build(c: &Correlation, a: &Analysis, mut report: Report) -> Export {
         clocks: clocks(c, a),
         flows: a.matching,
         doorbells: doorbells(c, a),
+        one_sided: one_sided(c, a),
         events: a.events,
         first_ns: a.first_ns,
         last_ns: a.last_ns,
@@ -414,14 +419,50 @@ fn doorbells(c: &Correlation, a: &Analysis) -> DoorbellStats {
     let mut d = a.doorbells.clone();
     for q in &mut d.qps {
         q.process_label = c.proc_label(q.process);
-        q.endpoint = c
-            .topo
-            .ep(q.process, q.ep)
-            .and_then(|e| e.def.as_ref())
-            .map(|d| d.label.clone())
-            .unwrap_or_else(|| format!("ep#{}", q.ep));
+        q.endpoint = ep_label(c, q.process, q.ep);
     }
     d
+}
+
+fn ep_label(c: &Correlation, proc: u32, ep: u32) -> String {
+    c.topo
+        .ep(proc, ep)
+        .and_then(|e| e.def.as_ref())
+        .map(|d| d.label.clone())
+        .unwrap_or_else(|| format!("ep#{ep}"))
+}
+
+fn one_sided(c: &Correlation, a: &Analysis) -> OneSidedStats {
+    let mut s = a.one_sided.clone();
+    for e in &mut s.endpoints {
+        e.process_label = c.proc_label(e.process);
+        e.endpoint = ep_label(c, e.process, e.ep);
+        e.peer = c
+            .topo
+            .ep(e.process, e.ep)
+            .and_then(|t| t.single_peer())
+            .map(|p| c.proc_label(p));
+        e.targets = e
+            .by_proc
+            .iter()
+            .map(|(&p, &b)| (c.proc_label(p), b))
+            .collect();
+        e.target = match e.targets.len() {
+            1 => e.targets.keys().next().cloned(),
+            _ => None,
+        };
+    }
+    let mut mrs: Vec<&crate::correlate::mr::MrEntry> = a.mrs.entries.iter().collect();
+    mrs.sort_by(|x, y| y.bytes.cmp(&x.bytes).then(x.process.cmp(&y.process)));
+    s.mrs = mrs
+        .into_iter()
+        .take(MAX_MRS_LISTED)
+        .map(|m| MrListed {
+            process: c.proc_label(m.process),
+            mr: m.clone(),
+        })
+        .collect();
+    s
 }
 
 fn skipped(c: &Correlation, a: &Analysis) -> Vec<Skipped> {

@@ -34,6 +34,7 @@ use super::proto::{self, begin, end, fixed64, int, string, uint};
 use crate::correlate::doorbell::{DoorbellInfo, WqeLink};
 use crate::correlate::matcher::Pair;
 use crate::correlate::merge::{Merged, ThreadInfo};
+use crate::correlate::mr::one_sided;
 use crate::correlate::{Analysis, Correlation, FxMap, PhaseTrack, Sink};
 use crate::event::{Dir, Layer, Op, Snapshot};
 
@@ -139,21 +140,6 @@ fn op_name_iid(op: u8) -> u64 {
     } else {
         NAME_UNKNOWN_OP
     }
-}
-
-/// One-sided operations, whose `aux` holds the low 16 bits of the rkey.
-fn one_sided(op: Op) -> bool {
-    matches!(
-        op,
-        Op::VerbsWrite
-            | Op::VerbsWriteImm
-            | Op::VerbsRead
-            | Op::VerbsAtomicCas
-            | Op::VerbsAtomicFa
-            | Op::GpuWrite
-            | Op::GpuRead
-            | Op::GpuAtomic
-    )
 }
 
 fn op_name(op: Op) -> String {
@@ -863,6 +849,15 @@ impl<W: Write> Sink for PerfettoSink<W> {
         self.buf.push_back(item);
         if self.buf.len() > WINDOW_EVENTS {
             self.release(m.ns);
+        }
+    }
+
+    fn target(&mut self, seq: u64, target: u32) {
+        let last = (self.base_seq + self.buf.len() as u64).checked_sub(1);
+        if last == Some(seq)
+            && let Some(it) = self.buf.back_mut()
+        {
+            it.extra.get_or_insert_with(Box::default).target = Some(target);
         }
     }
 

@@ -121,6 +121,7 @@ pub fn render(e: &Export) -> String {
         f.paired, f.sends_unmatched, f.recvs_unmatched, f.sends_unresolved
     );
     doorbell_lines(&mut s, e);
+    one_sided_lines(&mut s, e);
     let _ = writeln!(s, "events: {}", e.events);
     if e.skipped.is_empty() {
         let _ = writeln!(s, "skipped: nothing");
@@ -177,6 +178,53 @@ fn doorbell_lines(s: &mut String, e: &Export) {
             q.duplicates,
             q.behind,
             q.overruns
+        );
+    }
+}
+
+fn one_sided_lines(s: &mut String, e: &Export) {
+    let o = &e.one_sided;
+    if o.ops == 0 && o.regions == 0 {
+        return;
+    }
+    let _ = writeln!(
+        s,
+        "one-sided bytes attributed to targets: {} of {} ({} of {} ops; {} via the QP's peer, {} by search; not attributed: {} ops with no matching region, {} ambiguous); {} memory regions recorded",
+        human_bytes(o.attributed_bytes as f64),
+        human_bytes(o.bytes as f64),
+        o.attributed_ops,
+        o.ops,
+        o.via_qp_peer_ops,
+        o.via_search_ops,
+        o.no_region_ops,
+        o.ambiguous_ops,
+        o.regions
+    );
+    for ep in o
+        .endpoints
+        .iter()
+        .filter(|x| !x.targets.is_empty())
+        .take(20)
+    {
+        let targets: Vec<String> = ep
+            .targets
+            .iter()
+            .map(|(t, b)| format!("{t} {}", human_bytes(*b as f64)))
+            .collect();
+        let _ = writeln!(
+            s,
+            "  {:<28} {:<16} → {}{}",
+            ep.process_label,
+            ep.endpoint,
+            targets.join(", "),
+            if ep.unattributed_bytes > 0 {
+                format!(
+                    " (+{} not attributed)",
+                    human_bytes(ep.unattributed_bytes as f64)
+                )
+            } else {
+                String::new()
+            }
         );
     }
 }

@@ -8,7 +8,9 @@ pub mod writer;
 
 use serde::{Deserialize, Serialize};
 
-use crate::event::{ClockSample, DropCounters, EndpointDef, EndpointUpdate, Identity, Snapshot};
+use crate::event::{
+    ClockSample, DropCounters, EndpointDef, EndpointUpdate, Identity, MemRegion, Snapshot,
+};
 
 /// First 8 bytes of every record file.
 pub const FILE_MAGIC: [u8; 8] = *b"SIGMATOP";
@@ -61,6 +63,9 @@ pub enum ProcessRecord {
         at_ns: u64,
         drops: DropCounters,
     },
+    /// A memory region registered or deregistered (appended: older readers stop here with a
+    /// clear error, older records simply have none).
+    MemRegion(MemRegion),
 }
 
 /// Builds a file header.

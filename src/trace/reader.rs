@@ -145,6 +145,8 @@ pub struct ProcessRecording {
     pub end: Option<(u64, DropCounters)>,
     /// Where reading stopped early.
     pub problems: Vec<Problem>,
+    /// Memory regions registered and deregistered, in record order.
+    pub mrs: Vec<crate::event::MemRegion>,
 }
 
 impl ProcessRecording {
@@ -193,6 +195,7 @@ impl ProcessRecording {
                             rec.thread_ends.push((tid, events))
                         }
                         Ok(ProcessRecord::End { at_ns, drops }) => rec.end = Some((at_ns, drops)),
+                        Ok(ProcessRecord::MemRegion(m)) => rec.mrs.push(m),
                         Err(e) => {
                             rec.problems
                                 .push(problem(offset, format!("undecodable record chunk: {e}")));
