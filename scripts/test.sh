@@ -31,4 +31,4 @@ fi
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 
 cargo build --workspace --all-targets
-cargo test --workspace -- --test-threads=2
+cargo test --workspace --no-fail-fast -- --test-threads=2
