@@ -241,8 +241,7 @@ impl<'r> Correlation<'r> {
                 && let Some(op) = Op::from_u8(m.ev.op)
             {
                 if mr::one_sided(op) {
-                    target =
-                        attr.feed(m.proc, m.ev.ep, peer, m.ev.addr, m.ev.aux, m.ev.bytes, m.ns);
+                    target = attr.feed(&m, peer);
                 }
                 // One-sided operations move data to (write, atomic) or from (read) the process
                 // owning the region; the QP's peer when no region names it.

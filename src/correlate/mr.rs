@@ -17,6 +17,7 @@
 use serde::Serialize;
 
 use super::FxMap;
+use super::merge::Merged;
 use crate::event::{MemRegion, Op};
 use crate::trace::reader::ProcessRecording;
 
@@ -226,7 +227,8 @@ pub const MAX_MRS_LISTED: usize = 10_000;
 
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct MrListed {
-    pub process: String,
+    /// "exe pid@host" of the owner (`process` is its index).
+    pub process_label: String,
     #[serde(flatten)]
     pub mr: MrEntry,
 }
@@ -249,16 +251,9 @@ impl Attributor {
 
     /// A one-sided operation of `proc` on endpoint `ep` whose QP peer is `peer`: returns the
     /// target process when a region names it.
-    pub fn feed(
-        &mut self,
-        proc: u32,
-        ep: u32,
-        peer: Option<u32>,
-        raddr: u64,
-        rkey16: u16,
-        bytes: u64,
-        ns: u64,
-    ) -> Option<u32> {
+    pub fn feed(&mut self, m: &Merged, peer: Option<u32>) -> Option<u32> {
+        let (proc, ep, raddr, rkey16, bytes, ns) =
+            (m.proc, m.ev.ep, m.ev.addr, m.ev.aux, m.ev.bytes, m.ns);
         let s = &mut self.stats;
         s.ops += 1;
         s.bytes += bytes;

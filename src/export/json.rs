@@ -458,7 +458,7 @@ fn one_sided(c: &Correlation, a: &Analysis) -> OneSidedStats {
         .into_iter()
         .take(MAX_MRS_LISTED)
         .map(|m| MrListed {
-            process: c.proc_label(m.process),
+            process_label: c.proc_label(m.process),
             mr: m.clone(),
         })
         .collect();
