@@ -80,8 +80,7 @@ pub struct Dashboard<S: Source> {
     /// Wall-clock second of the last build of a live view (its clock and "now" rates move on
     /// even when no data arrives).
     built_second: Option<u64>,
-    /// The status message as built, before the source's note is put in front of it.
-    built_message: Option<String>,
+    /// The source's note as last shown (the status line's notice).
     note: Option<String>,
 }
 
@@ -119,7 +118,6 @@ impl<S: Source> Dashboard<S> {
             dirty: true,
             mark: ModelMark::default(),
             built_second: None,
-            built_message: None,
             note: None,
         }
     }
@@ -140,19 +138,10 @@ impl<S: Source> Dashboard<S> {
         let opts = self.options();
         view::build_view_into(&self.model, &opts, &mut self.cache, &mut self.vm);
         self.built_second = opts.now_ns.map(|n| n / 1_000_000_000);
-        self.built_message = self.vm.status.message.take();
         self.note = self.source.note();
-        self.compose_message();
+        self.vm.status.notice = self.note.clone();
         self.dirty = false;
         self.last_build = Some(Instant::now());
-    }
-
-    /// The status message: the source's note in front of the built message.
-    fn compose_message(&mut self) {
-        self.vm.status.message = match (&self.note, &self.built_message) {
-            (Some(n), Some(m)) => Some(format!("{n} · {m}")),
-            (n, m) => n.clone().or_else(|| m.clone()),
-        };
     }
 
     /// Polls the source; at most every REFRESH, rebuilds the view when new data arrived (or, for a
@@ -186,7 +175,7 @@ impl<S: Source> Dashboard<S> {
         let note = self.source.note();
         if note != self.note {
             self.note = note;
-            self.compose_message();
+            self.vm.status.notice = self.note.clone();
             return true;
         }
         false
@@ -234,7 +223,7 @@ impl<S: Source> Dashboard<S> {
             Action::ChangeSpeed(d) => {
                 self.source.change_speed(d);
                 self.note = self.source.note();
-                self.compose_message();
+                self.vm.status.notice = self.note.clone();
             }
         }
         false

@@ -320,9 +320,13 @@ impl Source for ReplaySource {
     fn note(&self) -> Option<String> {
         let pos = (self.vnow - self.start_ns) as f64 / 1e9;
         let len = self.duration_ns() as f64 / 1e9;
-        let state = if self.finished() {
-            "replay finished".to_string()
-        } else if self.playing {
+        if self.finished() {
+            // Speed means nothing any more; what a person can still do is step back or leave.
+            return Some(format!(
+                "replay finished ({len:.1}s) · [ ] steps back · q quits"
+            ));
+        }
+        let state = if self.playing {
             format!("playing {}×", fmt_speed(self.speed))
         } else {
             format!("stopped at {}×", fmt_speed(self.speed))

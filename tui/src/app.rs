@@ -175,6 +175,10 @@ pub struct App {
     pub units: Units,
     pub theme: Theme,
     pub matrix_kind: MatrixKind,
+    /// The matrix kind follows the data until the user picks one with `m`: the rank matrix when
+    /// there is one node and several ranks (a node × node matrix would be one cell), else
+    /// `matrix_kind`.
+    pub matrix_auto: bool,
     /// Matrix shows rates (bytes/s) instead of bytes in the window.
     pub matrix_rate: bool,
     /// Selected row per tab.
@@ -186,6 +190,8 @@ pub struct App {
     /// Mouse capture (off by default so text selection over ssh keeps working).
     pub mouse: bool,
     filter_before_edit: String,
+    /// The matrix kind as last drawn (where `m` moves on from).
+    matrix_shown: Cell<MatrixKind>,
     /// Rows and visible rows of each tab as last drawn (to clamp cursor keys).
     rows_seen: [Cell<usize>; 6],
     page_seen: [Cell<usize>; 6],
@@ -238,12 +244,14 @@ impl App {
             units: Units::Bytes,
             theme,
             matrix_kind: MatrixKind::default(),
+            matrix_auto: true,
             matrix_rate: false,
             selected: [0; 6],
             sort: DEFAULT_SORT,
             warning_config: WarningConfig::default(),
             mouse: false,
             filter_before_edit: String::new(),
+            matrix_shown: Cell::new(MatrixKind::default()),
             rows_seen: Default::default(),
             page_seen: std::array::from_fn(|_| Cell::new(10)),
         }
@@ -254,6 +262,22 @@ impl App {
         let t = self.tab.index();
         self.rows_seen[t].set(rows);
         self.page_seen[t].set(page.max(1));
+    }
+
+    /// The matrix kind to show for a view with `nodes` nodes and `ranks` ranks (see
+    /// [`App::matrix_auto`]); remembered as the one shown.
+    pub fn matrix_kind_for(&self, nodes: usize, ranks: usize) -> MatrixKind {
+        let k = if self.matrix_auto
+            && self.matrix_kind == MatrixKind::Node
+            && nodes <= 1
+            && ranks > 1
+        {
+            MatrixKind::Rank
+        } else {
+            self.matrix_kind
+        };
+        self.matrix_shown.set(k);
+        k
     }
 
     /// The parsed filter.
@@ -351,7 +375,9 @@ impl App {
             KeyCode::Char('m') => {
                 // Outside the matrix tab, `m` first jumps to it; there it cycles the kind.
                 if self.tab == Tab::Matrix {
-                    self.matrix_kind = self.matrix_kind.next();
+                    self.matrix_kind = self.matrix_shown.get().next();
+                    self.matrix_auto = false;
+                    self.matrix_shown.set(self.matrix_kind);
                     self.selected[Tab::Matrix.index()] = 0;
                 } else {
                     self.tab = Tab::Matrix;
@@ -580,6 +606,25 @@ mod tests {
         assert_eq!(app.sort[1].column, before.column + 1);
         app.handle_key(ch('S'));
         assert_eq!(app.sort[1].descending, !before.descending);
+    }
+
+    #[test]
+    fn matrix_kind_follows_the_data_until_picked() {
+        let mut app = App::default();
+        app.handle_key(ch('5'));
+        // One node, four ranks: the rank matrix; several nodes: the node matrix.
+        assert_eq!(app.matrix_kind_for(1, 4), MatrixKind::Rank);
+        assert_eq!(app.matrix_kind_for(3, 4), MatrixKind::Node);
+        assert_eq!(app.matrix_kind_for(1, 1), MatrixKind::Node);
+        // `m` moves on from what was shown: rank → GPU, and the choice then sticks.
+        assert_eq!(app.matrix_kind_for(1, 4), MatrixKind::Rank);
+        app.handle_key(ch('m'));
+        assert_eq!(app.matrix_kind, MatrixKind::Gpu);
+        assert_eq!(app.matrix_kind_for(1, 4), MatrixKind::Gpu);
+        app.handle_key(ch('m'));
+        assert_eq!(app.matrix_kind_for(1, 4), MatrixKind::Node);
+        app.handle_key(ch('m'));
+        assert_eq!(app.matrix_kind_for(1, 4), MatrixKind::Rank);
     }
 
     #[test]

@@ -54,27 +54,28 @@ pub fn draw(frame: &mut Frame, app: &App, vm: &ViewModel) {
     frame.render_widget(Paragraph::new(tab_line(app, vm, w)), rows[1]);
     views::draw_body(frame, rows[2], app, vm, &warns);
     if tall {
-        frame.render_widget(Paragraph::new(warnings_line(th, &warns, w)), rows[3]);
-        frame.render_widget(Paragraph::new(status_line(th, vm, None, w)), rows[4]);
+        // The Overview lists the warnings in its own box: the line only counts them there.
+        let line = if app.tab == Tab::Overview && !warns.is_empty() {
+            Line::from(Span::styled(
+                format!(
+                    " ⚠ {} warning{}, listed above",
+                    warns.len(),
+                    if warns.len() == 1 { "" } else { "s" }
+                ),
+                th.warn,
+            ))
+        } else {
+            warnings_line(th, &warns, w)
+        };
+        frame.render_widget(Paragraph::new(line), rows[3]);
+        frame.render_widget(Paragraph::new(status_line(th, vm, None, true, w)), rows[4]);
         frame.render_widget(Paragraph::new(footer_line(app, w)), rows[5]);
     } else {
+        // On short terminals an error takes the footer's line (keys stay behind `?`); a notice
+        // never does: it shares the status line.
         let msg = vm.status.message.as_deref().filter(|_| !app.filter_editing);
-        let vm_no_msg;
-        let status_vm = if msg.is_some() {
-            // On short terminals the message takes the footer's line; keys stay behind `?`.
-            vm_no_msg = ViewModel {
-                status: crate::model::StatusCounters {
-                    message: None,
-                    ..vm.status.clone()
-                },
-                ..ViewModel::default()
-            };
-            &vm_no_msg
-        } else {
-            vm
-        };
         frame.render_widget(
-            Paragraph::new(status_line(th, status_vm, Some(&warns), w)),
+            Paragraph::new(status_line(th, vm, Some(&warns), msg.is_none(), w)),
             rows[3],
         );
         let footer = match msg {
@@ -117,14 +118,15 @@ fn header_line<'a>(app: &App, vm: &'a ViewModel, w: usize) -> Line<'a> {
         h.source.clone()
     };
     let title = Span::styled(" sigmatop ", th.title);
+    let n = |v: u32, one: &str, many: &str| format!("{v} {}", if v == 1 { one } else { many });
     let full = vec![
         title.clone(),
         Span::raw(" "),
-        Span::raw(format!("{} nodes", h.nodes)),
+        Span::raw(n(h.nodes, "node", "nodes")),
         sep(),
-        Span::raw(format!("{} ranks", h.ranks)),
+        Span::raw(n(h.ranks, "rank", "ranks")),
         sep(),
-        Span::raw(format!("{} procs", h.processes)),
+        Span::raw(n(h.processes, "proc", "procs")),
         sep(),
         Span::raw(format!("{} QPs", fmt::count(u64::from(h.qps)))),
     ];
@@ -138,9 +140,9 @@ fn header_line<'a>(app: &App, vm: &'a ViewModel, w: usize) -> Line<'a> {
     let medium = vec![
         title.clone(),
         Span::raw(" "),
-        Span::raw(format!("{} nodes", h.nodes)),
+        Span::raw(n(h.nodes, "node", "nodes")),
         sep(),
-        Span::raw(format!("{} ranks", h.ranks)),
+        Span::raw(n(h.ranks, "rank", "ranks")),
         sep(),
         Span::raw(format!("{} QPs", fmt::count(u64::from(h.qps)))),
         sep(),
@@ -283,13 +285,20 @@ fn counters<'a>(th: &Theme, vm: &ViewModel, wide: bool) -> Vec<Span<'a>> {
     v
 }
 
-/// Status line: loss counters always on the right; on the left the latest error message, or (when
-/// `warns` is given, on short terminals) the first warning.
-fn status_line<'a>(th: &Theme, vm: &'a ViewModel, warns: Option<&[Warning]>, w: usize) -> Line<'a> {
+/// Status line: loss counters always on the right; on the left the latest error (✗, when
+/// `with_error`; short terminals show it in the footer instead), or (when `warns` is given, on
+/// short terminals) the first warning, then the source's notice (» in the normal text colour).
+fn status_line<'a>(
+    th: &Theme,
+    vm: &'a ViewModel,
+    warns: Option<&[Warning]>,
+    with_error: bool,
+    w: usize,
+) -> Line<'a> {
     let right = counters(th, vm, w >= 120);
     let rw: usize = right.iter().map(|s| s.width()).sum();
     let room = w.saturating_sub(rw + 2);
-    let left: Vec<Span> = if let Some(msg) = &vm.status.message {
+    let mut left: Vec<Span> = if let Some(msg) = vm.status.message.as_ref().filter(|_| with_error) {
         vec![Span::styled(
             format!(" ✗ {}", truncate(msg, room.saturating_sub(3))),
             th.error,
@@ -300,8 +309,24 @@ fn status_line<'a>(th: &Theme, vm: &'a ViewModel, warns: Option<&[Warning]>, w: 
             .iter()
             .find(|w| w.kind != WarningKind::Drops)
             .or(ws.first());
+        // With a notice to show as well and too little room for both, the warnings shrink to
+        // their count (the list is on the Overview).
+        let notice_w = vm
+            .status
+            .notice
+            .as_ref()
+            .map_or(0, |n| n.width().min(30) + 4);
+        let full_w = first.map_or(0, |f| f.message.width() + 14);
         match first {
             None => vec![Span::styled(" ✓ no warnings", th.ok)],
+            Some(_) if notice_w > 0 && full_w + notice_w > room => vec![Span::styled(
+                format!(
+                    " ⚠ {} warning{}",
+                    ws.len(),
+                    if ws.len() == 1 { "" } else { "s" }
+                ),
+                th.warn,
+            )],
             Some(first) => {
                 let more = if ws.len() > 1 {
                     format!(" (+{} more)", ws.len() - 1)
@@ -318,6 +343,14 @@ fn status_line<'a>(th: &Theme, vm: &'a ViewModel, warns: Option<&[Warning]>, w: 
     } else {
         vec![Span::styled(" ✓ no errors", th.ok)]
     };
+    if let Some(n) = &vm.status.notice {
+        let used: usize = left.iter().map(|s| s.width()).sum();
+        let space = room.saturating_sub(used + 3);
+        if space >= 8 {
+            left.push(Span::styled("  » ", th.key));
+            left.push(Span::styled(truncate(n, space), th.text));
+        }
+    }
     left_right(left, right.clone(), w).unwrap_or_else(|| Line::from(right))
 }
 
@@ -488,7 +521,7 @@ fn draw_help(frame: &mut Frame, area: Rect, app: &App) {
         Line::from(vec![
             k("Warnings"),
             t(format!(
-                "egress ≥ {:.1}× mean · idle QP with posted WR · ≥ {} db/s",
+                "▲/▼ skew ≥ {:.1}× mean · idle QP with posted WR · ≥ {} db/s",
                 cfg.skew_ratio,
                 fmt::si(cfg.doorbell_storm_per_s)
             )),
@@ -535,6 +568,42 @@ pub(crate) fn truncate(s: &str, w: usize) -> String {
     }
     out.push('…');
     out
+}
+
+/// Truncates to `w` display columns by cutting the middle: keeps the first two fifths and the end,
+/// which is what tells ids like "ep@0x7f660e39f058" and "worker@0x55d1c2a0" apart.
+pub(crate) fn truncate_mid(s: &str, w: usize) -> String {
+    if s.width() <= w {
+        return s.to_string();
+    }
+    if w < 5 {
+        return truncate(s, w);
+    }
+    let head_w = (w - 1) * 2 / 5;
+    let tail_w = w - 1 - head_w;
+    let mut head = String::new();
+    let mut used = 0;
+    for c in s.chars() {
+        let cw = unicode_width::UnicodeWidthChar::width(c).unwrap_or(0);
+        if used + cw > head_w {
+            break;
+        }
+        head.push(c);
+        used += cw;
+    }
+    let mut tail: Vec<char> = Vec::new();
+    let mut used = 0;
+    for c in s.chars().rev() {
+        let cw = unicode_width::UnicodeWidthChar::width(c).unwrap_or(0);
+        if used + cw > tail_w {
+            break;
+        }
+        tail.push(c);
+        used += cw;
+    }
+    head.push('…');
+    head.extend(tail.into_iter().rev());
+    head
 }
 
 /// A block for a view: one separator line at the top, with a title.
@@ -640,6 +709,8 @@ pub(crate) struct Ctx<'a> {
     pub app: &'a App,
     /// Mean of the table's main figure (for "× mean" cells); 0 when unused.
     pub mean: f64,
+    /// Mean of the ingress figure (for "▼ × mean" cells); 0 when unused.
+    pub mean_in: f64,
     /// Max of the table's main figure (for bars); 0 when unused.
     pub max: f64,
 }
@@ -651,6 +722,8 @@ pub(crate) struct Col<R> {
     pub prio: u8,
     pub right: bool,
     pub max: u16,
+    /// Cut too-long cells in the middle ("ep@0x7f…39f058"): for ids whose ends tell them apart.
+    pub mid: bool,
     pub cell: fn(&R, &Ctx) -> Span<'static>,
     pub key: fn(&R) -> Key<'_>,
 }
@@ -780,7 +853,12 @@ pub(crate) fn render_table<R>(
                 let mut span = std::mem::take(&mut row[i]);
                 let w = widths[i] as usize;
                 if span.width() > w {
-                    span.content = truncate(&span.content, w).into();
+                    span.content = if cols[i].mid {
+                        truncate_mid(&span.content, w)
+                    } else {
+                        truncate(&span.content, w)
+                    }
+                    .into();
                 }
                 Cell::from(Line::from(span).alignment(align(i)))
             }))
@@ -885,6 +963,7 @@ mod tests {
                 prio: 0,
                 right: true,
                 max: 4,
+                mid: false,
                 cell: |r, _| Span::raw(r.0.to_string()),
                 key: |r| Key::Num(f64::from(r.0 % 7)),
             },
@@ -893,6 +972,7 @@ mod tests {
                 prio: 0,
                 right: false,
                 max: 4,
+                mid: false,
                 cell: |r, _| Span::raw(r.1.to_string()),
                 key: |r| Key::Str(r.1),
             },
@@ -930,6 +1010,9 @@ mod tests {
     #[test]
     fn helpers() {
         assert_eq!(truncate("abcdef", 4), "abc…");
+        assert_eq!(truncate_mid("ep@0x7f660e39f058", 14), "ep@0x…0e39f058");
+        assert_eq!(truncate_mid("ep@0x7f660e39f058", 17), "ep@0x7f660e39f058");
+        assert_eq!(truncate_mid("abcdef", 4), "abc…");
         assert_eq!(truncate("abc", 4), "abc");
         assert_eq!(spark(&[0.0, 1.0, 8.0], 8.0, 4), "  ▁█");
         assert_eq!(heat_level(0.0, 10.0), 0);

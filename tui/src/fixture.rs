@@ -389,6 +389,7 @@ pub fn sample_view_model() -> ViewModel {
             unparsable_wqes: 3,
             frames_lost: 0,
             message: None,
+            notice: None,
         },
         history_len: 60,
         history_pos: 59,

@@ -288,6 +288,9 @@ pub struct StatusCounters {
     pub unparsable_wqes: u64,
     /// Socket frames lost or rejected.
     pub frames_lost: u64,
-    /// Latest error or notice, e.g. "socket /run/…/4121.sock: bad frame".
+    /// Latest error, e.g. "socket /run/…/4121.sock: bad frame" (shown with ✗).
     pub message: Option<String>,
+    /// What the source is doing, a neutral note: "playing 1× · 2.3/6.2s", "replay finished",
+    /// "ucx_perftest running (pid 4121) · output in …" (shown as a notice, not as an error).
+    pub notice: Option<String>,
 }

@@ -40,6 +40,7 @@ fn ctx(app: &App) -> Ctx<'_> {
         th: &app.theme,
         app,
         mean: 0.0,
+        mean_in: 0.0,
         max: 0.0,
     }
 }
@@ -58,6 +59,14 @@ fn dash_if_empty(s: &str) -> String {
     } else {
         s.to_string()
     }
+}
+
+/// Some traced process has the layers that see GPU-initiated RDMA (so an empty GPU or doorbell
+/// view means the GPUs rang nothing, not that sigmatop could not see them).
+fn gpu_layers_on(vm: &ViewModel) -> bool {
+    vm.processes
+        .iter()
+        .any(|p| p.layers.iter().any(|l| l == "mlx5") && p.layers.iter().any(|l| l == "cuda"))
 }
 
 // ---------------------------------------------------------------- Overview
@@ -83,6 +92,7 @@ fn process_cols(app: &App) -> Vec<Col<ProcessRow>> {
             prio: 0,
             right: false,
             max: 16,
+            mid: false,
             cell: |r, _| Span::raw(r.host.clone()),
             key: |r| Key::Str(&r.host),
         },
@@ -91,6 +101,7 @@ fn process_cols(app: &App) -> Vec<Col<ProcessRow>> {
             prio: 3,
             right: true,
             max: 8,
+            mid: false,
             cell: |r, _| num(r.pid.to_string()),
             key: |r| Key::Num(f64::from(r.pid)),
         },
@@ -99,6 +110,7 @@ fn process_cols(app: &App) -> Vec<Col<ProcessRow>> {
             prio: 0,
             right: true,
             max: 6,
+            mid: false,
             cell: |r, _| num(opt_rank(r.rank)),
             key: |r| Key::Num(r.rank.map(f64::from).unwrap_or(f64::MAX)),
         },
@@ -107,6 +119,7 @@ fn process_cols(app: &App) -> Vec<Col<ProcessRow>> {
             prio: 4,
             right: false,
             max: 9,
+            mid: false,
             cell: |r, _| Span::raw(r.mode.clone()),
             key: |r| Key::Str(&r.mode),
         },
@@ -115,6 +128,7 @@ fn process_cols(app: &App) -> Vec<Col<ProcessRow>> {
             prio: 5,
             right: false,
             max: 28,
+            mid: false,
             cell: |r, _| Span::raw(short_layers(&r.layers)),
             key: |r| Key::Text(short_layers(&r.layers)),
         },
@@ -123,6 +137,7 @@ fn process_cols(app: &App) -> Vec<Col<ProcessRow>> {
             prio: 0,
             right: true,
             max: 10,
+            mid: false,
             cell: |r, c| styled(fmt::rate(r.tx_bps, c.app.units), c.th.tx),
             key: |r| Key::Num(r.tx_bps),
         },
@@ -131,6 +146,7 @@ fn process_cols(app: &App) -> Vec<Col<ProcessRow>> {
             prio: 0,
             right: true,
             max: 10,
+            mid: false,
             cell: |r, c| styled(fmt::rate(r.rx_bps, c.app.units), c.th.rx),
             key: |r| Key::Num(r.rx_bps),
         },
@@ -139,6 +155,7 @@ fn process_cols(app: &App) -> Vec<Col<ProcessRow>> {
             prio: 1,
             right: true,
             max: 8,
+            mid: false,
             cell: |r, _| num(fmt::si(r.ops_per_s)),
             key: |r| Key::Num(r.ops_per_s),
         },
@@ -147,6 +164,7 @@ fn process_cols(app: &App) -> Vec<Col<ProcessRow>> {
             prio: 2,
             right: true,
             max: 9,
+            mid: false,
             cell: |r, c| {
                 styled(
                     fmt::count(r.drops),
@@ -160,6 +178,7 @@ fn process_cols(app: &App) -> Vec<Col<ProcessRow>> {
             prio: 1,
             right: false,
             max: 7,
+            mid: false,
             cell: |r, c| {
                 if r.exited {
                     styled("exited".into(), c.th.dim)
@@ -184,8 +203,10 @@ fn overview(frame: &mut Frame, area: Rect, app: &App, vm: &ViewModel, warns: &[W
     // process table takes what it needs of the rest and the bandwidth panel grows into what is left.
     let h = area.height;
     let bw_min = 3u16;
+    // No box when there is nothing to warn about: the warnings line below says "✓ no warnings"
+    // once, and the bandwidth panel gets the room.
     let warn_want = if warns.is_empty() {
-        2
+        0
     } else {
         warns.len() as u16 + 1
     };
@@ -284,12 +305,13 @@ fn overview(frame: &mut Frame, area: Rect, app: &App, vm: &ViewModel, warns: &[W
             let n = r.width as usize;
             let start = hist.len().saturating_sub(n);
             // Scaled to kilo-units so the integer sparkline keeps three digits of precision.
-            let data: Vec<u64> = hist[start..]
-                .iter()
-                .map(|h| {
+            // Newest sample at the right edge, as in the one-line sparkline: a short history
+            // grows from the right instead of sitting by the label.
+            let data: Vec<u64> = std::iter::repeat_n(0, n - (hist.len() - start))
+                .chain(hist[start..].iter().map(|h| {
                     let v = if pick == 0 { h.0 } else { h.1 };
                     (v / max.max(1.0) * 1000.0).round() as u64
-                })
+                }))
                 .collect();
             frame.render_widget(Sparkline::default().data(&data).max(1000).style(style), r);
         }
@@ -338,6 +360,7 @@ fn endpoint_cols(app: &App) -> Vec<Col<EndpointRow>> {
             prio: 0,
             right: false,
             max: 14,
+            mid: false,
             cell: |r, _| Span::raw(r.host.clone()),
             key: |r| Key::Str(&r.host),
         },
@@ -346,6 +369,7 @@ fn endpoint_cols(app: &App) -> Vec<Col<EndpointRow>> {
             prio: 1,
             right: true,
             max: 5,
+            mid: false,
             cell: |r, _| num(opt_rank(r.rank)),
             key: |r| Key::Num(r.rank.map(f64::from).unwrap_or(f64::MAX)),
         },
@@ -354,6 +378,7 @@ fn endpoint_cols(app: &App) -> Vec<Col<EndpointRow>> {
             prio: 6,
             right: true,
             max: 8,
+            mid: false,
             cell: |r, _| {
                 num(if r.unattributed {
                     "—".into()
@@ -368,6 +393,7 @@ fn endpoint_cols(app: &App) -> Vec<Col<EndpointRow>> {
             prio: 1,
             right: false,
             max: 6,
+            mid: false,
             cell: |r, _| Span::raw(r.layer.clone()),
             key: |r| Key::Str(&r.layer),
         },
@@ -375,7 +401,8 @@ fn endpoint_cols(app: &App) -> Vec<Col<EndpointRow>> {
             title: "QPN/ep".into(),
             prio: 0,
             right: false,
-            max: 10,
+            max: 14,
+            mid: true,
             cell: |r, c| {
                 if r.unattributed {
                     styled("?".into(), c.th.warn)
@@ -390,6 +417,7 @@ fn endpoint_cols(app: &App) -> Vec<Col<EndpointRow>> {
             prio: 2,
             right: false,
             max: 22,
+            mid: false,
             cell: |r, c| {
                 if r.unattributed {
                     styled("(unattributed)".into(), c.th.warn)
@@ -404,6 +432,7 @@ fn endpoint_cols(app: &App) -> Vec<Col<EndpointRow>> {
             prio: 4,
             right: false,
             max: 10,
+            mid: false,
             cell: |r, _| Span::raw(dash_if_empty(&r.transport)),
             key: |r| Key::Str(&r.transport),
         },
@@ -412,6 +441,7 @@ fn endpoint_cols(app: &App) -> Vec<Col<EndpointRow>> {
             prio: 5,
             right: false,
             max: 6,
+            mid: false,
             cell: |r, _| Span::raw(dash_if_empty(&r.state)),
             key: |r| Key::Str(&r.state),
         },
@@ -420,6 +450,7 @@ fn endpoint_cols(app: &App) -> Vec<Col<EndpointRow>> {
             prio: 0,
             right: true,
             max: 10,
+            mid: false,
             cell: |r, c| styled(fmt::rate(r.tx_bps, c.app.units), c.th.tx),
             key: |r| Key::Num(r.tx_bps),
         },
@@ -428,6 +459,7 @@ fn endpoint_cols(app: &App) -> Vec<Col<EndpointRow>> {
             prio: 0,
             right: true,
             max: 10,
+            mid: false,
             cell: |r, c| styled(fmt::rate(r.rx_bps, c.app.units), c.th.rx),
             key: |r| Key::Num(r.rx_bps),
         },
@@ -436,6 +468,7 @@ fn endpoint_cols(app: &App) -> Vec<Col<EndpointRow>> {
             prio: 6,
             right: true,
             max: 11,
+            mid: false,
             cell: |r, c| styled(fmt::rate(r.tx_bps_window, c.app.units), c.th.tx),
             key: |r| Key::Num(r.tx_bps_window),
         },
@@ -444,6 +477,7 @@ fn endpoint_cols(app: &App) -> Vec<Col<EndpointRow>> {
             prio: 6,
             right: true,
             max: 11,
+            mid: false,
             cell: |r, c| styled(fmt::rate(r.rx_bps_window, c.app.units), c.th.rx),
             key: |r| Key::Num(r.rx_bps_window),
         },
@@ -452,6 +486,7 @@ fn endpoint_cols(app: &App) -> Vec<Col<EndpointRow>> {
             prio: 7,
             right: true,
             max: 10,
+            mid: false,
             cell: |r, c| num(fmt::volume(r.tx_bytes as f64, c.app.units)),
             key: |r| Key::Num(r.tx_bytes as f64),
         },
@@ -460,6 +495,7 @@ fn endpoint_cols(app: &App) -> Vec<Col<EndpointRow>> {
             prio: 7,
             right: true,
             max: 10,
+            mid: false,
             cell: |r, c| num(fmt::volume(r.rx_bytes as f64, c.app.units)),
             key: |r| Key::Num(r.rx_bytes as f64),
         },
@@ -468,6 +504,7 @@ fn endpoint_cols(app: &App) -> Vec<Col<EndpointRow>> {
             prio: 1,
             right: true,
             max: 7,
+            mid: false,
             cell: |r, _| num(fmt::si(r.ops_per_s)),
             key: |r| Key::Num(r.ops_per_s),
         },
@@ -476,6 +513,7 @@ fn endpoint_cols(app: &App) -> Vec<Col<EndpointRow>> {
             prio: 8,
             right: false,
             max: 30,
+            mid: false,
             cell: |r, _| Span::raw(fmt::mix(&r.ops_by_opcode, 3)),
             key: |r| Key::Num(r.ops_by_opcode.iter().map(|o| o.1 as f64).sum()),
         },
@@ -484,6 +522,7 @@ fn endpoint_cols(app: &App) -> Vec<Col<EndpointRow>> {
             prio: 2,
             right: true,
             max: 7,
+            mid: false,
             cell: |r, _| num(r.doorbells_per_s.map(fmt::si).unwrap_or_else(|| "—".into())),
             key: |r| Key::Num(r.doorbells_per_s.unwrap_or(-1.0)),
         },
@@ -492,6 +531,7 @@ fn endpoint_cols(app: &App) -> Vec<Col<EndpointRow>> {
             prio: 3,
             right: true,
             max: 9,
+            mid: false,
             cell: |r, _| num(r.posted.map(fmt::count).unwrap_or_else(|| "—".into())),
             key: |r| Key::Num(r.posted.map(|p| p as f64).unwrap_or(-1.0)),
         },
@@ -500,6 +540,7 @@ fn endpoint_cols(app: &App) -> Vec<Col<EndpointRow>> {
             prio: 0,
             right: false,
             max: 7,
+            mid: false,
             cell: |r, c| {
                 let idle = r.posted.unwrap_or(0) > 0
                     && !r.unattributed
@@ -674,6 +715,7 @@ fn gpu_cols(app: &App) -> Vec<Col<GpuRow>> {
             prio: 0,
             right: false,
             max: 16,
+            mid: false,
             cell: |r, _| Span::raw(r.host.clone()),
             key: |r| Key::Str(&r.host),
         },
@@ -682,6 +724,7 @@ fn gpu_cols(app: &App) -> Vec<Col<GpuRow>> {
             prio: 0,
             right: true,
             max: 4,
+            mid: false,
             cell: |r, _| num(r.gpu.to_string()),
             key: |r| Key::Num(f64::from(r.gpu)),
         },
@@ -690,6 +733,7 @@ fn gpu_cols(app: &App) -> Vec<Col<GpuRow>> {
             prio: 0,
             right: true,
             max: 12,
+            mid: false,
             cell: |r, c| styled(fmt::rate(r.bytes_per_s, c.app.units), c.th.tx),
             key: |r| Key::Num(r.bytes_per_s),
         },
@@ -698,6 +742,7 @@ fn gpu_cols(app: &App) -> Vec<Col<GpuRow>> {
             prio: 0,
             right: true,
             max: 8,
+            mid: false,
             cell: |r, _| num(fmt::si(r.doorbells_per_s)),
             key: |r| Key::Num(r.doorbells_per_s),
         },
@@ -706,6 +751,7 @@ fn gpu_cols(app: &App) -> Vec<Col<GpuRow>> {
             prio: 3,
             right: true,
             max: 8,
+            mid: false,
             cell: |r, c| {
                 num(if r.doorbells_per_s > 0.0 {
                     fmt::volume(r.bytes_per_s / r.doorbells_per_s, c.app.units)
@@ -720,6 +766,7 @@ fn gpu_cols(app: &App) -> Vec<Col<GpuRow>> {
             prio: 1,
             right: true,
             max: 13,
+            mid: false,
             cell: |r, _| num(fmt::count(r.inflight_wqes)),
             key: |r| Key::Num(r.inflight_wqes as f64),
         },
@@ -728,6 +775,7 @@ fn gpu_cols(app: &App) -> Vec<Col<GpuRow>> {
             prio: 2,
             right: false,
             max: 40,
+            mid: false,
             cell: |r, _| Span::raw(fmt::mix(&r.opcode_mix, 4)),
             key: |r| {
                 let top = r.opcode_mix.iter().max_by_key(|o| o.1);
@@ -773,13 +821,12 @@ fn gpus(frame: &mut Frame, area: Rect, app: &App, vm: &ViewModel) {
     let inner = block.inner(top);
     frame.render_widget(block, top);
     if vm.gpus.is_empty() {
-        frame.render_widget(
-            Paragraph::new(Span::styled(
-                " no GPU-initiated RDMA seen (needs the cuda and mlx5 layers)",
-                th.dim,
-            )),
-            inner,
-        );
+        let text = if gpu_layers_on(vm) {
+            " none: no GPU rang a doorbell; this traffic is posted by CPUs (see 2 QPs)"
+        } else {
+            " no GPU-initiated RDMA seen (needs the cuda and mlx5 layers)"
+        };
+        frame.render_widget(Paragraph::new(Span::styled(text, th.dim)), inner);
     } else {
         let c = ctx(app);
         render_table(
@@ -814,10 +861,18 @@ fn gpus(frame: &mut Frame, area: Rect, app: &App, vm: &ViewModel) {
 // ---------------------------------------------------------------- Nodes
 
 fn ratio_cell(v: f64, c: &Ctx) -> Span<'static> {
-    if c.mean <= 0.0 {
+    ratio_of(v, c.mean, c)
+}
+
+fn ratio_in_cell(v: f64, c: &Ctx) -> Span<'static> {
+    ratio_of(v, c.mean_in, c)
+}
+
+fn ratio_of(v: f64, mean: f64, c: &Ctx) -> Span<'static> {
+    if mean <= 0.0 {
         return styled("—".into(), c.th.dim);
     }
-    let r = v / c.mean;
+    let r = v / mean;
     if r >= c.app.warning_config.skew_ratio {
         styled(format!("◀ {r:.2}×"), c.th.warn)
     } else {
@@ -836,6 +891,7 @@ fn node_cols(app: &App) -> Vec<Col<NodeRow>> {
             prio: 0,
             right: false,
             max: 16,
+            mid: false,
             cell: |r, _| Span::raw(r.host.clone()),
             key: |r| Key::Str(&r.host),
         },
@@ -844,6 +900,7 @@ fn node_cols(app: &App) -> Vec<Col<NodeRow>> {
             prio: 0,
             right: true,
             max: 12,
+            mid: false,
             cell: |r, c| styled(fmt::rate(r.egress_bps, c.app.units), c.th.tx),
             key: |r| Key::Num(r.egress_bps),
         },
@@ -852,6 +909,7 @@ fn node_cols(app: &App) -> Vec<Col<NodeRow>> {
             prio: 0,
             right: true,
             max: 13,
+            mid: false,
             cell: |r, c| styled(fmt::rate(r.ingress_bps, c.app.units), c.th.rx),
             key: |r| Key::Num(r.ingress_bps),
         },
@@ -860,14 +918,25 @@ fn node_cols(app: &App) -> Vec<Col<NodeRow>> {
             prio: 0,
             right: true,
             max: 8,
+            mid: false,
             cell: |r, c| ratio_cell(r.egress_bps, c),
             key: |r| Key::Num(r.egress_bps),
+        },
+        Col {
+            title: "▼ ×mean".into(),
+            prio: 0,
+            right: true,
+            max: 8,
+            mid: false,
+            cell: |r, c| ratio_in_cell(r.ingress_bps, c),
+            key: |r| Key::Num(r.ingress_bps),
         },
         Col {
             title: format!("▲ total {v}"),
             prio: 2,
             right: true,
             max: 10,
+            mid: false,
             cell: |r, c| num(fmt::volume(r.egress_bytes as f64, c.app.units)),
             key: |r| Key::Num(r.egress_bytes as f64),
         },
@@ -876,6 +945,7 @@ fn node_cols(app: &App) -> Vec<Col<NodeRow>> {
             prio: 2,
             right: true,
             max: 10,
+            mid: false,
             cell: |r, c| num(fmt::volume(r.ingress_bytes as f64, c.app.units)),
             key: |r| Key::Num(r.ingress_bytes as f64),
         },
@@ -884,6 +954,7 @@ fn node_cols(app: &App) -> Vec<Col<NodeRow>> {
             prio: 1,
             right: false,
             max: BAR_W as u16,
+            mid: false,
             cell: |r, c| styled(bar(r.egress_bps / c.max.max(1e-9), BAR_W), c.th.tx),
             key: |r| Key::Num(r.egress_bps),
         },
@@ -899,6 +970,7 @@ fn rank_cols(app: &App) -> Vec<Col<RankRow>> {
             prio: 0,
             right: true,
             max: 6,
+            mid: false,
             cell: |r, _| num(r.rank.to_string()),
             key: |r| Key::Num(f64::from(r.rank)),
         },
@@ -907,6 +979,7 @@ fn rank_cols(app: &App) -> Vec<Col<RankRow>> {
             prio: 0,
             right: true,
             max: 12,
+            mid: false,
             cell: |r, c| styled(fmt::rate(r.egress_bps, c.app.units), c.th.tx),
             key: |r| Key::Num(r.egress_bps),
         },
@@ -915,6 +988,7 @@ fn rank_cols(app: &App) -> Vec<Col<RankRow>> {
             prio: 0,
             right: true,
             max: 13,
+            mid: false,
             cell: |r, c| styled(fmt::rate(r.ingress_bps, c.app.units), c.th.rx),
             key: |r| Key::Num(r.ingress_bps),
         },
@@ -923,14 +997,25 @@ fn rank_cols(app: &App) -> Vec<Col<RankRow>> {
             prio: 0,
             right: true,
             max: 8,
+            mid: false,
             cell: |r, c| ratio_cell(r.egress_bps, c),
             key: |r| Key::Num(r.egress_bps),
+        },
+        Col {
+            title: "▼ ×mean".into(),
+            prio: 0,
+            right: true,
+            max: 8,
+            mid: false,
+            cell: |r, c| ratio_in_cell(r.ingress_bps, c),
+            key: |r| Key::Num(r.ingress_bps),
         },
         Col {
             title: format!("▲ total {v}"),
             prio: 2,
             right: true,
             max: 10,
+            mid: false,
             cell: |r, c| num(fmt::volume(r.egress_bytes as f64, c.app.units)),
             key: |r| Key::Num(r.egress_bytes as f64),
         },
@@ -939,6 +1024,7 @@ fn rank_cols(app: &App) -> Vec<Col<RankRow>> {
             prio: 2,
             right: true,
             max: 10,
+            mid: false,
             cell: |r, c| num(fmt::volume(r.ingress_bytes as f64, c.app.units)),
             key: |r| Key::Num(r.ingress_bytes as f64),
         },
@@ -947,6 +1033,7 @@ fn rank_cols(app: &App) -> Vec<Col<RankRow>> {
             prio: 1,
             right: false,
             max: BAR_W as u16,
+            mid: false,
             cell: |r, c| styled(bar(r.egress_bps / c.max.max(1e-9), BAR_W), c.th.tx),
             key: |r| Key::Num(r.egress_bps),
         },
@@ -955,6 +1042,7 @@ fn rank_cols(app: &App) -> Vec<Col<RankRow>> {
             prio: 1,
             right: false,
             max: 16,
+            mid: false,
             cell: |r, _| Span::raw(r.host.clone()),
             key: |r| Key::Str(&r.host),
         },
@@ -978,44 +1066,58 @@ fn nodes(frame: &mut Frame, area: Rect, app: &App, vm: &ViewModel) {
     // Skew summary over all rows (not the filtered ones: skew is a property of the job).
     let node_e: Vec<f64> = vm.nodes.iter().map(|n| n.egress_bps).collect();
     let rank_e: Vec<f64> = vm.ranks.iter().map(|n| n.egress_bps).collect();
-    let mut summary = vec![Span::styled(" egress skew (max/mean): ", th.dim)];
-    let mut add = |what: &str, s: Option<(usize, f64)>, name: String| match s {
-        Some((_, r)) => {
-            let style = if r >= app.warning_config.skew_ratio {
-                th.warn
-            } else {
-                th.ok
-            };
-            summary.push(Span::raw(format!("{what} ")));
-            summary.push(Span::styled(format!("{r:.2}×"), style));
-            summary.push(Span::raw(format!(" {name}")));
-            summary.push(Span::styled(" · ", th.dim));
-        }
-        None => {
-            summary.push(Span::raw(format!("{what} —")));
-            summary.push(Span::styled(" · ", th.dim));
-        }
-    };
-    let ns = skew(&node_e);
-    add(
-        "nodes",
-        ns,
-        ns.and_then(|(i, _)| vm.nodes.get(i))
+    let node_i: Vec<f64> = vm.nodes.iter().map(|n| n.ingress_bps).collect();
+    let rank_i: Vec<f64> = vm.ranks.iter().map(|n| n.ingress_bps).collect();
+    let node_name = |s: Option<(usize, f64)>| {
+        s.and_then(|(i, _)| vm.nodes.get(i))
             .map(|n| n.host.clone())
-            .unwrap_or_default(),
-    );
-    let rs = skew(&rank_e);
-    add(
-        "ranks",
-        rs,
-        rs.and_then(|(i, _)| vm.ranks.get(i))
+            .unwrap_or_default()
+    };
+    let rank_name = |s: Option<(usize, f64)>| {
+        s.and_then(|(i, _)| vm.ranks.get(i))
             .map(|r| format!("rank {}", r.rank))
-            .unwrap_or_default(),
-    );
-    summary.push(Span::styled(
-        format!("warn ≥ {:.1}×", app.warning_config.skew_ratio),
-        th.dim,
-    ));
+            .unwrap_or_default()
+    };
+    // One line per direction: "▲ egress skew (max/mean): nodes 2.08× node2 · ranks 1.11×".
+    let mut summary: Vec<Line> = Vec::new();
+    for (dir, style, nv, rv) in [
+        ("▲ egress ", th.tx, &node_e, &rank_e),
+        ("▼ ingress", th.rx, &node_i, &rank_i),
+    ] {
+        let mut spans = vec![
+            Span::styled(format!(" {dir}"), style),
+            Span::styled(" skew (max/mean): ", th.dim),
+        ];
+        let ns = skew(nv);
+        let rs = skew(rv);
+        for (k, (what, sk, name)) in [("nodes", ns, node_name(ns)), ("ranks", rs, rank_name(rs))]
+            .into_iter()
+            .enumerate()
+        {
+            if k > 0 {
+                spans.push(Span::styled(" · ", th.dim));
+            }
+            match sk {
+                Some((_, r)) => {
+                    let hot = r >= app.warning_config.skew_ratio;
+                    spans.push(Span::raw(format!("{what} ")));
+                    spans.push(Span::styled(
+                        format!("{r:.2}×"),
+                        if hot { th.warn } else { th.ok },
+                    ));
+                    spans.push(Span::raw(format!(" {name}")));
+                }
+                None => spans.push(Span::raw(format!("{what} —"))),
+            }
+        }
+        if summary.is_empty() {
+            spans.push(Span::styled(
+                format!(" · warn ≥ {:.1}×", app.warning_config.skew_ratio),
+                th.dim,
+            ));
+        }
+        summary.push(Line::from(spans));
+    }
 
     let ncols = node_cols(app);
     let mut nrows: Vec<&NodeRow> = vm.nodes.iter().filter(|r| filter.node(r)).collect();
@@ -1025,12 +1127,12 @@ fn nodes(frame: &mut Frame, area: Rect, app: &App, vm: &ViewModel) {
     sort_rows(&mut rrows, &rcols, col, desc);
 
     let [s, top, bottom] = Layout::vertical([
-        Constraint::Length(1),
+        Constraint::Length(2),
         Constraint::Max(nrows.len() as u16 + 2),
         Constraint::Min(3),
     ])
     .areas(area);
-    frame.render_widget(Paragraph::new(Line::from(summary)), s);
+    frame.render_widget(Paragraph::new(summary), s);
 
     let (mean, max) = mean_max(&node_e);
     let block = section(th, title_line(th, "Nodes", nrows.len(), vm.nodes.len(), ""));
@@ -1039,6 +1141,7 @@ fn nodes(frame: &mut Frame, area: Rect, app: &App, vm: &ViewModel) {
     let c = Ctx {
         mean,
         max,
+        mean_in: mean_max(&node_i).0,
         ..ctx(app)
     };
     render_table(
@@ -1059,6 +1162,7 @@ fn nodes(frame: &mut Frame, area: Rect, app: &App, vm: &ViewModel) {
     let c = Ctx {
         mean,
         max,
+        mean_in: mean_max(&rank_i).0,
         ..ctx(app)
     };
     render_table(
@@ -1078,7 +1182,8 @@ fn nodes(frame: &mut Frame, area: Rect, app: &App, vm: &ViewModel) {
 fn matrix(frame: &mut Frame, area: Rect, app: &App, vm: &ViewModel) {
     let th = &app.theme;
     let t = Tab::Matrix.index();
-    let m = match app.matrix_kind {
+    let kind = app.matrix_kind_for(vm.matrices.node.labels.len(), vm.matrices.rank.labels.len());
+    let m = match kind {
         MatrixKind::Rank => &vm.matrices.rank,
         MatrixKind::Gpu => &vm.matrices.gpu,
         MatrixKind::Node => &vm.matrices.node,
@@ -1097,7 +1202,7 @@ fn matrix(frame: &mut Frame, area: Rect, app: &App, vm: &ViewModel) {
     } else {
         format!("{} in {} window", app.units.volume(), app.window.label())
     };
-    let kind = app.matrix_kind.label();
+    let kind = kind.label();
     let block = section(
         th,
         Line::from(vec![
@@ -1129,6 +1234,7 @@ fn matrix(frame: &mut Frame, area: Rect, app: &App, vm: &ViewModel) {
     let egress: Vec<f64> = (0..n).map(|i| (0..n).map(|j| cell(i, j)).sum()).collect();
     let ingress: Vec<f64> = (0..n).map(|j| (0..n).map(|i| cell(i, j)).sum()).collect();
     let ratios = ratios_to_mean(&egress);
+    let ratios_in = ratios_to_mean(&ingress);
 
     let label_w = m
         .labels
@@ -1214,8 +1320,16 @@ fn matrix(frame: &mut Frame, area: Rect, app: &App, vm: &ViewModel) {
     }
     let mut foot = vec![Span::styled(format!(" {:<label_w$}", "▼ ingress"), hdr)];
     if numeric {
-        for v in ingress.iter().take(fit_cols) {
-            foot.push(Span::styled(format!("{:>cell_w$}", val(*v)), th.rx));
+        // A column that receives ≥ the skew ratio × the mean is marked like a hot egress row.
+        for (j, v) in ingress.iter().enumerate().take(fit_cols) {
+            let hot = ratios_in
+                .as_ref()
+                .and_then(|r| r.get(j))
+                .is_some_and(|r| *r >= app.warning_config.skew_ratio);
+            foot.push(Span::styled(
+                format!("{:>cell_w$}", val(*v)),
+                if hot { th.warn } else { th.rx },
+            ));
         }
     } else {
         foot.push(Span::styled(
@@ -1314,6 +1428,7 @@ fn doorbell_cols() -> Vec<Col<DoorbellRecord>> {
             prio: 0,
             right: true,
             max: 14,
+            mid: false,
             cell: |r, _| num(format!("{:.9}", r.time_s)),
             key: |r| Key::Num(r.time_s),
         },
@@ -1322,6 +1437,7 @@ fn doorbell_cols() -> Vec<Col<DoorbellRecord>> {
             prio: 6,
             right: false,
             max: 12,
+            mid: false,
             cell: |r, _| Span::raw(r.host.clone()),
             key: |r| Key::Str(&r.host),
         },
@@ -1330,6 +1446,7 @@ fn doorbell_cols() -> Vec<Col<DoorbellRecord>> {
             prio: 0,
             right: true,
             max: 3,
+            mid: false,
             cell: |r, _| num(r.gpu.to_string()),
             key: |r| Key::Num(f64::from(r.gpu)),
         },
@@ -1338,6 +1455,7 @@ fn doorbell_cols() -> Vec<Col<DoorbellRecord>> {
             prio: 0,
             right: false,
             max: 8,
+            mid: false,
             cell: |r, _| Span::raw(format!("0x{:x}", r.qpn)),
             key: |r| Key::Num(f64::from(r.qpn)),
         },
@@ -1346,6 +1464,7 @@ fn doorbell_cols() -> Vec<Col<DoorbellRecord>> {
             prio: 2,
             right: false,
             max: 6,
+            mid: false,
             cell: |r, _| Span::raw(format!("0x{:04x}", r.pi)),
             key: |r| Key::Num(f64::from(r.pi)),
         },
@@ -1354,6 +1473,7 @@ fn doorbell_cols() -> Vec<Col<DoorbellRecord>> {
             prio: 0,
             right: false,
             max: 14,
+            mid: false,
             cell: |r, c| {
                 if r.opcode == "?" {
                     styled("? unparsable".into(), c.th.warn)
@@ -1368,6 +1488,7 @@ fn doorbell_cols() -> Vec<Col<DoorbellRecord>> {
             prio: 1,
             right: true,
             max: 10,
+            mid: false,
             cell: |r, _| num(r.bytes.to_string()),
             key: |r| Key::Num(r.bytes as f64),
         },
@@ -1376,6 +1497,7 @@ fn doorbell_cols() -> Vec<Col<DoorbellRecord>> {
             prio: 3,
             right: false,
             max: 22,
+            mid: false,
             cell: |r, _| Span::raw(fmt::addr(r.raddr)),
             key: |r| Key::Num(r.raddr as f64),
         },
@@ -1384,6 +1506,7 @@ fn doorbell_cols() -> Vec<Col<DoorbellRecord>> {
             prio: 4,
             right: false,
             max: 10,
+            mid: false,
             cell: |r, _| Span::raw(format!("0x{:x}", r.rkey)),
             key: |r| Key::Num(f64::from(r.rkey)),
         },
@@ -1392,6 +1515,7 @@ fn doorbell_cols() -> Vec<Col<DoorbellRecord>> {
             prio: 1,
             right: true,
             max: 5,
+            mid: false,
             cell: |r, _| num(r.wqes.to_string()),
             key: |r| Key::Num(f64::from(r.wqes)),
         },
@@ -1421,14 +1545,29 @@ fn doorbells(frame: &mut Frame, area: Rect, app: &App, vm: &ViewModel) {
         let inner = block.inner(area);
         frame.render_widget(block, area);
         frame.render_widget(
-            Paragraph::new(vec![
-                Line::from(Span::styled(" no GPU-initiated doorbells seen", th.dim)),
-                Line::from(Span::styled(
-                    " (needs the mlx5 and cuda layers and a GPU-initiated transport,",
-                    th.dim,
-                )),
-                Line::from(Span::styled(" e.g. NVSHMEM with IBGDA)", th.dim)),
-            ]),
+            Paragraph::new(if gpu_layers_on(vm) {
+                vec![
+                    Line::from(Span::styled(" no GPU-initiated doorbells seen", th.dim)),
+                    Line::from(Span::styled(
+                        " the mlx5 and cuda layers are on, but no GPU rang a doorbell: this",
+                        th.dim,
+                    )),
+                    Line::from(Span::styled(
+                        " job posts its work from CPUs (see 2 QPs); GPU-initiated transports",
+                        th.dim,
+                    )),
+                    Line::from(Span::styled(" are e.g. NVSHMEM with IBGDA", th.dim)),
+                ]
+            } else {
+                vec![
+                    Line::from(Span::styled(" no GPU-initiated doorbells seen", th.dim)),
+                    Line::from(Span::styled(
+                        " (needs the mlx5 and cuda layers and a GPU-initiated transport,",
+                        th.dim,
+                    )),
+                    Line::from(Span::styled(" e.g. NVSHMEM with IBGDA)", th.dim)),
+                ]
+            }),
             inner,
         );
         return;

@@ -1,5 +1,6 @@
-//! Live warnings computed from a view model, in the manner of tokio-console's lints: egress skew,
-//! idle QPs that hold posted work, doorbell storms and lost events. Pure functions, no state.
+//! Live warnings computed from a view model, in the manner of tokio-console's lints: egress and
+//! ingress skew, idle QPs that hold posted work, doorbell storms and lost events. Pure functions,
+//! no state.
 
 use crate::fmt;
 use crate::model::ViewModel;
@@ -7,7 +8,7 @@ use crate::model::ViewModel;
 /// Thresholds for the warnings.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct WarningConfig {
-    /// A node or rank whose egress is at least this many times the mean is called out.
+    /// A node or rank whose egress (or ingress) is at least this many times the mean is called out.
     pub skew_ratio: f64,
     /// Doorbells per second (per GPU or QP) at or above which a doorbell storm is reported.
     pub doorbell_storm_per_s: f64,
@@ -29,8 +30,12 @@ pub enum WarningKind {
     Drops,
     /// A node's egress is far above the mean.
     NodeSkew,
+    /// A node's ingress is far above the mean (a hot receiver: incast, an unbalanced reduction).
+    NodeIngressSkew,
     /// A rank's egress is far above the mean.
     RankSkew,
+    /// A rank's ingress is far above the mean.
+    RankIngressSkew,
     /// A QP or endpoint has posted work but moves nothing.
     IdleWithPosted,
     /// A GPU or QP rings doorbells faster than the threshold.
@@ -110,28 +115,51 @@ pub fn compute(vm: &ViewModel, cfg: &WarningConfig) -> Vec<Warning> {
         });
     }
 
-    let node_egress: Vec<f64> = vm.nodes.iter().map(|n| n.egress_bps).collect();
-    if let Some(r) = ratios_to_mean(&node_egress) {
-        for (n, ratio) in vm.nodes.iter().zip(r) {
-            if ratio >= cfg.skew_ratio {
-                out.push(Warning {
-                    kind: WarningKind::NodeSkew,
-                    message: format!("{} egress {:.2}× mean", n.host, ratio),
-                });
+    // Skew of nodes and ranks, egress then ingress: a node (or rank) that sends, or receives,
+    // at least `skew_ratio` times the mean of its peers.
+    let mut skewed = |kind: WarningKind, dir: &str, names: Vec<String>, values: Vec<f64>| {
+        if let Some(r) = ratios_to_mean(&values) {
+            for (name, ratio) in names.iter().zip(r) {
+                if ratio >= cfg.skew_ratio {
+                    out.push(Warning {
+                        kind,
+                        message: format!("{name} {dir} {ratio:.2}× mean"),
+                    });
+                }
             }
         }
-    }
-    let rank_egress: Vec<f64> = vm.ranks.iter().map(|r| r.egress_bps).collect();
-    if let Some(r) = ratios_to_mean(&rank_egress) {
-        for (row, ratio) in vm.ranks.iter().zip(r) {
-            if ratio >= cfg.skew_ratio {
-                out.push(Warning {
-                    kind: WarningKind::RankSkew,
-                    message: format!("rank {} egress {:.2}× mean", row.rank, ratio),
-                });
-            }
-        }
-    }
+    };
+    let node_names = || vm.nodes.iter().map(|n| n.host.clone()).collect::<Vec<_>>();
+    let rank_names = || {
+        vm.ranks
+            .iter()
+            .map(|r| format!("rank {}", r.rank))
+            .collect::<Vec<_>>()
+    };
+    skewed(
+        WarningKind::NodeSkew,
+        "egress",
+        node_names(),
+        vm.nodes.iter().map(|n| n.egress_bps).collect(),
+    );
+    skewed(
+        WarningKind::NodeIngressSkew,
+        "ingress",
+        node_names(),
+        vm.nodes.iter().map(|n| n.ingress_bps).collect(),
+    );
+    skewed(
+        WarningKind::RankSkew,
+        "egress",
+        rank_names(),
+        vm.ranks.iter().map(|r| r.egress_bps).collect(),
+    );
+    skewed(
+        WarningKind::RankIngressSkew,
+        "ingress",
+        rank_names(),
+        vm.ranks.iter().map(|r| r.ingress_bps).collect(),
+    );
 
     for e in &vm.endpoints {
         let posted = e.posted.unwrap_or(0);
@@ -257,6 +285,59 @@ mod tests {
         let w = compute(&vm, &WarningConfig::default());
         assert_eq!(w.len(), 1);
         assert_eq!(w[0].message, "rank 3 egress 3.08× mean");
+    }
+
+    #[test]
+    fn ingress_skew_per_rank_and_node() {
+        // The demo's shape: one rank receives from all three others (3× what each of them gets).
+        let vm = ViewModel {
+            ranks: (0..4)
+                .map(|r| RankRow {
+                    rank: r,
+                    egress_bps: if r == 2 { 1.0 } else { 1.67 },
+                    ingress_bps: if r == 2 { 3.0 } else { 1.0 },
+                    ..RankRow::default()
+                })
+                .collect(),
+            nodes: vec![
+                NodeRow {
+                    host: "node0".into(),
+                    egress_bps: 5.0,
+                    ingress_bps: 1.0,
+                    ..NodeRow::default()
+                },
+                NodeRow {
+                    host: "node1".into(),
+                    egress_bps: 5.0,
+                    ingress_bps: 9.0,
+                    ..NodeRow::default()
+                },
+            ],
+            ..ViewModel::default()
+        };
+        let w = compute(&vm, &WarningConfig::default());
+        let msgs: Vec<&str> = w.iter().map(|w| w.message.as_str()).collect();
+        // mean ingress of the ranks = 1.5 → rank 2 at 2.00×; nodes: mean 5 → node1 at 1.80×.
+        assert_eq!(
+            msgs,
+            vec!["node1 ingress 1.80× mean", "rank 2 ingress 2.00× mean"]
+        );
+        assert_eq!(w[0].kind, WarningKind::NodeIngressSkew);
+        assert_eq!(w[1].kind, WarningKind::RankIngressSkew);
+        // Just under the threshold: nothing (mean 1.0375, max 1.5 → 1.45×).
+        let mut calm = vm.clone();
+        calm.nodes.clear();
+        for r in &mut calm.ranks {
+            r.ingress_bps = if r.rank == 2 { 1.5 } else { 0.85 };
+        }
+        assert!(compute(&calm, &WarningConfig::default()).is_empty());
+        // Exactly at the threshold: reported (mean 2, max 3).
+        for (r, v) in calm.ranks.iter_mut().zip([1.0, 2.0, 3.0, 2.0]) {
+            r.ingress_bps = v;
+        }
+        let w = compute(&calm, &WarningConfig::default());
+        assert_eq!(w.len(), 1, "{w:?}");
+        assert_eq!(w[0].message, "rank 2 ingress 1.50× mean");
     }
 
     #[test]

@@ -225,3 +225,71 @@ fn every_sort_column_and_a_large_feed() {
         "the unattributed row is last"
     );
 }
+
+fn text(b: &TestBackend) -> String {
+    let buf = b.buffer();
+    let mut s = String::new();
+    for y in 0..buf.area.height {
+        for x in 0..buf.area.width {
+            s.push_str(buf[(x, y)].symbol());
+        }
+        s.push('\n');
+    }
+    s
+}
+
+#[test]
+fn notices_are_not_errors_and_leave_the_keys_visible() {
+    let mut vm = sample_view_model();
+    vm.status.notice = Some("replay finished (6.2s) · [ ] steps back · q quits".into());
+    for (w, h) in [(80, 24), (120, 35), (200, 60)] {
+        let mut app = App::new(Theme::dark());
+        keys(&mut app, "/");
+        keys(&mut app, "rank=2");
+        app.handle_key(KeyEvent::new(KeyCode::Enter, KeyModifiers::NONE));
+        let s = text(&render(&app, &vm, w, h));
+        assert!(s.contains("» replay finished"), "{w}×{h}:\n{s}");
+        assert!(!s.contains('✗'), "a notice is not an error, {w}×{h}:\n{s}");
+        let last = s.lines().last().unwrap_or_default();
+        assert!(
+            last.contains("filter: rank=2") && last.contains("q quit"),
+            "{w}×{h}: footer {last:?}"
+        );
+    }
+    // An error keeps its ✗, and takes the footer on a short terminal.
+    vm.status.message = Some("socket x.sock: bad frame".into());
+    let s = text(&render(&App::new(Theme::dark()), &vm, 80, 24));
+    assert!(s.lines().last().unwrap_or_default().contains("✗ socket x.sock"), "{s}");
+    assert!(s.contains("» replay finished"), "{s}");
+}
+
+#[test]
+fn one_node_opens_the_rank_matrix_and_one_warning_line() {
+    let mut vm = sample_view_model();
+    // One node, several ranks: a node × node matrix would be one cell.
+    vm.matrices.node.labels.truncate(1);
+    vm.matrices.node.bytes = vec![vec![1e9]];
+    vm.matrices.node.rates = vec![vec![1e8]];
+    let mut app = App::new(Theme::dark());
+    keys(&mut app, "5");
+    let s = text(&render(&app, &vm, 120, 35));
+    assert!(s.contains("rank × rank"), "{s}");
+    keys(&mut app, "m");
+    let s = text(&render(&app, &vm, 120, 35));
+    assert!(s.contains("GPU × GPU"), "m moves on from the rank matrix:\n{s}");
+    keys(&mut app, "m");
+    let s = text(&render(&app, &vm, 120, 35));
+    assert!(s.contains("node × node"), "{s}");
+
+    // No warnings: the overview says so once.
+    let quiet = ViewModel {
+        processes: vm.processes.clone(),
+        ..ViewModel::default()
+    };
+    let app = App::new(Theme::dark());
+    for (w, h) in [(80, 24), (120, 35)] {
+        let s = text(&render(&app, &quiet, w, h));
+        assert_eq!(s.matches("✓ no warnings").count(), 1, "{w}×{h}:\n{s}");
+        assert!(!s.contains("✓ none"), "{w}×{h}:\n{s}");
+    }
+}
