@@ -529,7 +529,9 @@ fn processes_of(dir: &Path) -> Vec<ProcessRecording> {
         rec.problems
     );
     let mut p = rec.processes;
-    p.sort_by_key(|p| p.identity.start_ns);
+    // The server is started first: the lower pid (tracing starts at first RDMA use, not at exec,
+    // so start times do not order them).
+    p.sort_by_key(|p| p.identity.pid);
     p
 }
 
