@@ -974,26 +974,29 @@ fn recent_doorbells(model: &Model, procs: &[ProcAt], t: u64) -> Vec<DoorbellReco
     let mut recs: Vec<DoorbellRecord> = Vec::new();
     for a in procs {
         let p = a.p;
-        let mut open: HashMap<u32, usize> = HashMap::new();
+        // The preload stamps the WQEs it recovers for a doorbell with that doorbell's time and
+        // endpoint, and emits them in batches after later doorbells: (endpoint, tsc) is the key.
+        let mut by_doorbell: HashMap<(u32, u64), usize> = HashMap::new();
         for e in p.recent.iter() {
             let ns = p.clock.to_real_ns(e.tsc);
             if ns > t {
-                break;
+                continue;
             }
             if e.op == Op::GpuDoorbell as u8 {
                 let def = p.endpoints.get(&e.ep);
-                open.insert(e.ep, recs.len());
+                by_doorbell.insert((e.ep, e.tsc), recs.len());
                 recs.push(DoorbellRecord {
                     time_s: ns.saturating_sub(start) as f64 / 1e9,
                     host: a.key.host.clone(),
                     gpu: def.and_then(|d| d.gpu).unwrap_or(0),
                     qpn: def.and_then(|d| d.qpn).unwrap_or(e.ep),
                     pi: e.aux as u32,
-                    opcode: "?".into(),
+                    // No WQE seen for it (yet): recovery off, not sampled, or still batched.
+                    opcode: "—".into(),
                     ..Default::default()
                 });
             } else if is_gpu_wqe(e.op)
-                && let Some(&i) = open.get(&e.ep)
+                && let Some(&i) = by_doorbell.get(&(e.ep, e.tsc))
             {
                 add_wqe(&mut recs[i], e);
             }
