@@ -40,14 +40,30 @@ fn probe() -> PathBuf {
 }
 
 /// One fi_pingpong pair over tcp; returns (server, client) outputs.
-fn pingpong(trace: Option<&Trace>, env: &[(&str, &str)], iters: u32) -> (std::process::Output, std::process::Output) {
+fn pingpong(
+    trace: Option<&Trace>,
+    env: &[(&str, &str)],
+    iters: u32,
+) -> (std::process::Output, std::process::Output) {
     let bin = common::require("fi_pingpong");
     let port = 30000 + (std::process::id() % 500) as u16 * 40 + common::port() % 40;
-    let args = ["-p", "tcp", "-e", "msg", "-I", &iters.to_string(), "-S", "1024"];
+    let args = [
+        "-p",
+        "tcp",
+        "-e",
+        "msg",
+        "-I",
+        &iters.to_string(),
+        "-S",
+        "1024",
+    ];
     let mut server = Command::new(&bin);
     server.args(["-B", &port.to_string()]).args(args);
     let mut client = Command::new(&bin);
-    client.args(["-P", &port.to_string()]).args(args).arg("127.0.0.1");
+    client
+        .args(["-P", &port.to_string()])
+        .args(args)
+        .arg("127.0.0.1");
     for c in [&mut server, &mut client] {
         if let Some(t) = trace {
             t.apply(c);
@@ -70,7 +86,11 @@ fn check_fault(fault: &str, message: &str, iters: u32) {
     let trace = Trace::new("simple", &dir);
     let (s, c) = pingpong(Some(&trace), &[("SIGMATOP_TEST_FAULT", fault)], iters);
     for (base, got, side) in [(&base_s, &s, "server"), (&base_c, &c, "client")] {
-        assert_eq!(got.status.code(), base.status.code(), "{fault}: {side} exit status");
+        assert_eq!(
+            got.status.code(),
+            base.status.code(),
+            "{fault}: {side} exit status"
+        );
         assert_eq!(
             common::output_shape(&common::stdout_of(got)),
             common::output_shape(&common::stdout_of(base)),
@@ -82,7 +102,10 @@ fn check_fault(fault: &str, message: &str, iters: u32) {
             1,
             "{fault}: {side} says once what stopped ({message}): {err}"
         );
-        assert!(!err.contains("panicked"), "{fault}: no raw panic text: {err}");
+        assert!(
+            !err.contains("panicked"),
+            "{fault}: no raw panic text: {err}"
+        );
     }
 }
 
@@ -137,10 +160,18 @@ fn sixty_four_threads_exact_and_nothing_lost() {
     let (ops, bytes) = common::op(&t, "tag_send");
     assert_eq!(ops, 64 * per);
     assert_eq!(bytes, per * (1..=64).sum::<u64>());
-    assert_eq!(t.events_on_disk, 64 * per, "threads that exited with events in their rings lost none");
+    assert_eq!(
+        t.events_on_disk,
+        64 * per,
+        "threads that exited with events in their rings lost none"
+    );
     let drops = procs[0].end.expect("clean end").1;
     assert_eq!(drops.total_events_lost(), 0);
-    assert_eq!(procs[0].thread_ends.len(), 64, "every worker closed its event file");
+    assert_eq!(
+        procs[0].thread_ends.len(),
+        64,
+        "every worker closed its event file"
+    );
 }
 
 #[test]
@@ -156,18 +187,28 @@ fn fork_and_exec_are_traced_separately() {
         .map(|p| common::op(&common::totals(p), "tag_send"))
         .collect();
     by_bytes.sort();
-    assert_eq!(by_bytes, vec![(1000, 100_000), (2000, 400_000), (3000, 900_000)]);
+    assert_eq!(
+        by_bytes,
+        vec![(1000, 100_000), (2000, 400_000), (3000, 900_000)]
+    );
     let names: Vec<String> = procs
         .iter()
         .map(|p| p.dir.file_name().unwrap().to_string_lossy().into_owned())
         .collect();
-    assert!(names.iter().any(|n| n.ends_with(".1")), "exec'd image recorded beside: {names:?}");
+    assert!(
+        names.iter().any(|n| n.ends_with(".1")),
+        "exec'd image recorded beside: {names:?}"
+    );
     assert!(procs.iter().all(|p| !p.is_cut()));
 }
 
 #[test]
 fn signals_and_exits_leave_readable_records() {
-    for (sig, name) in [(libc::SIGTERM, "sigterm"), (libc::SIGKILL, "sigkill"), (libc::SIGABRT, "abort")] {
+    for (sig, name) in [
+        (libc::SIGTERM, "sigterm"),
+        (libc::SIGKILL, "sigkill"),
+        (libc::SIGABRT, "abort"),
+    ] {
         let dir = common::scratch(name);
         let trace = Trace::new("full", &dir);
         let mut cmd = Command::new(probe());
@@ -185,7 +226,10 @@ fn signals_and_exits_leave_readable_records() {
         assert!(procs[0].is_cut(), "{name}: marked as cut");
         let t = common::totals(&procs[0]);
         assert_eq!(common::op(&t, "tag_send").0, 5000, "{name}");
-        assert_eq!(t.events_on_disk, 5000, "{name}: everything flushed reads back");
+        assert_eq!(
+            t.events_on_disk, 5000,
+            "{name}: everything flushed reads back"
+        );
     }
     // exit() from inside a signal handler runs the normal exit path: a complete record.
     let dir = common::scratch("handler-exit");
@@ -212,17 +256,27 @@ fn socket_is_private() {
     let mut child = common::spawn(&mut cmd);
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
     let sock = loop {
-        let found = std::fs::read_dir(&trace.socket_dir)
-            .ok()
-            .and_then(|rd| rd.flatten().map(|e| e.path()).find(|p| p.extension().is_some_and(|x| x == "sock")));
+        let found = std::fs::read_dir(&trace.socket_dir).ok().and_then(|rd| {
+            rd.flatten()
+                .map(|e| e.path())
+                .find(|p| p.extension().is_some_and(|x| x == "sock"))
+        });
         if let Some(s) = found {
             break s;
         }
         assert!(std::time::Instant::now() < deadline, "no socket appeared");
         std::thread::sleep(Duration::from_millis(20));
     };
-    let dmode = std::fs::metadata(&trace.socket_dir).unwrap().permissions().mode() & 0o777;
-    let smode = std::fs::symlink_metadata(&sock).unwrap().permissions().mode() & 0o777;
+    let dmode = std::fs::metadata(&trace.socket_dir)
+        .unwrap()
+        .permissions()
+        .mode()
+        & 0o777;
+    let smode = std::fs::symlink_metadata(&sock)
+        .unwrap()
+        .permissions()
+        .mode()
+        & 0o777;
     assert_eq!(dmode, 0o700);
     assert_eq!(smode, 0o600);
     // SAFETY: getuid cannot fail.
@@ -233,7 +287,13 @@ fn socket_is_private() {
             sock.display().to_string()
         );
         use std::os::unix::process::CommandExt;
-        let out = Command::new("python3").arg("-c").arg(&script).uid(65534).gid(65534).output().unwrap();
+        let out = Command::new("python3")
+            .arg("-c")
+            .arg(&script)
+            .uid(65534)
+            .gid(65534)
+            .output()
+            .unwrap();
         let o = common::stdout_of(&out);
         assert!(o.starts_with("refused"), "{o} {}", common::stderr_of(&out));
     } else {
@@ -243,4 +303,22 @@ fn socket_is_private() {
     let _ = child.wait();
     // The record of an unrelated dir stays readable.
     let _ = Recording::open(std::slice::from_ref(&trace.record));
+}
+
+#[test]
+fn short_lived_processes_are_recorded_completely() {
+    // Exits a few microseconds after its calls, often before the collector thread has even been
+    // scheduled: the exit path must still start it and flush everything.
+    for i in 0..8 {
+        let dir = common::scratch(&format!("short-lived-{i}"));
+        let trace = Trace::new("simple", &dir);
+        let out = run_probe(&trace, &["threads", "1", "100"]);
+        assert!(out.status.success());
+        let procs = common::processes(&trace);
+        assert_eq!(procs.len(), 1, "run {i}");
+        assert!(!procs[0].is_cut(), "run {i}");
+        let t = common::totals(&procs[0]);
+        assert_eq!(common::op(&t, "tag_send").0, 100, "run {i}");
+        assert_eq!(t.events_on_disk, 100, "run {i}");
+    }
 }

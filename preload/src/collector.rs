@@ -44,6 +44,8 @@ extern "C" fn after_fork_in_child() {
     STOP.store(false, Ordering::Release);
     DONE.store(false, Ordering::Release);
     RUN_BEGAN.store(false, Ordering::Release);
+    HURRY.store(false, Ordering::Release);
+    CANCEL.store(false, Ordering::Release);
     if was_running {
         START_DELAY_MS.store(50, Ordering::Release);
         ensure_started();
@@ -54,6 +56,10 @@ static START_DELAY_MS: core::sync::atomic::AtomicU64 = core::sync::atomic::Atomi
 
 /// Set once `run` has begun (socket and record created).
 static RUN_BEGAN: AtomicBool = AtomicBool::new(false);
+/// Ends a fork child's start-up grace period early (it must flush before an exec).
+static HURRY: AtomicBool = AtomicBool::new(false);
+/// Cancels a collector that has not begun (nothing to record).
+static CANCEL: AtomicBool = AtomicBool::new(false);
 
 /// Called right before an exec replaces this image: ends the record cleanly (final drain, End
 /// record, Bye to live readers). A fork child whose collector has not begun yet (still in its
@@ -62,9 +68,12 @@ pub fn before_exec() {
     if STATE.load(Ordering::Acquire) != RUNNING {
         return;
     }
-    if !RUN_BEGAN.load(Ordering::Acquire) {
-        STOP.store(true, Ordering::Release);
+    if !RUN_BEGAN.load(Ordering::Acquire) && !crate::thread::any_registered() {
+        // Still in its grace period and nothing traced since the fork: cancel it.
+        CANCEL.store(true, Ordering::Release);
     } else {
+        // Something was traced: the collector starts now (if it has not) and flushes it all.
+        HURRY.store(true, Ordering::Release);
         shutdown();
     }
     STATE.store(STOPPED_FOR_EXEC, Ordering::Release);
@@ -86,6 +95,8 @@ fn restart() {
     STOP.store(false, Ordering::Release);
     DONE.store(false, Ordering::Release);
     RUN_BEGAN.store(false, Ordering::Release);
+    HURRY.store(false, Ordering::Release);
+    CANCEL.store(false, Ordering::Release);
     STATE.store(NOT_STARTED, Ordering::Release);
     ensure_started();
 }
@@ -118,11 +129,15 @@ pub fn ensure_started() {
         .stack_size(1 << 20)
         .spawn(|| {
             let delay = START_DELAY_MS.swap(0, Ordering::AcqRel);
-            if delay > 0 {
-                std::thread::sleep(Duration::from_millis(delay));
+            let until = Instant::now() + Duration::from_millis(delay);
+            while Instant::now() < until
+                && !HURRY.load(Ordering::Acquire)
+                && !CANCEL.load(Ordering::Acquire)
+            {
+                std::thread::sleep(Duration::from_millis(1));
             }
-            if STOP.load(Ordering::Acquire) {
-                // Cancelled before it began (exec right after fork): leave nothing behind.
+            if CANCEL.load(Ordering::Acquire) {
+                // A fork child that exec'd before tracing anything: leave nothing behind.
                 DONE.store(true, Ordering::Release);
                 return;
             }
@@ -152,6 +167,7 @@ pub fn shutdown() {
         return;
     }
     STOP.store(true, Ordering::Release);
+    HURRY.store(true, Ordering::Release);
     let deadline = Instant::now() + Duration::from_secs(2);
     while !DONE.load(Ordering::Acquire) && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(1));

@@ -418,6 +418,11 @@ pub fn reset_after_fork() {
     tls::set(null_mut());
 }
 
+/// True when some thread has traced anything (since start, or since the last fork).
+pub fn any_registered() -> bool {
+    !THREADS.load(Ordering::Acquire).is_null()
+}
+
 /// Iterates over all registered threads.
 pub fn for_each_thread(mut f: impl FnMut(&'static ThreadState)) {
     let mut p = THREADS.load(Ordering::Acquire);
