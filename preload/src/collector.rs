@@ -168,11 +168,30 @@ pub fn shutdown() {
     }
     STOP.store(true, Ordering::Release);
     HURRY.store(true, Ordering::Release);
-    let deadline = Instant::now() + Duration::from_secs(2);
-    while !DONE.load(Ordering::Acquire) && Instant::now() < deadline {
+    // Exit must never hang, but a slow machine (an emulated guest, an overloaded node) must not
+    // lose the last flush either: wait up to 2 s, and up to 15 s while the collector visibly
+    // makes progress (its loop counter moves).
+    let start = Instant::now();
+    let mut last_progress = PROGRESS.load(Ordering::Acquire);
+    let mut last_change = start;
+    while !DONE.load(Ordering::Acquire) {
+        let now = Instant::now();
+        let p = PROGRESS.load(Ordering::Acquire);
+        if p != last_progress {
+            last_progress = p;
+            last_change = now;
+        }
+        let waited = now - start;
+        let stalled = now - last_change > Duration::from_millis(500);
+        if waited > Duration::from_secs(15) || (waited > Duration::from_secs(2) && stalled) {
+            break;
+        }
         std::thread::sleep(Duration::from_millis(1));
     }
 }
+
+/// Bumped by the collector as it works, so an exiting process can tell slow from stuck.
+static PROGRESS: core::sync::atomic::AtomicU64 = core::sync::atomic::AtomicU64::new(0);
 
 pub fn identity() -> Identity {
     let env_u32 = |names: &[&str]| {
@@ -283,6 +302,7 @@ impl Collector {
     }
 
     fn write_events(&mut self, tid: u32) {
+        PROGRESS.fetch_add(1, Ordering::Release);
         let Some(buf) = self.bufs.get_mut(&tid) else {
             return;
         };
@@ -543,6 +563,7 @@ fn run() {
     let mut last_interval = Instant::now();
     let mut last_flush = Instant::now();
     loop {
+        PROGRESS.fetch_add(1, Ordering::Release);
         let stopping = STOP.load(Ordering::Acquire);
         c.publish_definitions();
         let flush = stopping || last_flush.elapsed() >= FLUSH_EVERY;
