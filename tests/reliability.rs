@@ -322,3 +322,189 @@ fn short_lived_processes_are_recorded_completely() {
         assert_eq!(t.events_on_disk, 100, "run {i}");
     }
 }
+
+fn lifecycle() -> PathBuf {
+    static BIN: OnceLock<PathBuf> = OnceLock::new();
+    BIN.get_or_init(|| {
+        let out = common::scratch("lifecycle-bin").join("lifecycle");
+        let src = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/programs/lifecycle.c");
+        let st = Command::new(common::require("gcc"))
+            .args(["-O2", "-o"])
+            .arg(&out)
+            .arg(&src)
+            .arg("-ldl")
+            .status()
+            .unwrap();
+        assert!(st.success(), "compiling {}", src.display());
+        out
+    })
+    .clone()
+}
+
+#[test]
+fn dlclose_and_reload_of_a_traced_library() {
+    // libfabric loaded with local scope, resolved with dlsym (sigmatop hands out its hook), closed,
+    // loaded again: the hook must follow the library to its new address.
+    let dir = common::scratch("dlcycle");
+    let untraced = Command::new(lifecycle()).arg("dlcycle").output().unwrap();
+    let mut cmd = Command::new(lifecycle());
+    cmd.arg("dlcycle");
+    Trace::new("full", &dir).apply(&mut cmd);
+    let traced = common::wait_timeout(common::spawn(&mut cmd), LIMIT);
+    assert_eq!(
+        traced.status.code(),
+        untraced.status.code(),
+        "{}",
+        common::stderr_of(&traced)
+    );
+    assert_eq!(common::stdout_of(&traced), common::stdout_of(&untraced));
+    assert!(common::stdout_of(&traced).contains("round 1 fi_getinfo 0"));
+}
+
+#[test]
+fn vfork_and_daemonised_children_are_traced() {
+    let dir = common::scratch("vfork");
+    let trace = Trace::new("simple", &dir);
+    let mut cmd = Command::new(lifecycle());
+    cmd.args(["vfork", "700"]);
+    trace.apply(&mut cmd);
+    let out = common::wait_timeout(common::spawn(&mut cmd), LIMIT);
+    assert!(out.status.success(), "{}", common::stderr_of(&out));
+    let procs = common::processes(&trace);
+    assert_eq!(procs.len(), 1, "only the exec'd child traced anything");
+    assert_eq!(common::op(&common::totals(&procs[0]), "tag_send").0, 700);
+
+    let dir = common::scratch("daemon");
+    let trace = Trace::new("simple", &dir);
+    let mut cmd = Command::new(lifecycle());
+    cmd.args(["daemon", "900"]);
+    trace.apply(&mut cmd);
+    let out = common::wait_timeout(common::spawn(&mut cmd), LIMIT);
+    assert!(out.status.success());
+    // The daemon outlives its launcher: wait for its record to end.
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let done = Recording::open(std::slice::from_ref(&trace.record))
+            .map(|r| r.processes.iter().any(|p| !p.is_cut()))
+            .unwrap_or(false);
+        if done {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the daemon's record never ended"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let procs = common::processes(&trace);
+    assert_eq!(procs.len(), 1);
+    assert_eq!(common::op(&common::totals(&procs[0]), "tag_send").0, 900);
+}
+
+#[test]
+fn stalled_and_vanishing_readers_never_block_the_program() {
+    use std::io::Read;
+    use std::os::unix::net::UnixStream;
+    let dir = common::scratch("stalled-reader");
+    let trace = Trace::new("simple", &dir);
+    // A long-running traced process...
+    let mut cmd = Command::new(probe());
+    cmd.args(["stay", "10"]);
+    trace.apply(&mut cmd);
+    let mut stay = common::spawn(&mut cmd);
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let sock = loop {
+        let found = std::fs::read_dir(&trace.socket_dir).ok().and_then(|rd| {
+            rd.flatten()
+                .map(|e| e.path())
+                .find(|p| p.extension().is_some_and(|x| x == "sock"))
+        });
+        if let Some(s) = found {
+            break s;
+        }
+        assert!(std::time::Instant::now() < deadline, "no socket appeared");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    // ...with one reader that never reads and one that leaves in the middle of a frame.
+    let stalled = UnixStream::connect(&sock).unwrap();
+    let mut vanishing = UnixStream::connect(&sock).unwrap();
+    let mut some = [0u8; 7];
+    vanishing.read_exact(&mut some).unwrap();
+    drop(vanishing);
+    std::thread::sleep(Duration::from_millis(600));
+    let _ = stay.kill();
+    let _ = stay.wait();
+    drop(stalled);
+    // A busy program under the same conditions runs to completion at full speed.
+    let dir = common::scratch("stalled-reader-busy");
+    let trace = Trace::new("simple", &dir);
+    std::fs::create_dir_all(&trace.socket_dir).unwrap();
+    std::fs::set_permissions(&trace.socket_dir, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let mut cmd = Command::new(probe());
+    cmd.args(["threads", "4", "200000"]);
+    trace.apply(&mut cmd);
+    let mut child = common::spawn(&mut cmd);
+    let mut readers = Vec::new();
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while readers.is_empty() && std::time::Instant::now() < deadline {
+        if let Ok(rd) = std::fs::read_dir(&trace.socket_dir) {
+            for e in rd.flatten() {
+                if let Ok(s) = UnixStream::connect(e.path()) {
+                    readers.push(s); // never read from
+                }
+            }
+        }
+        if child.try_wait().unwrap().is_some() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let out = common::wait_timeout(child, LIMIT);
+    assert!(out.status.success(), "{}", common::stderr_of(&out));
+    let procs = common::processes(&trace);
+    let t = common::totals(&procs[0]);
+    assert_eq!(common::op(&t, "tag_send").0, 800_000, "counters exact");
+    // A tight loop of 4 threads outruns the 5 ms drain: what the rings could not hold is
+    // counted, never silently lost, and the readers changed nothing about it.
+    let drops = procs[0].end.expect("clean end").1;
+    assert_eq!(
+        t.events_on_disk + drops.ring_full,
+        800_000,
+        "every event is on disk or counted as lost"
+    );
+}
+
+#[test]
+fn attach_refuses_sockets_it_does_not_own() {
+    // SAFETY: getuid cannot fail.
+    if unsafe { libc::getuid() } != 0 {
+        eprintln!("SKIPPED attach_refuses_sockets_it_does_not_own: needs root to chown a socket");
+        return;
+    }
+    let dir = common::scratch("foreign-socket");
+    let sockdir = dir.join("sock");
+    std::fs::create_dir_all(&sockdir).unwrap();
+    std::fs::set_permissions(&sockdir, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let path = sockdir.join("otherhost-4242.sock");
+    let _listener = std::os::unix::net::UnixListener::bind(&path).unwrap();
+    std::os::unix::fs::chown(&path, Some(65534), Some(65534)).unwrap();
+    let out = Command::new(common::sigmatop_bin())
+        .args([
+            "attach",
+            "--json",
+            "--once",
+            "--interval-ms",
+            "300",
+            "--socket-dir",
+        ])
+        .arg(&sockdir)
+        .output()
+        .unwrap();
+    assert!(!out.status.success(), "nothing to attach to");
+    let err = common::stderr_of(&out);
+    assert!(
+        err.contains("owned by uid 65534, not you; not attaching"),
+        "{err}"
+    );
+    assert!(err.contains("no traced process found"), "{err}");
+}

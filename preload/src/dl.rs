@@ -252,6 +252,15 @@ impl RealFn {
         }
         p
     }
+    /// Takes the real function a program's own lookup just found. Always replaces what was
+    /// known: a library that was dlclosed and opened again lives at a new address, and the
+    /// program's fresh lookup is the authority on where.
+    pub fn set(&self, p: *mut c_void) {
+        if !p.is_null() {
+            self.ptr.store(p, Ordering::Relaxed);
+        }
+    }
+
     /// Remembers the real function when a program's dlsym handed it to us.
     pub fn set_if_unset(&self, p: *mut c_void) {
         if !p.is_null() {
@@ -305,7 +314,7 @@ fn redirect(name: *const c_char, found: *mut c_void) -> *mut c_void {
         Some(h) => {
             // A lookup of our own export (RTLD_DEFAULT finds the preload first) is not the real one.
             if !std::ptr::eq(found, h.hook) {
-                h.real.set_if_unset(found);
+                h.real.set(found);
             }
             h.hook as *mut c_void
         }

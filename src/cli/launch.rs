@@ -176,12 +176,18 @@ pub fn attach_print(args: &AttachArgs) -> CliResult {
     let mut live = LiveSource::new(dir.clone(), filter);
     let mut model = Model::new();
     let interval = Duration::from_millis(args.interval_ms.max(10));
+    let mut said = 0;
     loop {
         let start = Instant::now();
         while start.elapsed() < interval {
             live.poll(&mut model);
             std::thread::sleep(Duration::from_millis(10));
         }
+        // Refused sockets, bad frames: one line each on stderr, the output stays clean.
+        for m in &model.messages[said..] {
+            eprintln!("sigmatop: {m}");
+        }
+        said = model.messages.len();
         if model.processes.is_empty() && args.once {
             return Err(format!(
                 "no traced process found in {} (start one with `sigmatop run -- CMD`, or set --socket-dir)",
