@@ -507,6 +507,12 @@ fn check_counts(w: &str, mode: &str, run: &Run, srv: &ProcessRecording, cli: &Pr
                 assert_eq!(b / 4096, sent, "{ctx} {side} SEND bytes {b}");
                 let (rn, _) = op_of(m, "qp ", Op::VerbsRecv);
                 assert_eq!(rn, sent + 1, "{ctx} {side} RECV count");
+                // The libfabric layer (every layer is on) counts the same fi_send / fi_recv.
+                let (fn_, fb) = op_of(m, "ep#", Op::OfiSend);
+                assert_eq!(fn_, sent + 1, "{ctx} {side} fi_send count (n + 1 sync)");
+                assert_eq!(fb / 4096, sent, "{ctx} {side} fi_send bytes {fb}");
+                let (frn, _) = op_of(m, "ep#", Op::OfiRecv);
+                assert_eq!(frn, sent + 1, "{ctx} {side} fi_recv count");
             }
         }
         "io_demo" => {

@@ -1190,6 +1190,57 @@ unsafe fn note_own_name(ep: *mut FidEp, st: &EpState) {
     }
 }
 
+/// Points every table pointer of `ep` that is one of `st`'s copies back at the provider's own
+/// table (the data tables only, or all of them with `all`). A provider's close and enable paths
+/// see their own pointers: verbs allocates each endpoint's `msg` table and `free`s
+/// `ep->msg` when the endpoint closes (libfabric 1.17 `vrb_close_free_ep`), and writes through
+/// `ep->msg` when it enables an XRC endpoint with a shared receive context.
+///
+/// # Safety
+/// `ep` is live and `st` is its state.
+unsafe fn restore_provider_tables(ep: *mut FidEp, st: *mut EpState, all: bool) {
+    // SAFETY: ep and st are live (caller); each orig is the provider's table it replaced.
+    unsafe {
+        let st = &mut *st;
+        if core::ptr::eq((*ep).msg, &st.msg.table) {
+            (*ep).msg = st.msg.orig as *mut FiOpsMsg;
+        }
+        if core::ptr::eq((*ep).rma, &st.rma.table) {
+            (*ep).rma = st.rma.orig as *mut FiOpsRma;
+        }
+        if core::ptr::eq((*ep).tagged, &st.tagged.table) {
+            (*ep).tagged = st.tagged.orig as *mut FiOpsTagged;
+        }
+        if all {
+            if core::ptr::eq((*ep).cm, &st.cm.table) {
+                (*ep).cm = st.cm.orig as *mut FiOpsCm;
+            }
+            if core::ptr::eq((*ep).fid.ops, &st.fid_ops.table) {
+                (*ep).fid.ops = st.fid_ops.orig as *mut FiOps;
+            }
+        }
+    }
+}
+
+/// Undoes `restore_provider_tables(ep, st, true)` after a provider call that failed (the endpoint
+/// stays open and traced). The data tables are copied afresh from what the provider has now.
+///
+/// # Safety
+/// `ep` is live and `st` is its state.
+unsafe fn reinstall_tables(ep: *mut FidEp, st: *mut EpState) {
+    // SAFETY: ep and st are live (caller).
+    unsafe {
+        let st = &mut *st;
+        if !st.cm.orig.is_null() && core::ptr::eq((*ep).cm, st.cm.orig) {
+            (*ep).cm = &mut st.cm.table;
+        }
+        if core::ptr::eq((*ep).fid.ops, st.fid_ops.orig) {
+            (*ep).fid.ops = &mut st.fid_ops.table;
+        }
+        install_data_tables(ep, st);
+    }
+}
+
 unsafe extern "C" fn ep_close(fid: *mut Fid) -> c_int {
     // SAFETY: installed only in the fid_ops copy of an EpState.
     let st = unsafe { ep_state(fid) };
@@ -1197,6 +1248,10 @@ unsafe extern "C" fn ep_close(fid: *mut Fid) -> c_int {
     let Some(f) = (unsafe { (*(*st).fid_ops.orig).close }) else {
         return -FI_ENOSYS;
     };
+    let ep = fid as *mut FidEp;
+    // The provider closes (and may free) what the endpoint points at: give it its own tables.
+    // SAFETY: the endpoint (fid at offset 0) and st are live.
+    unsafe { restore_provider_tables(ep, st, true) };
     // SAFETY: the program's argument, unchanged.
     let r = unsafe { f(fid) };
     if r == 0 {
@@ -1209,9 +1264,13 @@ unsafe extern "C" fn ep_close(fid: *mut Fid) -> c_int {
                     b.eps.retain(|&e| e != id);
                 }
             }
-            // SAFETY: as above; the program may not use a closed endpoint.
-            unsafe { free_box(st) };
         });
+        // SAFETY: as above; the program may not use a closed endpoint. Freed outside `guarded`
+        // so that a panic there can never leave it half-done (free_box does not panic).
+        unsafe { free_box(st) };
+    } else {
+        // SAFETY: the close failed: the endpoint is still live.
+        unsafe { reinstall_tables(ep, st) };
     }
     r
 }
@@ -1254,18 +1313,22 @@ unsafe extern "C" fn ep_control(fid: *mut Fid, command: c_int, arg: *mut c_void)
     let Some(f) = (unsafe { (*(*st).fid_ops.orig).control }) else {
         return -FI_ENOSYS;
     };
+    let ep = fid as *mut FidEp;
+    if command == FI_ENABLE {
+        // A provider may pick or rewrite its data tables when it enables the endpoint (verbs
+        // writes through ep->msg for XRC): let it see its own, then copy what it left.
+        // SAFETY: the endpoint (fid at offset 0) and st are live.
+        unsafe { restore_provider_tables(ep, st, false) };
+    }
     // SAFETY: the program's arguments, unchanged.
     let r = unsafe { f(fid, command, arg) };
-    if r == 0 && command == FI_ENABLE {
-        crate::guarded((), || {
-            let ep = fid as *mut FidEp;
-            // SAFETY: the endpoint (fid at offset 0) is live; a provider may have picked other
-            // tables at enable time: wrap those too.
-            unsafe {
-                install_data_tables(ep, &mut *st);
-                note_own_name(ep, &*st);
-            }
-        });
+    if command == FI_ENABLE {
+        // SAFETY: the endpoint is live (enabled or not); the copies come from its tables now.
+        unsafe { install_data_tables(ep, &mut *st) };
+        if r == 0 {
+            // SAFETY: as above.
+            crate::guarded((), || unsafe { note_own_name(ep, &*st) });
+        }
     }
     r
 }
@@ -1560,11 +1623,28 @@ unsafe extern "C" fn cq_close(fid: *mut Fid) -> c_int {
     let Some(f) = (unsafe { (*(*st).fid_ops.orig).close }) else {
         return -FI_ENOSYS;
     };
+    let cq = fid as *mut FidCq;
+    // The provider closes (and may free) what the cq points at: give it its own tables.
+    // SAFETY: the cq (fid at offset 0) and st are live.
+    unsafe {
+        if core::ptr::eq((*cq).ops, &(*st).ops.table) {
+            (*cq).ops = (*st).ops.orig as *mut FiOpsCq;
+        }
+        (*fid).ops = (*st).fid_ops.orig as *mut FiOps;
+    }
     // SAFETY: the program's argument.
     let r = unsafe { f(fid) };
     if r == 0 {
         // SAFETY: the cq is closed; nothing points at st any more.
-        crate::guarded((), || unsafe { free_box(st) });
+        unsafe { free_box(st) };
+    } else {
+        // SAFETY: the close failed: the cq is still live; put the copies back.
+        unsafe {
+            if !(*st).ops.orig.is_null() && core::ptr::eq((*cq).ops, (*st).ops.orig) {
+                (*cq).ops = &mut (*st).ops.table;
+            }
+            (*fid).ops = &mut (*st).fid_ops.table;
+        }
     }
     r
 }
@@ -1676,6 +1756,15 @@ unsafe extern "C" fn av_close(fid: *mut Fid) -> c_int {
     let Some(f) = (unsafe { (*(*st).fid_ops.orig).close }) else {
         return -FI_ENOSYS;
     };
+    let av = fid as *mut FidAv;
+    // The provider closes (and may free) what the av points at: give it its own tables.
+    // SAFETY: the av (fid at offset 0) and st are live.
+    unsafe {
+        if core::ptr::eq((*av).ops, &(*st).ops.table) {
+            (*av).ops = (*st).ops.orig as *mut FiOpsAv;
+        }
+        (*fid).ops = (*st).fid_ops.orig as *mut FiOps;
+    }
     // SAFETY: the program's argument.
     let r = unsafe { f(fid) };
     if r == 0 {
@@ -1683,9 +1772,17 @@ unsafe extern "C" fn av_close(fid: *mut Fid) -> c_int {
             if let Ok(mut books) = AV_BOOKS.lock() {
                 books.retain(|b| b.av != fid as usize);
             }
-            // SAFETY: the av is closed; nothing points at st any more.
-            unsafe { free_box(st) };
         });
+        // SAFETY: the av is closed; nothing points at st any more.
+        unsafe { free_box(st) };
+    } else {
+        // SAFETY: the close failed: the av is still live; put the copies back.
+        unsafe {
+            if core::ptr::eq((*av).ops, (*st).ops.orig) {
+                (*av).ops = &mut (*st).ops.table;
+            }
+            (*fid).ops = &mut (*st).fid_ops.table;
+        }
     }
     r
 }
