@@ -139,7 +139,11 @@ fn corrupt_recording_is_reported_and_replayed_up_to_the_damage() {
         .map(|e| e.path())
         .collect();
     procs.sort();
-    let pid = procs[0].file_name().expect("pid").to_string_lossy().into_owned();
+    let pid = procs[0]
+        .file_name()
+        .expect("pid")
+        .to_string_lossy()
+        .into_owned();
     let tf_name = format!("thread-{pid}.ste");
     let tf = procs[0].join(&tf_name);
     let mut bytes = std::fs::read(&tf).expect("read");

@@ -1802,9 +1802,7 @@ pub unsafe extern "C" fn ibv_dereg_mr(mr: *mut c_void) -> c_int {
     let r = unsafe { f(mr) };
     if r == 0 && fields != [0u8; 44] {
         // SAFETY: a copy of the freed struct ibv_mr.
-        after(|| unsafe {
-            crate::registry::queue_mr(fields.as_ptr().cast(), None, 0, false)
-        });
+        after(|| unsafe { crate::registry::queue_mr(fields.as_ptr().cast(), None, 0, false) });
     }
     r
 }

@@ -259,7 +259,13 @@ fn notices_are_not_errors_and_leave_the_keys_visible() {
     // An error keeps its ✗, and takes the footer on a short terminal.
     vm.status.message = Some("socket x.sock: bad frame".into());
     let s = text(&render(&App::new(Theme::dark()), &vm, 80, 24));
-    assert!(s.lines().last().unwrap_or_default().contains("✗ socket x.sock"), "{s}");
+    assert!(
+        s.lines()
+            .last()
+            .unwrap_or_default()
+            .contains("✗ socket x.sock"),
+        "{s}"
+    );
     assert!(s.contains("» replay finished"), "{s}");
 }
 
@@ -276,7 +282,10 @@ fn one_node_opens_the_rank_matrix_and_one_warning_line() {
     assert!(s.contains("rank × rank"), "{s}");
     keys(&mut app, "m");
     let s = text(&render(&app, &vm, 120, 35));
-    assert!(s.contains("GPU × GPU"), "m moves on from the rank matrix:\n{s}");
+    assert!(
+        s.contains("GPU × GPU"),
+        "m moves on from the rank matrix:\n{s}"
+    );
     keys(&mut app, "m");
     let s = text(&render(&app, &vm, 120, 35));
     assert!(s.contains("node × node"), "{s}");
