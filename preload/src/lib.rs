@@ -3,6 +3,29 @@
 //! without locks or syscalls, and leaves I/O to one collector thread. It never changes what the
 //! program's calls return: every entry point catches panics and falls through to the real function.
 
+/// Resolves the real function in the `RealFn` `$slot` as the function-pointer type `$ty`, or
+/// returns from the calling hook (with `$fail`, or `()`) when no loaded library defines it: a
+/// hook never calls a null pointer.
+macro_rules! real {
+    ($slot:ident, $ty:ty) => {{
+        let p = $slot.get();
+        if p.is_null() {
+            return;
+        }
+        // SAFETY: `p` is the loaded library's definition of the symbol named in `$slot`, whose C
+        // signature (from that library's public header) is `$ty`.
+        unsafe { core::mem::transmute::<*mut core::ffi::c_void, $ty>(p) }
+    }};
+    ($slot:ident, $ty:ty, $fail:expr) => {{
+        let p = $slot.get();
+        if p.is_null() {
+            return $fail;
+        }
+        // SAFETY: as above.
+        unsafe { core::mem::transmute::<*mut core::ffi::c_void, $ty>(p) }
+    }};
+}
+
 pub mod bench;
 pub mod clock;
 pub mod collector;

@@ -74,27 +74,6 @@ struct Obj {
 static UMEMS: Mutex<Vec<Umem>> = Mutex::new(Vec::new());
 static OBJS: Mutex<Vec<Obj>> = Mutex::new(Vec::new());
 
-macro_rules! real {
-    ($slot:ident, $ty:ty) => {{
-        let p = $slot.get();
-        if p.is_null() {
-            return;
-        }
-        // SAFETY: `p` is libmlx5's definition of the symbol named in `$slot`, whose C signature
-        // (mlx5dv.h, rdma-core v44+) is `$ty`.
-        unsafe { core::mem::transmute::<*mut c_void, $ty>(p) }
-    }};
-    ($slot:ident, $ty:ty, $fail:expr) => {{
-        let p = $slot.get();
-        if p.is_null() {
-            return $fail;
-        }
-        // SAFETY: `p` is libmlx5's definition of the symbol named in `$slot`, whose C signature
-        // (mlx5dv.h, rdma-core v44+) is `$ty`.
-        unsafe { core::mem::transmute::<*mut c_void, $ty>(p) }
-    }};
-}
-
 /// Runs `f` traced (depth guard, panics caught) when the mlx5 layer is on.
 fn observe(f: impl FnOnce()) {
     if let Some(ts) = crate::trace_enter(Layer::Mlx5) {

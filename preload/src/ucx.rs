@@ -224,28 +224,6 @@ fn finish(
     ts.leave();
 }
 
-/// Resolves the real function `$slot` as type `$ty`, or returns `$fail` from the hook.
-macro_rules! real {
-    ($slot:ident, $ty:ty) => {{
-        let p = $slot.get();
-        if p.is_null() {
-            return;
-        }
-        // SAFETY: `p` is libucp's definition of the symbol named in `$slot`, whose C signature is
-        // `$ty` (ucp.h of UCX 1.13).
-        unsafe { core::mem::transmute::<*mut c_void, $ty>(p) }
-    }};
-    ($slot:ident, $ty:ty, $fail:expr) => {{
-        let p = $slot.get();
-        if p.is_null() {
-            return $fail;
-        }
-        // SAFETY: `p` is libucp's definition of the symbol named in `$slot`, whose C signature is
-        // `$ty` (ucp.h / ucp_compat.h of UCX 1.13).
-        unsafe { core::mem::transmute::<*mut c_void, $ty>(p) }
-    }};
-}
-
 macro_rules! slots {
     ($($slot:ident = $name:literal;)*) => {
         $( static $slot: RealFn = RealFn::new($name, SONAMES); )*
