@@ -246,27 +246,32 @@ fn signals_and_exits_leave_readable_records() {
     assert!(common::stdout_of(&out).contains("handler ran 1"));
 }
 
-#[test]
-fn socket_is_private() {
-    let dir = common::scratch("socket-private");
-    let trace = Trace::new("aggregate", &dir);
+/// Starts a traced probe that stays alive, and returns it with its live socket once it exists.
+fn staying_probe(trace: &Trace) -> (std::process::Child, PathBuf) {
     let mut cmd = Command::new(probe());
     cmd.args(["stay", "10"]);
     trace.apply(&mut cmd);
-    let mut child = common::spawn(&mut cmd);
+    let child = common::spawn(&mut cmd);
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    let sock = loop {
+    loop {
         let found = std::fs::read_dir(&trace.socket_dir).ok().and_then(|rd| {
             rd.flatten()
                 .map(|e| e.path())
                 .find(|p| p.extension().is_some_and(|x| x == "sock"))
         });
         if let Some(s) = found {
-            break s;
+            return (child, s);
         }
         assert!(std::time::Instant::now() < deadline, "no socket appeared");
         std::thread::sleep(Duration::from_millis(20));
-    };
+    }
+}
+
+#[test]
+fn socket_is_private() {
+    let dir = common::scratch("socket-private");
+    let trace = Trace::new("aggregate", &dir);
+    let (mut child, sock) = staying_probe(&trace);
     let dmode = std::fs::metadata(&trace.socket_dir)
         .unwrap()
         .permissions()
@@ -408,23 +413,7 @@ fn stalled_and_vanishing_readers_never_block_the_program() {
     let dir = common::scratch("stalled-reader");
     let trace = Trace::new("simple", &dir);
     // A long-running traced process...
-    let mut cmd = Command::new(probe());
-    cmd.args(["stay", "10"]);
-    trace.apply(&mut cmd);
-    let mut stay = common::spawn(&mut cmd);
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    let sock = loop {
-        let found = std::fs::read_dir(&trace.socket_dir).ok().and_then(|rd| {
-            rd.flatten()
-                .map(|e| e.path())
-                .find(|p| p.extension().is_some_and(|x| x == "sock"))
-        });
-        if let Some(s) = found {
-            break s;
-        }
-        assert!(std::time::Instant::now() < deadline, "no socket appeared");
-        std::thread::sleep(Duration::from_millis(20));
-    };
+    let (mut stay, sock) = staying_probe(&trace);
     // ...with one reader that never reads and one that leaves in the middle of a frame.
     let stalled = UnixStream::connect(&sock).unwrap();
     let mut vanishing = UnixStream::connect(&sock).unwrap();
