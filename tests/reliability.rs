@@ -251,7 +251,7 @@ fn staying_probe(trace: &Trace) -> (std::process::Child, PathBuf) {
     let mut cmd = Command::new(probe());
     cmd.args(["stay", "10"]);
     trace.apply(&mut cmd);
-    let child = common::spawn(&mut cmd);
+    let mut child = common::spawn(&mut cmd);
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
     loop {
         let found = std::fs::read_dir(&trace.socket_dir).ok().and_then(|rd| {
@@ -262,7 +262,11 @@ fn staying_probe(trace: &Trace) -> (std::process::Child, PathBuf) {
         if let Some(s) = found {
             return (child, s);
         }
-        assert!(std::time::Instant::now() < deadline, "no socket appeared");
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("no socket appeared");
+        }
         std::thread::sleep(Duration::from_millis(20));
     }
 }
