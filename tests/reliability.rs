@@ -247,6 +247,8 @@ fn signals_and_exits_leave_readable_records() {
 }
 
 /// Starts a traced probe that stays alive, and returns it with its live socket once it exists.
+/// The caller kills and reaps it (the lint cannot see through the return).
+#[allow(clippy::zombie_processes)]
 fn staying_probe(trace: &Trace) -> (std::process::Child, PathBuf) {
     let mut cmd = Command::new(probe());
     cmd.args(["stay", "10"]);
