@@ -18,7 +18,7 @@ fn perftest_server(
     trace: Option<&Trace>,
     extra_env: &[(&str, &str)],
 ) -> (std::process::Child, u16) {
-    let port = 61000 + (std::process::id() % 40) as u16 * 25 + common::port() % 25;
+    let port = common::port();
     let mut cmd = Command::new(common::require("ucx_perftest"));
     cmd.args(["-p", &port.to_string()]).env("UCX_TLS", "tcp");
     if let Some(t) = trace {

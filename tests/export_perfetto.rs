@@ -77,7 +77,7 @@ fn ucx_perftest_tag_bw_exports_valid_perfetto_with_paired_flows() {
     let bin = require("ucx_perftest");
     let dir = scratch("export-ucx");
     let t = Trace::new("simple", &dir);
-    let port = 61000 + (std::process::id() % 500) as u16;
+    let port = common::port();
     let n: u64 = 3000;
     let size: u64 = 4096;
     let mut s = Command::new(&bin);

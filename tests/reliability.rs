@@ -46,7 +46,7 @@ fn pingpong(
     iters: u32,
 ) -> (std::process::Output, std::process::Output) {
     let bin = common::require("fi_pingpong");
-    let port = 30000 + (std::process::id() % 500) as u16 * 40 + common::port() % 40;
+    let port = common::port();
     let args = [
         "-p",
         "tcp",

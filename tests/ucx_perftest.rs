@@ -25,7 +25,6 @@
 mod common;
 
 use std::process::Command;
-use std::sync::atomic::{AtomicU16, Ordering};
 use std::time::Duration;
 
 use common::{Totals, Trace};
@@ -33,13 +32,6 @@ use sigmatop::event::Op;
 use sigmatop::trace::reader::ProcessRecording;
 
 const LIMIT: Duration = Duration::from_secs(60);
-
-/// Ports for this file's server/client pairs, away from `common::port()`'s range and never reused
-/// within one test process (a reused listening port may sit in TIME_WAIT).
-fn fresh_port() -> u16 {
-    static N: AtomicU16 = AtomicU16::new(0);
-    60000 + (std::process::id() % 50) as u16 * 100 + N.fetch_add(1, Ordering::Relaxed) % 100
-}
 
 struct Side {
     stdout: String,
@@ -55,7 +47,7 @@ struct Pair {
 /// Runs one ucx_perftest pair, traced in `mode` (None = untraced).
 fn run_pair(tls: &str, test: &str, n: u64, size: u64, mode: Option<&'static str>) -> Pair {
     let bin = common::require("ucx_perftest");
-    let port = fresh_port();
+    let port = common::port();
     let dir = common::scratch(&format!("ucx-{test}-{}", tls.replace(',', "_")));
     let traces = mode.map(|m| {
         (

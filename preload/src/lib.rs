@@ -53,12 +53,7 @@ pub static HOOK_FAILURES: AtomicU64 = AtomicU64::new(0);
 /// never called inside `f`, so a panic can neither skip nor repeat the program's call.
 #[inline(always)]
 pub fn guarded<R>(fallback: R, f: impl FnOnce() -> R) -> R {
-    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        if config::fault_hook() {
-            injected_hook_fault();
-        }
-        f()
-    })) {
+    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)) {
         Ok(r) => r,
         Err(_) => {
             on_hook_panic();
@@ -67,9 +62,11 @@ pub fn guarded<R>(fallback: R, f: impl FnOnce() -> R) -> R {
     }
 }
 
+/// The test-only hook fault (`SIGMATOP_TEST_FAULT=hook`): called from inside hook bookkeeping
+/// (`ThreadState::record`, events path only, so aggregate mode's hot path carries no check).
 #[cold]
 #[inline(never)]
-fn injected_hook_fault() {
+pub fn injected_hook_fault() {
     panic!("injected hook fault (SIGMATOP_TEST_FAULT=hook)");
 }
 

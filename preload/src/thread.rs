@@ -323,6 +323,9 @@ impl ThreadState {
     pub fn record(&self, ep: u32, op: Op, bytes: u64, addr: u64, flags: u8, aux: u16) {
         self.count(ep, op, bytes, flags & sigmatop::event::flags::ERROR != 0);
         if crate::config::events_enabled() {
+            if crate::config::fault_hook() {
+                crate::injected_hook_fault();
+            }
             self.push(RawEvent {
                 tsc: crate::clock::now(),
                 bytes,

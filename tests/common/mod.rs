@@ -70,11 +70,46 @@ pub fn scratch(name: &str) -> PathBuf {
     d
 }
 
-/// A TCP port unlikely to collide between concurrently running tests.
+/// A TCP port that is free now, below the kernel's ephemeral range (so no client socket of another
+/// test can be sitting on it), never handed out twice by one test process, and checked with a
+/// bind *without* SO_REUSEADDR (so a port in TIME_WAIT, which a server that does not set it could
+/// not bind, is skipped).
 pub fn port() -> u16 {
     static NEXT: AtomicU16 = AtomicU16::new(0);
-    let base = 20000 + (std::process::id() % 1000) as u16 * 40;
-    base + NEXT.fetch_add(1, Ordering::Relaxed) % 40
+    const LOW: u32 = 10_000;
+    const SPAN: u32 = 22_000; // 10000..32000, under 32768 where Linux's ephemeral ports start
+    let start = (std::process::id() % 550) * 40;
+    for _ in 0..SPAN {
+        let n = NEXT.fetch_add(1, Ordering::Relaxed) as u32;
+        let p = (LOW + (start + n) % SPAN) as u16;
+        if port_is_free(p) {
+            return p;
+        }
+    }
+    panic!("no free TCP port in {LOW}..{}", LOW + SPAN);
+}
+
+fn port_is_free(port: u16) -> bool {
+    // SAFETY: a plain socket, bound once and closed; all pointers are to locals.
+    unsafe {
+        let fd = libc::socket(libc::AF_INET, libc::SOCK_STREAM, 0);
+        if fd < 0 {
+            return false;
+        }
+        let addr = libc::sockaddr_in {
+            sin_family: libc::AF_INET as libc::sa_family_t,
+            sin_port: port.to_be(),
+            sin_addr: libc::in_addr { s_addr: 0 },
+            sin_zero: [0; 8],
+        };
+        let ok = libc::bind(
+            fd,
+            &addr as *const libc::sockaddr_in as *const libc::sockaddr,
+            core::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t,
+        ) == 0;
+        libc::close(fd);
+        ok
+    }
 }
 
 /// How a command is traced.
