@@ -26,6 +26,8 @@ use sigmatop_tui::{
 
 use crate::agg::{Model, ProcKey, ProcessState};
 use crate::correlate::FxMap;
+use crate::correlate::mr::one_sided;
+use crate::correlate::topology::QpIndex;
 use crate::event::{
     Dir, DropCounters, EndpointKind, Event, Layer, Op, Snapshot, UNATTRIBUTED_EP, layer_names,
 };
@@ -105,6 +107,8 @@ pub fn step(model: &Model, at: Option<u64>, d: i32) -> Option<u64> {
 struct Sums {
     tx: u64,
     rx: u64,
+    /// Bytes of one-sided reads (also in `rx`): they move from the peer to this endpoint.
+    rx1: u64,
     ops: u64,
     doorbells: u64,
 }
@@ -120,6 +124,9 @@ impl Sums {
                 }
                 Dir::Rx => {
                     self.rx += b;
+                    if one_sided(o) {
+                        self.rx1 += b;
+                    }
                     self.ops += n;
                 }
                 Dir::None => {}
@@ -140,6 +147,9 @@ impl Sums {
                 }
                 Dir::Rx => {
                     self.rx = self.rx.saturating_sub(b);
+                    if one_sided(o) {
+                        self.rx1 = self.rx1.saturating_sub(b);
+                    }
                     self.ops = self.ops.saturating_sub(n);
                 }
                 Dir::None => {}
@@ -499,6 +509,30 @@ pub fn build_view_into(
         })
         .filter(|(h, _)| *h != 0)
         .collect();
+    // QPs by number: the peer QP of devx QPs (no address hash) and of every QP for the GPU
+    // matrix. Built only when some QP lacks a resolvable hash or names a GPU.
+    let key_pos: HashMap<&ProcKey, u32> = procs
+        .iter()
+        .enumerate()
+        .map(|(i, a)| (a.key, i as u32))
+        .collect();
+    let mut qps = QpIndex::default();
+    let need_qps = procs.iter().any(|a| {
+        a.p.endpoints.values().any(|d| {
+            d.qpn.is_some() && (d.gpu.is_some() || !owners.contains_key(&d.peer.addr_hash))
+        })
+    });
+    if need_qps {
+        for (i, a) in procs.iter().enumerate() {
+            for d in a.p.endpoints.values() {
+                if let Some(q) = d.qpn {
+                    qps.add(i as u32, d.id, q, d.peer.qpn);
+                }
+            }
+        }
+    }
+    // GPU matrix cells: (process, GPU or host memory) pairs → (window bytes, rate now).
+    let mut gpu_cells: GpuCells = BTreeMap::new();
     let mut eps: Vec<u32> = Vec::new();
     let square = |n: usize| vec![vec![0.0f64; n]; n];
     let mut rank_m = (square(ranks.len()), square(ranks.len()));
@@ -509,7 +543,8 @@ pub fn build_view_into(
     let mut modes: BTreeSet<&str> = BTreeSet::new();
     let (mut tx_now, mut rx_now) = (0.0, 0.0);
 
-    for a in &procs {
+    for (pi, a) in procs.iter().enumerate() {
+        let pi = pi as u32;
         let p = a.p;
         drops.add(&a.drops);
         modes.insert(p.identity.mode().name());
@@ -520,6 +555,7 @@ pub fn build_view_into(
             .fold(Sums::default(), |x, y| Sums {
                 tx: x.tx + y.tx,
                 rx: x.rx + y.rx,
+                rx1: x.rx1 + y.rx1,
                 ops: x.ops + y.ops,
                 doorbells: x.doorbells + y.doorbells,
             });
@@ -568,7 +604,22 @@ pub fn build_view_into(
             let (ts, ws, ns) = (es.tot, es.win, es.now);
             win_tx += ws.tx;
             win_rx += ws.rx;
-            let peer_of = def.and_then(|d| owners.get(&d.peer.addr_hash).copied());
+            let hash_peer = def.and_then(|d| owners.get(&d.peer.addr_hash).copied());
+            let peer_ep = if need_qps {
+                def.and_then(|d| Some((d.qpn?, d.peer.qpn?)))
+                    .and_then(|(l, r)| {
+                        let known = hash_peer.and_then(|x| key_pos.get(x.0).copied());
+                        qps.resolve(pi, l, r, known)
+                    })
+            } else {
+                None
+            };
+            let peer_of = hash_peer.or_else(|| {
+                let (pp, _) = peer_ep?;
+                let pa = procs.get(pp as usize)?;
+                let hi = host_pos.get(pa.key.host.as_str()).copied();
+                Some((pa.key, pa.p.identity.rank, hi))
+            });
             let peer_key = peer_of.map(|x| x.0);
             let peer_rank = peer_of.and_then(|x| x.1);
             // The row of the previous build is overwritten in place: its strings and vectors keep
@@ -635,17 +686,43 @@ pub fn build_view_into(
             prow.rx_bps += row.rx_bps;
             prow.ops_per_s += row.ops_per_s;
 
-            // Matrices: bytes in the window and rate now, from this endpoint to its peer.
+            // Matrices: bytes in the window and rate now, from this endpoint to its peer (sends,
+            // writes) and from the peer to it (one-sided reads).
+            let read_bps = per_s(ns.rx1, a.now_ns);
             if let Some((_, _, peer_host_i)) = peer_of {
                 if let (Some(i), Some(dr)) = (rank_i, peer_rank)
                     && let Some(&j) = rank_pos.get(&dr)
                 {
                     rank_m.0[i][j] += ws.tx as f64;
                     rank_m.1[i][j] += row.tx_bps;
+                    rank_m.0[j][i] += ws.rx1 as f64;
+                    rank_m.1[j][i] += read_bps;
                 }
                 if let (Some(i), Some(j)) = (host_i, peer_host_i) {
                     node_m.0[i][j] += ws.tx as f64;
                     node_m.1[i][j] += row.tx_bps;
+                    node_m.0[j][i] += ws.rx1 as f64;
+                    node_m.1[j][i] += read_bps;
+                }
+            }
+            if let Some((pp, pe)) = peer_ep {
+                let mine = def.and_then(|d| d.gpu);
+                let theirs = procs
+                    .get(pp as usize)
+                    .and_then(|x| x.p.endpoints.get(&pe))
+                    .and_then(|d| d.gpu);
+                if mine.is_some() || theirs.is_some() {
+                    let (me, them) = ((pi, mine), (pp, theirs));
+                    if ws.tx > 0 || row.tx_bps > 0.0 {
+                        let c = gpu_cells.entry((me, them)).or_default();
+                        c.0 += ws.tx as f64;
+                        c.1 += row.tx_bps;
+                    }
+                    if ws.rx1 > 0 || read_bps > 0.0 {
+                        let c = gpu_cells.entry((them, me)).or_default();
+                        c.0 += ws.rx1 as f64;
+                        c.1 += read_bps;
+                    }
                 }
             }
 
@@ -714,8 +791,7 @@ pub fn build_view_into(
             bytes: node_m.0,
             rates: node_m.1,
         },
-        // GPU × GPU needs GPU-driven QPs with a known peer GPU; none are known yet.
-        gpu: Matrix::default(),
+        gpu: gpu_matrix(&procs, &gpu_cells),
     };
 
     let (bw, times) = bandwidth_history(model, t, cache);
@@ -852,6 +928,59 @@ fn percentiles(h: &hdrhistogram::Histogram<u64>) -> Option<Percentiles> {
         p99: h.value_at_quantile(0.99) as f64,
         max: h.max() as f64,
     })
+}
+
+/// (process index, GPU ordinal or None for host memory).
+type GpuSide = (u32, Option<u32>);
+/// (source, destination) → (window bytes, rate now).
+type GpuCells = BTreeMap<(GpuSide, GpuSide), (f64, f64)>;
+
+/// The GPU × GPU matrix: a row and column per (process, GPU) of every GPU endpoint, and per
+/// process host memory that a GPU endpoint talks to; labels "r3:gpu0" ("pid@host:gpu0" without
+/// a rank) and "r3:cpu". GPU ordinals are the process's own (CUDA_VISIBLE_DEVICES renumbers).
+fn gpu_matrix(procs: &[ProcAt], cells: &GpuCells) -> Matrix {
+    let mut keys: Vec<GpuSide> = cells.keys().flat_map(|(a, b)| [*a, *b]).collect();
+    for (i, a) in procs.iter().enumerate() {
+        for d in a.p.endpoints.values() {
+            if d.gpu.is_some() {
+                keys.push((i as u32, d.gpu));
+            }
+        }
+    }
+    keys.sort_unstable();
+    keys.dedup();
+    if keys.is_empty() {
+        return Matrix::default();
+    }
+    let n = keys.len();
+    let mut bytes = vec![vec![0.0; n]; n];
+    let mut rates = vec![vec![0.0; n]; n];
+    let pos = |k: &GpuSide| keys.binary_search(k).unwrap_or(0);
+    for ((a, b), (w, r)) in cells {
+        bytes[pos(a)][pos(b)] += w;
+        rates[pos(a)][pos(b)] += r;
+    }
+    let labels = keys
+        .iter()
+        .map(|(p, g)| {
+            let who =
+                procs
+                    .get(*p as usize)
+                    .map_or_else(String::new, |a| match a.p.identity.rank {
+                        Some(r) => format!("r{r}"),
+                        None => format!("{}@{}", a.key.pid, a.key.host),
+                    });
+            match g {
+                Some(g) => format!("{who}:gpu{g}"),
+                None => format!("{who}:cpu"),
+            }
+        })
+        .collect();
+    Matrix {
+        labels,
+        bytes,
+        rates,
+    }
 }
 
 fn is_gpu_wqe(op: u8) -> bool {

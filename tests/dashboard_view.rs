@@ -181,3 +181,25 @@ fn renders_at_80x24_and_200x60() {
         assert!(help.to_lowercase().contains("help"), "{help}");
     }
 }
+
+/// The Matrix view's GPU × GPU on the real H200 recording (fixtures/demo-gpu): the `test` run's
+/// GPU-resident devx QPs loop back to themselves, so over the whole run gpu0 of pid 456 sent
+/// itself its writes, atomics and reads (28,133 + 1,675 bytes, the record's counters); the
+/// host-resident `bench-host` run (pid 467) names no GPU and has no row.
+#[test]
+fn gpu_matrix_of_the_h200_recording() {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("fixtures/demo-gpu");
+    let rec = Recording::open(&[dir]).expect("fixtures/demo-gpu opens");
+    let m = Model::from_recording(&rec);
+    let vm = build_view(&m, &opts(Window::All, None));
+    let g = &vm.matrices.gpu;
+    assert_eq!(g.labels, vec!["456@vm:gpu0".to_string()]);
+    assert_eq!(g.bytes, vec![vec![(28_133 + 1_675) as f64]]);
+    // Drawn: on one node without ranks, the Matrix view shows GPU × GPU by itself.
+    let mut app = App::new(Theme::mono());
+    key(&mut app, '5');
+    let screen = render(&app, &vm, 120, 30);
+    assert!(screen.contains("GPU × GPU"), "{screen}");
+    assert!(screen.contains("456@vm:gpu0"), "{screen}");
+    assert!(screen.contains("29.8k"), "{screen}");
+}

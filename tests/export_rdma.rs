@@ -348,7 +348,9 @@ fn synthetic_one_sided_ops_are_attributed_to_the_region_owner() {
         an.tx_matrix.get(&(a, b)).copied(),
         Some(4096 + 100 + 8 + 64)
     );
-    assert_eq!(an.tx_matrix.get(&(b, a)).copied(), Some(512));
+    // The read moved B's bytes to A; A issued it.
+    assert_eq!(an.read_matrix.get(&(a, b)).copied(), Some(512));
+    assert_eq!(an.tx_matrix.get(&(b, a)).copied(), None);
     assert_eq!(an.tx_matrix.get(&(a, c)).copied(), Some(2048));
     // The MR table counts what hit each region.
     let hit: Vec<(u32, u64, u64)> = an
@@ -384,4 +386,67 @@ fn synthetic_one_sided_ops_are_attributed_to_the_region_owner() {
         report.contains("one-sided bytes attributed to targets: 6.76 kB of 6.86 kB"),
         "{report}"
     );
+}
+
+/// GPU × GPU on fixtures/demo-gpu (real H200 recording, emulated NIC): each run's devx QPs are
+/// connected to themselves (the emulated NIC loops a QP back to its own QPN). The `test` run
+/// (pid 456) has its work queues in GPU memory (gpu0); the `bench-host` run (pid 467) in host
+/// memory. Both runs number their QPs 0x1c0 and 0x1c1, so a QPN-only match across the two
+/// processes would be wrong: each QP must find itself. Expected figures from the record's own
+/// counters: writes/atomics (tx) and one-sided reads of the GPU QPs, all GPU → same GPU.
+#[test]
+fn demo_gpu_matrix_is_the_loopback_gpu_traffic() {
+    use sigmatop::event::Dir;
+    let dirs = vec![fixture("demo-gpu")];
+    let rec = Recording::open(&dirs).expect("open fixtures/demo-gpu");
+    let c = Correlation::new(&rec);
+    // Every devx QP's peer QP is itself.
+    let mut gpu_bytes = 0u64;
+    for (i, p) in rec.processes.iter().enumerate() {
+        for d in &p.endpoints {
+            let e = c.topo.ep(i as u32, d.id).expect("endpoint in topology");
+            assert_eq!(
+                e.peer_ep,
+                Some((i as u32, d.id)),
+                "{} of {}",
+                d.label,
+                p.identity.pid
+            );
+            assert_eq!(e.peer, Some(i as u32));
+        }
+        let s = p.last_snapshot().expect("snapshot");
+        for cnt in &s.counts {
+            let gpu = p
+                .endpoints
+                .iter()
+                .find(|d| d.id == cnt.ep)
+                .and_then(|d| d.gpu);
+            let moved = match Op::from_u8(cnt.op) {
+                Some(o) if o.dir() == Dir::Tx => true,
+                Some(Op::GpuRead | Op::VerbsRead) => true,
+                _ => false,
+            };
+            if gpu == Some(0) && moved {
+                assert_eq!(p.identity.pid, 456, "only `test` has GPU-resident queues");
+                gpu_bytes += cnt.bytes;
+            }
+        }
+    }
+    assert_eq!(gpu_bytes, 28_133 + 1_675, "tx + reads of `test`'s QPs");
+    let out = common::scratch("export-rdma-gpu-matrix");
+    let (j, _) = util::export(&dirs, &out);
+    assert_eq!(
+        j["gpu_matrix"]["labels"],
+        serde_json::json!(["456@vm:gpu0"])
+    );
+    assert_eq!(j["gpu_matrix"]["bytes"], serde_json::json!([[gpu_bytes]]));
+    assert_eq!(j["gpu_unresolved_bytes"], 0);
+    // The process matrix is diagonal: no bytes between the two runs.
+    let pm = &j["process_matrix"]["bytes"];
+    assert_eq!(pm[0][1], 0, "{pm}");
+    assert_eq!(pm[1][0], 0, "{pm}");
+    let (ok, report, _) = util::sigmatop(&["report".as_ref(), dirs[0].as_os_str()]);
+    assert!(ok);
+    assert!(report.contains("GPU × GPU"), "{report}");
+    assert!(report.contains("456@vm:gpu0"), "{report}");
 }

@@ -531,6 +531,138 @@ fn check_counts(w: &str, mode: &str, run: &Run, srv: &ProcessRecording, cli: &Pr
     }
 }
 
+/// The one-sided operations of a traced run, attributed by the correlator to the process whose
+/// memory region they hit (`ibv_reg_mr` records: address range and rkey), against what each
+/// program did:
+/// - ib_write_bw -R: the client's #iterations RDMA writes of #bytes land in the server's buffer;
+/// - ib_read_bw: the client's #iterations RDMA reads of #bytes read the server's buffer;
+/// - rping: the server RDMA-reads the client's 64-byte buffer and RDMA-writes it back n times;
+/// - ucx_perftest put_bw over rc_verbs: the client's n + 1 puts of 64 bytes hit the server's
+///   registered receive buffer.
+///
+/// Every one-sided operation is attributed (none without a region, none ambiguous), through the
+/// QP's peer, and the process matrix carries the bytes in the direction they moved: writes from
+/// the issuer to the region's owner, reads from the owner to the issuer, on top of the SENDs.
+fn check_one_sided(w: &str, mode: &str, run: &Run) {
+    use sigmatop::correlate::{Correlation, NoSink, RunOptions};
+    if !matches!(w, "write_bw" | "read_bw" | "rping" | "put_bw") {
+        return;
+    }
+    let ctx = format!("{w}/{mode} one-sided");
+    let rec = Recording::open(&[run.dir.join("rec")]).expect("open record");
+    let corr = Correlation::new(&rec);
+    let an = corr.run(&RunOptions::default(), &mut NoSink);
+    let o = &an.one_sided;
+    if mode == "aggregate" {
+        // No events on disk: nothing to attribute per operation.
+        assert_eq!(o.ops, 0, "{ctx}: {o:?}");
+        return;
+    }
+    let mut by_pid: Vec<(u32, u32)> = rec
+        .processes
+        .iter()
+        .enumerate()
+        .map(|(i, p)| (p.identity.pid, i as u32))
+        .collect();
+    by_pid.sort();
+    let (srv, cli) = (by_pid[0].1, by_pid[1].1);
+    let qp = |p: u32| qp_ops(&rec.processes[p as usize]);
+    let (s, c) = (qp(srv), qp(cli));
+    // (issuer, target, one-sided ops, their bytes): what the program did.
+    let (issuer, target, ops, bytes) = match w {
+        "write_bw" => {
+            let (size, iters) = perftest_row(&run.client_out);
+            (cli, srv, iters, iters * size)
+        }
+        "read_bw" => {
+            let (size, iters) = perftest_row(&run.client_out);
+            (cli, srv, iters, iters * size)
+        }
+        "rping" => {
+            let n = run
+                .client_out
+                .lines()
+                .filter(|l| l.contains("ping data:"))
+                .count() as u64;
+            (srv, cli, 2 * n, 2 * n * 64)
+        }
+        _ => {
+            let iters = run
+                .client_out
+                .lines()
+                .find(|l| l.trim_start().starts_with("Final:"))
+                .and_then(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
+                .expect("Final row");
+            (cli, srv, iters + 1, (iters + 1) * 64)
+        }
+    };
+    assert_eq!((o.ops, o.bytes), (ops, bytes), "{ctx}: {o:?}");
+    assert_eq!(
+        (o.attributed_ops, o.attributed_bytes, o.via_qp_peer_ops),
+        (ops, bytes, ops),
+        "{ctx}: every one-sided operation attributed through its QP's peer: {o:?}"
+    );
+    assert_eq!((o.no_region_ops, o.ambiguous_ops), (0, 0), "{ctx}: {o:?}");
+    for e in &o.endpoints {
+        assert_eq!(
+            e.process, issuer,
+            "{ctx}: only the issuer does one-sided ops: {e:?}"
+        );
+        assert_eq!(e.by_proc.len(), 1, "{ctx}: one target: {e:?}");
+        assert_eq!(e.by_proc.get(&target), Some(&e.bytes), "{ctx}: {e:?}");
+        assert_eq!(e.unattributed_bytes, 0, "{ctx}: {e:?}");
+    }
+    // The regions hit are the target's, and they took every byte.
+    let hit: u64 = an
+        .mrs
+        .entries
+        .iter()
+        .filter(|m| m.ops > 0)
+        .inspect(|m| assert_eq!(m.process, target, "{ctx}: region of the issuer hit: {m:?}"))
+        .map(|m| m.bytes)
+        .sum();
+    assert_eq!(hit, bytes, "{ctx}: bytes into regions");
+    // Process matrix (JSON export): one-sided bytes in the direction they moved, plus SENDs.
+    let ex = sigmatop::export::json::build(
+        &corr,
+        &an,
+        sigmatop::agg::Model::from_recording(&rec).report(),
+    );
+    // The JSON names the target per endpoint.
+    let target_label = corr.proc_label(target);
+    for e in &ex.one_sided.endpoints {
+        assert_eq!(
+            e.target.as_deref(),
+            Some(target_label.as_str()),
+            "{ctx}: {e:?}"
+        );
+    }
+    let pm = &ex.process_matrix.bytes;
+    let bytes_of = |m: &QpOps, ops: &[Op]| ops.iter().map(|&op| op_of(m, "qp ", op).1).sum::<u64>();
+    // a → b: a's SENDs and writes/atomics (all into b, as checked above), and b's reads of a.
+    let moved = |a: &QpOps, b: &QpOps| {
+        bytes_of(
+            a,
+            &[
+                Op::VerbsSend,
+                Op::VerbsSendImm,
+                Op::VerbsWrite,
+                Op::VerbsWriteImm,
+                Op::VerbsAtomicCas,
+                Op::VerbsAtomicFa,
+            ],
+        ) + bytes_of(b, &[Op::VerbsRead])
+    };
+    let (srv_u, cli_u) = (srv as usize, cli as usize);
+    let (want_sc, want_cs) = (moved(&s, &c), moved(&c, &s));
+    assert_eq!(
+        (pm[srv_u][cli_u], pm[cli_u][srv_u]),
+        (want_sc, want_cs),
+        "{ctx}: process matrix (server→client, client→server) {:?}",
+        ex.process_matrix
+    );
+}
+
 fn processes_of(dir: &Path) -> Vec<ProcessRecording> {
     let rec = Recording::open(&[dir.join("rec")])
         .unwrap_or_else(|e| panic!("reading {}: {e}", dir.display()));
@@ -559,6 +691,12 @@ fn soft_roce_guest_workloads() {
         }
     };
     let pre = preload();
+    // SIGMATOP_GUEST_REUSE=DIR re-checks the files of an earlier boot (a developer's shortcut
+    // while changing the host-side checks; the preload is not re-run).
+    if let Ok(dir) = std::env::var("SIGMATOP_GUEST_REUSE") {
+        eprintln!("*** re-checking the guest files under {dir} without booting ***");
+        return check_all(Path::new(&dir), String::new());
+    }
     let out = scratch("verbs-guest");
     let modes = format!("none {}", MODES.join(" "));
     let console = boot(
@@ -573,6 +711,10 @@ fn soft_roce_guest_workloads() {
             &WORKLOADS.join(" "),
         ],
     );
+    check_all(&out, console);
+}
+
+fn check_all(out: &Path, console: String) {
     assert!(
         read(&out.join("batch.log")).contains("BATCH_DONE"),
         "guest batch did not finish:\n{console}\n{}",
@@ -580,7 +722,7 @@ fn soft_roce_guest_workloads() {
     );
     let mut failures = Vec::new();
     for w in WORKLOADS {
-        let base = load(&out, w, "none");
+        let base = load(out, w, "none");
         if base.client_rc != "0" {
             failures.push(format!(
                 "{w}: untraced client failed ({}): {}",
@@ -590,7 +732,7 @@ fn soft_roce_guest_workloads() {
             continue;
         }
         for mode in MODES {
-            let run = load(&out, w, mode);
+            let run = load(out, w, mode);
             let r = std::panic::catch_unwind(|| {
                 assert_eq!(
                     run.client_rc,
@@ -628,6 +770,7 @@ fn soft_roce_guest_workloads() {
                 check_matched(&format!("{w}/{mode}"), srv, cli);
                 check_matched(&format!("{w}/{mode}"), cli, srv);
                 check_counts(w, mode, &run, srv, cli);
+                check_one_sided(w, mode, &run);
                 if mode != "full" {
                     assert_eq!(
                         completions(srv) + completions(cli),

@@ -100,11 +100,19 @@ pub fn render_matrix(title: &str, m: &crate::agg::Matrix) -> String {
         return s;
     }
     let _ = writeln!(s, "{title} (bytes sent, row → column)");
-    let _ = write!(s, "{:>10}", "src\\dst");
+    // Columns as wide as the longest label, within 10..=16.
+    let w = m
+        .labels
+        .iter()
+        .map(|l| l.chars().count())
+        .max()
+        .unwrap_or(0)
+        .clamp(10, 16);
+    let _ = write!(s, "{:>w$}", "src\\dst");
     for l in &m.labels {
-        let _ = write!(s, " {:>10}", trunc(l, 10));
+        let _ = write!(s, " {:>w$}", trunc(l, w));
     }
-    let _ = writeln!(s, " {:>10}", "egress");
+    let _ = writeln!(s, " {:>w$}", "egress");
     let egress: Vec<u64> = m.bytes.iter().map(|r| r.iter().sum()).collect();
     let mean = if egress.is_empty() {
         0.0
@@ -112,12 +120,12 @@ pub fn render_matrix(title: &str, m: &crate::agg::Matrix) -> String {
         egress.iter().sum::<u64>() as f64 / egress.len() as f64
     };
     for (i, row) in m.bytes.iter().enumerate() {
-        let _ = write!(s, "{:>10}", trunc(&m.labels[i], 10));
+        let _ = write!(s, "{:>w$}", trunc(&m.labels[i], w));
         for (j, v) in row.iter().enumerate() {
             if i == j && *v == 0 {
-                let _ = write!(s, " {:>10}", "·");
+                let _ = write!(s, " {:>w$}", "·");
             } else {
-                let _ = write!(s, " {:>10}", human_bytes(*v as f64));
+                let _ = write!(s, " {:>w$}", human_bytes(*v as f64));
             }
         }
         let skew = if mean > 0.0 {
@@ -130,7 +138,7 @@ pub fn render_matrix(title: &str, m: &crate::agg::Matrix) -> String {
         } else {
             String::new()
         };
-        let _ = writeln!(s, " {:>10}{mark}", human_bytes(egress[i] as f64));
+        let _ = writeln!(s, " {:>w$}{mark}", human_bytes(egress[i] as f64));
     }
     s
 }

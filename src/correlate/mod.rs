@@ -8,6 +8,7 @@
 
 pub mod clock;
 pub mod doorbell;
+pub mod gpu;
 pub mod matcher;
 pub mod merge;
 pub mod mr;
@@ -252,7 +253,7 @@ impl<'r> Correlation<'r> {
                         None => a.tx_unresolved_bytes += m.ev.bytes,
                     },
                     Dir::Rx if mr::one_sided(op) => match other {
-                        Some(d) => *a.tx_matrix.entry((d, m.proc)).or_default() += m.ev.bytes,
+                        Some(d) => *a.read_matrix.entry((m.proc, d)).or_default() += m.ev.bytes,
                         None => a.tx_unresolved_bytes += m.ev.bytes,
                     },
                     _ => {}
@@ -419,6 +420,9 @@ pub struct Analysis {
     pub last_ns: u64,
     /// Payload bytes of data-moving operations, (issuer, other side) → bytes, from events.
     pub tx_matrix: FxMap<(u32, u32), u64>,
+    /// (issuer, target) → bytes of one-sided reads: they moved from target to issuer. Kept
+    /// apart from `tx_matrix` so that each cell stays with the process whose events made it.
+    pub read_matrix: FxMap<(u32, u32), u64>,
     pub tx_unresolved_bytes: u64,
     pub matching: MatchStats,
     /// Doorbell → WQE association.

@@ -5,7 +5,11 @@
 //! - libfabric RDM endpoints name their peer per operation by `fi_addr`; the endpoint's "av"
 //!   updates map each `fi_addr` to the hash of the address inserted in the address vector.
 //! - Verbs QPs: the local QPN (+ GID) of one side equals the remote QPN (+ GID) the other side
-//!   connected to (`Peer::qpn`/`gid` after RTR).
+//!   connected to (`Peer::qpn`/`gid` after RTR); the preload hashes (GID, QPN) into
+//!   `Peer::addr_hash` and the owner's `own_addr_hashes`, which decides across hosts.
+//! - QPs without that hash (devx QPs, whose local GID the preload does not learn) are matched by
+//!   QPN alone through [`QpIndex`]: QPNs are per device, so equal numbers on two hosts (or two
+//!   NICs) are common, and the index only answers when the match is unambiguous.
 
 use std::collections::HashMap;
 
@@ -21,6 +25,8 @@ pub struct EpTopo {
     pub peer: Option<u32>,
     /// libfabric: fi_addr → peer process.
     pub av: HashMap<u64, u32>,
+    /// Verbs / devx QPs: the peer QP (process, endpoint) when it was traced.
+    pub peer_ep: Option<(u32, u32)>,
 }
 
 impl EpTopo {
@@ -73,12 +79,16 @@ impl Topology {
             claims.remove(h);
         }
         t.owner = claims;
-        // Verbs: (qpn, gid) → process, for QPs.
-        let mut qp_owner: HashMap<(u32, Option<[u8; 16]>), u32> = HashMap::new();
+        let mut qps = QpIndex::default();
         for (i, p) in procs.iter().enumerate() {
             for d in &p.endpoints {
                 if let Some(q) = d.qpn {
-                    qp_owner.insert((q, None), i as u32);
+                    qps.add(i as u32, d.id, q, None);
+                }
+            }
+            for u in &p.updates {
+                if let Some(q) = u.peer.as_ref().and_then(|x| x.qpn) {
+                    qps.set_peer(i as u32, u.id, q);
                 }
             }
         }
@@ -106,14 +116,13 @@ impl Topology {
             }
             for e in eps.values_mut() {
                 let Some(d) = &e.def else { continue };
-                e.peer = t.owner.get(&d.peer.addr_hash).copied().or_else(|| {
-                    // A QP connected to a QPN that another traced process owns. Without GIDs on
-                    // both sides the QPN alone decides, and only when it is not our own.
-                    d.peer
-                        .qpn
-                        .and_then(|q| qp_owner.get(&(q, None)).copied())
-                        .filter(|&o| o != i as u32)
-                });
+                let by_hash = t.owner.get(&d.peer.addr_hash).copied();
+                let by_qpn = match (d.qpn, d.peer.qpn) {
+                    (Some(local), Some(remote)) => qps.resolve(i as u32, local, remote, by_hash),
+                    _ => None,
+                };
+                e.peer_ep = by_qpn;
+                e.peer = by_hash.or(by_qpn.map(|(p, _)| p));
             }
             t.eps.push(eps);
         }
@@ -146,5 +155,101 @@ impl Topology {
             }
             _ => e.peer,
         }
+    }
+}
+
+/// Every traced QP by its local QPN, for matching a QP to the peer QP it connected to.
+#[derive(Clone, Debug, Default)]
+pub struct QpIndex {
+    /// (process, endpoint, the QPN that QP connected to).
+    qps: Vec<(u32, u32, Option<u32>)>,
+    by_qpn: HashMap<u32, Vec<usize>>,
+    by_ep: HashMap<(u32, u32), usize>,
+}
+
+impl QpIndex {
+    pub fn add(&mut self, proc: u32, ep: u32, qpn: u32, peer_qpn: Option<u32>) {
+        let i = self.qps.len();
+        self.qps.push((proc, ep, peer_qpn));
+        self.by_qpn.entry(qpn).or_default().push(i);
+        self.by_ep.insert((proc, ep), i);
+    }
+
+    /// Records the QPN that endpoint `ep` of `proc` connected to (its latest RTR).
+    pub fn set_peer(&mut self, proc: u32, ep: u32, peer_qpn: u32) {
+        if let Some(&i) = self.by_ep.get(&(proc, ep)) {
+            self.qps[i].2 = Some(peer_qpn);
+        }
+    }
+
+    /// The QP that QP `local` of `proc`, connected to QPN `remote`, talks to. Candidates are the
+    /// QPs numbered `remote` that did not connect elsewhere (their own peer QPN is `local` or not
+    /// known). The answer is the candidate in `known_peer` when the address hash already named
+    /// the process; else the one in `proc` itself (a loopback connection, as on a single NIC);
+    /// else the only process's. None when several processes qualify (equal QPNs on several
+    /// hosts or NICs): a wrong peer is worse than none.
+    pub fn resolve(
+        &self,
+        proc: u32,
+        local: u32,
+        remote: u32,
+        known_peer: Option<u32>,
+    ) -> Option<(u32, u32)> {
+        let cands = self
+            .by_qpn
+            .get(&remote)?
+            .iter()
+            .map(|&i| self.qps[i])
+            .filter(|x| x.2.is_none_or(|q| q == local));
+        // Several QPs numbered alike in one process (a QPN reused after a destroy): the latest.
+        let in_proc = |p: u32| cands.clone().rfind(|x| x.0 == p).map(|x| (x.0, x.1));
+        if let Some(k) = known_peer {
+            return in_proc(k);
+        }
+        if let Some(own) = in_proc(proc) {
+            return Some(own);
+        }
+        let first = cands.clone().next()?.0;
+        if cands.clone().all(|c| c.0 == first) {
+            in_proc(first)
+        } else {
+            None
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn qp_index_prefers_the_hash_then_loopback_then_a_unique_process() {
+        let mut q = QpIndex::default();
+        // Process 0: QP 0x10 → 0x20 (process 1) and QP 0x30 looped to itself.
+        q.add(0, 1, 0x10, Some(0x20));
+        q.add(0, 2, 0x30, Some(0x30));
+        // Process 1: QP 0x20 → 0x10.
+        q.add(1, 7, 0x20, None);
+        q.set_peer(1, 7, 0x10);
+        // Process 2 (another host) reuses QPN 0x30, looped to itself too.
+        q.add(2, 3, 0x30, Some(0x30));
+        // Process 3 and 4 both own a QP 0x40 with no known peer.
+        q.add(3, 1, 0x40, None);
+        q.add(4, 1, 0x40, None);
+
+        assert_eq!(q.resolve(0, 0x10, 0x20, None), Some((1, 7)));
+        assert_eq!(q.resolve(1, 0x20, 0x10, None), Some((0, 1)));
+        // Loopback: each process's own QP, not the other host's equal number.
+        assert_eq!(q.resolve(0, 0x30, 0x30, None), Some((0, 2)));
+        assert_eq!(q.resolve(2, 0x30, 0x30, None), Some((2, 3)));
+        // The address hash named process 1: only its QPs count.
+        assert_eq!(q.resolve(0, 0x10, 0x20, Some(1)), Some((1, 7)));
+        assert_eq!(q.resolve(0, 0x10, 0x20, Some(2)), None);
+        // Two processes qualify: no answer rather than a wrong one.
+        assert_eq!(q.resolve(0, 0x11, 0x40, None), None);
+        // A QP numbered 0x20 that connected elsewhere is no candidate.
+        assert_eq!(q.resolve(5, 0x99, 0x20, None), None);
+        // Unknown QPN.
+        assert_eq!(q.resolve(0, 0x10, 0x77, None), None);
     }
 }

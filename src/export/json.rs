@@ -11,7 +11,7 @@ use super::perfetto::PerfettoStats;
 use crate::agg::{Matrix, Report};
 use crate::correlate::doorbell::DoorbellStats;
 use crate::correlate::matcher::MatchStats;
-use crate::correlate::mr::{MAX_MRS_LISTED, MrListed, OneSidedStats};
+use crate::correlate::mr::{self, MAX_MRS_LISTED, MrListed, OneSidedStats};
 use crate::correlate::{Analysis, Correlation, Phase};
 use crate::event::{Dir, Op};
 
@@ -153,9 +153,11 @@ pub struct Export {
     /// How the rank / node / process matrices were built.
     pub matrices_source: String,
     pub process_matrix: Matrix,
-    /// GPU × GPU bytes (placeholder until GPU-initiated QPs carry their peer GPU: labels of the
-    /// GPUs seen, zeros).
+    /// GPU × GPU bytes: per process and CUDA device ordinal ("r3:gpu0"), with the host memory
+    /// of a process whose QP talks to a GPU as "r3:cpu" (correlate/gpu.rs).
     pub gpu_matrix: Matrix,
+    /// Bytes of GPU endpoints whose peer QP is not among the traced ones.
+    pub gpu_unresolved_bytes: u64,
     pub ranks: Vec<RankSummary>,
     pub nodes: Vec<NodeSummary>,
     pub top_talkers: Vec<Talker>,
@@ -220,16 +222,28 @@ pub fn build(c: &Correlation, a: &Analysis, mut report: Report) -> Export {
                     pm[i][d as usize] += b;
                 }
             }
+            for (&(issuer, t), &b) in &a.read_matrix {
+                if issuer as usize == i && (t as usize) < np {
+                    pm[t as usize][i] += b;
+                }
+            }
         } else if let Some(s) = p.last_snapshot() {
             from_snapshots += 1;
             for cnt in &s.counts {
-                if Op::from_u8(cnt.op).map(|o| o.dir()) != Some(Dir::Tx) {
-                    continue;
-                }
+                // Sends and writes go to the peer; one-sided reads come from it.
+                let toward_peer = match Op::from_u8(cnt.op) {
+                    Some(o) if o.dir() == Dir::Tx => true,
+                    Some(o) if o.dir() == Dir::Rx && mr::one_sided(o) => false,
+                    _ => continue,
+                };
                 if let Some(d) = c.topo.ep(i as u32, cnt.ep).and_then(|e| e.single_peer())
                     && (d as usize) < np
                 {
-                    pm[i][d as usize] += cnt.bytes;
+                    if toward_peer {
+                        pm[i][d as usize] += cnt.bytes;
+                    } else {
+                        pm[d as usize][i] += cnt.bytes;
+                    }
                 }
             }
         }
@@ -372,23 +386,7 @@ pub fn build(c: &Correlation, a: &Analysis, mut report: Report) -> Export {
         processes: skew(plabels.clone(), pm.iter().map(|r| r.iter().sum()).collect()),
     };
 
-    // GPU matrix placeholder.
-    let mut gpus: Vec<String> = Vec::new();
-    for p in procs {
-        for d in &p.endpoints {
-            if let Some(g) = d.gpu {
-                let l = format!("{}/gpu{g}", p.identity.host);
-                if !gpus.contains(&l) {
-                    gpus.push(l);
-                }
-            }
-        }
-    }
-    gpus.sort();
-    let gpu_matrix = Matrix {
-        bytes: vec![vec![0; gpus.len()]; gpus.len()],
-        labels: gpus,
-    };
+    let gpu = crate::correlate::gpu::gpu_traffic(c);
 
     Export {
         matrices_source,
@@ -396,7 +394,8 @@ pub fn build(c: &Correlation, a: &Analysis, mut report: Report) -> Export {
             labels: plabels.clone(),
             bytes: pm,
         },
-        gpu_matrix,
+        gpu_matrix: gpu.matrix,
+        gpu_unresolved_bytes: gpu.unresolved_bytes,
         ranks,
         nodes,
         top_talkers: talkers,

@@ -43,6 +43,16 @@ pub fn render(e: &Export) -> String {
     s.push_str(&table::render(&e.report));
     s.push_str(&table::render_matrix("rank × rank", &e.report.rank_matrix));
     s.push_str(&table::render_matrix("node × node", &e.report.node_matrix));
+    if !e.gpu_matrix.labels.is_empty() {
+        s.push_str(&table::render_matrix("GPU × GPU", &e.gpu_matrix));
+        if e.gpu_unresolved_bytes > 0 {
+            let _ = writeln!(
+                s,
+                "GPU bytes to untraced peers: {}",
+                human_bytes(e.gpu_unresolved_bytes as f64)
+            );
+        }
+    }
     let _ = writeln!(s, "matrices: {}", e.matrices_source);
 
     let _ = writeln!(s, "\ntop talkers (process → process):");

@@ -264,15 +264,18 @@ impl App {
         self.page_seen[t].set(page.max(1));
     }
 
-    /// The matrix kind to show for a view with `nodes` nodes and `ranks` ranks (see
-    /// [`App::matrix_auto`]); remembered as the one shown.
-    pub fn matrix_kind_for(&self, nodes: usize, ranks: usize) -> MatrixKind {
-        let k = if self.matrix_auto
-            && self.matrix_kind == MatrixKind::Node
-            && nodes <= 1
-            && ranks > 1
-        {
-            MatrixKind::Rank
+    /// The matrix kind to show for a view with `nodes` nodes, `ranks` ranks and `gpus` GPU
+    /// rows (see [`App::matrix_auto`]): on one node, ranks if there are several, else GPUs if
+    /// any; remembered as the one shown.
+    pub fn matrix_kind_for(&self, nodes: usize, ranks: usize, gpus: usize) -> MatrixKind {
+        let k = if self.matrix_auto && self.matrix_kind == MatrixKind::Node && nodes <= 1 {
+            if ranks > 1 {
+                MatrixKind::Rank
+            } else if gpus > 0 {
+                MatrixKind::Gpu
+            } else {
+                MatrixKind::Node
+            }
         } else {
             self.matrix_kind
         };
@@ -613,18 +616,21 @@ mod tests {
         let mut app = App::default();
         app.handle_key(ch('5'));
         // One node, four ranks: the rank matrix; several nodes: the node matrix.
-        assert_eq!(app.matrix_kind_for(1, 4), MatrixKind::Rank);
-        assert_eq!(app.matrix_kind_for(3, 4), MatrixKind::Node);
-        assert_eq!(app.matrix_kind_for(1, 1), MatrixKind::Node);
+        assert_eq!(app.matrix_kind_for(1, 4, 0), MatrixKind::Rank);
+        assert_eq!(app.matrix_kind_for(3, 4, 0), MatrixKind::Node);
+        assert_eq!(app.matrix_kind_for(1, 1, 0), MatrixKind::Node);
+        // One node, no ranks, GPU rows (a GPU-initiated run): the GPU matrix.
+        assert_eq!(app.matrix_kind_for(1, 0, 2), MatrixKind::Gpu);
+        assert_eq!(app.matrix_kind_for(2, 0, 2), MatrixKind::Node);
         // `m` moves on from what was shown: rank → GPU, and the choice then sticks.
-        assert_eq!(app.matrix_kind_for(1, 4), MatrixKind::Rank);
+        assert_eq!(app.matrix_kind_for(1, 4, 0), MatrixKind::Rank);
         app.handle_key(ch('m'));
         assert_eq!(app.matrix_kind, MatrixKind::Gpu);
-        assert_eq!(app.matrix_kind_for(1, 4), MatrixKind::Gpu);
+        assert_eq!(app.matrix_kind_for(1, 4, 0), MatrixKind::Gpu);
         app.handle_key(ch('m'));
-        assert_eq!(app.matrix_kind_for(1, 4), MatrixKind::Node);
+        assert_eq!(app.matrix_kind_for(1, 4, 0), MatrixKind::Node);
         app.handle_key(ch('m'));
-        assert_eq!(app.matrix_kind_for(1, 4), MatrixKind::Rank);
+        assert_eq!(app.matrix_kind_for(1, 4, 0), MatrixKind::Rank);
     }
 
     #[test]

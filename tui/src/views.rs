@@ -1182,7 +1182,11 @@ fn nodes(frame: &mut Frame, area: Rect, app: &App, vm: &ViewModel) {
 fn matrix(frame: &mut Frame, area: Rect, app: &App, vm: &ViewModel) {
     let th = &app.theme;
     let t = Tab::Matrix.index();
-    let kind = app.matrix_kind_for(vm.matrices.node.labels.len(), vm.matrices.rank.labels.len());
+    let kind = app.matrix_kind_for(
+        vm.matrices.node.labels.len(),
+        vm.matrices.rank.labels.len(),
+        vm.matrices.gpu.labels.len(),
+    );
     let m = match kind {
         MatrixKind::Rank => &vm.matrices.rank,
         MatrixKind::Gpu => &vm.matrices.gpu,
