@@ -134,16 +134,25 @@ macro_rules! ops {
         pub enum Op { $( $v = $n, )* }
         impl Op {
             pub const ALL: &'static [Op] = &[ $( Op::$v, )* ];
+            /// Every byte value → its op: a table, since the correlator asks once per event.
+            const BY_U8: [Option<Op>; 256] = {
+                let mut t = [None; 256];
+                $( t[$n as usize] = Some(Op::$v); )*
+                t
+            };
+            #[inline]
             pub fn from_u8(v: u8) -> Option<Op> {
-                match v { $( $n => Some(Op::$v), )* _ => None }
+                Self::BY_U8[v as usize]
             }
             /// Stable lower-case name used in JSON, tables and filters.
             pub fn name(self) -> &'static str {
                 match self { $( Op::$v => $name, )* }
             }
+            #[inline]
             pub fn dir(self) -> Dir {
                 match self { $( Op::$v => Dir::$dir, )* }
             }
+            #[inline]
             pub fn layer(self) -> Layer {
                 match self { $( Op::$v => Layer::$layer, )* }
             }

@@ -263,12 +263,15 @@ impl ClockCursor {
         if tsc < self.lo || tsc > self.hi {
             self.seek(c, tsc);
         }
-        let delta = if tsc >= self.base_tsc {
-            ((tsc - self.base_tsc) as f64 * self.rate) as i128
+        // f64 → i64 is one instruction (→ i128 a library call, once per event); it saturates
+        // at ±292 years, far beyond any record.
+        if tsc >= self.base_tsc {
+            let d = ((tsc - self.base_tsc) as f64 * self.rate) as i64;
+            self.base_real.saturating_add_signed(d)
         } else {
-            -(((self.base_tsc - tsc) as f64 * self.rate) as i128)
-        };
-        (self.base_real as i128 + delta).clamp(0, u64::MAX as i128) as u64
+            let d = ((self.base_tsc - tsc) as f64 * self.rate) as i64;
+            self.base_real.saturating_add_signed(-d)
+        }
     }
 }
 
