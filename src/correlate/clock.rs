@@ -197,7 +197,7 @@ impl ProcClock {
             hi: 0,
             base_tsc: 0,
             base_real: 0,
-            rate: self.default_rate,
+            mult: fixed(self.default_rate),
         };
         c.seek(self, 0);
         c
@@ -218,7 +218,18 @@ pub struct ClockCursor {
     base_tsc: u64,
     /// Kept integral: CLOCK_REALTIME ns near 1.8e18 do not fit an f64 mantissa (256 ns steps).
     base_real: u64,
-    rate: f64,
+    /// ns per tick in 32.32 fixed point: a conversion is one multiply and a shift (the float
+    /// path's unsigned conversions cost more than the rest of the merge step).
+    mult: u64,
+}
+
+/// `rate` (ns per tick) in 32.32 fixed point; 0 for a rate that is not a positive number.
+fn fixed(rate: f64) -> u64 {
+    if rate.is_finite() && rate > 0.0 {
+        (rate * 4_294_967_296.0).round() as u64
+    } else {
+        0
+    }
 }
 
 impl ClockCursor {
@@ -231,7 +242,7 @@ impl ClockCursor {
             self.hi = u64::MAX;
             self.base_tsc = 0;
             self.base_real = 0;
-            self.rate = 1.0;
+            self.mult = fixed(1.0);
             return;
         }
         if n == 1 {
@@ -240,7 +251,7 @@ impl ClockCursor {
             self.hi = u64::MAX;
             self.base_tsc = s[0].tsc;
             self.base_real = s[0].real_ns;
-            self.rate = c.default_rate;
+            self.mult = fixed(c.default_rate);
             return;
         }
         // Segment i spans [s[i].tsc, s[i+1].tsc); the first and last extend outwards.
@@ -255,7 +266,9 @@ impl ClockCursor {
         };
         self.base_tsc = s[i].tsc;
         self.base_real = s[i].real_ns;
-        self.rate = (s[i + 1].mono_ns - s[i].mono_ns) as f64 / (s[i + 1].tsc - s[i].tsc) as f64;
+        self.mult = fixed(
+            (s[i + 1].mono_ns - s[i].mono_ns) as f64 / (s[i + 1].tsc - s[i].tsc) as f64,
+        );
     }
 
     #[inline]
@@ -263,14 +276,14 @@ impl ClockCursor {
         if tsc < self.lo || tsc > self.hi {
             self.seek(c, tsc);
         }
-        // f64 → i64 is one instruction (→ i128 a library call, once per event); it saturates
-        // at ±292 years, far beyond any record.
+        let scaled = |d: u64| -> u64 {
+            let ns = (d as u128 * self.mult as u128) >> 32;
+            ns.min(u64::MAX as u128) as u64
+        };
         if tsc >= self.base_tsc {
-            let d = ((tsc - self.base_tsc) as f64 * self.rate) as i64;
-            self.base_real.saturating_add_signed(d)
+            self.base_real.saturating_add(scaled(tsc - self.base_tsc))
         } else {
-            let d = ((self.base_tsc - tsc) as f64 * self.rate) as i64;
-            self.base_real.saturating_add_signed(-d)
+            self.base_real.saturating_sub(scaled(self.base_tsc - tsc))
         }
     }
 }

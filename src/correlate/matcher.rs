@@ -97,13 +97,43 @@ pub struct MatchStats {
     pub dropped: u64,
 }
 
+type ChannelKey = (u32, Kind, u64);
+
 #[derive(Default)]
 pub struct Matcher {
-    channels: FxMap<(u32, Kind, u64), Channel>,
+    /// Channel key → index in `chans`.
+    channels: FxMap<ChannelKey, usize>,
+    chans: Vec<Channel>,
+    /// The channels used last (a stream between two processes alternates between two).
+    recent: [Option<(ChannelKey, usize)>; 4],
+    recent_next: usize,
     pub stats: MatchStats,
 }
 
 impl Matcher {
+    fn channel(&mut self, key: ChannelKey) -> usize {
+        let hit = self
+            .recent
+            .iter()
+            .flatten()
+            .find(|(k, _)| *k == key)
+            .map(|(_, i)| *i);
+        let i = match hit {
+            Some(i) => i,
+            None => {
+                let n = self.chans.len();
+                let i = *self.channels.entry(key).or_insert(n);
+                if i == n {
+                    self.chans.push(Channel::default());
+                }
+                self.recent[self.recent_next] = Some((key, i));
+                self.recent_next = (self.recent_next + 1) % self.recent.len();
+                i
+            }
+        };
+        i
+    }
+
     /// Feeds one operation: `proc` issued it, `peer` is the resolved other side. Returns the pair
     /// it completes, if any.
     #[allow(clippy::too_many_arguments)]
@@ -123,7 +153,8 @@ impl Matcher {
                 return None;
             };
             self.stats.sends += 1;
-            let ch = self.channels.entry((dst, kind, tag)).or_default();
+            let ci = self.channel((dst, kind, tag));
+            let ch = &mut self.chans[ci];
             if let Some(i) = ch
                 .recvs
                 .iter()
@@ -157,7 +188,8 @@ impl Matcher {
             None
         } else {
             self.stats.recvs += 1;
-            let ch = self.channels.entry((proc, kind, tag)).or_default();
+            let ci = self.channel((proc, kind, tag));
+            let ch = &mut self.chans[ci];
             if let Some(i) = ch
                 .sends
                 .iter()
@@ -194,11 +226,13 @@ impl Matcher {
 
     /// Counts what is left waiting.
     pub fn finish(&mut self) {
-        for ch in self.channels.values() {
+        for ch in &self.chans {
             self.stats.sends_unmatched += ch.sends.len() as u64;
             self.stats.recvs_unmatched += ch.recvs.len() as u64;
         }
         self.channels.clear();
+        self.chans.clear();
+        self.recent = Default::default();
     }
 }
 

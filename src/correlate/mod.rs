@@ -19,7 +19,7 @@ use std::hash::{BuildHasherDefault, Hasher};
 
 use serde::Serialize;
 
-use crate::event::{Dir, Op, flags};
+use crate::event::{Dir, Layer, Op, flags};
 use crate::trace::reader::{Problem, Recording};
 use clock::ProcClock;
 use doorbell::{Associator, DoorbellInfo, DoorbellStats, WqeLink};
@@ -195,6 +195,7 @@ impl<'r> Correlation<'r> {
         let tick = (gap / 2).max(1);
         let mut next_tick = 0u64;
         let mut seq: u64 = 0;
+        let mut peer_cache: Vec<(u32, Option<u32>)> = vec![(u32::MAX, None); nproc];
         let mut first_ns = None;
         let mut last_ns = 0;
         while let Some(m) = merger.next_event() {
@@ -236,7 +237,21 @@ impl<'r> Correlation<'r> {
             }
             a.events += 1;
             a.proc_events[p] += 1;
-            let peer = self.topo.peer_of(m.proc, &m.ev);
+            // The peer of an endpoint, remembered per process (the merged stream interleaves
+            // processes, each usually on few endpoints); libfabric's is per operation.
+            let peer = match Op::from_u8(m.ev.op) {
+                Some(op) if op.layer() != Layer::Libfabric => {
+                    let c = &mut peer_cache[p];
+                    if c.0 != m.ev.ep {
+                        *c = (
+                            m.ev.ep,
+                            self.topo.ep(m.proc, m.ev.ep).and_then(|e| e.peer),
+                        );
+                    }
+                    c.1
+                }
+                _ => self.topo.peer_of(m.proc, &m.ev),
+            };
             let mut target = None;
             if m.ev.flags & flags::ERROR == 0
                 && let Some(op) = Op::from_u8(m.ev.op)

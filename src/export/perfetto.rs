@@ -668,11 +668,10 @@ impl<W: Write> PerfettoSink<W> {
             return;
         }
         let tid = tid_of(&self.thread_tid, it);
-        let plan = plan_plain(it, tid);
-        if self.stage.buf.len() - self.stage.len < plan.total {
+        if self.stage.buf.len() - self.stage.len < PLAIN_MAX {
             self.stage.flush();
         }
-        let n = write_plain(it, tid, &plan, &mut self.stage.buf[self.stage.len..]);
+        let n = write_plain(it, tid, &mut self.stage.buf[self.stage.len..]);
         self.stage.len += n;
         self.count_plain(it, n);
     }
@@ -709,11 +708,10 @@ impl<W: Write> PerfettoSink<W> {
                 self.cur.flow_out = self.cur_seq + 1;
             }
             let tid = tid_of(&self.thread_tid, &self.cur);
-            let plan = plan_plain(&self.cur, tid);
             let room = self
                 .chunks
                 .back()
-                .is_some_and(|c| c.buf.len() - c.used >= plan.total.max(PLAIN_MAX));
+                .is_some_and(|c| c.buf.len() - c.used >= PLAIN_MAX);
             if !room {
                 let c = self.spare_chunks.pop().unwrap_or_else(|| Chunk {
                     buf: vec![0; CHUNK_BYTES].into_boxed_slice(),
@@ -722,7 +720,7 @@ impl<W: Write> PerfettoSink<W> {
                 self.chunks.push_back(c);
             }
             if let Some(c) = self.chunks.back_mut() {
-                let n = write_plain(&self.cur, tid, &plan, &mut c.buf[c.used..]);
+                let n = write_plain(&self.cur, tid, &mut c.buf[c.used..]);
                 c.used += n;
                 self.stats.op_instants += 1;
                 let what = if open {
@@ -1289,28 +1287,12 @@ fn tid_of(thread_tid: &[Option<u32>], it: &Item) -> Option<u32> {
         .unwrap_or(Some(it.m.ev.tid))
 }
 
-/// Where the fields of a plain instant go: counted (`Size`) or written (`Cursor`), so that one
-/// function decides them for both passes.
+/// Where the fields of a plain instant are written.
 trait Fields {
     /// A DebugAnnotation { name_iid, uint_value }.
     fn uint(&mut self, name: u64, v: u64);
     /// A DebugAnnotation { name_iid, string_value_iid }.
     fn string_iid(&mut self, name: u64, v: u64);
-}
-
-/// Counts encoded bytes.
-struct Size(usize);
-
-impl Fields for Size {
-    #[inline(always)]
-    fn uint(&mut self, _name: u64, v: u64) {
-        // key, length, name key, name, value key, value.
-        self.0 += 5 + vlen(v);
-    }
-    #[inline(always)]
-    fn string_iid(&mut self, _name: u64, v: u64) {
-        self.0 += 6 + vlen(v);
-    }
 }
 
 impl Fields for Cursor<'_> {
@@ -1389,39 +1371,15 @@ fn annotations<F: Fields>(it: &Item, tid: Option<u32>, f: &mut F) {
     }
 }
 
-/// The lengths of a plain instant, known before its first byte is written.
-struct PlainPlan {
-    te_len: usize,
-    pkt_len: usize,
-    /// Bytes of the whole `Trace.packet` field.
-    total: usize,
-}
-
+/// Writes a plain instant at the front of `dst` (at least `PLAIN_MAX` long) in one pass:
+/// both lengths are first given one byte, as they nearly always take, and the body is moved
+/// along in the rare case they need more. Returns its length. Same fields, order and bytes as
+/// the general path (tested below).
 #[inline(always)]
-fn plan_plain(it: &Item, tid: Option<u32>) -> PlainPlan {
-    let mut size = Size(0);
-    annotations(it, tid, &mut size);
-    let flows = (it.flow_out != 0) as usize
-        + it.flow_in.iter().filter(|f| **f != 0).count()
-        + it.flow_more.iter().filter(|f| **f != 0).count();
-    // Flow keys (fields 47, 48) take two bytes, then 8 bytes of fixed64.
-    let te_len =
-        2 + 1 + vlen(it.track) + 2 + 1 + vlen(op_name_iid(it.m.ev.op)) + size.0 + 10 * flows;
-    let pkt_len = 1 + vlen(it.m.ns) + 4 + 1 + vlen(te_len as u64) + te_len;
-    PlainPlan {
-        te_len,
-        pkt_len,
-        total: 1 + vlen(pkt_len as u64) + pkt_len,
-    }
-}
-
-/// Writes a planned plain instant at the front of `dst` (at least `plan.total` long); returns
-/// its length. Same fields, order and bytes as the general path (tested below).
-#[inline(always)]
-fn write_plain(it: &Item, tid: Option<u32>, plan: &PlainPlan, dst: &mut [u8]) -> usize {
+fn write_plain(it: &Item, tid: Option<u32>, dst: &mut [u8]) -> usize {
     let mut w = Cursor { buf: dst, n: 0 };
-    w.put(&[0x0A]);
-    w.varint(plan.pkt_len as u64);
+    // Trace.packet key, length (patched).
+    w.put(&[0x0A, 0]);
     w.put(&[(P_TIMESTAMP << 3) as u8]);
     w.varint(it.m.ns);
     w.put(&[
@@ -1430,19 +1388,12 @@ fn write_plain(it: &Item, tid: Option<u32>, plan: &PlainPlan, dst: &mut [u8]) ->
         (P_SEQ_FLAGS << 3) as u8,
         SEQ_NEEDS as u8,
         ((P_TRACK_EVENT << 3) | proto::LEN) as u8,
+        0, // TrackEvent length (patched)
     ]);
-    w.varint(plan.te_len as u64);
-    w.put(&[
-        (TE_TYPE << 3) as u8,
-        TYPE_INSTANT as u8,
-        (TE_TRACK << 3) as u8,
-    ]);
+    let te_start = w.n;
+    w.put(&[(TE_TYPE << 3) as u8, TYPE_INSTANT as u8, (TE_TRACK << 3) as u8]);
     w.varint(it.track);
-    w.put(&[
-        (TE_CATEGORY_IIDS << 3) as u8,
-        CAT_OP as u8,
-        (TE_NAME_IID << 3) as u8,
-    ]);
+    w.put(&[(TE_CATEGORY_IIDS << 3) as u8, CAT_OP as u8, (TE_NAME_IID << 3) as u8]);
     w.varint(op_name_iid(it.m.ev.op));
     annotations(it, tid, &mut w);
     for &f in it.flow_in.iter().chain(it.flow_more.iter()) {
@@ -1457,8 +1408,29 @@ fn write_plain(it: &Item, tid: Option<u32>, plan: &PlainPlan, dst: &mut [u8]) ->
         w.put(&[0xF9, 0x02]);
         w.put(&it.flow_out.to_le_bytes());
     }
-    debug_assert_eq!(w.n, plan.total);
-    w.n
+    let end = w.n;
+    let te_len = end - te_start;
+    // Packet body: everything after its own length byte, with the TrackEvent length's bytes.
+    let pkt_len = end - 2 + vlen(te_len as u64) - 1;
+    if te_len < 0x80 && pkt_len < 0x80 {
+        dst[te_start - 1] = te_len as u8;
+        dst[1] = pkt_len as u8;
+        return end;
+    }
+    // Longer lengths: move the TrackEvent body, then everything after the packet length.
+    let te_extra = vlen(te_len as u64) - 1;
+    dst.copy_within(te_start..end, te_start + te_extra);
+    let mut c = Cursor {
+        buf: dst,
+        n: te_start - 1,
+    };
+    c.varint(te_len as u64);
+    let pkt_extra = vlen(pkt_len as u64) - 1;
+    let total_end = end + te_extra;
+    dst.copy_within(2..total_end, 2 + pkt_extra);
+    let mut c = Cursor { buf: dst, n: 1 };
+    c.varint(pkt_len as u64);
+    total_end + pkt_extra
 }
 
 /// Bytes of a varint, by the value's leading zeros.
@@ -1556,7 +1528,7 @@ mod tests {
                     if r & 0x1000 != 0 { next() | 1 } else { 0 },
                     if r & 0x2000 != 0 { next() | 1 } else { 0 },
                 ],
-                flow_more: (0..(r >> 56) % 4).map(|_| next() | 1).collect(),
+                flow_more: (0..(r >> 56) % 17).map(|_| next() | 1).collect(),
                 extra: None,
             };
             let mut a = PerfettoSink::new(Vec::new());
