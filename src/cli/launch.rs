@@ -236,9 +236,8 @@ pub fn export(args: &ExportArgs) -> CliResult {
         Some(path) => {
             let f = std::fs::File::create(path)
                 .map_err(|e| format!("cannot create {}: {e}", path.display()))?;
-            let mut sink = crate::export::perfetto::PerfettoSink::new(
-                std::io::BufWriter::with_capacity(1 << 20, f),
-            );
+            // The sink gathers packets into large writes itself.
+            let mut sink = crate::export::perfetto::PerfettoSink::new(f);
             let a = corr.run(&opts, &mut sink);
             let stats = sink.stats.clone();
             sink.into_inner()

@@ -266,9 +266,8 @@ impl ClockCursor {
         };
         self.base_tsc = s[i].tsc;
         self.base_real = s[i].real_ns;
-        self.mult = fixed(
-            (s[i + 1].mono_ns - s[i].mono_ns) as f64 / (s[i + 1].tsc - s[i].tsc) as f64,
-        );
+        self.mult =
+            fixed((s[i + 1].mono_ns - s[i].mono_ns) as f64 / (s[i + 1].tsc - s[i].tsc) as f64);
     }
 
     #[inline]

@@ -88,10 +88,9 @@ impl<'a> Merger<'a> {
     fn refill(&mut self, i: u32) {
         let c = &mut self.cursors[i as usize];
         while c.pos >= c.block.len() {
-            match c.reader.next_block() {
-                Some(b) => {
-                    c.block.clear();
-                    c.block.extend_from_slice(b);
+            match c.reader.next_block().map(|_| ()) {
+                Some(()) => {
+                    c.reader.swap_events(&mut c.block);
                     c.pos = 0;
                 }
                 None => {

@@ -195,7 +195,7 @@ impl<'r> Correlation<'r> {
         let tick = (gap / 2).max(1);
         let mut next_tick = 0u64;
         let mut seq: u64 = 0;
-        let mut peer_cache: Vec<(u32, Option<u32>)> = vec![(u32::MAX, None); nproc];
+        let mut peer_cache: Vec<[(u32, Option<u32>); 2]> = vec![[(u32::MAX, None); 2]; nproc];
         let mut first_ns = None;
         let mut last_ns = 0;
         while let Some(m) = merger.next_event() {
@@ -241,14 +241,19 @@ impl<'r> Correlation<'r> {
             // processes, each usually on few endpoints); libfabric's is per operation.
             let peer = match Op::from_u8(m.ev.op) {
                 Some(op) if op.layer() != Layer::Libfabric => {
+                    // Two ways: a process alternates between, say, a send endpoint and the
+                    // worker its receives are posted on.
                     let c = &mut peer_cache[p];
-                    if c.0 != m.ev.ep {
-                        *c = (
-                            m.ev.ep,
-                            self.topo.ep(m.proc, m.ev.ep).and_then(|e| e.peer),
-                        );
+                    if c[0].0 == m.ev.ep {
+                        c[0].1
+                    } else if c[1].0 == m.ev.ep {
+                        c.swap(0, 1);
+                        c[0].1
+                    } else {
+                        c[1] = c[0];
+                        c[0] = (m.ev.ep, self.topo.ep(m.proc, m.ev.ep).and_then(|e| e.peer));
+                        c[0].1
                     }
-                    c.1
                 }
                 _ => self.topo.peer_of(m.proc, &m.ev),
             };

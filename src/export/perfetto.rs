@@ -233,9 +233,9 @@ impl<W: Write> Stage<W> {
         self.len = 0;
     }
 
-    /// Copies bytes in; a piece larger than half the buffer goes straight to the output.
+    /// Copies bytes in; a piece of 16 KiB or more goes straight to the output.
     fn put(&mut self, mut b: &[u8]) {
-        if b.len() >= self.buf.len() / 2 {
+        if b.len() >= 16 << 10 {
             self.flush();
             if self.error.is_none()
                 && let Err(e) = self.out.write_all(b)
@@ -322,7 +322,9 @@ pub struct PerfettoSink<W: Write> {
     /// Per thread file: flows (send ns, id) ending at its next event.
     pending_end: Vec<Vec<(u64, u64)>>,
     pending_n: usize,
-    last_ep: (u32, u32, u64),
+    /// Per process: the endpoint of its last event and that endpoint's track (the merged
+    /// stream interleaves processes).
+    last_ep: Vec<[(u32, u64); 2]>,
     last_written_ns: u64,
 }
 
@@ -363,7 +365,7 @@ impl<W: Write> PerfettoSink<W> {
             late_n: 0,
             pending_end: Vec::new(),
             pending_n: 0,
-            last_ep: (u32::MAX, u32::MAX, 0),
+            last_ep: Vec::new(),
             last_written_ns: 0,
         }
     }
@@ -1119,11 +1121,19 @@ impl<W: Write> Sink for PerfettoSink<W> {
 
     fn event(&mut self, seq: u64, m: &Merged, peer: Option<u32>) {
         self.finalize_cur();
-        let track = if (self.last_ep.0, self.last_ep.1) == (m.proc, m.ev.ep) {
-            self.last_ep.2
+        let p = m.proc as usize;
+        if p >= self.last_ep.len() {
+            self.last_ep.resize(p + 1, [(u32::MAX, 0); 2]);
+        }
+        let c = self.last_ep[p];
+        let track = if c[0].0 == m.ev.ep && c[0].1 != 0 {
+            c[0].1
+        } else if c[1].0 == m.ev.ep && c[1].1 != 0 {
+            self.last_ep[p].swap(0, 1);
+            c[1].1
         } else {
             let t = self.ep_track(m.proc, m.ev.ep);
-            self.last_ep = (m.proc, m.ev.ep, t);
+            self.last_ep[p] = [(m.ev.ep, t), c[0]];
             t
         };
         // The newest item is filled in place (it is most often encoded from there).
@@ -1391,9 +1401,17 @@ fn write_plain(it: &Item, tid: Option<u32>, dst: &mut [u8]) -> usize {
         0, // TrackEvent length (patched)
     ]);
     let te_start = w.n;
-    w.put(&[(TE_TYPE << 3) as u8, TYPE_INSTANT as u8, (TE_TRACK << 3) as u8]);
+    w.put(&[
+        (TE_TYPE << 3) as u8,
+        TYPE_INSTANT as u8,
+        (TE_TRACK << 3) as u8,
+    ]);
     w.varint(it.track);
-    w.put(&[(TE_CATEGORY_IIDS << 3) as u8, CAT_OP as u8, (TE_NAME_IID << 3) as u8]);
+    w.put(&[
+        (TE_CATEGORY_IIDS << 3) as u8,
+        CAT_OP as u8,
+        (TE_NAME_IID << 3) as u8,
+    ]);
     w.varint(op_name_iid(it.m.ev.op));
     annotations(it, tid, &mut w);
     for &f in it.flow_in.iter().chain(it.flow_more.iter()) {

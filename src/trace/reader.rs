@@ -310,6 +310,12 @@ impl ThreadEventReader {
     }
 
     /// The next block of events, or None at the end (or at the first bad chunk: see `problem`).
+    /// Exchanges the last decoded block with `v` (whose buffer the next block reuses): the
+    /// merge takes blocks without copying them.
+    pub fn swap_events(&mut self, v: &mut Vec<Event>) {
+        std::mem::swap(&mut self.events, v);
+    }
+
     pub fn next_block(&mut self) -> Option<&[Event]> {
         if self.done {
             return None;
