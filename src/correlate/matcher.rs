@@ -118,7 +118,7 @@ impl Matcher {
             .flatten()
             .find(|(k, _)| *k == key)
             .map(|(_, i)| *i);
-        let i = match hit {
+        match hit {
             Some(i) => i,
             None => {
                 let n = self.chans.len();
@@ -130,8 +130,7 @@ impl Matcher {
                 self.recent_next = (self.recent_next + 1) % self.recent.len();
                 i
             }
-        };
-        i
+        }
     }
 
     /// Feeds one operation: `proc` issued it, `peer` is the resolved other side. Returns the pair
