@@ -1363,6 +1363,20 @@ pub fn qp_addr_hash(gid: &[u8; 16], qpn: u32) -> u64 {
     fnv1a64(&k)
 }
 
+/// The GID at `index` of `port` of a device context this layer saw opened (ibv_open_device or
+/// mlx5dv_open_device on a real device); None for any other pointer, which is never
+/// dereferenced (an emulated devx context is no ibv_context).
+pub fn device_gid(ctx: usize, port: u8, index: u8) -> Option<[u8; 16]> {
+    let known = DEVS
+        .lock()
+        .ok()
+        .is_some_and(|m| m.as_ref().is_some_and(|m| m.contains_key(&ctx)));
+    if !known {
+        return None;
+    }
+    query_gid(ctx, port, index as c_int)
+}
+
 fn query_gid(ctx: usize, port: u8, index: c_int) -> Option<[u8; 16]> {
     let p = REAL_QUERY_GID.get();
     if p.is_null() {
@@ -2338,5 +2352,13 @@ mod tests {
         k.extend_from_slice(&0x11u32.to_le_bytes());
         assert_eq!(qp_addr_hash(&g, 0x11), fnv1a64(&k));
         assert_ne!(qp_addr_hash(&g, 0x11), qp_addr_hash(&g, 0x12));
+    }
+
+    #[test]
+    fn device_gid_reads_only_contexts_it_saw_opened() {
+        // An emulated devx context (or any pointer) is never passed to ibv_query_gid.
+        let fake = [0u8; 64];
+        assert_eq!(device_gid(fake.as_ptr() as usize, 1, 0), None);
+        assert_eq!(device_gid(0, 1, 0), None);
     }
 }

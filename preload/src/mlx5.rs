@@ -11,7 +11,8 @@
 //!   `DevxQp` endpoint (qpn from the output, service type, SQ size, UAR page, SQ base =
 //!   wq umem address + wq_umem_offset + RQ bytes), handed to doorbell.rs for the doorbell join.
 //! - `mlx5dv_devx_obj_modify` with a QP transition: endpoint state updates (remote QPN/GID at
-//!   INIT2RTR). `mlx5dv_devx_obj_destroy` of a QP: "destroyed", pending WQEs parsed first.
+//!   INIT2RTR, hashed with the local GID read from a real device context like a verbs QP's, so
+//!   the correlator matches devx QPs across hosts by address rather than by QPN alone). `mlx5dv_devx_obj_destroy` of a QP: "destroyed", pending WQEs parsed first.
 
 use core::ffi::{CStr, c_int, c_void};
 use std::sync::Mutex;
@@ -69,6 +70,8 @@ struct Obj {
     handle: usize,
     qpn: u32,
     ep: u32,
+    /// The devx context the QP was created on.
+    ctx: usize,
 }
 
 static UMEMS: Mutex<Vec<Umem>> = Mutex::new(Vec::new());
@@ -258,7 +261,7 @@ fn transport(st_: u8) -> &'static str {
 }
 
 /// A CREATE_QP went through: define the endpoint and hand the QP to the doorbell join.
-fn on_create_qp(obj: Ptr, inbox: &[u8], outbox: &[u8]) {
+fn on_create_qp(ctx: Ptr, obj: Ptr, inbox: &[u8], outbox: &[u8]) {
     let Ok(QpCommand::Create(c)) = decode_command(inbox) else {
         return;
     };
@@ -306,6 +309,7 @@ fn on_create_qp(obj: Ptr, inbox: &[u8], outbox: &[u8]) {
             handle: obj as usize,
             qpn: out.qpn,
             ep,
+            ctx: ctx as usize,
         });
     }
     if sq_addr != 0 && c.sq_cnt() != 0 {
@@ -346,7 +350,7 @@ pub unsafe extern "C" fn mlx5dv_devx_obj_create(
                     core::slice::from_raw_parts(outbox as *const u8, outlen),
                 )
             };
-            on_create_qp(obj, i, o);
+            on_create_qp(ctx, obj, i, o);
         });
     }
     obj
@@ -386,17 +390,36 @@ pub unsafe extern "C" fn mlx5dv_devx_obj_modify(
             let Ok(QpCommand::Modify(m)) = decode_command(i) else {
                 return;
             };
-            let ep = OBJS.lock().ok().and_then(|o| {
+            let found = OBJS.lock().ok().and_then(|o| {
                 o.iter()
                     .find(|x| x.handle == obj as usize || x.qpn == m.qpn)
-                    .map(|x| x.ep)
+                    .map(|x| (x.ep, x.ctx, x.qpn))
             });
-            let Some(ep) = ep else { return };
-            let peer = m.path.filter(|p| p.remote_qpn != 0).map(|p| Peer {
-                addr_hash: 0,
-                text: format!("qpn {:#x}", p.remote_qpn),
-                qpn: Some(p.remote_qpn),
-                gid: (p.rgid != [0; 16]).then_some(p.rgid),
+            let Some((ep, ctx, qpn)) = found else { return };
+            let peer = m.path.filter(|p| p.remote_qpn != 0).map(|p| {
+                // As for verbs QPs: (remote GID, remote QPN) hashed into the peer address, and
+                // (local GID, QPN) into this process's own addresses, when the context is a
+                // real device whose GID table can be read; without a GRH the LID stands in
+                // for the remote GID.
+                let rgid = if p.grh {
+                    p.rgid
+                } else {
+                    let mut g = [0u8; 16];
+                    g[14..].copy_from_slice(&p.rlid.to_be_bytes());
+                    g
+                };
+                if p.grh
+                    && let Some(l) =
+                        crate::ibverbs::device_gid(ctx, p.port.max(1), p.src_addr_index)
+                {
+                    crate::registry::add_own_addr(crate::ibverbs::qp_addr_hash(&l, qpn));
+                }
+                Peer {
+                    addr_hash: crate::ibverbs::qp_addr_hash(&rgid, p.remote_qpn),
+                    text: format!("qpn {:#x}", p.remote_qpn),
+                    qpn: Some(p.remote_qpn),
+                    gid: (p.rgid != [0; 16]).then_some(p.rgid),
+                }
             });
             crate::registry::update(ep, state_name(m.transition.target_state()), peer);
         });
