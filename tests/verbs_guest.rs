@@ -292,6 +292,19 @@ fn perftest_row(out: &str) -> (u64, u64) {
     panic!("no perftest result row in:\n{out}");
 }
 
+/// ucx_perftest's iterations: the second column of its "Final:" row.
+fn ucx_perftest_iterations(out: &str) -> u64 {
+    out.lines()
+        .find(|l| l.trim_start().starts_with("Final:"))
+        .and_then(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
+        .unwrap_or_else(|| panic!("no Final row in:\n{out}"))
+}
+
+/// rping -v: one "ping data:" line per ping.
+fn rping_pings(out: &str) -> u64 {
+    out.lines().filter(|l| l.contains("ping data:")).count() as u64
+}
+
 fn number_before(out: &str, word: &str) -> u64 {
     out.lines()
         .find_map(|l| {
@@ -382,12 +395,7 @@ fn check_counts(w: &str, mode: &str, run: &Run, srv: &ProcessRecording, cli: &Pr
             // -s bytes (put_short, inline; the last is the sentinel); am_lat: n active messages each way of -s bytes plus the
             // 1-byte rc_verbs AM header (uct_rc_hdr_t). UCX also posts 0-byte RDMA writes as
             // flush/fence markers, which carry no payload.
-            let iters = run
-                .client_out
-                .lines()
-                .find(|l| l.trim_start().starts_with("Final:"))
-                .and_then(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
-                .unwrap_or_else(|| panic!("{ctx}: no Final row:\n{}", run.client_out));
+            let iters = ucx_perftest_iterations(&run.client_out);
             if w == "put_bw" {
                 let q = qp_with(&c, Op::VerbsWrite);
                 assert_eq!(q.len(), 1, "{ctx}: {c:?}");
@@ -450,11 +458,7 @@ fn check_counts(w: &str, mode: &str, run: &Run, srv: &ProcessRecording, cli: &Pr
             // (16 bytes) advertisements, the server answers each; both post 1 + 2n receives of
             // 16 bytes (one up front, one repost per completion); the server RDMA-reads the
             // client's 64-byte buffer and RDMA-writes it back n times each.
-            let n = run
-                .client_out
-                .lines()
-                .filter(|l| l.contains("ping data:"))
-                .count() as u64;
+            let n = rping_pings(&run.client_out);
             assert!(n > 0, "{ctx}: no ping data lines");
             for (side, m) in [("server", &s), ("client", &c)] {
                 assert_eq!(
@@ -579,20 +583,11 @@ fn check_one_sided(w: &str, mode: &str, run: &Run) {
             (cli, srv, iters, iters * size)
         }
         "rping" => {
-            let n = run
-                .client_out
-                .lines()
-                .filter(|l| l.contains("ping data:"))
-                .count() as u64;
+            let n = rping_pings(&run.client_out);
             (srv, cli, 2 * n, 2 * n * 64)
         }
         _ => {
-            let iters = run
-                .client_out
-                .lines()
-                .find(|l| l.trim_start().starts_with("Final:"))
-                .and_then(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
-                .expect("Final row");
+            let iters = ucx_perftest_iterations(&run.client_out);
             (cli, srv, iters + 1, (iters + 1) * 64)
         }
     };

@@ -1297,15 +1297,8 @@ fn tid_of(thread_tid: &[Option<u32>], it: &Item) -> Option<u32> {
         .unwrap_or(Some(it.m.ev.tid))
 }
 
-/// Where the fields of a plain instant are written.
-trait Fields {
+impl Cursor<'_> {
     /// A DebugAnnotation { name_iid, uint_value }.
-    fn uint(&mut self, name: u64, v: u64);
-    /// A DebugAnnotation { name_iid, string_value_iid }.
-    fn string_iid(&mut self, name: u64, v: u64);
-}
-
-impl Fields for Cursor<'_> {
     #[inline(always)]
     fn uint(&mut self, name: u64, v: u64) {
         // Names are below 128, so is the inner length.
@@ -1318,6 +1311,7 @@ impl Fields for Cursor<'_> {
         ]);
         self.varint(v);
     }
+    /// A DebugAnnotation { name_iid, string_value_iid }.
     #[inline(always)]
     fn string_iid(&mut self, name: u64, v: u64) {
         // DA_STRING_IID (17) as a varint key: 0x88 0x01.
@@ -1335,7 +1329,7 @@ impl Fields for Cursor<'_> {
 
 /// The debug annotations of a plain instant, in the general path's order.
 #[inline(always)]
-fn annotations<F: Fields>(it: &Item, tid: Option<u32>, f: &mut F) {
+fn annotations(it: &Item, tid: Option<u32>, f: &mut Cursor) {
     let ev = &it.m.ev;
     let op = Op::from_u8(ev.op);
     let dir = op.map(|o| o.dir()).unwrap_or(Dir::None);
