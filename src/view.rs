@@ -539,7 +539,7 @@ pub fn build_view_into(
     let mut node_m = (square(hosts.len()), square(hosts.len()));
     let mut node_rows: BTreeMap<&str, NodeRow> = BTreeMap::new();
     let mut rank_rows: BTreeMap<u32, RankRow> = BTreeMap::new();
-    let mut gpus: BTreeMap<(String, u32), GpuRow> = BTreeMap::new();
+    let mut gpus: BTreeMap<(String, u32, u32), GpuRow> = BTreeMap::new();
     let mut modes: BTreeSet<&str> = BTreeSet::new();
     let (mut tx_now, mut rx_now) = (0.0, 0.0);
 
@@ -728,9 +728,11 @@ pub fn build_view_into(
 
             if let Some(g) = def.and_then(|d| d.gpu) {
                 let gr = gpus
-                    .entry((a.key.host.clone(), g))
+                    .entry((a.key.host.clone(), a.key.pid, g))
                     .or_insert_with(|| GpuRow {
                         host: a.key.host.clone(),
+                        pid: a.key.pid,
+                        rank: p.identity.rank,
                         gpu: g,
                         ..Default::default()
                     });

@@ -213,8 +213,9 @@ const DEFAULT_SORT: [Sort; 6] = [
         column: 8,
         descending: true,
     },
+    // GPUs: by WQE bytes/s (after host, process, GPU).
     Sort {
-        column: 2,
+        column: 3,
         descending: true,
     },
     Sort {

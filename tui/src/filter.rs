@@ -136,6 +136,8 @@ impl Filter {
         self.is_empty()
             || self.matches(&Fields {
                 host: Some(&r.host),
+                rank: r.rank,
+                pid: Some(r.pid),
                 gpu: Some(r.gpu),
                 ops: r.opcode_mix.iter().map(|(o, _)| o.as_str()).collect(),
                 ..Fields::default()
@@ -326,6 +328,14 @@ mod tests {
         };
         assert!(Filter::parse("gpu=1 host=node0").gpu(&g));
         assert!(!Filter::parse("rank=1").gpu(&g));
+        let r = GpuRow {
+            rank: Some(2),
+            pid: 77,
+            ..g.clone()
+        };
+        assert!(Filter::parse("rank=2 gpu=1").gpu(&r));
+        assert!(Filter::parse("pid=77").gpu(&r));
+        assert!(!Filter::parse("rank=3").gpu(&r));
         let d = DoorbellRecord {
             gpu: 0,
             qpn: 0x2a40,

@@ -241,7 +241,7 @@ pub fn sample_view_model() -> ViewModel {
 
     // GPUs: ranks 0..4 each drive one GPU; node0's two GPUs ring doorbells themselves (IBGDA).
     let gpu_rank = |g: usize| g; // GPU matrix index = rank
-    let gpu_label = |g: usize| format!("{}:gpu{}", host(g), g % 2);
+    let gpu_label = |g: usize| format!("r{}:gpu{}", gpu_rank(g), g % 2);
     let gpus: Vec<GpuRow> = (0..4)
         .map(|g| {
             let r = gpu_rank(g);
@@ -252,6 +252,8 @@ pub fn sample_view_model() -> ViewModel {
             };
             GpuRow {
                 host: host(r),
+                pid: 41_200 + (r as u32) * 13,
+                rank: Some(r as u32),
                 gpu: (g % 2) as u32,
                 bytes_per_s: egress(r),
                 doorbells_per_s: db,

@@ -162,7 +162,11 @@ pub struct EndpointRow {
 #[serde(default)]
 pub struct GpuRow {
     pub host: String,
-    /// CUDA device index on its host.
+    /// The process driving it: a row per process and device, since CUDA device ordinals are
+    /// per process (CUDA_VISIBLE_DEVICES gives every rank its own GPU 0).
+    pub pid: u32,
+    pub rank: Option<u32>,
+    /// CUDA device ordinal in that process.
     pub gpu: u32,
     /// Bytes/s described by the WQEs this GPU rang for.
     pub bytes_per_s: f64,
@@ -171,6 +175,16 @@ pub struct GpuRow {
     pub opcode_mix: Vec<(String, u64)>,
     /// WQEs posted and not yet completed.
     pub inflight_wqes: u64,
+}
+
+impl GpuRow {
+    /// "r3" or, without a rank, "pid 1234".
+    pub fn process_label(&self) -> String {
+        match self.rank {
+            Some(r) => format!("r{r}"),
+            None => format!("pid {}", self.pid),
+        }
+    }
 }
 
 /// Per-node traffic.

@@ -720,6 +720,15 @@ fn gpu_cols(app: &App) -> Vec<Col<GpuRow>> {
             key: |r| Key::Str(&r.host),
         },
         Col {
+            title: "proc".into(),
+            prio: 1,
+            right: false,
+            max: 10,
+            mid: false,
+            cell: |r, _| Span::raw(r.process_label()),
+            key: |r| Key::Num(r.rank.map_or(1e12 + f64::from(r.pid), f64::from)),
+        },
+        Col {
             title: "GPU".into(),
             prio: 0,
             right: true,

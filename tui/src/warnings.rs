@@ -187,8 +187,9 @@ pub fn compute(vm: &ViewModel, cfg: &WarningConfig) -> Vec<Warning> {
             out.push(Warning {
                 kind: WarningKind::DoorbellStorm,
                 message: format!(
-                    "{} GPU{} doorbell storm {}/s",
+                    "{} {} GPU{} doorbell storm {}/s",
                     g.host,
+                    g.process_label(),
                     g.gpu,
                     fmt::si(g.doorbells_per_s)
                 ),
@@ -371,6 +372,7 @@ mod tests {
         let vm = ViewModel {
             gpus: vec![GpuRow {
                 host: "node0".into(),
+                rank: Some(3),
                 gpu: 1,
                 doorbells_per_s: 41_200.0,
                 ..GpuRow::default()
@@ -384,7 +386,7 @@ mod tests {
         };
         let w = compute(&vm, &cfg);
         assert_eq!(w.len(), 1);
-        assert_eq!(w[0].message, "node0 GPU1 doorbell storm 41.2k/s");
+        assert_eq!(w[0].message, "node0 r3 GPU1 doorbell storm 41.2k/s");
     }
 
     #[test]
