@@ -445,6 +445,50 @@ fn demo_gpu_matrix_is_the_loopback_gpu_traffic() {
     let pm = &j["process_matrix"]["bytes"];
     assert_eq!(pm[0][1], 0, "{pm}");
     assert_eq!(pm[1][0], 0, "{pm}");
+    // Perfetto: one "GPU 0 bytes/s" counter track under the `test` run's "GPU 0" track, a
+    // sample per snapshot that counted its GPU QPs.
+    let test_proc = rec
+        .processes
+        .iter()
+        .find(|p| p.identity.pid == 456)
+        .expect("pid 456");
+    let gpu_eps: Vec<u32> = test_proc
+        .endpoints
+        .iter()
+        .filter(|d| d.gpu == Some(0))
+        .map(|d| d.id)
+        .collect();
+    let want_samples = test_proc
+        .snapshots
+        .iter()
+        .filter(|s| s.counts.iter().any(|c| gpu_eps.contains(&c.ep)))
+        .count();
+    let script = r#"
+import sys
+from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
+t = pb.Trace(); t.ParseFromString(open(sys.argv[1], 'rb').read())
+tracks = {p.track_descriptor.uuid: p.track_descriptor for p in t.packet if p.HasField('track_descriptor')}
+gpu = [u for u, d in tracks.items() if d.name == 'GPU 0 bytes/s']
+parents = [tracks[tracks[u].parent_uuid].name for u in gpu]
+samples = [p.track_event.counter_value for p in t.packet
+           if p.HasField('track_event') and p.track_event.track_uuid in gpu]
+print(len(gpu), parents[0] if parents else '-', len(samples), max(samples) if samples else 0)
+"#;
+    let o = Command::new(util::perfetto_python())
+        .args(["-c", script])
+        .arg(out.join("trace.pftrace"))
+        .output()
+        .expect("python");
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let v: Vec<String> = String::from_utf8_lossy(&o.stdout)
+        .split_whitespace()
+        .map(str::to_string)
+        .collect();
+    assert_eq!(v[0], "1", "one GPU counter track: {v:?}");
+    assert_eq!(v[1], "GPU", "under the GPU track: {v:?}");
+    assert_eq!(v[2], "0", "{v:?}");
+    assert_eq!(v[3].parse::<usize>().unwrap(), want_samples, "{v:?}");
+    assert!(v[4].parse::<i64>().unwrap() > 0, "{v:?}");
     let (ok, report, _) = util::sigmatop(&["report".as_ref(), dirs[0].as_os_str()]);
     assert!(ok);
     assert!(report.contains("GPU × GPU"), "{report}");

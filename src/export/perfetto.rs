@@ -9,7 +9,8 @@
 //! - tracks: one process track per traced process (named "exe pid@host", pids made unique over
 //!   hosts), a thread track per thread file under it, a custom track per endpoint / QP (under its
 //!   GPU's track when the endpoint names a GPU, else under the process), a "phases" track per
-//!   process, counter tracks for payload bytes/s per endpoint and egress bytes/s per node;
+//!   process, counter tracks for payload bytes/s per endpoint, per GPU (under its GPU track) and
+//!   egress bytes/s per node;
 //! - an instant (category "op") per recorded operation on its endpoint's track, with debug
 //!   annotations (bytes or count, tag / raddr / fi_addr, AM id, tid, peer, flags);
 //! - a doorbell instant (`mlx5.doorbell`) carries its QP number, producer index, the recomputed
@@ -447,16 +448,7 @@ impl<W: Write> PerfettoSink<W> {
             return u;
         }
         let parent = match self.ep_gpu.get(&(proc, ep)).copied() {
-            Some(g) => match self.gpu_uuid.get(&(proc, g)) {
-                Some(&u) => u,
-                None => {
-                    let u = self.uuid();
-                    let pu = self.proc_uuid[proc as usize];
-                    self.track(u, Some(pu), &format!("GPU {g}"), |_| {});
-                    self.gpu_uuid.insert((proc, g), u);
-                    u
-                }
-            },
+            Some(g) => self.gpu_track(proc, g),
             None => self.proc_uuid[proc as usize],
         };
         let name = self
@@ -467,6 +459,18 @@ impl<W: Write> PerfettoSink<W> {
         let u = self.uuid();
         self.track(u, Some(parent), &name, |_| {});
         self.ep_uuid.insert((proc, ep), u);
+        u
+    }
+
+    /// The "GPU n" track of a process (under its process track), defined on first use.
+    fn gpu_track(&mut self, proc: u32, g: u32) -> u64 {
+        if let Some(&u) = self.gpu_uuid.get(&(proc, g)) {
+            return u;
+        }
+        let u = self.uuid();
+        let pu = self.proc_uuid[proc as usize];
+        self.track(u, Some(pu), &format!("GPU {g}"), |_| {});
+        self.gpu_uuid.insert((proc, g), u);
         u
     }
 
@@ -1027,11 +1031,20 @@ impl<W: Write> PerfettoSink<W> {
         for (pi, p) in c.rec.processes.iter().enumerate() {
             let mut prev: Option<&Snapshot> = None;
             let mut ep_tracks: HashMap<u32, u64> = HashMap::new();
+            let mut gpu_tracks: BTreeMap<u32, u64> = BTreeMap::new();
             for s in &p.snapshots {
                 let cur = per_ep(s);
                 let prev_map = prev.map(per_ep).unwrap_or_default();
-                let dt = prev.map(|q| s.at_ns.saturating_sub(q.at_ns)).unwrap_or(0);
+                // The first snapshot's rates run from the start of the process's trace.
+                let since = prev.map_or(p.identity.start_ns, |q| q.at_ns);
+                let dt = if since > 0 {
+                    s.at_ns.saturating_sub(since)
+                } else {
+                    0
+                };
                 let mut tx_sum = 0i64;
+                // Per GPU of this process: the payload rate of its endpoints.
+                let mut gpu_sum: BTreeMap<u32, i64> = BTreeMap::new();
                 for (ep, (tx, rx)) in &cur {
                     let (ptx, prx) = prev_map.get(ep).copied().unwrap_or((0, 0));
                     let rate = |a: u64, b: u64| -> i64 {
@@ -1058,13 +1071,23 @@ impl<W: Write> PerfettoSink<W> {
                             t
                         }
                     };
-                    self.push_late(
-                        s.at_ns,
-                        Late::Counter {
-                            track,
-                            value: rate(*tx, ptx) + rate(*rx, prx),
-                        },
-                    );
+                    let value = rate(*tx, ptx) + rate(*rx, prx);
+                    if let Some(&g) = self.ep_gpu.get(&(pi as u32, *ep)) {
+                        *gpu_sum.entry(g).or_default() += value;
+                    }
+                    self.push_late(s.at_ns, Late::Counter { track, value });
+                }
+                for (g, value) in gpu_sum {
+                    let track = match gpu_tracks.get(&g) {
+                        Some(&t) => t,
+                        None => {
+                            let parent = self.gpu_track(pi as u32, g);
+                            let t = self.counter_track(Some(parent), &format!("GPU {g} bytes/s"));
+                            gpu_tracks.insert(g, t);
+                            t
+                        }
+                    };
+                    self.push_late(s.at_ns, Late::Counter { track, value });
                 }
                 if let Some(h) = c.host_of.get(pi) {
                     node_pts[*h as usize].push((s.at_ns, pi as u32, tx_sum));
