@@ -148,6 +148,14 @@ macro_rules! ops {
             pub fn name(self) -> &'static str {
                 match self { $( Op::$v => $name, )* }
             }
+            /// Ops that can block the calling thread (`ucp_ep_flush`, `ucp_worker_flush`,
+            /// `ibv_get_cq_event`): for them `addr` is how long the call blocked, in the
+            /// event's clock ticks (ns after the correlator's merge), the event's time being
+            /// its return; 0 for the non-blocking forms (`ucp_*_flush_nb*`).
+            #[inline]
+            pub fn blocks(self) -> bool {
+                matches!(self, Op::UcxEpFlush | Op::UcxWorkerFlush | Op::VerbsCqEvent)
+            }
             #[inline]
             pub fn dir(self) -> Dir {
                 match self { $( Op::$v => Dir::$dir, )* }
@@ -193,6 +201,7 @@ ops! {
     VerbsSrqRecv = 40, "SRQ_RECV", Rx, Ibverbs;
     VerbsPollCq = 41, "poll_cq", None, Ibverbs;
     VerbsOther = 42, "OTHER", Tx, Ibverbs;
+    VerbsCqEvent = 43, "get_cq_event", None, Ibverbs;
     GpuDoorbell = 48, "doorbell", None, Mlx5;
     GpuWrite = 49, "RDMA_WRITE", Tx, Mlx5;
     GpuRead = 50, "RDMA_READ", Rx, Mlx5;
@@ -225,7 +234,8 @@ pub struct RawEvent {
     pub tsc: u64,
     /// Payload bytes, or the completion count for polling calls.
     pub bytes: u64,
-    /// Remote address (RMA), tag (tagged), or 0.
+    /// Remote address (RMA), tag (tagged), the time a blocking call blocked (`Op::blocks`, in
+    /// clock ticks), or 0.
     pub addr: u64,
     /// Endpoint id (see `EndpointDef`), 0 = unattributed.
     pub ep: u32,

@@ -16,6 +16,8 @@
 //! missing; with SIGMATOP_SKIP_GUEST=1 it prints a loud SKIPPED line instead.
 
 mod common;
+#[path = "export_util.rs"]
+mod util;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -658,6 +660,83 @@ fn check_one_sided(w: &str, mode: &str, run: &Run) {
     );
 }
 
+/// Blocking `ibv_get_cq_event` calls (rping waits on a completion channel in its CQ thread):
+/// counted in every mode; in simple and full mode one event per call, with the time it waited
+/// (`Op::blocks`), and drawn as one slice each on the thread's "blocking calls" track of the
+/// Perfetto export, which the official schema accepts with balanced slices.
+fn check_blocking(w: &str, mode: &str, run: &Run) {
+    let ctx = format!("{w}/{mode} blocking");
+    let rec = Recording::open(&[run.dir.join("rec")]).expect("open record");
+    let mut events_total = 0u64;
+    for p in &rec.processes {
+        let counted: u64 = p
+            .last_snapshot()
+            .map(|s| {
+                s.counts
+                    .iter()
+                    .filter(|c| c.op == Op::VerbsCqEvent as u8)
+                    .map(|c| c.ops)
+                    .sum()
+            })
+            .unwrap_or(0);
+        let mut probs = Vec::new();
+        let all = p.read_all_events(&mut probs);
+        // Every call that blocked becomes a slice (UCX's blocking flushes too).
+        let blocked = all
+            .iter()
+            .filter(|e| e.addr > 0 && Op::from_u8(e.op).is_some_and(Op::blocks))
+            .count() as u64;
+        let evs: Vec<_> = all
+            .into_iter()
+            .filter(|e| e.op == Op::VerbsCqEvent as u8)
+            .collect();
+        if w == "rping" {
+            assert!(
+                counted > 0,
+                "{ctx}: pid {} waited on no CQ event",
+                p.identity.pid
+            );
+        }
+        if mode == "aggregate" {
+            assert!(evs.is_empty(), "{ctx}: events in aggregate mode");
+            continue;
+        }
+        assert_eq!(evs.len() as u64, counted, "{ctx}: one event per call");
+        // A call that returned an event carries the time it blocked; a failed one (EAGAIN on a
+        // non-blocking channel, as UCX uses it) none, and is drawn as no slice.
+        assert!(
+            evs.iter()
+                .all(|e| (e.addr > 0) == (e.flags & flags::ERROR == 0)),
+            "{ctx}: the time blocked, on the calls that returned an event"
+        );
+        events_total += blocked;
+    }
+    if mode == "aggregate" || events_total == 0 {
+        return;
+    }
+    let out = run.dir.join("export");
+    let _ = std::fs::create_dir_all(&out);
+    let (j, _) = util::export(&[run.dir.join("rec")], &out);
+    assert_eq!(
+        j["perfetto"]["blocking_slices"], events_total,
+        "{ctx}: a slice per blocking call: {}",
+        j["perfetto"]
+    );
+    let sum = util::check_perfetto(
+        &out.join("trace.pftrace"),
+        j["events"].as_u64().unwrap_or(0),
+    );
+    assert_eq!(sum["errors"], 0, "{ctx}: {sum}");
+    assert_eq!(
+        sum["slices"].as_u64(),
+        Some(
+            j["perfetto"]["blocking_slices"].as_u64().unwrap_or(0)
+                + j["perfetto"]["phase_slices"].as_u64().unwrap_or(0)
+        ),
+        "{ctx}: {sum}"
+    );
+}
+
 fn processes_of(dir: &Path) -> Vec<ProcessRecording> {
     let rec = Recording::open(&[dir.join("rec")])
         .unwrap_or_else(|e| panic!("reading {}: {e}", dir.display()));
@@ -766,6 +845,7 @@ fn check_all(out: &Path, console: String) {
                 check_matched(&format!("{w}/{mode}"), cli, srv);
                 check_counts(w, mode, &run, srv, cli);
                 check_one_sided(w, mode, &run);
+                check_blocking(w, mode, &run);
                 if mode != "full" {
                     assert_eq!(
                         completions(srv) + completions(cli),
@@ -802,8 +882,10 @@ fn check_all(out: &Path, console: String) {
                         .unwrap_or(0);
                     assert_eq!(data, counted, "{w}/{mode}: one event per counted WR");
                     assert!(
-                        evs.iter()
-                            .all(|e| e.flags & flags::ERROR == 0 || e.op == Op::VerbsPollCq as u8),
+                        evs.iter().all(|e| e.flags & flags::ERROR == 0
+                            || e.op == Op::VerbsPollCq as u8
+                            || e.op == Op::VerbsCqEvent as u8),
+                        // (UCX reads its completion channel non-blocking: EAGAIN is normal.)
                         "{w}/{mode}: no failed post"
                     );
                 }

@@ -1511,6 +1511,7 @@ static REAL_MODIFY_QP: RealFn = RealFn::new(c"ibv_modify_qp", SONAMES);
 static REAL_DESTROY_QP: RealFn = RealFn::new(c"ibv_destroy_qp", SONAMES);
 static REAL_QP_TO_QP_EX: RealFn = RealFn::new(c"ibv_qp_to_qp_ex", SONAMES);
 static REAL_GET_DEVICE_GUID: RealFn = RealFn::new(c"ibv_get_device_guid", SONAMES);
+static REAL_GET_CQ_EVENT: RealFn = RealFn::new(c"ibv_get_cq_event", SONAMES);
 
 /// Resolves `$real` as type `$t`, or returns `$fail` (with errno ENOSYS) when libibverbs is absent.
 macro_rules! real {
@@ -1558,7 +1559,63 @@ pub fn hooks() -> Vec<Hook> {
         h!(b"ibv_create_qp", ibv_create_qp, REAL_CREATE_QP),
         h!(b"ibv_modify_qp", ibv_modify_qp, REAL_MODIFY_QP),
         h!(b"ibv_destroy_qp", ibv_destroy_qp, REAL_DESTROY_QP),
+        h!(b"ibv_get_cq_event", ibv_get_cq_event, REAL_GET_CQ_EVENT),
     ]
+}
+
+type GetCqEventFn = unsafe extern "C" fn(*mut c_void, *mut *mut c_void, *mut *mut c_void) -> c_int;
+
+/// `ibv_get_cq_event`: blocks on a completion channel until a CQ has an event. Counted on the CQ
+/// it returns (`get_cq_event`); with events on, recorded with the time it waited in `addr`
+/// (`Op::blocks`), which the Perfetto export draws as a slice on the thread. The
+/// clock is read around the call only then: it blocks anyway.
+///
+/// # Safety
+/// Same contract as ibv_get_cq_event(3).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ibv_get_cq_event(
+    channel: *mut c_void,
+    cq: *mut *mut c_void,
+    cq_context: *mut *mut c_void,
+) -> c_int {
+    let f = real!(REAL_GET_CQ_EVENT, GetCqEventFn, -1);
+    let traced = crate::config::layer_enabled(Layer::Ibverbs) && !crate::in_sigmatop();
+    let t0 = if traced && crate::config::events_enabled() {
+        crate::clock::now()
+    } else {
+        0
+    };
+    // SAFETY: the program's arguments, unchanged.
+    let r = unsafe { f(channel, cq, cq_context) };
+    if traced {
+        keep_errno(|| {
+            crate::guarded((), || {
+                let Some(ts) = data_enter() else { return };
+                let cq_ptr = if r == 0 && !cq.is_null() {
+                    // SAFETY: on success the library stored the CQ through the program's pointer.
+                    unsafe { *cq }
+                } else {
+                    core::ptr::null_mut()
+                };
+                let ep = crate::registry::lookup(cq_ptr as usize);
+                let fl = if r != 0 { flags::ERROR } else { 0 };
+                if t0 != 0 {
+                    // Only a call that returned an event waited for one (a non-blocking channel
+                    // answers EAGAIN at once): the others carry no time.
+                    let waited = if r == 0 {
+                        crate::clock::now().saturating_sub(t0).max(1)
+                    } else {
+                        0
+                    };
+                    // `addr` of a blocking op is the time it blocked (`Op::blocks`).
+                    ts.record(ep, Op::VerbsCqEvent, 0, waited, fl, 0);
+                } else {
+                    ts.count(ep, Op::VerbsCqEvent, 0, r != 0);
+                }
+            })
+        });
+    }
+    r
 }
 
 /// `ibv_get_device_list`: starts the collector, otherwise untouched.

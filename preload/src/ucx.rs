@@ -1143,17 +1143,45 @@ type BlockingFlush = unsafe extern "C" fn(Ptr) -> Status;
 /// engine, whose callbacks may issue traced operations of the program's own).
 #[inline(always)]
 fn record_after(handle: Ptr, op: Op, fl: u8, bytes: u64, event: bool) {
+    record_after_addr(handle, op, fl, bytes, 0, event)
+}
+
+#[inline(always)]
+fn record_after_addr(handle: Ptr, op: Op, fl: u8, bytes: u64, addr: u64, event: bool) {
     if let Some(ts) = crate::trace_enter(Layer::Ucx) {
         crate::guarded((), || {
             let id = crate::registry::lookup(handle as usize);
             if event {
-                ts.record(id, op, bytes, 0, fl, 0)
+                ts.record(id, op, bytes, addr, fl, 0)
             } else {
                 ts.count(id, op, bytes, false)
             }
         });
         ts.leave();
     }
+}
+
+/// Start of a blocking call: a timestamp when events are recorded (0 otherwise: aggregate mode
+/// reads no clock).
+#[inline(always)]
+fn blocking_start() -> u64 {
+    if crate::config::events_enabled() {
+        crate::clock::now()
+    } else {
+        0
+    }
+}
+
+/// Records a blocking call that started at `t0` (from `blocking_start`) with its duration.
+#[inline(always)]
+fn record_blocking(handle: Ptr, op: Op, fl: u8, t0: u64) {
+    let dur = if t0 != 0 {
+        crate::clock::now().saturating_sub(t0)
+    } else {
+        0
+    };
+    // `addr` of a blocking op is the time it blocked (`Op::blocks`).
+    record_after_addr(handle, op, fl, 0, dur.max(1), true);
 }
 
 /// Hook of the blocking `ucp_ep_flush` (counted as an ep flush). The real call runs outside the
@@ -1169,9 +1197,10 @@ pub unsafe extern "C" fn ucp_ep_flush(ep: Ptr) -> Status {
         // SAFETY: the program's argument, unchanged.
         return unsafe { real(ep) };
     }
+    let t0 = blocking_start();
     // SAFETY: the program's argument, unchanged.
     let r = unsafe { real(ep) };
-    record_after(ep, Op::UcxEpFlush, status_flags(r), 0, true);
+    record_blocking(ep, Op::UcxEpFlush, status_flags(r), t0);
     r
 }
 
@@ -1186,9 +1215,10 @@ pub unsafe extern "C" fn ucp_worker_flush(worker: Ptr) -> Status {
         // SAFETY: the program's argument, unchanged.
         return unsafe { real(worker) };
     }
+    let t0 = blocking_start();
     // SAFETY: the program's argument, unchanged.
     let r = unsafe { real(worker) };
-    record_after(worker, Op::UcxWorkerFlush, status_flags(r), 0, true);
+    record_blocking(worker, Op::UcxWorkerFlush, status_flags(r), t0);
     r
 }
 

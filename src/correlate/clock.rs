@@ -270,6 +270,12 @@ impl ClockCursor {
             fixed((s[i + 1].mono_ns - s[i].mono_ns) as f64 / (s[i + 1].tsc - s[i].tsc) as f64);
     }
 
+    /// A span of `ticks` in ns at the rate of the current segment.
+    #[inline]
+    pub fn span_ns(&self, ticks: u64) -> u64 {
+        ((ticks as u128 * self.mult as u128) >> 32).min(u64::MAX as u128) as u64
+    }
+
     #[inline]
     pub fn to_real_ns(&mut self, c: &ProcClock, tsc: u64) -> u64 {
         if tsc < self.lo || tsc > self.hi {

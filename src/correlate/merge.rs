@@ -5,10 +5,11 @@ use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 
 use super::clock::{ClockCursor, ProcClock};
-use crate::event::Event;
+use crate::event::{Event, Op};
 use crate::trace::reader::{Problem, ProcessRecording, ThreadEventReader};
 
-/// One event with its place in the merged stream.
+/// One event with its place in the merged stream. For a call that blocked (`Op::blocks`),
+/// `ev.addr` is the time it blocked in ns (ticks in the record).
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Merged {
     /// CLOCK_REALTIME ns.
@@ -114,7 +115,10 @@ impl<'a> Merger<'a> {
         let mut top = self.heap.peek_mut()?;
         let Reverse((ns, proc, i)) = *top;
         let c = &mut self.cursors[i as usize];
-        let ev = c.block[c.pos];
+        let mut ev = c.block[c.pos];
+        if ev.addr != 0 && Op::from_u8(ev.op).is_some_and(Op::blocks) {
+            ev.addr = c.clock.span_ns(ev.addr);
+        }
         c.pos += 1;
         self.threads[i as usize].events += 1;
         if c.pos < c.block.len() {

@@ -20,7 +20,8 @@
 //!   their `rkey` (low 16 bits) and, when the memory region was found, the `target` process;
 //! - flows from each send to its receive (`flow_ids` on the send, `terminating_flow_ids` on the
 //!   receiving side), id = 1 + the send's position in the merged stream;
-//! - slices: bursts of activity per thread ("busy") and per process ("phase").
+//! - slices: bursts of activity per thread ("busy") and per process ("phase"), and the calls
+//!   that blocked (`Op::blocks`) on a "blocking calls" track under their thread.
 //!
 //! Packets are written in timestamp order through a bounded reorder window (events wait there
 //! until their flow and phase boundaries are known), so memory does not grow with the trace.
@@ -103,7 +104,8 @@ const AN_DB_PI: u64 = 19;
 const AN_WQE_INDEX: u64 = 20;
 const AN_PI_MISMATCH: u64 = 21;
 const AN_TARGET: u64 = 22;
-const ANNOTATION_NAMES: [(u64, &str); 22] = [
+const AN_BLOCKED_NS: u64 = 23;
+const ANNOTATION_NAMES: [(u64, &str); 23] = [
     (AN_BYTES, "bytes"),
     (AN_COUNT, "count"),
     (AN_TAG, "tag"),
@@ -126,6 +128,7 @@ const ANNOTATION_NAMES: [(u64, &str); 22] = [
     (AN_WQE_INDEX, "wqe_index"),
     (AN_PI_MISMATCH, "pi_mismatch"),
     (AN_TARGET, "target"),
+    (AN_BLOCKED_NS, "blocked_ns"),
 ];
 // DebugAnnotation.string_value.
 const DA_STRING: u32 = 6;
@@ -164,6 +167,11 @@ pub struct PerfettoStats {
     pub tracks: u64,
     pub counter_samples: u64,
     pub phase_slices: u64,
+    /// Slices of blocking calls (on each thread's "blocking calls" track).
+    pub blocking_slices: u64,
+    /// … whose start was moved later: it fell before packets already written (a call that
+    /// blocked longer than the window), or before the thread's previous blocking call ended.
+    pub blocking_starts_moved: u64,
     pub bytes: u64,
 }
 
@@ -208,10 +216,30 @@ impl Item {
 /// Packets written outside the event stream, ordered by time.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
 enum Late {
-    Counter { track: u64, value: i64 },
-    Begin { track: u64, name: u64 },
-    End { track: u64 },
-    FlowEnd { track: u64, flow: u64 },
+    Counter {
+        track: u64,
+        value: i64,
+    },
+    Begin {
+        track: u64,
+        name: u64,
+    },
+    End {
+        track: u64,
+    },
+    /// A blocking call's slice on its thread's "blocking calls" track (name: the op's).
+    CallBegin {
+        track: u64,
+        name: u64,
+        dur_ns: u64,
+    },
+    CallEnd {
+        track: u64,
+    },
+    FlowEnd {
+        track: u64,
+        flow: u64,
+    },
 }
 
 /// The output: packets are gathered in `buf[..len]` and handed to `out` in large writes; the
@@ -320,6 +348,8 @@ pub struct PerfettoSink<W: Write> {
     early: bool,
     late: BinaryHeap<Reverse<(u64, u64, Late)>>,
     late_n: u64,
+    /// Per thread file: its "blocking calls" track (0 until needed) and where its last one ended.
+    blocking_track: Vec<(u64, u64)>,
     /// Per thread file: flows (send ns, id) ending at its next event.
     pending_end: Vec<Vec<(u64, u64)>>,
     pending_n: usize,
@@ -364,6 +394,7 @@ impl<W: Write> PerfettoSink<W> {
             early: true,
             late: BinaryHeap::new(),
             late_n: 0,
+            blocking_track: Vec::new(),
             pending_end: Vec::new(),
             pending_n: 0,
             last_ep: Vec::new(),
@@ -474,6 +505,40 @@ impl<W: Write> PerfettoSink<W> {
         u
     }
 
+    /// A blocking call that returned at `m.ns` after `m.ev.addr` ns: a slice on its thread's
+    /// "blocking calls" track, kept in time order and nested.
+    fn blocking_call(&mut self, m: &Merged) {
+        let t = m.thread as usize;
+        let Some(&thread_track) = self.thread_uuid.get(t) else {
+            return;
+        };
+        if self.blocking_track.len() <= t {
+            self.blocking_track.resize(t + 1, (0, 0));
+        }
+        if self.blocking_track[t].0 == 0 {
+            let u = self.uuid();
+            self.track(u, Some(thread_track), "blocking calls", |_| {});
+            self.blocking_track[t].0 = u;
+        }
+        let (track, prev_end) = self.blocking_track[t];
+        let end_ns = m.ns;
+        let want = end_ns.saturating_sub(m.ev.addr);
+        let start = want.max(prev_end).max(self.last_written_ns).min(end_ns);
+        if start != want {
+            self.stats.blocking_starts_moved += 1;
+        }
+        self.blocking_track[t].1 = end_ns;
+        self.push_late(
+            start,
+            Late::CallBegin {
+                track,
+                name: op_name_iid(m.ev.op),
+                dur_ns: m.ev.addr,
+            },
+        );
+        self.push_late(end_ns, Late::CallEnd { track });
+    }
+
     fn push_late(&mut self, ns: u64, l: Late) {
         self.late_n += 1;
         self.late.push(Reverse((ns, self.late_n, l)));
@@ -502,6 +567,25 @@ impl<W: Write> PerfettoSink<W> {
                 uint(&mut self.pkt, TE_TYPE, TYPE_END);
                 uint(&mut self.pkt, TE_TRACK, track);
                 self.stats.phase_slices += 1;
+            }
+            Late::CallBegin {
+                track,
+                name,
+                dur_ns,
+            } => {
+                uint(&mut self.pkt, TE_TYPE, TYPE_BEGIN);
+                uint(&mut self.pkt, TE_TRACK, track);
+                uint(&mut self.pkt, TE_CATEGORY_IIDS, CAT_OP);
+                uint(&mut self.pkt, TE_NAME_IID, name);
+                let d = begin(&mut self.pkt, TE_ANNOT);
+                uint(&mut self.pkt, DA_NAME_IID, AN_BLOCKED_NS);
+                uint(&mut self.pkt, DA_UINT, dur_ns);
+                end(&mut self.pkt, d);
+            }
+            Late::CallEnd { track } => {
+                uint(&mut self.pkt, TE_TYPE, TYPE_END);
+                uint(&mut self.pkt, TE_TRACK, track);
+                self.stats.blocking_slices += 1;
             }
             Late::FlowEnd { track, flow } => {
                 uint(&mut self.pkt, TE_TYPE, TYPE_INSTANT);
@@ -1180,6 +1264,9 @@ impl<W: Write> Sink for PerfettoSink<W> {
         }
         self.has_cur = true;
         self.cur_seq = seq;
+        if m.ev.addr != 0 && Op::from_u8(m.ev.op).is_some_and(Op::blocks) {
+            self.blocking_call(m);
+        }
         if self.entries.len() > WINDOW_EVENTS {
             self.release(m.ns);
         }
