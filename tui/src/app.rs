@@ -181,6 +181,8 @@ pub struct App {
     pub matrix_auto: bool,
     /// Matrix shows rates (bytes/s) instead of bytes in the window.
     pub matrix_rate: bool,
+    /// First matrix column shown when the columns do not all fit (`<` `>`, `h` `l`).
+    pub matrix_col: usize,
     /// Selected row per tab.
     pub selected: [usize; 6],
     /// Sort per tab.
@@ -247,6 +249,7 @@ impl App {
             matrix_kind: MatrixKind::default(),
             matrix_auto: true,
             matrix_rate: false,
+            matrix_col: 0,
             selected: [0; 6],
             sort: DEFAULT_SORT,
             warning_config: WarningConfig::default(),
@@ -386,6 +389,15 @@ impl App {
                 } else {
                     self.tab = Tab::Matrix;
                 }
+                Action::Redraw
+            }
+            KeyCode::Char('>') | KeyCode::Char('l') if self.tab == Tab::Matrix => {
+                // Clamped to the columns there are when drawn.
+                self.matrix_col = self.matrix_col.saturating_add(1);
+                Action::Redraw
+            }
+            KeyCode::Char('<') | KeyCode::Char('h') if self.tab == Tab::Matrix => {
+                self.matrix_col = self.matrix_col.saturating_sub(1);
                 Action::Redraw
             }
             KeyCode::Char('r') => {

@@ -412,6 +412,7 @@ fn footer_line(app: &App, w: usize) -> Line<'static> {
     items.push(("[ ]", "history", 3));
     if tab == Tab::Matrix {
         items.push(("m", "rank/GPU/node", 1));
+        items.push(("< >", "columns", 2));
         items.push(("r", if app.matrix_rate { "bytes" } else { "rate" }, 1));
     }
     if tab != Tab::Doorbells {
@@ -495,6 +496,10 @@ fn draw_help(frame: &mut Frame, area: Rect, app: &App) {
         Line::from(vec![
             k("Display"),
             t("u bytes/bits · t theme · m matrix kind · r rate/bytes".into()),
+        ]),
+        Line::from(vec![
+            k(""),
+            t("< > or h l scroll matrix columns that do not fit".into()),
         ]),
         Line::from(vec![k("Quit"), t("q or Ctrl-C".into())]),
         Line::from(""),

@@ -1268,24 +1268,29 @@ fn matrix(frame: &mut Frame, area: Rect, app: &App, vm: &ViewModel) {
         .find(|w| fixed + n * w <= width)
         .map(|w| (true, w))
         .unwrap_or((false, longest.clamp(3, 5)));
-    let fit_cols = (width.saturating_sub(fixed + 3) / cell_w).min(n).max(1);
+    // Room for " ‹12 +345›" when columns are hidden.
+    let fit_cols = (width.saturating_sub(fixed + 10) / cell_w).min(n).max(1);
     let fit_cols = if fixed + n * cell_w <= width {
         n
     } else {
         fit_cols
     };
     let cut = fit_cols < n;
+    // The columns shown: `fit_cols` of them from `col0` (scrolled with < >).
+    let col0 = app.matrix_col.min(n - fit_cols);
+    let cols = col0..col0 + fit_cols;
 
     let hdr = th.table_header;
     let mut head = vec![Span::styled(format!(" {:<label_w$}", "src\\dst"), hdr)];
-    for l in m.labels.iter().take(fit_cols) {
+    for l in m.labels[cols.clone()].iter() {
         let l = truncate(l, cell_w - 1);
         head.push(Span::styled(format!("{l:>cell_w$}"), hdr));
     }
-    let more = if cut {
-        format!(" +{}", n - fit_cols)
-    } else {
-        String::new()
+    // Hidden columns on either side: "‹3 +12›".
+    let more = match (cut, col0) {
+        (false, _) => String::new(),
+        (true, 0) => format!(" +{}›", n - fit_cols),
+        (true, c) => format!(" ‹{c} +{}›", n - c - fit_cols),
     };
     let more_w = more.width();
     head.push(Span::styled(more.clone(), th.dim));
@@ -1305,7 +1310,7 @@ fn matrix(frame: &mut Frame, area: Rect, app: &App, vm: &ViewModel) {
                 label_style,
             ),
         ];
-        for j in 0..fit_cols {
+        for j in cols.clone() {
             let v = cell(i, j);
             let lvl = heat_level(v, max);
             let text = if lvl == 0 {
@@ -1334,7 +1339,7 @@ fn matrix(frame: &mut Frame, area: Rect, app: &App, vm: &ViewModel) {
     let mut foot = vec![Span::styled(format!(" {:<label_w$}", "▼ ingress"), hdr)];
     if numeric {
         // A column that receives ≥ the skew ratio × the mean is marked like a hot egress row.
-        for (j, v) in ingress.iter().enumerate().take(fit_cols) {
+        for (j, v) in ingress.iter().enumerate().skip(col0).take(fit_cols) {
             let hot = ratios_in
                 .as_ref()
                 .and_then(|r| r.get(j))

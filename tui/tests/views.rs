@@ -302,3 +302,64 @@ fn one_node_opens_the_rank_matrix_and_one_warning_line() {
         assert!(!s.contains("✓ none"), "{w}×{h}:\n{s}");
     }
 }
+
+/// A 24-rank matrix does not fit 80 columns: the hidden columns are counted on both sides, and
+/// `>` / `l` / `<` scroll them into view (clamped at the last ones).
+#[test]
+fn matrix_scrolls_columns() {
+    let mut vm = sample_view_model();
+    let n = 24;
+    vm.matrices.rank = sigmatop_tui::Matrix {
+        labels: (0..n).map(|i| format!("r{i}")).collect(),
+        bytes: (0..n)
+            .map(|i| {
+                (0..n)
+                    .map(|j| ((i * 7 + j * 3) % 11) as f64 * 1e9)
+                    .collect()
+            })
+            .collect(),
+        rates: vec![vec![0.0; n]; n],
+    };
+    let text = |b: &TestBackend| {
+        let buf = b.buffer();
+        (0..buf.area.height)
+            .map(|y| {
+                (0..buf.area.width)
+                    .map(|x| buf[(x, y)].symbol().to_string())
+                    .collect::<String>()
+            })
+            .collect::<Vec<_>>()
+    };
+    let mut app = App::new(Theme::dark());
+    keys(&mut app, "5m");
+    let first = render(&app, &vm, 80, 24);
+    let lines = text(&first);
+    let head = lines
+        .iter()
+        .find(|l| l.contains("src\\dst"))
+        .expect("header");
+    assert!(head.contains(" r0 ") || head.contains(" r0"), "{head}");
+    assert!(head.contains("›") && !head.contains("‹"), "{head}");
+    keys(&mut app, ">>>>>l");
+    let scrolled = render(&app, &vm, 80, 24);
+    let lines = text(&scrolled);
+    let head = lines
+        .iter()
+        .find(|l| l.contains("src\\dst"))
+        .expect("header");
+    assert!(head.contains("‹6"), "{head}");
+    assert!(head.split_whitespace().nth(1) == Some("r6"), "{head}");
+    insta::assert_snapshot!("matrix_scrolled_80x24", scrolled);
+    // Past the end: the last columns, nothing hidden on the right.
+    keys(&mut app, &">".repeat(40));
+    let end = render(&app, &vm, 80, 24);
+    let lines = text(&end);
+    let head = lines
+        .iter()
+        .find(|l| l.contains("src\\dst"))
+        .expect("header");
+    assert!(head.contains("+0›") && head.contains("r23"), "{head}");
+    keys(&mut app, &"<".repeat(60));
+    let back = render(&app, &vm, 80, 24);
+    assert_eq!(text(&back), text(&first));
+}
