@@ -512,6 +512,12 @@ pub struct Event {
 }
 
 impl Event {
+    /// How long the call blocked (`Op::blocks`, its `addr`), when it did.
+    #[inline]
+    pub fn blocked(&self) -> Option<u64> {
+        (self.addr != 0 && Op::from_u8(self.op).is_some_and(Op::blocks)).then_some(self.addr)
+    }
+
     pub fn from_raw(r: &RawEvent, tid: u32) -> Event {
         Event {
             tsc: r.tsc,

@@ -26,7 +26,8 @@ use sigmatop_tui::{
 
 use crate::agg::{Model, ProcKey, ProcessState};
 use crate::correlate::FxMap;
-use crate::correlate::mr::one_sided;
+use crate::correlate::gpu::{self, GpuKey};
+use crate::correlate::mr::toward_peer;
 use crate::correlate::topology::QpIndex;
 use crate::event::{
     Dir, DropCounters, EndpointKind, Event, Layer, Op, Snapshot, UNATTRIBUTED_EP, layer_names,
@@ -124,7 +125,7 @@ impl Sums {
                 }
                 Dir::Rx => {
                     self.rx += b;
-                    if one_sided(o) {
+                    if toward_peer(o) == Some(false) {
                         self.rx1 += b;
                     }
                     self.ops += n;
@@ -147,7 +148,7 @@ impl Sums {
                 }
                 Dir::Rx => {
                     self.rx = self.rx.saturating_sub(b);
-                    if one_sided(o) {
+                    if toward_peer(o) == Some(false) {
                         self.rx1 = self.rx1.saturating_sub(b);
                     }
                     self.ops = self.ops.saturating_sub(n);
@@ -511,18 +512,19 @@ pub fn build_view_into(
         .collect();
     // QPs by number: the peer QP of devx QPs (no address hash) and of every QP for the GPU
     // matrix. Built only when some QP lacks a resolvable hash or names a GPU.
-    let key_pos: HashMap<&ProcKey, u32> = procs
-        .iter()
-        .enumerate()
-        .map(|(i, a)| (a.key, i as u32))
-        .collect();
     let mut qps = QpIndex::default();
+    let mut key_pos: HashMap<&ProcKey, u32> = HashMap::new();
     let need_qps = procs.iter().any(|a| {
         a.p.endpoints.values().any(|d| {
             d.qpn.is_some() && (d.gpu.is_some() || !owners.contains_key(&d.peer.addr_hash))
         })
     });
     if need_qps {
+        key_pos = procs
+            .iter()
+            .enumerate()
+            .map(|(i, a)| (a.key, i as u32))
+            .collect();
         for (i, a) in procs.iter().enumerate() {
             for d in a.p.endpoints.values() {
                 if let Some(q) = d.qpn {
@@ -712,7 +714,14 @@ pub fn build_view_into(
                     .and_then(|x| x.p.endpoints.get(&pe))
                     .and_then(|d| d.gpu);
                 if mine.is_some() || theirs.is_some() {
-                    let (me, them) = ((pi, mine), (pp, theirs));
+                    let me = GpuKey {
+                        process: pi,
+                        gpu: mine,
+                    };
+                    let them = GpuKey {
+                        process: pp,
+                        gpu: theirs,
+                    };
                     if ws.tx > 0 || row.tx_bps > 0.0 {
                         let c = gpu_cells.entry((me, them)).or_default();
                         c.0 += ws.tx as f64;
@@ -932,50 +941,41 @@ fn percentiles(h: &hdrhistogram::Histogram<u64>) -> Option<Percentiles> {
     })
 }
 
-/// (process index, GPU ordinal or None for host memory).
-type GpuSide = (u32, Option<u32>);
 /// (source, destination) → (window bytes, rate now).
-type GpuCells = BTreeMap<(GpuSide, GpuSide), (f64, f64)>;
+type GpuCells = BTreeMap<(GpuKey, GpuKey), (f64, f64)>;
 
-/// The GPU × GPU matrix: a row and column per (process, GPU) of every GPU endpoint, and per
-/// process host memory that a GPU endpoint talks to; labels "r3:gpu0" ("pid@host:gpu0" without
-/// a rank) and "r3:cpu". GPU ordinals are the process's own (CUDA_VISIBLE_DEVICES renumbers).
+/// The GPU × GPU matrix over the window (see `correlate::gpu`, which builds the recorded one):
+/// a row and column per (process, GPU) of every GPU endpoint, and per process host memory that
+/// a GPU endpoint talks to. GPU ordinals are the process's own (CUDA_VISIBLE_DEVICES renumbers).
 fn gpu_matrix(procs: &[ProcAt], cells: &GpuCells) -> Matrix {
-    let mut keys: Vec<GpuSide> = cells.keys().flat_map(|(a, b)| [*a, *b]).collect();
-    for (i, a) in procs.iter().enumerate() {
-        for d in a.p.endpoints.values() {
-            if d.gpu.is_some() {
-                keys.push((i as u32, d.gpu));
-            }
-        }
-    }
-    keys.sort_unstable();
-    keys.dedup();
+    let keys = gpu::sides(
+        cells.keys(),
+        procs.iter().enumerate().flat_map(|(i, a)| {
+            a.p.endpoints.values().filter_map(move |d| {
+                d.gpu.map(|g| GpuKey {
+                    process: i as u32,
+                    gpu: Some(g),
+                })
+            })
+        }),
+    );
     if keys.is_empty() {
         return Matrix::default();
     }
     let n = keys.len();
     let mut bytes = vec![vec![0.0; n]; n];
     let mut rates = vec![vec![0.0; n]; n];
-    let pos = |k: &GpuSide| keys.binary_search(k).unwrap_or(0);
+    let pos = |k: &GpuKey| keys.binary_search(k).unwrap_or(0);
     for ((a, b), (w, r)) in cells {
         bytes[pos(a)][pos(b)] += w;
         rates[pos(a)][pos(b)] += r;
     }
     let labels = keys
         .iter()
-        .map(|(p, g)| {
-            let who =
-                procs
-                    .get(*p as usize)
-                    .map_or_else(String::new, |a| match a.p.identity.rank {
-                        Some(r) => format!("r{r}"),
-                        None => format!("{}@{}", a.key.pid, a.key.host),
-                    });
-            match g {
-                Some(g) => format!("{who}:gpu{g}"),
-                None => format!("{who}:cpu"),
-            }
+        .map(|k| {
+            procs.get(k.process as usize).map_or_else(String::new, |a| {
+                gpu::side_label(a.p.identity.rank, a.key.pid, &a.key.host, k.gpu)
+            })
         })
         .collect();
     Matrix {

@@ -52,6 +52,28 @@ pub fn now() -> u64 {
     mono_ns()
 }
 
+/// Start of a call that can block (`Op::blocks`): a timestamp when events are recorded, 0
+/// otherwise (aggregate mode reads no clock for it).
+#[inline(always)]
+pub fn blocking_start() -> u64 {
+    if crate::config::events_enabled() {
+        now()
+    } else {
+        0
+    }
+}
+
+/// How long a call that started at `t0` (from `blocking_start`) blocked, in clock ticks: at
+/// least 1, so that 0 keeps meaning "did not block"; 0 when no start was taken.
+#[inline(always)]
+pub fn blocked_since(t0: u64) -> u64 {
+    if t0 == 0 {
+        0
+    } else {
+        now().saturating_sub(t0).max(1)
+    }
+}
+
 /// One calibration sample; the TSC is read between two monotonic reads and paired with their
 /// midpoint, which bounds the pairing error by half the read window.
 pub fn sample() -> ClockSample {

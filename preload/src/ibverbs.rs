@@ -1580,8 +1580,8 @@ pub unsafe extern "C" fn ibv_get_cq_event(
 ) -> c_int {
     let f = real!(REAL_GET_CQ_EVENT, GetCqEventFn, -1);
     let traced = crate::config::layer_enabled(Layer::Ibverbs) && !crate::in_sigmatop();
-    let t0 = if traced && crate::config::events_enabled() {
-        crate::clock::now()
+    let t0 = if traced {
+        crate::clock::blocking_start()
     } else {
         0
     };
@@ -1599,19 +1599,15 @@ pub unsafe extern "C" fn ibv_get_cq_event(
                 };
                 let ep = crate::registry::lookup(cq_ptr as usize);
                 let fl = if r != 0 { flags::ERROR } else { 0 };
-                if t0 != 0 {
-                    // Only a call that returned an event waited for one (a non-blocking channel
-                    // answers EAGAIN at once): the others carry no time.
-                    let waited = if r == 0 {
-                        crate::clock::now().saturating_sub(t0).max(1)
-                    } else {
-                        0
-                    };
-                    // `addr` of a blocking op is the time it blocked (`Op::blocks`).
-                    ts.record(ep, Op::VerbsCqEvent, 0, waited, fl, 0);
+                // Only a call that returned an event waited for one (a non-blocking channel
+                // answers EAGAIN at once): the others carry no time. `addr` of a blocking op is
+                // the time it blocked (`Op::blocks`).
+                let waited = if r == 0 {
+                    crate::clock::blocked_since(t0)
                 } else {
-                    ts.count(ep, Op::VerbsCqEvent, 0, r != 0);
-                }
+                    0
+                };
+                ts.record(ep, Op::VerbsCqEvent, 0, waited, fl, 0);
             })
         });
     }

@@ -12,7 +12,8 @@
 //!   wq umem address + wq_umem_offset + RQ bytes), handed to doorbell.rs for the doorbell join.
 //! - `mlx5dv_devx_obj_modify` with a QP transition: endpoint state updates (remote QPN/GID at
 //!   INIT2RTR, hashed with the local GID read from a real device context like a verbs QP's, so
-//!   the correlator matches devx QPs across hosts by address rather than by QPN alone). `mlx5dv_devx_obj_destroy` of a QP: "destroyed", pending WQEs parsed first.
+//!   the correlator matches devx QPs across hosts by address rather than by QPN alone).
+//!   `mlx5dv_devx_obj_destroy` of a QP: "destroyed", pending WQEs parsed first.
 
 use core::ffi::{CStr, c_int, c_void};
 use std::sync::Mutex;

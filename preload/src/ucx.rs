@@ -1161,27 +1161,12 @@ fn record_after_addr(handle: Ptr, op: Op, fl: u8, bytes: u64, addr: u64, event: 
     }
 }
 
-/// Start of a blocking call: a timestamp when events are recorded (0 otherwise: aggregate mode
-/// reads no clock).
-#[inline(always)]
-fn blocking_start() -> u64 {
-    if crate::config::events_enabled() {
-        crate::clock::now()
-    } else {
-        0
-    }
-}
-
-/// Records a blocking call that started at `t0` (from `blocking_start`) with its duration.
+/// Records a blocking call that started at `t0` (from `clock::blocking_start`) with its
+/// duration.
 #[inline(always)]
 fn record_blocking(handle: Ptr, op: Op, fl: u8, t0: u64) {
-    let dur = if t0 != 0 {
-        crate::clock::now().saturating_sub(t0)
-    } else {
-        0
-    };
     // `addr` of a blocking op is the time it blocked (`Op::blocks`).
-    record_after_addr(handle, op, fl, 0, dur.max(1), true);
+    record_after_addr(handle, op, fl, 0, crate::clock::blocked_since(t0), true);
 }
 
 /// Hook of the blocking `ucp_ep_flush` (counted as an ep flush). The real call runs outside the
@@ -1197,7 +1182,7 @@ pub unsafe extern "C" fn ucp_ep_flush(ep: Ptr) -> Status {
         // SAFETY: the program's argument, unchanged.
         return unsafe { real(ep) };
     }
-    let t0 = blocking_start();
+    let t0 = crate::clock::blocking_start();
     // SAFETY: the program's argument, unchanged.
     let r = unsafe { real(ep) };
     record_blocking(ep, Op::UcxEpFlush, status_flags(r), t0);
@@ -1215,7 +1200,7 @@ pub unsafe extern "C" fn ucp_worker_flush(worker: Ptr) -> Status {
         // SAFETY: the program's argument, unchanged.
         return unsafe { real(worker) };
     }
-    let t0 = blocking_start();
+    let t0 = crate::clock::blocking_start();
     // SAFETY: the program's argument, unchanged.
     let r = unsafe { real(worker) };
     record_blocking(worker, Op::UcxWorkerFlush, status_flags(r), t0);

@@ -281,14 +281,12 @@ impl ClockCursor {
         if tsc < self.lo || tsc > self.hi {
             self.seek(c, tsc);
         }
-        let scaled = |d: u64| -> u64 {
-            let ns = (d as u128 * self.mult as u128) >> 32;
-            ns.min(u64::MAX as u128) as u64
-        };
         if tsc >= self.base_tsc {
-            self.base_real.saturating_add(scaled(tsc - self.base_tsc))
+            self.base_real
+                .saturating_add(self.span_ns(tsc - self.base_tsc))
         } else {
-            self.base_real.saturating_sub(scaled(self.base_tsc - tsc))
+            self.base_real
+                .saturating_sub(self.span_ns(self.base_tsc - tsc))
         }
     }
 }

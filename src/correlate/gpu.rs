@@ -11,9 +11,9 @@
 use std::collections::BTreeMap;
 
 use super::Correlation;
-use super::mr::one_sided;
+use super::mr::toward_peer;
 use crate::agg::Matrix;
-use crate::event::{Dir, Op};
+use crate::event::Op;
 
 /// One row / column of the GPU matrix.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -31,19 +31,37 @@ pub struct GpuTraffic {
     pub unresolved_bytes: u64,
 }
 
-/// Short label of a GPU key: "r3:gpu0", or "pid@host:gpu0" without a rank.
-pub fn gpu_label(c: &Correlation, k: GpuKey) -> String {
-    let who = match c.rec.processes.get(k.process as usize) {
-        Some(p) => match p.identity.rank {
-            Some(r) => format!("r{r}"),
-            None => format!("{}@{}", p.identity.pid, p.identity.host),
-        },
-        None => format!("process#{}", k.process),
+/// Label of one side of the GPU matrix, here and in the dashboard: "r3:gpu0", "pid@host:gpu0"
+/// without a rank, "r3:cpu" for host memory.
+pub fn side_label(rank: Option<u32>, pid: u32, host: &str, gpu: Option<u32>) -> String {
+    let who = match rank {
+        Some(r) => format!("r{r}"),
+        None => format!("{pid}@{host}"),
     };
-    match k.gpu {
+    match gpu {
         Some(g) => format!("{who}:gpu{g}"),
         None => format!("{who}:cpu"),
     }
+}
+
+/// Label of a GPU key of the recording.
+pub fn gpu_label(c: &Correlation, k: GpuKey) -> String {
+    match c.rec.processes.get(k.process as usize) {
+        Some(p) => side_label(p.identity.rank, p.identity.pid, &p.identity.host, k.gpu),
+        None => format!("process#{}", k.process),
+    }
+}
+
+/// The rows (and columns) of a GPU matrix, sorted: both sides of every cell, and the GPU of
+/// every GPU endpoint (a row with traffic or not).
+pub fn sides<'a>(
+    cells: impl Iterator<Item = &'a (GpuKey, GpuKey)>,
+    gpus: impl Iterator<Item = GpuKey>,
+) -> Vec<GpuKey> {
+    let mut keys: Vec<GpuKey> = cells.flat_map(|(a, b)| [*a, *b]).chain(gpus).collect();
+    keys.sort_unstable();
+    keys.dedup();
+    keys
 }
 
 pub fn gpu_traffic(c: &Correlation) -> GpuTraffic {
@@ -63,10 +81,8 @@ pub fn gpu_traffic(c: &Correlation) -> GpuTraffic {
             let Some(op) = Op::from_u8(cnt.op) else {
                 continue;
             };
-            let toward_peer = match op.dir() {
-                Dir::Tx => true,
-                Dir::Rx if one_sided(op) => false,
-                _ => continue,
+            let Some(toward_peer) = toward_peer(op) else {
+                continue;
             };
             if cnt.bytes == 0 {
                 continue;
@@ -95,20 +111,17 @@ pub fn gpu_traffic(c: &Correlation) -> GpuTraffic {
             *cells.entry(cell).or_default() += cnt.bytes;
         }
     }
-    // Every GPU endpoint gets a row, with traffic or not.
-    let mut keys: Vec<GpuKey> = cells.keys().flat_map(|(a, b)| [*a, *b]).collect();
-    for (i, p) in procs.iter().enumerate() {
-        for d in &p.endpoints {
-            if let Some(g) = d.gpu {
-                keys.push(GpuKey {
+    let keys = sides(
+        cells.keys(),
+        procs.iter().enumerate().flat_map(|(i, p)| {
+            p.endpoints.iter().filter_map(move |d| {
+                d.gpu.map(|g| GpuKey {
                     process: i as u32,
                     gpu: Some(g),
-                });
-            }
-        }
-    }
-    keys.sort();
-    keys.dedup();
+                })
+            })
+        }),
+    );
     let pos = |k: &GpuKey| keys.binary_search(k).unwrap_or(0);
     let mut bytes = vec![vec![0u64; keys.len()]; keys.len()];
     for ((a, b), v) in &cells {

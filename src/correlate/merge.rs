@@ -5,7 +5,7 @@ use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 
 use super::clock::{ClockCursor, ProcClock};
-use crate::event::{Event, Op};
+use crate::event::Event;
 use crate::trace::reader::{Problem, ProcessRecording, ThreadEventReader};
 
 /// One event with its place in the merged stream. For a call that blocked (`Op::blocks`),
@@ -116,8 +116,8 @@ impl<'a> Merger<'a> {
         let Reverse((ns, proc, i)) = *top;
         let c = &mut self.cursors[i as usize];
         let mut ev = c.block[c.pos];
-        if ev.addr != 0 && Op::from_u8(ev.op).is_some_and(Op::blocks) {
-            ev.addr = c.clock.span_ns(ev.addr);
+        if let Some(ticks) = ev.blocked() {
+            ev.addr = c.clock.span_ns(ticks);
         }
         c.pos += 1;
         self.threads[i as usize].events += 1;

@@ -19,7 +19,7 @@ use std::hash::{BuildHasherDefault, Hasher};
 
 use serde::Serialize;
 
-use crate::event::{Dir, Layer, Op, flags};
+use crate::event::{Layer, Op, flags};
 use crate::trace::reader::{Problem, Recording};
 use clock::ProcClock;
 use doorbell::{Associator, DoorbellInfo, DoorbellStats, WqeLink};
@@ -79,6 +79,50 @@ impl Hasher for FxHasher {
 
 /// HashMap with `FxHasher`.
 pub type FxMap<K, V> = HashMap<K, V, BuildHasherDefault<FxHasher>>;
+
+/// The values of the last two endpoint ids looked up, kept per process by the per-event paths:
+/// the merged stream interleaves processes, and a process mostly alternates between two
+/// endpoints (say, its send endpoint and the worker its receives are posted on).
+#[derive(Clone, Copy, Debug)]
+pub struct TwoWay<V: Copy> {
+    /// Most recent first; `u32::MAX` is no key (and never found).
+    keys: [u32; 2],
+    vals: [V; 2],
+}
+
+impl<V: Copy + Default> Default for TwoWay<V> {
+    fn default() -> Self {
+        TwoWay {
+            keys: [u32::MAX; 2],
+            vals: [V::default(); 2],
+        }
+    }
+}
+
+impl<V: Copy> TwoWay<V> {
+    /// The value kept for `key`, made the most recent.
+    #[inline]
+    pub fn get(&mut self, key: u32) -> Option<V> {
+        if key == u32::MAX {
+            None
+        } else if self.keys[0] == key {
+            Some(self.vals[0])
+        } else if self.keys[1] == key {
+            self.keys.swap(0, 1);
+            self.vals.swap(0, 1);
+            Some(self.vals[0])
+        } else {
+            None
+        }
+    }
+
+    /// Keeps `v` for `key`, forgetting the older of the two.
+    #[inline]
+    pub fn put(&mut self, key: u32, v: V) {
+        self.keys = [key, self.keys[0]];
+        self.vals = [v, self.vals[0]];
+    }
+}
 
 /// Static part of the correlation.
 pub struct Correlation<'r> {
@@ -195,7 +239,7 @@ impl<'r> Correlation<'r> {
         let tick = (gap / 2).max(1);
         let mut next_tick = 0u64;
         let mut seq: u64 = 0;
-        let mut peer_cache: Vec<[(u32, Option<u32>); 2]> = vec![[(u32::MAX, None); 2]; nproc];
+        let mut peer_cache: Vec<TwoWay<Option<u32>>> = vec![TwoWay::default(); nproc];
         let mut first_ns = None;
         let mut last_ns = 0;
         while let Some(m) = merger.next_event() {
@@ -241,19 +285,12 @@ impl<'r> Correlation<'r> {
             // processes, each usually on few endpoints); libfabric's is per operation.
             let peer = match Op::from_u8(m.ev.op) {
                 Some(op) if op.layer() != Layer::Libfabric => {
-                    // Two ways: a process alternates between, say, a send endpoint and the
-                    // worker its receives are posted on.
                     let c = &mut peer_cache[p];
-                    if c[0].0 == m.ev.ep {
-                        c[0].1
-                    } else if c[1].0 == m.ev.ep {
-                        c.swap(0, 1);
-                        c[0].1
-                    } else {
-                        c[1] = c[0];
-                        c[0] = (m.ev.ep, self.topo.ep(m.proc, m.ev.ep).and_then(|e| e.peer));
-                        c[0].1
-                    }
+                    c.get(m.ev.ep).unwrap_or_else(|| {
+                        let v = self.topo.ep(m.proc, m.ev.ep).and_then(|e| e.peer);
+                        c.put(m.ev.ep, v);
+                        v
+                    })
                 }
                 _ => self.topo.peer_of(m.proc, &m.ev),
             };
@@ -267,16 +304,16 @@ impl<'r> Correlation<'r> {
                 // One-sided operations move data to (write, atomic) or from (read) the process
                 // owning the region; the QP's peer when no region names it.
                 let other = target.or(peer);
-                match op.dir() {
-                    Dir::Tx => match other {
-                        Some(d) => *a.tx_matrix.entry((m.proc, d)).or_default() += m.ev.bytes,
+                if let Some(toward) = mr::toward_peer(op) {
+                    let cells = if toward {
+                        &mut a.tx_matrix
+                    } else {
+                        &mut a.read_matrix
+                    };
+                    match other {
+                        Some(d) => *cells.entry((m.proc, d)).or_default() += m.ev.bytes,
                         None => a.tx_unresolved_bytes += m.ev.bytes,
-                    },
-                    Dir::Rx if mr::one_sided(op) => match other {
-                        Some(d) => *a.read_matrix.entry((m.proc, d)).or_default() += m.ev.bytes,
-                        None => a.tx_unresolved_bytes += m.ev.bytes,
-                    },
-                    _ => {}
+                    }
                 }
             }
             sink.event(seq, &m, peer);
@@ -473,5 +510,25 @@ impl Analysis {
         } else {
             self.proc_phases_dropped[p] += 1;
         }
+    }
+}
+
+#[cfg(test)]
+mod two_way_tests {
+    use super::TwoWay;
+
+    #[test]
+    fn keeps_the_last_two_keys() {
+        let mut c: TwoWay<u64> = TwoWay::default();
+        assert_eq!(c.get(1), None);
+        c.put(1, 10);
+        c.put(2, 20);
+        assert_eq!(
+            (c.get(1), c.get(2), c.get(1)),
+            (Some(10), Some(20), Some(10))
+        );
+        // 1 was used last: 3 pushes out 2.
+        c.put(3, 30);
+        assert_eq!((c.get(2), c.get(1), c.get(3)), (None, Some(10), Some(30)));
     }
 }

@@ -18,7 +18,7 @@ use serde::Serialize;
 
 use super::FxMap;
 use super::merge::Merged;
-use crate::event::{MemRegion, Op};
+use crate::event::{Dir, MemRegion, Op};
 use crate::trace::reader::ProcessRecording;
 
 /// One registered region.
@@ -90,6 +90,18 @@ pub fn one_sided(op: Op) -> bool {
             | Op::GpuRead
             | Op::GpuAtomic
     )
+}
+
+/// Which way an operation's payload moves between its issuer and the other side: `Some(true)`
+/// to it (sends, writes, atomics), `Some(false)` from it (one-sided reads), `None` when it moves
+/// none between them (receives, whose bytes the sender already counts; control calls). Every
+/// matrix (process, rank, node, GPU; recorded and live) counts by this.
+pub fn toward_peer(op: Op) -> Option<bool> {
+    match op.dir() {
+        Dir::Tx => Some(true),
+        Dir::Rx if one_sided(op) => Some(false),
+        _ => None,
+    }
 }
 
 impl MrTable {

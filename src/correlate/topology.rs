@@ -7,9 +7,10 @@
 //! - Verbs QPs: the local QPN (+ GID) of one side equals the remote QPN (+ GID) the other side
 //!   connected to (`Peer::qpn`/`gid` after RTR); the preload hashes (GID, QPN) into
 //!   `Peer::addr_hash` and the owner's `own_addr_hashes`, which decides across hosts.
-//! - QPs without that hash (devx QPs, whose local GID the preload does not learn) are matched by
-//!   QPN alone through [`QpIndex`]: QPNs are per device, so equal numbers on two hosts (or two
-//!   NICs) are common, and the index only answers when the match is unambiguous.
+//! - QPs whose hash names no traced process (devx QPs on a context the preload cannot read a
+//!   GID from, such as an emulated NIC) are matched by QPN alone through [`QpIndex`]: QPNs are
+//!   per device, so equal numbers on two hosts (or two NICs) are common, and the index only
+//!   answers when the match is unambiguous.
 
 use std::collections::HashMap;
 
@@ -79,20 +80,8 @@ impl Topology {
             claims.remove(h);
         }
         t.owner = claims;
-        let mut qps = QpIndex::default();
-        for (i, p) in procs.iter().enumerate() {
-            for d in &p.endpoints {
-                if let Some(q) = d.qpn {
-                    qps.add(i as u32, d.id, q, None);
-                }
-            }
-            for u in &p.updates {
-                if let Some(q) = u.peer.as_ref().and_then(|x| x.qpn) {
-                    qps.set_peer(i as u32, u.id, q);
-                }
-            }
-        }
-        for (i, p) in procs.iter().enumerate() {
+        // Endpoints as their updates left them (the peer each connected to last).
+        for p in procs {
             let mut eps: FxMap<u32, EpTopo> = FxMap::default();
             for d in &p.endpoints {
                 let e = eps.entry(d.id).or_default();
@@ -114,6 +103,18 @@ impl Topology {
                     d.peer = peer.clone();
                 }
             }
+            t.eps.push(eps);
+        }
+        // Peers: by address hash, and QPs by number.
+        let mut qps = QpIndex::default();
+        for (i, eps) in t.eps.iter().enumerate() {
+            for d in eps.values().filter_map(|e| e.def.as_ref()) {
+                if let Some(q) = d.qpn {
+                    qps.add(i as u32, d.id, q, d.peer.qpn);
+                }
+            }
+        }
+        for (i, eps) in t.eps.iter_mut().enumerate() {
             for e in eps.values_mut() {
                 let Some(d) = &e.def else { continue };
                 let by_hash = t.owner.get(&d.peer.addr_hash).copied();
@@ -124,7 +125,6 @@ impl Topology {
                 e.peer_ep = by_qpn;
                 e.peer = by_hash.or(by_qpn.map(|(p, _)| p));
             }
-            t.eps.push(eps);
         }
         t
     }
@@ -164,7 +164,6 @@ pub struct QpIndex {
     /// (process, endpoint, the QPN that QP connected to).
     qps: Vec<(u32, u32, Option<u32>)>,
     by_qpn: HashMap<u32, Vec<usize>>,
-    by_ep: HashMap<(u32, u32), usize>,
 }
 
 impl QpIndex {
@@ -172,14 +171,6 @@ impl QpIndex {
         let i = self.qps.len();
         self.qps.push((proc, ep, peer_qpn));
         self.by_qpn.entry(qpn).or_default().push(i);
-        self.by_ep.insert((proc, ep), i);
-    }
-
-    /// Records the QPN that endpoint `ep` of `proc` connected to (its latest RTR).
-    pub fn set_peer(&mut self, proc: u32, ep: u32, peer_qpn: u32) {
-        if let Some(&i) = self.by_ep.get(&(proc, ep)) {
-            self.qps[i].2 = Some(peer_qpn);
-        }
     }
 
     /// The QP that QP `local` of `proc`, connected to QPN `remote`, talks to. Candidates are the
@@ -229,8 +220,7 @@ mod tests {
         q.add(0, 1, 0x10, Some(0x20));
         q.add(0, 2, 0x30, Some(0x30));
         // Process 1: QP 0x20 → 0x10.
-        q.add(1, 7, 0x20, None);
-        q.set_peer(1, 7, 0x10);
+        q.add(1, 7, 0x20, Some(0x10));
         // Process 2 (another host) reuses QPN 0x30, looped to itself too.
         q.add(2, 3, 0x30, Some(0x30));
         // Process 3 and 4 both own a QP 0x40 with no known peer.

@@ -13,7 +13,7 @@ use crate::correlate::doorbell::DoorbellStats;
 use crate::correlate::matcher::MatchStats;
 use crate::correlate::mr::{self, MAX_MRS_LISTED, MrListed, OneSidedStats};
 use crate::correlate::{Analysis, Correlation, Phase};
-use crate::event::{Dir, Op};
+use crate::event::Op;
 
 /// Egress skew at or above this ratio (max / mean) is flagged.
 pub const SKEW_FLAG: f64 = 1.5;
@@ -231,10 +231,8 @@ pub fn build(c: &Correlation, a: &Analysis, mut report: Report) -> Export {
             from_snapshots += 1;
             for cnt in &s.counts {
                 // Sends and writes go to the peer; one-sided reads come from it.
-                let toward_peer = match Op::from_u8(cnt.op) {
-                    Some(o) if o.dir() == Dir::Tx => true,
-                    Some(o) if o.dir() == Dir::Rx && mr::one_sided(o) => false,
-                    _ => continue,
+                let Some(toward_peer) = Op::from_u8(cnt.op).and_then(mr::toward_peer) else {
+                    continue;
                 };
                 if let Some(d) = c.topo.ep(i as u32, cnt.ep).and_then(|e| e.single_peer())
                     && (d as usize) < np

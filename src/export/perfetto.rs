@@ -37,7 +37,7 @@ use crate::correlate::doorbell::{DoorbellInfo, WqeLink};
 use crate::correlate::matcher::Pair;
 use crate::correlate::merge::{Merged, ThreadInfo};
 use crate::correlate::mr::one_sided;
-use crate::correlate::{Analysis, Correlation, FxMap, PhaseTrack, Sink};
+use crate::correlate::{Analysis, Correlation, FxMap, PhaseTrack, Sink, TwoWay};
 use crate::event::{Dir, Layer, Op, Snapshot};
 
 const SEQ: u64 = 1;
@@ -305,6 +305,8 @@ const PENDING: u64 = 1 << 63;
 /// the time it is written, those last `OPEN_FLOW_BYTES` are cut off and the lengths redone.
 const OPEN_SEND: u64 = 1 << 62;
 const PAIRED: u64 = 1 << 61;
+/// An encoded packet that starts a flow (counted in the stats when written).
+const FLOW: u64 = 1 << 60;
 const LEN_MASK: u64 = (1 << 32) - 1;
 const OPEN_FLOW_BYTES: usize = 10;
 const CHUNK_BYTES: usize = 1 << 20;
@@ -314,7 +316,6 @@ const PLAIN_MAX: usize = 512;
 pub struct PerfettoSink<W: Write> {
     stage: Stage<W>,
     pkt: Vec<u8>,
-    pub error: Option<io::Error>,
     pub stats: PerfettoStats,
     next_uuid: u64,
     proc_uuid: Vec<u64>,
@@ -355,7 +356,7 @@ pub struct PerfettoSink<W: Write> {
     pending_n: usize,
     /// Per process: the endpoint of its last event and that endpoint's track (the merged
     /// stream interleaves processes).
-    last_ep: Vec<[(u32, u64); 2]>,
+    last_ep: Vec<TwoWay<u64>>,
     last_written_ns: u64,
 }
 
@@ -369,7 +370,6 @@ impl<W: Write> PerfettoSink<W> {
                 error: None,
             },
             pkt: Vec::with_capacity(256),
-            error: None,
             stats: PerfettoStats::default(),
             next_uuid: 1,
             proc_uuid: Vec::new(),
@@ -405,7 +405,7 @@ impl<W: Write> PerfettoSink<W> {
     /// Finishes writing and returns the output.
     pub fn into_inner(mut self) -> Result<W, io::Error> {
         self.stage.flush();
-        if let Some(e) = self.error.take().or_else(|| self.stage.error.take()) {
+        if let Some(e) = self.stage.error.take() {
             return Err(e);
         }
         self.stage.out.flush()?;
@@ -414,7 +414,7 @@ impl<W: Write> PerfettoSink<W> {
 
     /// Writes `self.pkt` as one `Trace.packet`.
     fn emit(&mut self) {
-        if self.error.is_some() {
+        if self.stage.error.is_some() {
             return;
         }
         let mut hdr = [0u8; 11];
@@ -505,9 +505,9 @@ impl<W: Write> PerfettoSink<W> {
         u
     }
 
-    /// A blocking call that returned at `m.ns` after `m.ev.addr` ns: a slice on its thread's
+    /// A call that returned at `m.ns` after blocking `blocked_ns`: a slice on its thread's
     /// "blocking calls" track, kept in time order and nested.
-    fn blocking_call(&mut self, m: &Merged) {
+    fn blocking_call(&mut self, m: &Merged, blocked_ns: u64) {
         let t = m.thread as usize;
         let Some(&thread_track) = self.thread_uuid.get(t) else {
             return;
@@ -522,7 +522,7 @@ impl<W: Write> PerfettoSink<W> {
         }
         let (track, prev_end) = self.blocking_track[t];
         let end_ns = m.ns;
-        let want = end_ns.saturating_sub(m.ev.addr);
+        let want = end_ns.saturating_sub(blocked_ns);
         let start = want.max(prev_end).max(self.last_written_ns).min(end_ns);
         if start != want {
             self.stats.blocking_starts_moved += 1;
@@ -533,7 +533,7 @@ impl<W: Write> PerfettoSink<W> {
             Late::CallBegin {
                 track,
                 name: op_name_iid(m.ev.op),
-                dur_ns: m.ev.addr,
+                dur_ns: blocked_ns,
             },
         );
         self.push_late(end_ns, Late::CallEnd { track });
@@ -624,13 +624,8 @@ impl<W: Write> PerfettoSink<W> {
 
     /// Any operation instant, through the general encoder.
     fn write_general_item(&mut self, it: &Item) {
-        let track = it.track;
         let ev = &it.m.ev;
-        let tid = self
-            .thread_tid
-            .get(it.m.thread as usize)
-            .copied()
-            .unwrap_or(Some(ev.tid));
+        let tid = tid_of(&self.thread_tid, it);
         let p = &mut self.pkt;
         p.clear();
         uint(p, P_TIMESTAMP, it.m.ns);
@@ -638,64 +633,25 @@ impl<W: Write> PerfettoSink<W> {
         uint(p, P_SEQ_FLAGS, SEQ_NEEDS);
         let te = begin(p, P_TRACK_EVENT);
         uint(p, TE_TYPE, TYPE_INSTANT);
-        uint(p, TE_TRACK, track);
+        uint(p, TE_TRACK, it.track);
         uint(p, TE_CATEGORY_IIDS, CAT_OP);
         uint(p, TE_NAME_IID, op_name_iid(ev.op));
-        let op = Op::from_u8(ev.op);
+        // The annotations every instant has, as the plain encoder writes them (at most 8 of at
+        // most 16 bytes), then the doorbell / WQE ones.
+        let mut common = [0u8; 128];
+        let mut w = Cursor {
+            buf: &mut common,
+            n: 0,
+        };
+        annotations(it, tid, &mut w);
+        let n = w.n;
+        p.extend_from_slice(&common[..n]);
         let annot = |p: &mut Vec<u8>, name: u64, v: u64| {
             let d = begin(p, TE_ANNOT);
             uint(p, DA_NAME_IID, name);
             uint(p, DA_UINT, v);
             end(p, d);
         };
-        let dir = op.map(|o| o.dir()).unwrap_or(Dir::None);
-        annot(
-            p,
-            if dir == Dir::None { AN_COUNT } else { AN_BYTES },
-            ev.bytes,
-        );
-        if let Some(op) = op {
-            let addr_name = match op {
-                Op::UcxTagSend
-                | Op::UcxTagSendSync
-                | Op::UcxTagRecv
-                | Op::OfiTSend
-                | Op::OfiTRecv => Some(AN_TAG),
-                Op::OfiSend | Op::OfiRecv => Some(AN_FI_ADDR).filter(|_| ev.addr != u64::MAX),
-                _ if ev.addr != 0 && op.dir() != Dir::None => Some(AN_RADDR),
-                _ => None,
-            };
-            if let Some(n) = addr_name {
-                annot(p, n, ev.addr);
-            }
-            match op.layer() {
-                Layer::Libfabric
-                    if ev.aux != 0xffff
-                        && !matches!(op, Op::OfiSend | Op::OfiRecv | Op::OfiCqRead) =>
-                {
-                    annot(p, AN_FI_ADDR, ev.aux as u64)
-                }
-                Layer::Ucx if matches!(op, Op::UcxAmSend | Op::UcxAmRecvData) => {
-                    annot(p, AN_AM_ID, ev.aux as u64)
-                }
-                _ => {}
-            }
-        }
-        if let Some(tid) = tid {
-            annot(p, AN_TID, tid as u64);
-        }
-        if let Some(peer) = it.peer {
-            let d = begin(p, TE_ANNOT);
-            uint(p, DA_NAME_IID, AN_PEER);
-            uint(p, DA_STRING_IID, peer as u64 + 1);
-            end(p, d);
-        }
-        if ev.flags != 0 {
-            annot(p, AN_FLAGS, ev.flags as u64);
-        }
-        if op.is_some_and(one_sided) {
-            annot(p, AN_RKEY, ev.aux as u64);
-        }
         if let Some(x) = &it.extra {
             if let Some(d) = &x.db {
                 annot(p, AN_QPN, d.qpn as u64);
@@ -730,12 +686,6 @@ impl<W: Write> PerfettoSink<W> {
                 annot(p, AN_WQE_INDEX, i as u64);
             }
         }
-        if let Some(t) = it.target {
-            let d = begin(p, TE_ANNOT);
-            uint(p, DA_NAME_IID, AN_TARGET);
-            uint(p, DA_STRING_IID, t as u64 + 1);
-            end(p, d);
-        }
         for f in it.flow_in.iter().chain(it.flow_more.iter()) {
             if *f != 0 {
                 fixed64(p, TE_TERM_FLOW, *f);
@@ -754,7 +704,7 @@ impl<W: Write> PerfettoSink<W> {
 
     /// `write_item` for the common operation instant: straight into the output.
     fn write_plain_item(&mut self, it: &Item) {
-        if self.error.is_some() {
+        if self.stage.error.is_some() {
             return;
         }
         let tid = tid_of(&self.thread_tid, it);
@@ -789,7 +739,7 @@ impl<W: Write> PerfettoSink<W> {
             self.base_seq = self.cur_seq;
         }
         let ns = self.cur.m.ns;
-        if self.early && plain(&self.cur) && self.error.is_none() {
+        if self.early && plain(&self.cur) && self.stage.error.is_none() {
             // A send the matcher has not paired yet may still get its flow when the receive comes.
             let open = self.cur.flow_out == 0
                 && self.cur.peer.is_some()
@@ -812,19 +762,18 @@ impl<W: Write> PerfettoSink<W> {
             if let Some(c) = self.chunks.back_mut() {
                 let n = write_plain(&self.cur, tid, &mut c.buf[c.used..]);
                 c.used += n;
-                self.stats.op_instants += 1;
+                // Counted in the stats when written (`release`).
                 let what = if open {
-                    // Packets and flows are counted when it is written (trimmed or not).
-                    OPEN_SEND | n as u64
+                    OPEN_SEND
+                } else if self.cur.flow_out != 0 {
+                    FLOW
                 } else {
-                    self.stats.packets += 1;
-                    self.stats.bytes += n as u64;
-                    if self.cur.flow_out != 0 {
-                        self.stats.flows += 1;
-                    }
-                    n as u64
+                    0
                 };
-                self.entries.push_back(Entry { ns, what });
+                self.entries.push_back(Entry {
+                    ns,
+                    what: what | n as u64,
+                });
                 return;
             }
         }
@@ -929,27 +878,23 @@ impl<W: Write> PerfettoSink<W> {
                 self.read_off = 0;
             }
             let len = (e.what & LEN_MASK) as usize;
-            if e.what & OPEN_SEND != 0 {
-                if e.what & PAIRED != 0 {
-                    self.stats.flows += 1;
-                    self.stats.packets += 1;
-                    self.stats.bytes += len as u64;
-                } else {
-                    // Never paired: written without its flow.
-                    self.stage_run(&mut run);
-                    self.write_trimmed(len);
-                    self.read_off += len;
-                    self.last_written_ns = self.last_written_ns.max(e.ns);
-                    continue;
-                }
+            self.stats.op_instants += 1;
+            self.last_written_ns = self.last_written_ns.max(e.ns);
+            if e.what & OPEN_SEND != 0 && e.what & PAIRED == 0 {
+                // Never paired: written without its flow.
+                self.stage_run(&mut run);
+                self.write_trimmed(len);
+                self.read_off += len;
+                continue;
+            }
+            self.stats.packets += 1;
+            self.stats.bytes += len as u64;
+            if e.what & (FLOW | PAIRED) != 0 {
+                self.stats.flows += 1;
             }
             run += len;
-            self.last_written_ns = self.last_written_ns.max(e.ns);
         }
         self.stage_run(&mut run);
-        if self.error.is_none() {
-            self.error = self.stage.error.take();
-        }
     }
 
     fn write_header(&mut self, c: &Correlation) {
@@ -1230,18 +1175,15 @@ impl<W: Write> Sink for PerfettoSink<W> {
         self.finalize_cur();
         let p = m.proc as usize;
         if p >= self.last_ep.len() {
-            self.last_ep.resize(p + 1, [(u32::MAX, 0); 2]);
+            self.last_ep.resize(p + 1, TwoWay::default());
         }
-        let c = self.last_ep[p];
-        let track = if c[0].0 == m.ev.ep && c[0].1 != 0 {
-            c[0].1
-        } else if c[1].0 == m.ev.ep && c[1].1 != 0 {
-            self.last_ep[p].swap(0, 1);
-            c[1].1
-        } else {
-            let t = self.ep_track(m.proc, m.ev.ep);
-            self.last_ep[p] = [(m.ev.ep, t), c[0]];
-            t
+        let track = match self.last_ep[p].get(m.ev.ep) {
+            Some(t) => t,
+            None => {
+                let t = self.ep_track(m.proc, m.ev.ep);
+                self.last_ep[p].put(m.ev.ep, t);
+                t
+            }
         };
         // The newest item is filled in place (it is most often encoded from there).
         let item = &mut self.cur;
@@ -1264,8 +1206,8 @@ impl<W: Write> Sink for PerfettoSink<W> {
         }
         self.has_cur = true;
         self.cur_seq = seq;
-        if m.ev.addr != 0 && Op::from_u8(m.ev.op).is_some_and(Op::blocks) {
-            self.blocking_call(m);
+        if let Some(ns) = m.ev.blocked() {
+            self.blocking_call(m, ns);
         }
         if self.entries.len() > WINDOW_EVENTS {
             self.release(m.ns);
@@ -1382,13 +1324,10 @@ impl<W: Write> Sink for PerfettoSink<W> {
         self.release(u64::MAX);
         self.drain_late(u64::MAX);
         self.stage.flush();
-        if self.error.is_none() {
-            self.error = self.stage.error.take();
-        }
-        if self.error.is_none()
+        if self.stage.error.is_none()
             && let Err(e) = self.stage.out.flush()
         {
-            self.error = Some(e);
+            self.stage.error = Some(e);
         }
     }
 }
@@ -1411,28 +1350,30 @@ impl Cursor<'_> {
     /// A DebugAnnotation { name_iid, uint_value }.
     #[inline(always)]
     fn uint(&mut self, name: u64, v: u64) {
-        // Names are below 128, so is the inner length.
-        self.put(&[
-            ((TE_ANNOT << 3) | proto::LEN) as u8,
-            (3 + vlen(v)) as u8,
-            (DA_NAME_IID << 3) as u8,
-            name as u8,
-            (DA_UINT << 3) as u8,
-        ]);
-        self.varint(v);
+        self.annotation(name, &[(DA_UINT << 3) as u8], v);
     }
+
     /// A DebugAnnotation { name_iid, string_value_iid }.
     #[inline(always)]
     fn string_iid(&mut self, name: u64, v: u64) {
-        // DA_STRING_IID (17) as a varint key: 0x88 0x01.
+        // The field key (17 << 3) as a two-byte varint.
+        const KEY: [u8; 2] = [
+            0x80 | ((DA_STRING_IID << 3) & 0x7f) as u8,
+            ((DA_STRING_IID << 3) >> 7) as u8,
+        ];
+        self.annotation(name, &KEY, v);
+    }
+
+    /// A DebugAnnotation { name_iid, <value_key>: v }; names are below 128, so is its length.
+    #[inline(always)]
+    fn annotation(&mut self, name: u64, value_key: &[u8], v: u64) {
         self.put(&[
             ((TE_ANNOT << 3) | proto::LEN) as u8,
-            (4 + vlen(v)) as u8,
+            (2 + value_key.len() + vlen(v)) as u8,
             (DA_NAME_IID << 3) as u8,
             name as u8,
-            0x88,
-            0x01,
         ]);
+        self.put(value_key);
         self.varint(v);
     }
 }
