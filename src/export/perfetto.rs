@@ -1542,17 +1542,21 @@ mod tests {
     use super::*;
     use crate::event::Event;
 
-    /// The fast encoder of plain operation instants writes the same bytes as the general one,
-    /// over every op code (known and unknown), every field width and the optional parts.
-    #[test]
-    fn plain_items_encode_like_the_general_path() {
-        let mut x = 0x9e37_79b9_7f4a_7c15u64;
-        let mut next = move || {
+    /// A reproducible stream of test values.
+    fn xorshift(mut x: u64) -> impl FnMut() -> u64 {
+        move || {
             x ^= x << 13;
             x ^= x >> 7;
             x ^= x << 17;
             x
-        };
+        }
+    }
+
+    /// The fast encoder of plain operation instants writes the same bytes as the general one,
+    /// over every op code (known and unknown), every field width and the optional parts.
+    #[test]
+    fn plain_items_encode_like_the_general_path() {
+        let mut next = xorshift(0x9e37_79b9_7f4a_7c15);
         let width = |v: u64, r: u64| match r % 5 {
             0 => 0,
             1 => v & 0x7f,
@@ -1649,13 +1653,7 @@ mod tests {
     #[test]
     fn early_encoding_equals_encoding_at_release_on_random_streams() {
         use crate::correlate::matcher::Pair;
-        let mut x = 0x2545_f491_4f6c_dd1du64;
-        let mut next = move || {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x
-        };
+        let mut next = xorshift(0x2545_f491_4f6c_dd1d);
         for round in 0..40 {
             let script: Vec<u64> = (0..3000).map(|_| next()).collect();
             let run = |early: bool| -> Vec<u8> {
