@@ -3,20 +3,18 @@
 
 pub mod decode;
 pub mod event;
-#[doc(hidden)]
+#[cfg(feature = "testing")]
 pub mod harness_io;
 pub mod trace;
 pub mod wire;
 
-#[cfg(feature = "cli")]
+#[cfg(feature = "analysis")]
 pub mod agg;
 #[cfg(feature = "cli")]
 pub mod cli;
-#[cfg(feature = "cli")]
+#[cfg(feature = "analysis")]
 pub mod correlate;
-#[cfg(feature = "cli")]
+#[cfg(feature = "analysis")]
 pub mod export;
-#[cfg(feature = "cli")]
+#[cfg(feature = "analysis")]
 pub mod live;
-#[cfg(feature = "cli")]
-pub mod view;

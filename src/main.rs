@@ -1,15 +1,15 @@
 //! The `sigmatop` binary: parses the command line and hands off to `sigmatop::cli`.
 
 use clap::Parser;
-use sigmatop::cli::{Cli, Command, RunArgs, dashboard, launch, replay};
+use sigmatop::cli::{Cli, Command, RunArgs, attach, export, replay, report, run};
 
 fn main() {
     let cli = Cli::parse();
     let result = match cli.command {
-        Some(Command::Run(a)) => dashboard::run_cmd(&a),
-        Some(Command::Attach(a)) => dashboard::attach(&a),
-        Some(Command::Export(a)) => launch::export(&a),
-        Some(Command::Report(a)) => launch::report(&a),
+        Some(Command::Run(a)) => run::run_cmd(&a),
+        Some(Command::Attach(a)) => attach::attach(&a),
+        Some(Command::Export(a)) => export::export(&a),
+        Some(Command::Report(a)) => report::report(&a),
         Some(Command::Replay(a)) => replay::replay(&a),
         Some(Command::Demo(a)) => replay::demo(&a),
         None => {
@@ -26,7 +26,7 @@ fn main() {
                     theme: None,
                     cmd: cli.top.cmd,
                 };
-                launch::run_headless(&args)
+                run::run_headless(&args)
             }
         }
     };

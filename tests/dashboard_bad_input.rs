@@ -11,7 +11,8 @@ use std::time::{Duration, Instant};
 
 use ratatui::Terminal;
 use ratatui::backend::TestBackend;
-use sigmatop::cli::dashboard::{Dashboard, LiveFeed, Source};
+use sigmatop::cli::dashboard::{Dashboard, Source};
+use sigmatop::cli::live_feed::LiveFeed;
 use sigmatop::cli::replay::ReplaySource;
 use sigmatop::event::Identity;
 use sigmatop::live::{Filter, LiveSource};

@@ -36,7 +36,8 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use ratatui::backend::CrosstermBackend;
 use ratatui::layout::Rect;
 use ratatui::{Terminal, TerminalOptions, Viewport};
-use sigmatop::cli::dashboard::{Dashboard, LiveFeed};
+use sigmatop::cli::dashboard::Dashboard;
+use sigmatop::cli::live_feed::LiveFeed;
 use sigmatop::cli::replay::ReplaySource;
 use sigmatop::event::{
     ClockSample, EndpointDef, EndpointKind, Event, Identity, Layer, Op, OpCount, Peer, Snapshot,
@@ -392,7 +393,7 @@ fn events_1m_per_s() {
 #[test]
 #[ignore]
 fn build_view_4096_profile() {
-    use sigmatop::view::{ViewCache, ViewOptions, build_view_into};
+    use sigmatop::cli::view_model::{ViewCache, ViewOptions, build_view_into};
     let dir = common::scratch("bench-build");
     synthetic_recording(&dir, 64, 64, 32);
     let rec = sigmatop::trace::reader::Recording::open(std::slice::from_ref(&dir)).expect("open");
@@ -423,7 +424,7 @@ fn build_view_4096_profile() {
 #[test]
 #[ignore]
 fn draw_4096_profile() {
-    use sigmatop::view::{ViewCache, ViewOptions, build_view_into};
+    use sigmatop::cli::view_model::{ViewCache, ViewOptions, build_view_into};
     let dir = common::scratch("bench-draw");
     synthetic_recording(&dir, 64, 64, 32);
     let rec = sigmatop::trace::reader::Recording::open(std::slice::from_ref(&dir)).expect("open");

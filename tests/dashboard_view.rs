@@ -8,9 +8,10 @@ use crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
 use ratatui::Terminal;
 use ratatui::backend::TestBackend;
 use sigmatop::agg::Model;
+use sigmatop::agg::window::step;
 use sigmatop::cli::replay::ReplaySource;
+use sigmatop::cli::view_model::{ClockStyle, ViewOptions, build_view};
 use sigmatop::trace::reader::Recording;
-use sigmatop::view::{ClockStyle, ViewOptions, build_view, step};
 use sigmatop_tui::{App, Theme, ViewModel, Window};
 
 fn fixture() -> PathBuf {

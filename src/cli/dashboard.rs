@@ -5,10 +5,7 @@
 //! The terminal is restored on every way out: normal return, error, and panic (a guard's Drop and
 //! a panic hook).
 
-use std::fs::File;
-use std::io::{self, IsTerminal, Write};
-use std::path::{Path, PathBuf};
-use std::process::{Child, ExitStatus, Stdio};
+use std::io::{self, Write};
 use std::sync::Once;
 use std::time::{Duration, Instant};
 
@@ -18,11 +15,10 @@ use ratatui::Terminal;
 use ratatui::backend::{Backend, CrosstermBackend};
 use sigmatop_tui::{Action, App, Theme, ViewModel};
 
-use super::launch::{attach_print, run_headless, traced_command};
-use super::{AttachArgs, CliResult, RunArgs};
+use super::CliResult;
+use super::view_model::{self, ClockStyle, ViewOptions};
 use crate::agg::Model;
-use crate::live::{Filter, LiveSource, default_socket_dir};
-use crate::view::{self, ClockStyle, ViewOptions};
+use crate::agg::window;
 
 /// Redraw period (4 Hz).
 pub const REFRESH: Duration = Duration::from_millis(250);
@@ -72,7 +68,7 @@ pub struct Dashboard<S: Source> {
     /// History position shown (None: the newest data).
     pub at: Option<u64>,
     last_build: Option<Instant>,
-    cache: view::ViewCache,
+    cache: view_model::ViewCache,
     /// New data arrived, or the view options changed, since the last build.
     dirty: bool,
     /// What the model looked like at the last poll (to see changes `poll` does not count).
@@ -114,7 +110,7 @@ impl<S: Source> Dashboard<S> {
             vm: ViewModel::default(),
             at: None,
             last_build: None,
-            cache: view::ViewCache::default(),
+            cache: view_model::ViewCache::default(),
             dirty: true,
             mark: ModelMark::default(),
             built_second: None,
@@ -136,7 +132,7 @@ impl<S: Source> Dashboard<S> {
     /// Rebuilds the view model from the model now.
     pub fn rebuild(&mut self) {
         let opts = self.options();
-        view::build_view_into(&self.model, &opts, &mut self.cache, &mut self.vm);
+        view_model::build_view_into(&self.model, &opts, &mut self.cache, &mut self.vm);
         self.built_second = opts.now_ns.map(|n| n / 1_000_000_000);
         self.note = self.source.note();
         self.vm.status.notice = self.note.clone();
@@ -204,7 +200,7 @@ impl<S: Source> Dashboard<S> {
                         self.at = self.app.paused.then(|| self.model.latest_ns());
                     }
                 } else {
-                    self.at = view::step(&self.model, self.at, d);
+                    self.at = window::step(&self.model, self.at, d);
                     if self.at.is_none() && self.app.paused {
                         self.at = Some(self.model.latest_ns());
                     }
@@ -330,180 +326,4 @@ pub fn run<S: Source>(source: S, theme: Option<&str>) -> CliResult {
     let theme = Theme::from_env(theme).map_err(|e| e.to_string())?;
     run_terminal(Dashboard::new(source, App::new(theme)))?;
     Ok(0)
-}
-
-/// A program started by `sigmatop run`, watched alongside its processes' sockets.
-pub struct ChildWatch {
-    pub child: Child,
-    pub name: String,
-    pub log: PathBuf,
-    pub status: Option<ExitStatus>,
-}
-
-/// Live processes through their sockets (and the launched program, for `sigmatop run`).
-pub struct LiveFeed {
-    pub live: LiveSource,
-    pub child: Option<ChildWatch>,
-}
-
-impl Source for LiveFeed {
-    fn poll(&mut self, model: &mut Model) -> usize {
-        let n = self.live.poll(model);
-        if let Some(c) = self.child.as_mut()
-            && c.status.is_none()
-            && let Ok(Some(st)) = c.child.try_wait()
-        {
-            c.status = Some(st);
-        }
-        n
-    }
-
-    fn label(&self) -> String {
-        "live".into()
-    }
-
-    fn note(&self) -> Option<String> {
-        match &self.child {
-            Some(c) => Some(match c.status {
-                None => format!(
-                    "{} running (pid {}) · output in {}",
-                    c.name,
-                    c.child.id(),
-                    c.log.display()
-                ),
-                Some(st) => format!(
-                    "{} exited ({}) · output in {} · q to leave",
-                    c.name,
-                    describe(st),
-                    c.log.display()
-                ),
-            }),
-            None if self.live.sockets_seen == 0 => Some(format!(
-                "waiting for traced processes in {}",
-                self.live.dir().display()
-            )),
-            None => None,
-        }
-    }
-}
-
-fn exit_code(status: ExitStatus) -> i32 {
-    use std::os::unix::process::ExitStatusExt;
-    match (status.code(), status.signal()) {
-        (Some(c), _) => c,
-        (None, Some(sig)) => 128 + sig,
-        _ => 1,
-    }
-}
-
-fn describe(status: ExitStatus) -> String {
-    use std::os::unix::process::ExitStatusExt;
-    match (status.code(), status.signal()) {
-        (Some(c), _) => format!("status {c}"),
-        (None, Some(sig)) => format!("signal {sig}"),
-        _ => "unknown status".into(),
-    }
-}
-
-/// `sigmatop attach`: the dashboard on a terminal; `--json`, `--once` or no terminal print instead.
-pub fn attach(args: &AttachArgs) -> CliResult {
-    if args.json || args.once || !io::stdout().is_terminal() || !io::stdin().is_terminal() {
-        return attach_print(args);
-    }
-    let dir = args.socket_dir.clone().unwrap_or_else(default_socket_dir);
-    let filter = if args.pids.is_empty() {
-        Filter::All
-    } else {
-        Filter::Pids(args.pids.clone())
-    };
-    let feed = LiveFeed {
-        live: LiveSource::new(dir, filter),
-        child: None,
-    };
-    run(feed, args.theme.as_deref())
-}
-
-/// The log file for the program's output: ./sigmatop-run-<pid>.log (the temp dir when the current
-/// directory is not writable).
-fn open_log() -> Result<(PathBuf, File), String> {
-    let name = format!("sigmatop-run-{}.log", std::process::id());
-    let mut last = String::new();
-    for dir in [Path::new(".").to_path_buf(), std::env::temp_dir()] {
-        let p = dir.join(&name);
-        match File::create(&p) {
-            Ok(f) => return Ok((p, f)),
-            Err(e) => last = format!("cannot create {}: {e}", p.display()),
-        }
-    }
-    Err(last)
-}
-
-/// `sigmatop run -- CMD`: the dashboard when stdin and stdout are a terminal and not `--headless`
-/// or `--json`; the program's output goes to a log file. On `q` the dashboard closes and sigmatop
-/// waits for the program; when the program exits first the dashboard stays open until `q`.
-pub fn run_cmd(args: &RunArgs) -> CliResult {
-    if args.headless || args.json || !io::stdout().is_terminal() || !io::stdin().is_terminal() {
-        return run_headless(args);
-    }
-    let theme = Theme::from_env(args.theme.as_deref()).map_err(|e| e.to_string())?;
-    let socket_dir = default_socket_dir();
-    let mut cmd = traced_command(args, &socket_dir)?;
-    let (log, file) = open_log()?;
-    let err = file
-        .try_clone()
-        .map_err(|e| format!("{}: {e}", log.display()))?;
-    cmd.stdin(Stdio::null()).stdout(file).stderr(err);
-    let name = args.cmd.first().cloned().unwrap_or_default();
-    let child = cmd
-        .spawn()
-        .map_err(|e| format!("cannot start {name}: {e}"))?;
-    let pid = child.id();
-    let mut live = LiveSource::new(socket_dir, Filter::DescendantsOf(pid));
-    live.scan_every = Duration::from_millis(100);
-    let feed = LiveFeed {
-        live,
-        child: Some(ChildWatch {
-            child,
-            name: name.clone(),
-            log: log.clone(),
-            status: None,
-        }),
-    };
-    let result = run_terminal(Dashboard::new(feed, App::new(theme)));
-    let mut dash = match result {
-        Ok(d) => d,
-        Err(e) => {
-            eprintln!(
-                "sigmatop: {e}; the program keeps running, output in {}",
-                log.display()
-            );
-            return Err(e);
-        }
-    };
-    let Some(mut c) = dash.source.child.take() else {
-        return Ok(0);
-    };
-    let status = match c.status {
-        Some(st) => st,
-        None => {
-            eprintln!(
-                "sigmatop: stopped watching; waiting for {name} (pid {pid}) to exit (output in {})",
-                log.display()
-            );
-            // SAFETY: installing SIG_IGN is always valid; the terminal's ^C reaches the program.
-            unsafe {
-                libc::signal(libc::SIGINT, libc::SIG_IGN);
-                libc::signal(libc::SIGQUIT, libc::SIG_IGN);
-            }
-            c.child
-                .wait()
-                .map_err(|e| format!("waiting for {name}: {e}"))?
-        }
-    };
-    eprintln!(
-        "sigmatop: {name} exited ({}); its output is in {}",
-        describe(status),
-        log.display()
-    );
-    Ok(exit_code(status))
 }

@@ -12,11 +12,13 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use super::dashboard::{self, Source};
+use super::view_model::{ClockStyle, warning_text};
 use super::{CliResult, DemoArgs, ReplayArgs, table};
+use crate::agg::at::{AtOptions, ModelAt};
+use crate::agg::warnings::{WarningConfig, warnings};
 use crate::agg::{Model, ProcKey};
 use crate::event::{Event, Snapshot, TscClock};
 use crate::trace::reader::{ProcessRecording, Recording, ThreadEventReader};
-use crate::view::ClockStyle;
 use crate::wire::Frame;
 
 /// Events applied to the model per process and poll, at most: the view keeps the latest
@@ -351,15 +353,9 @@ fn print_summary(dirs: &[PathBuf]) -> CliResult {
     print!("{}", table::render(&r));
     print!("{}", table::render_matrix("rank × rank", &r.rank_matrix));
     print!("{}", table::render_matrix("node × node", &r.node_matrix));
-    let vm = crate::view::build_view(
-        &model,
-        &crate::view::ViewOptions {
-            window: sigmatop_tui::Window::All,
-            ..Default::default()
-        },
-    );
-    for w in sigmatop_tui::warnings::compute(&vm, &Default::default()) {
-        println!("warning: {}", w.message);
+    let at = ModelAt::new(&model, &AtOptions::default());
+    for w in warnings(&at, &WarningConfig::default()) {
+        println!("warning: {}", warning_text(&w));
     }
     for p in &rec.problems {
         println!("skipped: {p}");

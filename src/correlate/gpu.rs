@@ -12,16 +12,8 @@ use std::collections::BTreeMap;
 
 use super::Correlation;
 use super::mr::toward_peer;
-use crate::agg::Matrix;
+use crate::agg::matrix::{GpuKey, Matrix, gpu_side_label, gpu_sides};
 use crate::event::Op;
-
-/// One row / column of the GPU matrix.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-pub struct GpuKey {
-    pub process: u32,
-    /// None: the process's host memory.
-    pub gpu: Option<u32>,
-}
 
 /// The matrix, and the GPU endpoints' bytes whose peer QP is not known.
 #[derive(Clone, Debug, Default)]
@@ -31,37 +23,12 @@ pub struct GpuTraffic {
     pub unresolved_bytes: u64,
 }
 
-/// Label of one side of the GPU matrix, here and in the dashboard: "r3:gpu0", "pid@host:gpu0"
-/// without a rank, "r3:cpu" for host memory.
-pub fn side_label(rank: Option<u32>, pid: u32, host: &str, gpu: Option<u32>) -> String {
-    let who = match rank {
-        Some(r) => format!("r{r}"),
-        None => format!("{pid}@{host}"),
-    };
-    match gpu {
-        Some(g) => format!("{who}:gpu{g}"),
-        None => format!("{who}:cpu"),
-    }
-}
-
 /// Label of a GPU key of the recording.
 pub fn gpu_label(c: &Correlation, k: GpuKey) -> String {
     match c.rec.processes.get(k.process as usize) {
-        Some(p) => side_label(p.identity.rank, p.identity.pid, &p.identity.host, k.gpu),
+        Some(p) => gpu_side_label(p.identity.rank, p.identity.pid, &p.identity.host, k.gpu),
         None => format!("process#{}", k.process),
     }
-}
-
-/// The rows (and columns) of a GPU matrix, sorted: both sides of every cell, and the GPU of
-/// every GPU endpoint (a row with traffic or not).
-pub fn sides<'a>(
-    cells: impl Iterator<Item = &'a (GpuKey, GpuKey)>,
-    gpus: impl Iterator<Item = GpuKey>,
-) -> Vec<GpuKey> {
-    let mut keys: Vec<GpuKey> = cells.flat_map(|(a, b)| [*a, *b]).chain(gpus).collect();
-    keys.sort_unstable();
-    keys.dedup();
-    keys
 }
 
 pub fn gpu_traffic(c: &Correlation) -> GpuTraffic {
@@ -96,9 +63,6 @@ pub fn gpu_traffic(c: &Correlation) -> GpuTraffic {
                 continue;
             };
             let theirs = gpu_of(pp, pe);
-            if mine.is_none() && theirs.is_none() {
-                continue;
-            }
             let a = GpuKey {
                 process: i,
                 gpu: mine,
@@ -107,11 +71,13 @@ pub fn gpu_traffic(c: &Correlation) -> GpuTraffic {
                 process: pp,
                 gpu: theirs,
             };
-            let cell = if toward_peer { (a, b) } else { (b, a) };
-            *cells.entry(cell).or_default() += cnt.bytes;
+            let (from, to) = if toward_peer { (a, b) } else { (b, a) };
+            if let Some(cell) = GpuKey::cell(from, to) {
+                *cells.entry(cell).or_default() += cnt.bytes;
+            }
         }
     }
-    let keys = sides(
+    let keys = gpu_sides(
         cells.keys(),
         procs.iter().enumerate().flat_map(|(i, p)| {
             p.endpoints.iter().filter_map(move |d| {

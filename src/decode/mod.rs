@@ -13,7 +13,7 @@
 
 pub mod devx;
 pub mod doorbell;
-#[doc(hidden)]
+#[cfg(feature = "testing")]
 pub mod harness;
 pub mod wqe;
 

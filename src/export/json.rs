@@ -8,6 +8,7 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 
 use super::perfetto::PerfettoStats;
+use crate::agg::matrix::Groups;
 use crate::agg::{Matrix, Report};
 use crate::correlate::doorbell::DoorbellStats;
 use crate::correlate::matcher::MatchStats;
@@ -259,35 +260,21 @@ pub fn build(c: &Correlation, a: &Analysis, mut report: Report) -> Export {
         .collect();
     rank_list.sort();
     rank_list.dedup_by_key(|x| x.0);
-    let rank_pos: BTreeMap<usize, usize> = rank_list
-        .iter()
-        .enumerate()
-        .map(|(k, (_, i))| (*i, k))
-        .collect();
-    let nr = rank_list.len();
-    let mut rm = vec![vec![0u64; nr]; nr];
-    let nh = c.hosts.len();
-    let mut hm = vec![vec![0u64; nh]; nh];
-    for i in 0..np {
-        for j in 0..np {
-            let b = pm[i][j];
-            if b == 0 {
-                continue;
-            }
-            if let (Some(&ri), Some(&rj)) = (rank_pos.get(&i), rank_pos.get(&j)) {
-                rm[ri][rj] += b;
-            }
-            hm[c.host_of[i] as usize][c.host_of[j] as usize] += b;
-        }
-    }
-    report.rank_matrix = Matrix {
-        labels: rank_list.iter().map(|(r, _)| format!("r{r}")).collect(),
-        bytes: rm.clone(),
-    };
-    report.node_matrix = Matrix {
-        labels: c.hosts.clone(),
-        bytes: hm.clone(),
-    };
+    // The rank and node matrices: the process matrix folded by the rows every front end uses.
+    let groups = Groups::new(
+        procs
+            .iter()
+            .map(|p| (p.identity.rank, p.identity.host.as_str())),
+    );
+    let folded = groups.fold((0..np).flat_map(|i| {
+        let row = &pm[i];
+        (0..np).map(move |j| ((i as u32, j as u32), row[j]))
+    }));
+    let rm = folded.rank.bytes.clone();
+    let hm = folded.node.bytes.clone();
+    let nh = hm.len();
+    report.rank_matrix = folded.rank;
+    report.node_matrix = folded.node;
     let flow_of = |host: &str, pid: u32| {
         report
             .processes

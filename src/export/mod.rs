@@ -2,4 +2,3 @@
 pub mod json;
 pub mod perfetto;
 pub mod proto;
-pub mod text;

@@ -395,6 +395,7 @@ pub fn sample_view_model() -> ViewModel {
         },
         history_len: 60,
         history_pos: 59,
+        warnings: Vec::new(),
     }
 }
 

@@ -2,8 +2,11 @@
 
 use std::fmt::Write;
 
-use super::json::{Export, Skew};
-use crate::cli::table::{self, human_bytes};
+use super::table::{self, human_bytes};
+use super::{CliResult, ReportArgs};
+use crate::agg::Model;
+use crate::export::json::{Export, Skew};
+use crate::trace::reader::Recording;
 
 fn ns(v: u64) -> String {
     if v >= 1_000_000_000 {
@@ -237,4 +240,17 @@ fn one_sided_lines(s: &mut String, e: &Export) {
             }
         );
     }
+}
+
+/// `sigmatop report DIR...`: the text report of the correlated recordings.
+pub fn report(args: &ReportArgs) -> CliResult {
+    let rec = Recording::open(&args.dirs)?;
+    let corr = crate::correlate::Correlation::new(&rec);
+    let analysis = corr.run(
+        &crate::correlate::RunOptions::default(),
+        &mut crate::correlate::NoSink,
+    );
+    let ex = crate::export::json::build(&corr, &analysis, Model::from_recording(&rec).report());
+    print!("{}", render(&ex));
+    Ok(0)
 }

@@ -1,12 +1,18 @@
-//! `sigmatop run`, `--record`, `attach`, `export` and `report`: launching a program under the
-//! preload, following live processes, and reading recordings.
+//! `sigmatop run -- CMD` and `sigmatop --record DIR -- CMD`: a program started under the preload,
+//! watched in the dashboard (on a terminal) or followed headless with a summary at its end.
 
-use std::io::Write;
+use std::fs::File;
+use std::io::{self, IsTerminal};
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use super::{AttachArgs, CliResult, ExportArgs, ReportArgs, RunArgs, table};
+use sigmatop_tui::{App, Theme};
+
+use super::child::{describe, exit_code, ignore_interrupts};
+use super::dashboard::{Dashboard, run_terminal};
+use super::live_feed::{ChildWatch, LiveFeed};
+use super::{CliResult, RunArgs, table};
 use crate::agg::Model;
 use crate::event::Mode;
 use crate::live::{Filter, LiveSource, default_socket_dir};
@@ -90,25 +96,6 @@ pub fn traced_command(args: &RunArgs, socket_dir: &Path) -> Result<Command, Stri
     Ok(cmd)
 }
 
-fn exit_code(status: std::process::ExitStatus) -> i32 {
-    use std::os::unix::process::ExitStatusExt;
-    match (status.code(), status.signal()) {
-        (Some(c), _) => c,
-        (None, Some(sig)) => 128 + sig,
-        _ => 1,
-    }
-}
-
-/// Ignores SIGINT/SIGQUIT in sigmatop while the child runs (the terminal delivers them to the
-/// child too), so the summary still prints when the user interrupts the program.
-fn ignore_interrupts() {
-    // SAFETY: installing SIG_IGN is always valid.
-    unsafe {
-        libc::signal(libc::SIGINT, libc::SIG_IGN);
-        libc::signal(libc::SIGQUIT, libc::SIG_IGN);
-    }
-}
-
 /// `sigmatop run` without the dashboard, and `sigmatop --record DIR -- CMD`: runs the program,
 /// follows its processes live, prints a summary at the end, and exits with the program's status.
 pub fn run_headless(args: &RunArgs) -> CliResult {
@@ -165,124 +152,84 @@ pub fn run_headless(args: &RunArgs) -> CliResult {
     Ok(code)
 }
 
-/// `sigmatop attach --json/--once` (and the text form until a terminal is there).
-pub fn attach_print(args: &AttachArgs) -> CliResult {
-    let dir = args.socket_dir.clone().unwrap_or_else(default_socket_dir);
-    let filter = if args.pids.is_empty() {
-        Filter::All
-    } else {
-        Filter::Pids(args.pids.clone())
-    };
-    let mut live = LiveSource::new(dir.clone(), filter);
-    let mut model = Model::new();
-    let interval = Duration::from_millis(args.interval_ms.max(10));
-    let mut said = 0;
-    loop {
-        let start = Instant::now();
-        while start.elapsed() < interval {
-            live.poll(&mut model);
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        // Refused sockets, bad frames: one line each on stderr, the output stays clean.
-        for m in &model.messages[said..] {
-            eprintln!("sigmatop: {m}");
-        }
-        said = model.messages.len();
-        if model.processes.is_empty() && args.once {
-            return Err(format!(
-                "no traced process found in {} (start one with `sigmatop run -- CMD`, or set --socket-dir)",
-                dir.display()
-            ));
-        }
-        let report = model.report();
-        let mut out = std::io::stdout().lock();
-        if args.json {
-            let s = if args.once {
-                serde_json::to_string_pretty(&report)
-            } else {
-                serde_json::to_string(&report)
-            }
-            .map_err(|e| e.to_string())?;
-            let _ = writeln!(out, "{s}");
-        } else {
-            let _ = write!(out, "{}", table::render(&report));
-        }
-        let _ = out.flush();
-        if args.once {
-            return Ok(0);
+/// The log file for the program's output: ./sigmatop-run-<pid>.log (the temp dir when the current
+/// directory is not writable).
+fn open_log() -> Result<(PathBuf, File), String> {
+    let name = format!("sigmatop-run-{}.log", std::process::id());
+    let mut last = String::new();
+    for dir in [Path::new(".").to_path_buf(), std::env::temp_dir()] {
+        let p = dir.join(&name);
+        match File::create(&p) {
+            Ok(f) => return Ok((p, f)),
+            Err(e) => last = format!("cannot create {}: {e}", p.display()),
         }
     }
+    Err(last)
 }
 
-pub fn export(args: &ExportArgs) -> CliResult {
-    if args.json.is_none() && args.perfetto.is_none() {
-        return Err("nothing to export: give --json FILE and/or --perfetto FILE".into());
+/// `sigmatop run -- CMD`: the dashboard when stdin and stdout are a terminal and not `--headless`
+/// or `--json`; the program's output goes to a log file. On `q` the dashboard closes and sigmatop
+/// waits for the program; when the program exits first the dashboard stays open until `q`.
+pub fn run_cmd(args: &RunArgs) -> CliResult {
+    if args.headless || args.json || !io::stdout().is_terminal() || !io::stdin().is_terminal() {
+        return run_headless(args);
     }
-    let rec = Recording::open(&args.dirs)?;
-    for p in &rec.problems {
-        eprintln!("sigmatop: skipped {p}");
-    }
-    for p in &rec.processes {
-        if p.is_cut() {
+    let theme = Theme::from_env(args.theme.as_deref()).map_err(|e| e.to_string())?;
+    let socket_dir = default_socket_dir();
+    let mut cmd = traced_command(args, &socket_dir)?;
+    let (log, file) = open_log()?;
+    let err = file
+        .try_clone()
+        .map_err(|e| format!("{}: {e}", log.display()))?;
+    cmd.stdin(Stdio::null()).stdout(file).stderr(err);
+    let name = args.cmd.first().cloned().unwrap_or_default();
+    let child = cmd
+        .spawn()
+        .map_err(|e| format!("cannot start {name}: {e}"))?;
+    let pid = child.id();
+    let mut live = LiveSource::new(socket_dir, Filter::DescendantsOf(pid));
+    live.scan_every = Duration::from_millis(100);
+    let feed = LiveFeed {
+        live,
+        child: Some(ChildWatch {
+            child,
+            name: name.clone(),
+            log: log.clone(),
+            status: None,
+        }),
+    };
+    let result = run_terminal(Dashboard::new(feed, App::new(theme)));
+    let mut dash = match result {
+        Ok(d) => d,
+        Err(e) => {
             eprintln!(
-                "sigmatop: {}: record cut (the process did not exit cleanly); exported up to its last flushed chunk",
-                p.dir.display()
+                "sigmatop: {e}; the program keeps running, output in {}",
+                log.display()
             );
+            return Err(e);
         }
-    }
-    let corr = crate::correlate::Correlation::new(&rec);
-    let opts = crate::correlate::RunOptions::default();
-    let (analysis, pstats) = match &args.perfetto {
-        Some(path) => {
-            let f = std::fs::File::create(path)
-                .map_err(|e| format!("cannot create {}: {e}", path.display()))?;
-            // The sink gathers packets into large writes itself.
-            let mut sink = crate::export::perfetto::PerfettoSink::new(f);
-            let a = corr.run(&opts, &mut sink);
-            let stats = sink.stats.clone();
-            sink.into_inner()
-                .map_err(|e| format!("writing {}: {e}", path.display()))?;
-            (a, Some(stats))
-        }
-        None => (corr.run(&opts, &mut crate::correlate::NoSink), None),
     };
-    for p in &analysis.problems {
-        eprintln!("sigmatop: skipped {p}");
-    }
-    if let Some(st) = &pstats
-        && let Some(path) = &args.perfetto
-    {
-        eprintln!(
-            "sigmatop: wrote {} ({} operations, {} flows, {} bytes)",
-            path.display(),
-            st.op_instants,
-            st.flows,
-            st.bytes
-        );
-    }
-    if let Some(path) = &args.json {
-        let mut ex =
-            crate::export::json::build(&corr, &analysis, Model::from_recording(&rec).report());
-        ex.perfetto = pstats;
-        let s = serde_json::to_string_pretty(&ex).map_err(|e| e.to_string())?;
-        if path.as_os_str() == "-" {
-            println!("{s}");
-        } else {
-            std::fs::write(path, s + "\n")
-                .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+    let Some(mut c) = dash.source.child.take() else {
+        return Ok(0);
+    };
+    let status = match c.status {
+        Some(st) => st,
+        None => {
+            eprintln!(
+                "sigmatop: stopped watching; waiting for {name} (pid {pid}) to exit (output in {})",
+                log.display()
+            );
+            // The terminal's ^C reaches the program.
+            ignore_interrupts();
+            c.child
+                .wait()
+                .map_err(|e| format!("waiting for {name}: {e}"))?
         }
-    }
-    Ok(0)
-}
-
-pub fn report(args: &ReportArgs) -> CliResult {
-    let rec = Recording::open(&args.dirs)?;
-    let corr = crate::correlate::Correlation::new(&rec);
-    let analysis = corr.run(
-        &crate::correlate::RunOptions::default(),
-        &mut crate::correlate::NoSink,
+    };
+    eprintln!(
+        "sigmatop: {name} exited ({}); its output is in {}",
+        describe(status),
+        log.display()
     );
-    let ex = crate::export::json::build(&corr, &analysis, Model::from_recording(&rec).report());
-    print!("{}", crate::export::text::render(&ex));
-    Ok(0)
+    Ok(exit_code(status))
 }

@@ -1,0 +1,216 @@
+//! The model of every traced process: live frames and recordings feed the same `Model`, which
+//! keeps identities, endpoints, a history of cumulative snapshots and the latest sampled events.
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+
+use serde::Serialize;
+
+use crate::event::{ClockSample, DropCounters, EndpointDef, Event, Identity, Snapshot, TscClock};
+use crate::wire::Frame;
+
+/// Snapshots kept per process for windows and stepping back (at 4 Hz: 10 minutes).
+pub const HISTORY: usize = 2400;
+/// Sampled events kept per process for the event/doorbell views.
+pub const RECENT_EVENTS: usize = 2000;
+
+/// Identifies a traced process across hosts.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+pub struct ProcKey {
+    pub host: String,
+    pub pid: u32,
+}
+
+/// Everything known about one traced process.
+#[derive(Clone, Debug, Default)]
+pub struct ProcessState {
+    pub identity: Identity,
+    pub endpoints: BTreeMap<u32, EndpointDef>,
+    /// Latest state per endpoint (from updates), e.g. "RTS", "closed".
+    pub ep_state: HashMap<u32, String>,
+    pub history: VecDeque<Snapshot>,
+    pub recent: VecDeque<Event>,
+    pub clock: TscClock,
+    /// The process said goodbye (clean exit).
+    pub said_bye: bool,
+    /// The connection closed or the record ended.
+    pub exited: bool,
+    /// The last problem with this source (bad frame, cut record).
+    pub problem: Option<String>,
+}
+
+impl ProcessState {
+    pub fn last(&self) -> Option<&Snapshot> {
+        self.history.back()
+    }
+
+    fn push_snapshot(&mut self, s: Snapshot) {
+        if self.history.len() >= HISTORY {
+            self.history.pop_front();
+        }
+        self.history.push_back(s);
+    }
+
+    /// The snapshot at or before `at_ns` (the oldest kept when none is that old).
+    pub fn snapshot_at(&self, at_ns: u64) -> Option<&Snapshot> {
+        let idx = self.history.partition_point(|s| s.at_ns <= at_ns);
+        if idx == 0 {
+            self.history.front()
+        } else {
+            self.history.get(idx - 1)
+        }
+    }
+}
+
+/// The model of all processes.
+#[derive(Default)]
+pub struct Model {
+    pub processes: BTreeMap<ProcKey, ProcessState>,
+    /// Messages about sources (refused sockets, bad frames), newest last.
+    pub messages: Vec<String>,
+}
+
+/// Counters of one endpoint over a period, by op code.
+pub type OpTable = BTreeMap<u8, (u64, u64)>;
+
+impl Model {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    pub fn process_mut(&mut self, key: &ProcKey) -> &mut ProcessState {
+        self.processes.entry(key.clone()).or_default()
+    }
+
+    /// Applies one live frame from the process `key`.
+    pub fn apply(&mut self, key: &ProcKey, frame: Frame) {
+        let p = self.process_mut(key);
+        match frame {
+            Frame::Hello { identity, .. } | Frame::Identity(identity) => p.identity = identity,
+            Frame::Endpoints(defs) => {
+                for d in defs {
+                    p.endpoints.insert(d.id, d);
+                }
+            }
+            Frame::Updates(ups) => {
+                for u in ups {
+                    if let Some(peer) = u.peer.clone()
+                        && u.state != "av"
+                        && let Some(d) = p.endpoints.get_mut(&u.id)
+                    {
+                        d.peer = peer;
+                    }
+                    if u.state != "av" {
+                        p.ep_state.insert(u.id, u.state);
+                    }
+                }
+            }
+            Frame::Clock(c) => p.clock.push(c),
+            Frame::Snapshot(s) => p.push_snapshot(s),
+            Frame::Events(evs) => {
+                for e in evs {
+                    if p.recent.len() >= RECENT_EVENTS {
+                        p.recent.pop_front();
+                    }
+                    p.recent.push_back(e);
+                }
+            }
+            Frame::Bye { .. } => {
+                p.said_bye = true;
+                p.exited = true;
+            }
+        }
+    }
+
+    /// Marks a process whose source ended.
+    pub fn source_closed(&mut self, key: &ProcKey, problem: Option<String>) {
+        let p = self.process_mut(key);
+        p.exited = true;
+        if let Some(m) = problem {
+            p.problem = Some(m);
+        }
+    }
+
+    /// Loads a whole recording (identities, endpoints, clocks and every snapshot).
+    pub fn from_recording(rec: &crate::trace::reader::Recording) -> Model {
+        let mut m = Model::new();
+        for pr in &rec.processes {
+            let key = ProcKey {
+                host: pr.identity.host.clone(),
+                pid: pr.identity.pid,
+            };
+            m.apply(&key, Frame::hello(pr.identity.clone()));
+            m.apply(&key, Frame::Endpoints(pr.endpoints.clone()));
+            m.apply(&key, Frame::Updates(pr.updates.clone()));
+            for c in &pr.clocks {
+                m.apply(&key, Frame::Clock(*c));
+            }
+            for s in &pr.snapshots {
+                m.apply(&key, Frame::Snapshot(s.clone()));
+            }
+            let p = m.process_mut(&key);
+            p.exited = true;
+            p.said_bye = pr.end.is_some();
+            if pr.is_cut() {
+                p.problem = Some("record cut: the process did not shut down cleanly".into());
+            }
+        }
+        for prob in &rec.problems {
+            m.messages.push(prob.to_string());
+        }
+        m
+    }
+
+    /// Per-endpoint op counters between two snapshots (cumulative when `from` is None).
+    pub fn diff(to: &Snapshot, from: Option<&Snapshot>) -> BTreeMap<u32, OpTable> {
+        let mut out: BTreeMap<u32, OpTable> = BTreeMap::new();
+        for c in &to.counts {
+            let e = out.entry(c.ep).or_default().entry(c.op).or_default();
+            e.0 += c.ops;
+            e.1 += c.bytes;
+        }
+        if let Some(f) = from {
+            for c in &f.counts {
+                if let Some(e) = out.get_mut(&c.ep).and_then(|t| t.get_mut(&c.op)) {
+                    e.0 = e.0.saturating_sub(c.ops);
+                    e.1 = e.1.saturating_sub(c.bytes);
+                }
+            }
+        }
+        out
+    }
+
+    /// Latest time seen in any snapshot.
+    pub fn latest_ns(&self) -> u64 {
+        self.processes
+            .values()
+            .filter_map(|p| p.last().map(|s| s.at_ns))
+            .max()
+            .unwrap_or(0)
+    }
+
+    /// Sum of drop counters over all processes (latest snapshot of each).
+    pub fn drops(&self) -> DropCounters {
+        let mut d = DropCounters::default();
+        for p in self.processes.values() {
+            if let Some(s) = p.last() {
+                d.add(&s.drops);
+            }
+        }
+        d
+    }
+
+    /// The earliest process start (ns, CLOCK_REALTIME), 0 when none is known.
+    pub fn first_start_ns(&self) -> u64 {
+        self.processes
+            .values()
+            .map(|p| p.identity.start_ns)
+            .filter(|s| *s > 0)
+            .min()
+            .unwrap_or(0)
+    }
+}
+
+/// Converts a process's clock samples for event timestamps.
+pub fn clock_of(samples: &[ClockSample]) -> TscClock {
+    TscClock::new(samples.to_vec())
+}

@@ -1,0 +1,233 @@
+//! The aggregate report of a model: cumulative totals per process, endpoint and operation, each
+//! endpoint's peer, and the rank and node matrices. `export --json` (docs/JSON.md), `attach
+//! --json`, run summaries and tests read it.
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+
+use super::matrix::{Groups, Matrix};
+use super::model::{Model, ProcKey, ProcessState};
+use super::peers::Peers;
+use crate::correlate::mr::toward_peer;
+use crate::event::{Dir, DropCounters, EndpointKind, Op, UNATTRIBUTED_EP};
+
+/// Totals of traffic in one direction over a period.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
+pub struct Flow {
+    pub tx_bytes: u64,
+    pub rx_bytes: u64,
+    pub tx_ops: u64,
+    pub rx_ops: u64,
+    pub other_ops: u64,
+}
+
+impl Flow {
+    pub fn add_op(&mut self, op: u8, ops: u64, bytes: u64) {
+        match Op::from_u8(op).map(|o| o.dir()) {
+            Some(Dir::Tx) => {
+                self.tx_bytes += bytes;
+                self.tx_ops += ops;
+            }
+            Some(Dir::Rx) => {
+                self.rx_bytes += bytes;
+                self.rx_ops += ops;
+            }
+            _ => self.other_ops += ops,
+        }
+    }
+    pub fn add(&mut self, o: &Flow) {
+        self.tx_bytes += o.tx_bytes;
+        self.rx_bytes += o.rx_bytes;
+        self.tx_ops += o.tx_ops;
+        self.rx_ops += o.rx_ops;
+        self.other_ops += o.other_ops;
+    }
+    pub fn ops(&self) -> u64 {
+        self.tx_ops + self.rx_ops + self.other_ops
+    }
+}
+
+impl Model {
+    /// The aggregate report of the whole model (cumulative totals).
+    pub fn report(&self) -> Report {
+        let mut r = Report {
+            schema: Report::SCHEMA,
+            ..Default::default()
+        };
+        let procs: Vec<(&ProcKey, &ProcessState)> = self.processes.iter().collect();
+        let peers = Peers::build(
+            procs
+                .iter()
+                .map(|(_, p)| (&p.identity, p.endpoints.values())),
+        );
+        let groups = Groups::new(
+            procs
+                .iter()
+                .map(|(k, p)| (p.identity.rank, k.host.as_str())),
+        );
+        // Bytes each process sent to each other process (row → column).
+        let mut cells: BTreeMap<(u32, u32), u64> = BTreeMap::new();
+        for (pi, (key, p)) in procs.iter().enumerate() {
+            let Some(last) = p.last() else {
+                r.processes.push(ProcessReport::empty(key, p));
+                continue;
+            };
+            let mut per_ep = Model::diff(last, None);
+            // Endpoints without traffic are listed too: an idle endpoint is information.
+            for id in p.endpoints.keys() {
+                per_ep.entry(*id).or_default();
+            }
+            let mut pr = ProcessReport::empty(key, p);
+            pr.drops = last.drops;
+            pr.events = last.events;
+            for (ep, ops) in &per_ep {
+                let def = p.endpoints.get(ep);
+                let mut er = EndpointReport {
+                    id: *ep,
+                    layer: def.map(|d| d.layer.name().to_string()).unwrap_or_default(),
+                    kind: def
+                        .map(|d| d.kind.name())
+                        .unwrap_or(if *ep == UNATTRIBUTED_EP {
+                            EndpointKind::Unattributed.name()
+                        } else {
+                            "unknown"
+                        })
+                        .to_string(),
+                    label: def.map(|d| d.label.clone()).unwrap_or_else(|| {
+                        if *ep == UNATTRIBUTED_EP {
+                            "(unattributed)".into()
+                        } else {
+                            format!("ep#{ep}")
+                        }
+                    }),
+                    transport: def.map(|d| d.transport.clone()).unwrap_or_default(),
+                    state: p.ep_state.get(ep).cloned().unwrap_or_default(),
+                    peer: None,
+                    peer_text: def.map(|d| d.peer.text.clone()).unwrap_or_default(),
+                    flow: Flow::default(),
+                    ops: BTreeMap::new(),
+                };
+                let peer = def.and_then(|d| peers.of(pi as u32, d).process);
+                if let Some(pp) = peer
+                    && let Some((pk, pps)) = procs.get(pp as usize)
+                {
+                    er.peer = Some(PeerRef {
+                        host: pk.host.clone(),
+                        pid: pk.pid,
+                        rank: pps.identity.rank,
+                    });
+                }
+                for (op, (n, b)) in ops {
+                    er.flow.add_op(*op, *n, *b);
+                    // Sends and writes go to the peer, one-sided reads come from it.
+                    if let Some(pp) = peer
+                        && let Some(toward) = Op::from_u8(*op).and_then(toward_peer)
+                    {
+                        let cell = if toward {
+                            (pi as u32, pp)
+                        } else {
+                            (pp, pi as u32)
+                        };
+                        *cells.entry(cell).or_default() += b;
+                    }
+                    let name = Op::from_u8(*op)
+                        .map(|o| o.name().to_string())
+                        .unwrap_or_else(|| format!("op{op}"));
+                    let e = er.ops.entry(name).or_insert(OpTotals { ops: 0, bytes: 0 });
+                    e.ops += n;
+                    e.bytes += b;
+                }
+                pr.flow.add(&er.flow);
+                pr.endpoints.push(er);
+            }
+            r.totals.add(&pr.flow);
+            r.processes.push(pr);
+        }
+        r.drops = self.drops();
+        let m = groups.fold(cells);
+        r.rank_matrix = m.rank;
+        r.node_matrix = m.node;
+        r.messages = self.messages.clone();
+        r
+    }
+}
+
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct OpTotals {
+    pub ops: u64,
+    pub bytes: u64,
+}
+
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct PeerRef {
+    pub host: String,
+    pub pid: u32,
+    pub rank: Option<u32>,
+}
+
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct EndpointReport {
+    pub id: u32,
+    pub layer: String,
+    pub kind: String,
+    pub label: String,
+    pub transport: String,
+    pub state: String,
+    /// The traced process on the other side, when it is in this model.
+    pub peer: Option<PeerRef>,
+    pub peer_text: String,
+    #[serde(flatten)]
+    pub flow: Flow,
+    /// By operation name: calls and payload bytes.
+    pub ops: BTreeMap<String, OpTotals>,
+}
+
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct ProcessReport {
+    pub host: String,
+    pub pid: u32,
+    pub rank: Option<u32>,
+    pub exe: String,
+    pub mode: String,
+    pub layers: String,
+    pub clean_exit: bool,
+    pub problem: Option<String>,
+    pub events: u64,
+    pub drops: DropCounters,
+    #[serde(flatten)]
+    pub flow: Flow,
+    pub endpoints: Vec<EndpointReport>,
+}
+
+impl ProcessReport {
+    fn empty(key: &ProcKey, p: &ProcessState) -> ProcessReport {
+        ProcessReport {
+            host: key.host.clone(),
+            pid: key.pid,
+            rank: p.identity.rank,
+            exe: p.identity.exe.clone(),
+            mode: p.identity.mode().name().to_string(),
+            layers: crate::event::layer_names(p.identity.layers),
+            clean_exit: p.said_bye,
+            problem: p.problem.clone(),
+            ..Default::default()
+        }
+    }
+}
+
+/// What `export --json` writes; schema in docs/JSON.md.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Report {
+    pub schema: u32,
+    pub totals: Flow,
+    pub drops: DropCounters,
+    pub processes: Vec<ProcessReport>,
+    pub rank_matrix: Matrix,
+    pub node_matrix: Matrix,
+    pub messages: Vec<String>,
+}
+
+impl Report {
+    pub const SCHEMA: u32 = 1;
+}

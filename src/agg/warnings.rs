@@ -1,0 +1,208 @@
+//! Warnings: a small set of rules over the model at a view time (in the manner of tokio-console's
+//! `Warn<T>` lints). The dashboard, `report` and `replay --headless` all show these, so a skew the
+//! dashboard flags is the skew the report prints. Each warning is data (what, about whom, how
+//! much); the front ends write the text.
+
+use super::at::{ModelAt, write_local_id};
+
+/// Thresholds for the warnings.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct WarningConfig {
+    /// A node or rank whose egress (or ingress) is at least this many times the mean is called out.
+    pub skew_ratio: f64,
+    /// Doorbells per second (per GPU or QP) at or above which a doorbell storm is reported.
+    pub doorbell_storm_per_s: f64,
+}
+
+impl Default for WarningConfig {
+    fn default() -> Self {
+        WarningConfig {
+            skew_ratio: 1.5,
+            doorbell_storm_per_s: 500_000.0,
+        }
+    }
+}
+
+/// What a warning is about, most important first.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum WarningKind {
+    /// Events were lost (ring overflow): `count` events, in `processes` processes.
+    EventsDropped,
+    /// Sources that ended with a problem before saying goodbye (lost socket frames): `count`.
+    FramesLost,
+    /// A node's egress is far above the mean: `ratio`.
+    NodeSkew,
+    /// A node's ingress is far above the mean (a hot receiver: incast, an unbalanced reduction).
+    NodeIngressSkew,
+    /// A rank's egress is far above the mean.
+    RankSkew,
+    /// A rank's ingress is far above the mean.
+    RankIngressSkew,
+    /// A GPU or QP rings doorbells faster than the threshold: `rate` per second.
+    DoorbellStorm,
+}
+
+/// One warning.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Warning {
+    pub kind: WarningKind,
+    /// Whom it is about: "node2", "rank 3", "node0 r3 GPU1", "QP 0x2a41 (node2)"; empty for
+    /// counts over the whole view.
+    pub subject: String,
+    /// The ratio to the mean (skew), the rate (storm), or the count (drops, frames).
+    pub value: f64,
+    /// Processes concerned (drops), 0 when not counted.
+    pub processes: u64,
+}
+
+/// A rule over the state at a view time.
+pub trait Rule {
+    fn check(&self, at: &ModelAt, cfg: &WarningConfig, out: &mut Vec<Warning>);
+}
+
+/// Lost events and lost sources.
+pub struct Drops;
+/// Nodes and ranks far above the mean, egress and ingress (over the window).
+pub struct Skew;
+/// GPUs and QPs ringing doorbells faster than the threshold.
+pub struct DoorbellStorm;
+
+/// Every rule, in the order their warnings are listed (then sorted by kind).
+pub const RULES: &[&dyn Rule] = &[&Drops, &Skew, &DoorbellStorm];
+
+/// All warnings for the model at a view time, most important first.
+pub fn warnings(at: &ModelAt, cfg: &WarningConfig) -> Vec<Warning> {
+    let mut out = Vec::new();
+    for r in RULES {
+        r.check(at, cfg, &mut out);
+    }
+    out.sort_by_key(|w| w.kind);
+    out
+}
+
+/// Each value divided by the mean of all (None when fewer than two values or no traffic).
+pub fn ratios_to_mean(values: &[f64]) -> Option<Vec<f64>> {
+    if values.len() < 2 {
+        return None;
+    }
+    let mean = values.iter().sum::<f64>() / values.len() as f64;
+    if !mean.is_finite() || mean <= 0.0 {
+        return None;
+    }
+    Some(values.iter().map(|v| v / mean).collect())
+}
+
+impl Rule for Drops {
+    fn check(&self, at: &ModelAt, _cfg: &WarningConfig, out: &mut Vec<Warning>) {
+        let lost: Vec<u64> = at
+            .procs
+            .iter()
+            .map(|a| a.drops.total_events_lost())
+            .collect();
+        let total: u64 = lost.iter().sum();
+        if total > 0 {
+            out.push(Warning {
+                kind: WarningKind::EventsDropped,
+                subject: String::new(),
+                value: total as f64,
+                processes: lost.iter().filter(|n| **n > 0).count() as u64,
+            });
+        }
+        let frames = at
+            .model
+            .processes
+            .values()
+            .filter(|p| p.problem.is_some() && !p.said_bye)
+            .count();
+        if frames > 0 {
+            out.push(Warning {
+                kind: WarningKind::FramesLost,
+                subject: String::new(),
+                value: frames as f64,
+                processes: 0,
+            });
+        }
+    }
+}
+
+impl Rule for Skew {
+    fn check(&self, at: &ModelAt, cfg: &WarningConfig, out: &mut Vec<Warning>) {
+        let nodes = at.nodes();
+        let ranks = at.ranks();
+        let mut skewed = |kind: WarningKind, names: &[String], values: Vec<f64>| {
+            if let Some(r) = ratios_to_mean(&values) {
+                for (name, ratio) in names.iter().zip(r) {
+                    if ratio >= cfg.skew_ratio {
+                        out.push(Warning {
+                            kind,
+                            subject: name.clone(),
+                            value: ratio,
+                            processes: 0,
+                        });
+                    }
+                }
+            }
+        };
+        let node_names: Vec<String> = nodes.iter().map(|n| n.host.clone()).collect();
+        let rank_names: Vec<String> = ranks
+            .iter()
+            .map(|r| format!("rank {}", r.rank.unwrap_or_default()))
+            .collect();
+        skewed(
+            WarningKind::NodeSkew,
+            &node_names,
+            nodes.iter().map(|n| n.egress_bps).collect(),
+        );
+        skewed(
+            WarningKind::NodeIngressSkew,
+            &node_names,
+            nodes.iter().map(|n| n.ingress_bps).collect(),
+        );
+        skewed(
+            WarningKind::RankSkew,
+            &rank_names,
+            ranks.iter().map(|r| r.egress_bps).collect(),
+        );
+        skewed(
+            WarningKind::RankIngressSkew,
+            &rank_names,
+            ranks.iter().map(|r| r.ingress_bps).collect(),
+        );
+    }
+}
+
+impl Rule for DoorbellStorm {
+    fn check(&self, at: &ModelAt, cfg: &WarningConfig, out: &mut Vec<Warning>) {
+        for g in at.gpus() {
+            if g.doorbells_per_s >= cfg.doorbell_storm_per_s {
+                let who = match g.rank {
+                    Some(r) => format!("r{r}"),
+                    None => format!("pid {}", g.pid),
+                };
+                out.push(Warning {
+                    kind: WarningKind::DoorbellStorm,
+                    subject: format!("{} {} GPU{}", g.host, who, g.gpu),
+                    value: g.doorbells_per_s,
+                    processes: 0,
+                });
+            }
+        }
+        for e in &at.endpoints {
+            // A QP's doorbell rate is shown (and judged) when it is a GPU QP or has rung at all.
+            if !(e.is_gpu_qp() || e.tot.doorbells > 0) {
+                continue;
+            }
+            if e.doorbells_per_s >= cfg.doorbell_storm_per_s {
+                let a = &at.procs[e.proc as usize];
+                let mut id = String::new();
+                write_local_id(&mut id, e.def, e.ep);
+                out.push(Warning {
+                    kind: WarningKind::DoorbellStorm,
+                    subject: format!("QP {id} ({})", a.key.host),
+                    value: e.doorbells_per_s,
+                    processes: 0,
+                });
+            }
+        }
+    }
+}

@@ -1,0 +1,384 @@
+//! Time-window arithmetic over the model's cumulative snapshots: where each process stands at a
+//! view time, with its totals, its rates "now" and its rates over a window; and the history
+//! positions a viewer steps through.
+//!
+//! Rates come from differences of cumulative snapshots:
+//! - "now": the last two snapshots of each process at or before the view time;
+//! - window (1 s / 10 s / 60 s / all): the snapshot at or before `t - window` (or zero at the
+//!   process start when it started inside the window) to the snapshot at or before `t`;
+//! - totals: the snapshot at or before `t` itself (cumulative since the process started).
+//!
+//! History positions follow the reference timeline: the snapshot times of the process with the
+//! longest kept history.
+
+use std::collections::VecDeque;
+
+use super::model::{Model, ProcKey, ProcessState};
+use crate::correlate::mr::toward_peer;
+use crate::event::{Dir, DropCounters, Op, Snapshot};
+
+/// A process whose newest snapshot is older than this (relative to the view time) has a "now"
+/// rate of zero (it exited or stopped reporting).
+pub const STALE_NS: u64 = 2_000_000_000;
+
+/// The period windowed figures cover, ending at the view time.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Window {
+    /// The last `n` seconds.
+    Seconds(u64),
+    /// Since each process started.
+    #[default]
+    All,
+}
+
+impl Window {
+    pub fn seconds(self) -> Option<u64> {
+        match self {
+            Window::Seconds(s) => Some(s),
+            Window::All => None,
+        }
+    }
+}
+
+/// The process whose kept history is the longest: its snapshot times are the history positions.
+pub fn reference(model: &Model) -> Option<&ProcessState> {
+    model
+        .processes
+        .values()
+        .max_by_key(|p| (p.history.len(), std::cmp::Reverse(p.identity.start_ns)))
+}
+
+/// Index of the last snapshot at or before `t`.
+pub fn idx_at(hist: &VecDeque<Snapshot>, t: u64) -> Option<usize> {
+    hist.partition_point(|s| s.at_ns <= t).checked_sub(1)
+}
+
+/// The view time for `at` (None: the newest data).
+pub fn view_time(model: &Model, at: Option<u64>) -> u64 {
+    at.unwrap_or_else(|| model.latest_ns())
+}
+
+/// Moves `at` by `d` samples on the reference timeline. Returns None when the step lands on the
+/// newest sample (back to live).
+pub fn step(model: &Model, at: Option<u64>, d: i32) -> Option<u64> {
+    let r = reference(model)?;
+    let len = r.history.len();
+    if len == 0 {
+        return None;
+    }
+    let pos = match at {
+        None => len - 1,
+        Some(t) => idx_at(&r.history, t).unwrap_or(0),
+    };
+    let new = (pos as i64 + d as i64).clamp(0, len as i64 - 1) as usize;
+    if new + 1 == len {
+        None
+    } else {
+        Some(r.history[new].at_ns)
+    }
+}
+
+/// Index of the history position shown for `at` on the reference timeline, and the number of
+/// positions.
+pub fn history_position(model: &Model, at: Option<u64>) -> (usize, usize) {
+    let r = reference(model);
+    let len = r.map_or(0, |r| r.history.len());
+    let pos = match (r, at) {
+        (Some(r), Some(at)) => idx_at(&r.history, at).unwrap_or(0),
+        _ => len.saturating_sub(1),
+    };
+    (pos, len)
+}
+
+/// Bytes per second of `bytes` over `dt_ns` (0 over an empty interval).
+pub fn per_s(bytes: u64, dt_ns: u64) -> f64 {
+    if dt_ns == 0 {
+        0.0
+    } else {
+        bytes as f64 * 1e9 / dt_ns as f64
+    }
+}
+
+/// (tx bytes, rx bytes, data ops, doorbells) of a cumulative op table.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Sums {
+    pub tx: u64,
+    pub rx: u64,
+    /// Bytes of one-sided reads (also in `rx`): they move from the peer to this endpoint.
+    pub rx1: u64,
+    pub ops: u64,
+    pub doorbells: u64,
+}
+
+impl Sums {
+    pub fn add(&mut self, op: u8, n: u64, b: u64) {
+        match Op::from_u8(op) {
+            Some(Op::GpuDoorbell) => self.doorbells += n,
+            Some(o) => match o.dir() {
+                Dir::Tx => {
+                    self.tx += b;
+                    self.ops += n;
+                }
+                Dir::Rx => {
+                    self.rx += b;
+                    if toward_peer(o) == Some(false) {
+                        self.rx1 += b;
+                    }
+                    self.ops += n;
+                }
+                Dir::None => {}
+            },
+            None => {}
+        }
+    }
+
+    pub fn sub(&mut self, op: u8, n: u64, b: u64) {
+        match Op::from_u8(op) {
+            Some(Op::GpuDoorbell) => self.doorbells = self.doorbells.saturating_sub(n),
+            Some(o) => match o.dir() {
+                Dir::Tx => {
+                    self.tx = self.tx.saturating_sub(b);
+                    self.ops = self.ops.saturating_sub(n);
+                }
+                Dir::Rx => {
+                    self.rx = self.rx.saturating_sub(b);
+                    if toward_peer(o) == Some(false) {
+                        self.rx1 = self.rx1.saturating_sub(b);
+                    }
+                    self.ops = self.ops.saturating_sub(n);
+                }
+                Dir::None => {}
+            },
+            None => {}
+        }
+    }
+
+    /// The sums of a whole snapshot.
+    pub fn of_snapshot(s: &Snapshot) -> Sums {
+        let mut out = Sums::default();
+        for c in &s.counts {
+            out.add(c.op, c.ops, c.bytes);
+        }
+        out
+    }
+
+    pub fn plus(self, o: Sums) -> Sums {
+        Sums {
+            tx: self.tx + o.tx,
+            rx: self.rx + o.rx,
+            rx1: self.rx1 + o.rx1,
+            ops: self.ops + o.ops,
+            doorbells: self.doorbells + o.doorbells,
+        }
+    }
+}
+
+/// Operations by code, without allocating for the usual handful of codes per endpoint.
+#[derive(Clone, Debug, Default)]
+pub struct OpTally {
+    len: usize,
+    inline: [(u8, u64); 6],
+    spill: Vec<(u8, u64)>,
+}
+
+impl OpTally {
+    pub fn add(&mut self, op: u8, n: u64) {
+        if let Some(x) = self.inline[..self.len].iter_mut().find(|(o, _)| *o == op) {
+            x.1 += n;
+        } else if let Some(x) = self.spill.iter_mut().find(|(o, _)| *o == op) {
+            x.1 += n;
+        } else if self.len < self.inline.len() {
+            self.inline[self.len] = (op, n);
+            self.len += 1;
+        } else {
+            self.spill.push((op, n));
+        }
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = (u8, u64)> + '_ {
+        self.inline[..self.len]
+            .iter()
+            .chain(self.spill.iter())
+            .copied()
+    }
+
+    pub fn count(&self) -> usize {
+        self.len + self.spill.len()
+    }
+}
+
+/// One endpoint's sums at the view time: since the start, over the window, between the last two
+/// snapshots; and its operations by code since the start.
+#[derive(Clone, Debug, Default)]
+pub struct EpSums {
+    pub tot: Sums,
+    pub win: Sums,
+    pub now: Sums,
+    pub ops: OpTally,
+}
+
+/// Endpoint → sums, kept sorted by endpoint id in a vector: snapshots list their counts grouped by
+/// endpoint, so nearly every insert is an append or a hit on the last entry.
+#[derive(Clone, Debug, Default)]
+pub struct EpMap(Vec<(u32, EpSums)>);
+
+impl EpMap {
+    fn pos(&self, ep: u32) -> Result<usize, usize> {
+        match self.0.last() {
+            Some((last, _)) if *last == ep => Ok(self.0.len() - 1),
+            Some((last, _)) if *last < ep => Err(self.0.len()),
+            _ => self.0.binary_search_by_key(&ep, |e| e.0),
+        }
+    }
+
+    fn entry(&mut self, ep: u32) -> &mut EpSums {
+        let i = match self.pos(ep) {
+            Ok(i) => i,
+            Err(i) => {
+                self.0.insert(i, (ep, EpSums::default()));
+                i
+            }
+        };
+        &mut self.0[i].1
+    }
+
+    pub fn get(&self, ep: u32) -> Option<&EpSums> {
+        self.pos(ep).ok().map(|i| &self.0[i].1)
+    }
+
+    fn get_mut(&mut self, ep: u32) -> Option<&mut EpSums> {
+        self.pos(ep).ok().map(|i| &mut self.0[i].1)
+    }
+
+    fn values_mut(&mut self) -> impl Iterator<Item = &mut EpSums> {
+        self.0.iter_mut().map(|e| &mut e.1)
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = (u32, &EpSums)> {
+        self.0.iter().map(|e| (e.0, &e.1))
+    }
+}
+
+/// Where one process stands at the view time.
+#[derive(Clone, Debug)]
+pub struct ProcAt<'a> {
+    pub key: &'a ProcKey,
+    pub p: &'a ProcessState,
+    pub eps: EpMap,
+    /// The snapshot at the view time and the window's base (None: zero at the process start).
+    pub s1: Option<&'a Snapshot>,
+    pub base: Option<&'a Snapshot>,
+    pub window_ns: u64,
+    /// Distance of the last two snapshots (0: no "now" rate).
+    pub now_ns: u64,
+    pub drops: DropCounters,
+    /// The process has a snapshot at or before the view time.
+    pub has_data: bool,
+}
+
+impl<'a> ProcAt<'a> {
+    /// The state of process `p` at time `t` over `window`.
+    pub fn new(key: &'a ProcKey, p: &'a ProcessState, t: u64, window: Window) -> ProcAt<'a> {
+        let mut out = ProcAt {
+            key,
+            p,
+            eps: EpMap(Vec::with_capacity(p.endpoints.len() + 1)),
+            s1: None,
+            base: None,
+            window_ns: 0,
+            now_ns: 0,
+            drops: DropCounters::default(),
+            has_data: false,
+        };
+        let Some(i1) = idx_at(&p.history, t) else {
+            return out;
+        };
+        let s1 = &p.history[i1];
+        out.s1 = Some(s1);
+        out.has_data = true;
+        out.drops = s1.drops;
+        for c in &s1.counts {
+            let e = out.eps.entry(c.ep);
+            e.tot.add(c.op, c.ops, c.bytes);
+            if c.ops > 0 {
+                e.ops.add(c.op, c.ops);
+            }
+        }
+        let prev = i1.checked_sub(1).map(|i| &p.history[i]);
+        let stale = t.saturating_sub(s1.at_ns) > STALE_NS;
+        if let Some(s0) = prev
+            && !stale
+            && s1.at_ns > s0.at_ns
+        {
+            for e in out.eps.values_mut() {
+                e.now = e.tot;
+            }
+            for c in &s0.counts {
+                if let Some(e) = out.eps.get_mut(c.ep) {
+                    e.now.sub(c.op, c.ops, c.bytes);
+                }
+            }
+            out.now_ns = s1.at_ns - s0.at_ns;
+        }
+        let end_ns = if stale { t } else { s1.at_ns };
+        let start = p.identity.start_ns;
+        let from = window
+            .seconds()
+            .map(|s| t.saturating_sub(s * 1_000_000_000));
+        // The baseline: zero at the process start when it started inside the window, else the
+        // snapshot at or before the window's start (the oldest kept one when none is that old).
+        let zero_base = start > 0 && start < s1.at_ns && from.is_none_or(|f| f <= start);
+        if zero_base {
+            for e in out.eps.values_mut() {
+                e.win = e.tot;
+            }
+            out.window_ns = end_ns.saturating_sub(start);
+        } else {
+            let j = from.and_then(|f| idx_at(&p.history, f)).unwrap_or(0);
+            let base = &p.history[j.min(i1)];
+            if base.at_ns < end_ns {
+                for e in out.eps.values_mut() {
+                    e.win = e.tot;
+                }
+                for c in &base.counts {
+                    if let Some(e) = out.eps.get_mut(c.ep) {
+                        e.win.sub(c.op, c.ops, c.bytes);
+                    }
+                }
+                out.base = Some(base);
+                out.window_ns = end_ns - base.at_ns;
+            }
+        }
+        out
+    }
+
+    /// Operations by code over the window for one endpoint (the GPU opcode mix).
+    pub fn window_ops(&self, ep: u32) -> Vec<(u8, u64)> {
+        let mut out: Vec<(u8, u64)> = Vec::new();
+        let Some(s1) = self.s1 else {
+            return out;
+        };
+        for c in s1.counts.iter().filter(|c| c.ep == ep) {
+            match out.iter_mut().find(|(o, _)| *o == c.op) {
+                Some(e) => e.1 += c.ops,
+                None => out.push((c.op, c.ops)),
+            }
+        }
+        if let Some(b) = self.base {
+            for c in b.counts.iter().filter(|c| c.ep == ep) {
+                if let Some(e) = out.iter_mut().find(|(o, _)| *o == c.op) {
+                    e.1 = e.1.saturating_sub(c.ops);
+                }
+            }
+        }
+        out
+    }
+
+    /// The sums of every endpoint of the process.
+    pub fn totals(&self) -> Sums {
+        self.eps
+            .iter()
+            .map(|(_, e)| e.tot)
+            .fold(Sums::default(), Sums::plus)
+    }
+}

@@ -1,0 +1,755 @@
+//! From the model to the dashboard's `ViewModel`: a translation of `agg::ModelAt` (the model at
+//! the view time) into the rows and strings the dashboard draws. Pure: the same model and options
+//! give the same view. Live, replay and demo all go through `build_view`.
+//!
+//! Everything computed here is presentation: labels, the order of rows, texts of warnings. The
+//! figures themselves (rates, totals, peers, matrices, warnings) come from `agg`.
+
+use sigmatop_tui::{
+    DoorbellModel, DoorbellRecord, DoorbellSeries, EndpointRow, GpuRow, Header, Matrices, Matrix,
+    NodeRow, Percentiles, ProcessRow, RankRow, StatusCounters, ViewModel, Warning, WarningKind,
+    Window,
+};
+
+use crate::agg::at::{AtOptions, EndpointAt, ModelAt, RateMatrix, write_local_id};
+use crate::agg::history::{self, HistoryCache};
+use crate::agg::warnings::{self, WarningConfig};
+use crate::agg::window::{self, history_position};
+use crate::agg::{Model, ProcessState};
+use crate::event::{DropCounters, Op, layer_names};
+
+/// How the header clock is written.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum ClockStyle {
+    /// Local wall time "12:04:18" (live).
+    #[default]
+    Wall,
+    /// Seconds since the earliest process start, "t+12.004s" (replay).
+    SinceStart,
+}
+
+/// What to show: the window, the history position and labels.
+#[derive(Clone, Debug, Default)]
+pub struct ViewOptions {
+    pub window: Window,
+    /// View time (ns, CLOCK_REALTIME); None = the newest data.
+    pub at: Option<u64>,
+    /// "live", "replay out/", "demo".
+    pub source: String,
+    pub clock: ClockStyle,
+    /// Wall clock (ns, CLOCK_REALTIME) of a live view: when every process has gone quiet, the view
+    /// time still moves on, so "now" rates fall to zero instead of freezing at their last value.
+    pub now_ns: Option<u64>,
+}
+
+impl ViewOptions {
+    fn at_options(&self) -> AtOptions {
+        AtOptions {
+            window: core_window(self.window),
+            at: self.at,
+            now_ns: self.now_ns,
+        }
+    }
+}
+
+/// The dashboard's window as the core's.
+pub fn core_window(w: Window) -> window::Window {
+    match w.seconds() {
+        Some(s) => window::Window::Seconds(s),
+        None => window::Window::All,
+    }
+}
+
+/// What is kept between frames: sums of snapshots already seen. Transparent: a view built with a
+/// cache equals one built without.
+#[derive(Default)]
+pub struct ViewCache {
+    history: HistoryCache,
+}
+
+/// Builds the whole view model. Pure: the same model and options give the same view.
+pub fn build_view(model: &Model, opts: &ViewOptions) -> ViewModel {
+    let mut vm = ViewModel::default();
+    build_view_into(model, opts, &mut ViewCache::default(), &mut vm);
+    vm
+}
+
+/// `build_view` into the view model of the previous frame (the dashboard's 4 Hz loop): the result
+/// equals a fresh build, but the endpoint rows (thousands on a large job) reuse their buffers
+/// instead of being freed and allocated again.
+pub fn build_view_into(
+    model: &Model,
+    opts: &ViewOptions,
+    cache: &mut ViewCache,
+    vm: &mut ViewModel,
+) {
+    let at = ModelAt::new(model, &opts.at_options());
+    let t = at.t;
+    let mut drops = DropCounters::default();
+    vm.processes.clear();
+    for (a, r) in at.procs.iter().zip(&at.rates) {
+        drops.add(&a.drops);
+        vm.processes.push(ProcessRow {
+            host: a.key.host.clone(),
+            pid: a.key.pid,
+            rank: a.p.identity.rank,
+            mode: a.p.identity.mode().name().to_string(),
+            layers: layer_names(a.p.identity.layers)
+                .split(',')
+                .filter(|s| !s.is_empty())
+                .map(str::to_string)
+                .collect(),
+            tx_bps: r.tx_bps,
+            rx_bps: r.rx_bps,
+            ops_per_s: r.ops_per_s,
+            drops: a.drops.total_events_lost(),
+            exited: a.p.exited,
+        });
+    }
+    vm.endpoints.truncate(at.endpoints.len());
+    while vm.endpoints.len() < at.endpoints.len() {
+        vm.endpoints.push(EndpointRow::default());
+    }
+    for (row, e) in vm.endpoints.iter_mut().zip(&at.endpoints) {
+        fill_endpoint_row(row, &at, e);
+    }
+    vm.nodes = at
+        .nodes()
+        .into_iter()
+        .map(|n| NodeRow {
+            host: n.host,
+            egress_bps: n.egress_bps,
+            ingress_bps: n.ingress_bps,
+            egress_bytes: n.egress_bytes,
+            ingress_bytes: n.ingress_bytes,
+        })
+        .collect();
+    vm.ranks = at
+        .ranks()
+        .into_iter()
+        .map(|r| RankRow {
+            rank: r.rank.unwrap_or_default(),
+            host: r.host,
+            egress_bps: r.egress_bps,
+            ingress_bps: r.ingress_bps,
+            egress_bytes: r.egress_bytes,
+            ingress_bytes: r.ingress_bytes,
+        })
+        .collect();
+    vm.gpus = at
+        .gpus()
+        .into_iter()
+        .map(|g| GpuRow {
+            host: g.host,
+            pid: g.pid,
+            rank: g.rank,
+            gpu: g.gpu,
+            bytes_per_s: g.bytes_per_s,
+            doorbells_per_s: g.doorbells_per_s,
+            opcode_mix: g
+                .opcode_mix
+                .iter()
+                .map(|(op, n)| (op_name(*op), *n))
+                .collect(),
+            inflight_wqes: 0,
+        })
+        .collect();
+    let m = at.matrices();
+    vm.matrices = Matrices {
+        rank: matrix(m.rank),
+        node: matrix(m.node),
+        gpu: matrix(m.gpu),
+    };
+
+    let times = history::sample_times(model, t);
+    vm.bandwidth_history = history::bandwidth(model, &times, &mut cache.history);
+    vm.doorbells = doorbells(model, &at, &times, core_window(opts.window));
+
+    vm.status = StatusCounters {
+        dropped_events: drops.total_events_lost(),
+        coalesced_doorbells: drops.coalesced_doorbells,
+        unparsable_wqes: drops.unparsable_wqes,
+        frames_lost: model
+            .processes
+            .values()
+            .filter(|p| p.problem.is_some() && !p.said_bye)
+            .count() as u64,
+        message: model.messages.last().cloned().or_else(|| {
+            model
+                .processes
+                .values()
+                .rev()
+                .find_map(|p| p.problem.clone())
+        }),
+        notice: None,
+    };
+    vm.warnings = warnings::warnings(&at, &WarningConfig::default())
+        .iter()
+        .map(|w| Warning {
+            kind: warning_kind(w.kind),
+            message: warning_text(w),
+        })
+        .collect();
+    (vm.history_pos, vm.history_len) = history_position(model, opts.at);
+    vm.header = header(model, &at, opts, vm);
+}
+
+fn header(model: &Model, at: &ModelAt, opts: &ViewOptions, vm: &ViewModel) -> Header {
+    let mut modes: Vec<&str> = at
+        .procs
+        .iter()
+        .map(|a| a.p.identity.mode().name())
+        .collect();
+    modes.sort_unstable();
+    modes.dedup();
+    let (tx_bps, rx_bps) = at.rates_now();
+    Header {
+        source: opts.source.clone(),
+        mode: match modes.as_slice() {
+            [] => String::new(),
+            [one] => one.to_string(),
+            _ => "mixed".into(),
+        },
+        nodes: at.groups.hosts.len() as u32,
+        ranks: at.groups.ranks.len() as u32,
+        processes: at.procs.len() as u32,
+        qps: vm.endpoints.iter().filter(|e| !e.unattributed).count() as u32,
+        tx_bps,
+        rx_bps,
+        window: opts.window.label().to_string(),
+        clock: match opts.clock {
+            ClockStyle::Wall if at.t > 0 => wall_clock(at.t),
+            ClockStyle::Wall => String::new(),
+            ClockStyle::SinceStart => format!(
+                "t+{:.3}s",
+                at.t.saturating_sub(model.first_start_ns()) as f64 / 1e9
+            ),
+        },
+    }
+}
+
+/// Fills one endpoint row in place: its strings and vectors keep their buffers, so a steady view
+/// allocates nothing per row.
+fn fill_endpoint_row(row: &mut EndpointRow, at: &ModelAt, e: &EndpointAt) {
+    let a = &at.procs[e.proc as usize];
+    let p: &ProcessState = a.p;
+    let def = e.def;
+    let peer = e.peer.process.and_then(|pp| at.procs.get(pp as usize));
+    row.peer.id.clear();
+    row.peer.host.clear();
+    row.peer.rank = None;
+    if let Some(d) = def {
+        match d.peer.qpn {
+            Some(q) => set_fmt(&mut row.peer.id, format_args!("0x{q:x}")),
+            None if peer.is_none() => set_str(&mut row.peer.id, &d.peer.text),
+            None => {}
+        }
+    }
+    if let Some(pa) = peer {
+        set_str(&mut row.peer.host, &pa.key.host);
+        row.peer.rank = pa.p.identity.rank;
+        if row.peer.rank.is_none() {
+            set_fmt(&mut row.peer.id, format_args!("pid {}", pa.key.pid));
+        }
+    }
+    // Operations by code, most first (ties by name).
+    let empty = Default::default();
+    let ops = a.eps.get(e.ep).map_or(&empty, |s| &s.ops);
+    let n_ops = ops.count();
+    row.ops_by_opcode.truncate(n_ops);
+    while row.ops_by_opcode.len() < n_ops {
+        row.ops_by_opcode.push((String::new(), 0));
+    }
+    for (slot, (op, n)) in row.ops_by_opcode.iter_mut().zip(ops.iter()) {
+        op_name_into(&mut slot.0, op);
+        slot.1 = n;
+    }
+    row.ops_by_opcode
+        .sort_by(|x, y| y.1.cmp(&x.1).then_with(|| x.0.cmp(&y.0)));
+    set_str(&mut row.host, &a.key.host);
+    row.rank = p.identity.rank;
+    row.pid = a.key.pid;
+    set_str(&mut row.layer, def.map_or("", |d| d.layer.short()));
+    write_local_id(&mut row.local_id, def, e.ep);
+    set_str(&mut row.transport, def.map_or("", |d| d.transport.as_str()));
+    match p.ep_state.get(&e.ep) {
+        Some(st) if !st.is_empty() => set_str(&mut row.state, st),
+        _ if p.exited => set_str(&mut row.state, "exited"),
+        _ => row.state.clear(),
+    }
+    row.tx_bps = e.tx_bps;
+    row.rx_bps = e.rx_bps;
+    row.tx_bps_window = e.tx_bps_window;
+    row.rx_bps_window = e.rx_bps_window;
+    row.tx_bytes = e.tot.tx;
+    row.rx_bytes = e.tot.rx;
+    row.ops_per_s = e.ops_per_s;
+    row.doorbells_per_s = (e.is_gpu_qp() || e.tot.doorbells > 0).then_some(e.doorbells_per_s);
+    row.posted = None;
+    row.unattributed = e.unattributed();
+}
+
+fn matrix(m: RateMatrix) -> Matrix {
+    Matrix {
+        labels: m.labels,
+        bytes: m.bytes,
+        rates: m.rates,
+    }
+}
+
+fn percentiles(p: history::Percentiles) -> Percentiles {
+    Percentiles {
+        p50: p.p50,
+        p90: p.p90,
+        p99: p.p99,
+        max: p.max,
+    }
+}
+
+fn doorbells(model: &Model, at: &ModelAt, times: &[u64], w: window::Window) -> DoorbellModel {
+    let series = history::doorbell_series(model, &at.procs, at.t, times, w);
+    if series.is_empty() {
+        return DoorbellModel::default();
+    }
+    DoorbellModel {
+        series: series
+            .into_iter()
+            .map(|s| DoorbellSeries {
+                label: match (s.gpu, s.qpn) {
+                    (Some(g), _) => format!("{} GPU{g}", s.host),
+                    (None, Some(q)) => format!("QP 0x{q:x}"),
+                    _ => s.host.clone(),
+                },
+                host: s.host,
+                gpu: s.gpu,
+                qpn: s.qpn,
+                rate_history: s.rate_history,
+                rate_now: s.rate_now,
+                interval_ns: s.interval_ns.map(percentiles),
+                rate_percentiles: s.rate_percentiles.map(percentiles),
+            })
+            .collect(),
+        recent: history::recent_doorbells(model, &at.procs, at.t)
+            .into_iter()
+            .map(|r| DoorbellRecord {
+                time_s: r.time_s,
+                host: r.host,
+                gpu: r.gpu,
+                qpn: r.qpn,
+                pi: r.pi,
+                opcode: r.op.map_or_else(|| "—".into(), op_name),
+                bytes: r.bytes,
+                raddr: r.raddr,
+                rkey: r.rkey,
+                wqes: r.wqes,
+            })
+            .collect(),
+    }
+}
+
+fn warning_kind(k: warnings::WarningKind) -> WarningKind {
+    use warnings::WarningKind as W;
+    match k {
+        W::EventsDropped | W::FramesLost => WarningKind::Drops,
+        W::NodeSkew => WarningKind::NodeSkew,
+        W::NodeIngressSkew => WarningKind::NodeIngressSkew,
+        W::RankSkew => WarningKind::RankSkew,
+        W::RankIngressSkew => WarningKind::RankIngressSkew,
+        W::DoorbellStorm => WarningKind::DoorbellStorm,
+    }
+}
+
+/// The text of a warning, as the dashboard, `report` and `replay --headless` print it.
+pub fn warning_text(w: &warnings::Warning) -> String {
+    use sigmatop_tui::fmt;
+    use warnings::WarningKind as W;
+    match w.kind {
+        W::EventsDropped if w.processes > 0 => format!(
+            "{} events dropped (ring full, {} proc{})",
+            fmt::count(w.value as u64),
+            w.processes,
+            if w.processes == 1 { "" } else { "s" }
+        ),
+        W::EventsDropped => format!("{} events dropped (ring full)", fmt::count(w.value as u64)),
+        W::FramesLost => format!("{} socket frames lost", fmt::count(w.value as u64)),
+        W::NodeSkew | W::RankSkew => format!("{} egress {:.2}× mean", w.subject, w.value),
+        W::NodeIngressSkew | W::RankIngressSkew => {
+            format!("{} ingress {:.2}× mean", w.subject, w.value)
+        }
+        W::DoorbellStorm => format!("{} doorbell storm {}/s", w.subject, fmt::si(w.value)),
+    }
+}
+
+fn op_name(op: u8) -> String {
+    let mut s = String::new();
+    op_name_into(&mut s, op);
+    s
+}
+
+/// Sets `dst` to `src`, keeping its buffer (no allocation when it is already large enough).
+fn set_str(dst: &mut String, src: &str) {
+    if dst != src {
+        dst.clear();
+        dst.push_str(src);
+    }
+}
+
+/// Sets `dst` to formatted text, keeping its buffer.
+fn set_fmt(dst: &mut String, args: std::fmt::Arguments) {
+    use std::fmt::Write;
+    dst.clear();
+    let _ = dst.write_fmt(args);
+}
+
+fn op_name_into(dst: &mut String, op: u8) {
+    match Op::from_u8(op) {
+        Some(o) => set_str(dst, o.name()),
+        None => set_fmt(dst, format_args!("op{op}")),
+    }
+}
+
+/// Local time of day for a CLOCK_REALTIME ns value, "HH:MM:SS".
+fn wall_clock(ns: u64) -> String {
+    let secs = (ns / 1_000_000_000) as libc::time_t;
+    // SAFETY: `tm` is plain old data; localtime_r writes it and only reads `secs`.
+    let mut tm: libc::tm = unsafe { std::mem::zeroed() };
+    // SAFETY: both pointers are valid for the duration of the call; localtime_r is thread-safe.
+    let ok = unsafe { !libc::localtime_r(&secs, &mut tm).is_null() };
+    if ok {
+        format!("{:02}:{:02}:{:02}", tm.tm_hour, tm.tm_min, tm.tm_sec)
+    } else {
+        let s = secs.rem_euclid(86_400);
+        format!("{:02}:{:02}:{:02} UTC", s / 3600, s / 60 % 60, s % 60)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::agg::ProcKey;
+    use crate::agg::window::step;
+    use crate::event::{
+        EndpointDef, EndpointKind, Event, Identity, Layer, OpCount, Peer as EvPeer, Snapshot,
+    };
+    use crate::wire::Frame;
+
+    const S: u64 = 1_000_000_000;
+    const T0: u64 = 1_700_000_000 * S;
+
+    fn ident(pid: u32, rank: u32, host: &str, own: u64) -> Identity {
+        Identity {
+            host: host.into(),
+            pid,
+            rank: Some(rank),
+            mode: 1,
+            layers: Layer::Ucx.bit(),
+            own_addr_hashes: vec![own],
+            start_ns: T0,
+            ..Default::default()
+        }
+    }
+
+    fn ep(id: u32, peer_hash: u64) -> EndpointDef {
+        EndpointDef {
+            id,
+            layer: Layer::Ucx,
+            kind: EndpointKind::UcpEp,
+            label: format!("ep#{id}"),
+            transport: "tcp".into(),
+            peer: EvPeer {
+                addr_hash: peer_hash,
+                ..Default::default()
+            },
+            qpn: None,
+            gpu: None,
+            created_ns: T0,
+        }
+    }
+
+    fn snap(at: u64, seq: u64, counts: &[(u32, Op, u64, u64)]) -> Snapshot {
+        Snapshot {
+            at_ns: at,
+            seq,
+            counts: counts
+                .iter()
+                .map(|(ep, op, ops, bytes)| OpCount {
+                    ep: *ep,
+                    op: *op as u8,
+                    ops: *ops,
+                    bytes: *bytes,
+                    errors: 0,
+                })
+                .collect(),
+            ..Default::default()
+        }
+    }
+
+    /// Two ranks on two hosts; rank 0 sends 1 MB/s to rank 1 for 20 s, then 3 MB/s; rank 1 has
+    /// some unattributed receives.
+    fn model() -> Model {
+        let mut m = Model::new();
+        let a = ProcKey {
+            host: "n0".into(),
+            pid: 10,
+        };
+        let b = ProcKey {
+            host: "n1".into(),
+            pid: 20,
+        };
+        m.apply(&a, Frame::hello(ident(10, 0, "n0", 0xa)));
+        m.apply(&b, Frame::hello(ident(20, 1, "n1", 0xb)));
+        m.apply(&a, Frame::Endpoints(vec![ep(1, 0xb)]));
+        m.apply(&b, Frame::Endpoints(vec![ep(1, 0xa)]));
+        let mut tx = 0u64;
+        for i in 1..=30u64 {
+            tx += if i <= 20 { 1_000_000 } else { 3_000_000 };
+            m.apply(
+                &a,
+                Frame::Snapshot(snap(T0 + i * S, i, &[(1, Op::UcxTagSend, i, tx)])),
+            );
+            m.apply(
+                &b,
+                Frame::Snapshot(snap(
+                    T0 + i * S,
+                    i,
+                    &[(1, Op::UcxTagRecv, i, tx), (0, Op::UcxTagRecv, i, 100 * i)],
+                )),
+            );
+        }
+        m
+    }
+
+    fn opts(window: Window, at: Option<u64>) -> ViewOptions {
+        ViewOptions {
+            window,
+            at,
+            source: "test".into(),
+            clock: ClockStyle::SinceStart,
+            now_ns: None,
+        }
+    }
+
+    #[test]
+    fn rates_now_window_total() {
+        let m = model();
+        let vm = build_view(&m, &opts(Window::S10, None));
+        let e = vm
+            .endpoints
+            .iter()
+            .find(|e| e.pid == 10 && e.local_id == "ep#1")
+            .expect("rank 0 endpoint");
+        assert_eq!(e.tx_bps, 3e6);
+        assert_eq!(e.tx_bps_window, 3e6);
+        assert_eq!(e.tx_bytes, 20_000_000 + 30_000_000);
+        assert_eq!(e.peer.host, "n1");
+        assert_eq!(e.peer.rank, Some(1));
+        assert_eq!(e.ops_by_opcode, vec![("tag_send".to_string(), 30)]);
+        let all = build_view(&m, &opts(Window::All, None));
+        let e = all
+            .endpoints
+            .iter()
+            .find(|e| e.pid == 10 && !e.unattributed)
+            .expect("row");
+        assert!((e.tx_bps_window - 50e6 / 30.0).abs() < 1.0);
+        assert_eq!(vm.header.tx_bps, 3e6);
+        assert_eq!(vm.header.clock, "t+30.000s");
+        assert_eq!(vm.header.ranks, 2);
+        assert_eq!(vm.header.qps, 2);
+        assert_eq!(vm.history_len, 30);
+        assert_eq!(vm.history_pos, 29);
+    }
+
+    #[test]
+    fn building_into_a_previous_view_equals_a_fresh_build() {
+        let m = model();
+        let mut cache = ViewCache::default();
+        let mut vm = ViewModel::default();
+        // A bigger view first (doorbells, GPU rows, more endpoints), then smaller ones into it.
+        let mut big = model();
+        let k = ProcKey {
+            host: "n2".into(),
+            pid: 30,
+        };
+        big.apply(&k, Frame::hello(ident(30, 2, "n2", 0xc)));
+        big.apply(&k, Frame::Endpoints((1..=5).map(|i| ep(i, 0xa)).collect()));
+        build_view_into(&big, &opts(Window::All, None), &mut cache, &mut vm);
+        assert!(vm.endpoints.len() > 4);
+        for (w, at) in [
+            (Window::S10, None),
+            (Window::S1, Some(T0 + 15 * S)),
+            (Window::All, None),
+        ] {
+            build_view_into(&m, &opts(w, at), &mut cache, &mut vm);
+            assert_eq!(vm, build_view(&m, &opts(w, at)), "{w:?} {at:?}");
+        }
+    }
+
+    #[test]
+    fn unattributed_row_and_matrices() {
+        let m = model();
+        let vm = build_view(&m, &opts(Window::S10, None));
+        let u = vm
+            .endpoints
+            .iter()
+            .find(|e| e.unattributed && e.pid == 20)
+            .expect("unattributed row");
+        assert_eq!(u.pid, 20);
+        assert_eq!(u.local_id, "(unattributed)");
+        assert_eq!(u.rx_bps, 100.0);
+        assert_eq!(vm.matrices.rank.labels, vec!["r0", "r1"]);
+        assert_eq!(vm.matrices.rank.bytes[0][1], 30e6);
+        assert_eq!(vm.matrices.rank.rates[0][1], 3e6);
+        assert_eq!(vm.matrices.node.labels, vec!["n0", "n1"]);
+        assert_eq!(vm.matrices.node.bytes[0][1], 30e6);
+        assert!(vm.matrices.gpu.labels.is_empty());
+        assert_eq!(vm.nodes.len(), 2);
+        assert_eq!(vm.ranks[0].egress_bps, 3e6);
+        assert_eq!(vm.ranks[1].ingress_bps, 3e6 + 100.0);
+        assert!(vm.doorbells.series.is_empty());
+    }
+
+    #[test]
+    fn history_positions_and_sparkline() {
+        let m = model();
+        let at = step(&m, None, -15);
+        assert_eq!(at, Some(T0 + 15 * S));
+        let vm = build_view(&m, &opts(Window::S1, at));
+        assert_eq!(vm.history_pos, 14);
+        let e = vm
+            .endpoints
+            .iter()
+            .find(|e| e.pid == 10 && !e.unattributed)
+            .expect("row");
+        assert_eq!(e.tx_bps, 1e6);
+        assert_eq!(e.tx_bytes, 15_000_000);
+        assert_eq!(
+            step(&m, at, 100),
+            None,
+            "stepping past the end returns to live"
+        );
+        assert_eq!(step(&m, at, -100), Some(T0 + S));
+        let live = build_view(&m, &opts(Window::S10, None));
+        assert_eq!(live.bandwidth_history.len(), 29);
+        assert_eq!(live.bandwidth_history[0].0, 1e6);
+        assert_eq!(live.bandwidth_history[28].0, 3e6);
+    }
+
+    #[test]
+    fn exited_process_keeps_totals_and_goes_quiet() {
+        let mut m = model();
+        let a = ProcKey {
+            host: "n0".into(),
+            pid: 10,
+        };
+        m.apply(&a, Frame::Bye { at_ns: T0 + 30 * S });
+        // The other process reports for 5 more seconds.
+        let b = ProcKey {
+            host: "n1".into(),
+            pid: 20,
+        };
+        for i in 31..=35u64 {
+            m.apply(&b, Frame::Snapshot(snap(T0 + i * S, i, &[])));
+        }
+        let vm = build_view(&m, &opts(Window::S10, None));
+        let p = vm.processes.iter().find(|p| p.pid == 10).expect("row");
+        assert!(p.exited);
+        assert_eq!(p.tx_bps, 0.0);
+        let e = vm
+            .endpoints
+            .iter()
+            .find(|e| e.pid == 10 && !e.unattributed)
+            .expect("row");
+        assert_eq!(e.tx_bytes, 50_000_000);
+        assert_eq!(e.state, "exited");
+    }
+
+    #[test]
+    fn live_now_rates_fall_to_zero_when_everyone_is_quiet() {
+        let m = model();
+        let mut o = opts(Window::S10, None);
+        o.now_ns = Some(T0 + 40 * S);
+        let vm = build_view(&m, &o);
+        assert_eq!(vm.header.tx_bps, 0.0);
+        let e = vm
+            .endpoints
+            .iter()
+            .find(|e| e.pid == 10 && !e.unattributed)
+            .expect("row");
+        assert_eq!(e.tx_bytes, 50_000_000, "totals kept");
+        assert_eq!(e.tx_bps_window, 0.0, "nothing in the last 10 s");
+    }
+
+    #[test]
+    fn doorbells_from_sampled_events() {
+        let mut m = Model::new();
+        let k = ProcKey {
+            host: "g".into(),
+            pid: 1,
+        };
+        m.apply(&k, Frame::hello(ident(1, 0, "g", 0)));
+        let mut d = ep(5, 0);
+        d.layer = Layer::Mlx5;
+        d.kind = EndpointKind::DevxQp;
+        d.qpn = Some(0x2a40);
+        d.gpu = Some(0);
+        m.apply(&k, Frame::Endpoints(vec![d]));
+        for i in 1..=4u64 {
+            m.apply(
+                &k,
+                Frame::Snapshot(snap(
+                    T0 + i * S,
+                    i,
+                    &[
+                        (5, Op::GpuDoorbell, 1000 * i, 0),
+                        (5, Op::GpuWrite, 1000 * i, 65536 * 1000 * i),
+                    ],
+                )),
+            );
+        }
+        // No clock samples: tsc is read as ns.
+        let evs: Vec<Event> = (0..10u64)
+            .flat_map(|i| {
+                let tsc = T0 + 3 * S + i * 1000;
+                [
+                    Event {
+                        tsc,
+                        ep: 5,
+                        op: Op::GpuDoorbell as u8,
+                        aux: i as u16,
+                        ..Default::default()
+                    },
+                    Event {
+                        tsc,
+                        ep: 5,
+                        op: Op::GpuWrite as u8,
+                        bytes: 65536,
+                        addr: 0x7f00_0000,
+                        aux: 0x1a2b,
+                        ..Default::default()
+                    },
+                ]
+            })
+            .collect();
+        m.apply(&k, Frame::Events(evs));
+        let vm = build_view(&m, &opts(Window::S10, None));
+        assert_eq!(vm.doorbells.series.len(), 1);
+        let s = &vm.doorbells.series[0];
+        assert_eq!(s.gpu, Some(0));
+        assert_eq!(s.rate_now, 1000.0);
+        let iv = s.interval_ns.expect("intervals");
+        assert!((iv.p50 - 1000.0).abs() < 10.0, "{iv:?}");
+        assert_eq!(vm.doorbells.recent.len(), 10);
+        let r = &vm.doorbells.recent[9];
+        assert_eq!((r.qpn, r.pi, r.wqes, r.bytes), (0x2a40, 9, 1, 65536));
+        assert_eq!(r.opcode, "RDMA_WRITE");
+        assert_eq!(vm.gpus.len(), 1);
+        assert_eq!(vm.gpus[0].doorbells_per_s, 1000.0);
+        assert!(
+            vm.endpoints[0].unattributed,
+            "a zero unattributed row is still shown"
+        );
+        let e = &vm.endpoints[1];
+        assert_eq!(e.local_id, "0x2a40");
+        assert_eq!(e.doorbells_per_s, Some(1000.0));
+    }
+}
