@@ -11,6 +11,20 @@
 //!
 //! [`warnings::compute`] gives the live warnings for other outputs (e.g. a headless report), and
 //! [`sample_view_model`] a fixed, realistic feed for smoke tests.
+//!
+//! Modules:
+//! - `model`: the view model, the one input of every frame
+//! - `app`: UI state and key bindings (tab, sort, filter, window, units, theme)
+//! - `filter`: the `/` filter's language and which rows it keeps
+//! - `draw`: one frame: header, tab bar, the current view, status and key lines, help
+//! - `views`: one file per view (overview, qps, gpus, nodes, matrix, doorbells, help)
+//! - `widgets`: what the frame and the views are drawn with (table, section, sparkline, bar,
+//!   text, header and footer lines)
+//! - [`warnings`]: the live warning rules over a view model
+//! - [`fmt`]: numbers as the dashboard shows them (rates, volumes, counts, durations)
+//! - `theme`: colour themes (built in, from files, `NO_COLOR`)
+//! - `fixture`: a fixed view model for tests and demos
+//! - [`harness`]: the fuzz entry point for the theme parser
 
 #![forbid(unsafe_code)]
 
@@ -25,6 +39,7 @@ mod model;
 mod theme;
 mod views;
 pub mod warnings;
+mod widgets;
 
 pub use draw::draw;
 pub use fixture::sample_view_model;
