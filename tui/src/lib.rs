@@ -9,8 +9,9 @@
 //! 4. feed each key to [`App::handle_key`] and act on the returned [`Action`]
 //!    (window change, history step, pause, replay speed, quit).
 //!
-//! [`warnings::compute`] gives the live warnings for other outputs (e.g. a headless report), and
-//! [`sample_view_model`] a fixed, realistic feed for smoke tests.
+//! [`warnings::compute`] gives the live warnings for other outputs (e.g. a headless report). With
+//! the feature `testing`, `sample_view_model` gives a fixed, realistic feed for tests, fuzz targets
+//! and benchmarks.
 //!
 //! Modules:
 //! - `model`: the view model, the one input of every frame
@@ -23,16 +24,18 @@
 //! - [`warnings`]: the live warning rules over a view model
 //! - [`fmt`]: numbers as the dashboard shows them (rates, volumes, counts, durations)
 //! - `theme`: colour themes (built in, from files, `NO_COLOR`)
-//! - `fixture`: a fixed view model for tests and demos
-//! - [`harness`]: the fuzz entry point for the theme parser
+//! - `fixture`: a fixed view model for tests (feature `testing`)
+//! - `harness`: the fuzz entry point for the theme parser (feature `testing`)
 
 #![forbid(unsafe_code)]
 
 mod app;
 mod draw;
 mod filter;
+#[cfg(any(test, feature = "testing"))]
 mod fixture;
 pub mod fmt;
+#[cfg(feature = "testing")]
 #[doc(hidden)]
 pub mod harness;
 mod model;
@@ -42,6 +45,7 @@ pub mod warnings;
 mod widgets;
 
 pub use draw::draw;
+#[cfg(any(test, feature = "testing"))]
 pub use fixture::sample_view_model;
 
 pub use app::{Action, App, MatrixKind, Sort, Tab, Window};
