@@ -22,7 +22,8 @@
 //! - `widgets`: what the frame and the views are drawn with (table, section, sparkline, bar,
 //!   text, header and footer lines)
 //! - [`warnings`]: the live warning rules over a view model
-//! - [`fmt`]: numbers as the dashboard shows them (rates, volumes, counts, durations)
+//! - [`units`]: numbers as sigmatop prints them, shared with the CLI's tables (rates, volumes,
+//!   byte totals, counts, durations)
 //! - `theme`: colour themes (built in, from files, `NO_COLOR`)
 //! - `fixture`: a fixed view model for tests (feature `testing`)
 //! - `harness`: the fuzz entry point for the theme parser (feature `testing`)
@@ -34,12 +35,12 @@ mod draw;
 mod filter;
 #[cfg(any(test, feature = "testing"))]
 mod fixture;
-pub mod fmt;
 #[cfg(feature = "testing")]
 #[doc(hidden)]
 pub mod harness;
 mod model;
 mod theme;
+pub mod units;
 mod views;
 pub mod warnings;
 mod widgets;
@@ -50,10 +51,10 @@ pub use fixture::sample_view_model;
 
 pub use app::{Action, App, MatrixKind, Sort, Tab, Window};
 pub use filter::Filter;
-pub use fmt::Units;
 pub use model::{
     DoorbellModel, DoorbellRecord, DoorbellSeries, EndpointRow, GpuRow, Header, Matrices, Matrix,
     NodeRow, Peer, Percentiles, ProcessRow, RankRow, StatusCounters, ViewModel,
 };
 pub use theme::{BUILTIN as BUILTIN_THEMES, Theme, ThemeError};
+pub use units::Units;
 pub use warnings::{Warning, WarningConfig, WarningKind};

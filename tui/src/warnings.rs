@@ -2,8 +2,8 @@
 //! ingress skew, idle QPs that hold posted work, doorbell storms and lost events. Pure functions,
 //! no state.
 
-use crate::fmt;
 use crate::model::ViewModel;
+use crate::units as fmt;
 
 /// Thresholds for the warnings.
 #[derive(Clone, Copy, Debug, PartialEq)]

@@ -3,8 +3,8 @@
 
 use super::{ctx, gpu_layers_on, num};
 use crate::app::{App, Tab};
-use crate::fmt;
 use crate::model::{DoorbellRecord, DoorbellSeries, ViewModel};
+use crate::units;
 use crate::widgets::section::{section, title_line};
 use crate::widgets::sparkline::spark;
 use crate::widgets::table::{Col, Key, render_table};
@@ -31,10 +31,10 @@ fn pct_spans(app: &App, s: &DoorbellSeries, short: bool) -> Vec<Span<'static>> {
             let gap = if short { " " } else { "  " };
             v.push(Span::raw(format!(
                 "p50 {}{gap}p90 {}{gap}p99 {}{gap}max {}",
-                fmt::nanos(p.p50),
-                fmt::nanos(p.p90),
-                fmt::nanos(p.p99),
-                fmt::nanos(p.max)
+                units::nanos(p.p50),
+                units::nanos(p.p90),
+                units::nanos(p.p99),
+                units::nanos(p.max)
             )));
         }
         None => v.push(Span::styled("interval —", th.dim)),
@@ -44,8 +44,8 @@ fn pct_spans(app: &App, s: &DoorbellSeries, short: bool) -> Vec<Span<'static>> {
         v.push(Span::styled(format!("{gap}│ db/s "), th.dim));
         v.push(Span::raw(format!(
             "p50 {}{gap}p99 {}",
-            fmt::si(p.p50),
-            fmt::si(p.p99)
+            units::si(p.p50),
+            units::si(p.p99)
         )));
     }
     v
@@ -55,7 +55,7 @@ fn pct_spans(app: &App, s: &DoorbellSeries, short: bool) -> Vec<Span<'static>> {
 pub(super) fn series_line(app: &App, s: &DoorbellSeries, width: usize, pct: bool) -> Line<'static> {
     let th = &app.theme;
     let label = format!(" {:<12}", truncate(&s.label, 12));
-    let now = format!(" {:>7}/s ", fmt::si(s.rate_now));
+    let now = format!(" {:>7}/s ", units::si(s.rate_now));
     let pct_spans = if pct {
         pct_spans(app, s, false)
     } else {
@@ -155,7 +155,7 @@ fn doorbell_cols() -> Vec<Col<DoorbellRecord>> {
             right: false,
             max: 22,
             mid: false,
-            cell: |r, _| Span::raw(fmt::addr(r.raddr)),
+            cell: |r, _| Span::raw(units::addr(r.raddr)),
             key: |r| Key::Num(r.raddr as f64),
         },
         Col {
@@ -243,7 +243,7 @@ pub(super) fn draw(frame: &mut Frame, area: Rect, app: &App, vm: &ViewModel) {
                 format!(
                     "per GPU/QP · percentiles over {} · coalesced {} ",
                     app.window.label(),
-                    fmt::count(vm.status.coalesced_doorbells)
+                    units::count(vm.status.coalesced_doorbells)
                 ),
                 th.dim,
             ),

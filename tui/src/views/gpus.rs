@@ -4,8 +4,8 @@
 use super::doorbells::series_line;
 use super::{ctx, gpu_layers_on, num};
 use crate::app::{App, Tab};
-use crate::fmt;
 use crate::model::{DoorbellSeries, GpuRow, ViewModel};
+use crate::units;
 use crate::widgets::section::{section, title_line};
 use crate::widgets::table::{Col, Key, render_table, sort_rows};
 use crate::widgets::text::styled;
@@ -51,7 +51,7 @@ fn gpu_cols(app: &App) -> Vec<Col<GpuRow>> {
             right: true,
             max: 12,
             mid: false,
-            cell: |r, c| styled(fmt::rate(r.bytes_per_s, c.app.units), c.th.tx),
+            cell: |r, c| styled(units::rate(r.bytes_per_s, c.app.units), c.th.tx),
             key: |r| Key::Num(r.bytes_per_s),
         },
         Col {
@@ -60,7 +60,7 @@ fn gpu_cols(app: &App) -> Vec<Col<GpuRow>> {
             right: true,
             max: 8,
             mid: false,
-            cell: |r, _| num(fmt::si(r.doorbells_per_s)),
+            cell: |r, _| num(units::si(r.doorbells_per_s)),
             key: |r| Key::Num(r.doorbells_per_s),
         },
         Col {
@@ -71,7 +71,7 @@ fn gpu_cols(app: &App) -> Vec<Col<GpuRow>> {
             mid: false,
             cell: |r, c| {
                 num(if r.doorbells_per_s > 0.0 {
-                    fmt::volume(r.bytes_per_s / r.doorbells_per_s, c.app.units)
+                    units::volume(r.bytes_per_s / r.doorbells_per_s, c.app.units)
                 } else {
                     "—".into()
                 })
@@ -84,7 +84,7 @@ fn gpu_cols(app: &App) -> Vec<Col<GpuRow>> {
             right: true,
             max: 13,
             mid: false,
-            cell: |r, _| num(fmt::count(r.inflight_wqes)),
+            cell: |r, _| num(units::count(r.inflight_wqes)),
             key: |r| Key::Num(r.inflight_wqes as f64),
         },
         Col {
@@ -93,7 +93,7 @@ fn gpu_cols(app: &App) -> Vec<Col<GpuRow>> {
             right: false,
             max: 40,
             mid: false,
-            cell: |r, _| Span::raw(fmt::mix(&r.opcode_mix, 4)),
+            cell: |r, _| Span::raw(units::mix(&r.opcode_mix, 4)),
             key: |r| {
                 let top = r.opcode_mix.iter().max_by_key(|o| o.1);
                 Key::Text(top.map(|o| o.0.clone()).unwrap_or_default())

@@ -2,7 +2,7 @@
 //! with their thresholds.
 
 use crate::app::App;
-use crate::fmt;
+use crate::units;
 use ratatui::Frame;
 use ratatui::layout::Rect;
 use ratatui::text::{Line, Span};
@@ -85,7 +85,7 @@ pub(crate) fn draw_help(frame: &mut Frame, area: Rect, app: &App) {
             t(format!(
                 "▲/▼ skew ≥ {:.1}× mean · idle QP with posted WR · ≥ {} db/s",
                 cfg.skew_ratio,
-                fmt::si(cfg.doorbell_storm_per_s)
+                units::si(cfg.doorbell_storm_per_s)
             )),
         ]),
     ];

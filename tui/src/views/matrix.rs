@@ -2,8 +2,8 @@
 //! destination), with row and column sums and the hot rows marked.
 
 use crate::app::{App, MatrixKind, Tab};
-use crate::fmt;
 use crate::model::ViewModel;
+use crate::units;
 use crate::warnings::ratios_to_mean;
 use crate::widgets::bar::{SHADES, heat_level};
 use crate::widgets::section::section;
@@ -63,8 +63,8 @@ pub(super) fn draw(frame: &mut Frame, area: Rect, app: &App, vm: &ViewModel) {
         return;
     }
     let val = |v: f64| match app.matrix_rate {
-        true => fmt::rate(v, app.units),
-        false => fmt::volume(v, app.units),
+        true => units::rate(v, app.units),
+        false => units::volume(v, app.units),
     };
     let max = (0..n)
         .flat_map(|i| (0..n).map(move |j| (i, j)))

@@ -2,8 +2,8 @@
 
 use super::{ctx, num};
 use crate::app::{App, Tab};
-use crate::fmt;
 use crate::model::{NodeRow, RankRow, ViewModel};
+use crate::units;
 use crate::warnings::skew;
 use crate::widgets::bar::bar;
 use crate::widgets::section::{section, title_line};
@@ -77,7 +77,7 @@ fn flow_cols<R: Flow>(app: &App) -> Vec<Col<R>> {
             right: true,
             max: 12,
             mid: false,
-            cell: |r, c| styled(fmt::rate(r.egress_bps(), c.app.units), c.th.tx),
+            cell: |r, c| styled(units::rate(r.egress_bps(), c.app.units), c.th.tx),
             key: |r| Key::Num(r.egress_bps()),
         },
         Col {
@@ -86,7 +86,7 @@ fn flow_cols<R: Flow>(app: &App) -> Vec<Col<R>> {
             right: true,
             max: 13,
             mid: false,
-            cell: |r, c| styled(fmt::rate(r.ingress_bps(), c.app.units), c.th.rx),
+            cell: |r, c| styled(units::rate(r.ingress_bps(), c.app.units), c.th.rx),
             key: |r| Key::Num(r.ingress_bps()),
         },
         Col {
@@ -113,7 +113,7 @@ fn flow_cols<R: Flow>(app: &App) -> Vec<Col<R>> {
             right: true,
             max: 10,
             mid: false,
-            cell: |r, c| num(fmt::volume(r.egress_bytes() as f64, c.app.units)),
+            cell: |r, c| num(units::volume(r.egress_bytes() as f64, c.app.units)),
             key: |r| Key::Num(r.egress_bytes() as f64),
         },
         Col {
@@ -122,7 +122,7 @@ fn flow_cols<R: Flow>(app: &App) -> Vec<Col<R>> {
             right: true,
             max: 10,
             mid: false,
-            cell: |r, c| num(fmt::volume(r.ingress_bytes() as f64, c.app.units)),
+            cell: |r, c| num(units::volume(r.ingress_bytes() as f64, c.app.units)),
             key: |r| Key::Num(r.ingress_bytes() as f64),
         },
         Col {

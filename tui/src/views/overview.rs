@@ -2,8 +2,8 @@
 
 use super::{ctx, num, opt_rank};
 use crate::app::{App, Tab};
-use crate::fmt;
 use crate::model::{ProcessRow, ViewModel};
+use crate::units;
 use crate::warnings::Warning;
 use crate::widgets::section::{section, title_line};
 use crate::widgets::sparkline::spark;
@@ -81,7 +81,7 @@ fn process_cols(app: &App) -> Vec<Col<ProcessRow>> {
             right: true,
             max: 10,
             mid: false,
-            cell: |r, c| styled(fmt::rate(r.tx_bps, c.app.units), c.th.tx),
+            cell: |r, c| styled(units::rate(r.tx_bps, c.app.units), c.th.tx),
             key: |r| Key::Num(r.tx_bps),
         },
         Col {
@@ -90,7 +90,7 @@ fn process_cols(app: &App) -> Vec<Col<ProcessRow>> {
             right: true,
             max: 10,
             mid: false,
-            cell: |r, c| styled(fmt::rate(r.rx_bps, c.app.units), c.th.rx),
+            cell: |r, c| styled(units::rate(r.rx_bps, c.app.units), c.th.rx),
             key: |r| Key::Num(r.rx_bps),
         },
         Col {
@@ -99,7 +99,7 @@ fn process_cols(app: &App) -> Vec<Col<ProcessRow>> {
             right: true,
             max: 8,
             mid: false,
-            cell: |r, _| num(fmt::si(r.ops_per_s)),
+            cell: |r, _| num(units::si(r.ops_per_s)),
             key: |r| Key::Num(r.ops_per_s),
         },
         Col {
@@ -110,7 +110,7 @@ fn process_cols(app: &App) -> Vec<Col<ProcessRow>> {
             mid: false,
             cell: |r, c| {
                 styled(
-                    fmt::count(r.drops),
+                    units::count(r.drops),
                     if r.drops > 0 { c.th.warn } else { c.th.dim },
                 )
             },
@@ -200,7 +200,7 @@ pub(super) fn draw(frame: &mut Frame, area: Rect, app: &App, vm: &ViewModel, war
                 format!(
                     "{} samples · peak {} ",
                     hist.len(),
-                    fmt::rate_unit(max, app.units)
+                    units::rate_unit(max, app.units)
                 ),
                 th.dim,
             ),
@@ -211,7 +211,7 @@ pub(super) fn draw(frame: &mut Frame, area: Rect, app: &App, vm: &ViewModel, war
     let (tx_now, rx_now) = (vm.header.tx_bps, vm.header.rx_bps);
     let label_w = 20usize;
     let spark_w = (inner.width as usize).saturating_sub(label_w + 1);
-    let label = |arrow: &str, v: f64| format!(" {arrow} {:>12}  ", fmt::rate_unit(v, app.units));
+    let label = |arrow: &str, v: f64| format!(" {arrow} {:>12}  ", units::rate_unit(v, app.units));
     if inner.height < 6 {
         let tx: Vec<f64> = hist.iter().map(|h| h.0).collect();
         let rx: Vec<f64> = hist.iter().map(|h| h.1).collect();
@@ -239,7 +239,7 @@ pub(super) fn draw(frame: &mut Frame, area: Rect, app: &App, vm: &ViewModel, war
                 Paragraph::new(vec![
                     Line::from(Span::styled(label(arrow, now), style)),
                     Line::from(Span::styled(
-                        format!("   max {}", fmt::rate_unit(max, app.units)),
+                        format!("   max {}", units::rate_unit(max, app.units)),
                         th.dim,
                     )),
                 ]),

@@ -3,8 +3,8 @@
 
 use super::{ctx, dash_if_empty, num, opt_rank};
 use crate::app::{App, Tab};
-use crate::fmt;
 use crate::model::{EndpointRow, ViewModel};
+use crate::units;
 use crate::widgets::section::{section, title_line};
 use crate::widgets::table::{Col, Key, render_table, sort_rows, sort_rows_front};
 use crate::widgets::text::styled;
@@ -114,7 +114,7 @@ fn endpoint_cols(app: &App) -> Vec<Col<EndpointRow>> {
             right: true,
             max: 10,
             mid: false,
-            cell: |r, c| styled(fmt::rate(r.tx_bps, c.app.units), c.th.tx),
+            cell: |r, c| styled(units::rate(r.tx_bps, c.app.units), c.th.tx),
             key: |r| Key::Num(r.tx_bps),
         },
         Col {
@@ -123,7 +123,7 @@ fn endpoint_cols(app: &App) -> Vec<Col<EndpointRow>> {
             right: true,
             max: 10,
             mid: false,
-            cell: |r, c| styled(fmt::rate(r.rx_bps, c.app.units), c.th.rx),
+            cell: |r, c| styled(units::rate(r.rx_bps, c.app.units), c.th.rx),
             key: |r| Key::Num(r.rx_bps),
         },
         Col {
@@ -132,7 +132,7 @@ fn endpoint_cols(app: &App) -> Vec<Col<EndpointRow>> {
             right: true,
             max: 11,
             mid: false,
-            cell: |r, c| styled(fmt::rate(r.tx_bps_window, c.app.units), c.th.tx),
+            cell: |r, c| styled(units::rate(r.tx_bps_window, c.app.units), c.th.tx),
             key: |r| Key::Num(r.tx_bps_window),
         },
         Col {
@@ -141,7 +141,7 @@ fn endpoint_cols(app: &App) -> Vec<Col<EndpointRow>> {
             right: true,
             max: 11,
             mid: false,
-            cell: |r, c| styled(fmt::rate(r.rx_bps_window, c.app.units), c.th.rx),
+            cell: |r, c| styled(units::rate(r.rx_bps_window, c.app.units), c.th.rx),
             key: |r| Key::Num(r.rx_bps_window),
         },
         Col {
@@ -150,7 +150,7 @@ fn endpoint_cols(app: &App) -> Vec<Col<EndpointRow>> {
             right: true,
             max: 10,
             mid: false,
-            cell: |r, c| num(fmt::volume(r.tx_bytes as f64, c.app.units)),
+            cell: |r, c| num(units::volume(r.tx_bytes as f64, c.app.units)),
             key: |r| Key::Num(r.tx_bytes as f64),
         },
         Col {
@@ -159,7 +159,7 @@ fn endpoint_cols(app: &App) -> Vec<Col<EndpointRow>> {
             right: true,
             max: 10,
             mid: false,
-            cell: |r, c| num(fmt::volume(r.rx_bytes as f64, c.app.units)),
+            cell: |r, c| num(units::volume(r.rx_bytes as f64, c.app.units)),
             key: |r| Key::Num(r.rx_bytes as f64),
         },
         Col {
@@ -168,7 +168,7 @@ fn endpoint_cols(app: &App) -> Vec<Col<EndpointRow>> {
             right: true,
             max: 7,
             mid: false,
-            cell: |r, _| num(fmt::si(r.ops_per_s)),
+            cell: |r, _| num(units::si(r.ops_per_s)),
             key: |r| Key::Num(r.ops_per_s),
         },
         Col {
@@ -177,7 +177,7 @@ fn endpoint_cols(app: &App) -> Vec<Col<EndpointRow>> {
             right: false,
             max: 30,
             mid: false,
-            cell: |r, _| Span::raw(fmt::mix(&r.ops_by_opcode, 3)),
+            cell: |r, _| Span::raw(units::mix(&r.ops_by_opcode, 3)),
             key: |r| Key::Num(r.ops_by_opcode.iter().map(|o| o.1 as f64).sum()),
         },
         Col {
@@ -186,7 +186,12 @@ fn endpoint_cols(app: &App) -> Vec<Col<EndpointRow>> {
             right: true,
             max: 7,
             mid: false,
-            cell: |r, _| num(r.doorbells_per_s.map(fmt::si).unwrap_or_else(|| "—".into())),
+            cell: |r, _| {
+                num(r
+                    .doorbells_per_s
+                    .map(units::si)
+                    .unwrap_or_else(|| "—".into()))
+            },
             key: |r| Key::Num(r.doorbells_per_s.unwrap_or(-1.0)),
         },
         Col {
@@ -195,7 +200,7 @@ fn endpoint_cols(app: &App) -> Vec<Col<EndpointRow>> {
             right: true,
             max: 9,
             mid: false,
-            cell: |r, _| num(r.posted.map(fmt::count).unwrap_or_else(|| "—".into())),
+            cell: |r, _| num(r.posted.map(units::count).unwrap_or_else(|| "—".into())),
             key: |r| Key::Num(r.posted.map(|p| p as f64).unwrap_or(-1.0)),
         },
         Col {
@@ -254,7 +259,7 @@ pub(super) fn draw(frame: &mut Frame, area: Rect, app: &App, vm: &ViewModel) {
     let extra = if unattr > 0.0 {
         format!(
             "{attributed} attributed + unattributed {} (last row)",
-            fmt::rate_unit(unattr, app.units)
+            units::rate_unit(unattr, app.units)
         )
     } else {
         String::new()
@@ -325,20 +330,20 @@ fn endpoint_detail(frame: &mut Frame, area: Rect, app: &App, r: &EndpointRow) {
         Line::from(vec![Span::styled(
             format!(
                 " ▲ tx  now {:>11}   {} avg {:>11}   total {:>9}",
-                fmt::rate_unit(r.tx_bps, u),
+                units::rate_unit(r.tx_bps, u),
                 app.window.label(),
-                fmt::rate_unit(r.tx_bps_window, u),
-                fmt::volume_unit(r.tx_bytes as f64, u)
+                units::rate_unit(r.tx_bps_window, u),
+                units::volume_unit(r.tx_bytes as f64, u)
             ),
             th.tx,
         )]),
         Line::from(vec![Span::styled(
             format!(
                 " ▼ rx  now {:>11}   {} avg {:>11}   total {:>9}",
-                fmt::rate_unit(r.rx_bps, u),
+                units::rate_unit(r.rx_bps, u),
                 app.window.label(),
-                fmt::rate_unit(r.rx_bps_window, u),
-                fmt::volume_unit(r.rx_bytes as f64, u)
+                units::rate_unit(r.rx_bps_window, u),
+                units::volume_unit(r.rx_bytes as f64, u)
             ),
             th.rx,
         )]),
@@ -346,7 +351,7 @@ fn endpoint_detail(frame: &mut Frame, area: Rect, app: &App, r: &EndpointRow) {
     let ops: Vec<String> = r
         .ops_by_opcode
         .iter()
-        .map(|(n, c)| format!("{n} {}", fmt::count(*c)))
+        .map(|(n, c)| format!("{n} {}", units::count(*c)))
         .collect();
     lines.push(Line::from(vec![
         Span::styled(" ops by opcode (since start): ", th.dim),
@@ -358,11 +363,15 @@ fn endpoint_detail(frame: &mut Frame, area: Rect, app: &App, r: &EndpointRow) {
     ]));
     lines.push(Line::from(vec![
         Span::styled(" ops/s ", th.dim),
-        Span::raw(fmt::si(r.ops_per_s)),
+        Span::raw(units::si(r.ops_per_s)),
         Span::styled("   doorbells/s ", th.dim),
-        Span::raw(r.doorbells_per_s.map(fmt::si).unwrap_or_else(|| "—".into())),
+        Span::raw(
+            r.doorbells_per_s
+                .map(units::si)
+                .unwrap_or_else(|| "—".into()),
+        ),
         Span::styled("   posted, not completed ", th.dim),
-        Span::raw(r.posted.map(fmt::count).unwrap_or_else(|| "—".into())),
+        Span::raw(r.posted.map(units::count).unwrap_or_else(|| "—".into())),
     ]));
     frame.render_widget(Paragraph::new(lines), inner);
 }

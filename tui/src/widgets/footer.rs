@@ -2,9 +2,9 @@
 //! source's notice, the loss counters), the warnings line, and the key line (or the filter prompt).
 
 use crate::app::{App, Tab};
-use crate::fmt;
 use crate::model::ViewModel;
 use crate::theme::Theme;
+use crate::units;
 use crate::warnings::{Warning, WarningKind};
 use crate::widgets::text::{left_right, truncate};
 use ratatui::text::{Line, Span};
@@ -16,7 +16,7 @@ fn counters<'a>(th: &Theme, vm: &ViewModel, wide: bool) -> Vec<Span<'a>> {
         let style = if n > 0 { th.warn } else { th.dim };
         vec![
             Span::styled(format!("{name} "), th.dim),
-            Span::styled(fmt::count(n), style),
+            Span::styled(units::count(n), style),
         ]
     };
     let mut v = Vec::new();

@@ -2,8 +2,8 @@
 //! (window, clock, history position, pause). Each picks the richest form that fits the width.
 
 use crate::app::{App, Tab};
-use crate::fmt;
 use crate::model::ViewModel;
+use crate::units;
 use crate::widgets::text::left_right;
 use ratatui::text::{Line, Span};
 
@@ -28,7 +28,7 @@ pub(crate) fn header_line<'a>(app: &App, vm: &'a ViewModel, w: usize) -> Line<'a
         sep(),
         Span::raw(n(h.processes, "proc", "procs")),
         sep(),
-        Span::raw(format!("{} QPs", fmt::count(u64::from(h.qps)))),
+        Span::raw(format!("{} QPs", units::count(u64::from(h.qps)))),
     ];
     let mut full = full;
     if !h.mode.is_empty() {
@@ -44,7 +44,7 @@ pub(crate) fn header_line<'a>(app: &App, vm: &'a ViewModel, w: usize) -> Line<'a
         sep(),
         Span::raw(n(h.ranks, "rank", "ranks")),
         sep(),
-        Span::raw(format!("{} QPs", fmt::count(u64::from(h.qps)))),
+        Span::raw(format!("{} QPs", units::count(u64::from(h.qps)))),
         sep(),
         Span::styled(source.clone(), source_style),
     ];
@@ -55,15 +55,21 @@ pub(crate) fn header_line<'a>(app: &App, vm: &'a ViewModel, w: usize) -> Line<'a
         sep(),
         Span::raw(format!("{}r", h.ranks)),
         sep(),
-        Span::raw(format!("{} QPs", fmt::count(u64::from(h.qps)))),
+        Span::raw(format!("{} QPs", units::count(u64::from(h.qps)))),
         sep(),
         Span::styled(source.clone(), source_style),
     ];
     let short = vec![title, Span::styled(source.clone(), source_style)];
     let totals = vec![
-        Span::styled(format!("▲ {}", fmt::rate_unit(h.tx_bps, app.units)), th.tx),
+        Span::styled(
+            format!("▲ {}", units::rate_unit(h.tx_bps, app.units)),
+            th.tx,
+        ),
         Span::raw("  "),
-        Span::styled(format!("▼ {}", fmt::rate_unit(h.rx_bps, app.units)), th.rx),
+        Span::styled(
+            format!("▼ {}", units::rate_unit(h.rx_bps, app.units)),
+            th.rx,
+        ),
         Span::raw(" "),
     ];
     for left in [full, medium, narrow, short.clone()] {
