@@ -161,7 +161,7 @@ fn renders_at_80x24_and_200x60() {
         assert!(nodes.contains("ingress"), "{nodes}");
         // Rank 2's row shows its ingress, the largest of the four.
         let r2 = vm.ranks.iter().find(|r| r.rank == 2).expect("rank 2");
-        let shown = sigmatop_tui::fmt::si(r2.ingress_bps);
+        let shown = sigmatop_tui::units::si(r2.ingress_bps);
         let line = nodes
             .lines()
             .find(|l| l.trim_start_matches(['▸', ' ']).starts_with("2 "))

@@ -206,3 +206,118 @@ impl Rule for DoorbellStorm {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::agg::at::AtOptions;
+    use crate::agg::{Model, ProcKey};
+    use crate::event::{
+        DropCounters, EndpointDef, EndpointKind, Identity, Layer, Op, OpCount, Peer, Snapshot,
+    };
+    use crate::wire::Frame;
+
+    const S: u64 = 1_000_000_000;
+    const T0: u64 = 1_700_000_000 * S;
+
+    /// One rank per host, rank i sending `egress[i]` bytes/s to rank (i+1) mod n for 10 s.
+    fn ring(egress: &[u64], ring_full: &[u64]) -> Model {
+        let mut m = Model::new();
+        let n = egress.len() as u32;
+        for (i, &rate) in egress.iter().enumerate() {
+            let i = i as u32;
+            let k = ProcKey {
+                host: format!("node{i}"),
+                pid: 100 + i,
+            };
+            m.apply(
+                &k,
+                Frame::hello(Identity {
+                    host: k.host.clone(),
+                    pid: k.pid,
+                    rank: Some(i),
+                    own_addr_hashes: vec![0x100 + i as u64],
+                    start_ns: T0,
+                    ..Default::default()
+                }),
+            );
+            m.apply(
+                &k,
+                Frame::Endpoints(vec![EndpointDef {
+                    id: 1,
+                    layer: Layer::Ucx,
+                    kind: EndpointKind::UcpEp,
+                    label: "ep".into(),
+                    transport: "tcp".into(),
+                    peer: Peer {
+                        addr_hash: 0x100 + ((i + 1) % n) as u64,
+                        ..Default::default()
+                    },
+                    qpn: None,
+                    gpu: None,
+                    created_ns: T0,
+                }]),
+            );
+            for s in 1..=10u64 {
+                m.apply(
+                    &k,
+                    Frame::Snapshot(Snapshot {
+                        at_ns: T0 + s * S,
+                        seq: s,
+                        counts: vec![OpCount {
+                            ep: 1,
+                            op: Op::UcxTagSend as u8,
+                            ops: s,
+                            bytes: rate * s,
+                            errors: 0,
+                        }],
+                        drops: DropCounters {
+                            ring_full: ring_full.get(i as usize).copied().unwrap_or(0),
+                            ..Default::default()
+                        },
+                        ..Default::default()
+                    }),
+                );
+            }
+        }
+        m
+    }
+
+    fn of(m: &Model) -> Vec<Warning> {
+        warnings(
+            &ModelAt::new(m, &AtOptions::default()),
+            &WarningConfig::default(),
+        )
+    }
+
+    #[test]
+    fn no_warnings_for_an_even_job() {
+        assert!(of(&ring(&[5, 5, 5], &[])).is_empty());
+        assert!(of(&Model::new()).is_empty());
+    }
+
+    #[test]
+    fn skew_at_the_threshold_and_not_below() {
+        // mean 2, max 3: exactly 1.5× egress, as node and as rank.
+        let w = of(&ring(&[1, 2, 3], &[]));
+        let eg: Vec<(&str, f64)> = w
+            .iter()
+            .filter(|w| matches!(w.kind, WarningKind::NodeSkew | WarningKind::RankSkew))
+            .map(|w| (w.subject.as_str(), w.value))
+            .collect();
+        assert_eq!(eg, vec![("node2", 1.5), ("rank 2", 1.5)]);
+        // Ingress is what each process counted as received: nothing here.
+        assert!(!w.iter().any(|w| w.kind == WarningKind::NodeIngressSkew));
+        // mean 2.05, max 3: 1.46×, nothing.
+        let w = of(&ring(&[110, 200, 300], &[]));
+        assert!(!w.iter().any(|w| w.kind == WarningKind::NodeSkew), "{w:?}");
+    }
+
+    #[test]
+    fn drops_come_first_with_the_processes_that_lost_events() {
+        let w = of(&ring(&[1, 1, 9], &[0, 1204, 0]));
+        assert_eq!(w[0].kind, WarningKind::EventsDropped);
+        assert_eq!((w[0].value, w[0].processes), (1204.0, 1));
+        assert!(w.iter().skip(1).all(|w| w.kind > WarningKind::FramesLost));
+    }
+}

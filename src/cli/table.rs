@@ -2,23 +2,9 @@
 
 use std::fmt::Write;
 
-use crate::agg::Report;
+pub use sigmatop_tui::units::human_bytes;
 
-/// 1234567 → "1.23 MB" (SI, bytes).
-pub fn human_bytes(b: f64) -> String {
-    const U: [&str; 6] = ["B", "kB", "MB", "GB", "TB", "PB"];
-    let mut v = b;
-    let mut i = 0;
-    while v.abs() >= 1000.0 && i < U.len() - 1 {
-        v /= 1000.0;
-        i += 1;
-    }
-    if i == 0 {
-        format!("{v:.0} {}", U[i])
-    } else {
-        format!("{v:.2} {}", U[i])
-    }
-}
+use crate::agg::Report;
 
 fn rank_str(r: Option<u32>) -> String {
     r.map(|r| r.to_string()).unwrap_or_else(|| "-".into())

@@ -361,7 +361,7 @@ fn warning_kind(k: warnings::WarningKind) -> WarningKind {
 
 /// The text of a warning, as the dashboard, `report` and `replay --headless` print it.
 pub fn warning_text(w: &warnings::Warning) -> String {
-    use sigmatop_tui::fmt;
+    use sigmatop_tui::units as fmt;
     use warnings::WarningKind as W;
     match w.kind {
         W::EventsDropped if w.processes > 0 => format!(

@@ -2,8 +2,8 @@
 //! what the driver must do after a key (`Action`). No terminal is needed to drive it.
 
 use crate::filter::Filter;
-use crate::fmt::Units;
 use crate::theme::{BUILTIN, Theme};
+use crate::units::Units;
 use crate::warnings::WarningConfig;
 use crossterm::event::{KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
 use std::cell::Cell;

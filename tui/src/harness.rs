@@ -21,23 +21,8 @@ pub fn theme(data: &[u8]) {
         }
         Ok(t) => {
             assert!(t.ramp.len() >= 2, "{t:?}");
-            let styles = [
-                t.text,
-                t.dim,
-                t.title,
-                t.tab,
-                t.tab_active,
-                t.table_header,
-                t.selected,
-                t.tx,
-                t.rx,
-                t.warn,
-                t.error,
-                t.ok,
-                t.key,
-            ];
-            for s in styles.iter().chain(&t.ramp) {
-                assert!(only_ansi(s), "{s:?}");
+            for s in t.all_styles() {
+                assert!(only_ansi(&s), "{s:?}");
             }
             assert_eq!(t.heat(usize::MAX), t.ramp[t.ramp.len() - 1]);
             assert_eq!(t.heat(0), t.ramp[0]);

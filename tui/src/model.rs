@@ -34,8 +34,7 @@ pub struct ViewModel {
     pub history_len: usize,
     /// Index of the sample shown, `0..history_len`; `history_len - 1` is the newest.
     pub history_pos: usize,
-    /// Live warnings, most important first (computed by the core from the model).
-    #[serde(skip)]
+    /// Live warnings, most important first (the core computes them from the model).
     pub warnings: Vec<crate::warnings::Warning>,
 }
 

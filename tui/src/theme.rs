@@ -262,6 +262,29 @@ impl Theme {
         self.ramp.get(i).copied().unwrap_or_default()
     }
 
+    /// Every style of the theme, the heat ramp last: for the checks that no colour outside the 16
+    /// ANSI ones is ever emitted (tests and the theme fuzz target).
+    #[cfg(any(test, feature = "testing"))]
+    pub(crate) fn all_styles(&self) -> Vec<Style> {
+        let mut v = vec![
+            self.text,
+            self.dim,
+            self.title,
+            self.tab,
+            self.tab_active,
+            self.table_header,
+            self.selected,
+            self.tx,
+            self.rx,
+            self.warn,
+            self.error,
+            self.ok,
+            self.key,
+        ];
+        v.extend(self.ramp.iter().copied());
+        v
+    }
+
     /// Hard-coded last resort, identical to themes/dark.toml; used only if an embedded file were bad.
     fn fallback() -> Theme {
         let s = |fg: Color| Style::default().fg(fg);
@@ -315,23 +338,7 @@ mod tests {
     fn only_16_colours() {
         for name in BUILTIN {
             let t = Theme::builtin(name).expect(name);
-            let mut styles = vec![
-                t.text,
-                t.dim,
-                t.title,
-                t.tab,
-                t.tab_active,
-                t.table_header,
-                t.selected,
-                t.tx,
-                t.rx,
-                t.warn,
-                t.error,
-                t.ok,
-                t.key,
-            ];
-            styles.extend(t.ramp.iter().copied());
-            for s in styles {
+            for s in t.all_styles() {
                 for c in [s.fg, s.bg].into_iter().flatten() {
                     assert!(
                         !matches!(c, Color::Rgb(..) | Color::Indexed(_)),

@@ -111,6 +111,14 @@ fn history_and_error_message() {
     vm.status.message =
         Some("socket /run/user/1000/sigmatop/41213.sock: bad frame (crc mismatch), skipped".into());
     vm.status.frames_lost = 1;
+    // The core's drop rule reports the lost source after the dropped events.
+    vm.warnings.insert(
+        1,
+        sigmatop_tui::Warning {
+            kind: sigmatop_tui::WarningKind::Drops,
+            message: "1 socket frames lost".into(),
+        },
+    );
     for (w, h) in SIZES {
         let app = App::new(Theme::dark());
         let backend = render(&app, &vm, w, h);

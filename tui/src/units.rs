@@ -1,4 +1,7 @@
-//! Number formatting for the dashboard: SI rates in bytes or bits, counts, durations.
+//! Numbers as sigmatop prints them, for the dashboard and the CLI's text tables alike: rates and
+//! volumes in bytes or bits with SI prefixes (powers of 1000), byte totals, counts, durations,
+//! addresses and opcode mixes. Plain functions over std only, so the core's CLI and exporters use
+//! them without pulling in anything of the dashboard.
 
 /// How rates are shown: bytes or bits per second, SI prefixes (powers of 1000) either way.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -83,6 +86,25 @@ pub fn volume_unit(bytes: f64, units: Units) -> String {
 /// A volume in bytes as a compact number in the chosen units.
 pub fn volume(bytes: f64, units: Units) -> String {
     si(units.scale(bytes))
+}
+
+/// A byte count as the CLI's text tables print it: whole bytes below 1000, else two decimals and
+/// an SI prefix ("1.23 MB", "5.00 PB"; "1000.00 PB" above). Unlike [`volume_unit`] (three
+/// significant digits) the two decimals stay at every scale, so a column of totals lines up.
+pub fn human_bytes(bytes: f64) -> String {
+    const UNITS: [&str; 6] = ["B", "kB", "MB", "GB", "TB", "PB"];
+    // Divided step by step, not by one power: the last digit must not move between callers.
+    let mut v = bytes;
+    let mut i = 0;
+    while v.abs() >= 1000.0 && i < UNITS.len() - 1 {
+        v /= 1000.0;
+        i += 1;
+    }
+    if i == 0 {
+        format!("{v:.0} {}", UNITS[i])
+    } else {
+        format!("{v:.2} {}", UNITS[i])
+    }
 }
 
 fn split_prefix(s: &str) -> (&str, &str) {
@@ -189,6 +211,16 @@ mod tests {
         assert_eq!(rate_unit(38.2e9, Units::Bits), "306 Gb/s");
         assert_eq!(rate_unit(0.0, Units::Bytes), "0 B/s");
         assert_eq!(rate(1e3, Units::Bits), "8.00k");
+    }
+
+    #[test]
+    fn human_bytes_as_the_cli_tables_print_them() {
+        assert_eq!(human_bytes(0.0), "0 B");
+        assert_eq!(human_bytes(999.0), "999 B");
+        assert_eq!(human_bytes(1000.0), "1.00 kB");
+        assert_eq!(human_bytes(1_234_567.0), "1.23 MB");
+        assert_eq!(human_bytes(5e15), "5.00 PB");
+        assert_eq!(human_bytes(1e18), "1000.00 PB");
     }
 
     #[test]

@@ -1,0 +1,109 @@
+//! The help overlay (`?`): every key, what the columns and counters mean, and the warning rules
+//! with their thresholds.
+
+use crate::app::App;
+use crate::units;
+use ratatui::Frame;
+use ratatui::layout::Rect;
+use ratatui::text::{Line, Span};
+use ratatui::widgets::{Block, Clear, Paragraph};
+
+pub(crate) fn draw_help(frame: &mut Frame, area: Rect, app: &App) {
+    let th = &app.theme;
+    let cfg = &app.warning_config;
+    let k = |s: &str| Span::styled(format!("{s:<10}"), th.title);
+    let t = |s: String| Span::raw(s);
+    let lines: Vec<Line> = vec![
+        Line::from(vec![
+            k("Views"),
+            t("1 Overview 2 QPs 3 GPUs 4 Nodes 5 Matrix d Doorbells".into()),
+        ]),
+        Line::from(vec![
+            k(""),
+            t("Tab / Shift-Tab next / previous view".into()),
+        ]),
+        Line::from(vec![
+            k("Move"),
+            t("j/k or ↑/↓ row · PgUp/PgDn page · g/G first/last".into()),
+        ]),
+        Line::from(vec![
+            k("Sort"),
+            t("s next column · S reverse (▾ descending, ▴ ascending)".into()),
+        ]),
+        Line::from(vec![
+            k("Filter"),
+            t("/ then rank=3 host=node2 qpn=0x2a40 layer=ucx op=write".into()),
+        ]),
+        Line::from(vec![
+            k(""),
+            t("key=v exact, key~v substring, or any text; all must match".into()),
+        ]),
+        Line::from(vec![
+            k(""),
+            t("Enter keeps, Esc cancels; Esc later clears the filter".into()),
+        ]),
+        Line::from(vec![
+            k("Time"),
+            t("space pause view (collection goes on) · ←/→ w window".into()),
+        ]),
+        Line::from(vec![
+            k(""),
+            t("[ ] step back/forward in history ({ } by 10) · +/- speed".into()),
+        ]),
+        Line::from(vec![
+            k("Display"),
+            t("u bytes/bits · t theme · m matrix kind · r rate/bytes".into()),
+        ]),
+        Line::from(vec![
+            k(""),
+            t("< > or h l scroll matrix columns that do not fit".into()),
+        ]),
+        Line::from(vec![k("Quit"), t("q or Ctrl-C".into())]),
+        Line::from(""),
+        Line::from(vec![
+            k("Columns"),
+            t("▲ tx = sent by this row (egress), ▼ rx = received".into()),
+        ]),
+        Line::from(vec![
+            k(""),
+            t("B/s bytes per second, SI prefixes (k = 1000); b/s bits".into()),
+        ]),
+        Line::from(vec![
+            k(""),
+            t("ops/s work requests · db/s doorbells · WR posted work".into()),
+        ]),
+        Line::from(vec![
+            k("Counters"),
+            t("drops: events lost to full rings · coalesced: doorbells".into()),
+        ]),
+        Line::from(vec![
+            k(""),
+            t("seen as one · unparsable: WQEs that could not be decoded".into()),
+        ]),
+        Line::from(vec![
+            k("Warnings"),
+            t(format!(
+                "▲/▼ skew ≥ {:.1}× mean · idle QP with posted WR · ≥ {} db/s",
+                cfg.skew_ratio,
+                units::si(cfg.doorbell_storm_per_s)
+            )),
+        ]),
+    ];
+    let want_w = 72u16;
+    let want_h = lines.len() as u16 + 2;
+    let w = want_w.min(area.width.saturating_sub(2));
+    let h = want_h.min(area.height.saturating_sub(2));
+    let r = Rect {
+        x: area.x + (area.width - w) / 2,
+        y: area.y + (area.height - h) / 2,
+        width: w,
+        height: h,
+    };
+    frame.render_widget(Clear, r);
+    let block = Block::bordered()
+        .border_style(th.title)
+        .style(th.text)
+        .title(Span::styled(" sigmatop help ", th.title))
+        .title_bottom(Line::from(Span::styled(" Esc or ? closes ", th.dim)).right_aligned());
+    frame.render_widget(Paragraph::new(lines).block(block), r);
+}

@@ -1,0 +1,80 @@
+//! The views, one file each, and what they share: which view draws the body of which tab, the
+//! table context, and small cell helpers. Each view is a function of (area, App, ViewModel).
+//!
+//! - `overview`: processes, bandwidth over time, warnings
+//! - `qps`: QPs and endpoints, the selected one in detail
+//! - `gpus`: GPU-initiated RDMA per GPU
+//! - `nodes`: egress and ingress per node and per rank, with skew
+//! - `matrix`: rank / GPU / node traffic matrix as a heat map
+//! - `doorbells`: doorbell rates and the latest decoded doorbells
+//! - `help`: the help overlay
+
+mod doorbells;
+mod gpus;
+mod help;
+mod matrix;
+mod nodes;
+mod overview;
+mod qps;
+
+pub(crate) use help::draw_help;
+
+use crate::app::{App, Tab};
+use crate::model::ViewModel;
+use crate::warnings::Warning;
+use crate::widgets::table::Ctx;
+use ratatui::Frame;
+use ratatui::layout::Rect;
+use ratatui::text::Span;
+
+/// Draws the body of the current tab into `area`.
+pub(crate) fn draw_body(
+    frame: &mut Frame,
+    area: Rect,
+    app: &App,
+    vm: &ViewModel,
+    warns: &[Warning],
+) {
+    match app.tab {
+        Tab::Overview => overview::draw(frame, area, app, vm, warns),
+        Tab::Qps => qps::draw(frame, area, app, vm),
+        Tab::Gpus => gpus::draw(frame, area, app, vm),
+        Tab::Nodes => nodes::draw(frame, area, app, vm),
+        Tab::Matrix => matrix::draw(frame, area, app, vm),
+        Tab::Doorbells => doorbells::draw(frame, area, app, vm),
+    }
+}
+
+pub(super) fn ctx(app: &App) -> Ctx<'_> {
+    Ctx {
+        th: &app.theme,
+        app,
+        mean: 0.0,
+        mean_in: 0.0,
+        max: 0.0,
+    }
+}
+
+pub(super) fn opt_rank(r: Option<u32>) -> String {
+    r.map(|r| r.to_string()).unwrap_or_else(|| "—".into())
+}
+
+pub(super) fn num(s: String) -> Span<'static> {
+    Span::raw(s)
+}
+
+pub(super) fn dash_if_empty(s: &str) -> String {
+    if s.is_empty() {
+        "—".into()
+    } else {
+        s.to_string()
+    }
+}
+
+/// Some traced process has the layers that see GPU-initiated RDMA (so an empty GPU or doorbell
+/// view means the GPUs rang nothing, not that sigmatop could not see them).
+pub(super) fn gpu_layers_on(vm: &ViewModel) -> bool {
+    vm.processes
+        .iter()
+        .any(|p| p.layers.iter().any(|l| l == "mlx5") && p.layers.iter().any(|l| l == "cuda"))
+}

@@ -1,0 +1,303 @@
+//! The Nodes tab: egress and ingress per node and per rank, with the skew (max/mean) of each.
+
+use super::{ctx, num};
+use crate::app::{App, Tab};
+use crate::model::{NodeRow, RankRow, ViewModel};
+use crate::units;
+use crate::warnings::skew;
+use crate::widgets::bar::bar;
+use crate::widgets::section::{section, title_line};
+use crate::widgets::table::{Col, Ctx, Key, render_table, sort_rows};
+use crate::widgets::text::styled;
+use ratatui::Frame;
+use ratatui::layout::{Constraint, Layout, Rect};
+use ratatui::text::{Line, Span};
+use ratatui::widgets::Paragraph;
+
+fn ratio_cell(v: f64, c: &Ctx) -> Span<'static> {
+    ratio_of(v, c.mean, c)
+}
+
+fn ratio_in_cell(v: f64, c: &Ctx) -> Span<'static> {
+    ratio_of(v, c.mean_in, c)
+}
+
+fn ratio_of(v: f64, mean: f64, c: &Ctx) -> Span<'static> {
+    if mean <= 0.0 {
+        return styled("—".into(), c.th.dim);
+    }
+    let r = v / mean;
+    if r >= c.app.warning_config.skew_ratio {
+        styled(format!("◀ {r:.2}×"), c.th.warn)
+    } else {
+        num(format!("{r:.2}×"))
+    }
+}
+
+const BAR_W: usize = 20;
+
+/// What a node row and a rank row both have: traffic out and in, now and since the start.
+trait Flow {
+    fn egress_bps(&self) -> f64;
+    fn ingress_bps(&self) -> f64;
+    fn egress_bytes(&self) -> u64;
+    fn ingress_bytes(&self) -> u64;
+}
+
+macro_rules! flow {
+    ($row:ty) => {
+        impl Flow for $row {
+            fn egress_bps(&self) -> f64 {
+                self.egress_bps
+            }
+            fn ingress_bps(&self) -> f64 {
+                self.ingress_bps
+            }
+            fn egress_bytes(&self) -> u64 {
+                self.egress_bytes
+            }
+            fn ingress_bytes(&self) -> u64 {
+                self.ingress_bytes
+            }
+        }
+    };
+}
+flow!(NodeRow);
+flow!(RankRow);
+
+/// The columns the node and rank tables share, in this order: rate out and in, each against its
+/// mean, totals out and in, and a bar of the rate out.
+fn flow_cols<R: Flow>(app: &App) -> Vec<Col<R>> {
+    let u = app.units.rate();
+    let v = app.units.volume();
+    vec![
+        Col {
+            title: format!("▲ egress {u}"),
+            prio: 0,
+            right: true,
+            max: 12,
+            mid: false,
+            cell: |r, c| styled(units::rate(r.egress_bps(), c.app.units), c.th.tx),
+            key: |r| Key::Num(r.egress_bps()),
+        },
+        Col {
+            title: format!("▼ ingress {u}"),
+            prio: 0,
+            right: true,
+            max: 13,
+            mid: false,
+            cell: |r, c| styled(units::rate(r.ingress_bps(), c.app.units), c.th.rx),
+            key: |r| Key::Num(r.ingress_bps()),
+        },
+        Col {
+            title: "▲ ×mean".into(),
+            prio: 0,
+            right: true,
+            max: 8,
+            mid: false,
+            cell: |r, c| ratio_cell(r.egress_bps(), c),
+            key: |r| Key::Num(r.egress_bps()),
+        },
+        Col {
+            title: "▼ ×mean".into(),
+            prio: 0,
+            right: true,
+            max: 8,
+            mid: false,
+            cell: |r, c| ratio_in_cell(r.ingress_bps(), c),
+            key: |r| Key::Num(r.ingress_bps()),
+        },
+        Col {
+            title: format!("▲ total {v}"),
+            prio: 2,
+            right: true,
+            max: 10,
+            mid: false,
+            cell: |r, c| num(units::volume(r.egress_bytes() as f64, c.app.units)),
+            key: |r| Key::Num(r.egress_bytes() as f64),
+        },
+        Col {
+            title: format!("▼ total {v}"),
+            prio: 2,
+            right: true,
+            max: 10,
+            mid: false,
+            cell: |r, c| num(units::volume(r.ingress_bytes() as f64, c.app.units)),
+            key: |r| Key::Num(r.ingress_bytes() as f64),
+        },
+        Col {
+            title: "▲ egress".into(),
+            prio: 1,
+            right: false,
+            max: BAR_W as u16,
+            mid: false,
+            cell: |r, c| styled(bar(r.egress_bps() / c.max.max(1e-9), BAR_W), c.th.tx),
+            key: |r| Key::Num(r.egress_bps()),
+        },
+    ]
+}
+
+fn node_cols(app: &App) -> Vec<Col<NodeRow>> {
+    let mut cols: Vec<Col<NodeRow>> = vec![Col {
+        title: "node".into(),
+        prio: 0,
+        right: false,
+        max: 16,
+        mid: false,
+        cell: |r, _| Span::raw(r.host.clone()),
+        key: |r| Key::Str(&r.host),
+    }];
+    cols.extend(flow_cols(app));
+    cols
+}
+
+fn rank_cols(app: &App) -> Vec<Col<RankRow>> {
+    let mut cols: Vec<Col<RankRow>> = vec![Col {
+        title: "rank".into(),
+        prio: 0,
+        right: true,
+        max: 6,
+        mid: false,
+        cell: |r, _| num(r.rank.to_string()),
+        key: |r| Key::Num(f64::from(r.rank)),
+    }];
+    cols.extend(flow_cols(app));
+    cols.push(Col {
+        title: "host".into(),
+        prio: 1,
+        right: false,
+        max: 16,
+        mid: false,
+        cell: |r, _| Span::raw(r.host.clone()),
+        key: |r| Key::Str(&r.host),
+    });
+    cols
+}
+
+fn mean_max(v: &[f64]) -> (f64, f64) {
+    if v.is_empty() {
+        return (0.0, 0.0);
+    }
+    let mean = v.iter().sum::<f64>() / v.len() as f64;
+    (mean, v.iter().copied().fold(0.0, f64::max))
+}
+
+pub(super) fn draw(frame: &mut Frame, area: Rect, app: &App, vm: &ViewModel) {
+    let th = &app.theme;
+    let filter = app.parsed_filter();
+    let t = Tab::Nodes.index();
+    let (col, desc) = (app.sort[t].column, app.sort[t].descending);
+
+    // Skew summary over all rows (not the filtered ones: skew is a property of the job).
+    let node_e: Vec<f64> = vm.nodes.iter().map(|n| n.egress_bps).collect();
+    let rank_e: Vec<f64> = vm.ranks.iter().map(|n| n.egress_bps).collect();
+    let node_i: Vec<f64> = vm.nodes.iter().map(|n| n.ingress_bps).collect();
+    let rank_i: Vec<f64> = vm.ranks.iter().map(|n| n.ingress_bps).collect();
+    let node_name = |s: Option<(usize, f64)>| {
+        s.and_then(|(i, _)| vm.nodes.get(i))
+            .map(|n| n.host.clone())
+            .unwrap_or_default()
+    };
+    let rank_name = |s: Option<(usize, f64)>| {
+        s.and_then(|(i, _)| vm.ranks.get(i))
+            .map(|r| format!("rank {}", r.rank))
+            .unwrap_or_default()
+    };
+    // One line per direction: "▲ egress skew (max/mean): nodes 2.08× node2 · ranks 1.11×".
+    let mut summary: Vec<Line> = Vec::new();
+    for (dir, style, nv, rv) in [
+        ("▲ egress ", th.tx, &node_e, &rank_e),
+        ("▼ ingress", th.rx, &node_i, &rank_i),
+    ] {
+        let mut spans = vec![
+            Span::styled(format!(" {dir}"), style),
+            Span::styled(" skew (max/mean): ", th.dim),
+        ];
+        let ns = skew(nv);
+        let rs = skew(rv);
+        for (k, (what, sk, name)) in [("nodes", ns, node_name(ns)), ("ranks", rs, rank_name(rs))]
+            .into_iter()
+            .enumerate()
+        {
+            if k > 0 {
+                spans.push(Span::styled(" · ", th.dim));
+            }
+            match sk {
+                Some((_, r)) => {
+                    let hot = r >= app.warning_config.skew_ratio;
+                    spans.push(Span::raw(format!("{what} ")));
+                    spans.push(Span::styled(
+                        format!("{r:.2}×"),
+                        if hot { th.warn } else { th.ok },
+                    ));
+                    spans.push(Span::raw(format!(" {name}")));
+                }
+                None => spans.push(Span::raw(format!("{what} —"))),
+            }
+        }
+        if summary.is_empty() {
+            spans.push(Span::styled(
+                format!(" · warn ≥ {:.1}×", app.warning_config.skew_ratio),
+                th.dim,
+            ));
+        }
+        summary.push(Line::from(spans));
+    }
+
+    let ncols = node_cols(app);
+    let mut nrows: Vec<&NodeRow> = vm.nodes.iter().filter(|r| filter.node(r)).collect();
+    sort_rows(&mut nrows, &ncols, col, desc);
+    let rcols = rank_cols(app);
+    let mut rrows: Vec<&RankRow> = vm.ranks.iter().filter(|r| filter.rank(r)).collect();
+    sort_rows(&mut rrows, &rcols, col, desc);
+
+    let [s, top, bottom] = Layout::vertical([
+        Constraint::Length(2),
+        Constraint::Max(nrows.len() as u16 + 2),
+        Constraint::Min(3),
+    ])
+    .areas(area);
+    frame.render_widget(Paragraph::new(summary), s);
+
+    let (mean, max) = mean_max(&node_e);
+    let block = section(th, title_line(th, "Nodes", nrows.len(), vm.nodes.len(), ""));
+    let inner = block.inner(top);
+    frame.render_widget(block, top);
+    let c = Ctx {
+        mean,
+        max,
+        mean_in: mean_max(&node_i).0,
+        ..ctx(app)
+    };
+    render_table(
+        frame,
+        inner,
+        &c,
+        &ncols,
+        &nrows,
+        Some((col, desc)),
+        None,
+        false,
+    );
+
+    let (mean, max) = mean_max(&rank_e);
+    let block = section(th, title_line(th, "Ranks", rrows.len(), vm.ranks.len(), ""));
+    let inner = block.inner(bottom);
+    frame.render_widget(block, bottom);
+    let c = Ctx {
+        mean,
+        max,
+        mean_in: mean_max(&rank_i).0,
+        ..ctx(app)
+    };
+    render_table(
+        frame,
+        inner,
+        &c,
+        &rcols,
+        &rrows,
+        Some((col, desc)),
+        Some(app.selected[t]),
+        true,
+    );
+}

@@ -1,0 +1,292 @@
+//! The Overview: one row per traced process, the bandwidth over time, and the live warnings.
+
+use super::{ctx, num, opt_rank};
+use crate::app::{App, Tab};
+use crate::model::{ProcessRow, ViewModel};
+use crate::units;
+use crate::warnings::Warning;
+use crate::widgets::section::{section, title_line};
+use crate::widgets::sparkline::spark;
+use crate::widgets::table::{Col, Key, render_table, sort_rows};
+use crate::widgets::text::styled;
+use ratatui::Frame;
+use ratatui::layout::{Constraint, Layout, Rect};
+use ratatui::text::{Line, Span};
+use ratatui::widgets::{Paragraph, Sparkline};
+
+/// "ibverbs,libfabric" → "ib,ofi": the layer names as the QPs tab spells them.
+fn short_layers(layers: &[String]) -> String {
+    layers
+        .iter()
+        .map(|l| match l.as_str() {
+            "ibverbs" => "ib",
+            "libfabric" => "ofi",
+            other => other,
+        })
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+fn process_cols(app: &App) -> Vec<Col<ProcessRow>> {
+    let u = app.units.rate();
+    vec![
+        Col {
+            title: "host".into(),
+            prio: 0,
+            right: false,
+            max: 16,
+            mid: false,
+            cell: |r, _| Span::raw(r.host.clone()),
+            key: |r| Key::Str(&r.host),
+        },
+        Col {
+            title: "pid".into(),
+            prio: 3,
+            right: true,
+            max: 8,
+            mid: false,
+            cell: |r, _| num(r.pid.to_string()),
+            key: |r| Key::Num(f64::from(r.pid)),
+        },
+        Col {
+            title: "rank".into(),
+            prio: 0,
+            right: true,
+            max: 6,
+            mid: false,
+            cell: |r, _| num(opt_rank(r.rank)),
+            key: |r| Key::Num(r.rank.map(f64::from).unwrap_or(f64::MAX)),
+        },
+        Col {
+            title: "mode".into(),
+            prio: 4,
+            right: false,
+            max: 9,
+            mid: false,
+            cell: |r, _| Span::raw(r.mode.clone()),
+            key: |r| Key::Str(&r.mode),
+        },
+        Col {
+            title: "layers".into(),
+            prio: 5,
+            right: false,
+            max: 28,
+            mid: false,
+            cell: |r, _| Span::raw(short_layers(&r.layers)),
+            key: |r| Key::Text(short_layers(&r.layers)),
+        },
+        Col {
+            title: format!("▲ tx {u}"),
+            prio: 0,
+            right: true,
+            max: 10,
+            mid: false,
+            cell: |r, c| styled(units::rate(r.tx_bps, c.app.units), c.th.tx),
+            key: |r| Key::Num(r.tx_bps),
+        },
+        Col {
+            title: format!("▼ rx {u}"),
+            prio: 0,
+            right: true,
+            max: 10,
+            mid: false,
+            cell: |r, c| styled(units::rate(r.rx_bps, c.app.units), c.th.rx),
+            key: |r| Key::Num(r.rx_bps),
+        },
+        Col {
+            title: "ops/s".into(),
+            prio: 1,
+            right: true,
+            max: 8,
+            mid: false,
+            cell: |r, _| num(units::si(r.ops_per_s)),
+            key: |r| Key::Num(r.ops_per_s),
+        },
+        Col {
+            title: "drops".into(),
+            prio: 2,
+            right: true,
+            max: 9,
+            mid: false,
+            cell: |r, c| {
+                styled(
+                    units::count(r.drops),
+                    if r.drops > 0 { c.th.warn } else { c.th.dim },
+                )
+            },
+            key: |r| Key::Num(r.drops as f64),
+        },
+        Col {
+            title: "state".into(),
+            prio: 1,
+            right: false,
+            max: 7,
+            mid: false,
+            cell: |r, c| {
+                if r.exited {
+                    styled("exited".into(), c.th.dim)
+                } else {
+                    styled("up".into(), c.th.ok)
+                }
+            },
+            key: |r| Key::Num(if r.exited { 1.0 } else { 0.0 }),
+        },
+    ]
+}
+
+pub(super) fn draw(frame: &mut Frame, area: Rect, app: &App, vm: &ViewModel, warns: &[Warning]) {
+    let th = &app.theme;
+    let filter = app.parsed_filter();
+    let t = Tab::Overview.index();
+    let cols = process_cols(app);
+    let mut rows: Vec<&ProcessRow> = vm.processes.iter().filter(|r| filter.process(r)).collect();
+    sort_rows(&mut rows, &cols, app.sort[t].column, app.sort[t].descending);
+
+    // Heights: the bandwidth panel needs 3 lines, the warnings panel wants one per warning; the
+    // process table takes what it needs of the rest and the bandwidth panel grows into what is left.
+    let h = area.height;
+    let bw_min = 3u16;
+    // No box when there is nothing to warn about: the warnings line below says "✓ no warnings"
+    // once, and the bandwidth panel gets the room.
+    let warn_want = if warns.is_empty() {
+        0
+    } else {
+        warns.len() as u16 + 1
+    };
+    let table_want = (rows.len() as u16 + 2).max(3);
+    let warn_h = warn_want.min(h.saturating_sub(bw_min + 4)).min(9);
+    let table_h = table_want.min(h.saturating_sub(bw_min + warn_h));
+    let [top, mid, bottom] = Layout::vertical([
+        Constraint::Length(table_h),
+        Constraint::Min(bw_min),
+        Constraint::Length(warn_h),
+    ])
+    .areas(area);
+    let exited = vm.processes.iter().filter(|p| p.exited).count();
+    let extra = if exited > 0 {
+        format!("{exited} exited, totals kept")
+    } else {
+        String::new()
+    };
+    let block = section(
+        th,
+        title_line(th, "Processes", rows.len(), vm.processes.len(), &extra),
+    );
+    let inner = block.inner(top);
+    frame.render_widget(block, top);
+    let c = ctx(app);
+    render_table(
+        frame,
+        inner,
+        &c,
+        &cols,
+        &rows,
+        Some((app.sort[t].column, app.sort[t].descending)),
+        Some(app.selected[t]),
+        true,
+    );
+
+    // Bandwidth over time.
+    let hist = &vm.bandwidth_history;
+    let max = hist
+        .iter()
+        .flat_map(|(a, b)| [*a, *b])
+        .fold(0.0f64, f64::max);
+    let block = section(
+        th,
+        Line::from(vec![
+            Span::styled(" Bandwidth ", th.title),
+            Span::styled(
+                format!(
+                    "{} samples · peak {} ",
+                    hist.len(),
+                    units::rate_unit(max, app.units)
+                ),
+                th.dim,
+            ),
+        ]),
+    );
+    let inner = block.inner(mid);
+    frame.render_widget(block, mid);
+    let (tx_now, rx_now) = (vm.header.tx_bps, vm.header.rx_bps);
+    let label_w = 20usize;
+    let spark_w = (inner.width as usize).saturating_sub(label_w + 1);
+    let label = |arrow: &str, v: f64| format!(" {arrow} {:>12}  ", units::rate_unit(v, app.units));
+    if inner.height < 6 {
+        let tx: Vec<f64> = hist.iter().map(|h| h.0).collect();
+        let rx: Vec<f64> = hist.iter().map(|h| h.1).collect();
+        let lines = vec![
+            Line::from(vec![
+                Span::styled(label("▲ tx", tx_now), th.tx),
+                Span::styled(spark(&tx, max, spark_w), th.tx),
+            ]),
+            Line::from(vec![
+                Span::styled(label("▼ rx", rx_now), th.rx),
+                Span::styled(spark(&rx, max, spark_w), th.rx),
+            ]),
+        ];
+        frame.render_widget(Paragraph::new(lines), inner);
+    } else {
+        let [a, b] = Layout::vertical([Constraint::Fill(1), Constraint::Fill(1)]).areas(inner);
+        for (area, arrow, pick, style, now) in [
+            (a, "▲ tx", 0usize, th.tx, tx_now),
+            (b, "▼ rx", 1usize, th.rx, rx_now),
+        ] {
+            let [l, r] =
+                Layout::horizontal([Constraint::Length(label_w as u16), Constraint::Min(1)])
+                    .areas(area);
+            frame.render_widget(
+                Paragraph::new(vec![
+                    Line::from(Span::styled(label(arrow, now), style)),
+                    Line::from(Span::styled(
+                        format!("   max {}", units::rate_unit(max, app.units)),
+                        th.dim,
+                    )),
+                ]),
+                l,
+            );
+            let n = r.width as usize;
+            let start = hist.len().saturating_sub(n);
+            // Scaled to kilo-units so the integer sparkline keeps three digits of precision.
+            // Newest sample at the right edge, as in the one-line sparkline: a short history
+            // grows from the right instead of sitting by the label.
+            let data: Vec<u64> = std::iter::repeat_n(0, n - (hist.len() - start))
+                .chain(hist[start..].iter().map(|h| {
+                    let v = if pick == 0 { h.0 } else { h.1 };
+                    (v / max.max(1.0) * 1000.0).round() as u64
+                }))
+                .collect();
+            frame.render_widget(Sparkline::default().data(&data).max(1000).style(style), r);
+        }
+    }
+
+    if warn_h > 0 {
+        let block = section(
+            th,
+            Line::from(vec![
+                Span::styled(" Warnings ", th.title),
+                Span::styled(format!("{} ", warns.len()), th.dim),
+            ]),
+        );
+        let inner = block.inner(bottom);
+        frame.render_widget(block, bottom);
+        let room = inner.height as usize;
+        let mut lines: Vec<Line> = if warns.is_empty() {
+            vec![Line::from(Span::styled(" ✓ none", th.ok))]
+        } else {
+            warns
+                .iter()
+                .map(|w| Line::from(Span::styled(format!(" ⚠ {}", w.message), th.warn)))
+                .collect()
+        };
+        if lines.len() > room && room > 0 {
+            let hidden = lines.len() - room + 1;
+            lines.truncate(room - 1);
+            lines.push(Line::from(Span::styled(
+                format!("   … {hidden} more",),
+                th.dim,
+            )));
+        }
+        frame.render_widget(Paragraph::new(lines), inner);
+    }
+}

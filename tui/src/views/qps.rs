@@ -1,0 +1,377 @@
+//! The QPs tab: one row per QP or endpoint (unattributed traffic always last), and the selected
+//! row in detail on tall terminals.
+
+use super::{ctx, dash_if_empty, num, opt_rank};
+use crate::app::{App, Tab};
+use crate::model::{EndpointRow, ViewModel};
+use crate::units;
+use crate::widgets::section::{section, title_line};
+use crate::widgets::table::{Col, Key, render_table, sort_rows, sort_rows_front};
+use crate::widgets::text::styled;
+use ratatui::Frame;
+use ratatui::layout::{Constraint, Layout, Rect};
+use ratatui::text::{Line, Span};
+use ratatui::widgets::Paragraph;
+
+fn endpoint_cols(app: &App) -> Vec<Col<EndpointRow>> {
+    let u = app.units.rate();
+    let v = app.units.volume();
+    let w = app.window.label();
+    vec![
+        Col {
+            title: "host".into(),
+            prio: 0,
+            right: false,
+            max: 14,
+            mid: false,
+            cell: |r, _| Span::raw(r.host.clone()),
+            key: |r| Key::Str(&r.host),
+        },
+        Col {
+            title: "rank".into(),
+            prio: 1,
+            right: true,
+            max: 5,
+            mid: false,
+            cell: |r, _| num(opt_rank(r.rank)),
+            key: |r| Key::Num(r.rank.map(f64::from).unwrap_or(f64::MAX)),
+        },
+        Col {
+            title: "pid".into(),
+            prio: 6,
+            right: true,
+            max: 8,
+            mid: false,
+            cell: |r, _| {
+                num(if r.unattributed {
+                    "—".into()
+                } else {
+                    r.pid.to_string()
+                })
+            },
+            key: |r| Key::Num(f64::from(r.pid)),
+        },
+        Col {
+            title: "layer".into(),
+            prio: 1,
+            right: false,
+            max: 6,
+            mid: false,
+            cell: |r, _| Span::raw(r.layer.clone()),
+            key: |r| Key::Str(&r.layer),
+        },
+        Col {
+            title: "QPN/ep".into(),
+            prio: 0,
+            right: false,
+            max: 14,
+            mid: true,
+            cell: |r, c| {
+                if r.unattributed {
+                    styled("?".into(), c.th.warn)
+                } else {
+                    Span::raw(r.local_id.clone())
+                }
+            },
+            key: |r| Key::Str(&r.local_id),
+        },
+        Col {
+            title: "peer".into(),
+            prio: 2,
+            right: false,
+            max: 22,
+            mid: false,
+            cell: |r, c| {
+                if r.unattributed {
+                    styled("(unattributed)".into(), c.th.warn)
+                } else {
+                    Span::raw(r.peer.label())
+                }
+            },
+            key: |r| Key::Text(r.peer.label()),
+        },
+        Col {
+            title: "type".into(),
+            prio: 4,
+            right: false,
+            max: 10,
+            mid: false,
+            cell: |r, _| Span::raw(dash_if_empty(&r.transport)),
+            key: |r| Key::Str(&r.transport),
+        },
+        Col {
+            title: "state".into(),
+            prio: 5,
+            right: false,
+            max: 6,
+            mid: false,
+            cell: |r, _| Span::raw(dash_if_empty(&r.state)),
+            key: |r| Key::Str(&r.state),
+        },
+        Col {
+            title: format!("▲ tx {u}"),
+            prio: 0,
+            right: true,
+            max: 10,
+            mid: false,
+            cell: |r, c| styled(units::rate(r.tx_bps, c.app.units), c.th.tx),
+            key: |r| Key::Num(r.tx_bps),
+        },
+        Col {
+            title: format!("▼ rx {u}"),
+            prio: 0,
+            right: true,
+            max: 10,
+            mid: false,
+            cell: |r, c| styled(units::rate(r.rx_bps, c.app.units), c.th.rx),
+            key: |r| Key::Num(r.rx_bps),
+        },
+        Col {
+            title: format!("▲ {w} {u}"),
+            prio: 6,
+            right: true,
+            max: 11,
+            mid: false,
+            cell: |r, c| styled(units::rate(r.tx_bps_window, c.app.units), c.th.tx),
+            key: |r| Key::Num(r.tx_bps_window),
+        },
+        Col {
+            title: format!("▼ {w} {u}"),
+            prio: 6,
+            right: true,
+            max: 11,
+            mid: false,
+            cell: |r, c| styled(units::rate(r.rx_bps_window, c.app.units), c.th.rx),
+            key: |r| Key::Num(r.rx_bps_window),
+        },
+        Col {
+            title: format!("▲ total {v}"),
+            prio: 7,
+            right: true,
+            max: 10,
+            mid: false,
+            cell: |r, c| num(units::volume(r.tx_bytes as f64, c.app.units)),
+            key: |r| Key::Num(r.tx_bytes as f64),
+        },
+        Col {
+            title: format!("▼ total {v}"),
+            prio: 7,
+            right: true,
+            max: 10,
+            mid: false,
+            cell: |r, c| num(units::volume(r.rx_bytes as f64, c.app.units)),
+            key: |r| Key::Num(r.rx_bytes as f64),
+        },
+        Col {
+            title: "ops/s".into(),
+            prio: 1,
+            right: true,
+            max: 7,
+            mid: false,
+            cell: |r, _| num(units::si(r.ops_per_s)),
+            key: |r| Key::Num(r.ops_per_s),
+        },
+        Col {
+            title: "ops by opcode".into(),
+            prio: 8,
+            right: false,
+            max: 30,
+            mid: false,
+            cell: |r, _| Span::raw(units::mix(&r.ops_by_opcode, 3)),
+            key: |r| Key::Num(r.ops_by_opcode.iter().map(|o| o.1 as f64).sum()),
+        },
+        Col {
+            title: "db/s".into(),
+            prio: 2,
+            right: true,
+            max: 7,
+            mid: false,
+            cell: |r, _| {
+                num(r
+                    .doorbells_per_s
+                    .map(units::si)
+                    .unwrap_or_else(|| "—".into()))
+            },
+            key: |r| Key::Num(r.doorbells_per_s.unwrap_or(-1.0)),
+        },
+        Col {
+            title: "posted WR".into(),
+            prio: 3,
+            right: true,
+            max: 9,
+            mid: false,
+            cell: |r, _| num(r.posted.map(units::count).unwrap_or_else(|| "—".into())),
+            key: |r| Key::Num(r.posted.map(|p| p as f64).unwrap_or(-1.0)),
+        },
+        Col {
+            title: "".into(),
+            prio: 0,
+            right: false,
+            max: 7,
+            mid: false,
+            cell: |r, c| {
+                let idle = r.posted.unwrap_or(0) > 0
+                    && !r.unattributed
+                    && r.tx_bps == 0.0
+                    && r.rx_bps == 0.0
+                    && r.ops_per_s == 0.0;
+                if idle {
+                    styled("⚠ idle".into(), c.th.warn)
+                } else {
+                    Span::raw("")
+                }
+            },
+            key: |r| Key::Num(r.posted.unwrap_or(0) as f64),
+        },
+    ]
+}
+
+pub(super) fn draw(frame: &mut Frame, area: Rect, app: &App, vm: &ViewModel) {
+    let th = &app.theme;
+    let filter = app.parsed_filter();
+    let t = Tab::Qps.index();
+    let cols = endpoint_cols(app);
+    // Unattributed traffic always sits at the bottom, whatever the sort. Of the (possibly
+    // thousands of) other rows, only those up to the cursor's page need to be in order.
+    let (mut rows, mut unattributed): (Vec<&EndpointRow>, Vec<&EndpointRow>) = vm
+        .endpoints
+        .iter()
+        .filter(|r| filter.endpoint(r))
+        .partition(|r| !r.unattributed);
+    let (col, desc) = (app.sort[t].column, app.sort[t].descending);
+    let front = app.selected[t].saturating_add(area.height as usize);
+    sort_rows_front(&mut rows, &cols, col, desc, front);
+    if rows.len() < front {
+        sort_rows(&mut unattributed, &cols, col, desc);
+    }
+    rows.append(&mut unattributed);
+
+    let detail_h: u16 = if area.height >= 30 { 7 } else { 0 };
+    let [top, bottom] =
+        Layout::vertical([Constraint::Min(3), Constraint::Length(detail_h)]).areas(area);
+    let attributed = vm.endpoints.iter().filter(|e| !e.unattributed).count();
+    let unattr: f64 = vm
+        .endpoints
+        .iter()
+        .filter(|e| e.unattributed)
+        .map(|e| e.tx_bps + e.rx_bps)
+        .sum();
+    let extra = if unattr > 0.0 {
+        format!(
+            "{attributed} attributed + unattributed {} (last row)",
+            units::rate_unit(unattr, app.units)
+        )
+    } else {
+        String::new()
+    };
+    let block = section(
+        th,
+        title_line(
+            th,
+            "QPs & endpoints",
+            rows.len(),
+            vm.endpoints.len(),
+            &extra,
+        ),
+    );
+    let inner = block.inner(top);
+    frame.render_widget(block, top);
+    let c = ctx(app);
+    render_table(
+        frame,
+        inner,
+        &c,
+        &cols,
+        &rows,
+        Some((app.sort[t].column, app.sort[t].descending)),
+        Some(app.selected[t]),
+        true,
+    );
+    if detail_h > 0 {
+        let sel = app.selected[t].min(rows.len().saturating_sub(1));
+        if let Some(r) = rows.get(sel) {
+            endpoint_detail(frame, bottom, app, r);
+        }
+    }
+}
+
+fn endpoint_detail(frame: &mut Frame, area: Rect, app: &App, r: &EndpointRow) {
+    let th = &app.theme;
+    let u = app.units;
+    let what = if r.unattributed {
+        "unattributed traffic".to_string()
+    } else {
+        format!("{} {}", r.layer, r.local_id)
+    };
+    let block = section(
+        th,
+        Line::from(vec![
+            Span::styled(format!(" {what} "), th.title),
+            Span::styled("selected row ", th.dim),
+        ]),
+    );
+    let inner = block.inner(area);
+    frame.render_widget(block, area);
+    let rank = r.rank.map(|r| format!(" rank {r}")).unwrap_or_default();
+    let mut lines = vec![
+        Line::from(vec![
+            Span::raw(format!(" {}{} pid {}", r.host, rank, r.pid)),
+            Span::styled("  →  ", th.dim),
+            Span::raw(r.peer.label()),
+            Span::styled(
+                format!(
+                    "   {} {}",
+                    dash_if_empty(&r.transport),
+                    dash_if_empty(&r.state)
+                ),
+                th.dim,
+            ),
+        ]),
+        Line::from(vec![Span::styled(
+            format!(
+                " ▲ tx  now {:>11}   {} avg {:>11}   total {:>9}",
+                units::rate_unit(r.tx_bps, u),
+                app.window.label(),
+                units::rate_unit(r.tx_bps_window, u),
+                units::volume_unit(r.tx_bytes as f64, u)
+            ),
+            th.tx,
+        )]),
+        Line::from(vec![Span::styled(
+            format!(
+                " ▼ rx  now {:>11}   {} avg {:>11}   total {:>9}",
+                units::rate_unit(r.rx_bps, u),
+                app.window.label(),
+                units::rate_unit(r.rx_bps_window, u),
+                units::volume_unit(r.rx_bytes as f64, u)
+            ),
+            th.rx,
+        )]),
+    ];
+    let ops: Vec<String> = r
+        .ops_by_opcode
+        .iter()
+        .map(|(n, c)| format!("{n} {}", units::count(*c)))
+        .collect();
+    lines.push(Line::from(vec![
+        Span::styled(" ops by opcode (since start): ", th.dim),
+        Span::raw(if ops.is_empty() {
+            "—".to_string()
+        } else {
+            ops.join(" · ")
+        }),
+    ]));
+    lines.push(Line::from(vec![
+        Span::styled(" ops/s ", th.dim),
+        Span::raw(units::si(r.ops_per_s)),
+        Span::styled("   doorbells/s ", th.dim),
+        Span::raw(
+            r.doorbells_per_s
+                .map(units::si)
+                .unwrap_or_else(|| "—".into()),
+        ),
+        Span::styled("   posted, not completed ", th.dim),
+        Span::raw(r.posted.map(units::count).unwrap_or_else(|| "—".into())),
+    ]));
+    frame.render_widget(Paragraph::new(lines), inner);
+}
