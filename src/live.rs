@@ -40,7 +40,7 @@ struct Conn {
 
 /// Which processes to follow.
 #[derive(Clone, Debug, Default)]
-pub enum Filter {
+pub enum ProcessFilter {
     #[default]
     All,
     /// Only these pids.
@@ -51,7 +51,7 @@ pub enum Filter {
 
 pub struct LiveSource {
     dir: PathBuf,
-    filter: Filter,
+    filter: ProcessFilter,
     conns: HashMap<PathBuf, Conn>,
     /// Sockets already handled (connected, refused or finished): never retried.
     seen: BTreeSet<PathBuf>,
@@ -88,7 +88,7 @@ pub fn descends_from(pid: u32, ancestor: u32) -> bool {
 }
 
 impl LiveSource {
-    pub fn new(dir: PathBuf, filter: Filter) -> LiveSource {
+    pub fn new(dir: PathBuf, filter: ProcessFilter) -> LiveSource {
         LiveSource {
             dir,
             filter,
@@ -111,9 +111,9 @@ impl LiveSource {
 
     fn wanted(&self, pid: u32) -> bool {
         match &self.filter {
-            Filter::All => true,
-            Filter::Pids(p) => p.contains(&pid),
-            Filter::DescendantsOf(root) => descends_from(pid, *root),
+            ProcessFilter::All => true,
+            ProcessFilter::Pids(p) => p.contains(&pid),
+            ProcessFilter::DescendantsOf(root) => descends_from(pid, *root),
         }
     }
 

@@ -15,7 +15,7 @@ use sigmatop::cli::dashboard::{Dashboard, Source};
 use sigmatop::cli::live_feed::LiveFeed;
 use sigmatop::cli::replay::ReplaySource;
 use sigmatop::event::Identity;
-use sigmatop::live::{Filter, LiveSource};
+use sigmatop::live::{ProcessFilter, LiveSource};
 use sigmatop::wire::{Frame, HELLO_MAGIC, encode};
 use sigmatop_tui::{App, Theme};
 
@@ -55,7 +55,7 @@ fn until_status<S: Source>(dash: &mut Dashboard<S>, want: &str) -> String {
 }
 
 fn live(dir: &Path) -> Dashboard<LiveFeed> {
-    let mut live = LiveSource::new(dir.to_path_buf(), Filter::All);
+    let mut live = LiveSource::new(dir.to_path_buf(), ProcessFilter::All);
     live.scan_every = Duration::from_millis(10);
     Dashboard::new(LiveFeed { live, child: None }, App::new(Theme::dark()))
 }

@@ -42,7 +42,7 @@ use sigmatop::cli::replay::ReplaySource;
 use sigmatop::event::{
     ClockSample, EndpointDef, EndpointKind, Event, Identity, Layer, Op, OpCount, Peer, Snapshot,
 };
-use sigmatop::live::{Filter, LiveSource};
+use sigmatop::live::{ProcessFilter, LiveSource};
 use sigmatop::trace::ProcessRecord;
 use sigmatop::trace::writer::ProcessWriter;
 use sigmatop::wire::{Frame, encode};
@@ -350,7 +350,7 @@ fn events_1m_per_s() {
         (offered, sent, dropped)
     });
 
-    let mut live = LiveSource::new(dir.clone(), Filter::All);
+    let mut live = LiveSource::new(dir.clone(), ProcessFilter::All);
     live.scan_every = Duration::from_millis(50);
     let mut app = App::new(Theme::dark());
     app.tab = Tab::Doorbells;

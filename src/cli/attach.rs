@@ -8,7 +8,7 @@ use super::dashboard::run;
 use super::live_feed::LiveFeed;
 use super::{AttachArgs, CliResult, table};
 use crate::agg::Model;
-use crate::live::{Filter, LiveSource, default_socket_dir};
+use crate::live::{ProcessFilter, LiveSource, default_socket_dir};
 
 /// `sigmatop attach`: the dashboard on a terminal; `--json`, `--once` or no terminal print instead.
 pub fn attach(args: &AttachArgs) -> CliResult {
@@ -17,9 +17,9 @@ pub fn attach(args: &AttachArgs) -> CliResult {
     }
     let dir = args.socket_dir.clone().unwrap_or_else(default_socket_dir);
     let filter = if args.pids.is_empty() {
-        Filter::All
+        ProcessFilter::All
     } else {
-        Filter::Pids(args.pids.clone())
+        ProcessFilter::Pids(args.pids.clone())
     };
     let feed = LiveFeed {
         live: LiveSource::new(dir, filter),
@@ -32,9 +32,9 @@ pub fn attach(args: &AttachArgs) -> CliResult {
 pub fn attach_print(args: &AttachArgs) -> CliResult {
     let dir = args.socket_dir.clone().unwrap_or_else(default_socket_dir);
     let filter = if args.pids.is_empty() {
-        Filter::All
+        ProcessFilter::All
     } else {
-        Filter::Pids(args.pids.clone())
+        ProcessFilter::Pids(args.pids.clone())
     };
     let mut live = LiveSource::new(dir.clone(), filter);
     let mut model = Model::new();

@@ -15,7 +15,7 @@ use super::live_feed::{ChildWatch, LiveFeed};
 use super::{CliResult, RunArgs, table};
 use crate::agg::Model;
 use crate::event::Mode;
-use crate::live::{Filter, LiveSource, default_socket_dir};
+use crate::live::{ProcessFilter, LiveSource, default_socket_dir};
 use crate::trace::reader::Recording;
 
 pub const PRELOAD_NAME: &str = "libsigmatop_preload.so";
@@ -106,7 +106,7 @@ pub fn run_headless(args: &RunArgs) -> CliResult {
         .map_err(|e| format!("cannot start {}: {e}", args.cmd[0]))?;
     ignore_interrupts();
     let mut model = Model::new();
-    let mut live = LiveSource::new(socket_dir, Filter::DescendantsOf(child.id()));
+    let mut live = LiveSource::new(socket_dir, ProcessFilter::DescendantsOf(child.id()));
     live.scan_every = Duration::from_millis(20);
     let status = loop {
         live.poll(&mut model);
@@ -187,7 +187,7 @@ pub fn run_cmd(args: &RunArgs) -> CliResult {
         .spawn()
         .map_err(|e| format!("cannot start {name}: {e}"))?;
     let pid = child.id();
-    let mut live = LiveSource::new(socket_dir, Filter::DescendantsOf(pid));
+    let mut live = LiveSource::new(socket_dir, ProcessFilter::DescendantsOf(pid));
     live.scan_every = Duration::from_millis(100);
     let feed = LiveFeed {
         live,

@@ -1,7 +1,7 @@
 //! UI state of the dashboard and the key bindings: which tab, sort, filter, window, units, theme, and
 //! what the driver must do after a key (`Action`). No terminal is needed to drive it.
 
-use crate::filter::Filter;
+use crate::query::Query;
 use crate::theme::{BUILTIN, Theme};
 use crate::units::Units;
 use crate::warnings::WarningConfig;
@@ -288,8 +288,8 @@ impl App {
     }
 
     /// The parsed filter.
-    pub fn parsed_filter(&self) -> Filter {
-        Filter::parse(&self.filter)
+    pub fn parsed_filter(&self) -> Query {
+        Query::parse(&self.filter)
     }
 
     /// Handles one key and says what the driver must do.

@@ -32,7 +32,7 @@
 
 mod app;
 mod draw;
-mod filter;
+mod query;
 #[cfg(any(test, feature = "testing"))]
 mod fixture;
 #[cfg(feature = "testing")]
@@ -50,7 +50,7 @@ pub use draw::draw;
 pub use fixture::sample_view_model;
 
 pub use app::{Action, App, MatrixKind, Sort, Tab, Window};
-pub use filter::Filter;
+pub use query::Query;
 pub use model::{
     DoorbellModel, DoorbellRecord, DoorbellSeries, EndpointRow, GpuRow, Header, Matrices, Matrix,
     NodeRow, Peer, Percentiles, ProcessRow, RankRow, StatusCounters, ViewModel,

@@ -11,7 +11,7 @@ use crate::model::{
 
 /// A parsed filter; the empty filter matches everything.
 #[derive(Clone, Debug, Default, PartialEq)]
-pub struct Filter {
+pub struct Query {
     terms: Vec<Term>,
 }
 
@@ -70,9 +70,9 @@ struct Fields<'a> {
     extra: Vec<&'a str>,
 }
 
-impl Filter {
+impl Query {
     /// Parses a query. Unknown keys (`foo=bar`) are treated as free text, so nothing is an error.
-    pub fn parse(query: &str) -> Filter {
+    pub fn parse(query: &str) -> Query {
         let terms = query
             .split_whitespace()
             .map(|t| {
@@ -91,7 +91,7 @@ impl Filter {
                 Term::Any(t.to_ascii_lowercase())
             })
             .collect();
-        Filter { terms }
+        Query { terms }
     }
 
     /// True when the filter has no terms.
@@ -294,29 +294,29 @@ mod tests {
     #[test]
     fn keyed_terms() {
         let e = ep();
-        assert!(Filter::parse("rank=9").endpoint(&e));
-        assert!(!Filter::parse("rank=3").endpoint(&e));
-        assert!(Filter::parse("host=NODE2").endpoint(&e));
-        assert!(!Filter::parse("host=node").endpoint(&e));
-        assert!(Filter::parse("host~node").endpoint(&e));
-        assert!(Filter::parse("qpn=2a40").endpoint(&e));
-        assert!(Filter::parse("qpn=0x2A40").endpoint(&e));
-        assert!(Filter::parse("layer=verbs op=write").endpoint(&e));
-        assert!(!Filter::parse("layer=ucx").endpoint(&e));
-        assert!(Filter::parse("type=rc state=rts").endpoint(&e));
-        assert!(Filter::parse("peer~r5").endpoint(&e));
+        assert!(Query::parse("rank=9").endpoint(&e));
+        assert!(!Query::parse("rank=3").endpoint(&e));
+        assert!(Query::parse("host=NODE2").endpoint(&e));
+        assert!(!Query::parse("host=node").endpoint(&e));
+        assert!(Query::parse("host~node").endpoint(&e));
+        assert!(Query::parse("qpn=2a40").endpoint(&e));
+        assert!(Query::parse("qpn=0x2A40").endpoint(&e));
+        assert!(Query::parse("layer=verbs op=write").endpoint(&e));
+        assert!(!Query::parse("layer=ucx").endpoint(&e));
+        assert!(Query::parse("type=rc state=rts").endpoint(&e));
+        assert!(Query::parse("peer~r5").endpoint(&e));
     }
 
     #[test]
     fn free_text_and_all_terms() {
         let e = ep();
-        assert!(Filter::parse("").endpoint(&e));
-        assert!(Filter::parse("write").endpoint(&e));
-        assert!(Filter::parse("node1").endpoint(&e), "matches the peer");
-        assert!(Filter::parse("4121").endpoint(&e));
-        assert!(!Filter::parse("verbs ucx").endpoint(&e));
-        assert!(!Filter::parse("unknown=zzz").is_empty());
-        assert!(!Filter::parse("unknown=zzz").endpoint(&e));
+        assert!(Query::parse("").endpoint(&e));
+        assert!(Query::parse("write").endpoint(&e));
+        assert!(Query::parse("node1").endpoint(&e), "matches the peer");
+        assert!(Query::parse("4121").endpoint(&e));
+        assert!(!Query::parse("verbs ucx").endpoint(&e));
+        assert!(!Query::parse("unknown=zzz").is_empty());
+        assert!(!Query::parse("unknown=zzz").endpoint(&e));
     }
 
     #[test]
@@ -326,23 +326,23 @@ mod tests {
             gpu: 1,
             ..GpuRow::default()
         };
-        assert!(Filter::parse("gpu=1 host=node0").gpu(&g));
-        assert!(!Filter::parse("rank=1").gpu(&g));
+        assert!(Query::parse("gpu=1 host=node0").gpu(&g));
+        assert!(!Query::parse("rank=1").gpu(&g));
         let r = GpuRow {
             rank: Some(2),
             pid: 77,
             ..g.clone()
         };
-        assert!(Filter::parse("rank=2 gpu=1").gpu(&r));
-        assert!(Filter::parse("pid=77").gpu(&r));
-        assert!(!Filter::parse("rank=3").gpu(&r));
+        assert!(Query::parse("rank=2 gpu=1").gpu(&r));
+        assert!(Query::parse("pid=77").gpu(&r));
+        assert!(!Query::parse("rank=3").gpu(&r));
         let d = DoorbellRecord {
             gpu: 0,
             qpn: 0x2a40,
             opcode: "ATOMIC_FA".into(),
             ..DoorbellRecord::default()
         };
-        assert!(Filter::parse("qpn=0x2a40 op=atomic").doorbell(&d));
-        assert!(!Filter::parse("gpu=1").doorbell(&d));
+        assert!(Query::parse("qpn=0x2a40 op=atomic").doorbell(&d));
+        assert!(!Query::parse("gpu=1").doorbell(&d));
     }
 }
