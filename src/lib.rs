@@ -1,5 +1,20 @@
-//! sigmatop core: the event schema, wire protocol, record format, decoders and aggregation shared by
-//! the preload library, the command-line tool and the exporters.
+//! sigmatop core: the event schema, wire protocol, record format, decoders, the model and what
+//! reads it, shared by the preload library, the command-line tool and the exporters.
+//!
+//! Always built (the preload links only these):
+//! - `event`: the event, endpoint, identity and snapshot schema (one schema for wire and disk).
+//! - `wire`: the live protocol over the Unix socket (postcard frames, version in the hello).
+//! - `trace`: the record directory: format, writer (used in-process) and reader.
+//! - `decode`: pure decoders of mlx5 doorbell words, WQEs and devx mailboxes.
+//!
+//! With the `analysis` feature (no terminal UI):
+//! - `agg`: the model of every traced process, peers, matrices, windows, reports, warnings.
+//! - `correlate`: post-mortem correlation of recordings (clocks, topology, pairs, doorbells).
+//! - `export`: Perfetto traces and JSON aggregates.
+//! - `live`: finding and reading the sockets of traced processes.
+//!
+//! With the `cli` feature (the default): `cli`, the command line and the dashboard's driver.
+//! With the `testing` feature (tests, fuzz targets): `harness_io` and `decode::harness`.
 
 pub mod decode;
 pub mod event;
