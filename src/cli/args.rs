@@ -108,17 +108,32 @@ pub struct ExportArgs {
     /// Write a Perfetto trace here.
     #[arg(long, value_name = "FILE")]
     pub perfetto: Option<PathBuf>,
+    /// When the directory holds several runs recorded one after the other: which one (1 = the
+    /// first). Runs are never merged.
+    #[arg(long, value_name = "N")]
+    pub run: Option<usize>,
 }
 
 #[derive(Args, Debug, Clone)]
 pub struct ReportArgs {
+    /// Record directories (one per node is fine). Several runs in them are reported apart.
     #[arg(required = true)]
     pub dirs: Vec<PathBuf>,
+    /// When the directory holds several runs recorded one after the other: which one (1 = the
+    /// first). Runs are never merged.
+    #[arg(long, value_name = "N")]
+    pub run: Option<usize>,
 }
 
 #[derive(Args, Debug, Clone)]
 pub struct ReplayArgs {
+    /// The record directory (given to --record).
     pub dir: PathBuf,
+    /// When the directory holds several runs recorded one after the other: which one (1 = the
+    /// first). Runs are never merged.
+    #[arg(long, value_name = "N")]
+    pub run: Option<usize>,
+
     /// Playback speed multiplier.
     #[arg(long, default_value = "1.0")]
     pub speed: f64,

@@ -8,7 +8,7 @@ use super::dashboard::run;
 use super::live_feed::LiveFeed;
 use super::{AttachArgs, CliResult, table};
 use crate::agg::Model;
-use crate::live::{ProcessFilter, LiveSource, default_socket_dir};
+use crate::live::{LiveSource, ProcessFilter, default_socket_dir};
 
 /// `sigmatop attach`: the dashboard on a terminal; `--json`, `--once` or no terminal print instead.
 pub fn attach(args: &AttachArgs) -> CliResult {

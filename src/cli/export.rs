@@ -3,13 +3,12 @@
 
 use super::{CliResult, ExportArgs};
 use crate::agg::Model;
-use crate::trace::reader::Recording;
 
 pub fn export(args: &ExportArgs) -> CliResult {
     if args.json.is_none() && args.perfetto.is_none() {
         return Err("nothing to export: give --json FILE and/or --perfetto FILE".into());
     }
-    let rec = Recording::open(&args.dirs)?;
+    let rec = super::runs::open_one(&args.dirs, args.run)?;
     for p in &rec.problems {
         eprintln!("sigmatop: skipped {p}");
     }

@@ -7,6 +7,7 @@
 //! - `replay`: `sigmatop replay` and `sigmatop demo`: the dashboard driven by a recording.
 //! - `export`: `sigmatop export`: JSON aggregates and Perfetto traces of recordings.
 //! - `report`: `sigmatop report`: the text report of recordings.
+//! - `runs`: choosing among several runs in one record directory (`--run N`).
 //! - `dashboard`: the terminal loop: a `Source`, the model, the view model, key handling.
 //! - `live_feed`: live sockets (and the launched program) as a dashboard `Source`.
 //! - `view_model`: the model at a view time translated into the dashboard's `ViewModel`.
@@ -22,6 +23,7 @@ pub mod live_feed;
 pub mod replay;
 pub mod report;
 pub mod run;
+pub mod runs;
 pub mod table;
 pub mod view_model;
 

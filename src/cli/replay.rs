@@ -18,7 +18,7 @@ use crate::agg::at::{AtOptions, ModelAt};
 use crate::agg::warnings::{WarningConfig, warnings};
 use crate::agg::{Model, ProcKey};
 use crate::event::{Event, Snapshot, TscClock};
-use crate::trace::reader::{ProcessRecording, Recording, ThreadEventReader};
+use crate::trace::reader::{ProcessRecording, ThreadEventReader};
 use crate::wire::Frame;
 
 /// Events applied to the model per process and poll, at most: the view keeps the latest
@@ -67,7 +67,17 @@ pub struct ReplaySource {
 impl ReplaySource {
     /// Opens a recording (one or more roots) for playback.
     pub fn open(dirs: &[PathBuf], label: &str, speed: f64) -> Result<ReplaySource, String> {
-        let rec = Recording::open(dirs)?;
+        Self::open_run(dirs, None, label, speed)
+    }
+
+    /// Opens run `run` (1-based; None: the only run) of a recording for playback.
+    pub fn open_run(
+        dirs: &[PathBuf],
+        run: Option<usize>,
+        label: &str,
+        speed: f64,
+    ) -> Result<ReplaySource, String> {
+        let rec = super::runs::open_one(dirs, run)?;
         if rec.processes.is_empty() {
             let why = rec
                 .problems
@@ -346,8 +356,8 @@ fn fmt_speed(s: f64) -> String {
 }
 
 /// Prints the report of a recording (what `--headless` shows).
-fn print_summary(dirs: &[PathBuf]) -> CliResult {
-    let rec = Recording::open(dirs)?;
+fn print_summary(dirs: &[PathBuf], run: Option<usize>) -> CliResult {
+    let rec = super::runs::open_one(dirs, run)?;
     let model = Model::from_recording(&rec);
     let r = model.report();
     print!("{}", table::render(&r));
@@ -370,15 +380,20 @@ fn interactive() -> bool {
 pub fn replay(args: &ReplayArgs) -> CliResult {
     let dirs = std::slice::from_ref(&args.dir);
     if args.headless {
-        return print_summary(dirs);
+        return print_summary(dirs, args.run);
     }
     if !interactive() {
         eprintln!(
             "sigmatop: not a terminal; printing the summary instead (use --headless to say so)"
         );
-        return print_summary(dirs);
+        return print_summary(dirs, args.run);
     }
-    let src = ReplaySource::open(dirs, &format!("replay {}", args.dir.display()), args.speed)?;
+    let src = ReplaySource::open_run(
+        dirs,
+        args.run,
+        &format!("replay {}", args.dir.display()),
+        args.speed,
+    )?;
     dashboard::run(src, args.theme.as_deref())
 }
 
@@ -455,13 +470,13 @@ pub fn demo(args: &DemoArgs) -> CliResult {
     let tmp = unpack_demo()?;
     let dirs = [tmp.path().to_path_buf()];
     if args.headless {
-        return print_summary(&dirs);
+        return print_summary(&dirs, None);
     }
     if !interactive() {
         eprintln!(
             "sigmatop: not a terminal, so no dashboard: printing the demo's summary (`sigmatop demo --headless` does this on purpose)"
         );
-        return print_summary(&dirs);
+        return print_summary(&dirs, None);
     }
     let src = ReplaySource::open(&dirs, "demo", args.speed)?;
     let r = dashboard::run(src, args.theme.as_deref());

@@ -6,7 +6,6 @@ use super::table::{self, human_bytes};
 use super::{CliResult, ReportArgs};
 use crate::agg::Model;
 use crate::export::json::{Export, Skew};
-use crate::trace::reader::Recording;
 
 fn ns(v: u64) -> String {
     if v >= 1_000_000_000 {
@@ -244,13 +243,30 @@ fn one_sided_lines(s: &mut String, e: &Export) {
 
 /// `sigmatop report DIR...`: the text report of the correlated recordings.
 pub fn report(args: &ReportArgs) -> CliResult {
-    let rec = Recording::open(&args.dirs)?;
-    let corr = crate::correlate::Correlation::new(&rec);
-    let analysis = corr.run(
-        &crate::correlate::RunOptions::default(),
-        &mut crate::correlate::NoSink,
-    );
-    let ex = crate::export::json::build(&corr, &analysis, Model::from_recording(&rec).report());
-    print!("{}", render(&ex));
+    let (runs, listing) = match args.run {
+        Some(n) => (
+            vec![super::runs::open_one(&args.dirs, Some(n))?],
+            String::new(),
+        ),
+        None => super::runs::open_all(&args.dirs)?,
+    };
+    if runs.len() > 1 {
+        println!(
+            "{} runs recorded one after the other, reported apart (choose one with --run N):\n{listing}",
+            runs.len()
+        );
+    }
+    for (i, rec) in runs.iter().enumerate() {
+        if runs.len() > 1 {
+            println!("=== run {} of {} ===", i + 1, runs.len());
+        }
+        let corr = crate::correlate::Correlation::new(rec);
+        let analysis = corr.run(
+            &crate::correlate::RunOptions::default(),
+            &mut crate::correlate::NoSink,
+        );
+        let ex = crate::export::json::build(&corr, &analysis, Model::from_recording(rec).report());
+        print!("{}", render(&ex));
+    }
     Ok(0)
 }

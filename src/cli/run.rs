@@ -15,7 +15,7 @@ use super::live_feed::{ChildWatch, LiveFeed};
 use super::{CliResult, RunArgs, table};
 use crate::agg::Model;
 use crate::event::Mode;
-use crate::live::{ProcessFilter, LiveSource, default_socket_dir};
+use crate::live::{LiveSource, ProcessFilter, default_socket_dir};
 use crate::trace::reader::Recording;
 
 pub const PRELOAD_NAME: &str = "libsigmatop_preload.so";
@@ -58,6 +58,24 @@ fn absolute(p: &Path) -> Result<PathBuf, String> {
     }
 }
 
+/// One run per record directory: a directory that already holds anything is refused, so that two
+/// runs are never merged into one job that never happened.
+fn refuse_used_record_dir(dir: &Path) -> Result<(), String> {
+    let used = match std::fs::read_dir(dir) {
+        Ok(mut rd) => rd.next().is_some(),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => false,
+        Err(e) => return Err(format!("record directory {}: {e}", dir.display())),
+    };
+    if used {
+        return Err(format!(
+            "record directory {} is not empty (it may hold an earlier run): give a new or empty directory, e.g. --record {}-2",
+            dir.display(),
+            dir.display().to_string().trim_end_matches('/')
+        ));
+    }
+    Ok(())
+}
+
 /// Builds the command with the preload environment.
 pub fn traced_command(args: &RunArgs, socket_dir: &Path) -> Result<Command, String> {
     let mode = Mode::parse(&args.mode)
@@ -78,6 +96,7 @@ pub fn traced_command(args: &RunArgs, socket_dir: &Path) -> Result<Command, Stri
         .env("SIGMATOP_SOCKET_DIR", socket_dir);
     if let Some(r) = &args.record {
         let r = absolute(r)?;
+        refuse_used_record_dir(&r)?;
         crate::trace::writer::create_private_dir(&r)
             .map_err(|e| format!("cannot create record directory {}: {e}", r.display()))?;
         cmd.env("SIGMATOP_RECORD", r);

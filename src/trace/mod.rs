@@ -4,6 +4,7 @@
 
 pub mod codec;
 pub mod reader;
+pub mod runs;
 pub mod writer;
 
 use serde::{Deserialize, Serialize};
