@@ -512,7 +512,8 @@ mod tests {
         assert!(m.processes.values().all(|p| p.exited));
         assert!(src.events_applied > 0);
         // Same totals as loading the whole recording.
-        let whole = Model::from_recording(&Recording::open(&[dir]).expect("open"));
+        let whole =
+            Model::from_recording(&crate::trace::reader::Recording::open(&[dir]).expect("open"));
         assert_eq!(
             serde_json::to_string(&m.report().totals).ok(),
             serde_json::to_string(&whole.report().totals).ok()
