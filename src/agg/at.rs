@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 
-use super::matrix::{GpuKey, Groups, gpu_side_label, gpu_sides};
+use super::matrix::{GpuKey, Groups, UNTRACED_LABEL, gpu_side_label, gpu_sides};
 use super::model::Model;
 use super::peers::{EndpointPeer, Peers};
 use super::window::{ProcAt, Sums, Window, per_s, view_time};
@@ -84,15 +84,40 @@ pub struct RateMatrix {
     pub labels: Vec<String>,
     pub bytes: Vec<Vec<f64>>,
     pub rates: Vec<Vec<f64>>,
+    /// The last row and column are the untraced peers.
+    pub untraced: bool,
 }
 
 impl RateMatrix {
+    /// Removes the last row and column when nothing moved through them.
+    fn drop_empty_last(&mut self) {
+        let Some(n) = self.labels.len().checked_sub(1) else {
+            return;
+        };
+        let empty = (0..=n).all(|k| {
+            self.bytes[n][k] == 0.0
+                && self.bytes[k][n] == 0.0
+                && self.rates[n][k] == 0.0
+                && self.rates[k][n] == 0.0
+        });
+        self.untraced = !empty;
+        if empty {
+            self.labels.pop();
+            self.bytes.pop();
+            self.rates.pop();
+            for row in self.bytes.iter_mut().chain(self.rates.iter_mut()) {
+                row.pop();
+            }
+        }
+    }
+
     fn square(labels: Vec<String>) -> RateMatrix {
         let n = labels.len();
         RateMatrix {
             labels,
             bytes: vec![vec![0.0; n]; n],
             rates: vec![vec![0.0; n]; n],
+            untraced: false,
         }
     }
 }
@@ -200,7 +225,9 @@ impl<'m> ModelAt<'m> {
                     proc: pi as u32,
                     ep,
                     def,
-                    peer: def.map_or_else(EndpointPeer::default, |d| peers.of(pi as u32, d)),
+                    peer: def.map_or_else(EndpointPeer::default, |d| {
+                        peers.of(pi as u32, d, p.av.get(&ep).map_or(&[], |v| v))
+                    }),
                     tot,
                     win,
                     tx_bps: per_s(now.tx, a.now_ns),
@@ -278,14 +305,26 @@ impl<'m> ModelAt<'m> {
     /// endpoint to its peer (sends, writes) and from the peer to it (one-sided reads).
     pub fn matrices(&self) -> Matrices {
         let g = &self.groups;
-        let mut rank = RateMatrix::square(g.rank_labels());
-        let mut node = RateMatrix::square(g.hosts.clone());
+        // The last row and column: peers that are not traced (dropped again when empty).
+        let with_untraced = |mut l: Vec<String>| {
+            l.push(UNTRACED_LABEL.into());
+            l
+        };
+        let mut rank = RateMatrix::square(with_untraced(g.rank_labels()));
+        let mut node = RateMatrix::square(with_untraced(g.hosts.clone()));
+        let (ur, un) = (g.ranks.len(), g.hosts.len());
         let mut gpu_cells: BTreeMap<(GpuKey, GpuKey), (f64, f64)> = BTreeMap::new();
         for e in &self.endpoints {
-            if let Some(pp) = e.peer.process {
+            // A multi-peer endpoint's counters cannot say which peer got what: no cell.
+            let other = match e.peer.process {
+                Some(pp) => Some((g.rank_of(pp), g.host_of(pp))),
+                None if e.peer.several => None,
+                None => Some((Some(ur), Some(un))),
+            };
+            if let Some((peer_rank, peer_host)) = other {
                 for (m, i, j) in [
-                    (&mut rank, g.rank_of(e.proc), g.rank_of(pp)),
-                    (&mut node, g.host_of(e.proc), g.host_of(pp)),
+                    (&mut rank, g.rank_of(e.proc), peer_rank),
+                    (&mut node, g.host_of(e.proc), peer_host),
                 ] {
                     if let (Some(i), Some(j)) = (i, j) {
                         m.bytes[i][j] += e.win.tx as f64;
@@ -322,6 +361,8 @@ impl<'m> ModelAt<'m> {
                 }
             }
         }
+        rank.drop_empty_last();
+        node.drop_empty_last();
         Matrices {
             rank,
             node,

@@ -63,32 +63,61 @@ impl Groups {
         self.ranks.iter().map(|r| format!("r{r}")).collect()
     }
 
-    /// Folds a process × process matrix of bytes into the rank and node matrices.
+    /// Folds a process × process matrix of bytes into the rank and node matrices. A cell whose
+    /// other side is [`UNTRACED`] lands in an "untraced" row or column, added when one has bytes.
     pub fn fold(&self, process_cells: impl IntoIterator<Item = ((u32, u32), u64)>) -> RankNode {
-        let nr = self.ranks.len();
-        let nh = self.hosts.len();
+        let cells: Vec<((u32, u32), u64)> =
+            process_cells.into_iter().filter(|(_, b)| *b > 0).collect();
+        let untraced = cells
+            .iter()
+            .any(|((s, d), _)| *s == UNTRACED || *d == UNTRACED);
+        let mut rank_labels = self.rank_labels();
+        let mut node_labels = self.hosts.clone();
+        if untraced {
+            rank_labels.push(UNTRACED_LABEL.into());
+            node_labels.push(UNTRACED_LABEL.into());
+        }
+        let (nr, nh) = (rank_labels.len(), node_labels.len());
         let mut rank = vec![vec![0u64; nr]; nr];
         let mut node = vec![vec![0u64; nh]; nh];
-        for ((s, d), b) in process_cells {
-            if let (Some(i), Some(j)) = (self.rank_of(s), self.rank_of(d)) {
+        let side = |p: u32, of: &dyn Fn(u32) -> Option<usize>, n: usize| {
+            if p == UNTRACED { Some(n - 1) } else { of(p) }
+        };
+        for ((s, d), b) in cells {
+            let ranks = (
+                side(s, &|p| self.rank_of(p), nr),
+                side(d, &|p| self.rank_of(p), nr),
+            );
+            if let (Some(i), Some(j)) = ranks {
                 rank[i][j] += b;
             }
-            if let (Some(i), Some(j)) = (self.host_of(s), self.host_of(d)) {
+            let hosts = (
+                side(s, &|p| self.host_of(p), nh),
+                side(d, &|p| self.host_of(p), nh),
+            );
+            if let (Some(i), Some(j)) = hosts {
                 node[i][j] += b;
             }
         }
         RankNode {
             rank: Matrix {
-                labels: self.rank_labels(),
+                labels: rank_labels,
                 bytes: rank,
             },
             node: Matrix {
-                labels: self.hosts.clone(),
+                labels: node_labels,
                 bytes: node,
             },
         }
     }
 }
+
+/// The other side of bytes whose receiving (or sending) process is not traced or not
+/// identified: a row and column of its own in every matrix, so that egress to an untraced peer
+/// is egress everywhere.
+pub const UNTRACED: u32 = u32::MAX;
+/// The label of that row and column.
+pub const UNTRACED_LABEL: &str = "untraced";
 
 /// The rank × rank and node × node matrices of one set of cells.
 #[derive(Clone, Debug, Default)]

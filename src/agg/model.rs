@@ -27,6 +27,9 @@ pub struct ProcessState {
     pub endpoints: BTreeMap<u32, EndpointDef>,
     /// Latest state per endpoint (from updates), e.g. "RTS", "closed".
     pub ep_state: HashMap<u32, String>,
+    /// libfabric endpoints: the address hashes of the peers inserted in their address vector
+    /// (the "av" updates), for endpoints that name their peer per operation.
+    pub av: HashMap<u32, Vec<u64>>,
     pub history: VecDeque<Snapshot>,
     pub recent: VecDeque<Event>,
     pub clock: TscClock,
@@ -93,15 +96,21 @@ impl Model {
             }
             Frame::Updates(ups) => {
                 for u in ups {
+                    if u.state == "av" {
+                        if let Some(peer) = &u.peer {
+                            let hashes = p.av.entry(u.id).or_default();
+                            if !hashes.contains(&peer.addr_hash) {
+                                hashes.push(peer.addr_hash);
+                            }
+                        }
+                        continue;
+                    }
                     if let Some(peer) = u.peer.clone()
-                        && u.state != "av"
                         && let Some(d) = p.endpoints.get_mut(&u.id)
                     {
                         d.peer = peer;
                     }
-                    if u.state != "av" {
-                        p.ep_state.insert(u.id, u.state);
-                    }
+                    p.ep_state.insert(u.id, u.state);
                 }
             }
             Frame::Clock(c) => p.clock.push(c),

@@ -31,12 +31,23 @@ pub struct Peers {
 /// The other side of one endpoint.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct EndpointPeer {
-    /// The peer process: by address hash, else the process of the peer QP.
+    /// The peer process: by address hash, else the process of the peer QP, else the one process
+    /// behind every address in the endpoint's address vector.
     pub process: Option<u32>,
     /// Verbs / devx QPs: the peer QP (process, endpoint) when it was traced.
     pub qp: Option<(u32, u32)>,
     /// The process the address hash named (without the QPN match).
     pub by_hash: Option<u32>,
+    /// The endpoint talks to several traced processes (a libfabric RDM endpoint): its counters
+    /// cannot say which bytes went where.
+    pub several: bool,
+}
+
+impl EndpointPeer {
+    /// Neither a traced process nor several: the peer is not traced (or not identified).
+    pub fn untraced(&self) -> bool {
+        self.process.is_none() && !self.several
+    }
 }
 
 impl Peers {
@@ -90,18 +101,31 @@ impl Peers {
         &self.ambiguous
     }
 
-    /// The other side of endpoint `def` of process `proc`.
-    pub fn of(&self, proc: u32, def: &EndpointDef) -> EndpointPeer {
+    /// The other side of endpoint `def` of process `proc`; `av` holds the address hashes of its
+    /// address vector (libfabric endpoints that name their peer per operation), if any.
+    pub fn of(&self, proc: u32, def: &EndpointDef, av: &[u64]) -> EndpointPeer {
         let by_hash = self.owner(def.peer.addr_hash);
         let qp = match (def.qpn, def.peer.qpn) {
             (Some(local), Some(remote)) => self.qps.resolve(proc, local, remote, by_hash),
             _ => None,
         };
-        EndpointPeer {
+        let mut out = EndpointPeer {
             process: by_hash.or(qp.map(|(p, _)| p)),
             qp,
             by_hash,
+            several: false,
+        };
+        if out.process.is_none() {
+            let mut owners = av.iter().filter_map(|h| self.owner(*h));
+            if let Some(first) = owners.next() {
+                if owners.all(|o| o == first) {
+                    out.process = Some(first);
+                } else {
+                    out.several = true;
+                }
+            }
         }
+        out
     }
 }
 
@@ -242,13 +266,22 @@ mod tests {
             ep(8, 0, Some(0x21), Some(0x11)),
         ];
         let p = Peers::build([(&a, a_eps.iter()), (&b, b_eps.iter())]);
-        let by_hash = p.of(0, &a_eps[0]);
+        let by_hash = p.of(0, &a_eps[0], &[]);
         assert_eq!(by_hash.process, Some(1));
         assert_eq!(by_hash.by_hash, Some(1));
         assert_eq!(by_hash.qp, Some((1, 7)));
-        let by_qpn = p.of(1, &b_eps[1]);
+        let by_qpn = p.of(1, &b_eps[1], &[]);
         assert_eq!(by_qpn.process, Some(0));
         assert_eq!(by_qpn.by_hash, None);
         assert_eq!(by_qpn.qp, Some((0, 2)));
+        // An endpoint without a peer of its own: its address vector decides.
+        let rdm = ep(3, 0, None, None);
+        assert_eq!(p.of(0, &rdm, &[0xb, 0xb]).process, Some(1));
+        let c = ident(&[0xc]);
+        let p3 = Peers::build([(&a, a_eps.iter()), (&b, b_eps.iter()), (&c, [].iter())]);
+        let many = p3.of(0, &rdm, &[0xb, 0xc]);
+        assert!(many.several && many.process.is_none() && !many.untraced());
+        let gone = p3.of(0, &rdm, &[0xdead]);
+        assert!(gone.untraced());
     }
 }

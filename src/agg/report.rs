@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
-use super::matrix::{Groups, Matrix};
+use super::matrix::{Groups, Matrix, UNTRACED};
 use super::model::{Model, ProcKey, ProcessState};
 use super::peers::Peers;
 use crate::correlate::mr::toward_peer;
@@ -108,7 +108,8 @@ impl Model {
                     flow: Flow::default(),
                     ops: BTreeMap::new(),
                 };
-                let peer = def.and_then(|d| peers.of(pi as u32, d).process);
+                let ep_peer = def.map(|d| peers.of(pi as u32, d, p.av.get(ep).map_or(&[], |v| v)));
+                let peer = ep_peer.and_then(|x| x.process);
                 if let Some(pp) = peer
                     && let Some((pk, pps)) = procs.get(pp as usize)
                 {
@@ -120,8 +121,14 @@ impl Model {
                 }
                 for (op, (n, b)) in ops {
                     er.flow.add_op(*op, *n, *b);
-                    // Sends and writes go to the peer, one-sided reads come from it.
-                    if let Some(pp) = peer
+                    // Sends and writes go to the peer, one-sided reads come from it; a peer
+                    // that is not traced is the "untraced" row and column.
+                    let other = match ep_peer {
+                        Some(x) if x.several => None,
+                        Some(x) => Some(x.process.unwrap_or(UNTRACED)),
+                        None => Some(UNTRACED),
+                    };
+                    if let Some(pp) = other
                         && let Some(toward) = Op::from_u8(*op).and_then(toward_peer)
                     {
                         let cell = if toward {

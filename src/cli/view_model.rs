@@ -291,6 +291,7 @@ fn fill_endpoint_row(row: &mut EndpointRow, at: &ModelAt, e: &EndpointAt) {
 
 fn matrix(m: RateMatrix) -> Matrix {
     Matrix {
+        untraced: m.untraced,
         labels: m.labels,
         bytes: m.bytes,
         rates: m.rates,

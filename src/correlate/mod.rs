@@ -310,10 +310,11 @@ impl<'r> Correlation<'r> {
                     } else {
                         &mut a.read_matrix
                     };
-                    match other {
-                        Some(d) => *cells.entry((m.proc, d)).or_default() += m.ev.bytes,
-                        None => a.tx_unresolved_bytes += m.ev.bytes,
+                    if other.is_none() {
+                        a.tx_unresolved_bytes += m.ev.bytes;
                     }
+                    let d = other.unwrap_or(crate::agg::matrix::UNTRACED);
+                    *cells.entry((m.proc, d)).or_default() += m.ev.bytes;
                 }
             }
             sink.event(seq, &m, peer);
@@ -475,7 +476,8 @@ pub struct Analysis {
     pub proc_events: Vec<u64>,
     pub first_ns: u64,
     pub last_ns: u64,
-    /// Payload bytes of data-moving operations, (issuer, other side) → bytes, from events.
+    /// Payload bytes of data-moving operations, (issuer, other side) → bytes, from events; the
+    /// other side is `agg::matrix::UNTRACED` when it is not traced or not identified.
     pub tx_matrix: FxMap<(u32, u32), u64>,
     /// (issuer, target) → bytes of one-sided reads: they moved from target to issuer. Kept
     /// apart from `tx_matrix` so that each cell stays with the process whose events made it.

@@ -27,6 +27,14 @@ pub struct EpTopo {
 }
 
 impl EpTopo {
+    /// The endpoint's address vector names several traced processes.
+    pub fn several_peers(&self) -> bool {
+        self.peer.is_none() && {
+            let mut it = self.av.values();
+            it.next().is_some_and(|&first| it.any(|&p| p != first))
+        }
+    }
+
     /// The only process this endpoint talks to, when there is exactly one.
     pub fn single_peer(&self) -> Option<u32> {
         if let Some(p) = self.peer {
@@ -96,7 +104,8 @@ impl Topology {
         for (i, eps) in t.eps.iter_mut().enumerate() {
             for e in eps.values_mut() {
                 let Some(d) = &e.def else { continue };
-                let peer = t.peers.of(i as u32, d);
+                // The address vector is resolved per operation below (`peer_of`).
+                let peer = t.peers.of(i as u32, d, &[]);
                 e.peer_ep = peer.qp;
                 e.peer = peer.process;
             }

@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 
 use super::perfetto::PerfettoStats;
-use crate::agg::matrix::Groups;
+use crate::agg::matrix::{Groups, UNTRACED, UNTRACED_LABEL};
 use crate::agg::{Matrix, Report};
 use crate::correlate::doorbell::DoorbellStats;
 use crate::correlate::matcher::MatchStats;
@@ -209,8 +209,16 @@ fn skew(labels: Vec<String>, egress: Vec<u64>) -> Skew {
 pub fn build(c: &Correlation, a: &Analysis, mut report: Report) -> Export {
     let procs = &c.rec.processes;
     let np = procs.len();
-    // Process matrix: from events where every event is on disk, else from the snapshots.
-    let mut pm = vec![vec![0u64; np]; np];
+    // Process matrix: from events where every event is on disk, else from the snapshots. Row and
+    // column `np` are the untraced peers (dropped below when nothing moved through them).
+    let side = |p: u32| {
+        if p == UNTRACED {
+            Some(np)
+        } else {
+            ((p as usize) < np).then_some(p as usize)
+        }
+    };
+    let mut pm = vec![vec![0u64; np + 1]; np + 1];
     let mut from_events = 0;
     let mut from_snapshots = 0;
     for (i, p) in procs.iter().enumerate() {
@@ -219,13 +227,17 @@ pub fn build(c: &Correlation, a: &Analysis, mut report: Report) -> Export {
         if on_disk > 0 && on_disk >= produced {
             from_events += 1;
             for (&(s, d), &b) in &a.tx_matrix {
-                if s as usize == i && (d as usize) < np {
-                    pm[i][d as usize] += b;
+                if s as usize == i
+                    && let Some(d) = side(d)
+                {
+                    pm[i][d] += b;
                 }
             }
             for (&(issuer, t), &b) in &a.read_matrix {
-                if issuer as usize == i && (t as usize) < np {
-                    pm[t as usize][i] += b;
+                if issuer as usize == i
+                    && let Some(t) = side(t)
+                {
+                    pm[t][i] += b;
                 }
             }
         } else if let Some(s) = p.last_snapshot() {
@@ -235,22 +247,39 @@ pub fn build(c: &Correlation, a: &Analysis, mut report: Report) -> Export {
                 let Some(toward_peer) = Op::from_u8(cnt.op).and_then(mr::toward_peer) else {
                     continue;
                 };
-                if let Some(d) = c.topo.ep(i as u32, cnt.ep).and_then(|e| e.single_peer())
-                    && (d as usize) < np
-                {
+                // An endpoint that talks to several processes cannot say which got what.
+                let d = match c.topo.ep(i as u32, cnt.ep) {
+                    Some(e) => match e.single_peer() {
+                        Some(d) => side(d),
+                        None if e.several_peers() => None,
+                        None => Some(np),
+                    },
+                    None => Some(np),
+                };
+                if let Some(d) = d {
                     if toward_peer {
-                        pm[i][d as usize] += cnt.bytes;
+                        pm[i][d] += cnt.bytes;
                     } else {
-                        pm[d as usize][i] += cnt.bytes;
+                        pm[d][i] += cnt.bytes;
                     }
                 }
             }
         }
     }
+    let untraced = pm[np].iter().any(|b| *b > 0) || pm.iter().any(|r| r[np] > 0);
+    if !untraced {
+        pm.pop();
+        for r in &mut pm {
+            r.pop();
+        }
+    }
     let matrices_source = format!(
         "{from_events} process(es) from events (per-operation peers), {from_snapshots} from snapshots (per-endpoint peers)"
     );
-    let plabels: Vec<String> = (0..np).map(|i| c.proc_label(i as u32)).collect();
+    let mut plabels: Vec<String> = (0..np).map(|i| c.proc_label(i as u32)).collect();
+    if untraced {
+        plabels.push(UNTRACED_LABEL.into());
+    }
 
     // Ranks.
     let mut rank_list: Vec<(u32, usize)> = procs
@@ -266,9 +295,11 @@ pub fn build(c: &Correlation, a: &Analysis, mut report: Report) -> Export {
             .iter()
             .map(|p| (p.identity.rank, p.identity.host.as_str())),
     );
-    let folded = groups.fold((0..np).flat_map(|i| {
+    let n = pm.len();
+    let id = |k: usize| if k == np { UNTRACED } else { k as u32 };
+    let folded = groups.fold((0..n).flat_map(|i| {
         let row = &pm[i];
-        (0..np).map(move |j| ((i as u32, j as u32), row[j]))
+        (0..n).map(move |j| ((id(i), id(j)), row[j]))
     }));
     let rm = folded.rank.bytes.clone();
     let hm = folded.node.bytes.clone();
@@ -368,7 +399,10 @@ pub fn build(c: &Correlation, a: &Analysis, mut report: Report) -> Export {
             ranks.iter().map(|r| format!("r{}", r.rank)).collect(),
             ranks.iter().map(|r| r.egress_bytes).collect(),
         ),
-        processes: skew(plabels.clone(), pm.iter().map(|r| r.iter().sum()).collect()),
+        processes: skew(
+            plabels[..np].to_vec(),
+            pm[..np].iter().map(|r| r.iter().sum()).collect(),
+        ),
     };
 
     let gpu = crate::correlate::gpu::gpu_traffic(c);
@@ -385,7 +419,7 @@ pub fn build(c: &Correlation, a: &Analysis, mut report: Report) -> Export {
         nodes,
         top_talkers: talkers,
         skew: skew_r,
-        phases: phases(a, &plabels),
+        phases: phases(a, &plabels[..np]),
         clocks: clocks(c, a),
         flows: a.matching,
         doorbells: doorbells(c, a),

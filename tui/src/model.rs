@@ -222,6 +222,8 @@ pub struct Matrix {
     pub bytes: Vec<Vec<f64>>,
     /// `rates[src][dst]`: bytes/s at the latest sample.
     pub rates: Vec<Vec<f64>>,
+    /// The last row and column stand for peers that are not traced (labelled "untraced").
+    pub untraced: bool,
 }
 
 /// The three communication matrices.

@@ -327,6 +327,7 @@ fn matrix_scrolls_columns() {
             })
             .collect(),
         rates: vec![vec![0.0; n]; n],
+        untraced: false,
     };
     let text = |b: &TestBackend| {
         let buf = b.buffer();
@@ -364,4 +365,25 @@ fn matrix_scrolls_columns() {
     keys(&mut app, &"<".repeat(60));
     let back = render(&app, &vm, 80, 24);
     assert_eq!(text(&back), text(&first));
+}
+
+/// Egress to a peer that is not traced: the node matrix's "untraced" column holds it, the row's
+/// egress counts it, and the untraced side takes no part in the skew (one traced node sending
+/// everything to an untraced server is not "skewed").
+#[test]
+fn matrix_with_an_untraced_peer() {
+    let mut vm = sample_view_model();
+    vm.matrices.node = sigmatop_tui::Matrix {
+        labels: vec!["node0".into(), "untraced".into()],
+        bytes: vec![vec![0.0, 3.2e9], vec![0.0, 0.0]],
+        rates: vec![vec![0.0, 52.7e6], vec![0.0, 0.0]],
+        untraced: true,
+    };
+    vm.warnings.clear();
+    let mut app = App::new(Theme::dark());
+    keys(&mut app, "5");
+    let s = text(&render(&app, &vm, 80, 24));
+    assert!(s.contains("untraced"), "{s}");
+    assert!(!s.contains("◀"), "no skew marks for one traced node:\n{s}");
+    insta::assert_snapshot!("matrix_untraced_80x24", s);
 }

@@ -72,8 +72,11 @@ pub(super) fn draw(frame: &mut Frame, area: Rect, app: &App, vm: &ViewModel) {
         .fold(0.0, f64::max);
     let egress: Vec<f64> = (0..n).map(|i| (0..n).map(|j| cell(i, j)).sum()).collect();
     let ingress: Vec<f64> = (0..n).map(|j| (0..n).map(|i| cell(i, j)).sum()).collect();
-    let ratios = ratios_to_mean(&egress);
-    let ratios_in = ratios_to_mean(&ingress);
+    // The untraced peers' row and column are no node or rank of the job: they take no part in
+    // its skew.
+    let traced = if m.untraced { n - 1 } else { n };
+    let ratios = ratios_to_mean(&egress[..traced]);
+    let ratios_in = ratios_to_mean(&ingress[..traced]);
 
     let label_w = m
         .labels
