@@ -82,7 +82,7 @@ fn egress_to_an_untraced_server_is_egress_everywhere() {
     );
 
     // The dashboard over the whole run: the Nodes view and the node matrix agree.
-    let rec = Recording::open(&[trace.record.clone()]).expect("record");
+    let rec = Recording::open(std::slice::from_ref(&trace.record)).expect("record");
     let vm = build_view(
         &Model::from_recording(&rec),
         &ViewOptions {
