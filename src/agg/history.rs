@@ -89,6 +89,15 @@ pub fn bandwidth(model: &Model, times: &[u64], cache: &mut HistoryCache) -> Vec<
                 Some((li, s)) if li == i => s,
                 _ => HistoryCache::totals(&mut list, &mut cur, snap),
             };
+            // The first sample of a process seen from its start (snapshot 0) counts from zero; one
+            // first seen later (an attach to a running process) counts from itself: the bytes
+            // before it moved over an interval nobody observed, and would make a spike.
+            if last.is_none() && snap.seq != 0 {
+                for c in &mut cum[..j] {
+                    c.0 += s.0;
+                    c.1 += s.1;
+                }
+            }
             last = Some((i, s));
             cum[j].0 += s.0;
             cum[j].1 += s.1;

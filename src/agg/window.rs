@@ -306,6 +306,7 @@ impl<'a> ProcAt<'a> {
         }
         let prev = i1.checked_sub(1).map(|i| &p.history[i]);
         let stale = t.saturating_sub(s1.at_ns) > STALE_NS;
+        let start = p.identity.start_ns;
         if let Some(s0) = prev
             && !stale
             && s1.at_ns > s0.at_ns
@@ -319,9 +320,18 @@ impl<'a> ProcAt<'a> {
                 }
             }
             out.now_ns = s1.at_ns - s0.at_ns;
+        } else if prev.is_none() && !stale && s1.seq == 0 && start > 0 && start < s1.at_ns {
+            // The process's first snapshot: its counts since the start are the first rate (a
+            // short run is not all zeros). A first snapshot seen later (an attach to a running
+            // process) covers an interval nobody observed: no rate until the next one.
+            for e in out.eps.values_mut() {
+                e.now = e.tot;
+            }
+            out.now_ns = s1.at_ns - start;
         }
-        let end_ns = if stale { t } else { s1.at_ns };
-        let start = p.identity.start_ns;
+        // Averages stop at the end of a process that exited; a live one that went quiet is
+        // averaged up to the view time.
+        let end_ns = if stale && !p.exited { t } else { s1.at_ns };
         let from = window
             .seconds()
             .map(|s| t.saturating_sub(s * 1_000_000_000));

@@ -753,4 +753,82 @@ mod tests {
         assert_eq!(e.local_id, "0x2a40");
         assert_eq!(e.doorbells_per_s, Some(1000.0));
     }
+
+    /// One process, rank 0 on "n0", sending `rate` bytes/s from T0, snapshots at the given seconds
+    /// (cumulative), numbered from `first_seq`.
+    fn one_sender(secs: &[u64], first_seq: u64, rate: u64) -> (Model, ProcKey) {
+        let mut m = Model::new();
+        let a = ProcKey {
+            host: "n0".into(),
+            pid: 10,
+        };
+        m.apply(&a, Frame::hello(ident(10, 0, "n0", 0xa)));
+        m.apply(&a, Frame::Endpoints(vec![ep(1, 0xb)]));
+        for (k, s) in secs.iter().enumerate() {
+            m.apply(
+                &a,
+                Frame::Snapshot(snap(
+                    T0 + s * S,
+                    first_seq + k as u64,
+                    &[(1, Op::UcxTagSend, *s, rate * s)],
+                )),
+            );
+        }
+        (m, a)
+    }
+
+    #[test]
+    fn a_run_with_one_snapshot_has_its_rate_since_the_start() {
+        let (m, _) = one_sender(&[2], 0, 1_000_000);
+        let vm = build_view(&m, &opts(Window::S10, None));
+        assert_eq!(vm.header.tx_bps, 1e6);
+        assert_eq!(vm.processes[0].tx_bps, 1e6);
+    }
+
+    #[test]
+    fn attaching_mid_run_shows_no_rate_over_an_unobserved_interval() {
+        // Attached 30 s into the run: the first snapshot seen is number 30.
+        let (m, _) = one_sender(&[30], 30, 1_000_000);
+        let vm = build_view(&m, &opts(Window::S10, None));
+        assert_eq!(
+            vm.header.tx_bps, 0.0,
+            "one snapshot of an old process: no rate yet"
+        );
+        // A second, idle process traced since T0 makes the history's timeline; the sender is
+        // first seen at 31 s with 31 MB already sent.
+        let (mut m, _) = one_sender(&[31, 32, 33], 31, 1_000_000);
+        let b = ProcKey {
+            host: "n1".into(),
+            pid: 20,
+        };
+        m.apply(&b, Frame::hello(ident(20, 1, "n1", 0xb)));
+        for i in 1..=33u64 {
+            m.apply(&b, Frame::Snapshot(snap(T0 + i * S, i - 1, &[])));
+        }
+        let vm = build_view(&m, &opts(Window::S10, None));
+        assert_eq!(vm.header.tx_bps, 1e6);
+        let tx: Vec<f64> = vm.bandwidth_history.iter().map(|x| x.0).collect();
+        assert_eq!(tx.len(), 32);
+        // No spike from the 31 MB sent before the attach: nothing until the sender was seen,
+        // then 1 MB/s.
+        assert!(tx[..30].iter().all(|v| *v == 0.0), "{tx:?}");
+        assert_eq!(&tx[30..], &[1e6, 1e6]);
+    }
+
+    #[test]
+    fn averages_stop_at_the_end_of_an_exited_process() {
+        let (mut m, a) = one_sender(&[1, 2, 3, 4], 0, 1_000_000);
+        m.apply(&a, Frame::Bye { at_ns: T0 + 4 * S });
+        for later in [5u64, 60, 600] {
+            let mut o = opts(Window::All, None);
+            o.now_ns = Some(T0 + later * S);
+            let vm = build_view(&m, &o);
+            let e = vm.endpoints.iter().find(|e| !e.unattributed).expect("row");
+            assert_eq!(
+                e.tx_bps_window, 1e6,
+                "the average over its life, {later} s on"
+            );
+            assert_eq!(e.tx_bytes, 4_000_000);
+        }
+    }
 }
