@@ -5,16 +5,16 @@
 //! `ibgda_device.cuh`). Every multi-byte field is big-endian. Segments are read modulo the ring,
 //! so a WQE that spans the end of the ring parses like any other.
 //!
-//! - [`segments`]: the segment layouts (ctrl, address vector, raddr, atomic, data), their
+//! - `segments`: the segment layouts (ctrl, address vector, raddr, atomic, data), their
 //!   constants and the parsed [`Wqe`].
-//! - [`opcode`]: the table of send opcodes (`MLX5_OPCODE_*`): code, variant, name.
-//! - [`parse`]: one WQE out of a ring snapshot, segment by segment in each opcode's order.
-//! - [`walk`]: the bounded walk over the WQEs one doorbell step covers, checking each ctrl index.
+//! - `opcode`: the table of send opcodes (`MLX5_OPCODE_*`): code, variant, name.
+//! - `parse`: one WQE out of a ring snapshot, segment by segment in each opcode's order.
+//! - `walk`: the bounded walk over the WQEs one doorbell step covers, checking each ctrl index.
 
-pub mod opcode;
-pub mod parse;
-pub mod segments;
-pub mod walk;
+mod opcode;
+mod parse;
+mod segments;
+mod walk;
 
 pub use super::doorbell::WqeRange;
 pub use opcode::Opcode;
