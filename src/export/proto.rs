@@ -1,6 +1,6 @@
 //! A minimal protobuf encoder: varints, fixed64, length-delimited fields and nested messages
 //! written in place (the length prefix is patched after the body). Enough for Perfetto's
-//! `TracePacket`s; field numbers are in `perfetto.rs`.
+//! `TracePacket`s; field numbers are in `perfetto/fields.rs`.
 
 /// Wire types.
 pub const VARINT: u32 = 0;
