@@ -468,14 +468,12 @@ static void *nic_main(void *arg)
 		}
 		if (work)
 			continue;
-		if (tn_nic.spin || idle < 2000) {
+		if (tn_nic.spin || idle < tn_nic.spin_iters) {
 			__builtin_ia32_pause();
-		} else if (idle < 20000) {
-			sched_yield();
 		} else {
-			if (idle == 20000)
+			if (idle == tn_nic.spin_iters)
 				tn_log_flush();
-			struct timespec ts = {0, 20000};
+			struct timespec ts = {0, 10000};
 			nanosleep(&ts, NULL);
 		}
 	}
@@ -508,6 +506,9 @@ int tn_nic_start(void)
 	if (!tn_nic.started) {
 		const char *s = getenv("TESTNIC_SPIN");
 		tn_nic.spin = s && *s == '1';
+		/* Idle: spin (with pause) this many loop iterations, then nap 10 us at a time. With few
+		 * CPUs the spinning would starve the very threads the NIC waits for. */
+		tn_nic.spin_iters = sysconf(_SC_NPROCESSORS_ONLN) >= 4 ? 1000000 : 300;
 		s = getenv("TESTNIC_TIMEOUT_MS");
 		long ms = s ? strtol(s, NULL, 10) : 0;
 		tn_nic.timeout_ns = (uint64_t)(ms > 0 ? ms : 10000) * 1000000ull;

@@ -193,6 +193,7 @@ struct tn_nic {
 	volatile int stop;
 	volatile uint64_t epoch;          /* NIC loop iterations */
 	int spin;                         /* TESTNIC_SPIN=1: never sleep when idle */
+	uint64_t spin_iters;              /* idle loop iterations before napping */
 	uint64_t timeout_ns;              /* TESTNIC_TIMEOUT_MS: no response for this long = error */
 };
 extern struct tn_nic tn_nic;
