@@ -224,6 +224,8 @@ static void fill_hdr(struct tn_pkt *p, const struct tn_hqp *qp, const struct tn_
 	p->syndrome = 0;
 	p->dst_qpn = qp->rqpn;
 	p->src_qpn = qp->qpn;
+	memcpy(p->src_gid, tn_local_gid(), 16);
+	p->dc_key = w->dc_key;
 	p->psn = qp->next_psn & 0xffffff;
 	p->total = w->len;
 	p->raddr = w->raddr;
@@ -296,6 +298,20 @@ static int tx_one(struct tn_hqp *qp, const struct tn_wqe *w, int last_in_batch)
 	return 1;
 }
 
+/* A DCI talks to one DC target at a time, like hardware: a WQE for another target waits until
+ * every WQE before it completed, then the DCI "connects" to the new one. 1 when connected. */
+static int dc_connect(struct tn_hqp *qp, const struct tn_wqe *w)
+{
+	if (qp->peer && qp->rqpn == w->dqpn && !memcmp(qp->rgid, w->dgid, 16))
+		return 1;
+	if (qp->done != qp->sent)
+		return 0;
+	qp->rqpn = w->dqpn;
+	memcpy(qp->rgid, w->dgid, 16);
+	qp->peer = tn_peer_resolve(w->dgid, w->dqpn);
+	return 1;
+}
+
 static int transmit(struct tn_hqp *qp, uint64_t now)
 {
 	int work = 0;
@@ -329,6 +345,8 @@ static int transmit(struct tn_hqp *qp, uint64_t now)
 			qp->psn_at[qp->sent & mask] = qp->next_psn;
 			qp->len_at[qp->sent & mask] = w.len;
 		}
+		if (w.remote && qp->st == TN_ST_DCI && !dc_connect(qp, &w))
+			break; /* still draining the previous target */
 		if (w.remote) {
 			if (!qp->peer) {
 				qp->err_pending = 1;

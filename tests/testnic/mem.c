@@ -165,3 +165,55 @@ int tn_copy(void *dst, int dst_gpu, const void *src, int src_gpu, size_t n)
 	}
 	return cu.memcpy_((uint64_t)(uintptr_t)dst, (uint64_t)(uintptr_t)src, n) ? EFAULT : 0;
 }
+
+/* ---- numbered objects (control path only) ---- */
+
+struct obj {
+	int kind;
+	uint32_t id;
+	void *p;
+	struct obj *next;
+};
+static struct obj *objs;
+static pthread_mutex_t obj_lock = PTHREAD_MUTEX_INITIALIZER;
+
+int tn_obj_put(int kind, uint32_t id, void *p)
+{
+	struct obj *o = malloc(sizeof *o);
+	if (!o)
+		return ENOMEM;
+	o->kind = kind;
+	o->id = id;
+	o->p = p;
+	pthread_mutex_lock(&obj_lock);
+	o->next = objs;
+	objs = o;
+	pthread_mutex_unlock(&obj_lock);
+	return 0;
+}
+
+void *tn_obj_get(int kind, uint32_t id)
+{
+	void *p = NULL;
+	pthread_mutex_lock(&obj_lock);
+	for (struct obj *o = objs; o; o = o->next)
+		if (o->kind == kind && o->id == id) {
+			p = o->p;
+			break;
+		}
+	pthread_mutex_unlock(&obj_lock);
+	return p;
+}
+
+void tn_obj_del(int kind, uint32_t id)
+{
+	pthread_mutex_lock(&obj_lock);
+	for (struct obj **pp = &objs; *pp; pp = &(*pp)->next)
+		if ((*pp)->kind == kind && (*pp)->id == id) {
+			struct obj *o = *pp;
+			*pp = o->next;
+			free(o);
+			break;
+		}
+	pthread_mutex_unlock(&obj_lock);
+}

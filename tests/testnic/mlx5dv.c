@@ -21,6 +21,19 @@ TN_API struct ibv_context *mlx5dv_open_device(struct ibv_device *device, struct 
 	return ibv_open_device(device);
 }
 
+/* mlx5dv_create_qp: a plain QP, or a DC target (what NVSHMEM's IBGDA creates); DCIs, DCI streams
+ * and mlx5 create flags are refused (devx DCIs are supported: devx.c). */
+TN_API struct ibv_qp *mlx5dv_create_qp(struct ibv_context *c, struct ibv_qp_init_attr_ex *attr,
+				       struct mlx5dv_qp_init_attr *dv)
+{
+	if (!dv || !dv->comp_mask)
+		return tn_create_qp_ex(c, attr);
+	if (dv->comp_mask == MLX5DV_QP_INIT_ATTR_MASK_DC && dv->dc_init_attr.dc_type == MLX5DV_DCTYPE_DCT)
+		return tn_create_dct(c, attr, dv->dc_init_attr.dct_access_key);
+	tn_refuse("mlx5dv_create_qp with attributes other than a DC target (DCI, DCI streams, create flags)");
+	return NULL;
+}
+
 TN_API int mlx5dv_query_device(struct ibv_context *c, struct mlx5dv_context *attrs)
 {
 	(void)c;

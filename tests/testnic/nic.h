@@ -64,8 +64,9 @@
 /* QP states: the values of enum ibv_qp_state */
 enum { TN_RESET, TN_INIT, TN_RTR, TN_RTS, TN_SQD, TN_SQE, TN_ERR };
 
-/* QP service types (mlx5_ifc qpc.st) */
-enum { TN_ST_RC = 0x0, TN_ST_UC = 0x1, TN_ST_UD = 0x2, TN_ST_DCI = 0x5 };
+/* QP service types (mlx5_ifc qpc.st); a DC target is created through mlx5dv_create_qp, not a
+ * QPC, and gets a value of its own. */
+enum { TN_ST_RC = 0x0, TN_ST_UC = 0x1, TN_ST_UD = 0x2, TN_ST_DCI = 0x5, TN_ST_DCT = 0x100 };
 
 /* Remote access rights kept with a QP and an MR (ibv_access_flags values). */
 #define TN_ACC_LOCAL_WRITE 1
@@ -138,6 +139,7 @@ struct tn_hqp {
 	uint32_t rqpn;
 	uint32_t sq_psn, rq_psn;
 	uint32_t qp_access;   /* TN_ACC_REMOTE_* this QP accepts as a responder */
+	uint64_t dc_key;      /* DCT: the access key requests must carry */
 	uint8_t timeout, retry_cnt, rnr_retry, min_rnr_timer;
 	struct tn_peer *peer; /* resolved at RTR; NULL when the peer was not found */
 	volatile int flush_req; /* control path asks the NIC to flush (moved to ERR) */
@@ -235,6 +237,9 @@ struct tn_wqe {
 	uint64_t atomic[4];   /* swap/add, compare, swap mask, compare mask (host order) */
 	uint32_t asize;       /* atomic operand size: 4 or 8 */
 	int remote;           /* needs a response from the peer */
+	uint32_t dqpn;        /* DCI: the target DCT, its GID and access key (from the WQE's AV) */
+	uint8_t dgid[16];
+	uint64_t dc_key;
 	uint8_t buf[TN_MAX_WQEBB * TN_WQEBB]; /* the WQE, contiguous (it may wrap in the ring) */
 };
 /* wqe.c */
@@ -315,11 +320,14 @@ struct tn_pkt {
 	uint32_t rkey;
 	uint32_t imm;
 	uint64_t atomic[4];
+	uint64_t dc_key;      /* DC: the access key of the WQE's address vector */
 	uint32_t asize;
-	uint8_t pad[20];
+	uint8_t src_gid[16];  /* the requester's port, for a DC target's answer */
+	uint8_t pad[12];
 	uint8_t payload[];
 };
 #define TN_PKT_HDR 128u
+_Static_assert(offsetof(struct tn_pkt, payload) == TN_PKT_HDR, "packet header is 128 bytes");
 #define TN_PAYLOAD 8192u
 
 enum { TN_RING_REQ, TN_RING_RESP };
@@ -329,6 +337,12 @@ void tn_ring_commit(struct tn_peer *p, int ring, struct tn_pkt *pkt, uint64_t po
 /* Consumer side: this process's rings. */
 struct tn_pkt *tn_ring_peek(int ring);
 void tn_ring_pop(int ring);
+
+/* Process-wide numbered objects the devx commands refer to (CQN, SRQN, umem id, UAR page). */
+enum { TN_OBJ_CQ, TN_OBJ_SRQ, TN_OBJ_UMEM, TN_OBJ_UAR, TN_OBJ_KINDS };
+int tn_obj_put(int kind, uint32_t id, void *p);
+void *tn_obj_get(int kind, uint32_t id);
+void tn_obj_del(int kind, uint32_t id);
 
 /* util */
 void tn_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));

@@ -107,6 +107,7 @@ int tn_post_srq_recv(struct ibv_srq *srq, struct ibv_recv_wr *wr, struct ibv_rec
 int tn_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **bad);
 int tn_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad);
 struct ibv_qp *tn_create_qp_ex(struct ibv_context *c, struct ibv_qp_init_attr_ex *attr);
+struct ibv_qp *tn_create_dct(struct ibv_context *c, struct ibv_qp_init_attr_ex *attr, uint64_t key);
 void tn_qpx_init(struct tn_vqp *q);
 struct tn_vqp *tn_ctx_find_qp(struct tn_ctx *ctx, uint32_t qpn);
 uint8_t *tn_page_alloc(void);

@@ -148,11 +148,13 @@ int tn_rx_responses(int budget)
 struct resp {
 	struct tn_pkt *p;
 	uint64_t pos;
+	struct tn_peer *peer; /* who gets the answer: the connected QP, or a DC target's requester */
 };
 
 static int reserve(struct tn_hqp *qp, struct resp *r)
 {
-	r->p = tn_ring_reserve(qp->peer, TN_RING_RESP, &r->pos);
+	(void)qp;
+	r->p = tn_ring_reserve(r->peer, TN_RING_RESP, &r->pos);
 	return r->p != NULL;
 }
 
@@ -177,7 +179,8 @@ static struct tn_pkt *answer(struct tn_hqp *qp, struct resp *r, const struct tn_
 
 static void commit(struct tn_hqp *qp, struct resp *r)
 {
-	tn_ring_commit(qp->peer, TN_RING_RESP, r->p, r->pos);
+	(void)qp;
+	tn_ring_commit(r->peer, TN_RING_RESP, r->p, r->pos);
 	r->p = NULL;
 }
 
@@ -460,12 +463,28 @@ static int on_request(const struct tn_pkt *p)
 	if (!p->type)
 		return 1; /* a slot the requester voided */
 	struct tn_hqp *qp = tn_nic_find_qp(p->dst_qpn);
-	if (!qp || qp->state < TN_RTR || qp->state == TN_ERR || qp->rqpn != p->src_qpn || !qp->peer)
-		return 1; /* not connected to that requester: dropped, as a NIC does */
-	if (p->psn != (qp->exp_psn & 0xffffff))
-		return 1; /* out of sequence (after a NAK): dropped until the retransmission */
-	/* Anything that may answer gets its response slot first. */
 	struct resp r = {0};
+	if (!qp || qp->state < TN_RTR || qp->state == TN_ERR)
+		return 1; /* no such QP here, or not ready: dropped, as a NIC does */
+	if (qp->st == TN_ST_DCT) {
+		/* A DC target answers whichever DCI asked, if it knows the access key. */
+		r.peer = tn_peer_resolve(p->src_gid, p->src_qpn);
+		if (!r.peer)
+			return 1;
+		if (p->dc_key != qp->dc_key) {
+			if (!reserve(qp, &r))
+				return 0;
+			respond(qp, &r, p, TN_P_NAK, TN_SYN_REMOTE_ACCESS);
+			return 1;
+		}
+	} else {
+		if (qp->rqpn != p->src_qpn || !qp->peer)
+			return 1; /* not connected to that requester: dropped */
+		if (p->psn != (qp->exp_psn & 0xffffff))
+			return 1; /* out of sequence (after a NAK): dropped until the retransmission */
+		r.peer = qp->peer;
+	}
+	/* Anything that may answer gets its response slot first. */
 	int may_answer = p->type == TN_P_READ_REQ || p->type == TN_P_ATOMIC_REQ ||
 			 (p->flags & (TN_F_FIRST | TN_F_LAST));
 	if (may_answer && !reserve(qp, &r))
@@ -491,7 +510,7 @@ static int on_request(const struct tn_pkt *p)
 	if (r.p) {
 		/* A reserved slot nothing needed: voided so the ring moves on. */
 		r.p->type = 0;
-		tn_ring_commit(qp->peer, TN_RING_RESP, r.p, r.pos);
+		tn_ring_commit(r.peer, TN_RING_RESP, r.p, r.pos);
 	}
 	return done;
 }

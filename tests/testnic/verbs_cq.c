@@ -74,6 +74,7 @@ TN_API struct ibv_cq *ibv_create_cq(struct ibv_context *c, int cqe, void *cq_con
 	cq->cqe = (int)(1u << log) - 1;
 	pthread_mutex_init(&cq->mutex, NULL);
 	pthread_cond_init(&cq->cond, NULL);
+	tn_obj_put(TN_OBJ_CQ, v->hw.cqn, &v->hw);
 	if (channel) {
 		pthread_mutex_lock(&tn_nic.lock);
 		int err = tn_nic_add_evcq(&v->hw);
@@ -81,6 +82,7 @@ TN_API struct ibv_cq *ibv_create_cq(struct ibv_context *c, int cqe, void *cq_con
 			channel->refcnt++;
 		pthread_mutex_unlock(&tn_nic.lock);
 		if (err) {
+			tn_obj_del(TN_OBJ_CQ, v->hw.cqn);
 			free_pages(v->hw.buf, (size_t)64 << log);
 			free_pages(v->uar, TN_PAGE);
 			free((void *)v->hw.dbrec);
@@ -106,6 +108,7 @@ TN_API int ibv_destroy_cq(struct ibv_cq *cq)
 		cq->channel->refcnt--;
 		pthread_mutex_unlock(&tn_nic.lock);
 	}
+	tn_obj_del(TN_OBJ_CQ, v->hw.cqn);
 	tn_nic_quiesce();
 	free_pages(v->hw.buf, (size_t)64 << v->hw.log_cnt);
 	free_pages(v->uar, TN_PAGE);
@@ -298,6 +301,7 @@ TN_API struct ibv_srq *ibv_create_srq(struct ibv_pd *pd, struct ibv_srq_init_att
 	pthread_cond_init(&s->srq.cond, NULL);
 	attr->attr.max_wr = s->hw.cnt - 1;
 	attr->attr.max_sge = sge;
+	tn_obj_put(TN_OBJ_SRQ, s->hw.srqn, &s->hw);
 	return &s->srq;
 }
 
@@ -321,6 +325,7 @@ TN_API int ibv_query_srq(struct ibv_srq *srq, struct ibv_srq_attr *attr)
 TN_API int ibv_destroy_srq(struct ibv_srq *srq)
 {
 	struct tn_vsrq *s = (struct tn_vsrq *)srq;
+	tn_obj_del(TN_OBJ_SRQ, s->hw.srqn);
 	tn_nic_quiesce();
 	free_pages(s->hw.buf, (size_t)s->hw.cnt << s->hw.log_stride);
 	free((void *)s->hw.dbrec);

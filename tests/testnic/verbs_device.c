@@ -312,6 +312,24 @@ TN_API int ibv_dealloc_pd(struct ibv_pd *pd)
 	return 0;
 }
 
+/* A parent domain: a PD with the parent's number (no thread domain or custom allocators here). */
+static struct ibv_pd *alloc_parent_domain(struct ibv_context *c, struct ibv_parent_domain_init_attr *attr)
+{
+	if (!attr || !attr->pd || attr->td || attr->comp_mask) {
+		tn_refuse("ibv_alloc_parent_domain with a thread domain or custom allocators");
+		return NULL;
+	}
+	struct tn_vpd *p = calloc(1, sizeof *p);
+	if (!p) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	p->pd.context = c;
+	p->pdn = tn_pdn(attr->pd);
+	p->pd.handle = p->pdn;
+	return &p->pd;
+}
+
 /* ---- memory regions ---- */
 
 static struct ibv_mr *reg(struct ibv_pd *pd, void *addr, size_t len, uint64_t iova, unsigned access, int fd,
@@ -523,7 +541,6 @@ REFUSE_INT(ibv_modify_flow_action_esp)
 REFUSE_INT(ibv_destroy_flow_action)
 REFUSE_PTR(ibv_create_flow_action_esp)
 REFUSE_INT(ibv_modify_qp_rate_limit)
-REFUSE_PTR(ibv_alloc_parent_domain)
 REFUSE_INT(ibv_dealloc_td)
 REFUSE_PTR(ibv_alloc_td)
 REFUSE_INT(ibv_modify_cq)
@@ -573,7 +590,7 @@ void tn_ctx_ops(struct tn_ctx *ctx)
 	SLOT(destroy_flow_action, refuse_ibv_destroy_flow_action);
 	SLOT(create_flow_action_esp, refuse_ibv_create_flow_action_esp);
 	SLOT(modify_qp_rate_limit, refuse_ibv_modify_qp_rate_limit);
-	SLOT(alloc_parent_domain, refuse_ibv_alloc_parent_domain);
+	ctx->vctx.alloc_parent_domain = alloc_parent_domain;
 	SLOT(dealloc_td, refuse_ibv_dealloc_td);
 	SLOT(alloc_td, refuse_ibv_alloc_td);
 	SLOT(modify_cq, refuse_ibv_modify_cq);

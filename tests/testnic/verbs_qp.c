@@ -231,6 +231,63 @@ TN_API struct ibv_qp *ibv_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *
 	return qp;
 }
 
+/* A DC target (mlx5dv_create_qp with MLX5DV_DCTYPE_DCT): no send queue, receives through its SRQ,
+ * answers any DCI that presents its access key. */
+struct ibv_qp *tn_create_dct(struct ibv_context *c, struct ibv_qp_init_attr_ex *a, uint64_t key)
+{
+	struct tn_ctx *ctx = to_ctx(c);
+	if (!(a->comp_mask & IBV_QP_INIT_ATTR_PD) || !a->pd || !a->srq || !a->recv_cq) {
+		errno = EINVAL;
+		return NULL;
+	}
+	struct tn_vqp *q = calloc(1, sizeof *q);
+	if (!q) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	q->ctx = ctx;
+	struct tn_hqp *h = &q->hw;
+	h->st = TN_ST_DCT;
+	h->dc_key = key;
+	h->pdn = tn_pdn(a->pd);
+	h->srq = &((struct tn_vsrq *)a->srq)->hw;
+	h->rcq = &((struct tn_vcq *)a->recv_cq)->hw;
+	h->scq = a->send_cq ? &((struct tn_vcq *)a->send_cq)->hw : NULL;
+	for (int tries = 0;; tries++) {
+		h->qpn = tn_id_alloc(TN_ID_QPN);
+		if (h->qpn && tn_qpn_publish(h->qpn) == 0)
+			break;
+		if (tries > 64) {
+			free(q);
+			errno = ENOMEM;
+			return NULL;
+		}
+	}
+	h->user_index = h->qpn;
+	pthread_mutex_lock(&ctx->lock);
+	int err = table_insert(ctx, q);
+	pthread_mutex_unlock(&ctx->lock);
+	if (err) {
+		tn_qpn_retire(h->qpn);
+		free(q);
+		errno = err;
+		return NULL;
+	}
+	struct ibv_qp *qp = &q->qpx.qp_base;
+	qp->context = c;
+	qp->qp_context = a->qp_context;
+	qp->pd = a->pd;
+	qp->send_cq = a->send_cq;
+	qp->recv_cq = a->recv_cq;
+	qp->srq = a->srq;
+	qp->handle = qp->qp_num = h->qpn;
+	qp->state = IBV_QPS_RESET;
+	qp->qp_type = IBV_QPT_DRIVER;
+	pthread_mutex_init(&qp->mutex, NULL);
+	pthread_cond_init(&qp->cond, NULL);
+	return qp;
+}
+
 TN_API struct ibv_qp_ex *ibv_qp_to_qp_ex(struct ibv_qp *qp)
 {
 	struct tn_vqp *q = (struct tn_vqp *)qp;
@@ -295,7 +352,11 @@ TN_API int ibv_modify_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr, int mask)
 		 (cur == TN_RTS && next == TN_RTS) || (cur == TN_SQE && next == TN_RTS);
 	if (!ok)
 		return EINVAL;
-	if (next == TN_RTR && cur == TN_INIT) {
+	if (h->st == TN_ST_DCT && next != TN_INIT && next != TN_RTR && next != TN_RESET && next != TN_ERR)
+		return EINVAL; /* a DC target only receives */
+	if (next == TN_RTR && cur == TN_INIT && h->st == TN_ST_DCT) {
+		h->min_rnr_timer = (mask & IBV_QP_MIN_RNR_TIMER) ? attr->min_rnr_timer : 0;
+	} else if (next == TN_RTR && cur == TN_INIT) {
 		int need = IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN;
 		if ((mask & need) != need)
 			return EINVAL;

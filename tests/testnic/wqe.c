@@ -183,16 +183,28 @@ uint8_t tn_wqe_parse(const struct tn_hqp *qp, uint32_t pos, struct tn_wqe *w)
 	w->se = (w->buf[11] & MLX5_WQE_CTRL_SOLICITED) != 0;
 	memcpy(&w->imm, w->buf + 12, 4);
 	const uint8_t *seg = w->buf + 16, *end = w->buf + w->ds * 16;
-	if (qp->st == TN_ST_DCI) {
-		/* The address vector comes first: 48 bytes, or 16 when its extended bit is clear. */
-		uint32_t dqp = rd32(seg + 8);
-		seg += (dqp & 0x80000000u) ? 48 : 16;
-	}
 	switch (w->opcode) {
 	case MLX5_OPCODE_NOP:
 		return 0;
 	case 0x23: /* DUMP: the NIC reads local memory (NVSHMEM's consistency op) */
 		return data_segs(qp, w, seg, end, 0);
+	default:
+		break;
+	}
+	if (qp->st == TN_ST_DCI) {
+		/* The address vector comes first: DC key, DCT number (bit 31: a 48-byte AV with the
+		 * GID), ... A 16-byte AV routes by LID, which a RoCE port has not. */
+		if (seg + 16 > end)
+			return TN_SYN_LOCAL_QP_OP;
+		w->dc_key = rd64(seg);
+		uint32_t dqp = rd32(seg + 8);
+		w->dqpn = dqp & 0xffffff;
+		if (!(dqp & 0x80000000u) || seg + 48 > end)
+			return TN_SYN_LOCAL_QP_OP;
+		memcpy(w->dgid, seg + 32, 16);
+		seg += 48;
+	}
+	switch (w->opcode) {
 	case MLX5_OPCODE_SEND:
 	case MLX5_OPCODE_SEND_IMM:
 		w->remote = 1;
