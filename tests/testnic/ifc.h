@@ -79,8 +79,10 @@
 #define QP_IN_WQ_UMEM_ID 0x840, 32
 #define QP_IN_WQ_UMEM_VALID 0x860, 1
 #define QPC_ST 0x08, 8
+#define QPC_PM_STATE 0x13, 2
 #define QPC_PD 0x28, 24
 #define QPC_MTU 0x40, 3
+#define QPC_LOG_MSG_MAX 0x43, 5
 #define QPC_LOG_RQ_SIZE 0x49, 4
 #define QPC_LOG_RQ_STRIDE 0x4d, 3
 #define QPC_NO_SQ 0x50, 1
@@ -96,6 +98,7 @@
 #define QPC_RRE 0x490, 1
 #define QPC_RWE 0x491, 1
 #define QPC_RAE 0x492, 1
+#define QPC_ATOMIC_MODE 0x48c, 4
 #define QPC_MIN_RNR_NAK 0x4a3, 5
 #define QPC_NEXT_RCV_PSN 0x4a8, 24
 #define QPC_CQN_RCV 0x4e8, 24
@@ -110,8 +113,17 @@
 #define ADS_RLID 0x30, 16
 #define ADS_ACK_TIMEOUT 0x40, 5
 #define ADS_SRC_ADDR_INDEX 0x48, 8
+#define ADS_HOP_LIMIT 0x58, 8
 #define ADS_RGID 0x80 /* 16 bytes */
 #define ADS_VHCA_PORT_NUM 0x128, 8
+
+/* Mailbox sizes (bytes) */
+#define CREATE_CQ_IN_BYTES 272
+#define CREATE_QP_IN_BYTES 280
+#define MODIFY_QP_IN_BYTES 272
+#define CMD_OUT_BYTES 16
+#define QUERY_CAP_IN_BYTES 16
+#define QUERY_CAP_OUT_BYTES 4112
 
 #define RQ_TYPE_REGULAR 0
 #define RQ_TYPE_SRQ 1

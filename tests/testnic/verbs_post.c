@@ -168,7 +168,8 @@ int tn_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr *
 	uint32_t nreq = 0;
 	uint8_t *last = NULL;
 	pthread_spin_lock(&q->sq.lock);
-	if (q->hw.state < TN_RTS || q->hw.state > TN_SQE) {
+	/* As libmlx5: the state the program last set decides (after an error the NIC flushes). */
+	if (qp->state < IBV_QPS_RTS) {
 		*bad = wr;
 		pthread_spin_unlock(&q->sq.lock);
 		return EINVAL;
@@ -395,7 +396,7 @@ static void wr_start(struct ibv_qp_ex *x)
 {
 	struct tn_vqp *q = qx(x);
 	pthread_spin_lock(&q->sq.lock);
-	q->wr_err = (q->hw.state < TN_RTS || q->hw.state > TN_SQE) ? EINVAL : 0;
+	q->wr_err = q->qpx.qp_base.state < IBV_QPS_RTS ? EINVAL : 0;
 	q->wr_nreq = 0;
 	q->wr_ctrl = q->wr_last_ctrl = NULL;
 	q->wr_save_pi = q->sq_pi;
