@@ -23,9 +23,11 @@
 //!
 //! A missing program fails the test (scripts/test.sh installs them); nothing is skipped.
 mod common;
+#[path = "testnic_util.rs"]
+mod testnic;
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Command, Output};
 use std::time::Duration;
 
@@ -33,77 +35,7 @@ use common::Trace;
 use sigmatop::event::{EndpointKind, Op};
 use sigmatop::trace::reader::ProcessRecording;
 
-const LIMIT: Duration = Duration::from_secs(120);
-const MODES: [Option<&str>; 4] = [None, Some("aggregate"), Some("simple"), Some("full")];
-const GID: [u8; 16] = [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 127, 0, 0, 1];
-
-fn root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
-
-/// `bash scripts/with-testnic.sh ARGS...`
-fn with_testnic(args: &[String]) -> Command {
-    let mut c = Command::new("bash");
-    c.arg(root().join("scripts/with-testnic.sh")).args(args);
-    c
-}
-
-/// Builds the NIC (once per test binary is enough; the script itself skips fresh builds).
-fn build_nic() {
-    for tool in ["gcc", "make", "flock"] {
-        common::require(tool);
-    }
-    let o = with_testnic(&["true".into()])
-        .output()
-        .expect("run scripts/with-testnic.sh");
-    assert!(
-        o.status.success(),
-        "building the software NIC failed:\n{}",
-        common::stderr_of(&o)
-    );
-}
-
-/// One WQE line of the NIC log.
-#[derive(Debug, Clone)]
-struct NicWqe {
-    pid: u32,
-    qpn: u32,
-    idx: u32,
-    op: String,
-    len: u64,
-    signaled: bool,
-    status: u32,
-}
-
-fn field<'a>(line: &'a str, key: &str) -> &'a str {
-    line.split_whitespace()
-        .find_map(|w| w.strip_prefix(key).and_then(|r| r.strip_prefix('=')))
-        .unwrap_or_else(|| panic!("NIC log line without {key}=: {line}"))
-}
-
-fn hex(s: &str) -> u64 {
-    u64::from_str_radix(s.trim_start_matches("0x"), 16).unwrap_or_else(|e| panic!("{s}: {e}"))
-}
-
-/// Every WQE the NIC logged in `dir` (one file per process).
-fn nic_log(dir: &Path) -> Vec<NicWqe> {
-    let mut out = Vec::new();
-    for e in std::fs::read_dir(dir).expect("NIC log dir").flatten() {
-        let text = std::fs::read_to_string(e.path()).expect("read NIC log");
-        for l in text.lines() {
-            out.push(NicWqe {
-                pid: field(l, "pid").parse().expect("pid"),
-                qpn: hex(field(l, "qpn")) as u32,
-                idx: field(l, "idx").parse().expect("idx"),
-                op: field(l, "op").to_string(),
-                len: field(l, "len").parse().expect("len"),
-                signaled: field(l, "signaled") == "1",
-                status: hex(field(l, "status")) as u32,
-            });
-        }
-    }
-    out
-}
+use testnic::{GID, LIMIT, MODES, NicWqe, build_nic, hex, nic_log, with_testnic};
 
 struct Side {
     out: Output,

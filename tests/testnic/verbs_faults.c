@@ -278,6 +278,7 @@ static void cases(void)
 	if (!role) {
 		/* A WQE no NIC knows, written and rung the way libmlx5 would. */
 		struct mlx5dv_qp dq;
+		memset(&dq, 0, sizeof dq); /* comp_mask: nothing optional asked */
 		struct mlx5dv_obj o = {.qp = {.in = c.qp, .out = &dq}};
 		CHECK(!mlx5dv_init_obj(&o, MLX5DV_OBJ_QP), "mlx5dv_init_obj(QP)");
 		struct mlx5_wqe_ctrl_seg *ctrl = dq.sq.buf;
