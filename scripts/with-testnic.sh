@@ -5,7 +5,8 @@
 # perftest, NVSHMEM) pick up the NIC instead of the system's libraries. Nothing is installed.
 #   bash scripts/with-testnic.sh ibv_devinfo
 #   bash scripts/with-testnic.sh ibv_rc_pingpong -g 0 & bash scripts/with-testnic.sh ibv_rc_pingpong -g 0 127.0.0.1
-# TESTNIC_BUILD_DIR overrides the output directory.
+# TESTNIC_BUILD_DIR overrides the output directory. TESTNIC_SYSFS=1 (root) also shows the NIC in a
+# private /sys/class/infiniband, which NVSHMEM reads (tests/testnic/sysfs-ns.sh).
 set -euo pipefail
 if [ $# -eq 0 ]; then
   echo "usage: bash scripts/with-testnic.sh CMD [ARGS...]" >&2
@@ -20,4 +21,7 @@ mkdir -p "$out"
   make -s -C "$root/tests/testnic" OUT="$out" all >&2
 ) 9>"$out/.build.lock"
 export LD_LIBRARY_PATH="$out/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+if [ "${TESTNIC_SYSFS:-0}" = 1 ]; then
+  exec bash "$root/tests/testnic/sysfs-ns.sh" "$@"
+fi
 exec "$@"

@@ -17,6 +17,7 @@
  * that moved. Last, process 0's idx 9: a write with a wrong rkey must complete with REQ_ERR,
  * syndrome 0x13 (remote access error).
  * Prints one "ibgda_host ..." summary line per process; exits non-zero on any mismatch.
+ * `ibgda_host N` also times N single signaled writes, doorbell to CQE, on process 0.
  */
 #include "ifc.h"
 
@@ -37,7 +38,7 @@
 #define SQ_WQEBB (1u << SQ_LOG)
 #define CQ_LOG 7
 
-static int role, sock;
+static int role, sock, lat_iters;
 
 static void die(const char *fmt, ...)
 {
@@ -427,14 +428,45 @@ static int run(void)
 	CHECK(got4 == 0x2222, "masked CS 4B target holds 0x%x", got4);
 	barrier();
 
+	/* Latency (ibgda_host N): process 0 posts N signaled 8-byte inline writes one at a time and
+	 * times doorbell -> CQE (the peer's NIC answers each with an ACK). */
+	uint32_t pi = 9;
+	if (role == 0 && lat_iters) {
+		long *ns = calloc(lat_iters, sizeof *ns);
+		CHECK(ns, "calloc");
+		for (int i = 0; i < lat_iters; i++, pi++) {
+			ctrl(pi, 0, MLX5_OPCODE_RDMA_WRITE, 3, MLX5_WQE_CTRL_CQ_UPDATE);
+			raddr(seg_at(pi, 1), r + 128, peer.rkey);
+			put32(seg_at(pi, 2), 8 | MLX5_INLINE_SEG);
+			memcpy(seg_at(pi, 2) + 4, &i, sizeof i);
+			struct timespec a, b;
+			clock_gettime(CLOCK_MONOTONIC, &a);
+			ring(qp_dbr, uar->reg_addr, pi + 1);
+			op_own = poll_cq(cqbuf, (uint16_t)pi);
+			clock_gettime(CLOCK_MONOTONIC, &b);
+			CHECK((op_own >> 4) == 0, "latency write %d failed", i);
+			ns[i] = (b.tv_sec - a.tv_sec) * 1000000000L + (b.tv_nsec - a.tv_nsec);
+		}
+		for (int i = 1; i < lat_iters; i++) /* insertion sort: a few thousand samples */
+			for (int j = i; j > 0 && ns[j - 1] > ns[j]; j--) {
+				long t = ns[j];
+				ns[j] = ns[j - 1];
+				ns[j - 1] = t;
+			}
+		printf("ibgda_host latency iters=%d min_ns=%ld median_ns=%ld p99_ns=%ld max_ns=%ld\n", lat_iters, ns[0],
+		       ns[lat_iters / 2], ns[lat_iters * 99 / 100], ns[lat_iters - 1]);
+		free(ns);
+	}
+	barrier();
+
 	/* A wrong rkey (role 0 only: its QP ends in error, and a QP in error answers nobody, so the
 	 * other side could not test after it): remote access error in the collapsed CQ. */
 	if (role == 0) {
-		ctrl(9, 0, MLX5_OPCODE_RDMA_WRITE, 3, MLX5_WQE_CTRL_CQ_UPDATE);
-		raddr(seg_at(9, 1), r, peer.rkey ^ 0x5a5a00);
-		data(seg_at(9, 2), 8, bk, (uintptr_t)buf);
-		ring(qp_dbr, uar->reg_addr, 10);
-		op_own = poll_cq(cqbuf, 9);
+		ctrl(pi, 0, MLX5_OPCODE_RDMA_WRITE, 3, MLX5_WQE_CTRL_CQ_UPDATE);
+		raddr(seg_at(pi, 1), r, peer.rkey ^ 0x5a5a00);
+		data(seg_at(pi, 2), 8, bk, (uintptr_t)buf);
+		ring(qp_dbr, uar->reg_addr, pi + 1);
+		op_own = poll_cq(cqbuf, (uint16_t)pi);
 		CHECK((op_own >> 4) == 13 && cqbuf[55] == 0x13,
 		      "bad rkey: CQE opcode %u syndrome 0x%x (want 13, 0x13)", op_own >> 4, cqbuf[55]);
 	}
@@ -464,8 +496,9 @@ static int run(void)
 	return 0;
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
+	lat_iters = argc > 1 ? atoi(argv[1]) : 0;
 	int sv[2];
 	if (socketpair(AF_UNIX, SOCK_STREAM, 0, sv))
 		return 2;
