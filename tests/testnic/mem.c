@@ -97,19 +97,23 @@ void *tn_mr_ptr(const struct tn_mr *mr, uint64_t addr)
 /* ---- CUDA, only where the process already has it ---- */
 
 typedef int (*cu_ptr_attr_fn)(void *data, int attr, uint64_t ptr);
-typedef int (*cu_memcpy_fn)(uint64_t dst, uint64_t src, size_t n);
+typedef int (*cu_memcpy_async_fn)(uint64_t dst, uint64_t src, size_t n, void *stream);
 typedef int (*cu_ctx_fn)(void *ctx);
 typedef int (*cu_ctx_get_fn)(void **ctx);
+typedef int (*cu_stream_create_fn)(void **stream, unsigned flags);
+typedef int (*cu_stream_sync_fn)(void *stream);
 
 static struct {
 	int tried;
 	cu_ptr_attr_fn ptr_attr;
-	cu_memcpy_fn memcpy_;
+	cu_memcpy_async_fn memcpy_async;
 	cu_ctx_fn set_current;
 	cu_ctx_get_fn get_current;
+	cu_stream_create_fn stream_create;
+	cu_stream_sync_fn stream_sync;
 	void *ctx;            /* the context GPU buffers were registered in */
 } cu;
-static __thread void *thread_ctx;
+static __thread void *thread_ctx, *thread_stream;
 
 static void cuda_load(void)
 {
@@ -118,10 +122,13 @@ static void cuda_load(void)
 	void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
 	if (h) {
 		cu.ptr_attr = (cu_ptr_attr_fn)dlsym(h, "cuPointerGetAttribute");
-		cu.memcpy_ = (cu_memcpy_fn)dlsym(h, "cuMemcpy");
+		cu.memcpy_async = (cu_memcpy_async_fn)dlsym(h, "cuMemcpyAsync");
 		cu.set_current = (cu_ctx_fn)dlsym(h, "cuCtxSetCurrent");
 		cu.get_current = (cu_ctx_get_fn)dlsym(h, "cuCtxGetCurrent");
-		if (!cu.ptr_attr || !cu.memcpy_ || !cu.set_current || !cu.get_current)
+		cu.stream_create = (cu_stream_create_fn)dlsym(h, "cuStreamCreate");
+		cu.stream_sync = (cu_stream_sync_fn)dlsym(h, "cuStreamSynchronize");
+		if (!cu.ptr_attr || !cu.memcpy_async || !cu.set_current || !cu.get_current || !cu.stream_create ||
+		    !cu.stream_sync)
 			cu.ptr_attr = NULL;
 	}
 	__atomic_store_n(&cu.tried, 1, __ATOMIC_RELEASE);
@@ -143,12 +150,16 @@ int tn_mem_is_gpu(const void *p)
 		return 0;
 	if (!cu.ctx) {
 		void *c = NULL;
-		if (cu.get_current(&c) == 0 && c)
-			cu.ctx = c;
+		/* CU_POINTER_ATTRIBUTE_CONTEXT = 1: the allocation's own context, else the caller's */
+		if ((cu.ptr_attr(&c, 1, (uint64_t)(uintptr_t)p) != 0 || !c) && cu.get_current(&c) != 0)
+			c = NULL;
+		cu.ctx = c;
 	}
 	return 1;
 }
 
+/* Copies through the GPU on a non-blocking stream of the NIC's own: a copy on the legacy default
+ * stream would wait for the running kernel, which waits for the NIC. */
 int tn_copy(void *dst, int dst_gpu, const void *src, int src_gpu, size_t n)
 {
 	if (!n)
@@ -157,13 +168,19 @@ int tn_copy(void *dst, int dst_gpu, const void *src, int src_gpu, size_t n)
 		memcpy(dst, src, n);
 		return 0;
 	}
-	if (!cu.memcpy_)
+	if (!cu.memcpy_async || !cu.ctx)
 		return EFAULT;
-	if (thread_ctx != cu.ctx && cu.ctx) {
-		cu.set_current(cu.ctx);
+	if (thread_ctx != cu.ctx) {
+		if (cu.set_current(cu.ctx))
+			return EFAULT;
 		thread_ctx = cu.ctx;
+		thread_stream = NULL;
 	}
-	return cu.memcpy_((uint64_t)(uintptr_t)dst, (uint64_t)(uintptr_t)src, n) ? EFAULT : 0;
+	if (!thread_stream && cu.stream_create(&thread_stream, 1 /* CU_STREAM_NON_BLOCKING */))
+		return EFAULT;
+	if (cu.memcpy_async((uint64_t)(uintptr_t)dst, (uint64_t)(uintptr_t)src, n, thread_stream))
+		return EFAULT;
+	return cu.stream_sync(thread_stream) ? EFAULT : 0;
 }
 
 /* ---- numbered objects (control path only) ---- */
