@@ -71,12 +71,18 @@ int tn_nic_add_qp(struct tn_hqp *qp)
 		return ENOMEM;
 	tn_nic.qps[n] = qp;
 	__atomic_store_n(&tn_nic.nqps, n + 1, __ATOMIC_RELEASE);
+	struct tn_hqp **slot = &tn_nic.by_qpn[qp->qpn % TN_MAX_QPS];
+	if (!*slot)
+		__atomic_store_n(slot, qp, __ATOMIC_RELEASE);
 	return 0;
 }
 
 void tn_nic_del_qp(struct tn_hqp *qp)
 {
 	uint32_t n = tn_nic.nqps;
+	struct tn_hqp **slot = &tn_nic.by_qpn[qp->qpn % TN_MAX_QPS];
+	if (*slot == qp)
+		__atomic_store_n(slot, NULL, __ATOMIC_RELEASE);
 	for (uint32_t i = 0; i < n; i++) {
 		if (tn_nic.qps[i] != qp)
 			continue;
@@ -119,18 +125,14 @@ void tn_nic_quiesce(void)
 
 struct tn_hqp *tn_nic_find_qp(uint32_t qpn)
 {
-	static __thread struct tn_hqp *last;
-	if (last && last->qpn == qpn) {
-		uint32_t n = __atomic_load_n(&tn_nic.nqps, __ATOMIC_ACQUIRE);
-		for (uint32_t i = 0; i < n; i++)
-			if (tn_nic.qps[i] == last)
-				return last;
-	}
+	struct tn_hqp *q = __atomic_load_n(&tn_nic.by_qpn[qpn % TN_MAX_QPS], __ATOMIC_ACQUIRE);
+	if (q && q->qpn == qpn)
+		return q;
 	uint32_t n = __atomic_load_n(&tn_nic.nqps, __ATOMIC_ACQUIRE);
 	for (uint32_t i = 0; i < n; i++) {
-		struct tn_hqp *q = __atomic_load_n(&tn_nic.qps[i], __ATOMIC_ACQUIRE);
+		q = __atomic_load_n(&tn_nic.qps[i], __ATOMIC_ACQUIRE);
 		if (q && q->qpn == qpn)
-			return last = q;
+			return q;
 	}
 	return NULL;
 }

@@ -188,6 +188,7 @@ struct tn_nic {
 	pthread_mutex_t lock;
 	struct tn_hqp *qps[TN_MAX_QPS];   /* what the NIC thread scans */
 	volatile uint32_t nqps;
+	struct tn_hqp *by_qpn[TN_MAX_QPS]; /* QPN -> QP fast path (slot qpn % TN_MAX_QPS, first come) */
 	struct tn_hcq *evcqs[TN_MAX_CQS]; /* CQs with a completion channel (arm watching) */
 	volatile uint32_t nevcqs;
 	pthread_t thread;
