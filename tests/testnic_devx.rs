@@ -5,6 +5,8 @@
 //!   (index, opcode, opmod, length, remote address and all 32 bits of the rkey), and under the
 //!   preload (every mode) sigmatop's mlx5 layer must define each devx QP with its QPN and match
 //!   the two QPs across the processes by GID + QPN (RTR peers, own-address hashes, JSON peers).
+//!   Each process also makes NVSHMEM's DC objects (a DC target through mlx5dv_create_qp, a devx
+//!   DCI) and writes and fetch-adds through the peer's target: the NIC log has those WQEs too.
 //!   The CPU rings its UAR directly, so no doorbell reaches sigmatop's GPU doorbell path here:
 //!   WQE recovery against this log is the GPU run's job (docs/TESTNIC.md).
 //! - `verbs_faults` (tests/testnic/verbs_faults.c): error completions with the syndromes mlx5
@@ -32,6 +34,7 @@ struct Role {
     peer_qpn: u32,
     peer_rkey: u32,
     peer_addr: u64,
+    dci_qpn: u32,
 }
 
 fn roles(out: &Output) -> Vec<Role> {
@@ -48,6 +51,7 @@ fn roles(out: &Output) -> Vec<Role> {
                 peer_qpn: hex(testnic::field(l, "peer_qpn")) as u32,
                 peer_rkey: hex(testnic::field(l, "peer_rkey")) as u32,
                 peer_addr: hex(testnic::field(l, "peer_addr")),
+                dci_qpn: hex(testnic::field(l, "dci_qpn")) as u32,
             }
         })
         .collect();
@@ -58,9 +62,12 @@ fn roles(out: &Output) -> Vec<Role> {
     v
 }
 
-/// (idx, opcode, opmod, len, offset from the peer's buffer, rkey xor, signaled) that
-/// ibgda_host.c posts; process 0 adds the wrong-rkey write.
-fn expected_wqes(role: u32) -> Vec<(u32, u32, u32, u64, u64, u32, bool)> {
+/// A WQE the program posted: (idx, opcode, opmod, len, offset in the peer's buffer, rkey xor,
+/// signaled).
+type Wqe = (u32, u32, u32, u64, u64, u32, bool);
+
+/// What ibgda_host.c posts on its RC QP; process 0 adds the wrong-rkey write.
+fn expected_wqes(role: u32) -> Vec<Wqe> {
     let mut v = vec![
         (0, 0x08, 0x00, 64, 0, 0, false),
         (1, 0x08, 0x00, 8, 64, 0, false),
@@ -77,16 +84,23 @@ fn expected_wqes(role: u32) -> Vec<(u32, u32, u32, u64, u64, u32, bool)> {
     v
 }
 
-fn check_nic_log(ctx: &str, nic: &[NicWqe], r: &Role) {
-    let mine: Vec<&NicWqe> = nic.iter().filter(|w| w.pid == r.pid).collect();
-    let want = expected_wqes(r.role);
+/// The DCI's two WQEs through the peer's DC target (the 48-byte AV makes the write 2 WQEBBs).
+const DCI_WQES: [Wqe; 2] = [
+    (0, 0x08, 0x00, 32, 1536, 0, false),
+    (2, 0x12, 0x00, 8, 544, 0, true),
+];
+
+fn check_wqes(ctx: &str, r: &Role, qpn: u32, nic: &[NicWqe], want: &[Wqe]) -> usize {
+    let mine: Vec<&NicWqe> = nic
+        .iter()
+        .filter(|w| w.pid == r.pid && w.qpn == qpn)
+        .collect();
     assert_eq!(
         mine.len(),
         want.len(),
-        "{ctx}: WQEs of pid {}: {mine:?}",
-        r.pid
+        "{ctx}: WQEs of QP 0x{qpn:x}: {mine:?}"
     );
-    for (w, e) in mine.iter().zip(&want) {
+    for (w, e) in mine.iter().zip(want) {
         let (idx, opcode, opmod, len, off, rkey_xor, signaled) = *e;
         let (raddr, rkey) = if opcode == 0 {
             (0, 0)
@@ -97,11 +111,23 @@ fn check_nic_log(ctx: &str, nic: &[NicWqe], r: &Role) {
             (
                 w.qpn, w.idx, w.opcode, w.opmod, w.len, w.raddr, w.rkey, w.signaled, w.status
             ),
-            (r.qpn, idx, opcode, opmod, len, raddr, rkey, signaled, 0),
+            (qpn, idx, opcode, opmod, len, raddr, rkey, signaled, 0),
             "{ctx}: NIC log of pid {} (qpn, idx, opcode, opmod, len, raddr, rkey, signaled, status)",
             r.pid
         );
     }
+    mine.len()
+}
+
+fn check_nic_log(ctx: &str, nic: &[NicWqe], r: &Role) {
+    let n = check_wqes(ctx, r, r.qpn, nic, &expected_wqes(r.role))
+        + check_wqes(ctx, r, r.dci_qpn, nic, &DCI_WQES);
+    assert_eq!(
+        nic.iter().filter(|w| w.pid == r.pid).count(),
+        n,
+        "{ctx}: pid {} logged WQEs of other QPs",
+        r.pid
+    );
 }
 
 fn devx_peer(ctx: &str, p: &ProcessRecording, qpn: u32) -> sigmatop::event::Peer {
@@ -129,6 +155,12 @@ fn check_record(ctx: &str, t: &Trace, rs: &[Role]) {
             .get(&r.pid)
             .unwrap_or_else(|| panic!("{ctx}: pid {} not recorded", r.pid));
         let o = procs.get(&other.pid).expect("other recorded");
+        let dci = p
+            .endpoints
+            .iter()
+            .find(|e| e.kind == EndpointKind::DevxQp && e.qpn == Some(r.dci_qpn))
+            .unwrap_or_else(|| panic!("{ctx}: pid {} has no devx DCI 0x{:x}", r.pid, r.dci_qpn));
+        assert_eq!(dci.transport, "DCI", "{ctx}: transport of the DCI");
         let peer = devx_peer(ctx, p, r.qpn);
         assert_eq!(
             peer.qpn,

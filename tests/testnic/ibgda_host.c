@@ -16,6 +16,8 @@
  * as ibgda_post_send does; then it polls the collapsed CQ for wqe_counter 8 and checks every byte
  * that moved. Last, process 0's idx 9: a write with a wrong rkey must complete with REQ_ERR,
  * syndrome 0x13 (remote access error).
+ * Then NVSHMEM's DC objects: a DC target (parent domain, mlx5dv_create_qp) per process and a devx
+ * DCI that writes 32 bytes and fetch-adds through the peer's target with a full address vector.
  * Prints one "ibgda_host ..." summary line per process; exits non-zero on any mismatch.
  * `ibgda_host N` also times N single signaled writes, doorbell to CQE, on process 0.
  */
@@ -103,7 +105,10 @@ struct side {
 	uint8_t gid[16];
 	uint64_t addr;
 	uint32_t rkey;
+	uint32_t dct;
 };
+
+#define DC_KEY 0x5623CEAFull /* NVSHMEM's IBGDA_DC_ACCESS_KEY */
 
 /* ---- WQE writers: the layouts of ibgda_device.cuh ---- */
 
@@ -178,6 +183,44 @@ static uint8_t poll_cq(const uint8_t *cqe, uint16_t idx)
 		CHECK(t.tv_sec - t0.tv_sec < 20, "no CQE for WQE %u (op_own 0x%x wqe_counter %u)", idx, op_own, wc);
 		sched_yield();
 	}
+}
+
+/* NVSHMEM's DC target (ibgda_create_dct_shared_objects + ibgda_create_dct): a parent domain, an
+ * SRQ and CQs on it, an AH to this port's GID, mlx5dv_create_qp(DCT), INIT, RTR. */
+static struct ibv_qp *dct_create(struct ibv_context *c, struct ibv_pd *pd, union ibv_gid *gid)
+{
+	struct ibv_parent_domain_init_attr pda = {.pd = pd};
+	struct ibv_pd *ppd = ibv_alloc_parent_domain(c, &pda);
+	CHECK(ppd, "ibv_alloc_parent_domain");
+	struct ibv_srq_init_attr sa = {.attr = {.max_wr = 64, .max_sge = 1}};
+	struct ibv_srq *srq = ibv_create_srq(ppd, &sa);
+	struct ibv_cq *scq = ibv_create_cq(c, 64, NULL, NULL, 0), *rcq = ibv_create_cq(c, 64, NULL, NULL, 0);
+	CHECK(srq && scq && rcq, "DCT SRQ/CQs");
+	struct ibv_qp_init_attr_ex qa = {.pd = ppd, .comp_mask = IBV_QP_INIT_ATTR_PD, .qp_type = IBV_QPT_DRIVER,
+					 .srq = srq, .send_cq = scq, .recv_cq = rcq,
+					 .cap = {.max_send_wr = 64, .max_recv_wr = 64, .max_send_sge = 1,
+						 .max_recv_sge = 1, .max_inline_data = 12}};
+	struct mlx5dv_qp_init_attr dv = {.comp_mask = MLX5DV_QP_INIT_ATTR_MASK_DC};
+	dv.dc_init_attr.dc_type = MLX5DV_DCTYPE_DCT;
+	dv.dc_init_attr.dct_access_key = DC_KEY;
+	struct ibv_qp *dct = mlx5dv_create_qp(c, &qa, &dv);
+	CHECK(dct, "mlx5dv_create_qp(DCT)");
+	struct ibv_qp_attr a = {.qp_state = IBV_QPS_INIT, .port_num = 1,
+				.qp_access_flags = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
+						   IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC};
+	CHECK(!ibv_modify_qp(dct, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS),
+	      "DCT INIT");
+	memset(&a, 0, sizeof a);
+	a.qp_state = IBV_QPS_RTR;
+	a.path_mtu = IBV_MTU_4096;
+	a.min_rnr_timer = 12;
+	a.ah_attr.is_global = 1;
+	a.ah_attr.port_num = 1;
+	a.ah_attr.grh.dgid = *gid;
+	a.ah_attr.grh.hop_limit = 255;
+	CHECK(!ibv_modify_qp(dct, &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_MIN_RNR_TIMER),
+	      "DCT RTR");
+	return dct;
 }
 
 static int run(void)
@@ -319,7 +362,8 @@ static int run(void)
 	memcpy(buf + 528, &cs8, 8);
 	memcpy(buf + 536, &cs4, 4);
 
-	struct side me = {.qpn = qpn, .addr = (uintptr_t)buf, .rkey = mr->rkey}, peer;
+	struct ibv_qp *dct = dct_create(c, pd, &gid);
+	struct side me = {.qpn = qpn, .addr = (uintptr_t)buf, .rkey = mr->rkey, .dct = dct->qp_num}, peer;
 	memcpy(me.gid, gid.raw, 16);
 	xchg(&me, &peer, sizeof me);
 
@@ -428,6 +472,102 @@ static int run(void)
 	CHECK(got4 == 0x2222, "masked CS 4B target holds 0x%x", got4);
 	barrier();
 
+	/* A DCI (ibgda_create_qp with st DCI) writing and adding to the peer through its DC target,
+	 * with NVSHMEM's full 48-byte address vector (no compact AV on RoCE). */
+	uint8_t *rc_sq = sq;
+	uint32_t rc_qpn = qpn;
+	sq = zalloc(SQ_WQEBB * 64);
+	uint8_t *dcq = zalloc(64u << CQ_LOG);
+	memset(dcq, 0xff, 64u << CQ_LOG);
+	struct mlx5dv_devx_umem *dwq_umem = mlx5dv_devx_umem_reg(c, sq, SQ_WQEBB * 64, IBV_ACCESS_LOCAL_WRITE);
+	struct mlx5dv_devx_umem *dcq_umem = mlx5dv_devx_umem_reg(c, dcq, 64u << CQ_LOG, IBV_ACCESS_LOCAL_WRITE);
+	CHECK(dwq_umem && dcq_umem, "DCI umems");
+	memset(in, 0, sizeof in);
+	SET(in, 0, IN_OPCODE, IFC_CREATE_CQ);
+	SET(in, 0, CQ_IN_UMEM_ID, dcq_umem->umem_id);
+	SET(in, 0, CQ_IN_UMEM_VALID, 1);
+	SET(in, CQ_IN_CQC, CQC_DBR_UMEM_VALID, 1);
+	SET(in, CQ_IN_CQC, CQC_CC, 1);
+	SET(in, CQ_IN_CQC, CQC_OI, 1);
+	SET(in, CQ_IN_CQC, CQC_DBR_UMEM_ID, dbr_umem->umem_id);
+	SET(in, CQ_IN_CQC, CQC_LOG_CQ_SIZE, CQ_LOG);
+	SET(in, CQ_IN_CQC, CQC_UAR_PAGE, cq_uar->page_id);
+	put64(in + (CQ_IN_CQC + CQC_DBR_ADDR) / 8, 192);
+	struct mlx5dv_devx_obj *dci_cq = mlx5dv_devx_obj_create(c, in, CREATE_CQ_IN_BYTES, out, sizeof out);
+	CHECK(dci_cq, "CREATE_CQ for the DCI");
+	uint32_t dci_cqn = GET(out, 0, OUT_OBJ_NUM);
+	struct mlx5dv_devx_uar *dci_uar = mlx5dv_devx_alloc_uar(c, 1u << 31);
+	CHECK(dci_uar, "DCI UAR");
+	memset(in, 0, sizeof in);
+	SET(in, 0, IN_OPCODE, IFC_CREATE_QP);
+	SET(in, 0, QP_IN_WQ_UMEM_ID, dwq_umem->umem_id);
+	SET(in, 0, QP_IN_WQ_UMEM_VALID, 1);
+	SET(in, QP_IN_QPC, QPC_ST, 5);
+	SET(in, QP_IN_QPC, QPC_PM_STATE, 3);
+	SET(in, QP_IN_QPC, QPC_PD, dvpd.pdn);
+	SET(in, QP_IN_QPC, QPC_UAR_PAGE, dci_uar->page_id);
+	SET(in, QP_IN_QPC, QPC_RQ_TYPE, RQ_TYPE_SRQ);
+	SET(in, QP_IN_QPC, QPC_SRQN, dvsrq.srqn);
+	SET(in, QP_IN_QPC, QPC_CQN_SND, dci_cqn);
+	SET(in, QP_IN_QPC, QPC_CQN_RCV, dvcq.cqn);
+	SET(in, QP_IN_QPC, QPC_LOG_SQ_SIZE, SQ_LOG);
+	SET(in, QP_IN_QPC, QPC_DBR_UMEM_VALID, 1);
+	SET(in, QP_IN_QPC, QPC_DBR_UMEM_ID, dbr_umem->umem_id);
+	put64(in + (QP_IN_QPC + QPC_DBR_ADDR) / 8, 128);
+	struct mlx5dv_devx_obj *dci = mlx5dv_devx_obj_create(c, in, CREATE_QP_IN_BYTES, out, sizeof out);
+	CHECK(dci, "CREATE_QP (DCI)");
+	qpn = GET(out, 0, OUT_OBJ_NUM);
+	uint32_t dci_qpn = qpn;
+	memset(in, 0, sizeof in);
+	SET(in, 0, IN_OPCODE, IFC_RST2INIT_QP);
+	SET(in, 0, IN_QPN, qpn);
+	put64(in + (QP_IN_QPC + QPC_DC_ACCESS_KEY) / 8, DC_KEY);
+	SET(in, QP_IN_QPC + QPC_ADS, ADS_VHCA_PORT_NUM, 1);
+	cmd_ok(mlx5dv_devx_obj_modify(dci, in, MODIFY_QP_IN_BYTES, out, sizeof out), out, "DCI RST2INIT");
+	memset(in, 0, sizeof in);
+	SET(in, 0, IN_OPCODE, IFC_INIT2RTR_QP);
+	SET(in, 0, IN_QPN, qpn);
+	SET(in, QP_IN_QPC, QPC_MTU, pa.active_mtu);
+	cmd_ok(mlx5dv_devx_obj_modify(dci, in, MODIFY_QP_IN_BYTES, out, sizeof out), out, "DCI INIT2RTR");
+	memset(in, 0, sizeof in);
+	SET(in, 0, IN_OPCODE, IFC_RTR2RTS_QP);
+	SET(in, 0, IN_QPN, qpn);
+	SET(in, QP_IN_QPC, QPC_RETRY_COUNT, 7);
+	SET(in, QP_IN_QPC, QPC_RNR_RETRY, 7);
+	SET(in, QP_IN_QPC + QPC_ADS, ADS_ACK_TIMEOUT, 20);
+	cmd_ok(mlx5dv_devx_obj_modify(dci, in, MODIFY_QP_IN_BYTES, out, sizeof out), out, "DCI RTR2RTS");
+	/* The AV NVSHMEM copies from its AH (ibgda_get_device_dct): key, DCT number | ext, GID. */
+	struct mlx5_wqe_av av;
+	memcpy(&av, dah.av, sizeof av);
+	av.key.dc_key = htobe64(DC_KEY);
+	av.dqp_dct = htobe32(0x80000000u | peer.dct);
+	memcpy(av.rgid, peer.gid, 16);
+	for (int i = 0; i < 32; i++)
+		buf[1100 + i] = (uint8_t)(0xd0 + role + i);
+	ctrl(0, 0, MLX5_OPCODE_RDMA_WRITE, 6, 0);
+	memcpy(seg_at(0, 1), &av, 48);
+	raddr(seg_at(0, 4), r + 1536, peer.rkey);
+	data(seg_at(0, 5), 32, bk, (uintptr_t)buf + 1100);
+	ctrl(2, 0, MLX5_OPCODE_ATOMIC_FA, 7, MLX5_WQE_CTRL_CQ_UPDATE);
+	memcpy(seg_at(2, 1), &av, 48);
+	raddr(seg_at(2, 4), r + 544, peer.rkey);
+	put64(seg_at(2, 5), 11);
+	put64(seg_at(2, 5) + 8, 0);
+	data(seg_at(2, 6), 8, lk, l + 160);
+	ring((volatile uint32_t *)(dbr + 128), dci_uar->reg_addr, 4);
+	op_own = poll_cq(dcq, 2);
+	CHECK((op_own >> 4) == 0, "DCI WQE 2: CQE opcode %u syndrome 0x%x", op_own >> 4, dcq[55]);
+	memcpy(&got8, res + 160, 8);
+	CHECK(got8 == 0, "DCI fetch-add returned %llu", (unsigned long long)got8);
+	barrier();
+	for (int i = 0; i < 32; i++)
+		CHECK(buf[1536 + i] == (uint8_t)(0xd0 + (1 - role) + i), "DCI write byte %d: 0x%x", i, buf[1536 + i]);
+	memcpy(&got8, buf + 544, 8);
+	CHECK(got8 == 11, "DC fetch-add target holds %llu", (unsigned long long)got8);
+	barrier();
+	sq = rc_sq;
+	qpn = rc_qpn;
+
 	/* Latency (ibgda_host N): process 0 posts N signaled 8-byte inline writes one at a time and
 	 * times doorbell -> CQE (the peer's NIC answers each with an ACK). */
 	uint32_t pi = 9;
@@ -473,13 +613,17 @@ static int run(void)
 	barrier();
 
 	printf("ibgda_host role=%d pid=%d qpn=0x%x peer_qpn=0x%x cqn=0x%x uar_page=0x%x rkey=0x%08x "
-	       "peer_rkey=0x%08x peer_addr=0x%llx wqes=%d ok\n",
+	       "peer_rkey=0x%08x peer_addr=0x%llx dci_qpn=0x%x peer_dct=0x%x wqes=%d ok\n",
 	       role, (int)getpid(), qpn, peer.qpn, cqn, uar->page_id, mr->rkey, peer.rkey,
-	       (unsigned long long)peer.addr, role == 0 ? 9 : 8);
+	       (unsigned long long)peer.addr, dci_qpn, peer.dct, role == 0 ? 9 : 8);
 	fflush(stdout);
 	barrier();
 
 	CHECK(!mlx5dv_devx_obj_destroy(qp) && !mlx5dv_devx_obj_destroy(cq), "devx destroy");
+	CHECK(!mlx5dv_devx_obj_destroy(dci) && !mlx5dv_devx_obj_destroy(dci_cq), "devx destroy (DCI)");
+	CHECK(!mlx5dv_devx_umem_dereg(dwq_umem) && !mlx5dv_devx_umem_dereg(dcq_umem), "umem dereg (DCI)");
+	mlx5dv_devx_free_uar(dci_uar);
+	CHECK(!ibv_destroy_qp(dct), "destroy DCT");
 	CHECK(!mlx5dv_devx_umem_dereg(wq_umem) && !mlx5dv_devx_umem_dereg(cq_umem) &&
 		      !mlx5dv_devx_umem_dereg(dbr_umem),
 	      "umem dereg");
