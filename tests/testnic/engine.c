@@ -407,8 +407,17 @@ static uint64_t retry_wait_ns(const struct tn_hqp *qp)
 
 static void timers(struct tn_hqp *qp, uint64_t now)
 {
-	if (qp->done == qp->sent || !qp->wait_since_ns)
+	/* Waiting = posted WQEs not completed, outside an RNR/retry pause (a peer ring that stays
+	 * full counts as waiting too). */
+	if (qp->done == qp->pi || qp->resume_ns) {
+		if (qp->done == qp->pi)
+			qp->wait_since_ns = 0;
 		return;
+	}
+	if (!qp->wait_since_ns) {
+		qp->wait_since_ns = now;
+		return;
+	}
 	if (now - qp->wait_since_ns > tn_nic.timeout_ns) {
 		tn_warn("QP 0x%x: no response from QP 0x%x (pid %d) for %llu ms: transport retry exceeded",
 			qp->qpn, qp->rqpn, (int)tn_peer_pid(qp->peer),
