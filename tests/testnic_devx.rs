@@ -295,6 +295,7 @@ fn error_completions_with_and_without_sigmatop() {
             "rnr",
             "bad_lkey",
             "malformed",
+            "flush_on_modify_err",
             "peer_death",
         ] {
             assert!(

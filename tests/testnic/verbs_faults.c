@@ -9,6 +9,7 @@
  *   rnr            send with no receive, rnr_retry 1   -> RNR_RETRY_EXC_ERR
  *   bad_lkey       write from an unregistered lkey     -> LOC_PROT_ERR (0x04)
  *   malformed      a WQE with opcode 0x3f written and rung through mlx5dv -> LOC_QP_OP_ERR (0x02)
+ *   flush_on_modify_err  3 receives posted, QP moved to ERR by B -> 3 WR_FLUSH_ERR in order
  *   peer_death     B exits without cleanup; A writes   -> RETRY_EXC_ERR within 5 s
  * Prints "verbs_faults CASE status=S vendor_err=0xV ms=T ok" per case; exits non-zero on any miss.
  */
@@ -290,6 +291,29 @@ static void cases(void)
 		memcpy(&db, ctrl, 8);
 		__atomic_store_n((uint64_t *)dq.bf.reg, db, __ATOMIC_RELEASE);
 		expect("malformed", wait_wc(c.cq, 5000), IBV_WC_LOC_QP_OP_ERR, 0x02, t0);
+	}
+	close_pair(&c);
+
+	c = connect_pair(ALL, 7);
+	if (role) {
+		/* Receives posted, then the QP moved to error by the program: each flushes, in order. */
+		struct ibv_sge sge = {.addr = (uintptr_t)buf + 1024, .length = 64, .lkey = mr->lkey};
+		struct ibv_recv_wr rw = {.sg_list = &sge, .num_sge = 1}, *bad;
+		for (uint64_t i = 0; i < 3; i++) {
+			rw.wr_id = 100 + i;
+			CHECK(!ibv_post_recv(c.qp, &rw, &bad), "post recv");
+		}
+		struct ibv_qp_attr a = {.qp_state = IBV_QPS_ERR};
+		t0 = now_ms();
+		CHECK(!ibv_modify_qp(c.qp, &a, IBV_QP_STATE), "modify to ERR");
+		struct ibv_wc wc;
+		for (uint64_t i = 0; i < 3; i++) {
+			wc = wait_wc(c.cq, 5000);
+			CHECK(wc.wr_id == 100 + i, "flushed receive %llu has wr_id %llu", (unsigned long long)i,
+			      (unsigned long long)wc.wr_id);
+			CHECK(wc.status == IBV_WC_WR_FLUSH_ERR, "flushed receive status %d", wc.status);
+		}
+		expect("flush_on_modify_err", wc, IBV_WC_WR_FLUSH_ERR, 0x05, t0);
 	}
 	close_pair(&c);
 
