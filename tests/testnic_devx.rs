@@ -290,6 +290,8 @@ fn error_completions_with_and_without_sigmatop() {
             "bounds",
             "no_right",
             "atomics",
+            "write_imm_and_short_send",
+            "write_imm_and_short_send_receiver",
             "too_long",
             "too_long_receiver",
             "rnr",

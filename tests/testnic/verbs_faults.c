@@ -5,6 +5,8 @@
  *   bounds         read past the end of the MR         -> REM_ACCESS_ERR
  *   no_right       write to a QP without remote write  -> REM_ACCESS_ERR
  *   atomics        fetch-add and compare-swap          -> the old values, and B's memory updated
+ *   write_imm_and_short_send  receive completions: RECV_RDMA_WITH_IMM (length, imm) and a short
+ *                  send's byte_len = what arrived
  *   too_long       128-byte send into a 64-byte recv   -> A: REM_INV_REQ_ERR, B: LOC_LEN_ERR
  *   rnr            send with no receive, rnr_retry 1   -> RNR_RETRY_EXC_ERR
  *   bad_lkey       write from an unregistered lkey     -> LOC_PROT_ERR (0x04)
@@ -256,6 +258,50 @@ static void cases(void)
 		expect("too_long", wait_wc(c.cq, 5000), IBV_WC_REM_INV_REQ_ERR, 0x12, t0);
 	} else {
 		expect("too_long_receiver", wait_wc(c.cq, 5000), IBV_WC_LOC_LEN_ERR, 0x01, t0);
+	}
+	close_pair(&c);
+
+	/* Successes with receive completions: a write with immediate (byte_len = the write's length,
+	 * imm_data as sent) and a 40-byte send into a 64-byte receive (byte_len = what arrived). */
+	c = connect_pair(ALL, 7);
+	if (role) {
+		struct ibv_sge sge = {.addr = (uintptr_t)buf + 1024, .length = 64, .lkey = mr->lkey};
+		struct ibv_recv_wr rw = {.wr_id = 21, .sg_list = &sge, .num_sge = 1}, *bad;
+		CHECK(!ibv_post_recv(c.qp, &rw, &bad), "post recv");
+		rw.wr_id = 22;
+		CHECK(!ibv_post_recv(c.qp, &rw, &bad), "post recv");
+	}
+	barrier();
+	t0 = now_ms();
+	if (!role) {
+		memset(buf + 2048, 0x77, 100);
+		struct ibv_sge sge = {.addr = mine, .length = 100, .lkey = mr->lkey};
+		struct ibv_send_wr wr = {.wr_id = 1, .sg_list = &sge, .num_sge = 1,
+					 .opcode = IBV_WR_RDMA_WRITE_WITH_IMM, .send_flags = IBV_SEND_SIGNALED,
+					 .imm_data = htobe32(0x12345678)},
+				   *bad;
+		wr.wr.rdma.remote_addr = c.addr + 3000;
+		wr.wr.rdma.rkey = c.rkey;
+		CHECK(!ibv_post_send(c.qp, &wr, &bad), "post write-imm");
+		struct ibv_wc wc = wait_wc(c.cq, 5000);
+		CHECK(wc.status == IBV_WC_SUCCESS && wc.opcode == IBV_WC_RDMA_WRITE, "write-imm: %d", wc.status);
+		post(&c, IBV_WR_SEND, mine, 40, mr->lkey, 0, 0);
+		wc = wait_wc(c.cq, 5000);
+		expect("write_imm_and_short_send", wc, IBV_WC_SUCCESS, 0, t0);
+	} else {
+		struct ibv_wc wc = wait_wc(c.cq, 5000);
+		CHECK(wc.status == IBV_WC_SUCCESS && wc.opcode == IBV_WC_RECV_RDMA_WITH_IMM && wc.wr_id == 21 &&
+			      wc.byte_len == 100 && (wc.wc_flags & IBV_WC_WITH_IMM) &&
+			      wc.imm_data == htobe32(0x12345678),
+		      "write-imm receive: status %d opcode %d wr_id %llu byte_len %u imm 0x%x", wc.status, wc.opcode,
+		      (unsigned long long)wc.wr_id, wc.byte_len, be32toh(wc.imm_data));
+		for (int i = 0; i < 100; i++)
+			CHECK(buf[3000 + i] == 0x77, "write-imm byte %d", i);
+		wc = wait_wc(c.cq, 5000);
+		CHECK(wc.status == IBV_WC_SUCCESS && wc.opcode == IBV_WC_RECV && wc.wr_id == 22 && wc.byte_len == 40,
+		      "short send: status %d wr_id %llu byte_len %u", wc.status, (unsigned long long)wc.wr_id,
+		      wc.byte_len);
+		expect("write_imm_and_short_send_receiver", wc, IBV_WC_SUCCESS, 0, t0);
 	}
 	close_pair(&c);
 
