@@ -14,7 +14,7 @@
 //!   peer death within 5 s); the program sees the same statuses with and without sigmatop, the
 //!   NIC logs the refused WQEs with their syndrome, and the records stay readable.
 mod common;
-#[path = "testnic_util.rs"]
+#[path = "common/testnic.rs"]
 mod testnic;
 
 use std::collections::BTreeMap;

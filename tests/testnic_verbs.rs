@@ -23,7 +23,7 @@
 //!
 //! A missing program fails the test (scripts/test.sh installs them); nothing is skipped.
 mod common;
-#[path = "testnic_util.rs"]
+#[path = "common/testnic.rs"]
 mod testnic;
 
 use std::collections::BTreeMap;

@@ -1,5 +1,5 @@
-//! Helpers of the software-NIC tests (tests/testnic_*.rs, included with `#[path]`; as a test
-//! target of its own it has no tests): running programs through scripts/with-testnic.sh and
+//! Helpers of the software-NIC tests (tests/testnic_*.rs, included with `#[path]`, beside `mod
+//! common`): running programs through scripts/with-testnic.sh and
 //! reading the NIC's own WQE log (TESTNIC_LOG), which is written by the NIC thread, never by
 //! sigmatop.
 #![allow(dead_code)]
