@@ -98,7 +98,8 @@ TN_API struct ibv_context *ibv_open_device(struct ibv_device *d)
 	}
 	ctx->qps = calloc(QP_TABLE, sizeof *ctx->qps);
 	int async[2] = {-1, -1};
-	if (!ctx->qps || pipe2(async, O_CLOEXEC | O_NONBLOCK)) {
+	/* A blocking fd, like the kernel's: ibv_get_async_event waits (the NIC raises no events). */
+	if (!ctx->qps || pipe2(async, O_CLOEXEC)) {
 		free(ctx->qps);
 		free(ctx);
 		errno = ENOMEM;
@@ -502,9 +503,12 @@ TN_API int ibv_get_async_event(struct ibv_context *c, struct ibv_async_event *ev
 {
 	(void)event;
 	char b;
-	ssize_t n = read(c->async_fd, &b, 1);
-	(void)n;
-	errno = EAGAIN;
+	ssize_t n;
+	do {
+		n = read(c->async_fd, &b, 1); /* never written: blocks, or EAGAIN if made non-blocking */
+	} while (n < 0 && errno == EINTR);
+	if (n >= 0)
+		errno = ENODATA;
 	return -1;
 }
 
