@@ -6,7 +6,7 @@ cd "$(dirname "$0")/.."
 
 PKGS=(ucx-utils libucx0 libucx-dev libfabric-bin libfabric1 libfabric-dev openmpi-bin libopenmpi-dev
       ibverbs-utils ibverbs-providers libibverbs-dev rdma-core librdmacm1 rdmacm-utils perftest
-      infiniband-diags gcc tmux
+      infiniband-diags gcc make tmux
       qemu-system-x86 linux-image-amd64 busybox-static python3-venv)
 missing=()
 for p in "${PKGS[@]}"; do
@@ -31,4 +31,6 @@ fi
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 
 cargo build --workspace --all-targets
+# The software mlx5 NIC (tests/testnic) the testnic_* tests run rdma-core's programs on.
+bash scripts/with-testnic.sh true
 cargo test --workspace --no-fail-fast -- --test-threads=2

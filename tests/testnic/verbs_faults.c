@@ -1,0 +1,403 @@
+/* Faults through plain verbs, two processes (A = the parent acts, B = the child serves): each case
+ * gets a fresh RC QP pair and checks the completion status (and mlx5 syndrome, in vendor_err) a
+ * real mlx5 NIC gives, within a bound:
+ *   bad_rkey       write with a wrong rkey             -> REM_ACCESS_ERR (0x13), then a later WR flushes
+ *   bounds         read past the end of the MR         -> REM_ACCESS_ERR
+ *   no_right       write to a QP without remote write  -> REM_ACCESS_ERR
+ *   atomics        fetch-add and compare-swap          -> the old values, and B's memory updated
+ *   write_imm_and_short_send  receive completions: RECV_RDMA_WITH_IMM (length, imm) and a short
+ *                  send's byte_len = what arrived
+ *   too_long       128-byte send into a 64-byte recv   -> A: REM_INV_REQ_ERR, B: LOC_LEN_ERR
+ *   rnr            send with no receive, rnr_retry 1   -> RNR_RETRY_EXC_ERR
+ *   bad_lkey       write from an unregistered lkey     -> LOC_PROT_ERR (0x04)
+ *   malformed      a WQE with opcode 0x3f written and rung through mlx5dv -> LOC_QP_OP_ERR (0x02)
+ *   flush_on_modify_err  3 receives posted, QP moved to ERR by B -> 3 WR_FLUSH_ERR in order
+ *   peer_death     B exits without cleanup; A writes   -> RETRY_EXC_ERR within 5 s
+ * Prints "verbs_faults CASE status=S vendor_err=0xV ms=T ok" per case; exits non-zero on any miss.
+ */
+#include <endian.h>
+#include <errno.h>
+#include <infiniband/mlx5dv.h>
+#include <infiniband/verbs.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+static int role, sock; /* role 0 = A (acts), 1 = B (serves) */
+static struct ibv_context *ctx;
+static struct ibv_pd *pd;
+static union ibv_gid gid;
+static uint8_t *buf;
+static struct ibv_mr *mr;
+
+static void die(const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	fprintf(stderr, "verbs_faults[%c]: ", role ? 'B' : 'A');
+	vfprintf(stderr, fmt, ap);
+	fprintf(stderr, "\n");
+	va_end(ap);
+	exit(1);
+}
+
+#define CHECK(c, ...)                                                                                      \
+	do {                                                                                               \
+		if (!(c))                                                                                  \
+			die(__VA_ARGS__);                                                                  \
+	} while (0)
+
+static void xchg(const void *mine, void *theirs, size_t n)
+{
+	CHECK(write(sock, mine, n) == (ssize_t)n, "socket write");
+	for (size_t got = 0; got < n;) {
+		ssize_t r = read(sock, (char *)theirs + got, n - got);
+		CHECK(r > 0, "socket read");
+		got += (size_t)r;
+	}
+}
+
+static void barrier(void)
+{
+	char a = 0, b;
+	xchg(&a, &b, 1);
+}
+
+static long now_ms(void)
+{
+	struct timespec t;
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return t.tv_sec * 1000 + t.tv_nsec / 1000000;
+}
+
+struct conn {
+	struct ibv_cq *cq;
+	struct ibv_qp *qp;
+	uint64_t addr;  /* the peer's buffer */
+	uint32_t rkey;
+};
+
+struct info {
+	uint32_t qpn;
+	uint64_t addr;
+	uint32_t rkey;
+};
+
+static struct conn connect_pair(int access, int rnr_retry)
+{
+	struct conn c;
+	c.cq = ibv_create_cq(ctx, 32, NULL, NULL, 0);
+	struct ibv_qp_init_attr ia = {.send_cq = c.cq, .recv_cq = c.cq, .qp_type = IBV_QPT_RC,
+				      .cap = {.max_send_wr = 16, .max_recv_wr = 16, .max_send_sge = 1,
+					      .max_recv_sge = 1, .max_inline_data = 64}};
+	c.qp = c.cq ? ibv_create_qp(pd, &ia) : NULL;
+	CHECK(c.qp, "create CQ/QP");
+	struct ibv_qp_attr a = {.qp_state = IBV_QPS_INIT, .port_num = 1, .qp_access_flags = access};
+	CHECK(!ibv_modify_qp(c.qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS), "INIT");
+	struct info me = {c.qp->qp_num, (uintptr_t)buf, mr->rkey}, peer;
+	xchg(&me, &peer, sizeof me);
+	c.addr = peer.addr;
+	c.rkey = peer.rkey;
+	memset(&a, 0, sizeof a);
+	a.qp_state = IBV_QPS_RTR;
+	a.path_mtu = IBV_MTU_1024;
+	a.dest_qp_num = peer.qpn;
+	a.max_dest_rd_atomic = 4;
+	a.min_rnr_timer = 1;
+	a.ah_attr.is_global = 1;
+	a.ah_attr.port_num = 1;
+	a.ah_attr.grh.dgid = gid;
+	a.ah_attr.grh.hop_limit = 1;
+	CHECK(!ibv_modify_qp(c.qp, &a,
+			     IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
+				     IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER),
+	      "RTR");
+	a.qp_state = IBV_QPS_RTS;
+	a.timeout = 14;
+	a.retry_cnt = 7;
+	a.rnr_retry = (uint8_t)rnr_retry;
+	a.max_rd_atomic = 4;
+	CHECK(!ibv_modify_qp(c.qp, &a,
+			     IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN |
+				     IBV_QP_MAX_QP_RD_ATOMIC),
+	      "RTS");
+	barrier();
+	return c;
+}
+
+static void close_pair(struct conn *c)
+{
+	barrier();
+	CHECK(!ibv_destroy_qp(c->qp) && !ibv_destroy_cq(c->cq), "destroy");
+}
+
+static struct ibv_wc wait_wc(struct ibv_cq *cq, long limit_ms)
+{
+	struct ibv_wc wc;
+	long t0 = now_ms();
+	for (;;) {
+		int n = ibv_poll_cq(cq, 1, &wc);
+		CHECK(n >= 0, "ibv_poll_cq");
+		if (n)
+			return wc;
+		CHECK(now_ms() - t0 < limit_ms, "no completion within %ld ms", limit_ms);
+		usleep(100);
+	}
+}
+
+static void post(struct conn *c, enum ibv_wr_opcode op, uint64_t laddr, uint32_t len, uint32_t lkey,
+		 uint64_t raddr, uint32_t rkey)
+{
+	struct ibv_sge sge = {.addr = laddr, .length = len, .lkey = lkey};
+	struct ibv_send_wr wr = {.wr_id = 7, .sg_list = &sge, .num_sge = 1, .opcode = op,
+				 .send_flags = IBV_SEND_SIGNALED}, *bad;
+	if (op == IBV_WR_ATOMIC_FETCH_AND_ADD || op == IBV_WR_ATOMIC_CMP_AND_SWP) {
+		wr.wr.atomic.remote_addr = raddr;
+		wr.wr.atomic.rkey = rkey;
+	} else {
+		wr.wr.rdma.remote_addr = raddr;
+		wr.wr.rdma.rkey = rkey;
+	}
+	CHECK(!ibv_post_send(c->qp, &wr, &bad), "ibv_post_send");
+}
+
+static void expect(const char *name, struct ibv_wc wc, enum ibv_wc_status st, int vendor, long t0)
+{
+	CHECK(wc.status == st, "%s: status %d (%s), want %d (%s)", name, wc.status, ibv_wc_status_str(wc.status),
+	      st, ibv_wc_status_str(st));
+	CHECK(vendor < 0 || (int)wc.vendor_err == vendor, "%s: vendor_err 0x%x, want 0x%x", name, wc.vendor_err,
+	      vendor);
+	printf("verbs_faults %s status=%d vendor_err=0x%x ms=%ld ok\n", name, wc.status, wc.vendor_err,
+	       now_ms() - t0);
+	fflush(stdout);
+}
+
+static const int ALL = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
+		       IBV_ACCESS_REMOTE_ATOMIC;
+
+static void cases(void)
+{
+	struct conn c;
+	long t0;
+	uint64_t mine = (uintptr_t)buf + 2048;
+
+	c = connect_pair(ALL, 7);
+	if (!role) {
+		t0 = now_ms();
+		post(&c, IBV_WR_RDMA_WRITE, mine, 64, mr->lkey, c.addr, c.rkey ^ 0xff00);
+		expect("bad_rkey", wait_wc(c.cq, 5000), IBV_WC_REM_ACCESS_ERR, 0x13, t0);
+		t0 = now_ms();
+		post(&c, IBV_WR_RDMA_WRITE, mine, 64, mr->lkey, c.addr, c.rkey);
+		expect("flush_after_error", wait_wc(c.cq, 5000), IBV_WC_WR_FLUSH_ERR, 0x05, t0);
+	}
+	close_pair(&c);
+
+	c = connect_pair(ALL, 7);
+	if (!role) {
+		t0 = now_ms();
+		post(&c, IBV_WR_RDMA_READ, mine, 64, mr->lkey, c.addr + 4096 - 32, c.rkey);
+		expect("bounds", wait_wc(c.cq, 5000), IBV_WC_REM_ACCESS_ERR, 0x13, t0);
+	}
+	close_pair(&c);
+
+	c = connect_pair(role ? IBV_ACCESS_REMOTE_READ : ALL, 7);
+	if (!role) {
+		t0 = now_ms();
+		post(&c, IBV_WR_RDMA_WRITE, mine, 8, mr->lkey, c.addr, c.rkey);
+		expect("no_right", wait_wc(c.cq, 5000), IBV_WC_REM_ACCESS_ERR, 0x13, t0);
+	}
+	close_pair(&c);
+
+	c = connect_pair(ALL, 7);
+	uint64_t init = 40, *ctr = (uint64_t *)(buf + 512);
+	if (role)
+		*ctr = init;
+	barrier();
+	if (!role) {
+		t0 = now_ms();
+		struct ibv_sge sge = {.addr = mine, .length = 8, .lkey = mr->lkey};
+		struct ibv_send_wr wr = {.wr_id = 1, .sg_list = &sge, .num_sge = 1,
+					 .opcode = IBV_WR_ATOMIC_FETCH_AND_ADD, .send_flags = IBV_SEND_SIGNALED},
+				   *bad;
+		wr.wr.atomic.remote_addr = c.addr + 512;
+		wr.wr.atomic.rkey = c.rkey;
+		wr.wr.atomic.compare_add = 2;
+		CHECK(!ibv_post_send(c.qp, &wr, &bad), "post FA");
+		struct ibv_wc wc = wait_wc(c.cq, 5000);
+		CHECK(wc.status == IBV_WC_SUCCESS && wc.opcode == IBV_WC_FETCH_ADD, "FA: status %d", wc.status);
+		CHECK(*(uint64_t *)(uintptr_t)mine == init, "FA returned %llu", *(unsigned long long *)(uintptr_t)mine);
+		wr.opcode = IBV_WR_ATOMIC_CMP_AND_SWP;
+		wr.wr.atomic.compare_add = init + 2;
+		wr.wr.atomic.swap = 99;
+		CHECK(!ibv_post_send(c.qp, &wr, &bad), "post CS");
+		wc = wait_wc(c.cq, 5000);
+		CHECK(wc.status == IBV_WC_SUCCESS && wc.opcode == IBV_WC_COMP_SWAP, "CS: status %d", wc.status);
+		CHECK(*(uint64_t *)(uintptr_t)mine == init + 2, "CS returned %llu", *(unsigned long long *)(uintptr_t)mine);
+		expect("atomics", wc, IBV_WC_SUCCESS, 0, t0);
+	}
+	barrier();
+	if (role)
+		CHECK(*ctr == 99, "B's counter holds %llu after FA 2 and CS -> 99", (unsigned long long)*ctr);
+	close_pair(&c);
+
+	c = connect_pair(ALL, 7);
+	if (role) {
+		struct ibv_sge sge = {.addr = (uintptr_t)buf + 1024, .length = 64, .lkey = mr->lkey};
+		struct ibv_recv_wr rw = {.wr_id = 9, .sg_list = &sge, .num_sge = 1}, *bad;
+		CHECK(!ibv_post_recv(c.qp, &rw, &bad), "post recv");
+	}
+	barrier();
+	t0 = now_ms();
+	if (!role) {
+		post(&c, IBV_WR_SEND, mine, 128, mr->lkey, 0, 0);
+		expect("too_long", wait_wc(c.cq, 5000), IBV_WC_REM_INV_REQ_ERR, 0x12, t0);
+	} else {
+		expect("too_long_receiver", wait_wc(c.cq, 5000), IBV_WC_LOC_LEN_ERR, 0x01, t0);
+	}
+	close_pair(&c);
+
+	/* Successes with receive completions: a write with immediate (byte_len = the write's length,
+	 * imm_data as sent) and a 40-byte send into a 64-byte receive (byte_len = what arrived). */
+	c = connect_pair(ALL, 7);
+	if (role) {
+		struct ibv_sge sge = {.addr = (uintptr_t)buf + 1024, .length = 64, .lkey = mr->lkey};
+		struct ibv_recv_wr rw = {.wr_id = 21, .sg_list = &sge, .num_sge = 1}, *bad;
+		CHECK(!ibv_post_recv(c.qp, &rw, &bad), "post recv");
+		rw.wr_id = 22;
+		CHECK(!ibv_post_recv(c.qp, &rw, &bad), "post recv");
+	}
+	barrier();
+	t0 = now_ms();
+	if (!role) {
+		memset(buf + 2048, 0x77, 100);
+		struct ibv_sge sge = {.addr = mine, .length = 100, .lkey = mr->lkey};
+		struct ibv_send_wr wr = {.wr_id = 1, .sg_list = &sge, .num_sge = 1,
+					 .opcode = IBV_WR_RDMA_WRITE_WITH_IMM, .send_flags = IBV_SEND_SIGNALED,
+					 .imm_data = htobe32(0x12345678)},
+				   *bad;
+		wr.wr.rdma.remote_addr = c.addr + 3000;
+		wr.wr.rdma.rkey = c.rkey;
+		CHECK(!ibv_post_send(c.qp, &wr, &bad), "post write-imm");
+		struct ibv_wc wc = wait_wc(c.cq, 5000);
+		CHECK(wc.status == IBV_WC_SUCCESS && wc.opcode == IBV_WC_RDMA_WRITE, "write-imm: %d", wc.status);
+		post(&c, IBV_WR_SEND, mine, 40, mr->lkey, 0, 0);
+		wc = wait_wc(c.cq, 5000);
+		expect("write_imm_and_short_send", wc, IBV_WC_SUCCESS, 0, t0);
+	} else {
+		struct ibv_wc wc = wait_wc(c.cq, 5000);
+		CHECK(wc.status == IBV_WC_SUCCESS && wc.opcode == IBV_WC_RECV_RDMA_WITH_IMM && wc.wr_id == 21 &&
+			      wc.byte_len == 100 && (wc.wc_flags & IBV_WC_WITH_IMM) &&
+			      wc.imm_data == htobe32(0x12345678),
+		      "write-imm receive: status %d opcode %d wr_id %llu byte_len %u imm 0x%x", wc.status, wc.opcode,
+		      (unsigned long long)wc.wr_id, wc.byte_len, be32toh(wc.imm_data));
+		for (int i = 0; i < 100; i++)
+			CHECK(buf[3000 + i] == 0x77, "write-imm byte %d", i);
+		wc = wait_wc(c.cq, 5000);
+		CHECK(wc.status == IBV_WC_SUCCESS && wc.opcode == IBV_WC_RECV && wc.wr_id == 22 && wc.byte_len == 40,
+		      "short send: status %d wr_id %llu byte_len %u", wc.status, (unsigned long long)wc.wr_id,
+		      wc.byte_len);
+		expect("write_imm_and_short_send_receiver", wc, IBV_WC_SUCCESS, 0, t0);
+	}
+	close_pair(&c);
+
+	c = connect_pair(ALL, 1);
+	if (!role) {
+		t0 = now_ms();
+		post(&c, IBV_WR_SEND, mine, 16, mr->lkey, 0, 0);
+		expect("rnr", wait_wc(c.cq, 5000), IBV_WC_RNR_RETRY_EXC_ERR, 0x16, t0);
+	}
+	close_pair(&c);
+
+	c = connect_pair(ALL, 7);
+	if (!role) {
+		t0 = now_ms();
+		post(&c, IBV_WR_RDMA_WRITE, mine, 8, mr->lkey ^ 0x3300, c.addr, c.rkey);
+		expect("bad_lkey", wait_wc(c.cq, 5000), IBV_WC_LOC_PROT_ERR, 0x04, t0);
+	}
+	close_pair(&c);
+
+	c = connect_pair(ALL, 7);
+	if (!role) {
+		/* A WQE no NIC knows, written and rung the way libmlx5 would. */
+		struct mlx5dv_qp dq;
+		memset(&dq, 0, sizeof dq); /* comp_mask: nothing optional asked */
+		struct mlx5dv_obj o = {.qp = {.in = c.qp, .out = &dq}};
+		CHECK(!mlx5dv_init_obj(&o, MLX5DV_OBJ_QP), "mlx5dv_init_obj(QP)");
+		struct mlx5_wqe_ctrl_seg *ctrl = dq.sq.buf;
+		mlx5dv_set_ctrl_seg(ctrl, 0, 0x3f, 0, c.qp->qp_num, MLX5_WQE_CTRL_CQ_UPDATE, 1, 0, 0);
+		t0 = now_ms();
+		__atomic_thread_fence(__ATOMIC_RELEASE);
+		dq.dbrec[MLX5_SND_DBR] = htobe32(1);
+		uint64_t db;
+		memcpy(&db, ctrl, 8);
+		__atomic_store_n((uint64_t *)dq.bf.reg, db, __ATOMIC_RELEASE);
+		expect("malformed", wait_wc(c.cq, 5000), IBV_WC_LOC_QP_OP_ERR, 0x02, t0);
+	}
+	close_pair(&c);
+
+	c = connect_pair(ALL, 7);
+	if (role) {
+		/* Receives posted, then the QP moved to error by the program: each flushes, in order. */
+		struct ibv_sge sge = {.addr = (uintptr_t)buf + 1024, .length = 64, .lkey = mr->lkey};
+		struct ibv_recv_wr rw = {.sg_list = &sge, .num_sge = 1}, *bad;
+		for (uint64_t i = 0; i < 3; i++) {
+			rw.wr_id = 100 + i;
+			CHECK(!ibv_post_recv(c.qp, &rw, &bad), "post recv");
+		}
+		struct ibv_qp_attr a = {.qp_state = IBV_QPS_ERR};
+		t0 = now_ms();
+		CHECK(!ibv_modify_qp(c.qp, &a, IBV_QP_STATE), "modify to ERR");
+		struct ibv_wc wc;
+		for (uint64_t i = 0; i < 3; i++) {
+			wc = wait_wc(c.cq, 5000);
+			CHECK(wc.wr_id == 100 + i, "flushed receive %llu has wr_id %llu", (unsigned long long)i,
+			      (unsigned long long)wc.wr_id);
+			CHECK(wc.status == IBV_WC_WR_FLUSH_ERR, "flushed receive status %d", wc.status);
+		}
+		expect("flush_on_modify_err", wc, IBV_WC_WR_FLUSH_ERR, 0x05, t0);
+	}
+	close_pair(&c);
+
+	c = connect_pair(ALL, 7);
+	if (role) {
+		fflush(stdout);
+		_exit(0); /* no cleanup: its NIC stops answering */
+	}
+	sleep(1);
+	t0 = now_ms();
+	post(&c, IBV_WR_RDMA_WRITE, mine, 8, mr->lkey, c.addr, c.rkey);
+	struct ibv_wc wc = wait_wc(c.cq, 5000);
+	expect("peer_death", wc, IBV_WC_RETRY_EXC_ERR, 0x15, t0);
+}
+
+int main(void)
+{
+	int sv[2];
+	if (socketpair(AF_UNIX, SOCK_STREAM, 0, sv))
+		return 2;
+	fflush(stdout);
+	pid_t child = fork();
+	if (child < 0)
+		return 2;
+	role = child == 0;
+	sock = sv[role];
+	close(sv[1 - role]);
+	struct ibv_device **l = ibv_get_device_list(NULL);
+	CHECK(l && l[0], "no device");
+	ctx = ibv_open_device(l[0]);
+	pd = ctx ? ibv_alloc_pd(ctx) : NULL;
+	CHECK(pd && !ibv_query_gid(ctx, 1, 0, &gid), "open/PD/GID");
+	CHECK(!posix_memalign((void **)&buf, 4096, 4096), "alloc");
+	memset(buf, 0x5c, 4096);
+	mr = ibv_reg_mr(pd, buf, 4096, ALL);
+	CHECK(mr, "ibv_reg_mr");
+	cases();
+	int st = 0;
+	waitpid(child, &st, 0); /* B exited in peer_death */
+	return WIFEXITED(st) && WEXITSTATUS(st) == 0 ? 0 : 1;
+}

@@ -1,0 +1,327 @@
+//! The devx / IBGDA host path and the NIC's error completions, on the CPU (no GPU):
+//! - `ibgda_host` (tests/testnic/ibgda_host.c): two processes run NVSHMEM 3.4.5's IBGDA host
+//!   sequence against the software NIC and post NVSHMEM's device WQE shapes from the CPU. The
+//!   program checks every byte itself; here the NIC's own log must hold exactly the WQEs it posted
+//!   (index, opcode, opmod, length, remote address and all 32 bits of the rkey), and under the
+//!   preload (every mode) sigmatop's mlx5 layer must define each devx QP with its QPN and match
+//!   the two QPs across the processes by GID + QPN (RTR peers, own-address hashes, JSON peers).
+//!   Each process also makes NVSHMEM's DC objects (a DC target through mlx5dv_create_qp, a devx
+//!   DCI) and writes and fetch-adds through the peer's target: the NIC log has those WQEs too.
+//!   The CPU rings its UAR directly, so no doorbell reaches sigmatop's GPU doorbell path here:
+//!   WQE recovery against this log is the GPU run's job (docs/TESTNIC.md).
+//! - `verbs_faults` (tests/testnic/verbs_faults.c): error completions with the syndromes mlx5
+//!   hardware gives (bad rkey, bounds, missing right, too-long send, RNR, bad lkey, malformed WQE,
+//!   peer death within 5 s); the program sees the same statuses with and without sigmatop, the
+//!   NIC logs the refused WQEs with their syndrome, and the records stay readable.
+mod common;
+#[path = "common/testnic.rs"]
+mod testnic;
+
+use std::collections::BTreeMap;
+use std::process::{Command, Output};
+
+use common::Trace;
+use sigmatop::event::EndpointKind;
+use sigmatop::trace::reader::ProcessRecording;
+use testnic::{GID, MODES, NicWqe, build_nic, hex, nic_log, nic_program, run_one};
+
+/// One "ibgda_host role=... " summary line.
+#[derive(Debug)]
+struct Role {
+    role: u32,
+    pid: u32,
+    qpn: u32,
+    peer_qpn: u32,
+    peer_rkey: u32,
+    peer_addr: u64,
+    dci_qpn: u32,
+}
+
+fn roles(out: &Output) -> Vec<Role> {
+    let text = common::stdout_of(out);
+    let mut v: Vec<Role> = text
+        .lines()
+        .filter(|l| l.starts_with("ibgda_host role="))
+        .map(|l| {
+            assert!(l.ends_with(" ok"), "not ok: {l}");
+            Role {
+                role: testnic::field(l, "role").parse().expect("role"),
+                pid: testnic::field(l, "pid").parse().expect("pid"),
+                qpn: hex(testnic::field(l, "qpn")) as u32,
+                peer_qpn: hex(testnic::field(l, "peer_qpn")) as u32,
+                peer_rkey: hex(testnic::field(l, "peer_rkey")) as u32,
+                peer_addr: hex(testnic::field(l, "peer_addr")),
+                dci_qpn: hex(testnic::field(l, "dci_qpn")) as u32,
+            }
+        })
+        .collect();
+    v.sort_by_key(|r| r.role);
+    assert_eq!(v.len(), 2, "two summary lines in:\n{text}");
+    assert_eq!(v[0].qpn, v[1].peer_qpn, "QPNs exchanged");
+    assert_eq!(v[1].qpn, v[0].peer_qpn, "QPNs exchanged");
+    v
+}
+
+/// A WQE the program posted: (idx, opcode, opmod, len, offset in the peer's buffer, rkey xor,
+/// signaled).
+type Wqe = (u32, u32, u32, u64, u64, u32, bool);
+
+/// What ibgda_host.c posts on its RC QP; process 0 adds the wrong-rkey write.
+fn expected_wqes(role: u32) -> Vec<Wqe> {
+    let mut v = vec![
+        (0, 0x08, 0x00, 64, 0, 0, false),
+        (1, 0x08, 0x00, 8, 64, 0, false),
+        (2, 0x10, 0x00, 128, 256, 0, false),
+        (3, 0x12, 0x00, 8, 512, 0, false),
+        (4, 0x15, 0x08, 4, 520, 0, false),
+        (5, 0x14, 0x09, 8, 528, 0, false),
+        (7, 0x14, 0x08, 4, 536, 0, false),
+        (8, 0x00, 0x00, 0, 0, 0, true),
+    ];
+    if role == 0 {
+        v.push((9, 0x08, 0x00, 8, 0, 0x5a5a00, true));
+    }
+    v
+}
+
+/// The DCI's two WQEs through the peer's DC target (the 48-byte AV makes the write 2 WQEBBs).
+const DCI_WQES: [Wqe; 2] = [
+    (0, 0x08, 0x00, 32, 1536, 0, false),
+    (2, 0x12, 0x00, 8, 544, 0, true),
+];
+
+fn check_wqes(ctx: &str, r: &Role, qpn: u32, nic: &[NicWqe], want: &[Wqe]) -> usize {
+    let mine: Vec<&NicWqe> = nic
+        .iter()
+        .filter(|w| w.pid == r.pid && w.qpn == qpn)
+        .collect();
+    assert_eq!(
+        mine.len(),
+        want.len(),
+        "{ctx}: WQEs of QP 0x{qpn:x}: {mine:?}"
+    );
+    for (w, e) in mine.iter().zip(want) {
+        let (idx, opcode, opmod, len, off, rkey_xor, signaled) = *e;
+        let (raddr, rkey) = if opcode == 0 {
+            (0, 0)
+        } else {
+            (r.peer_addr + off, r.peer_rkey ^ rkey_xor)
+        };
+        assert_eq!(
+            (
+                w.qpn, w.idx, w.opcode, w.opmod, w.len, w.raddr, w.rkey, w.signaled, w.status
+            ),
+            (qpn, idx, opcode, opmod, len, raddr, rkey, signaled, 0),
+            "{ctx}: NIC log of pid {} (qpn, idx, opcode, opmod, len, raddr, rkey, signaled, status)",
+            r.pid
+        );
+    }
+    mine.len()
+}
+
+fn check_nic_log(ctx: &str, nic: &[NicWqe], r: &Role) {
+    let n = check_wqes(ctx, r, r.qpn, nic, &expected_wqes(r.role))
+        + check_wqes(ctx, r, r.dci_qpn, nic, &DCI_WQES);
+    assert_eq!(
+        nic.iter().filter(|w| w.pid == r.pid).count(),
+        n,
+        "{ctx}: pid {} logged WQEs of other QPs",
+        r.pid
+    );
+}
+
+fn devx_peer(ctx: &str, p: &ProcessRecording, qpn: u32) -> sigmatop::event::Peer {
+    let ep = p
+        .endpoints
+        .iter()
+        .find(|e| e.kind == EndpointKind::DevxQp && e.qpn == Some(qpn))
+        .unwrap_or_else(|| panic!("{ctx}: pid {} has no devx QP 0x{qpn:x}", p.identity.pid));
+    assert_eq!(ep.transport, "RC", "{ctx}: transport of 0x{qpn:x}");
+    p.updates
+        .iter()
+        .rfind(|u| u.id == ep.id && u.state == "RTR")
+        .and_then(|u| u.peer.clone())
+        .unwrap_or_else(|| panic!("{ctx}: devx QP 0x{qpn:x} has no RTR peer"))
+}
+
+fn check_record(ctx: &str, t: &Trace, rs: &[Role]) {
+    let procs: BTreeMap<u32, ProcessRecording> = common::processes(t)
+        .into_iter()
+        .map(|p| (p.identity.pid, p))
+        .collect();
+    for (i, r) in rs.iter().enumerate() {
+        let other = &rs[1 - i];
+        let p = procs
+            .get(&r.pid)
+            .unwrap_or_else(|| panic!("{ctx}: pid {} not recorded", r.pid));
+        let o = procs.get(&other.pid).expect("other recorded");
+        let dci = p
+            .endpoints
+            .iter()
+            .find(|e| e.kind == EndpointKind::DevxQp && e.qpn == Some(r.dci_qpn))
+            .unwrap_or_else(|| panic!("{ctx}: pid {} has no devx DCI 0x{:x}", r.pid, r.dci_qpn));
+        assert_eq!(dci.transport, "DCI", "{ctx}: transport of the DCI");
+        let peer = devx_peer(ctx, p, r.qpn);
+        assert_eq!(
+            peer.qpn,
+            Some(other.qpn),
+            "{ctx}: peer QPN of 0x{:x}",
+            r.qpn
+        );
+        assert_eq!(peer.gid, Some(GID), "{ctx}: peer GID of 0x{:x}", r.qpn);
+        assert_eq!(
+            devx_peer(ctx, o, other.qpn).qpn,
+            Some(r.qpn),
+            "{ctx}: peers not mutual"
+        );
+        assert!(
+            o.identity.own_addr_hashes.contains(&peer.addr_hash),
+            "{ctx}: the peer hash of 0x{:x} is no own address of pid {}",
+            r.qpn,
+            other.pid
+        );
+    }
+    // The exported JSON resolves each devx QP's peer to the other process.
+    let out = t.record.parent().expect("dir").join("agg.json");
+    let o = Command::new(common::sigmatop_bin())
+        .arg("export")
+        .arg(&t.record)
+        .arg("--json")
+        .arg(&out)
+        .output()
+        .expect("sigmatop export");
+    assert!(
+        o.status.success(),
+        "{ctx}: export: {}",
+        common::stderr_of(&o)
+    );
+    let j: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&out).expect("json")).expect("JSON");
+    for (i, r) in rs.iter().enumerate() {
+        let p = j["processes"]
+            .as_array()
+            .expect("processes")
+            .iter()
+            .find(|p| p["pid"].as_u64() == Some(r.pid as u64))
+            .unwrap_or_else(|| panic!("{ctx}: pid {} not in JSON", r.pid));
+        let label = format!("devx qp {:#x}", r.qpn);
+        let ep = p["endpoints"]
+            .as_array()
+            .expect("endpoints")
+            .iter()
+            .find(|e| e["label"].as_str() == Some(label.as_str()))
+            .unwrap_or_else(|| panic!("{ctx}: no '{label}' in {p}"));
+        assert_eq!(
+            ep["peer"]["pid"].as_u64(),
+            Some(rs[1 - i].pid as u64),
+            "{ctx}: JSON peer of {label}"
+        );
+    }
+}
+
+#[test]
+fn ibgda_host_sequence_on_the_nic_and_under_sigmatop() {
+    build_nic();
+    let prog = nic_program("ibgda_host");
+    for mode in MODES {
+        let dir = common::scratch("testnic-ibgda");
+        let log = dir.join("nic-log");
+        std::fs::create_dir_all(&log).expect("log dir");
+        let trace = mode.map(|m| Trace::new(m, &dir));
+        let out = run_one(&prog, &[], &log, trace.as_ref());
+        let ctx = format!("ibgda_host mode {mode:?}");
+        assert!(
+            out.status.success(),
+            "{ctx} failed:\n{}\n{}",
+            common::stdout_of(&out),
+            common::stderr_of(&out)
+        );
+        let rs = roles(&out);
+        let nic = nic_log(&log);
+        for r in &rs {
+            check_nic_log(&ctx, &nic, r);
+        }
+        if let Some(t) = &trace {
+            check_record(&ctx, t, &rs);
+        }
+    }
+}
+
+/// (case, status, vendor_err) of every "verbs_faults ... ok" line.
+fn fault_lines(out: &Output) -> Vec<(String, String, String)> {
+    common::stdout_of(out)
+        .lines()
+        .filter(|l| l.starts_with("verbs_faults ") && l.ends_with(" ok"))
+        .map(|l| {
+            let name = l.split_whitespace().nth(1).unwrap_or_default().to_string();
+            (
+                name,
+                testnic::field(l, "status").to_string(),
+                testnic::field(l, "vendor_err").to_string(),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn error_completions_with_and_without_sigmatop() {
+    build_nic();
+    let prog = nic_program("verbs_faults");
+    let mut baseline = None;
+    for mode in MODES {
+        let dir = common::scratch("testnic-faults");
+        let log = dir.join("nic-log");
+        std::fs::create_dir_all(&log).expect("log dir");
+        let trace = mode.map(|m| Trace::new(m, &dir));
+        let out = run_one(&prog, &[], &log, trace.as_ref());
+        let ctx = format!("verbs_faults mode {mode:?}");
+        assert!(
+            out.status.success(),
+            "{ctx} failed:\n{}\n{}",
+            common::stdout_of(&out),
+            common::stderr_of(&out)
+        );
+        let mut lines = fault_lines(&out);
+        lines.sort();
+        let names: Vec<&str> = lines.iter().map(|l| l.0.as_str()).collect();
+        for case in [
+            "bad_rkey",
+            "flush_after_error",
+            "bounds",
+            "no_right",
+            "atomics",
+            "write_imm_and_short_send",
+            "write_imm_and_short_send_receiver",
+            "too_long",
+            "too_long_receiver",
+            "rnr",
+            "bad_lkey",
+            "malformed",
+            "flush_on_modify_err",
+            "peer_death",
+        ] {
+            assert!(
+                names.contains(&case),
+                "{ctx}: case {case} missing: {lines:?}"
+            );
+        }
+        match &baseline {
+            None => baseline = Some(lines),
+            Some(b) => assert_eq!(&lines, b, "{ctx}: statuses differ from the untraced run"),
+        }
+        // The NIC refused the two bad WQEs itself, with their syndromes.
+        let nic = nic_log(&log);
+        assert!(
+            nic.iter().any(|w| w.opcode == 0x3f && w.status == 0x02),
+            "{ctx}: the malformed WQE is logged with syndrome 0x02"
+        );
+        assert!(
+            nic.iter().any(|w| w.op == "RDMA_WRITE" && w.status == 0x04),
+            "{ctx}: the bad-lkey write is logged with syndrome 0x04"
+        );
+        if let Some(t) = &trace {
+            // The record of the process that died without cleanup still reads.
+            assert!(!common::processes(t).is_empty(), "{ctx}: nothing recorded");
+        }
+    }
+}
