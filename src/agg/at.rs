@@ -226,7 +226,7 @@ impl<'m> ModelAt<'m> {
                     ep,
                     def,
                     peer: def.map_or_else(EndpointPeer::default, |d| {
-                        peers.of(pi as u32, d, p.av.get(&ep).map_or(&[], |v| v))
+                        peers.of(pi as u32, d, p.av_of(ep))
                     }),
                     tot,
                     win,

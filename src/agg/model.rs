@@ -42,6 +42,11 @@ pub struct ProcessState {
 }
 
 impl ProcessState {
+    /// The address-vector hashes of endpoint `ep` (empty for most endpoints).
+    pub fn av_of(&self, ep: u32) -> &[u64] {
+        self.av.get(&ep).map_or(&[], |v| v)
+    }
+
     pub fn last(&self) -> Option<&Snapshot> {
         self.history.back()
     }

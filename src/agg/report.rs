@@ -48,26 +48,75 @@ impl Flow {
     }
 }
 
+/// Who sent how much to whom, cumulative: the process matrix of a model.
+pub struct Traffic<'m> {
+    /// The processes in model order: the matrix's rows and columns.
+    pub procs: Vec<(&'m ProcKey, &'m ProcessState)>,
+    pub peers: Peers,
+    /// (from, to) → bytes; `to` or `from` is `UNTRACED` for peers that are not traced.
+    pub cells: BTreeMap<(u32, u32), u64>,
+}
+
 impl Model {
-    /// The aggregate report of the whole model (cumulative totals).
-    pub fn report(&self) -> Report {
-        let mut r = Report {
-            schema: Report::SCHEMA,
-            ..Default::default()
-        };
+    /// The process matrix from each process's latest snapshot: sends and writes count from the
+    /// issuer to the endpoint's peer, one-sided reads from the peer to the issuer; a peer that is
+    /// not traced is `UNTRACED`; an endpoint with several traced peers (libfabric RDM) cannot say
+    /// which got what and is left out.
+    pub fn traffic(&self) -> Traffic<'_> {
         let procs: Vec<(&ProcKey, &ProcessState)> = self.processes.iter().collect();
         let peers = Peers::build(
             procs
                 .iter()
                 .map(|(_, p)| (&p.identity, p.endpoints.values())),
         );
+        let mut cells: BTreeMap<(u32, u32), u64> = BTreeMap::new();
+        for (pi, (_, p)) in procs.iter().enumerate() {
+            let Some(last) = p.last() else { continue };
+            for c in &last.counts {
+                let Some(toward) = Op::from_u8(c.op).and_then(toward_peer) else {
+                    continue;
+                };
+                let other = match p.endpoints.get(&c.ep) {
+                    Some(d) => {
+                        let x = peers.of(pi as u32, d, p.av_of(c.ep));
+                        if x.several {
+                            continue;
+                        }
+                        x.process.unwrap_or(UNTRACED)
+                    }
+                    None => UNTRACED,
+                };
+                let cell = if toward {
+                    (pi as u32, other)
+                } else {
+                    (other, pi as u32)
+                };
+                *cells.entry(cell).or_default() += c.bytes;
+            }
+        }
+        Traffic {
+            procs,
+            peers,
+            cells,
+        }
+    }
+
+    /// The aggregate report of the whole model (cumulative totals).
+    pub fn report(&self) -> Report {
+        let mut r = Report {
+            schema: Report::SCHEMA,
+            ..Default::default()
+        };
+        let Traffic {
+            procs,
+            peers,
+            cells,
+        } = self.traffic();
         let groups = Groups::new(
             procs
                 .iter()
                 .map(|(k, p)| (p.identity.rank, k.host.as_str())),
         );
-        // Bytes each process sent to each other process (row → column).
-        let mut cells: BTreeMap<(u32, u32), u64> = BTreeMap::new();
         for (pi, (key, p)) in procs.iter().enumerate() {
             let Some(last) = p.last() else {
                 r.processes.push(ProcessReport::empty(key, p));
@@ -108,8 +157,7 @@ impl Model {
                     flow: Flow::default(),
                     ops: BTreeMap::new(),
                 };
-                let ep_peer = def.map(|d| peers.of(pi as u32, d, p.av.get(ep).map_or(&[], |v| v)));
-                let peer = ep_peer.and_then(|x| x.process);
+                let peer = def.and_then(|d| peers.of(pi as u32, d, p.av_of(*ep)).process);
                 if let Some(pp) = peer
                     && let Some((pk, pps)) = procs.get(pp as usize)
                 {
@@ -121,23 +169,6 @@ impl Model {
                 }
                 for (op, (n, b)) in ops {
                     er.flow.add_op(*op, *n, *b);
-                    // Sends and writes go to the peer, one-sided reads come from it; a peer
-                    // that is not traced is the "untraced" row and column.
-                    let other = match ep_peer {
-                        Some(x) if x.several => None,
-                        Some(x) => Some(x.process.unwrap_or(UNTRACED)),
-                        None => Some(UNTRACED),
-                    };
-                    if let Some(pp) = other
-                        && let Some(toward) = Op::from_u8(*op).and_then(toward_peer)
-                    {
-                        let cell = if toward {
-                            (pi as u32, pp)
-                        } else {
-                            (pp, pi as u32)
-                        };
-                        *cells.entry(cell).or_default() += b;
-                    }
                     let name = Op::from_u8(*op)
                         .map(|o| o.name().to_string())
                         .unwrap_or_else(|| format!("op{op}"));
