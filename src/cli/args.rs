@@ -47,6 +47,8 @@ pub enum Command {
     Replay(ReplayArgs),
     /// Replay the bundled recording of a real run (no RDMA hardware or GPU needed).
     Demo(DemoArgs),
+    /// Serve this node's traced processes' counters on /metrics for Prometheus (long-running).
+    Serve(ServeArgs),
 }
 
 #[derive(Args, Debug, Clone)]
@@ -157,3 +159,20 @@ pub struct DemoArgs {
 
 /// A one-line error for the user, with what to do.
 pub type CliResult = Result<i32, String>;
+
+#[derive(Args, Debug, Clone)]
+pub struct ServeArgs {
+    /// Where to listen (ADDR:PORT). Loopback by default; another address exposes the counters to
+    /// other hosts (a warning says so).
+    #[arg(long, default_value = "127.0.0.1:9464", value_name = "ADDR:PORT")]
+    pub listen: String,
+    /// Also one series per QP (sigmatop_qp_*_bytes_total with device, port, qpn).
+    #[arg(long)]
+    pub qp_metrics: bool,
+    /// Seconds a process's final counters stay after it exits (so the last scrape sees its tail).
+    #[arg(long = "retention", default_value = "300", value_name = "SECONDS")]
+    pub retention_s: u64,
+    /// Where traced processes put their sockets.
+    #[arg(long, value_name = "DIR")]
+    pub socket_dir: Option<std::path::PathBuf>,
+}

@@ -7,6 +7,7 @@
 //! - `replay`: `sigmatop replay` and `sigmatop demo`: the dashboard driven by a recording.
 //! - `export`: `sigmatop export`: JSON aggregates and Perfetto traces of recordings.
 //! - `report`: `sigmatop report`: the text report of recordings.
+//! - `serve`: `sigmatop serve`: this node's counters on /metrics for Prometheus.
 //! - `runs`: choosing among several runs in one record directory (`--run N`).
 //! - `dashboard`: the terminal loop: a `Source`, the model, the view model, key handling.
 //! - `live_feed`: live sockets (and the launched program) as a dashboard `Source`.
@@ -24,6 +25,7 @@ pub mod replay;
 pub mod report;
 pub mod run;
 pub mod runs;
+pub mod serve;
 pub mod table;
 pub mod view_model;
 

@@ -1,4 +1,6 @@
-//! Exports of correlated recordings: Perfetto traces and JSON aggregates.
+//! Exports: Perfetto traces and JSON aggregates of correlated recordings, and the live model as
+//! OpenMetrics counters.
 pub mod json;
+pub mod openmetrics;
 pub mod perfetto;
 pub mod proto;

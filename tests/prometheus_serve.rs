@@ -1,0 +1,233 @@
+//! `sigmatop serve` scraped by a real Prometheus server (Debian's `prometheus`) while real
+//! programs run: a traced ucx_perftest tag_bw pair and a 3-rank Open MPI job over UCX
+//! (tests/programs/mpi_pattern.c: rank i sends (i+1)·(j+2)·1000 bytes to rank j). After they end,
+//! Prometheus's HTTP query API answers with exact totals: the client's bytes and operations
+//! ((n + 1) × size, n + 1 sends: tests/ucx_perftest.rs explains the warm-up), the server's
+//! receive count, and every cell of the MPI job's rank matrix
+//! (`sigmatop_peer_tx_bytes_total{rank, peer_rank}`). The exited processes' counters are still
+//! there: `serve` keeps them for its retention window.
+mod common;
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command};
+use std::time::{Duration, Instant};
+
+use common::Trace;
+
+const N: u64 = 3000;
+const SIZE: u64 = 16384;
+const RANKS: u64 = 3;
+
+/// Kills a child process when dropped (the servers outlive the test's assertions otherwise).
+struct Reaped(Child);
+impl Drop for Reaped {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn http_get(port: u16, path: &str) -> Option<String> {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    write!(
+        s,
+        "GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
+    )
+    .ok()?;
+    let mut out = String::new();
+    s.read_to_string(&mut out).ok()?;
+    let (head, body) = out.split_once("\r\n\r\n")?;
+    head.starts_with("HTTP/1.1 200")
+        .then(|| body.to_string())
+        .or_else(|| head.starts_with("HTTP/1.0 200").then(|| body.to_string()))
+}
+
+fn urlencode(q: &str) -> String {
+    q.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'_' | b'.' | b'-' => (b as char).to_string(),
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+/// The single value of an instant query, None when the query has no result (yet).
+fn query(port: u16, q: &str) -> Option<u64> {
+    let body = http_get(port, &format!("/api/v1/query?query={}", urlencode(q)))?;
+    let v: serde_json::Value = serde_json::from_str(&body).ok()?;
+    let r = v["data"]["result"].as_array()?;
+    if r.len() != 1 {
+        return None;
+    }
+    r[0]["value"][1]
+        .as_str()?
+        .parse::<f64>()
+        .ok()
+        .map(|f| f as u64)
+}
+
+/// Polls `q` until it equals `want` (Prometheus scrapes every second); the last value seen on
+/// failure.
+fn wait_for(port: u16, q: &str, want: u64) -> Result<(), Option<u64>> {
+    let start = Instant::now();
+    let mut last = None;
+    while start.elapsed() < Duration::from_secs(30) {
+        last = query(port, q);
+        if last == Some(want) {
+            return Ok(());
+        }
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    Err(last)
+}
+
+fn mpi_program(dir: &Path) -> PathBuf {
+    let out = dir.join("mpi_pattern");
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/programs/mpi_pattern.c");
+    let o = Command::new(common::require("mpicc"))
+        .args(["-O1", "-o"])
+        .arg(&out)
+        .arg(&src)
+        .output()
+        .expect("mpicc");
+    assert!(o.status.success(), "{}", common::stderr_of(&o));
+    out
+}
+
+#[test]
+fn prometheus_scrapes_exact_totals_and_the_rank_matrix() {
+    let prometheus = common::require("prometheus");
+    let perftest = common::require("ucx_perftest");
+    let mpirun = common::require("mpirun");
+    let dir = common::scratch("prometheus");
+    let trace = Trace::new("aggregate", &dir);
+    let (serve_port, prom_port, ucx_port) = (common::port(), common::port(), common::port());
+
+    let serve = Reaped(common::spawn(
+        Command::new(common::sigmatop_bin())
+            .args(["serve", "--listen", &format!("127.0.0.1:{serve_port}")])
+            .arg("--socket-dir")
+            .arg(&trace.socket_dir),
+    ));
+    common::wait_listening(serve_port, Duration::from_secs(10));
+    std::fs::write(
+        dir.join("prometheus.yml"),
+        format!(
+            "global:\n  scrape_interval: 1s\nscrape_configs:\n  - job_name: sigmatop\n    static_configs:\n      - targets: ['127.0.0.1:{serve_port}']\n"
+        ),
+    )
+    .expect("config");
+    let prom = Reaped(common::spawn(
+        Command::new(prometheus)
+            .arg(format!(
+                "--config.file={}",
+                dir.join("prometheus.yml").display()
+            ))
+            .arg(format!(
+                "--storage.tsdb.path={}",
+                dir.join("tsdb").display()
+            ))
+            .arg(format!("--web.listen-address=127.0.0.1:{prom_port}")),
+    ));
+    common::wait_listening(prom_port, Duration::from_secs(30));
+
+    // The UCX pair.
+    let mut server = Command::new(&perftest);
+    server
+        .args(["-p", &ucx_port.to_string()])
+        .env("UCX_TLS", "tcp");
+    let mut client = Command::new(&perftest);
+    client
+        .args(["127.0.0.1", "-p", &ucx_port.to_string(), "-t", "tag_bw"])
+        .args(["-n", &N.to_string(), "-s", &SIZE.to_string(), "-w", "1"])
+        .env("UCX_TLS", "tcp");
+    trace.apply(&mut server);
+    trace.apply(&mut client);
+    let s = common::spawn(&mut server);
+    common::wait_listening(ucx_port, Duration::from_secs(20));
+    let c = common::spawn(&mut client);
+    let (co, so) = (
+        common::wait_timeout(c, Duration::from_secs(60)),
+        common::wait_timeout(s, Duration::from_secs(60)),
+    );
+    assert!(
+        co.status.success() && so.status.success(),
+        "ucx_perftest failed"
+    );
+    let client_pid = co_pid(&trace, "tag_send");
+
+    // The MPI job.
+    let mut mpi = Command::new(mpirun);
+    mpi.args([
+        "--allow-run-as-root",
+        "--oversubscribe",
+        "-np",
+        &RANKS.to_string(),
+    ])
+    .args(["--mca", "pml", "ucx", "--mca", "pml_ucx_tls", "any"])
+    .args(["--mca", "pml_ucx_devices", "any", "--mca", "osc", "ucx"])
+    .args([
+        "-x",
+        "LD_PRELOAD",
+        "-x",
+        "SIGMATOP_MODE",
+        "-x",
+        "SIGMATOP_RECORD",
+    ])
+    .args(["-x", "SIGMATOP_SOCKET_DIR", "-x", "UCX_TLS"])
+    .arg(mpi_program(&dir))
+    .env("UCX_TLS", "tcp,self");
+    trace.apply(&mut mpi);
+    let o = common::wait_timeout(common::spawn(&mut mpi), Duration::from_secs(120));
+    assert!(o.status.success(), "mpirun: {}", common::stderr_of(&o));
+
+    let sent = (N + 1) * SIZE;
+    let checks: Vec<(String, u64)> = {
+        let mut v = vec![
+            (
+                format!("sigmatop_tx_bytes_total{{pid=\"{client_pid}\",layer=\"ucx\"}}"),
+                sent,
+            ),
+            (
+                format!("sigmatop_tx_ops_total{{pid=\"{client_pid}\",layer=\"ucx\"}}"),
+                N + 1,
+            ),
+        ];
+        for i in 0..RANKS {
+            for j in 0..RANKS {
+                if i != j {
+                    v.push((
+                        format!("sigmatop_peer_tx_bytes_total{{rank=\"{i}\",peer_rank=\"{j}\"}}"),
+                        (i + 1) * (j + 2) * 1000,
+                    ));
+                }
+            }
+        }
+        v.push((
+            "count(sigmatop_process_info{exe=\"mpi_pattern\"})".into(),
+            RANKS,
+        ));
+        v
+    };
+    let mut failed = Vec::new();
+    for (q, want) in &checks {
+        if let Err(got) = wait_for(prom_port, q, *want) {
+            failed.push(format!("{q}: want {want}, Prometheus says {got:?}"));
+        }
+    }
+    drop(prom);
+    drop(serve);
+    assert!(failed.is_empty(), "{}", failed.join("\n"));
+}
+
+/// The pid of the traced process whose record has `op` traffic.
+fn co_pid(trace: &Trace, op: &str) -> u32 {
+    common::processes(trace)
+        .iter()
+        .find(|p| common::op(&common::totals(p), op).0 > 0)
+        .map(|p| p.identity.pid)
+        .expect("a process with that traffic")
+}
