@@ -15,7 +15,7 @@ use sigmatop::cli::dashboard::{Dashboard, Source};
 use sigmatop::cli::live_feed::LiveFeed;
 use sigmatop::cli::replay::ReplaySource;
 use sigmatop::event::Identity;
-use sigmatop::live::{ProcessFilter, LiveSource};
+use sigmatop::live::{LiveSource, ProcessFilter};
 use sigmatop::wire::{Frame, HELLO_MAGIC, encode};
 use sigmatop_tui::{App, Theme};
 

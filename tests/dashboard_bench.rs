@@ -42,7 +42,7 @@ use sigmatop::cli::replay::ReplaySource;
 use sigmatop::event::{
     ClockSample, EndpointDef, EndpointKind, Event, Identity, Layer, Op, OpCount, Peer, Snapshot,
 };
-use sigmatop::live::{ProcessFilter, LiveSource};
+use sigmatop::live::{LiveSource, ProcessFilter};
 use sigmatop::trace::ProcessRecord;
 use sigmatop::trace::writer::ProcessWriter;
 use sigmatop::wire::{Frame, encode};

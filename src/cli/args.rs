@@ -90,17 +90,21 @@ pub struct AttachArgs {
     /// How long to collect before printing (with --once), or between prints.
     #[arg(long, default_value = "1000", value_name = "MS")]
     pub interval_ms: u64,
-    /// Where traced processes put their sockets.
+    /// Where traced processes put their sockets (default $SIGMATOP_SOCKET_DIR, else
+    /// $XDG_RUNTIME_DIR/sigmatop, else /tmp/sigmatop-$UID). Stale sockets of this user's
+    /// processes that are gone are removed.
     #[arg(long, value_name = "DIR")]
     pub socket_dir: Option<PathBuf>,
-    #[arg(long)]
+    /// Dashboard theme: dark (default), light, mono, or a theme .toml file; NO_COLOR=1 means mono.
+    #[arg(long, value_name = "THEME")]
     pub theme: Option<String>,
 }
 
 #[derive(Args, Debug, Clone)]
 pub struct ExportArgs {
-    /// Record directories (one per node is fine).
-    #[arg(required = true)]
+    /// Record directories: what --record was given (DIR holding <host>/<pid>/), a host
+    /// directory in it, or one process's directory; several (one per node) are read together.
+    #[arg(required = true, value_name = "DIR")]
     pub dirs: Vec<PathBuf>,
     /// Write JSON aggregates here ("-" for stdout).
     #[arg(long, value_name = "FILE")]
@@ -112,17 +116,24 @@ pub struct ExportArgs {
 
 #[derive(Args, Debug, Clone)]
 pub struct ReportArgs {
-    #[arg(required = true)]
+    /// Record directories: what --record was given (DIR holding <host>/<pid>/), a host
+    /// directory in it, or one process's directory; several (one per node) are read together.
+    #[arg(required = true, value_name = "DIR")]
     pub dirs: Vec<PathBuf>,
 }
 
 #[derive(Args, Debug, Clone)]
 pub struct ReplayArgs {
+    /// A record directory: what --record was given, a host directory in it, or one process's.
+    #[arg(value_name = "DIR")]
     pub dir: PathBuf,
-    /// Playback speed multiplier.
-    #[arg(long, default_value = "1.0")]
+    /// Playback speed: 1 = as recorded, 10 = ten times faster, 0.5 = half; 0 = no playback: the
+    /// dashboard opens on the end of the recording ([ ] step back through it). + and - change
+    /// it while playing.
+    #[arg(long, default_value = "1", value_name = "X", value_parser = parse_speed, allow_negative_numbers = true)]
     pub speed: f64,
-    #[arg(long)]
+    /// Dashboard theme: dark (default), light, mono, or a theme .toml file; NO_COLOR=1 means mono.
+    #[arg(long, value_name = "THEME")]
     pub theme: Option<String>,
     /// Print the final summary instead of the dashboard.
     #[arg(long)]
@@ -131,13 +142,26 @@ pub struct ReplayArgs {
 
 #[derive(Args, Debug, Clone)]
 pub struct DemoArgs {
-    #[arg(long, default_value = "1.0")]
+    /// Playback speed: 1 = as recorded, 10 = ten times faster, 0.5 = half; 0 = no playback: the
+    /// dashboard opens on the end of the recording ([ ] step back through it).
+    #[arg(long, default_value = "1", value_name = "X", value_parser = parse_speed, allow_negative_numbers = true)]
     pub speed: f64,
-    #[arg(long)]
+    /// Dashboard theme: dark (default), light, mono, or a theme .toml file; NO_COLOR=1 means mono.
+    #[arg(long, value_name = "THEME")]
     pub theme: Option<String>,
     /// Print the summary of the bundled recording instead of the dashboard.
     #[arg(long)]
     pub headless: bool,
+}
+
+/// A replay speed: a finite number ≥ 0 (0: the end at once).
+pub fn parse_speed(s: &str) -> Result<f64, String> {
+    match s.trim().parse::<f64>() {
+        Ok(v) if v.is_finite() && v >= 0.0 => Ok(v),
+        _ => Err(format!(
+            "'{s}' is no speed: give a number ≥ 0 (1 = as recorded, 10 = ten times faster, 0 = the end at once)"
+        )),
+    }
 }
 
 /// A one-line error for the user, with what to do.

@@ -32,13 +32,13 @@
 
 mod app;
 mod draw;
-mod query;
 #[cfg(any(test, feature = "testing"))]
 mod fixture;
 #[cfg(feature = "testing")]
 #[doc(hidden)]
 pub mod harness;
 mod model;
+mod query;
 mod theme;
 pub mod units;
 mod views;
@@ -50,11 +50,11 @@ pub use draw::draw;
 pub use fixture::sample_view_model;
 
 pub use app::{Action, App, MatrixKind, Sort, Tab, Window};
-pub use query::Query;
 pub use model::{
     DoorbellModel, DoorbellRecord, DoorbellSeries, EndpointRow, GpuRow, Header, Matrices, Matrix,
     NodeRow, Peer, Percentiles, ProcessRow, RankRow, StatusCounters, ViewModel,
 };
+pub use query::Query;
 pub use theme::{BUILTIN as BUILTIN_THEMES, Theme, ThemeError};
 pub use units::Units;
 pub use warnings::{Warning, WarningConfig, WarningKind};
