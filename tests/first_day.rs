@@ -110,6 +110,247 @@ fn total_tx_ops(summary: &str) -> u64 {
         .unwrap_or_else(|| panic!("no op count in {line:?}"))
 }
 
+// ---- Item 5: stopping and statuses ----
+
+/// `sigmatop --record out -- ucx_perftest` stopped by Ctrl-C: the terminal sends SIGINT to the
+/// whole job (here: the process group sigmatop leads); sigmatop outlives the program and reports.
+#[test]
+fn a_record_cut_by_ctrl_c_says_why_operations_and_events_differ() {
+    let dir = scratch("ctrl-c-record");
+    let sock = dir.join("sock");
+    let rec = dir.join("out");
+    let (srv, port) = server(&sock, false);
+    let mut cmd = sigmatop_client(
+        &sock,
+        &["--record", rec.to_str().expect("utf-8 path")],
+        port,
+        100_000_000,
+    );
+    cmd.process_group(0);
+    let job = spawn(&mut cmd);
+    // Long enough for several snapshots and flushed chunks.
+    std::thread::sleep(Duration::from_millis(2500));
+    // SAFETY: kill(2) of the process group of a child this test started.
+    unsafe {
+        libc::kill(-(job.id() as i32), libc::SIGINT);
+    }
+    let out = wait_timeout(job, LIMIT);
+    finish(srv);
+    let err = stderr_of(&out);
+    assert_eq!(out.status.code(), Some(130), "128 + SIGINT:\n{err}");
+
+    // The record: cut, with the counters of its last snapshot and events up to its last flush.
+    let recording = sigmatop::trace::reader::Recording::open(std::slice::from_ref(&rec))
+        .expect("the cut record opens");
+    assert_eq!(recording.processes.len(), 1);
+    let p = &recording.processes[0];
+    assert!(p.is_cut());
+    let snap_ops: u64 = p
+        .last_snapshot()
+        .expect("snapshots were written")
+        .counts
+        .iter()
+        .filter(|c| c.op == sigmatop::event::Op::UcxTagSend as u8)
+        .map(|c| c.ops)
+        .sum();
+    let mut probs = Vec::new();
+    let on_disk = p.read_all_events(&mut probs).len() as u64;
+    assert!(
+        probs.iter().all(|p| p.what.contains("cut inside")),
+        "{probs:?}"
+    );
+    assert!(
+        snap_ops > 1000 && on_disk >= snap_ops,
+        "{snap_ops} ≤ {on_disk}"
+    );
+
+    // The summary: the snapshot's figure, labelled as such.
+    assert_eq!(total_tx_ops(&err), snap_ops, "{err}");
+    assert!(
+        err.contains("(no clean exit: counted up to its last snapshot)"),
+        "{err}"
+    );
+    assert!(
+        err.contains("1 process ended without a clean exit (killed, Ctrl-C): its figures are those of its last snapshot"),
+        "{err}"
+    );
+    // The report: the events on disk, and why they are more.
+    let rep = sigmatop(&["report", rec.to_str().expect("utf-8")]);
+    assert!(rep.status.success(), "{}", stderr_of(&rep));
+    let text = stdout_of(&rep);
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("events: "))
+        .unwrap_or_else(|| panic!("no events line:\n{text}"));
+    assert_eq!(
+        line,
+        format!(
+            "events: {on_disk} in the record; 1 process ended without a clean exit, so its operation totals above stop at its last snapshot while its events go on to its last flushed chunk"
+        )
+    );
+}
+
+#[test]
+fn attach_once_does_not_call_running_processes_cut_and_removes_stale_sockets() {
+    let dir = scratch("attach-once-status");
+    let sock = dir.join("sock");
+    let (mut srv, port) = server(&sock, true);
+    let mut client = Command::new(require("ucx_perftest"));
+    client
+        .args(client_args(port, 100_000_000))
+        .env("UCX_TLS", "tcp")
+        .env("LD_PRELOAD", preload())
+        .env("SIGMATOP_SOCKET_DIR", &sock)
+        .env_remove("SIGMATOP_RECORD");
+    let mut client = spawn(&mut client);
+    std::thread::sleep(Duration::from_millis(1000));
+    let sock_arg = sock.to_str().expect("utf-8");
+    let out = sigmatop(&[
+        "attach",
+        "--once",
+        "--interval-ms",
+        "600",
+        "--socket-dir",
+        sock_arg,
+    ]);
+    let text = stdout_of(&out);
+    assert!(out.status.success(), "{}", stderr_of(&out));
+    for pid in [srv.id(), client.id()] {
+        let row = text
+            .lines()
+            .find(|l| l.split_whitespace().nth(1) == Some(&pid.to_string()))
+            .unwrap_or_else(|| panic!("pid {pid} listed:\n{text}"));
+        assert!(!row.contains("clean exit"), "running, not cut: {row}");
+    }
+    assert!(!text.contains("ended without a clean exit"), "{text}");
+
+    // SIGKILL leaves both sockets behind; the next attach removes them and says so.
+    let names: Vec<PathBuf> = [srv.id(), client.id()]
+        .iter()
+        .map(|pid| sock.join(format!("{}-{pid}.sock", sigmatop::live::socket_host())))
+        .collect();
+    for c in [&mut client, &mut srv] {
+        let _ = c.kill();
+        let _ = c.wait();
+    }
+    for n in &names {
+        assert!(n.exists(), "{} left behind by SIGKILL", n.display());
+    }
+    let out = sigmatop(&[
+        "attach",
+        "--once",
+        "--interval-ms",
+        "200",
+        "--socket-dir",
+        sock_arg,
+    ]);
+    let err = stderr_of(&out);
+    for n in &names {
+        assert!(!n.exists(), "{} removed", n.display());
+        assert!(
+            err.contains(&format!(
+                "removed stale socket {} (its process is gone)",
+                n.display()
+            )),
+            "{err}"
+        );
+    }
+    // Nothing else is running there: said, and a failure for --once.
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("no traced process found in"), "{err}");
+}
+
+#[test]
+fn attach_to_a_missing_or_an_untraced_pid_says_so() {
+    let dir = scratch("attach-pid");
+    let sock = dir.join("sock");
+    std::fs::create_dir_all(&sock).expect("socket dir");
+    let sock_arg = sock.to_str().expect("utf-8");
+    let gone = dead_pid();
+    for extra in [&["--once"][..], &[]] {
+        let mut args = vec!["attach", "--socket-dir", sock_arg];
+        args.extend_from_slice(extra);
+        let gone_s = gone.to_string();
+        args.push(&gone_s);
+        let out = sigmatop(&args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        assert_eq!(
+            stderr_of(&out),
+            format!("sigmatop: no process with pid {gone} on this host\n")
+        );
+    }
+    // Running but not traced: --once says so; without --once, once it exits, sigmatop stops.
+    let mut sleeper = Command::new("sleep").arg("2").spawn().expect("sleep");
+    let pid = sleeper.id().to_string();
+    let out = sigmatop(&["attach", "--once", "--socket-dir", sock_arg, &pid]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        stderr_of(&out).starts_with(&format!(
+            "sigmatop: pid {pid} is running but not traced: no socket in {sock_arg}"
+        )),
+        "{}",
+        stderr_of(&out)
+    );
+    let start = Instant::now();
+    let follow = Command::new(sigmatop_bin())
+        .args([
+            "attach",
+            "--interval-ms",
+            "100",
+            "--socket-dir",
+            sock_arg,
+            &pid,
+        ])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("attach");
+    let _ = sleeper.wait();
+    let out = wait_timeout(follow, Duration::from_secs(20));
+    assert!(start.elapsed() < Duration::from_secs(15));
+    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(stdout_of(&out), "", "no empty tables");
+    let err = stderr_of(&out);
+    assert_eq!(
+        err.matches("waiting for one").count(),
+        1,
+        "said once: {err}"
+    );
+    assert!(
+        err.ends_with(&format!(
+            "sigmatop: pid {pid} exited without being traced\n"
+        )),
+        "{err}"
+    );
+}
+
+#[test]
+fn headless_attach_with_nothing_traced_says_so_once_and_prints_no_tables() {
+    let dir = scratch("attach-nothing");
+    let sock = dir.join("sock");
+    std::fs::create_dir_all(&sock).expect("socket dir");
+    let mut attach = Command::new(sigmatop_bin())
+        .args(["attach", "--interval-ms", "100", "--socket-dir"])
+        .arg(&sock)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("attach");
+    std::thread::sleep(Duration::from_millis(1500));
+    let _ = attach.kill();
+    let out = attach.wait_with_output().expect("output");
+    assert_eq!(stdout_of(&out), "", "no empty tables");
+    assert_eq!(
+        stderr_of(&out),
+        format!(
+            "sigmatop: no traced process found in {} (start one with `sigmatop run -- CMD`, or set --socket-dir); waiting for one (Ctrl-C stops)\n",
+            sock.display()
+        )
+    );
+}
+
 /// A real recording of a ucx_perftest pair (both sides recorded), `n` iterations.
 fn recorded_pair(name: &str, n: u64) -> (PathBuf, PathBuf) {
     let dir = scratch(name);

@@ -352,7 +352,7 @@ fn print_summary(dirs: &[PathBuf]) -> CliResult {
     let rec = Recording::open(dirs)?;
     let model = Model::from_recording(&rec);
     let r = model.report();
-    print!("{}", table::render(&r));
+    print!("{}", table::render(&r, None));
     print!("{}", table::render_matrix("rank × rank", &r.rank_matrix));
     print!("{}", table::render_matrix("node × node", &r.node_matrix));
     let at = ModelAt::new(&model, &AtOptions::default());

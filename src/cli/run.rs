@@ -3,19 +3,20 @@
 
 use std::fs::File;
 use std::io::{self, IsTerminal};
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use sigmatop_tui::{App, Theme};
 
-use super::child::{describe, exit_code, ignore_interrupts};
+use super::child::{describe, exit_code, forward_signals_to, ignore_interrupts};
 use super::dashboard::{Dashboard, run_terminal};
 use super::live_feed::{ChildWatch, LiveFeed};
 use super::{CliResult, RunArgs, table};
 use crate::agg::Model;
 use crate::event::Mode;
-use crate::live::{ProcessFilter, LiveSource, default_socket_dir};
+use crate::live::{LiveSource, ProcessFilter, default_socket_dir};
 use crate::trace::reader::Recording;
 
 pub const PRELOAD_NAME: &str = "libsigmatop_preload.so";
@@ -124,10 +125,14 @@ pub fn run_headless(args: &RunArgs) -> CliResult {
     }
     let code = exit_code(status);
     // With a record the summary comes from disk: it includes processes too short-lived to attach to.
+    let mut from_record = false;
     if let Some(rec_dir) = &args.record {
         let abs = absolute(rec_dir)?;
         match Recording::open(std::slice::from_ref(&abs)) {
-            Ok(rec) => model = Model::from_recording(&rec),
+            Ok(rec) => {
+                model = Model::from_recording(&rec);
+                from_record = true;
+            }
             Err(_) if live.sockets_seen == 0 => {}
             Err(e) => eprintln!("sigmatop: {e}"),
         }
@@ -144,12 +149,25 @@ pub fn run_headless(args: &RunArgs) -> CliResult {
         let s = serde_json::to_string_pretty(&report).map_err(|e| e.to_string())?;
         println!("{s}");
     } else {
-        eprint!("{}", table::render(&report));
+        eprint!(
+            "{}",
+            table::render(&report, (!from_record).then_some(&model))
+        );
         if let Some(r) = &args.record {
             eprintln!("sigmatop: record written to {}", r.display());
         }
     }
     Ok(code)
+}
+
+/// The program's name as the messages give it: the file name of the command (`ucx_perftest`,
+/// not `/usr/bin/ucx_perftest`).
+pub fn program_name(cmd: &[String]) -> String {
+    let first = cmd.first().map(String::as_str).unwrap_or_default();
+    Path::new(first)
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| first.to_string())
 }
 
 /// The log file for the program's output: ./sigmatop-run-<pid>.log (the temp dir when the current
@@ -182,11 +200,17 @@ pub fn run_cmd(args: &RunArgs) -> CliResult {
         .try_clone()
         .map_err(|e| format!("{}: {e}", log.display()))?;
     cmd.stdin(Stdio::null()).stdout(file).stderr(err);
-    let name = args.cmd.first().cloned().unwrap_or_default();
+    // A process group of its own: the dashboard holds the terminal in raw mode, where Ctrl-C is
+    // a key, not a signal; the dashboard sends SIGINT to this group instead (as a shell's Ctrl-C
+    // reaches the whole foreground job), and after the dashboard sigmatop passes on the signals
+    // it gets.
+    cmd.process_group(0);
+    let name = program_name(&args.cmd);
     let child = cmd
         .spawn()
         .map_err(|e| format!("cannot start {name}: {e}"))?;
     let pid = child.id();
+    forward_signals_to(pid);
     let mut live = LiveSource::new(socket_dir, ProcessFilter::DescendantsOf(pid));
     live.scan_every = Duration::from_millis(100);
     let feed = LiveFeed {
@@ -196,6 +220,8 @@ pub fn run_cmd(args: &RunArgs) -> CliResult {
             name: name.clone(),
             log: log.clone(),
             status: None,
+            interrupts: 0,
+            interrupt_error: None,
         }),
     };
     let result = run_terminal(Dashboard::new(feed, App::new(theme)));
@@ -216,11 +242,10 @@ pub fn run_cmd(args: &RunArgs) -> CliResult {
         Some(st) => st,
         None => {
             eprintln!(
-                "sigmatop: stopped watching; waiting for {name} (pid {pid}) to exit (output in {})",
+                "sigmatop: stopped watching; waiting for {name} (pid {pid}) to exit (output in {}); Ctrl-C sends it SIGINT",
                 log.display()
             );
-            // The terminal's ^C reaches the program.
-            ignore_interrupts();
+            // Signals to sigmatop (the terminal's Ctrl-C) go on to the program's group.
             c.child
                 .wait()
                 .map_err(|e| format!("waiting for {name}: {e}"))?
