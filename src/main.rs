@@ -22,7 +22,7 @@ fn main() {
                     layers: None,
                     sample: None,
                     headless: true,
-                    json: false,
+                    json: None,
                     theme: None,
                     cmd: cli.top.cmd,
                 };

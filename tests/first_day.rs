@@ -351,6 +351,69 @@ fn headless_attach_with_nothing_traced_says_so_once_and_prints_no_tables() {
     );
 }
 
+// ---- Item 8: output scripts can use ----
+
+#[test]
+fn run_json_goes_to_a_file_or_alone_to_stdout() {
+    let dir = scratch("run-json");
+    let sock = dir.join("sock");
+    let n = 250;
+    let check = |v: &serde_json::Value| {
+        let p = &v["processes"][0];
+        assert_eq!(p["exe"], "ucx_perftest");
+        assert_eq!(p["tx_ops"].as_u64(), Some(n + 1), "{v}");
+        assert_eq!(p["tx_bytes"].as_u64(), Some((n + 1) * SIZE));
+    };
+    // --json FILE: the file holds the JSON, stdout the program's own output, stderr says so.
+    let file = dir.join("summary.json");
+    let (srv, port) = server(&sock, false);
+    let out = sigmatop_client(
+        &sock,
+        &["run", "--json", file.to_str().expect("utf-8")],
+        port,
+        n,
+    )
+    .stdin(Stdio::null())
+    .output()
+    .expect("run");
+    finish(srv);
+    assert!(out.status.success(), "{}", stderr_of(&out));
+    check(&serde_json::from_slice(&std::fs::read(&file).expect("written")).expect("valid JSON"));
+    assert!(stdout_of(&out).contains("Final:"), "the program's output");
+    assert!(
+        stderr_of(&out).contains(&format!(
+            "sigmatop: wrote {} (summary of 1 process, JSON)",
+            file.display()
+        )),
+        "{}",
+        stderr_of(&out)
+    );
+    // --json alone: stdout is exactly the JSON (`> f.json` is valid JSON); the program's output
+    // went to stderr.
+    let (srv, port) = server(&sock, false);
+    let out = sigmatop_client(&sock, &["run", "--json"], port, n)
+        .stdin(Stdio::null())
+        .output()
+        .expect("run");
+    finish(srv);
+    assert!(out.status.success(), "{}", stderr_of(&out));
+    check(&serde_json::from_slice(&out.stdout).expect("stdout is JSON alone"));
+    assert!(stderr_of(&out).contains("Final:"), "{}", stderr_of(&out));
+    let help = stdout_of(&sigmatop(&["run", "--help"]));
+    assert!(
+        help.contains("--json [<FILE>]") && help.contains("stdout holds the JSON only"),
+        "{help}"
+    );
+    // A --json file that cannot be written fails before the program runs.
+    let out = sigmatop(&["run", "--json", "/nonexistent/dir/s.json", "--", "true"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        stderr_of(&out).starts_with("sigmatop: --json /nonexistent/dir/s.json: cannot create it"),
+        "{}",
+        stderr_of(&out)
+    );
+}
+
 /// A real recording of a ucx_perftest pair (both sides recorded), `n` iterations.
 fn recorded_pair(name: &str, n: u64) -> (PathBuf, PathBuf) {
     let dir = scratch(name);
@@ -367,6 +430,37 @@ fn recorded_pair(name: &str, n: u64) -> (PathBuf, PathBuf) {
     assert!(wait_timeout(spawn(&mut c), LIMIT).status.success());
     assert!(wait_timeout(srv, LIMIT).status.success());
     (dir, trace.record)
+}
+
+#[test]
+fn export_json_says_what_it_wrote() {
+    let n = 200;
+    let (dir, rec) = recorded_pair("export-say", n);
+    let json = dir.join("agg.json");
+    let out = sigmatop(&[
+        "export",
+        rec.to_str().expect("utf-8"),
+        "--json",
+        json.to_str().expect("utf-8"),
+    ]);
+    assert!(out.status.success(), "{}", stderr_of(&out));
+    let v: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&json).expect("written")).expect("JSON");
+    let bytes = std::fs::metadata(&json).expect("stat").len();
+    let endpoints: usize = v["processes"]
+        .as_array()
+        .expect("processes")
+        .iter()
+        .map(|p| p["endpoints"].as_array().map_or(0, Vec::len))
+        .sum();
+    assert_eq!(
+        stderr_of(&out),
+        format!(
+            "sigmatop: wrote {} (JSON aggregates: 2 processes, {endpoints} endpoints, {} events, {bytes} bytes)\n",
+            json.display(),
+            v["events"]
+        )
+    );
 }
 
 // ---- Item 9: paths, recordings, help ----

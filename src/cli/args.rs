@@ -66,13 +66,15 @@ pub struct RunArgs {
     /// No dashboard: print a summary when the program ends.
     #[arg(long)]
     pub headless: bool,
-    /// Print the summary as JSON (implies --headless).
-    #[arg(long)]
-    pub json: bool,
-    /// Dashboard theme (dark, light, mono or a .toml file).
-    #[arg(long)]
+    /// Write the summary as JSON to FILE (implies --headless). `--json` alone (or `--json -`)
+    /// writes it to stdout, and the program's own stdout then goes to stderr, so stdout holds
+    /// the JSON only.
+    #[arg(long, value_name = "FILE", num_args = 0..=1, default_missing_value = "-")]
+    pub json: Option<PathBuf>,
+    /// Dashboard theme: dark (default), light, mono, or a theme .toml file; NO_COLOR=1 means mono.
+    #[arg(long, value_name = "THEME")]
     pub theme: Option<String>,
-    /// The program to run.
+    /// The program to run, after `--`.
     #[arg(last = true, required = true, value_name = "CMD")]
     pub cmd: Vec<String>,
 }

@@ -2,7 +2,8 @@
 //! watched in the dashboard (on a terminal) or followed headless with a summary at its end.
 
 use std::fs::File;
-use std::io::{self, IsTerminal};
+use std::io::{self, IsTerminal, Write};
+use std::os::fd::AsFd;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -97,11 +98,40 @@ pub fn traced_command(args: &RunArgs, socket_dir: &Path) -> Result<Command, Stri
     Ok(cmd)
 }
 
+/// Where `--json` sends the summary.
+enum JsonOut {
+    /// Standard output; the program's stdout is sent to stderr instead.
+    Stdout,
+    /// A file, created before the program starts (a bad path fails at once, not after the run).
+    File(PathBuf, File),
+}
+
+impl JsonOut {
+    fn open(path: &Path) -> Result<JsonOut, String> {
+        if path.as_os_str() == "-" {
+            return Ok(JsonOut::Stdout);
+        }
+        File::create(path)
+            .map(|f| JsonOut::File(path.to_path_buf(), f))
+            .map_err(|e| format!("--json {}: cannot create it: {e}", path.display()))
+    }
+}
+
 /// `sigmatop run` without the dashboard, and `sigmatop --record DIR -- CMD`: runs the program,
 /// follows its processes live, prints a summary at the end, and exits with the program's status.
 pub fn run_headless(args: &RunArgs) -> CliResult {
     let socket_dir = default_socket_dir();
     let mut cmd = traced_command(args, &socket_dir)?;
+    let json = args.json.as_deref().map(JsonOut::open).transpose()?;
+    if let Some(JsonOut::Stdout) = json {
+        // stdout is the JSON's alone: the program writes its own output to stderr.
+        let err = io::stderr()
+            .as_fd()
+            .try_clone_to_owned()
+            .map_err(|e| format!("cannot duplicate stderr for the program's output: {e}"))?;
+        cmd.stdout(Stdio::from(err));
+    }
+    let name = program_name(&args.cmd);
     let mut child = cmd
         .spawn()
         .map_err(|e| format!("cannot start {}: {e}", args.cmd[0]))?;
@@ -114,7 +144,7 @@ pub fn run_headless(args: &RunArgs) -> CliResult {
         match child.try_wait() {
             Ok(Some(st)) => break st,
             Ok(None) => std::thread::sleep(Duration::from_millis(10)),
-            Err(e) => return Err(format!("waiting for {}: {e}", args.cmd[0])),
+            Err(e) => return Err(format!("waiting for {name}: {e}")),
         }
     };
     // Let the last frames (final snapshot, bye) arrive.
@@ -140,21 +170,40 @@ pub fn run_headless(args: &RunArgs) -> CliResult {
     let report = model.report();
     if report.processes.is_empty() && live.sockets_seen == 0 {
         eprintln!(
-            "sigmatop: {} used no RDMA library sigmatop traces (UCX, libfabric, ibverbs, mlx5): nothing was traced",
-            args.cmd[0]
+            "sigmatop: {name} used no RDMA library sigmatop traces (UCX, libfabric, ibverbs, mlx5): nothing was traced"
         );
         return Ok(code);
     }
-    if args.json {
-        let s = serde_json::to_string_pretty(&report).map_err(|e| e.to_string())?;
-        println!("{s}");
-    } else {
-        eprint!(
-            "{}",
-            table::render(&report, (!from_record).then_some(&model))
-        );
-        if let Some(r) = &args.record {
-            eprintln!("sigmatop: record written to {}", r.display());
+    match json {
+        Some(out) => {
+            let s = serde_json::to_string_pretty(&report).map_err(|e| e.to_string())?;
+            match out {
+                JsonOut::Stdout => println!("{s}"),
+                JsonOut::File(path, mut f) => {
+                    f.write_all(s.as_bytes())
+                        .and_then(|_| f.write_all(b"\n"))
+                        .map_err(|e| format!("writing {}: {e}", path.display()))?;
+                    eprintln!(
+                        "sigmatop: wrote {} (summary of {} process{}, JSON)",
+                        path.display(),
+                        report.processes.len(),
+                        if report.processes.len() == 1 {
+                            ""
+                        } else {
+                            "es"
+                        }
+                    );
+                }
+            }
+        }
+        None => {
+            eprint!(
+                "{}",
+                table::render(&report, (!from_record).then_some(&model))
+            );
+            if let Some(r) = &args.record {
+                eprintln!("sigmatop: record written to {}", r.display());
+            }
         }
     }
     Ok(code)
@@ -189,7 +238,11 @@ fn open_log() -> Result<(PathBuf, File), String> {
 /// or `--json`; the program's output goes to a log file. On `q` the dashboard closes and sigmatop
 /// waits for the program; when the program exits first the dashboard stays open until `q`.
 pub fn run_cmd(args: &RunArgs) -> CliResult {
-    if args.headless || args.json || !io::stdout().is_terminal() || !io::stdin().is_terminal() {
+    if args.headless
+        || args.json.is_some()
+        || !io::stdout().is_terminal()
+        || !io::stdin().is_terminal()
+    {
         return run_headless(args);
     }
     let theme = Theme::from_env(args.theme.as_deref()).map_err(|e| e.to_string())?;
