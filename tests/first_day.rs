@@ -351,6 +351,180 @@ fn headless_attach_with_nothing_traced_says_so_once_and_prints_no_tables() {
     );
 }
 
+// ---- Item 7: layers and launchers ----
+
+#[test]
+fn layers_as_the_readme_spells_them() {
+    let dir = scratch("layers");
+    let sock = dir.join("sock");
+    let json = dir.join("sum.json");
+    let (srv, port) = server(&sock, false);
+    let n = 300;
+    let out = sigmatop_client(
+        &sock,
+        &[
+            "run",
+            "--layers",
+            "-cuda",
+            "--json",
+            json.to_str().expect("utf-8"),
+        ],
+        port,
+        n,
+    )
+    .stdin(Stdio::null())
+    .output()
+    .expect("run");
+    finish(srv);
+    assert!(out.status.success(), "{}", stderr_of(&out));
+    let v: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&json).expect("summary written")).expect("JSON");
+    let p = &v["processes"][0];
+    assert_eq!(p["layers"], "ucx,libfabric,ibverbs,mlx5", "all but cuda");
+    assert_eq!(p["tx_ops"].as_u64(), Some(n + 1));
+    assert_eq!(p["tx_bytes"].as_u64(), Some((n + 1) * SIZE));
+
+    let help = stdout_of(&sigmatop(&["run", "--help"]));
+    assert!(
+        help.contains("--layers <LAYERS>") && help.contains("`-cuda` traces all but one"),
+        "{help}"
+    );
+
+    // An unknown layer is an error before anything runs, with the valid names on one line.
+    for bad in ["foo", "ucx,-foo"] {
+        let out = sigmatop(&["run", "--layers", bad, "--", "true"]);
+        assert_eq!(out.status.code(), Some(2), "--layers {bad}");
+        let err = stderr_of(&out);
+        let first = err.lines().next().unwrap_or_default();
+        assert_eq!(
+            first,
+            format!(
+                "error: invalid value '{bad}' for '--layers <LAYERS>': unknown layer 'foo'; valid layers: ucx, libfabric, ibverbs, mlx5, cuda (also all, none, and -NAME to leave one out: --layers -cuda)"
+            )
+        );
+    }
+}
+
+#[test]
+fn a_switched_off_layer_is_named_at_the_end_of_the_run() {
+    let dir = scratch("layer-off");
+    let sock = dir.join("sock");
+    let (srv, port) = server(&sock, false);
+    let out = sigmatop_client(
+        &sock,
+        &["run", "--headless", "--layers", "libfabric"],
+        port,
+        200,
+    )
+    .stdin(Stdio::null())
+    .output()
+    .expect("run");
+    finish(srv);
+    assert!(out.status.success(), "{}", stderr_of(&out));
+    let err = stderr_of(&out);
+    let line = err
+        .lines()
+        .find(|l| l.starts_with("sigmatop: "))
+        .unwrap_or_else(|| panic!("no message:\n{err}"));
+    // UCX's libraries carry their version in the file name (libucp.so.0...).
+    assert!(
+        line.starts_with("sigmatop: nothing was traced: ucx_perftest loaded libucp.so"),
+        "{line}"
+    );
+    assert!(
+        line.ends_with(
+            "(layer ucx), but --layers libfabric switched that layer off; add ucx to --layers, or leave --layers out"
+        ),
+        "{line}"
+    );
+    assert!(!err.contains("used no RDMA library"), "{err}");
+}
+
+/// Compiles tests/programs/mpi_pattern.c (as tests/ucx_mpi.rs does).
+fn mpi_program() -> PathBuf {
+    let dir = scratch("first-day-mpi-build");
+    let out = dir.join("mpi_pattern");
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/programs/mpi_pattern.c");
+    let o = Command::new(require("mpicc"))
+        .arg("-O1")
+        .arg("-o")
+        .arg(&out)
+        .arg(&src)
+        .output()
+        .expect("mpicc");
+    assert!(o.status.success(), "mpicc: {}", stderr_of(&o));
+    out
+}
+
+#[test]
+fn mpirun_over_ob1_says_why_nothing_was_traced_and_what_to_do() {
+    let prog = mpi_program();
+    let dir = scratch("mpi-ob1");
+    let rec = dir.join("out");
+    let base = ["--allow-run-as-root", "--oversubscribe", "-np", "2"];
+    let run = |extra: &[&str]| {
+        Command::new(sigmatop_bin())
+            .arg("--record")
+            .arg(&rec)
+            .arg("--")
+            .arg(require("mpirun"))
+            .args(base)
+            .args(extra)
+            .arg(&prog)
+            .env("SIGMATOP_SOCKET_DIR", dir.join("sock"))
+            .env_remove("OMPI_MCA_pml")
+            .stdin(Stdio::null())
+            .output()
+            .expect("sigmatop --record -- mpirun")
+    };
+    // Open MPI's defaults here (no RDMA NIC; Debian's openmpi-mca-params.conf has pml = ^ucx).
+    let out = run(&[]);
+    assert!(out.status.success(), "{}", stderr_of(&out));
+    assert_eq!(stdout_of(&out).trim(), "mpi_pattern: 2 ranks done");
+    let err = stderr_of(&out);
+    let line = err
+        .lines()
+        .find(|l| l.starts_with("sigmatop: "))
+        .unwrap_or_else(|| panic!("no message:\n{err}"));
+    assert!(
+        line.starts_with("sigmatop: no MPI traffic was traced: "),
+        "{line}"
+    );
+    assert!(line.contains("ob1 PML"), "{line}");
+    assert!(
+        line.contains("`mpirun --mca pml ucx ...`; on a host without an RDMA NIC also `--mca pml_ucx_tls any --mca pml_ucx_devices any`"),
+        "{line}"
+    );
+    assert!(!err.contains("used no RDMA library"), "{err}");
+
+    // What the message says to do works: the ranks are traced, and no hint is given.
+    let _ = std::fs::remove_dir_all(&rec);
+    let out = run(&[
+        "--mca",
+        "pml",
+        "ucx",
+        "--mca",
+        "pml_ucx_tls",
+        "any",
+        "--mca",
+        "pml_ucx_devices",
+        "any",
+    ]);
+    assert!(out.status.success(), "{}", stderr_of(&out));
+    let err = stderr_of(&out);
+    assert!(!err.contains("no MPI traffic was traced"), "{err}");
+    let recording =
+        sigmatop::trace::reader::Recording::open(std::slice::from_ref(&rec)).expect("record");
+    assert_eq!(recording.processes.len(), 2, "both ranks traced");
+    // mpi_pattern: rank i sends (i+1)(j+2)·1000 bytes to rank j; with 2 ranks, 3000 + 4000.
+    let sent: u64 = recording
+        .processes
+        .iter()
+        .map(|p| op(&totals(p), "tag_send").1)
+        .sum();
+    assert_eq!(sent, 3000 + 4000);
+}
+
 // ---- Item 8: output scripts can use ----
 
 #[test]
@@ -544,6 +718,10 @@ fn help_documents_the_flags_and_directories() {
         "{export}"
     );
     let attach = h(&["attach", "--help"]);
+    assert!(
+        attach.contains("[PID]...") && attach.contains("A PID that does not exist is an error"),
+        "{attach}"
+    );
     assert!(attach.contains("Stale sockets"), "{attach}");
     // Speeds that mean nothing are errors, not a silent 1×.
     let out = sigmatop(&["demo", "--headless", "--speed", "-2"]);

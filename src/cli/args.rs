@@ -10,7 +10,7 @@ use clap::{Args, Parser, Subcommand};
     version,
     about = "Per-operation RDMA traffic of unmodified programs: live dashboard, recorder, exporter",
     args_conflicts_with_subcommands = true,
-    after_help = "Examples:\n  sigmatop demo\n  sigmatop run -- ucx_perftest 127.0.0.1 -t tag_bw\n  sigmatop --record out/ -- mpirun -np 4 ./app\n  sigmatop attach\n  sigmatop export out/ --json agg.json"
+    after_help = "Examples:\n  sigmatop demo\n  sigmatop run -- ucx_perftest 127.0.0.1 -t tag_bw\n  sigmatop run --layers -cuda --json summary.json -- ./app\n  sigmatop --record out/ -- mpirun --mca pml ucx -np 4 ./app   (Open MPI: ob1, its default without an RDMA NIC, is not traced)\n  sigmatop attach\n  sigmatop export out/ --json agg.json --perfetto trace.pftrace"
 )]
 pub struct Cli {
     #[command(subcommand)]
@@ -57,8 +57,9 @@ pub struct RunArgs {
     /// Also write a record directory.
     #[arg(long, value_name = "DIR")]
     pub record: Option<PathBuf>,
-    /// Layers to trace: ucx,libfabric,ibverbs,mlx5,cuda (default all).
-    #[arg(long)]
+    /// Layers to trace: ucx,libfabric,ibverbs,mlx5,cuda (default all); `-cuda` traces all but
+    /// one, `all` and `none` also work.
+    #[arg(long, value_name = "LAYERS", allow_hyphen_values = true, value_parser = parse_layers_arg)]
     pub layers: Option<String>,
     /// Send one event in N to the live view.
     #[arg(long, value_name = "N")]
@@ -79,9 +80,54 @@ pub struct RunArgs {
     pub cmd: Vec<String>,
 }
 
+/// Checks a `--layers` value against the names the preload knows (its own grammar: names,
+/// `all`, `none`, `-NAME` to remove one), so a typo is an error here, not a warning from every
+/// traced process.
+pub fn parse_layers_arg(s: &str) -> Result<String, String> {
+    layers_mask(s).map(|_| s.to_string())
+}
+
+/// The layers a `--layers` value leaves on, as a `Layer::bit` mask (the preload's rules: a list
+/// of only removals starts from all layers).
+pub fn layers_mask(s: &str) -> Result<u32, String> {
+    use crate::event::Layer;
+    let all: u32 = Layer::ALL.iter().map(|l| l.bit()).sum();
+    let valid = "valid layers: ucx, libfabric, ibverbs, mlx5, cuda (also all, none, and -NAME to leave one out: --layers -cuda)";
+    let mut add = 0u32;
+    let mut remove = 0u32;
+    let mut only_removals = true;
+    let parts: Vec<&str> = s.split(',').map(str::trim).collect();
+    if parts.iter().all(|p| p.is_empty()) {
+        return Err(format!("no layer given; {valid}"));
+    }
+    for part in parts.into_iter().filter(|p| !p.is_empty()) {
+        let (minus, name) = match part.strip_prefix('-') {
+            Some(rest) => (true, rest),
+            None => (false, part),
+        };
+        let bits = match name.to_ascii_lowercase().as_str() {
+            "all" if !minus => all,
+            "none" if !minus => 0,
+            _ => Layer::parse(name)
+                .map(|l| l.bit())
+                .ok_or_else(|| format!("unknown layer '{name}'; {valid}"))?,
+        };
+        if minus {
+            remove |= bits;
+        } else {
+            add |= bits;
+            only_removals = false;
+        }
+    }
+    let base = if only_removals { all } else { add };
+    Ok(base & !remove)
+}
+
 #[derive(Args, Debug, Clone)]
 pub struct AttachArgs {
-    /// Only these processes (default: every traced process of this user on this host).
+    /// Only these processes (default: every traced process of this user on this host). A PID
+    /// that does not exist is an error.
+    #[arg(value_name = "PID")]
     pub pids: Vec<u32>,
     /// Print merged snapshots as JSON instead of the dashboard.
     #[arg(long)]

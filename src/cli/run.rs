@@ -13,8 +13,9 @@ use sigmatop_tui::{App, Theme};
 
 use super::child::{describe, exit_code, forward_signals_to, ignore_interrupts};
 use super::dashboard::{Dashboard, run_terminal};
+use super::diagnose::{LibraryWatch, NothingTraced};
 use super::live_feed::{ChildWatch, LiveFeed};
-use super::{CliResult, RunArgs, table};
+use super::{CliResult, RunArgs, layers_mask, table};
 use crate::agg::Model;
 use crate::event::Mode;
 use crate::live::{LiveSource, ProcessFilter, default_socket_dir};
@@ -139,8 +140,12 @@ pub fn run_headless(args: &RunArgs) -> CliResult {
     let mut model = Model::new();
     let mut live = LiveSource::new(socket_dir, ProcessFilter::DescendantsOf(child.id()));
     live.scan_every = Duration::from_millis(20);
+    let mut libraries = LibraryWatch::new(child.id());
     let status = loop {
         live.poll(&mut model);
+        if live.sockets_seen == 0 {
+            libraries.poll();
+        }
         match child.try_wait() {
             Ok(Some(st)) => break st,
             Ok(None) => std::thread::sleep(Duration::from_millis(10)),
@@ -168,12 +173,21 @@ pub fn run_headless(args: &RunArgs) -> CliResult {
         }
     }
     let report = model.report();
+    let why = NothingTraced {
+        cmd: &args.cmd,
+        layers_arg: args.layers.as_deref(),
+        layers_on: args.layers.as_deref().map_or(Ok(u32::MAX), layers_mask)?,
+        seen: &libraries,
+    };
     if report.processes.is_empty() && live.sockets_seen == 0 {
-        eprintln!(
-            "sigmatop: {name} used no RDMA library sigmatop traces (UCX, libfabric, ibverbs, mlx5): nothing was traced"
-        );
+        eprintln!("sigmatop: {}", why.message());
         return Ok(code);
     }
+    let t = &report.totals;
+    // Processes traced, but not one operation: an MPI job over a transport sigmatop does not see.
+    let idle_mpi = (t.tx_ops + t.rx_ops + t.other_ops == 0)
+        .then(|| why.mpi_hint())
+        .flatten();
     match json {
         Some(out) => {
             let s = serde_json::to_string_pretty(&report).map_err(|e| e.to_string())?;
@@ -205,6 +219,9 @@ pub fn run_headless(args: &RunArgs) -> CliResult {
                 eprintln!("sigmatop: record written to {}", r.display());
             }
         }
+    }
+    if let Some(h) = idle_mpi {
+        eprintln!("sigmatop: {h}");
     }
     Ok(code)
 }
