@@ -359,13 +359,17 @@ fn layers_as_the_readme_spells_them() {
     let sock = dir.join("sock");
     let json = dir.join("sum.json");
     let (srv, port) = server(&sock, false);
-    let n = 300;
+    // Long enough (~0.2 s) to be seen live; --record keeps it whatever the timing.
+    let n = 20_000;
+    let rec = dir.join("rec");
     let out = sigmatop_client(
         &sock,
         &[
             "run",
             "--layers",
             "-cuda",
+            "--record",
+            rec.to_str().expect("utf-8"),
             "--json",
             json.to_str().expect("utf-8"),
         ],
@@ -531,7 +535,8 @@ fn mpirun_over_ob1_says_why_nothing_was_traced_and_what_to_do() {
 fn run_json_goes_to_a_file_or_alone_to_stdout() {
     let dir = scratch("run-json");
     let sock = dir.join("sock");
-    let n = 250;
+    // Long enough (~0.2 s) for the live view to connect: no --record here.
+    let n = 20_000;
     let check = |v: &serde_json::Value| {
         let p = &v["processes"][0];
         assert_eq!(p["exe"], "ucx_perftest");

@@ -273,6 +273,20 @@ impl NothingTraced<'_> {
         if let Some(h) = self.mpi_hint() {
             return h;
         }
+        // A library of a layer that was on: the processes were traced but ended before
+        // sigmatop connected to them (a live view only sees processes while they run).
+        if let Some((l, lib)) = self
+            .seen
+            .layers
+            .iter()
+            .filter_map(|(l, (_, lib))| Layer::from_u8(*l).map(|l| (l, lib)))
+            .find(|(l, _)| self.layers_on & l.bit() != 0)
+        {
+            return format!(
+                "nothing was traced live: {prog} loaded {lib} (layer {}), but its processes ended before sigmatop could connect to them; --record DIR keeps every process, however short-lived",
+                l.name()
+            );
+        }
         match self.layers_arg {
             Some(arg) => {
                 let all: u32 = Layer::ALL.iter().map(|l| l.bit()).sum();
@@ -337,6 +351,24 @@ mod tests {
         .message();
         assert!(
             m.contains("(libfabric)") && m.contains("(ucx,ibverbs,mlx5,cuda)"),
+            "{m}"
+        );
+    }
+
+    #[test]
+    fn a_traced_library_but_nothing_connected_is_not_called_no_rdma() {
+        let mut seen = LibraryWatch::new(1);
+        seen.note_maps(UCX_MAPS);
+        let c = cmd(&["ucx_perftest"]);
+        let m = NothingTraced {
+            cmd: &c,
+            layers_arg: None,
+            layers_on: u32::MAX,
+            seen: &seen,
+        }
+        .message();
+        assert!(
+            m.starts_with("nothing was traced live: ucx_perftest loaded libucp.so.0.0.0 (layer ucx), but its processes ended before sigmatop could connect"),
             "{m}"
         );
     }

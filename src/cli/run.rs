@@ -179,13 +179,17 @@ pub fn run_headless(args: &RunArgs) -> CliResult {
         layers_on: args.layers.as_deref().map_or(Ok(u32::MAX), layers_mask)?,
         seen: &libraries,
     };
-    if report.processes.is_empty() && live.sockets_seen == 0 {
+    let nothing = report.processes.is_empty() && live.sockets_seen == 0;
+    if nothing {
         eprintln!("sigmatop: {}", why.message());
-        return Ok(code);
+        if json.is_none() {
+            return Ok(code);
+        }
+        // --json still gets a valid (empty) summary: a script reads JSON, not nothing.
     }
     let t = &report.totals;
     // Processes traced, but not one operation: an MPI job over a transport sigmatop does not see.
-    let idle_mpi = (t.tx_ops + t.rx_ops + t.other_ops == 0)
+    let idle_mpi = (!nothing && t.tx_ops + t.rx_ops + t.other_ops == 0)
         .then(|| why.mpi_hint())
         .flatten();
     match json {
