@@ -25,6 +25,30 @@ pub fn default_socket_dir() -> PathBuf {
     PathBuf::from(format!("/tmp/sigmatop-{uid}"))
 }
 
+/// Does a process with this pid exist (in this PID namespace)? A process of another user
+/// counts (kill(2) answers EPERM for it).
+pub fn process_exists(pid: u32) -> bool {
+    if pid == 0 || pid > i32::MAX as u32 {
+        return false;
+    }
+    // SAFETY: signal 0 only checks that the process exists and may be signalled.
+    let r = unsafe { libc::kill(pid as i32, 0) };
+    r == 0 || io::Error::last_os_error().raw_os_error() != Some(libc::ESRCH)
+}
+
+/// This host's name as it appears in socket names (what the preload writes: the host name,
+/// sanitised for a file name).
+pub fn socket_host() -> String {
+    let mut buf = [0u8; 256];
+    // SAFETY: the buffer is valid for its length; gethostname writes at most that many bytes.
+    let r = unsafe { libc::gethostname(buf.as_mut_ptr() as *mut libc::c_char, buf.len()) };
+    if r != 0 {
+        return String::new();
+    }
+    let end = buf.iter().position(|b| *b == 0).unwrap_or(buf.len());
+    crate::trace::writer::sanitize(&String::from_utf8_lossy(&buf[..end]))
+}
+
 /// Parses "<host>-<pid>.sock".
 pub fn parse_socket_name(name: &str) -> Option<(String, u32)> {
     let stem = name.strip_suffix(".sock")?;
@@ -58,8 +82,14 @@ pub struct LiveSource {
     last_scan: Option<Instant>,
     pub scan_every: Duration,
     buf: Vec<u8>,
-    /// Socket files ever seen that pass the filter (even ones that vanished before connecting).
+    /// Socket files ever seen that pass the filter (even ones that vanished before connecting),
+    /// stale ones left out.
     pub sockets_seen: usize,
+    /// Stale sockets removed: this user's sockets, named for this host, whose process is gone
+    /// and which refuse connections (a process killed before it could remove its socket).
+    pub stale_removed: Vec<PathBuf>,
+    /// This host's name as socket names spell it.
+    host: String,
 }
 
 /// Is `pid` `ancestor` or one of its descendants (walking PPid in /proc)?
@@ -98,7 +128,34 @@ impl LiveSource {
             scan_every: Duration::from_millis(200),
             buf: vec![0u8; 1 << 16],
             sockets_seen: 0,
+            stale_removed: Vec::new(),
+            host: socket_host(),
         }
+    }
+
+    /// Removes `path` when it is a stale socket: named for this host, owned by this user, its
+    /// process gone, and nothing listening on it. Each condition keeps a live socket safe: a
+    /// process of another host or PID namespace sharing the directory still accepts the
+    /// connection. True when it was removed.
+    fn remove_if_stale(&mut self, path: &Path, host: &str, pid: u32, refused: bool) -> bool {
+        if host != self.host || process_exists(pid) {
+            return false;
+        }
+        let Ok(md) = std::fs::symlink_metadata(path) else {
+            return false;
+        };
+        // SAFETY: getuid cannot fail.
+        let me = unsafe { libc::getuid() };
+        if !md.file_type().is_socket() || md.uid() != me {
+            return false;
+        }
+        let refused = refused
+            || matches!(UnixStream::connect(path), Err(e) if e.kind() == io::ErrorKind::ConnectionRefused);
+        if refused && std::fs::remove_file(path).is_ok() {
+            self.stale_removed.push(path.to_path_buf());
+            return true;
+        }
+        false
     }
 
     pub fn dir(&self) -> &Path {
@@ -129,10 +186,15 @@ impl LiveSource {
                 continue;
             }
             let name = e.file_name().to_string_lossy().into_owned();
-            let Some((_host, pid)) = parse_socket_name(&name) else {
+            let Some((host, pid)) = parse_socket_name(&name) else {
                 continue;
             };
             if !self.wanted(pid) {
+                // Not followed, but a stale socket of this user is cleaned up all the same; a
+                // live one is not looked at again.
+                if !self.remove_if_stale(&path, &host, pid, false) && !process_exists(pid) {
+                    self.seen.insert(path);
+                }
                 continue;
             }
             self.seen.insert(path.clone());
@@ -165,7 +227,11 @@ impl LiveSource {
                     }
                 }
                 Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => {
-                    // A stale socket of a process that died without cleaning up.
+                    // A stale socket of a process that died without cleaning up (removed), or
+                    // one whose process is still setting up (counted: it will be back).
+                    if self.remove_if_stale(&path, &host, pid, true) {
+                        self.sockets_seen -= 1;
+                    }
                 }
                 Err(e) => model
                     .messages
@@ -261,5 +327,51 @@ mod tests {
         );
         assert_eq!(parse_socket_name("x.sock"), None);
         assert_eq!(parse_socket_name("a-b.sock"), None);
+    }
+
+    /// A pid that is certainly gone: a child that has exited and been reaped.
+    fn dead_pid() -> u32 {
+        let mut c = std::process::Command::new("true")
+            .spawn()
+            .expect("spawn true");
+        let pid = c.id();
+        c.wait().expect("wait");
+        assert!(!process_exists(pid));
+        pid
+    }
+
+    #[test]
+    fn stale_sockets_are_removed_and_live_ones_kept() {
+        let dir = std::env::temp_dir().join(format!("sigmatop-stale-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("dir");
+        let host = socket_host();
+        let dead = dead_pid();
+        let me = std::process::id();
+        // A socket file nobody listens on: what a killed process leaves.
+        let leave = |name: String| {
+            let p = dir.join(name);
+            drop(std::os::unix::net::UnixListener::bind(&p).expect("bind"));
+            p
+        };
+        let stale = leave(format!("{host}-{dead}.sock"));
+        // Not removed: its process exists (it may be setting up), another host's, a live one.
+        let ours = leave(format!("{host}-{me}.sock"));
+        let other_host = leave(format!("elsewhere{host}-{dead}.sock"));
+        let live_path = dir.join(format!("{host}-{}.sock", dead_pid()));
+        let _listener = std::os::unix::net::UnixListener::bind(&live_path).expect("bind");
+        // Removed also by an attach that follows other processes only (`attach PID`).
+        let mut src = LiveSource::new(dir.clone(), ProcessFilter::Pids(vec![me]));
+        src.poll(&mut Model::new());
+        assert_eq!(src.stale_removed, vec![stale.clone()]);
+        assert!(!stale.exists(), "the stale socket is gone");
+        // A second attach following everything finds nothing more to remove.
+        let mut src = LiveSource::new(dir.clone(), ProcessFilter::All);
+        src.poll(&mut Model::new());
+        assert!(src.stale_removed.is_empty());
+        for p in [&ours, &other_host, &live_path] {
+            assert!(p.exists(), "{} kept", p.display());
+        }
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

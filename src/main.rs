@@ -23,7 +23,7 @@ fn main() {
                     layers: None,
                     sample: None,
                     headless: true,
-                    json: false,
+                    json: None,
                     theme: None,
                     cmd: cli.top.cmd,
                 };

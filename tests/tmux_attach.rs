@@ -16,84 +16,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use common::tmux::Tmux;
 use common::*;
-
-struct Tmux {
-    server: String,
-}
-
-impl Tmux {
-    /// None (with a loud message) when tmux is not installed.
-    fn start(name: &str, cmd: &str) -> Option<Tmux> {
-        if Command::new("tmux").arg("-V").output().is_err() {
-            eprintln!(
-                "\n!!!!!!!! SKIPPED: tmux is not installed; install it (scripts/test.sh does) to run the dashboard end-to-end tests !!!!!!!!\n"
-            );
-            return None;
-        }
-        let t = Tmux {
-            server: format!("sigmatop-test-{name}-{}", std::process::id()),
-        };
-        let shell = format!("{cmd}; echo SIGMATOP-EXIT=$?; sleep 600");
-        let ok = Command::new("tmux")
-            .args(["-L", &t.server, "-f", "/dev/null", "new-session", "-d"])
-            .args(["-s", "main", "-x", "120", "-y", "40"])
-            .args(["env", "TERM=screen", "sh", "-c", &shell])
-            .status()
-            .map(|s| s.success())
-            .unwrap_or(false);
-        assert!(ok, "tmux new-session failed");
-        Some(t)
-    }
-
-    fn tmux(&self, args: &[&str]) -> String {
-        let out = Command::new("tmux")
-            .args(["-L", &self.server])
-            .args(args)
-            .output()
-            .expect("tmux runs");
-        String::from_utf8_lossy(&out.stdout).into_owned()
-    }
-
-    fn keys(&self, keys: &[&str]) {
-        let mut a = vec!["send-keys", "-t", "main"];
-        a.extend_from_slice(keys);
-        self.tmux(&a);
-    }
-
-    /// Literal text (no key-name lookup).
-    fn type_text(&self, text: &str) {
-        self.tmux(&["send-keys", "-t", "main", "-l", text]);
-    }
-
-    fn capture(&self) -> String {
-        self.tmux(&["capture-pane", "-p", "-t", "main"])
-    }
-
-    /// Captures until `pred` holds, panicking with the last screen after `limit`.
-    fn wait_for(&self, what: &str, limit: Duration, pred: impl Fn(&str) -> bool) -> String {
-        let start = Instant::now();
-        loop {
-            let screen = self.capture();
-            if pred(&screen) {
-                return screen;
-            }
-            if start.elapsed() > limit {
-                panic!("waited {limit:?} for {what}; screen:\n{screen}");
-            }
-            std::thread::sleep(Duration::from_millis(150));
-        }
-    }
-}
-
-impl Drop for Tmux {
-    fn drop(&mut self) {
-        let _ = Command::new("tmux")
-            .args(["-L", &self.server, "kill-server"])
-            .stderr(Stdio::null())
-            .status();
-    }
-}
 
 /// fi_pingpong server and client over tcp msg, traced in simple mode, live sockets in `sock`.
 struct Workload {

@@ -10,7 +10,7 @@ use clap::{Args, Parser, Subcommand};
     version,
     about = "Per-operation RDMA traffic of unmodified programs: live dashboard, recorder, exporter",
     args_conflicts_with_subcommands = true,
-    after_help = "Examples:\n  sigmatop demo\n  sigmatop run -- ucx_perftest 127.0.0.1 -t tag_bw\n  sigmatop --record out/ -- mpirun -np 4 ./app\n  sigmatop attach\n  sigmatop export out/ --json agg.json"
+    after_help = "Examples:\n  sigmatop demo\n  sigmatop run -- ucx_perftest 127.0.0.1 -t tag_bw\n  sigmatop run --layers -cuda --json summary.json -- ./app\n  sigmatop --record out/ -- mpirun --mca pml ucx -np 4 ./app   (Open MPI: ob1, its default without an RDMA NIC, is not traced)\n  sigmatop attach\n  sigmatop export out/ --json agg.json --perfetto trace.pftrace"
 )]
 pub struct Cli {
     #[command(subcommand)]
@@ -59,8 +59,9 @@ pub struct RunArgs {
     /// Also write a record directory.
     #[arg(long, value_name = "DIR")]
     pub record: Option<PathBuf>,
-    /// Layers to trace: ucx,libfabric,ibverbs,mlx5,cuda (default all).
-    #[arg(long)]
+    /// Layers to trace: ucx,libfabric,ibverbs,mlx5,cuda (default all); `-cuda` traces all but
+    /// one, `all` and `none` also work.
+    #[arg(long, value_name = "LAYERS", allow_hyphen_values = true, value_parser = parse_layers_arg)]
     pub layers: Option<String>,
     /// Send one event in N to the live view.
     #[arg(long, value_name = "N")]
@@ -68,20 +69,67 @@ pub struct RunArgs {
     /// No dashboard: print a summary when the program ends.
     #[arg(long)]
     pub headless: bool,
-    /// Print the summary as JSON (implies --headless).
-    #[arg(long)]
-    pub json: bool,
-    /// Dashboard theme (dark, light, mono or a .toml file).
-    #[arg(long)]
+    /// Write the summary as JSON to FILE (implies --headless). `--json` alone (or `--json -`)
+    /// writes it to stdout, and the program's own stdout then goes to stderr, so stdout holds
+    /// the JSON only.
+    #[arg(long, value_name = "FILE", num_args = 0..=1, default_missing_value = "-")]
+    pub json: Option<PathBuf>,
+    /// Dashboard theme: dark (default), light, mono, or a theme .toml file; NO_COLOR=1 means mono.
+    #[arg(long, value_name = "THEME")]
     pub theme: Option<String>,
-    /// The program to run.
+    /// The program to run, after `--`.
     #[arg(last = true, required = true, value_name = "CMD")]
     pub cmd: Vec<String>,
 }
 
+/// Checks a `--layers` value against the names the preload knows (its own grammar: names,
+/// `all`, `none`, `-NAME` to remove one), so a typo is an error here, not a warning from every
+/// traced process.
+pub fn parse_layers_arg(s: &str) -> Result<String, String> {
+    layers_mask(s).map(|_| s.to_string())
+}
+
+/// The layers a `--layers` value leaves on, as a `Layer::bit` mask (the preload's rules: a list
+/// of only removals starts from all layers).
+pub fn layers_mask(s: &str) -> Result<u32, String> {
+    use crate::event::Layer;
+    let all: u32 = Layer::ALL.iter().map(|l| l.bit()).sum();
+    let valid = "valid layers: ucx, libfabric, ibverbs, mlx5, cuda (also all, none, and -NAME to leave one out: --layers -cuda)";
+    let mut add = 0u32;
+    let mut remove = 0u32;
+    let mut only_removals = true;
+    let parts: Vec<&str> = s.split(',').map(str::trim).collect();
+    if parts.iter().all(|p| p.is_empty()) {
+        return Err(format!("no layer given; {valid}"));
+    }
+    for part in parts.into_iter().filter(|p| !p.is_empty()) {
+        let (minus, name) = match part.strip_prefix('-') {
+            Some(rest) => (true, rest),
+            None => (false, part),
+        };
+        let bits = match name.to_ascii_lowercase().as_str() {
+            "all" if !minus => all,
+            "none" if !minus => 0,
+            _ => Layer::parse(name)
+                .map(|l| l.bit())
+                .ok_or_else(|| format!("unknown layer '{name}'; {valid}"))?,
+        };
+        if minus {
+            remove |= bits;
+        } else {
+            add |= bits;
+            only_removals = false;
+        }
+    }
+    let base = if only_removals { all } else { add };
+    Ok(base & !remove)
+}
+
 #[derive(Args, Debug, Clone)]
 pub struct AttachArgs {
-    /// Only these processes (default: every traced process of this user on this host).
+    /// Only these processes (default: every traced process of this user on this host). A PID
+    /// that does not exist is an error.
+    #[arg(value_name = "PID")]
     pub pids: Vec<u32>,
     /// Print merged snapshots as JSON instead of the dashboard.
     #[arg(long)]
@@ -92,17 +140,21 @@ pub struct AttachArgs {
     /// How long to collect before printing (with --once), or between prints.
     #[arg(long, default_value = "1000", value_name = "MS")]
     pub interval_ms: u64,
-    /// Where traced processes put their sockets.
+    /// Where traced processes put their sockets (default $SIGMATOP_SOCKET_DIR, else
+    /// $XDG_RUNTIME_DIR/sigmatop, else /tmp/sigmatop-$UID). Stale sockets of this user's
+    /// processes that are gone are removed.
     #[arg(long, value_name = "DIR")]
     pub socket_dir: Option<PathBuf>,
-    #[arg(long)]
+    /// Dashboard theme: dark (default), light, mono, or a theme .toml file; NO_COLOR=1 means mono.
+    #[arg(long, value_name = "THEME")]
     pub theme: Option<String>,
 }
 
 #[derive(Args, Debug, Clone)]
 pub struct ExportArgs {
-    /// Record directories (one per node is fine).
-    #[arg(required = true)]
+    /// Record directories: what --record was given (DIR holding <host>/<pid>/), a host
+    /// directory in it, or one process's directory; several (one per node) are read together.
+    #[arg(required = true, value_name = "DIR")]
     pub dirs: Vec<PathBuf>,
     /// Write JSON aggregates here ("-" for stdout).
     #[arg(long, value_name = "FILE")]
@@ -118,8 +170,10 @@ pub struct ExportArgs {
 
 #[derive(Args, Debug, Clone)]
 pub struct ReportArgs {
-    /// Record directories (one per node is fine). Several runs in them are reported apart.
-    #[arg(required = true)]
+    /// Record directories: what --record was given (DIR holding <host>/<pid>/), a host
+    /// directory in it, or one process's directory; several (one per node) are read together.
+    /// Several runs in them are reported apart.
+    #[arg(required = true, value_name = "DIR")]
     pub dirs: Vec<PathBuf>,
     /// When the directory holds several runs recorded one after the other: which one (1 = the
     /// first). Runs are never merged.
@@ -129,17 +183,20 @@ pub struct ReportArgs {
 
 #[derive(Args, Debug, Clone)]
 pub struct ReplayArgs {
-    /// The record directory (given to --record).
+    /// A record directory: what --record was given, a host directory in it, or one process's.
+    #[arg(value_name = "DIR")]
     pub dir: PathBuf,
     /// When the directory holds several runs recorded one after the other: which one (1 = the
     /// first). Runs are never merged.
     #[arg(long, value_name = "N")]
     pub run: Option<usize>,
-
-    /// Playback speed multiplier.
-    #[arg(long, default_value = "1.0")]
+    /// Playback speed: 1 = as recorded, 10 = ten times faster, 0.5 = half; 0 = no playback: the
+    /// dashboard opens on the end of the recording ([ ] step back through it). + and - change
+    /// it while playing.
+    #[arg(long, default_value = "1", value_name = "X", value_parser = parse_speed, allow_negative_numbers = true)]
     pub speed: f64,
-    #[arg(long)]
+    /// Dashboard theme: dark (default), light, mono, or a theme .toml file; NO_COLOR=1 means mono.
+    #[arg(long, value_name = "THEME")]
     pub theme: Option<String>,
     /// Print the final summary instead of the dashboard.
     #[arg(long)]
@@ -148,13 +205,26 @@ pub struct ReplayArgs {
 
 #[derive(Args, Debug, Clone)]
 pub struct DemoArgs {
-    #[arg(long, default_value = "1.0")]
+    /// Playback speed: 1 = as recorded, 10 = ten times faster, 0.5 = half; 0 = no playback: the
+    /// dashboard opens on the end of the recording ([ ] step back through it).
+    #[arg(long, default_value = "1", value_name = "X", value_parser = parse_speed, allow_negative_numbers = true)]
     pub speed: f64,
-    #[arg(long)]
+    /// Dashboard theme: dark (default), light, mono, or a theme .toml file; NO_COLOR=1 means mono.
+    #[arg(long, value_name = "THEME")]
     pub theme: Option<String>,
     /// Print the summary of the bundled recording instead of the dashboard.
     #[arg(long)]
     pub headless: bool,
+}
+
+/// A replay speed: a finite number ≥ 0 (0: the end at once).
+pub fn parse_speed(s: &str) -> Result<f64, String> {
+    match s.trim().parse::<f64>() {
+        Ok(v) if v.is_finite() && v >= 0.0 => Ok(v),
+        _ => Err(format!(
+            "'{s}' is no speed: give a number ≥ 0 (1 = as recorded, 10 = ten times faster, 0 = the end at once)"
+        )),
+    }
 }
 
 /// A one-line error for the user, with what to do.

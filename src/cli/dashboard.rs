@@ -51,6 +51,20 @@ pub trait Source {
     fn note(&self) -> Option<String> {
         None
     }
+    /// Ctrl-C in the dashboard. Returns true when the dashboard should close now (the default:
+    /// Ctrl-C leaves like `q`); a source that runs a program forwards it there instead.
+    fn interrupt(&mut self) -> bool {
+        true
+    }
+    /// What Ctrl-C does, for the key line ("stop ucx_perftest"); None when it leaves like `q`.
+    fn interrupt_label(&self) -> Option<String> {
+        None
+    }
+    /// The source is done and the dashboard should close (a program stopped by a forwarded
+    /// Ctrl-C has exited).
+    fn wants_to_leave(&self) -> bool {
+        false
+    }
     /// Longest wait between polls when no key arrives. Live sockets are drained every
     /// INPUT_POLL; a source that nothing pushes into (a recording) is polled only when a refresh
     /// is due, which shows the same view without waking up 100 times a second.
@@ -136,6 +150,7 @@ impl<S: Source> Dashboard<S> {
         self.built_second = opts.now_ns.map(|n| n / 1_000_000_000);
         self.note = self.source.note();
         self.vm.status.notice = self.note.clone();
+        self.app.interrupt_label = self.source.interrupt_label();
         self.dirty = false;
         self.last_build = Some(Instant::now());
     }
@@ -168,7 +183,14 @@ impl<S: Source> Dashboard<S> {
         // Nothing new to build: keep the view, but refresh the source's note (e.g. "child
         // exited", "replay finished").
         self.last_build = Some(Instant::now());
+        let label = self.source.interrupt_label();
         let note = self.source.note();
+        if label != self.app.interrupt_label {
+            self.app.interrupt_label = label;
+            self.note = note;
+            self.vm.status.notice = self.note.clone();
+            return true;
+        }
         if note != self.note {
             self.note = note;
             self.vm.status.notice = self.note.clone();
@@ -192,6 +214,14 @@ impl<S: Source> Dashboard<S> {
     pub fn on_key(&mut self, key: KeyEvent) -> bool {
         match self.app.handle_key(key) {
             Action::Quit => return true,
+            Action::Interrupt => {
+                if self.source.interrupt() {
+                    return true;
+                }
+                self.note = self.source.note();
+                self.vm.status.notice = self.note.clone();
+                self.app.interrupt_label = self.source.interrupt_label();
+            }
             Action::None | Action::Redraw => {}
             Action::SetWindow(_) => self.rebuild(),
             Action::StepHistory(d) => {
@@ -286,6 +316,9 @@ pub fn run_terminal<S: Source>(mut dash: Dashboard<S>) -> Result<Dashboard<S>, S
         loop {
             if dash.tick() {
                 need_draw = true;
+            }
+            if dash.source.wants_to_leave() {
+                return Ok(());
             }
             if need_draw {
                 dash.draw(&mut term)?;

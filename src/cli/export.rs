@@ -49,6 +49,9 @@ pub fn export(args: &ExportArgs) -> CliResult {
             st.flows,
             st.bytes
         );
+        if let Some(note) = large_trace_note(path, st.bytes) {
+            eprintln!("sigmatop: {note}");
+        }
     }
     if let Some(path) = &args.json {
         let mut ex =
@@ -58,9 +61,61 @@ pub fn export(args: &ExportArgs) -> CliResult {
         if path.as_os_str() == "-" {
             println!("{s}");
         } else {
+            let bytes = s.len() + 1;
             std::fs::write(path, s + "\n")
                 .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+            let endpoints: usize = ex.report.processes.iter().map(|p| p.endpoints.len()).sum();
+            eprintln!(
+                "sigmatop: wrote {} (JSON aggregates: {} process{}, {endpoints} endpoints, {} events, {bytes} bytes)",
+                path.display(),
+                ex.report.processes.len(),
+                if ex.report.processes.len() == 1 {
+                    ""
+                } else {
+                    "es"
+                },
+                ex.events,
+            );
         }
     }
     Ok(0)
+}
+
+/// Above this size a Perfetto trace is announced with what to do about it: the Perfetto UI runs
+/// in a browser, which typically gives a page about 2 GB, and its in-memory form of a trace is
+/// 2–4 times the file (perfetto.dev, "Visualising large traces").
+pub const LARGE_TRACE_BYTES: u64 = 1 << 30;
+
+/// What to do with a trace of `bytes` bytes, when it is large.
+pub fn large_trace_note(path: &std::path::Path, bytes: u64) -> Option<String> {
+    if bytes <= LARGE_TRACE_BYTES {
+        return None;
+    }
+    Some(format!(
+        "{} is {} ({bytes} bytes): too large for the Perfetto UI alone in a browser; open it through `trace_processor --httpd {}` and then ui.perfetto.dev.          To make it smaller: export fewer processes (give `DIR/<host>` or `DIR/<host>/<pid>` instead of DIR), or record again with `--mode aggregate` (no timeline) or `--layers` (fewer layers);          export itself has no time-window or sampling option yet",
+        path.display(),
+        super::table::human_bytes(bytes as f64),
+        path.display()
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn large_traces_are_announced_with_their_size() {
+        let p = std::path::Path::new("t.pftrace");
+        assert_eq!(large_trace_note(p, LARGE_TRACE_BYTES), None);
+        let n = large_trace_note(p, 1_500_000_000).expect("announced");
+        assert!(
+            n.starts_with("t.pftrace is 1.50 GB (1500000000 bytes)"),
+            "{n}"
+        );
+        assert!(
+            n.contains("--mode aggregate") && n.contains("--layers"),
+            "{n}"
+        );
+        assert!(n.contains("no time-window or sampling option"), "{n}");
+    }
 }

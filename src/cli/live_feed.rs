@@ -4,17 +4,23 @@
 use std::path::PathBuf;
 use std::process::{Child, ExitStatus};
 
-use super::child::describe;
+use super::child::{describe, interrupt_group};
 use super::dashboard::Source;
 use crate::agg::Model;
 use crate::live::LiveSource;
 
-/// A program started by `sigmatop run`, watched alongside its processes' sockets.
+/// A program started by `sigmatop run`, watched alongside its processes' sockets. It runs in its
+/// own process group (the dashboard has the terminal in raw mode, so the terminal sends no
+/// signals): Ctrl-C in the dashboard sends SIGINT to that group, as a shell's Ctrl-C would.
 pub struct ChildWatch {
     pub child: Child,
     pub name: String,
     pub log: PathBuf,
     pub status: Option<ExitStatus>,
+    /// Ctrl-Cs forwarded to the program so far.
+    pub interrupts: u32,
+    /// Why the last Ctrl-C could not be forwarded.
+    pub interrupt_error: Option<String>,
 }
 
 /// Live processes through their sockets (and the launched program, for `sigmatop run`).
@@ -39,16 +45,59 @@ impl Source for LiveFeed {
         "live".into()
     }
 
+    /// Ctrl-C while the program runs: SIGINT to its process group, and the dashboard stays until
+    /// it exits (then closes by itself). Once the program has exited, Ctrl-C leaves like `q`.
+    fn interrupt(&mut self) -> bool {
+        let Some(c) = self.child.as_mut() else {
+            return true;
+        };
+        if c.status.is_some() {
+            return true;
+        }
+        match interrupt_group(c.child.id()) {
+            Ok(()) => {
+                c.interrupts += 1;
+                c.interrupt_error = None;
+            }
+            Err(e) => c.interrupt_error = Some(e),
+        }
+        false
+    }
+
+    fn wants_to_leave(&self) -> bool {
+        self.child
+            .as_ref()
+            .is_some_and(|c| c.interrupts > 0 && c.status.is_some())
+    }
+
+    fn interrupt_label(&self) -> Option<String> {
+        self.child
+            .as_ref()
+            .filter(|c| c.status.is_none())
+            .map(|c| format!("stop {}", c.name))
+    }
+
     fn note(&self) -> Option<String> {
         match &self.child {
-            Some(c) => Some(match c.status {
-                None => format!(
+            Some(c) => Some(match (c.status, c.interrupts, &c.interrupt_error) {
+                (None, _, Some(e)) => format!("Ctrl-C: {e}"),
+                (None, 0, None) => format!(
                     "{} running (pid {}) · output in {}",
                     c.name,
                     c.child.id(),
                     c.log.display()
                 ),
-                Some(st) => format!(
+                (None, n, None) => format!(
+                    "SIGINT{} sent to {} (pid {}): waiting for it to exit · Ctrl-C sends another · q leaves it running",
+                    if n > 1 {
+                        format!(" ×{n}")
+                    } else {
+                        String::new()
+                    },
+                    c.name,
+                    c.child.id(),
+                ),
+                (Some(st), _, _) => format!(
                     "{} exited ({}) · output in {} · q to leave",
                     c.name,
                     describe(st),

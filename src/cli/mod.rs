@@ -14,11 +14,13 @@
 //! - `view_model`: the model at a view time translated into the dashboard's `ViewModel`.
 //! - `table`: plain-text tables of reports and matrices.
 //! - `child`: exit codes and signals of the programs sigmatop starts.
+//! - `diagnose`: why a run traced nothing (a layer switched off, Open MPI's ob1 PML).
 
 pub mod args;
 pub mod attach;
 pub mod child;
 pub mod dashboard;
+pub mod diagnose;
 pub mod export;
 pub mod live_feed;
 pub mod replay;

@@ -130,12 +130,14 @@ impl ReplaySource {
             .min()
             .unwrap_or(0);
         let end_ns = procs.iter().map(|p| p.end_ns).max().unwrap_or(start_ns);
+        let end_ns = end_ns.max(start_ns);
         Ok(ReplaySource {
             procs,
             label: label.to_string(),
             start_ns,
-            end_ns: end_ns.max(start_ns),
-            vnow: start_ns,
+            end_ns,
+            // Speed 0: no playback, the whole recording at once.
+            vnow: if speed == 0.0 { end_ns } else { start_ns },
             speed: if speed.is_finite() && speed > 0.0 {
                 speed
             } else {
@@ -360,7 +362,7 @@ fn print_summary(dirs: &[PathBuf], run: Option<usize>) -> CliResult {
     let rec = super::runs::open_one(dirs, run)?;
     let model = Model::from_recording(&rec);
     let r = model.report();
-    print!("{}", table::render(&r));
+    print!("{}", table::render(&r, None));
     print!("{}", table::render_matrix("rank × rank", &r.rank_matrix));
     print!("{}", table::render_matrix("node × node", &r.node_matrix));
     let at = ModelAt::new(&model, &AtOptions::default());
@@ -512,10 +514,20 @@ mod tests {
         assert!(m.processes.values().all(|p| p.exited));
         assert!(src.events_applied > 0);
         // Same totals as loading the whole recording.
-        let whole =
-            Model::from_recording(&crate::trace::reader::Recording::open(&[dir]).expect("open"));
+        let whole = Model::from_recording(
+            &crate::trace::reader::Recording::open(std::slice::from_ref(&dir)).expect("open"),
+        );
         assert_eq!(
             serde_json::to_string(&m.report().totals).ok(),
+            serde_json::to_string(&whole.report().totals).ok()
+        );
+        // Speed 0 (documented in --help): no playback, the end at the first poll.
+        let mut at_end = ReplaySource::open(std::slice::from_ref(&dir), "demo", 0.0).expect("open");
+        let mut m0 = Model::new();
+        at_end.poll(&mut m0);
+        assert!(at_end.finished());
+        assert_eq!(
+            serde_json::to_string(&m0.report().totals).ok(),
             serde_json::to_string(&whole.report().totals).ok()
         );
         let p = tmp.path().to_path_buf();

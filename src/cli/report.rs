@@ -42,7 +42,7 @@ fn skew_line(s: &mut String, what: &str, k: &Skew) {
 /// The whole report.
 pub fn render(e: &Export) -> String {
     let mut s = String::new();
-    s.push_str(&table::render(&e.report));
+    s.push_str(&table::render(&e.report, None));
     s.push_str(&table::render_matrix("rank × rank", &e.report.rank_matrix));
     s.push_str(&table::render_matrix("node × node", &e.report.node_matrix));
     if !e.gpu_matrix.labels.is_empty() {
@@ -134,7 +134,23 @@ pub fn render(e: &Export) -> String {
     );
     doorbell_lines(&mut s, e);
     one_sided_lines(&mut s, e);
-    let _ = writeln!(s, "events: {}", e.events);
+    let cut = e.report.processes.iter().filter(|p| !p.clean_exit).count();
+    if cut == 0 {
+        let _ = writeln!(s, "events: {}", e.events);
+    } else {
+        // The operation totals above come from each process's last snapshot; a process that did
+        // not exit cleanly has events on disk past it, so the two counts differ by design.
+        let _ = writeln!(
+            s,
+            "events: {} in the record; {cut} process{} ended without a clean exit, so {} operation totals above stop at {} last snapshot while {} events go on to {} last flushed chunk",
+            e.events,
+            if cut == 1 { "" } else { "es" },
+            if cut == 1 { "its" } else { "their" },
+            if cut == 1 { "its" } else { "each one's" },
+            if cut == 1 { "its" } else { "their" },
+            if cut == 1 { "its" } else { "each one's" },
+        );
+    }
     if e.skipped.is_empty() {
         let _ = writeln!(s, "skipped: nothing");
     } else {

@@ -2,17 +2,20 @@
 //! watched in the dashboard (on a terminal) or followed headless with a summary at its end.
 
 use std::fs::File;
-use std::io::{self, IsTerminal};
+use std::io::{self, IsTerminal, Write};
+use std::os::fd::AsFd;
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use sigmatop_tui::{App, Theme};
 
-use super::child::{describe, exit_code, ignore_interrupts};
+use super::child::{describe, exit_code, forward_signals_to, ignore_interrupts};
 use super::dashboard::{Dashboard, run_terminal};
+use super::diagnose::{LibraryWatch, NothingTraced};
 use super::live_feed::{ChildWatch, LiveFeed};
-use super::{CliResult, RunArgs, table};
+use super::{CliResult, RunArgs, layers_mask, table};
 use crate::agg::Model;
 use crate::event::Mode;
 use crate::live::{LiveSource, ProcessFilter, default_socket_dir};
@@ -115,11 +118,40 @@ pub fn traced_command(args: &RunArgs, socket_dir: &Path) -> Result<Command, Stri
     Ok(cmd)
 }
 
+/// Where `--json` sends the summary.
+enum JsonOut {
+    /// Standard output; the program's stdout is sent to stderr instead.
+    Stdout,
+    /// A file, created before the program starts (a bad path fails at once, not after the run).
+    File(PathBuf, File),
+}
+
+impl JsonOut {
+    fn open(path: &Path) -> Result<JsonOut, String> {
+        if path.as_os_str() == "-" {
+            return Ok(JsonOut::Stdout);
+        }
+        File::create(path)
+            .map(|f| JsonOut::File(path.to_path_buf(), f))
+            .map_err(|e| format!("--json {}: cannot create it: {e}", path.display()))
+    }
+}
+
 /// `sigmatop run` without the dashboard, and `sigmatop --record DIR -- CMD`: runs the program,
 /// follows its processes live, prints a summary at the end, and exits with the program's status.
 pub fn run_headless(args: &RunArgs) -> CliResult {
     let socket_dir = default_socket_dir();
     let mut cmd = traced_command(args, &socket_dir)?;
+    let json = args.json.as_deref().map(JsonOut::open).transpose()?;
+    if let Some(JsonOut::Stdout) = json {
+        // stdout is the JSON's alone: the program writes its own output to stderr.
+        let err = io::stderr()
+            .as_fd()
+            .try_clone_to_owned()
+            .map_err(|e| format!("cannot duplicate stderr for the program's output: {e}"))?;
+        cmd.stdout(Stdio::from(err));
+    }
+    let name = program_name(&args.cmd);
     let mut child = cmd
         .spawn()
         .map_err(|e| format!("cannot start {}: {e}", args.cmd[0]))?;
@@ -127,12 +159,16 @@ pub fn run_headless(args: &RunArgs) -> CliResult {
     let mut model = Model::new();
     let mut live = LiveSource::new(socket_dir, ProcessFilter::DescendantsOf(child.id()));
     live.scan_every = Duration::from_millis(20);
+    let mut libraries = LibraryWatch::new(child.id());
     let status = loop {
         live.poll(&mut model);
+        if live.sockets_seen == 0 {
+            libraries.poll();
+        }
         match child.try_wait() {
             Ok(Some(st)) => break st,
             Ok(None) => std::thread::sleep(Duration::from_millis(10)),
-            Err(e) => return Err(format!("waiting for {}: {e}", args.cmd[0])),
+            Err(e) => return Err(format!("waiting for {name}: {e}")),
         }
     };
     // Let the last frames (final snapshot, bye) arrive.
@@ -143,32 +179,84 @@ pub fn run_headless(args: &RunArgs) -> CliResult {
     }
     let code = exit_code(status);
     // With a record the summary comes from disk: it includes processes too short-lived to attach to.
+    let mut from_record = false;
     if let Some(rec_dir) = &args.record {
         let abs = absolute(rec_dir)?;
         match Recording::open(std::slice::from_ref(&abs)) {
-            Ok(rec) => model = Model::from_recording(&rec),
+            Ok(rec) => {
+                model = Model::from_recording(&rec);
+                from_record = true;
+            }
             Err(_) if live.sockets_seen == 0 => {}
             Err(e) => eprintln!("sigmatop: {e}"),
         }
     }
     let report = model.report();
-    if report.processes.is_empty() && live.sockets_seen == 0 {
-        eprintln!(
-            "sigmatop: {} used no RDMA library sigmatop traces (UCX, libfabric, ibverbs, mlx5): nothing was traced",
-            args.cmd[0]
-        );
-        return Ok(code);
+    let why = NothingTraced {
+        cmd: &args.cmd,
+        layers_arg: args.layers.as_deref(),
+        layers_on: args.layers.as_deref().map_or(Ok(u32::MAX), layers_mask)?,
+        seen: &libraries,
+    };
+    let nothing = report.processes.is_empty() && live.sockets_seen == 0;
+    if nothing {
+        eprintln!("sigmatop: {}", why.message());
+        if json.is_none() {
+            return Ok(code);
+        }
+        // --json still gets a valid (empty) summary: a script reads JSON, not nothing.
     }
-    if args.json {
-        let s = serde_json::to_string_pretty(&report).map_err(|e| e.to_string())?;
-        println!("{s}");
-    } else {
-        eprint!("{}", table::render(&report));
-        if let Some(r) = &args.record {
-            eprintln!("sigmatop: record written to {}", r.display());
+    let t = &report.totals;
+    // Processes traced, but not one operation: an MPI job over a transport sigmatop does not see.
+    let idle_mpi = (!nothing && t.tx_ops + t.rx_ops + t.other_ops == 0)
+        .then(|| why.mpi_hint())
+        .flatten();
+    match json {
+        Some(out) => {
+            let s = serde_json::to_string_pretty(&report).map_err(|e| e.to_string())?;
+            match out {
+                JsonOut::Stdout => println!("{s}"),
+                JsonOut::File(path, mut f) => {
+                    f.write_all(s.as_bytes())
+                        .and_then(|_| f.write_all(b"\n"))
+                        .map_err(|e| format!("writing {}: {e}", path.display()))?;
+                    eprintln!(
+                        "sigmatop: wrote {} (summary of {} process{}, JSON)",
+                        path.display(),
+                        report.processes.len(),
+                        if report.processes.len() == 1 {
+                            ""
+                        } else {
+                            "es"
+                        }
+                    );
+                }
+            }
+        }
+        None => {
+            eprint!(
+                "{}",
+                table::render(&report, (!from_record).then_some(&model))
+            );
+            if let Some(r) = &args.record {
+                eprintln!("sigmatop: record written to {}", r.display());
+            }
         }
     }
+    if let Some(h) = idle_mpi {
+        eprintln!("sigmatop: {h}");
+    }
     Ok(code)
+}
+
+/// The program's name as the messages give it: the file name of the command (`ucx_perftest`,
+/// not `/usr/bin/ucx_perftest`).
+pub fn program_name(cmd: &[String]) -> String {
+    let first = cmd.first().map(String::as_str).unwrap_or_default();
+    Path::new(first)
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| first.to_string())
 }
 
 /// The log file for the program's output: ./sigmatop-run-<pid>.log (the temp dir when the current
@@ -190,7 +278,11 @@ fn open_log() -> Result<(PathBuf, File), String> {
 /// or `--json`; the program's output goes to a log file. On `q` the dashboard closes and sigmatop
 /// waits for the program; when the program exits first the dashboard stays open until `q`.
 pub fn run_cmd(args: &RunArgs) -> CliResult {
-    if args.headless || args.json || !io::stdout().is_terminal() || !io::stdin().is_terminal() {
+    if args.headless
+        || args.json.is_some()
+        || !io::stdout().is_terminal()
+        || !io::stdin().is_terminal()
+    {
         return run_headless(args);
     }
     let theme = Theme::from_env(args.theme.as_deref()).map_err(|e| e.to_string())?;
@@ -201,11 +293,17 @@ pub fn run_cmd(args: &RunArgs) -> CliResult {
         .try_clone()
         .map_err(|e| format!("{}: {e}", log.display()))?;
     cmd.stdin(Stdio::null()).stdout(file).stderr(err);
-    let name = args.cmd.first().cloned().unwrap_or_default();
+    // A process group of its own: the dashboard holds the terminal in raw mode, where Ctrl-C is
+    // a key, not a signal; the dashboard sends SIGINT to this group instead (as a shell's Ctrl-C
+    // reaches the whole foreground job), and after the dashboard sigmatop passes on the signals
+    // it gets.
+    cmd.process_group(0);
+    let name = program_name(&args.cmd);
     let child = cmd
         .spawn()
         .map_err(|e| format!("cannot start {name}: {e}"))?;
     let pid = child.id();
+    forward_signals_to(pid);
     let mut live = LiveSource::new(socket_dir, ProcessFilter::DescendantsOf(pid));
     live.scan_every = Duration::from_millis(100);
     let feed = LiveFeed {
@@ -215,6 +313,8 @@ pub fn run_cmd(args: &RunArgs) -> CliResult {
             name: name.clone(),
             log: log.clone(),
             status: None,
+            interrupts: 0,
+            interrupt_error: None,
         }),
     };
     let result = run_terminal(Dashboard::new(feed, App::new(theme)));
@@ -235,11 +335,10 @@ pub fn run_cmd(args: &RunArgs) -> CliResult {
         Some(st) => st,
         None => {
             eprintln!(
-                "sigmatop: stopped watching; waiting for {name} (pid {pid}) to exit (output in {})",
+                "sigmatop: stopped watching; waiting for {name} (pid {pid}) to exit (output in {}); Ctrl-C sends it SIGINT",
                 log.display()
             );
-            // The terminal's ^C reaches the program.
-            ignore_interrupts();
+            // Signals to sigmatop (the terminal's Ctrl-C) go on to the program's group.
             c.child
                 .wait()
                 .map_err(|e| format!("waiting for {name}: {e}"))?

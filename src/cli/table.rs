@@ -4,14 +4,30 @@ use std::fmt::Write;
 
 pub use sigmatop_tui::units::human_bytes;
 
-use crate::agg::Report;
+use crate::agg::{Model, ProcKey, ProcessReport, Report};
+
+/// Was this process cut (it ended without its clean shutdown)? Live (`model` given), a process
+/// still running is not; from a recording, every process has ended.
+fn cut(p: &ProcessReport, live: Option<&Model>) -> bool {
+    match live {
+        Some(m) => m
+            .processes
+            .get(&ProcKey {
+                host: p.host.clone(),
+                pid: p.pid,
+            })
+            .is_some_and(|s| s.exited && !s.said_bye),
+        None => !p.clean_exit,
+    }
+}
 
 fn rank_str(r: Option<u32>) -> String {
     r.map(|r| r.to_string()).unwrap_or_else(|| "-".into())
 }
 
-/// Per-process and per-endpoint totals.
-pub fn render(report: &Report) -> String {
+/// Per-process and per-endpoint totals. `live` is the model of live processes the report was
+/// made from (None for recordings): a process still running is not marked as cut.
+pub fn render(report: &Report, live: Option<&Model>) -> String {
     let mut s = String::new();
     let _ = writeln!(
         s,
@@ -31,10 +47,10 @@ pub fn render(report: &Report) -> String {
             p.flow.tx_ops,
             p.flow.rx_ops,
             p.drops.total_events_lost(),
-            if p.clean_exit {
-                ""
+            if cut(p, live) {
+                "  (no clean exit: counted up to its last snapshot)"
             } else {
-                "  (no clean exit)"
+                ""
             }
         );
         for e in &p.endpoints {
@@ -76,6 +92,16 @@ pub fn render(report: &Report) -> String {
         d.record_lost,
         d.unattributed_ops
     );
+    let n_cut = report.processes.iter().filter(|p| cut(p, live)).count();
+    if n_cut > 0 {
+        let _ = writeln!(
+            s,
+            "{n_cut} process{} ended without a clean exit (killed, Ctrl-C): {} figures are those of {} last snapshot; a record holds its events up to its last flush after that, so `sigmatop report` and exports count more events than these operations",
+            if n_cut == 1 { "" } else { "es" },
+            if n_cut == 1 { "its" } else { "their" },
+            if n_cut == 1 { "its" } else { "each one's" },
+        );
+    }
     s
 }
 

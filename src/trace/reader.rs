@@ -371,14 +371,27 @@ pub struct Recording {
 }
 
 impl Recording {
+    /// Opens every process recording under `roots`. A process that cannot be read is listed in
+    /// `problems` and the others are kept; an error when a root is missing, is no directory,
+    /// holds no recording, or when not one process could be read (the first reason first).
     pub fn open(roots: &[PathBuf]) -> Result<Recording, String> {
         let mut rec = Recording::default();
         for root in roots {
-            if !root.is_dir() {
-                return Err(format!(
-                    "{}: not a directory: pass the directory given to --record",
-                    root.display()
-                ));
+            match std::fs::metadata(root) {
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                    return Err(format!(
+                        "{}: no such file or directory: pass the directory given to --record",
+                        root.display()
+                    ));
+                }
+                Err(e) => return Err(format!("{}: {e}", root.display())),
+                Ok(md) if !md.is_dir() => {
+                    return Err(format!(
+                        "{}: not a directory: pass the directory given to --record",
+                        root.display()
+                    ));
+                }
+                Ok(_) => {}
             }
             let mut dirs = Vec::new();
             collect_process_dirs(root, 0, &mut dirs);
@@ -397,6 +410,25 @@ impl Recording {
                     Err(p) => rec.problems.push(p),
                 }
             }
+        }
+        if rec.processes.is_empty() {
+            let n = rec.problems.len();
+            let first = rec
+                .problems
+                .first()
+                .map_or_else(|| "no process record".to_string(), |p| p.to_string());
+            return Err(format!(
+                "nothing could be read: {first}{}",
+                if n > 1 {
+                    format!(
+                        " (and {} more unreadable process record{})",
+                        n - 1,
+                        if n == 2 { "" } else { "s" }
+                    )
+                } else {
+                    String::new()
+                }
+            ));
         }
         rec.processes.sort_by(|a, b| {
             (&a.identity.host, a.identity.pid).cmp(&(&b.identity.host, b.identity.pid))

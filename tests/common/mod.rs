@@ -11,6 +11,8 @@ use std::time::{Duration, Instant};
 use sigmatop::event::{EndpointDef, Op};
 use sigmatop::trace::reader::{ProcessRecording, Recording};
 
+pub mod tmux;
+
 /// target/<profile>/ of the running test binary.
 pub fn target_dir() -> PathBuf {
     let exe = std::env::current_exe().expect("current_exe");

@@ -157,6 +157,9 @@ pub enum Action {
     TogglePause(bool),
     /// Replay speed up (+1) or down (-1).
     ChangeSpeed(i32),
+    /// Ctrl-C: the driver decides what it means (`sigmatop run` forwards it to the program it
+    /// started, as a shell would; elsewhere it leaves like `q`).
+    Interrupt,
 }
 
 /// The whole UI state. The view model is separate and owned by the driver.
@@ -191,12 +194,20 @@ pub struct App {
     pub warning_config: WarningConfig,
     /// Mouse capture (off by default so text selection over ssh keeps working).
     pub mouse: bool,
+    /// A one-off answer to the last key ("theme light"), shown in the key line until the next key.
+    pub flash: Option<String>,
+    /// What Ctrl-C does when it does more than leave ("stop ucx_perftest"): set by the driver,
+    /// shown in the key line.
+    pub interrupt_label: Option<String>,
     filter_before_edit: String,
     /// The matrix kind as last drawn (where `m` moves on from).
     matrix_shown: Cell<MatrixKind>,
     /// Rows and visible rows of each tab as last drawn (to clamp cursor keys).
     rows_seen: [Cell<usize>; 6],
     page_seen: [Cell<usize>; 6],
+    /// Columns of each tab's table as last drawn, one bit per column index (`s` cycles through
+    /// these only: a column the terminal is too narrow for is no sort key the user can see).
+    cols_seen: [Cell<u64>; 6],
 }
 
 impl Default for App {
@@ -254,11 +265,41 @@ impl App {
             sort: DEFAULT_SORT,
             warning_config: WarningConfig::default(),
             mouse: false,
+            flash: None,
+            interrupt_label: None,
             filter_before_edit: String::new(),
             matrix_shown: Cell::new(MatrixKind::default()),
             rows_seen: Default::default(),
             page_seen: std::array::from_fn(|_| Cell::new(10)),
+            cols_seen: Default::default(),
         }
+    }
+
+    /// Records, while drawing, which columns of the current tab's table are on screen (bit i for
+    /// column i; columns past 63 are never sort keys).
+    pub(crate) fn seen_columns(&self, shown: &[usize]) {
+        let bits = shown
+            .iter()
+            .filter(|&&i| i < 64)
+            .fold(0u64, |b, &i| b | (1 << i));
+        self.cols_seen[self.tab.index()].set(bits);
+    }
+
+    /// The sort column after `column` among the columns on screen (wrapping); the next index when
+    /// no table has been drawn yet.
+    fn next_sort_column(&self, column: usize) -> usize {
+        let bits = self.cols_seen[self.tab.index()].get();
+        if bits == 0 {
+            return column + 1;
+        }
+        let column = column.min(63);
+        let after = if column >= 63 {
+            0
+        } else {
+            bits & !((2u64 << column) - 1)
+        };
+        let pick = if after != 0 { after } else { bits };
+        pick.trailing_zeros() as usize
     }
 
     /// Records, while drawing, how many rows the current tab has and how many fit on screen.
@@ -298,8 +339,10 @@ impl App {
             return Action::None;
         }
         let ctrl = key.modifiers.contains(KeyModifiers::CONTROL);
+        // A flash answers one key; the next key takes it away.
+        self.flash = None;
         if ctrl && matches!(key.code, KeyCode::Char('c')) {
-            return Action::Quit;
+            return Action::Interrupt;
         }
         if self.filter_editing {
             return self.filter_key(key, ctrl);
@@ -377,6 +420,11 @@ impl App {
                     .map(|i| (i + 1) % BUILTIN.len())
                     .unwrap_or(0);
                 self.theme = Theme::builtin(BUILTIN[i]).unwrap_or_else(|_| Theme::dark());
+                self.flash = Some(format!(
+                    "theme {} (t: next of {})",
+                    self.theme.name,
+                    BUILTIN.join(", ")
+                ));
                 Action::Redraw
             }
             KeyCode::Char('m') => {
@@ -405,7 +453,7 @@ impl App {
                 Action::Redraw
             }
             KeyCode::Char('s') => {
-                self.sort[t].column += 1;
+                self.sort[t].column = self.next_sort_column(self.sort[t].column);
                 Action::Redraw
             }
             KeyCode::Char('S') => {
@@ -509,8 +557,44 @@ mod tests {
         assert_eq!(app.handle_key(ch('q')), Action::Quit);
         assert_eq!(
             app.handle_key(KeyEvent::new(KeyCode::Char('c'), KeyModifiers::CONTROL)),
-            Action::Quit
+            Action::Interrupt,
+            "Ctrl-C is the driver's to interpret (forwarded to a launched program)"
         );
+    }
+
+    #[test]
+    fn theme_key_says_which_theme_is_on() {
+        let mut app = App::default();
+        app.handle_key(ch('t'));
+        assert_eq!(
+            app.flash.as_deref(),
+            Some("theme light (t: next of dark, light, mono)")
+        );
+        app.handle_key(ch('2'));
+        assert_eq!(app.flash, None, "the next key takes the answer away");
+    }
+
+    #[test]
+    fn sort_cycles_through_the_columns_on_screen() {
+        let mut app = App::default();
+        app.handle_key(ch('2'));
+        // Before any draw: the next column.
+        let c0 = app.sort[1].column;
+        app.handle_key(ch('s'));
+        assert_eq!(app.sort[1].column, c0 + 1);
+        // Columns 0, 3, 8 and 9 on screen: from 9 wraps to 0, then 3, then 8.
+        app.seen_columns(&[0, 3, 8, 9]);
+        app.sort[1].column = 9;
+        app.handle_key(ch('s'));
+        assert_eq!(app.sort[1].column, 0);
+        app.handle_key(ch('s'));
+        assert_eq!(app.sort[1].column, 3);
+        app.handle_key(ch('s'));
+        assert_eq!(app.sort[1].column, 8);
+        // From a column that is not on screen: the next one that is.
+        app.sort[1].column = 5;
+        app.handle_key(ch('s'));
+        assert_eq!(app.sort[1].column, 8);
     }
 
     #[test]
@@ -619,7 +703,7 @@ mod tests {
         app.handle_key(ch('2'));
         let before = app.sort[1];
         app.handle_key(ch('s'));
-        assert_eq!(app.sort[1].column, before.column + 1);
+        assert_eq!(app.sort[1].column, before.column + 1, "no table drawn yet");
         app.handle_key(ch('S'));
         assert_eq!(app.sort[1].descending, !before.descending);
     }

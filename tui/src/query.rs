@@ -9,10 +9,18 @@ use crate::model::{
     DoorbellRecord, DoorbellSeries, EndpointRow, GpuRow, NodeRow, ProcessRow, RankRow,
 };
 
+/// The keys a filter term can name (aliases: node, r, qp, id, ep, opcode, transport).
+pub const KEYS: [&str; 10] = [
+    "host", "rank", "pid", "qpn", "layer", "op", "gpu", "peer", "type", "state",
+];
+
 /// A parsed filter; the empty filter matches everything.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Query {
     terms: Vec<Term>,
+    /// `key=value` terms whose key is no filter key (`bogus=1`): kept as free text, and named
+    /// to the user so an empty result is not a silent mystery.
+    unknown: Vec<String>,
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -71,27 +79,55 @@ struct Fields<'a> {
 }
 
 impl Query {
-    /// Parses a query. Unknown keys (`foo=bar`) are treated as free text, so nothing is an error.
+    /// Parses a query. A term with an unknown key (`foo=bar`) is matched as free text and listed
+    /// in [`Query::unknown_keys`], so the dashboard can say so.
     pub fn parse(query: &str) -> Query {
+        let mut unknown = Vec::new();
         let terms = query
             .split_whitespace()
             .map(|t| {
-                for (sep, exact) in [('=', true), ('~', false)] {
-                    if let Some((k, v)) = t.split_once(sep)
-                        && let Some(key) = Key::parse(k)
-                    {
-                        let v = v.to_ascii_lowercase();
-                        return if exact && key != Key::Op {
-                            Term::Exact(key, v)
-                        } else {
-                            Term::Contains(key, v)
-                        };
+                // The first '=' or '~' separates the key; the value may hold either.
+                if let Some(at) = t.find(['=', '~']) {
+                    let (k, v) = (&t[..at], &t[at + 1..]);
+                    let exact = t[at..].starts_with('=');
+                    match Key::parse(k) {
+                        Some(key) => {
+                            let v = v.to_ascii_lowercase();
+                            return if exact && key != Key::Op {
+                                Term::Exact(key, v)
+                            } else {
+                                Term::Contains(key, v)
+                            };
+                        }
+                        None if !k.is_empty() && !unknown.iter().any(|u: &String| u == k) => {
+                            unknown.push(k.to_string())
+                        }
+                        None => {}
                     }
                 }
                 Term::Any(t.to_ascii_lowercase())
             })
             .collect();
-        Query { terms }
+        Query { terms, unknown }
+    }
+
+    /// Keys of `key=value` / `key~value` terms that are no filter key, in the order typed.
+    pub fn unknown_keys(&self) -> &[String] {
+        &self.unknown
+    }
+
+    /// "bogus= is no filter key (keys: host rank …)" when a term names an unknown key.
+    pub fn unknown_keys_message(&self) -> Option<String> {
+        if self.unknown.is_empty() {
+            return None;
+        }
+        let names: Vec<String> = self.unknown.iter().map(|k| format!("{k}=")).collect();
+        Some(format!(
+            "{} {} no filter key (keys: {})",
+            names.join(" "),
+            if names.len() == 1 { "is" } else { "are" },
+            KEYS.join(" ")
+        ))
     }
 
     /// True when the filter has no terms.
@@ -317,6 +353,21 @@ mod tests {
         assert!(!Query::parse("verbs ucx").endpoint(&e));
         assert!(!Query::parse("unknown=zzz").is_empty());
         assert!(!Query::parse("unknown=zzz").endpoint(&e));
+    }
+
+    #[test]
+    fn unknown_keys_are_named() {
+        let q = Query::parse("bogus=1 rank=9 bogus~2 also=x");
+        assert_eq!(q.unknown_keys(), ["bogus", "also"]);
+        assert_eq!(
+            q.unknown_keys_message().as_deref(),
+            Some(
+                "bogus= also= are no filter key (keys: host rank pid qpn layer op gpu peer type state)"
+            )
+        );
+        assert_eq!(Query::parse("rank=9 write").unknown_keys_message(), None);
+        // A known key with a value holding '=' or '~' is fine.
+        assert!(Query::parse("peer~a=b").unknown_keys().is_empty());
     }
 
     #[test]

@@ -387,3 +387,235 @@ fn matrix_with_an_untraced_peer() {
     assert!(!s.contains("◀"), "no skew marks for one traced node:\n{s}");
     insta::assert_snapshot!("matrix_untraced_80x24", s);
 }
+
+// ---- The rough edges of a first day (issue 16, item 9) ----
+
+fn endpoint(pid: u32, local_id: &str, unattributed: bool) -> sigmatop_tui::EndpointRow {
+    sigmatop_tui::EndpointRow {
+        host: "vm".into(),
+        pid,
+        layer: if unattributed { "" } else { "ucx" }.into(),
+        local_id: local_id.into(),
+        transport: "tcp".into(),
+        tx_bps: 1e6,
+        unattributed,
+        ..Default::default()
+    }
+}
+
+/// Two processes without ranks (a ucx_perftest pair), each with one endpoint and its
+/// unattributed row, the way the core builds them.
+fn rankless_pair() -> ViewModel {
+    let mut vm = ViewModel::default();
+    for pid in [4100u32, 4200] {
+        vm.processes.push(sigmatop_tui::ProcessRow {
+            host: "vm".into(),
+            pid,
+            mode: "simple".into(),
+            layers: vec!["ucx".into()],
+            ..Default::default()
+        });
+        vm.endpoints.push(endpoint(pid, "(unattributed)", true));
+        vm.endpoints.push(endpoint(
+            pid,
+            &format!("worker@0x55d1c2a0{pid}→ep@0x7f660e39f058{pid}"),
+            false,
+        ));
+    }
+    vm.header.source = "live".into();
+    vm.header.nodes = 1;
+    vm.header.processes = 2;
+    vm.header.qps = 2;
+    vm
+}
+
+fn lines_with<'a>(s: &'a str, what: &str) -> Vec<&'a str> {
+    s.lines().filter(|l| l.contains(what)).collect()
+}
+
+#[test]
+fn qp_counts_agree_and_unattributed_rows_say_whose() {
+    let vm = rankless_pair();
+    let mut app = App::new(Theme::dark());
+    keys(&mut app, "2");
+    let s = text(&render(&app, &vm, 120, 35));
+    assert!(s.contains(" 2 QPs "), "header:\n{s}");
+    assert!(
+        s.contains("QPs & endpoints 2 · + 2 unattributed rows (last)"),
+        "the panel counts what the header counts:\n{s}"
+    );
+    // Two unattributed rows, told apart by their pid, also where the pid column does not fit.
+    for (w, h) in [(80, 24), (120, 35)] {
+        let s = text(&render(&app, &vm, w, h));
+        let unattr = lines_with(&s, "(unattributed)");
+        assert_eq!(
+            unattr.len(),
+            2,
+            "{w}×{h}:
+{s}"
+        );
+        assert!(
+            unattr[0].contains("4100") != unattr[1].contains("4100"),
+            "{s}"
+        );
+        assert!(
+            unattr
+                .iter()
+                .all(|l| l.contains("4100") || l.contains("4200"))
+        );
+    }
+    // pid=4200 keeps exactly the rows whose pid column says 4200: its endpoint and its own
+    // unattributed traffic, never another process's.
+    keys(&mut app, "/pid=4200");
+    app.handle_key(KeyEvent::new(KeyCode::Enter, KeyModifiers::NONE));
+    let s = text(&render(&app, &vm, 120, 35));
+    assert!(
+        s.contains("QPs & endpoints 1 of 2 · + 1 unattributed row (last)"),
+        "{s}"
+    );
+    let rows: Vec<&str> = s
+        .lines()
+        .filter(|l| {
+            l.trim_start_matches('▸').trim_start().starts_with("vm ") && l.contains("1.00M")
+        })
+        .collect();
+    assert_eq!(rows.len(), 2, "{s}");
+    assert!(
+        rows.iter()
+            .all(|l| l.contains("4200") && !l.contains("4100")),
+        "{s}"
+    );
+}
+
+#[test]
+fn endpoint_names_are_whole_on_a_wide_terminal() {
+    let vm = rankless_pair();
+    let mut app = App::new(Theme::dark());
+    keys(&mut app, "2");
+    let wide = text(&render(&app, &vm, 200, 60));
+    for pid in [4100, 4200] {
+        let name = format!("worker@0x55d1c2a0{pid}→ep@0x7f660e39f058{pid}");
+        assert!(wide.contains(&name), "{name} whole at 200 columns:\n{wide}");
+    }
+    insta::assert_snapshot!("first_day_qps_200x60", render(&app, &vm, 200, 60));
+    // At 80 columns the name is cut in the middle (its ends tell endpoints apart).
+    let narrow = text(&render(&app, &vm, 80, 24));
+    assert!(narrow.contains("worke…9f0584100"), "{narrow}");
+    assert!(
+        !narrow.contains("worker@0x55d1c2a04100→ep@0x7f660e39f0584100"),
+        "{narrow}"
+    );
+}
+
+#[test]
+fn an_unknown_filter_key_is_named() {
+    let vm = rankless_pair();
+    let mut app = App::new(Theme::dark());
+    keys(&mut app, "2/bogus=1");
+    let prompt = text(&render(&app, &vm, 120, 35));
+    assert!(
+        prompt.contains("✗ bogus= is no filter key (keys: host rank pid"),
+        "while typing:\n{prompt}"
+    );
+    app.handle_key(KeyEvent::new(KeyCode::Enter, KeyModifiers::NONE));
+    for (w, h) in [(80, 24), (120, 35)] {
+        let s = text(&render(&app, &vm, w, h));
+        assert!(s.contains("bogus= is no filter key"), "{w}×{h}:\n{s}");
+    }
+    insta::assert_snapshot!(
+        "first_day_unknown_filter_key_120x35",
+        render(&app, &vm, 120, 35)
+    );
+}
+
+#[test]
+fn the_theme_key_says_which_theme_is_on() {
+    let vm = sample_view_model();
+    let mut app = App::new(Theme::dark());
+    keys(&mut app, "t");
+    let s = text(&render(&app, &vm, 80, 24));
+    let last = s.lines().last().unwrap_or_default();
+    assert!(
+        last.contains("theme light (t: next of dark, light, mono)"),
+        "{last:?}"
+    );
+    keys(&mut app, "t");
+    let s = text(&render(&app, &vm, 80, 24));
+    assert!(
+        s.lines().last().unwrap_or_default().contains("theme mono"),
+        "{s}"
+    );
+    // The next key takes the answer away; the help names the theme on.
+    keys(&mut app, "?");
+    let s = text(&render(&app, &vm, 80, 24));
+    assert!(s.contains("t theme (now mono)"), "{s}");
+    assert!(
+        !s.lines()
+            .last()
+            .unwrap_or_default()
+            .contains("theme mono ("),
+        "{s}"
+    );
+}
+
+#[test]
+fn no_rank_matrix_for_processes_without_ranks() {
+    let vm = rankless_pair();
+    let mut app = App::new(Theme::dark());
+    // One node, no ranks: the node matrix first; `m` moves to the rank matrix.
+    keys(&mut app, "5m");
+    let s = text(&render(&app, &vm, 120, 35));
+    assert!(s.contains("rank × rank"), "{s}");
+    assert!(
+        s.contains("no rank matrix: no traced process has an MPI/NCCL rank"),
+        "{s}"
+    );
+    assert!(!s.contains("no rank matrix yet"), "{s}");
+    // Ranks known but no traffic yet: "yet" is right.
+    let mut ranked = rankless_pair();
+    ranked.processes[0].rank = Some(0);
+    let s = text(&render(&app, &ranked, 120, 35));
+    assert!(s.contains("no rank matrix yet"), "{s}");
+}
+
+#[test]
+fn sort_keys_are_the_columns_on_screen_and_marked_with_arrows() {
+    let vm = sample_view_model();
+    for (w, h) in [(80, 24), (200, 60)] {
+        let mut app = App::new(Theme::dark());
+        keys(&mut app, "2");
+        render(&app, &vm, w, h);
+        for _ in 0..25 {
+            keys(&mut app, "s");
+            let s = text(&render(&app, &vm, w, h));
+            let head = s
+                .lines()
+                .find(|l| l.contains("QPN/ep"))
+                .expect("the table header");
+            assert_eq!(
+                head.matches('↓').count() + head.matches('↑').count(),
+                1,
+                "{w}×{h}: the sorted column is on screen: {head:?}"
+            );
+            assert!(!head.contains('▾') && !head.contains('▴'), "{head:?}");
+        }
+    }
+}
+
+#[test]
+fn the_program_log_path_is_whole_at_120_columns() {
+    let mut vm = rankless_pair();
+    vm.status.notice =
+        Some("ucx_perftest running (pid 1234567) · output in ./sigmatop-run-1234560.log".into());
+    for tab in ["1", "2"] {
+        let mut app = App::new(Theme::dark());
+        keys(&mut app, tab);
+        let s = text(&render(&app, &vm, 120, 35));
+        assert!(
+            s.contains("output in ./sigmatop-run-1234560.log"),
+            "tab {tab}:\n{s}"
+        );
+    }
+    let app = App::new(Theme::dark());
+    insta::assert_snapshot!("first_day_run_notice_120x35", render(&app, &vm, 120, 35));
+}

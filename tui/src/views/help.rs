@@ -28,7 +28,7 @@ pub(crate) fn draw_help(frame: &mut Frame, area: Rect, app: &App) {
         ]),
         Line::from(vec![
             k("Sort"),
-            t("s next column · S reverse (▾ descending, ▴ ascending)".into()),
+            t("s next column on screen · S reverse (↓ desc, ↑ asc)".into()),
         ]),
         Line::from(vec![
             k("Filter"),
@@ -37,6 +37,10 @@ pub(crate) fn draw_help(frame: &mut Frame, area: Rect, app: &App) {
         Line::from(vec![
             k(""),
             t("key=v exact, key~v substring, or any text; all must match".into()),
+        ]),
+        Line::from(vec![
+            k(""),
+            t(format!("keys: {}", crate::query::KEYS.join(" "))),
         ]),
         Line::from(vec![
             k(""),
@@ -52,14 +56,19 @@ pub(crate) fn draw_help(frame: &mut Frame, area: Rect, app: &App) {
         ]),
         Line::from(vec![
             k("Display"),
-            t("u bytes/bits · t theme · m matrix kind · r rate/bytes".into()),
+            t(format!(
+                "u bits/bytes · t theme (now {}) · m matrix kind · r rate",
+                th.name
+            )),
         ]),
         Line::from(vec![
             k(""),
             t("< > or h l scroll matrix columns that do not fit".into()),
         ]),
-        Line::from(vec![k("Quit"), t("q or Ctrl-C".into())]),
-        Line::from(""),
+        Line::from(vec![
+            k("Quit"),
+            t("q · Ctrl-C (under `sigmatop run`: SIGINT to the program)".into()),
+        ]),
         Line::from(vec![
             k("Columns"),
             t("▲ tx = sent by this row (egress), ▼ rx = received".into()),

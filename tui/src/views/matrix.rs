@@ -56,8 +56,17 @@ pub(super) fn draw(frame: &mut Frame, area: Rect, app: &App, vm: &ViewModel) {
     frame.render_widget(block, area);
     if n == 0 {
         app.seen(0, 1);
+        // "yet" only where one can still come: a job whose processes have no rank gets no
+        // rank matrix, however long one waits.
+        let no_ranks = !vm.processes.is_empty() && vm.processes.iter().all(|p| p.rank.is_none());
+        let msg = if kind == "rank" && no_ranks {
+            " no rank matrix: no traced process has an MPI/NCCL rank (m shows the GPU and node matrices)"
+                .to_string()
+        } else {
+            format!(" no {kind} matrix yet")
+        };
         frame.render_widget(
-            Paragraph::new(Span::styled(format!(" no {kind} matrix yet"), th.dim)),
+            Paragraph::new(Span::styled(truncate(&msg, inner.width as usize), th.dim)),
             inner,
         );
         return;

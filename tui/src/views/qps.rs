@@ -42,13 +42,8 @@ fn endpoint_cols(app: &App) -> Vec<Col<EndpointRow>> {
             right: true,
             max: 8,
             mid: false,
-            cell: |r, _| {
-                num(if r.unattributed {
-                    "—".into()
-                } else {
-                    r.pid.to_string()
-                })
-            },
+            // The unattributed row is its process's too: its pid tells two of them apart.
+            cell: |r, _| num(r.pid.to_string()),
             key: |r| Key::Num(f64::from(r.pid)),
         },
         Col {
@@ -66,9 +61,10 @@ fn endpoint_cols(app: &App) -> Vec<Col<EndpointRow>> {
             right: false,
             max: 14,
             mid: true,
+            // Whose unattributed traffic it is, also where the pid column does not fit.
             cell: |r, c| {
                 if r.unattributed {
-                    styled("?".into(), c.th.warn)
+                    styled(format!("pid {}", r.pid), c.th.warn)
                 } else {
                     Span::raw(r.local_id.clone())
                 }
@@ -244,35 +240,34 @@ pub(super) fn draw(frame: &mut Frame, area: Rect, app: &App, vm: &ViewModel) {
     if rows.len() < front {
         sort_rows(&mut unattributed, &cols, col, desc);
     }
-    rows.append(&mut unattributed);
 
     let detail_h: u16 = if area.height >= 30 { 7 } else { 0 };
     let [top, bottom] =
         Layout::vertical([Constraint::Min(3), Constraint::Length(detail_h)]).areas(area);
+    // The count is of QPs and endpoints, as in the header; each process's unattributed row is
+    // counted apart.
     let attributed = vm.endpoints.iter().filter(|e| !e.unattributed).count();
+    let attributed_shown = rows.len();
+    let unattr_rows = unattributed.len();
     let unattr: f64 = vm
         .endpoints
         .iter()
         .filter(|e| e.unattributed)
         .map(|e| e.tx_bps + e.rx_bps)
         .sum();
-    let extra = if unattr > 0.0 {
-        format!(
-            "{attributed} attributed + unattributed {} (last row)",
+    let extra = match (unattr_rows, unattr > 0.0) {
+        (0, _) => String::new(),
+        (n, false) => format!("+ {n} unattributed row{} (last)", plural(n)),
+        (n, true) => format!(
+            "+ {n} unattributed row{} (last): {}",
+            plural(n),
             units::rate_unit(unattr, app.units)
-        )
-    } else {
-        String::new()
+        ),
     };
+    rows.append(&mut unattributed);
     let block = section(
         th,
-        title_line(
-            th,
-            "QPs & endpoints",
-            rows.len(),
-            vm.endpoints.len(),
-            &extra,
-        ),
+        title_line(th, "QPs & endpoints", attributed_shown, attributed, &extra),
     );
     let inner = block.inner(top);
     frame.render_widget(block, top);
@@ -293,6 +288,10 @@ pub(super) fn draw(frame: &mut Frame, area: Rect, app: &App, vm: &ViewModel) {
             endpoint_detail(frame, bottom, app, r);
         }
     }
+}
+
+fn plural(n: usize) -> &'static str {
+    if n == 1 { "" } else { "s" }
 }
 
 fn endpoint_detail(frame: &mut Frame, area: Rect, app: &App, r: &EndpointRow) {

@@ -43,9 +43,17 @@ pub(crate) fn status_line<'a>(
     with_error: bool,
     w: usize,
 ) -> Line<'a> {
-    let right = counters(th, vm, w >= 120);
-    let rw: usize = right.iter().map(|s| s.width()).sum();
+    let notice_w = vm.status.notice.as_ref().map_or(0, |n| n.width() + 4);
+    let mut right = counters(th, vm, w >= 120);
+    let mut rw: usize = right.iter().map(|s| s.width()).sum();
+    // A notice names things a person needs whole (the program's log file): a zero "frames lost"
+    // counter gives way to it first.
+    if notice_w > 0 && w >= 120 && vm.status.frames_lost == 0 && rw + notice_w + 16 > w {
+        right = counters(th, vm, false);
+        rw = right.iter().map(|s| s.width()).sum();
+    }
     let room = w.saturating_sub(rw + 2);
+    let mut all_clear = false;
     let mut left: Vec<Span> = if let Some(msg) = vm.status.message.as_ref().filter(|_| with_error) {
         vec![Span::styled(
             format!(" ✗ {}", truncate(msg, room.saturating_sub(3))),
@@ -89,9 +97,14 @@ pub(crate) fn status_line<'a>(
             }
         }
     } else {
+        all_clear = true;
         vec![Span::styled(" ✓ no errors", th.ok)]
     };
     if let Some(n) = &vm.status.notice {
+        // "✓ no errors" gives way to a notice that would otherwise be cut.
+        if all_clear && left.iter().map(|s| s.width()).sum::<usize>() + notice_w + 3 > room {
+            left.clear();
+        }
         let used: usize = left.iter().map(|s| s.width()).sum();
         let space = room.saturating_sub(used + 3);
         if space >= 8 {
@@ -142,15 +155,33 @@ pub(crate) fn footer_line(app: &App, w: usize) -> Line<'static> {
             Span::styled(app.filter.clone(), th.text),
             Span::styled("▏", th.key),
         ];
-        let hint = "  Enter keep · Esc cancel · host= rank= pid= qpn= layer= op= gpu= peer= type= state= (~ substring) or text";
         let used = 4 + app.filter.width();
-        spans.push(Span::styled(truncate(hint, w.saturating_sub(used)), th.dim));
+        match app.parsed_filter().unknown_keys_message() {
+            Some(m) => spans.push(Span::styled(
+                truncate(&format!("  ✗ {m}"), w.saturating_sub(used)),
+                th.error,
+            )),
+            None => {
+                let hint = "  Enter keep · Esc cancel · host= rank= pid= qpn= layer= op= gpu= peer= type= state= (~ substring) or text";
+                spans.push(Span::styled(truncate(hint, w.saturating_sub(used)), th.dim));
+            }
+        }
         return Line::from(spans);
+    }
+    if let Some(f) = &app.flash {
+        return Line::from(Span::styled(
+            truncate(&format!(" » {f}"), w.saturating_sub(1)),
+            th.key,
+        ));
     }
     let tab = app.tab;
     let table = matches!(tab, Tab::Overview | Tab::Qps | Tab::Gpus | Tab::Nodes);
     // (key, what, priority: lower shows first when space is short)
-    let mut items: Vec<(&str, &str, u8)> = vec![("q", "quit", 0), ("?", "help", 0)];
+    let mut items: Vec<(&str, &str, u8)> = vec![("q", "quit", 0)];
+    if let Some(l) = &app.interrupt_label {
+        items.push(("^C", l, 0));
+    }
+    items.push(("?", "help", 0));
     items.push(("/", "filter", 1));
     if table {
         items.push(("s/S", "sort", 2));
@@ -178,6 +209,12 @@ pub(crate) fn footer_line(app: &App, w: usize) -> Line<'static> {
         budget = budget.saturating_sub(f.width() + 11);
         spans.push(Span::styled(f, th.warn));
         spans.push(Span::styled("(Esc clears) ", th.dim));
+        // An unknown key goes before the key hints: it is why the rows may be missing.
+        if let Some(m) = app.parsed_filter().unknown_keys_message() {
+            let m = truncate(&format!("✗ {m} "), budget);
+            budget = budget.saturating_sub(m.width());
+            spans.push(Span::styled(m, th.error));
+        }
     }
     let cost = |k: &str, d: &str| k.width() + d.width() + 3;
     let mut keep = vec![false; items.len()];

@@ -148,6 +148,11 @@ pub(crate) fn sort_rows_front<R>(
     }
 }
 
+/// The sorted column's mark: arrows, not the triangles that mean sent (▲) and received (▼).
+pub(crate) fn sort_mark(descending: bool) -> &'static str {
+    if descending { "↓" } else { "↑" }
+}
+
 /// Draws rows as a table into `area` (header + rows), dropping low-priority columns that do not fit.
 /// `selected` is an index into `rows`; when `track` the app learns the row count and page height.
 #[allow(clippy::too_many_arguments)]
@@ -176,7 +181,7 @@ pub(crate) fn render_table<R>(
         .iter()
         .enumerate()
         .map(|(i, c)| match sorted {
-            Some((s, d)) if s == i => format!("{}{}", c.title, if d { "▾" } else { "▴" }),
+            Some((s, d)) if s == i => format!("{}{}", c.title, sort_mark(d)),
             _ => c.title.clone(),
         })
         .collect();
@@ -184,13 +189,19 @@ pub(crate) fn render_table<R>(
         .iter()
         .map(|r| cols.iter().map(|c| (c.cell)(r, ctx)).collect())
         .collect();
-    let widths: Vec<u16> = cols
+    // What each column would need uncut, and what it gets at first (its cap).
+    let natural: Vec<u16> = cols
         .iter()
         .enumerate()
-        .map(|(i, c)| {
+        .map(|(i, _)| {
             let data = cells.iter().map(|row| row[i].width()).max().unwrap_or(0);
-            (data.max(titles[i].width()) as u16).min(c.max.max(titles[i].width() as u16))
+            data.max(titles[i].width()).min(u16::MAX as usize) as u16
         })
+        .collect();
+    let mut widths: Vec<u16> = cols
+        .iter()
+        .enumerate()
+        .map(|(i, c)| natural[i].min(c.max.max(titles[i].width() as u16)))
         .collect();
     // Pick columns by priority until the width is used up; the selection marker takes 2.
     let mut order: Vec<usize> = (0..cols.len()).collect();
@@ -207,7 +218,22 @@ pub(crate) fn render_table<R>(
             budget -= need;
         }
     }
+    // Width left over on a wide terminal goes to the columns that were cut (endpoint names,
+    // peers), most important first, so nothing is cut while there is room.
+    let mut by_prio: Vec<usize> = (0..cols.len()).filter(|&i| keep[i]).collect();
+    by_prio.sort_by_key(|&i| (cols[i].prio, i));
+    for i in by_prio {
+        if budget <= 0 {
+            break;
+        }
+        let more = (natural[i].saturating_sub(widths[i]) as i32).min(budget);
+        widths[i] += more as u16;
+        budget -= more;
+    }
     let shown: Vec<usize> = (0..cols.len()).filter(|&i| keep[i]).collect();
+    if track {
+        ctx.app.seen_columns(&shown);
+    }
     let align = |i: usize| {
         if cols[i].right {
             Alignment::Right
@@ -254,9 +280,11 @@ pub(crate) fn render_table<R>(
     frame.render_stateful_widget(table, area, &mut state);
     if rows.is_empty() && area.height > 1 {
         let msg = if ctx.app.filter.is_empty() {
-            "  (none yet)"
+            "  (none yet)".to_string()
+        } else if let Some(m) = ctx.app.parsed_filter().unknown_keys_message() {
+            format!("  (nothing matches: {m}; Esc clears the filter)")
         } else {
-            "  (nothing matches the filter; Esc clears it)"
+            "  (nothing matches the filter; Esc clears it)".to_string()
         };
         let r = Rect {
             y: area.y + 1,

@@ -1,0 +1,101 @@
+//! A dashboard driven as a person over ssh would: a detached tmux session of its own server
+//! (`tmux -L`, so nothing touches the user's sessions) with TERM=screen, keys sent with
+//! `send-keys`, the screen read back with `capture-pane -p`.
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+pub struct Tmux {
+    server: String,
+}
+
+impl Tmux {
+    /// Runs `cmd` (a shell command line) in a new 120×40 session; `; echo SIGMATOP-EXIT=$?`
+    /// follows it, so a test can read its exit status off the screen. None (with a loud message)
+    /// when tmux is not installed, and a failure under CI=true, where a missing prerequisite must
+    /// never pass silently.
+    pub fn start(name: &str, cmd: &str) -> Option<Tmux> {
+        Tmux::start_in(name, cmd, None)
+    }
+
+    /// [`Tmux::start`] with the session's working directory (where `sigmatop run` writes the
+    /// program's log).
+    pub fn start_in(name: &str, cmd: &str, cwd: Option<&Path>) -> Option<Tmux> {
+        if Command::new("tmux").arg("-V").output().is_err() {
+            assert!(
+                std::env::var("CI").as_deref() != Ok("true"),
+                "tmux is not installed (CI=true): scripts/test.sh installs it"
+            );
+            eprintln!(
+                "\n!!!!!!!! SKIPPED: tmux is not installed; install it (scripts/test.sh does) to run the dashboard end-to-end tests !!!!!!!!\n"
+            );
+            return None;
+        }
+        let t = Tmux {
+            server: format!("sigmatop-test-{name}-{}", std::process::id()),
+        };
+        let shell = format!("{cmd}; echo SIGMATOP-EXIT=$?; sleep 600");
+        let mut new = Command::new("tmux");
+        new.args(["-L", &t.server, "-f", "/dev/null", "new-session", "-d"]);
+        if let Some(d) = cwd {
+            new.arg("-c").arg(d);
+        }
+        let ok = new
+            .args(["-s", "main", "-x", "120", "-y", "40"])
+            .args(["env", "TERM=screen", "sh", "-c", &shell])
+            .status()
+            .map(|s| s.success())
+            .unwrap_or(false);
+        assert!(ok, "tmux new-session failed");
+        Some(t)
+    }
+
+    pub fn tmux(&self, args: &[&str]) -> String {
+        let out = Command::new("tmux")
+            .args(["-L", &self.server])
+            .args(args)
+            .output()
+            .expect("tmux runs");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    pub fn keys(&self, keys: &[&str]) {
+        let mut a = vec!["send-keys", "-t", "main"];
+        a.extend_from_slice(keys);
+        self.tmux(&a);
+    }
+
+    /// Literal text (no key-name lookup).
+    pub fn type_text(&self, text: &str) {
+        self.tmux(&["send-keys", "-t", "main", "-l", text]);
+    }
+
+    pub fn capture(&self) -> String {
+        self.tmux(&["capture-pane", "-p", "-t", "main"])
+    }
+
+    /// Captures until `pred` holds, panicking with the last screen after `limit`.
+    pub fn wait_for(&self, what: &str, limit: Duration, pred: impl Fn(&str) -> bool) -> String {
+        let start = Instant::now();
+        loop {
+            let screen = self.capture();
+            if pred(&screen) {
+                return screen;
+            }
+            if start.elapsed() > limit {
+                panic!("waited {limit:?} for {what}; screen:\n{screen}");
+            }
+            std::thread::sleep(Duration::from_millis(150));
+        }
+    }
+}
+
+impl Drop for Tmux {
+    fn drop(&mut self) {
+        let _ = Command::new("tmux")
+            .args(["-L", &self.server, "kill-server"])
+            .stderr(Stdio::null())
+            .status();
+    }
+}

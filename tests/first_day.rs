@@ -1,0 +1,739 @@
+//! What a first-time user meets on the command line (issue 16, items 5, 7, 8 and 9), with real
+//! programs (ucx_perftest over tcp, Open MPI, fi_pingpong) under the real preload:
+//!
+//! - stopping and statuses: a record cut by Ctrl-C says why its operations and events differ
+//!   (exact figures from the record); `attach --once` does not call running processes cut;
+//!   `attach` of a missing or untraced PID, and a headless attach with nothing to show, say so;
+//!   stale sockets of killed processes are removed by the next attach;
+//! - layers and launchers: `--layers -cuda` as the README spells it, `--layers foo` an error with
+//!   the valid names, a switched-off layer named at the end of a run, Open MPI's ob1 PML named
+//!   with `--mca pml ucx` as the fix;
+//! - output scripts can use: `run --json FILE`, `run --json` with stdout holding the JSON only,
+//!   `export --json` saying what it wrote;
+//! - paths: a missing one is "no such file or directory", a recording nothing of which can be
+//!   read fails with the reason first and writes no file; `--help` documents the flags.
+//!
+//! ucx_perftest's figures: with `-w 1` the warm-up is one iteration, so a tag_bw client of `-n N`
+//! posts exactly N + 1 tagged sends of `-s` bytes (tests/ucx_perftest.rs derives this).
+mod common;
+
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use common::*;
+
+const LIMIT: Duration = Duration::from_secs(90);
+const SIZE: u64 = 4096;
+
+/// A ucx_perftest server over tcp, traced into `sock` (live only) when `traced`.
+fn server(sock: &Path, traced: bool) -> (Child, u16) {
+    let port = port();
+    let mut cmd = Command::new(require("ucx_perftest"));
+    cmd.args(["-p", &port.to_string()]).env("UCX_TLS", "tcp");
+    if traced {
+        cmd.env("LD_PRELOAD", preload())
+            .env("SIGMATOP_MODE", "simple")
+            .env("SIGMATOP_SOCKET_DIR", sock)
+            .env_remove("SIGMATOP_RECORD");
+    }
+    let child = spawn(&mut cmd);
+    wait_listening(port, Duration::from_secs(20));
+    (child, port)
+}
+
+/// The arguments of a tag_bw client of `n` iterations.
+fn client_args(port: u16, n: u64) -> Vec<String> {
+    [
+        "127.0.0.1",
+        "-p",
+        &port.to_string(),
+        "-t",
+        "tag_bw",
+        "-n",
+        &n.to_string(),
+        "-s",
+        &SIZE.to_string(),
+        "-w",
+        "1",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect()
+}
+
+/// `sigmatop ARGS... -- ucx_perftest CLIENT` with its sockets in `sock`.
+fn sigmatop_client(sock: &Path, args: &[&str], port: u16, n: u64) -> Command {
+    let mut cmd = Command::new(sigmatop_bin());
+    cmd.args(args)
+        .arg("--")
+        .arg(require("ucx_perftest"))
+        .args(client_args(port, n))
+        .env("UCX_TLS", "tcp")
+        .env("SIGMATOP_SOCKET_DIR", sock);
+    cmd
+}
+
+fn sigmatop(args: &[&str]) -> Output {
+    Command::new(sigmatop_bin())
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .expect("sigmatop runs")
+}
+
+fn finish(mut c: Child) {
+    let _ = c.kill();
+    let _ = c.wait();
+}
+
+/// A pid that no process has: a child that has exited and been reaped.
+fn dead_pid() -> u32 {
+    let mut c = Command::new("true").spawn().expect("spawn true");
+    let pid = c.id();
+    c.wait().expect("wait");
+    pid
+}
+
+/// "total: ▲ 1.23 MB in 301 ops, ..." → 301.
+fn total_tx_ops(summary: &str) -> u64 {
+    let line = summary
+        .lines()
+        .find(|l| l.starts_with("total: ▲"))
+        .unwrap_or_else(|| panic!("no total line in:\n{summary}"));
+    let after = line.split(" in ").nth(1).expect("' in N ops'");
+    after
+        .split_whitespace()
+        .next()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no op count in {line:?}"))
+}
+
+// ---- Item 5: stopping and statuses ----
+
+/// `sigmatop --record out -- ucx_perftest` stopped by Ctrl-C: the terminal sends SIGINT to the
+/// whole job (here: the process group sigmatop leads); sigmatop outlives the program and reports.
+#[test]
+fn a_record_cut_by_ctrl_c_says_why_operations_and_events_differ() {
+    let dir = scratch("ctrl-c-record");
+    let sock = dir.join("sock");
+    let rec = dir.join("out");
+    let (srv, port) = server(&sock, false);
+    let mut cmd = sigmatop_client(
+        &sock,
+        &["--record", rec.to_str().expect("utf-8 path")],
+        port,
+        100_000_000,
+    );
+    cmd.process_group(0);
+    let job = spawn(&mut cmd);
+    // Long enough for several snapshots and flushed chunks.
+    std::thread::sleep(Duration::from_millis(2500));
+    // SAFETY: kill(2) of the process group of a child this test started.
+    unsafe {
+        libc::kill(-(job.id() as i32), libc::SIGINT);
+    }
+    let out = wait_timeout(job, LIMIT);
+    finish(srv);
+    let err = stderr_of(&out);
+    assert_eq!(out.status.code(), Some(130), "128 + SIGINT:\n{err}");
+
+    // The record: cut, with the counters of its last snapshot and events up to its last flush.
+    let recording = sigmatop::trace::reader::Recording::open(std::slice::from_ref(&rec))
+        .expect("the cut record opens");
+    assert_eq!(recording.processes.len(), 1);
+    let p = &recording.processes[0];
+    assert!(p.is_cut());
+    let snap_ops: u64 = p
+        .last_snapshot()
+        .expect("snapshots were written")
+        .counts
+        .iter()
+        .filter(|c| c.op == sigmatop::event::Op::UcxTagSend as u8)
+        .map(|c| c.ops)
+        .sum();
+    let mut probs = Vec::new();
+    let on_disk = p.read_all_events(&mut probs).len() as u64;
+    assert!(
+        probs.iter().all(|p| p.what.contains("cut inside")),
+        "{probs:?}"
+    );
+    assert!(
+        snap_ops > 1000 && on_disk >= snap_ops,
+        "{snap_ops} ≤ {on_disk}"
+    );
+
+    // The summary: the snapshot's figure, labelled as such.
+    assert_eq!(total_tx_ops(&err), snap_ops, "{err}");
+    assert!(
+        err.contains("(no clean exit: counted up to its last snapshot)"),
+        "{err}"
+    );
+    assert!(
+        err.contains("1 process ended without a clean exit (killed, Ctrl-C): its figures are those of its last snapshot"),
+        "{err}"
+    );
+    // The report: the events on disk, and why they are more.
+    let rep = sigmatop(&["report", rec.to_str().expect("utf-8")]);
+    assert!(rep.status.success(), "{}", stderr_of(&rep));
+    let text = stdout_of(&rep);
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("events: "))
+        .unwrap_or_else(|| panic!("no events line:\n{text}"));
+    assert_eq!(
+        line,
+        format!(
+            "events: {on_disk} in the record; 1 process ended without a clean exit, so its operation totals above stop at its last snapshot while its events go on to its last flushed chunk"
+        )
+    );
+}
+
+#[test]
+fn attach_once_does_not_call_running_processes_cut_and_removes_stale_sockets() {
+    let dir = scratch("attach-once-status");
+    let sock = dir.join("sock");
+    let (mut srv, port) = server(&sock, true);
+    let mut client = Command::new(require("ucx_perftest"));
+    client
+        .args(client_args(port, 100_000_000))
+        .env("UCX_TLS", "tcp")
+        .env("LD_PRELOAD", preload())
+        .env("SIGMATOP_SOCKET_DIR", &sock)
+        .env_remove("SIGMATOP_RECORD");
+    let mut client = spawn(&mut client);
+    std::thread::sleep(Duration::from_millis(1000));
+    let sock_arg = sock.to_str().expect("utf-8");
+    let out = sigmatop(&[
+        "attach",
+        "--once",
+        "--interval-ms",
+        "600",
+        "--socket-dir",
+        sock_arg,
+    ]);
+    let text = stdout_of(&out);
+    assert!(out.status.success(), "{}", stderr_of(&out));
+    for pid in [srv.id(), client.id()] {
+        let row = text
+            .lines()
+            .find(|l| l.split_whitespace().nth(1) == Some(&pid.to_string()))
+            .unwrap_or_else(|| panic!("pid {pid} listed:\n{text}"));
+        assert!(!row.contains("clean exit"), "running, not cut: {row}");
+    }
+    assert!(!text.contains("ended without a clean exit"), "{text}");
+
+    // SIGKILL leaves both sockets behind; the next attach removes them and says so.
+    let names: Vec<PathBuf> = [srv.id(), client.id()]
+        .iter()
+        .map(|pid| sock.join(format!("{}-{pid}.sock", sigmatop::live::socket_host())))
+        .collect();
+    for c in [&mut client, &mut srv] {
+        let _ = c.kill();
+        let _ = c.wait();
+    }
+    for n in &names {
+        assert!(n.exists(), "{} left behind by SIGKILL", n.display());
+    }
+    let out = sigmatop(&[
+        "attach",
+        "--once",
+        "--interval-ms",
+        "200",
+        "--socket-dir",
+        sock_arg,
+    ]);
+    let err = stderr_of(&out);
+    for n in &names {
+        assert!(!n.exists(), "{} removed", n.display());
+        assert!(
+            err.contains(&format!(
+                "removed stale socket {} (its process is gone)",
+                n.display()
+            )),
+            "{err}"
+        );
+    }
+    // Nothing else is running there: said, and a failure for --once.
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("no traced process found in"), "{err}");
+}
+
+#[test]
+fn attach_to_a_missing_or_an_untraced_pid_says_so() {
+    let dir = scratch("attach-pid");
+    let sock = dir.join("sock");
+    std::fs::create_dir_all(&sock).expect("socket dir");
+    let sock_arg = sock.to_str().expect("utf-8");
+    let gone = dead_pid();
+    for extra in [&["--once"][..], &[]] {
+        let mut args = vec!["attach", "--socket-dir", sock_arg];
+        args.extend_from_slice(extra);
+        let gone_s = gone.to_string();
+        args.push(&gone_s);
+        let out = sigmatop(&args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        assert_eq!(
+            stderr_of(&out),
+            format!("sigmatop: no process with pid {gone} on this host\n")
+        );
+    }
+    // Running but not traced: --once says so; without --once, once it exits, sigmatop stops.
+    let mut sleeper = Command::new("sleep").arg("2").spawn().expect("sleep");
+    let pid = sleeper.id().to_string();
+    let out = sigmatop(&["attach", "--once", "--socket-dir", sock_arg, &pid]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        stderr_of(&out).starts_with(&format!(
+            "sigmatop: pid {pid} is running but not traced: no socket in {sock_arg}"
+        )),
+        "{}",
+        stderr_of(&out)
+    );
+    let start = Instant::now();
+    let follow = Command::new(sigmatop_bin())
+        .args([
+            "attach",
+            "--interval-ms",
+            "100",
+            "--socket-dir",
+            sock_arg,
+            &pid,
+        ])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("attach");
+    let _ = sleeper.wait();
+    let out = wait_timeout(follow, Duration::from_secs(20));
+    assert!(start.elapsed() < Duration::from_secs(15));
+    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(stdout_of(&out), "", "no empty tables");
+    let err = stderr_of(&out);
+    assert_eq!(
+        err.matches("waiting for one").count(),
+        1,
+        "said once: {err}"
+    );
+    assert!(
+        err.ends_with(&format!(
+            "sigmatop: pid {pid} exited without being traced\n"
+        )),
+        "{err}"
+    );
+}
+
+#[test]
+fn headless_attach_with_nothing_traced_says_so_once_and_prints_no_tables() {
+    let dir = scratch("attach-nothing");
+    let sock = dir.join("sock");
+    std::fs::create_dir_all(&sock).expect("socket dir");
+    let mut attach = Command::new(sigmatop_bin())
+        .args(["attach", "--interval-ms", "100", "--socket-dir"])
+        .arg(&sock)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("attach");
+    std::thread::sleep(Duration::from_millis(1500));
+    let _ = attach.kill();
+    let out = attach.wait_with_output().expect("output");
+    assert_eq!(stdout_of(&out), "", "no empty tables");
+    assert_eq!(
+        stderr_of(&out),
+        format!(
+            "sigmatop: no traced process found in {} (start one with `sigmatop run -- CMD`, or set --socket-dir); waiting for one (Ctrl-C stops)\n",
+            sock.display()
+        )
+    );
+}
+
+// ---- Item 7: layers and launchers ----
+
+#[test]
+fn layers_as_the_readme_spells_them() {
+    let dir = scratch("layers");
+    let sock = dir.join("sock");
+    let json = dir.join("sum.json");
+    let (srv, port) = server(&sock, false);
+    // Long enough (~0.2 s) to be seen live; --record keeps it whatever the timing.
+    let n = 20_000;
+    let rec = dir.join("rec");
+    let out = sigmatop_client(
+        &sock,
+        &[
+            "run",
+            "--layers",
+            "-cuda",
+            "--record",
+            rec.to_str().expect("utf-8"),
+            "--json",
+            json.to_str().expect("utf-8"),
+        ],
+        port,
+        n,
+    )
+    .stdin(Stdio::null())
+    .output()
+    .expect("run");
+    finish(srv);
+    assert!(out.status.success(), "{}", stderr_of(&out));
+    let v: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&json).expect("summary written")).expect("JSON");
+    let p = &v["processes"][0];
+    assert_eq!(p["layers"], "ucx,libfabric,ibverbs,mlx5", "all but cuda");
+    assert_eq!(p["tx_ops"].as_u64(), Some(n + 1));
+    assert_eq!(p["tx_bytes"].as_u64(), Some((n + 1) * SIZE));
+
+    let help = stdout_of(&sigmatop(&["run", "--help"]));
+    assert!(
+        help.contains("--layers <LAYERS>") && help.contains("`-cuda` traces all but one"),
+        "{help}"
+    );
+
+    // An unknown layer is an error before anything runs, with the valid names on one line.
+    for bad in ["foo", "ucx,-foo"] {
+        let out = sigmatop(&["run", "--layers", bad, "--", "true"]);
+        assert_eq!(out.status.code(), Some(2), "--layers {bad}");
+        let err = stderr_of(&out);
+        let first = err.lines().next().unwrap_or_default();
+        assert_eq!(
+            first,
+            format!(
+                "error: invalid value '{bad}' for '--layers <LAYERS>': unknown layer 'foo'; valid layers: ucx, libfabric, ibverbs, mlx5, cuda (also all, none, and -NAME to leave one out: --layers -cuda)"
+            )
+        );
+    }
+}
+
+#[test]
+fn a_switched_off_layer_is_named_at_the_end_of_the_run() {
+    let dir = scratch("layer-off");
+    let sock = dir.join("sock");
+    let (srv, port) = server(&sock, false);
+    let out = sigmatop_client(
+        &sock,
+        &["run", "--headless", "--layers", "libfabric"],
+        port,
+        200,
+    )
+    .stdin(Stdio::null())
+    .output()
+    .expect("run");
+    finish(srv);
+    assert!(out.status.success(), "{}", stderr_of(&out));
+    let err = stderr_of(&out);
+    let line = err
+        .lines()
+        .find(|l| l.starts_with("sigmatop: "))
+        .unwrap_or_else(|| panic!("no message:\n{err}"));
+    // UCX's libraries carry their version in the file name (libucp.so.0...).
+    assert!(
+        line.starts_with("sigmatop: nothing was traced: ucx_perftest loaded libucp.so"),
+        "{line}"
+    );
+    assert!(
+        line.ends_with(
+            "(layer ucx), but --layers libfabric switched that layer off; add ucx to --layers, or leave --layers out"
+        ),
+        "{line}"
+    );
+    assert!(!err.contains("used no RDMA library"), "{err}");
+}
+
+/// Compiles tests/programs/mpi_pattern.c (as tests/ucx_mpi.rs does).
+fn mpi_program() -> PathBuf {
+    let dir = scratch("first-day-mpi-build");
+    let out = dir.join("mpi_pattern");
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/programs/mpi_pattern.c");
+    let o = Command::new(require("mpicc"))
+        .arg("-O1")
+        .arg("-o")
+        .arg(&out)
+        .arg(&src)
+        .output()
+        .expect("mpicc");
+    assert!(o.status.success(), "mpicc: {}", stderr_of(&o));
+    out
+}
+
+#[test]
+fn mpirun_over_ob1_says_why_nothing_was_traced_and_what_to_do() {
+    let prog = mpi_program();
+    let dir = scratch("mpi-ob1");
+    let rec = dir.join("out");
+    let base = ["--allow-run-as-root", "--oversubscribe", "-np", "2"];
+    let run = |extra: &[&str]| {
+        Command::new(sigmatop_bin())
+            .arg("--record")
+            .arg(&rec)
+            .arg("--")
+            .arg(require("mpirun"))
+            .args(base)
+            .args(extra)
+            .arg(&prog)
+            .env("SIGMATOP_SOCKET_DIR", dir.join("sock"))
+            .env_remove("OMPI_MCA_pml")
+            .stdin(Stdio::null())
+            .output()
+            .expect("sigmatop --record -- mpirun")
+    };
+    // Open MPI's defaults here (no RDMA NIC; Debian's openmpi-mca-params.conf has pml = ^ucx).
+    let out = run(&[]);
+    assert!(out.status.success(), "{}", stderr_of(&out));
+    assert_eq!(stdout_of(&out).trim(), "mpi_pattern: 2 ranks done");
+    let err = stderr_of(&out);
+    let line = err
+        .lines()
+        .find(|l| l.starts_with("sigmatop: "))
+        .unwrap_or_else(|| panic!("no message:\n{err}"));
+    assert!(
+        line.starts_with("sigmatop: no MPI traffic was traced: "),
+        "{line}"
+    );
+    assert!(line.contains("ob1 PML"), "{line}");
+    assert!(
+        line.contains("`mpirun --mca pml ucx ...`; on a host without an RDMA NIC also `--mca pml_ucx_tls any --mca pml_ucx_devices any`"),
+        "{line}"
+    );
+    assert!(!err.contains("used no RDMA library"), "{err}");
+
+    // What the message says to do works: the ranks are traced, and no hint is given.
+    let _ = std::fs::remove_dir_all(&rec);
+    let out = run(&[
+        "--mca",
+        "pml",
+        "ucx",
+        "--mca",
+        "pml_ucx_tls",
+        "any",
+        "--mca",
+        "pml_ucx_devices",
+        "any",
+    ]);
+    assert!(out.status.success(), "{}", stderr_of(&out));
+    let err = stderr_of(&out);
+    assert!(!err.contains("no MPI traffic was traced"), "{err}");
+    let recording =
+        sigmatop::trace::reader::Recording::open(std::slice::from_ref(&rec)).expect("record");
+    assert_eq!(recording.processes.len(), 2, "both ranks traced");
+    // mpi_pattern: rank i sends (i+1)(j+2)·1000 bytes to rank j; with 2 ranks, 3000 + 4000.
+    let sent: u64 = recording
+        .processes
+        .iter()
+        .map(|p| op(&totals(p), "tag_send").1)
+        .sum();
+    assert_eq!(sent, 3000 + 4000);
+}
+
+// ---- Item 8: output scripts can use ----
+
+#[test]
+fn run_json_goes_to_a_file_or_alone_to_stdout() {
+    let dir = scratch("run-json");
+    let sock = dir.join("sock");
+    // Long enough (~0.2 s) for the live view to connect: no --record here.
+    let n = 20_000;
+    let check = |v: &serde_json::Value| {
+        let p = &v["processes"][0];
+        assert_eq!(p["exe"], "ucx_perftest");
+        assert_eq!(p["tx_ops"].as_u64(), Some(n + 1), "{v}");
+        assert_eq!(p["tx_bytes"].as_u64(), Some((n + 1) * SIZE));
+    };
+    // --json FILE: the file holds the JSON, stdout the program's own output, stderr says so.
+    let file = dir.join("summary.json");
+    let (srv, port) = server(&sock, false);
+    let out = sigmatop_client(
+        &sock,
+        &["run", "--json", file.to_str().expect("utf-8")],
+        port,
+        n,
+    )
+    .stdin(Stdio::null())
+    .output()
+    .expect("run");
+    finish(srv);
+    assert!(out.status.success(), "{}", stderr_of(&out));
+    check(&serde_json::from_slice(&std::fs::read(&file).expect("written")).expect("valid JSON"));
+    assert!(stdout_of(&out).contains("Final:"), "the program's output");
+    assert!(
+        stderr_of(&out).contains(&format!(
+            "sigmatop: wrote {} (summary of 1 process, JSON)",
+            file.display()
+        )),
+        "{}",
+        stderr_of(&out)
+    );
+    // --json alone: stdout is exactly the JSON (`> f.json` is valid JSON); the program's output
+    // went to stderr.
+    let (srv, port) = server(&sock, false);
+    let out = sigmatop_client(&sock, &["run", "--json"], port, n)
+        .stdin(Stdio::null())
+        .output()
+        .expect("run");
+    finish(srv);
+    assert!(out.status.success(), "{}", stderr_of(&out));
+    check(&serde_json::from_slice(&out.stdout).expect("stdout is JSON alone"));
+    assert!(stderr_of(&out).contains("Final:"), "{}", stderr_of(&out));
+    let help = stdout_of(&sigmatop(&["run", "--help"]));
+    assert!(
+        help.contains("--json [<FILE>]") && help.contains("stdout holds the JSON only"),
+        "{help}"
+    );
+    // A --json file that cannot be written fails before the program runs.
+    let out = sigmatop(&["run", "--json", "/nonexistent/dir/s.json", "--", "true"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        stderr_of(&out).starts_with("sigmatop: --json /nonexistent/dir/s.json: cannot create it"),
+        "{}",
+        stderr_of(&out)
+    );
+}
+
+/// A real recording of a ucx_perftest pair (both sides recorded), `n` iterations.
+fn recorded_pair(name: &str, n: u64) -> (PathBuf, PathBuf) {
+    let dir = scratch(name);
+    let trace = Trace::new("simple", &dir);
+    let mut s = Command::new(require("ucx_perftest"));
+    let port = port();
+    s.args(["-p", &port.to_string()]).env("UCX_TLS", "tcp");
+    trace.apply(&mut s);
+    let srv = spawn(&mut s);
+    wait_listening(port, Duration::from_secs(20));
+    let mut c = Command::new(require("ucx_perftest"));
+    c.args(client_args(port, n)).env("UCX_TLS", "tcp");
+    trace.apply(&mut c);
+    assert!(wait_timeout(spawn(&mut c), LIMIT).status.success());
+    assert!(wait_timeout(srv, LIMIT).status.success());
+    (dir, trace.record)
+}
+
+#[test]
+fn export_json_says_what_it_wrote() {
+    let n = 200;
+    let (dir, rec) = recorded_pair("export-say", n);
+    let json = dir.join("agg.json");
+    let out = sigmatop(&[
+        "export",
+        rec.to_str().expect("utf-8"),
+        "--json",
+        json.to_str().expect("utf-8"),
+    ]);
+    assert!(out.status.success(), "{}", stderr_of(&out));
+    let v: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&json).expect("written")).expect("JSON");
+    let bytes = std::fs::metadata(&json).expect("stat").len();
+    let endpoints: usize = v["processes"]
+        .as_array()
+        .expect("processes")
+        .iter()
+        .map(|p| p["endpoints"].as_array().map_or(0, Vec::len))
+        .sum();
+    assert_eq!(
+        stderr_of(&out),
+        format!(
+            "sigmatop: wrote {} (JSON aggregates: 2 processes, {endpoints} endpoints, {} events, {bytes} bytes)\n",
+            json.display(),
+            v["events"]
+        )
+    );
+}
+
+// ---- Item 9: paths, recordings, help ----
+
+#[test]
+fn missing_paths_and_unreadable_recordings_fail_with_the_reason_first() {
+    let (dir, rec) = recorded_pair("export-unreadable", 50);
+    let json = dir.join("agg.json");
+    std::fs::write(&json, b"{}").expect("a file");
+    // A missing path is missing, a file is not a directory.
+    let missing = dir.join("no-such-dir");
+    let out = sigmatop(&[
+        "export",
+        missing.to_str().expect("utf-8"),
+        "--json",
+        "x.json",
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(
+        stderr_of(&out),
+        format!(
+            "sigmatop: {}: no such file or directory: pass the directory given to --record\n",
+            missing.display()
+        )
+    );
+    let out = sigmatop(&["report", json.to_str().expect("utf-8")]);
+    assert!(
+        stderr_of(&out).contains("not a directory"),
+        "{}",
+        stderr_of(&out)
+    );
+
+    // Every process record unreadable: exit non-zero, the reason first, no file written.
+    let mut garbled = 0;
+    for host in std::fs::read_dir(&rec).expect("record dir").flatten() {
+        for p in std::fs::read_dir(host.path()).expect("host dir").flatten() {
+            std::fs::write(p.path().join("process.stp"), b"not a sigmatop record").expect("garble");
+            garbled += 1;
+        }
+    }
+    assert_eq!(garbled, 2);
+    let trace = dir.join("t.pftrace");
+    let out = sigmatop(&[
+        "export",
+        rec.to_str().expect("utf-8"),
+        "--perfetto",
+        trace.to_str().expect("utf-8"),
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = stderr_of(&out);
+    assert!(
+        err.starts_with("sigmatop: nothing could be read: ")
+            && err.contains("process.stp: at byte 0: not a sigmatop record file (bad magic) (and 1 more unreadable process record)"),
+        "{err}"
+    );
+    assert!(!trace.exists(), "no empty trace written");
+}
+
+#[test]
+fn help_documents_the_flags_and_directories() {
+    let h = |args: &[&str]| stdout_of(&sigmatop(args));
+    let replay = h(&["replay", "--help"]);
+    for want in [
+        "--speed <X>",
+        "0 = no playback",
+        "--theme <THEME>",
+        "dark (default), light, mono",
+        "<DIR>",
+        "what --record was given",
+    ] {
+        assert!(
+            replay.contains(want),
+            "replay --help lacks {want:?}:\n{replay}"
+        );
+    }
+    let run = h(&["run", "--help"]);
+    assert!(run.contains("--theme <THEME>"), "{run}");
+    let export = h(&["export", "--help"]);
+    assert!(
+        export.contains("<DIR>...") && export.contains("one process's directory"),
+        "{export}"
+    );
+    let attach = h(&["attach", "--help"]);
+    assert!(
+        attach.contains("[PID]...") && attach.contains("A PID that does not exist is an error"),
+        "{attach}"
+    );
+    assert!(attach.contains("Stale sockets"), "{attach}");
+    // Speeds that mean nothing are errors, not a silent 1×.
+    let out = sigmatop(&["demo", "--headless", "--speed", "-2"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        stderr_of(&out).contains("is no speed"),
+        "{}",
+        stderr_of(&out)
+    );
+}

@@ -1,0 +1,171 @@
+//! Ctrl-C in `sigmatop run`'s dashboard, end to end in tmux (issue 16, item 5): a real traced
+//! program (a ucx_perftest tag_bw client against an untraced server, over tcp) started by
+//! `sigmatop run`, the dashboard in a detached tmux session, keys sent with `send-keys`.
+//!
+//! 1. Ctrl-C stops the program as a shell's Ctrl-C would (SIGINT to its process group): the
+//!    program dies of SIGINT, the dashboard closes, sigmatop says so and exits 130 (128 + 2).
+//! 2. `q` leaves the dashboard with the program running: sigmatop says it waits and that Ctrl-C
+//!    stops it; the terminal's Ctrl-C (the terminal is out of raw mode now) then stops it, 130.
+//! 3. A program that ignores SIGINT: the dashboard stays, and its status line says the SIGINT
+//!    was sent and what the keys do now; `q` leaves it running.
+
+mod common;
+
+use std::path::Path;
+use std::process::Child;
+use std::time::Duration;
+
+use common::tmux::Tmux;
+use common::*;
+
+const LIMIT: Duration = Duration::from_secs(40);
+
+/// An untraced ucx_perftest server over tcp; its port.
+fn server() -> (Child, u16) {
+    let port = port();
+    let mut cmd = std::process::Command::new(require("ucx_perftest"));
+    cmd.args(["-p", &port.to_string()]).env("UCX_TLS", "tcp");
+    let child = spawn(&mut cmd);
+    wait_listening(port, Duration::from_secs(20));
+    (child, port)
+}
+
+/// The shell line that runs `sigmatop run -- PROGRAM...` in `dir`. The wrapping shell catches
+/// SIGINT itself, so the terminal's Ctrl-C reaches sigmatop and the shell lives on to print
+/// sigmatop's exit status.
+fn run_line(dir: &Path, program: &str) -> String {
+    format!(
+        "trap 'true' INT; SIGMATOP_SOCKET_DIR={} UCX_TLS=tcp {} run -- {program}",
+        dir.join("sock").display(),
+        sigmatop_bin().display()
+    )
+}
+
+fn client(port: u16) -> String {
+    format!(
+        "{} 127.0.0.1 -p {port} -t tag_bw -n 100000000 -s 4096 -w 1",
+        require("ucx_perftest").display()
+    )
+}
+
+/// The pid in "NAME running (pid N)".
+fn running_pid(screen: &str, name: &str) -> u32 {
+    let at = screen
+        .find(&format!("{name} running (pid "))
+        .unwrap_or_else(|| panic!("no running note:\n{screen}"));
+    screen[at..]
+        .split("(pid ")
+        .nth(1)
+        .and_then(|r| r.split(')').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no pid in the note:\n{screen}"))
+}
+
+fn alive(pid: u32) -> bool {
+    sigmatop::live::process_exists(pid)
+        && !std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .unwrap_or_default()
+            .contains(") Z ")
+}
+
+fn stop(mut c: Child) {
+    let _ = c.kill();
+    let _ = c.wait();
+}
+
+#[test]
+fn ctrl_c_in_the_dashboard_stops_the_program_like_a_shell() {
+    let dir = scratch("tmux-run-ctrl-c");
+    let (srv, port) = server();
+    let Some(t) = Tmux::start_in("run-ctrl-c", &run_line(&dir, &client(port)), Some(&dir)) else {
+        return stop(srv);
+    };
+    let screen = t.wait_for("the dashboard with the program running", LIMIT, |s| {
+        s.contains("ucx_perftest running (pid") && s.contains("^C stop ucx_perftest")
+    });
+    let pid = running_pid(&screen, "ucx_perftest");
+    assert!(alive(pid));
+    t.keys(&["C-c"]);
+    let done = t.wait_for("sigmatop to exit", LIMIT, |s| s.contains("SIGMATOP-EXIT="));
+    stop(srv);
+    assert!(done.contains("SIGMATOP-EXIT=130"), "{done}");
+    assert!(
+        done.contains("sigmatop: ucx_perftest exited (signal 2); its output is in ./sigmatop-run-"),
+        "{done}"
+    );
+    assert!(!alive(pid), "the program is gone");
+}
+
+#[test]
+fn q_leaves_the_program_running_and_says_how_to_stop_it() {
+    let dir = scratch("tmux-run-q");
+    let (srv, port) = server();
+    let Some(t) = Tmux::start_in("run-q", &run_line(&dir, &client(port)), Some(&dir)) else {
+        return stop(srv);
+    };
+    let screen = t.wait_for("the dashboard with the program running", LIMIT, |s| {
+        s.contains("ucx_perftest running (pid")
+    });
+    let pid = running_pid(&screen, "ucx_perftest");
+    t.keys(&["q"]);
+    let waiting = t.wait_for("the waiting line", LIMIT, |s| {
+        s.contains("stopped watching; waiting for ucx_perftest")
+    });
+    // The line is longer than the 120-column window: read it unwrapped.
+    let waiting = waiting.replace('\n', "");
+    assert!(
+        waiting.contains(&format!("waiting for ucx_perftest (pid {pid}) to exit"))
+            && waiting.contains("Ctrl-C sends it SIGINT"),
+        "{waiting}"
+    );
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(alive(pid), "q leaves the program running");
+    t.keys(&["C-c"]);
+    let done = t.wait_for("sigmatop to exit", LIMIT, |s| s.contains("SIGMATOP-EXIT="));
+    stop(srv);
+    assert!(done.contains("SIGMATOP-EXIT=130"), "{done}");
+    assert!(done.contains("ucx_perftest exited (signal 2)"), "{done}");
+    assert!(!alive(pid));
+}
+
+#[test]
+fn a_program_that_ignores_sigint_is_told_on_screen() {
+    let dir = scratch("tmux-run-ignore");
+    let (srv, port) = server();
+    // The shell ignores SIGINT, and so does the client it starts (an ignored signal stays
+    // ignored across exec).
+    let program = format!("sh -c \"trap '' INT; exec {}\"", client(port));
+    let Some(t) = Tmux::start_in("run-ignore", &run_line(&dir, &program), Some(&dir)) else {
+        return stop(srv);
+    };
+    let screen = t.wait_for("the dashboard with the program running", LIMIT, |s| {
+        s.contains("sh running (pid")
+    });
+    let pid = running_pid(&screen, "sh");
+    t.keys(&["C-c"]);
+    let told = t.wait_for("the SIGINT notice", LIMIT, |s| {
+        s.contains("SIGINT sent to sh")
+    });
+    assert!(
+        told.contains(&format!(
+            "SIGINT sent to sh (pid {pid}): waiting for it to exit"
+        )),
+        "{told}"
+    );
+    t.keys(&["C-c"]);
+    t.wait_for("the second SIGINT counted", LIMIT, |s| {
+        s.contains("SIGINT ×2 sent to sh")
+    });
+    assert!(alive(pid), "SIGINT is ignored by this program");
+    t.keys(&["q"]);
+    t.wait_for("the waiting line", LIMIT, |s| {
+        s.contains(&format!("waiting for sh (pid {pid}) to exit"))
+    });
+    // SAFETY: kill(2) of the program's process group (sigmatop made it a group of its own).
+    unsafe {
+        libc::kill(-(pid as i32), libc::SIGKILL);
+    }
+    let done = t.wait_for("sigmatop to exit", LIMIT, |s| s.contains("SIGMATOP-EXIT="));
+    stop(srv);
+    assert!(done.contains("SIGMATOP-EXIT=137"), "128 + SIGKILL:\n{done}");
+}
