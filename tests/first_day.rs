@@ -418,7 +418,9 @@ fn a_switched_off_layer_is_named_at_the_end_of_the_run() {
         &sock,
         &["run", "--headless", "--layers", "libfabric"],
         port,
-        200,
+        // Long enough (a few hundred ms) for the 100 ms look at its libraries, also on a loaded
+        // machine.
+        20_000,
     )
     .stdin(Stdio::null())
     .output()

@@ -249,14 +249,17 @@ fn attach_before_the_workload_and_stay_after_it_exits() {
     work.wait(Duration::from_secs(240));
 
     t.keys(&["1"]);
+    // The Overview's own words, so that the QPs tab still on screen (its unattributed rows name
+    // the pids and say "exited" too) cannot satisfy the wait before the key is handled.
     let done = t.wait_for("both processes marked exited", limit, |s| {
-        s.lines()
-            .filter(|l| {
-                (l.contains(&server.to_string()) || l.contains(&client.to_string()))
-                    && l.contains("exited")
-            })
-            .count()
-            == 2
+        s.contains("exited, totals kept")
+            && s.lines()
+                .filter(|l| {
+                    (l.contains(&server.to_string()) || l.contains(&client.to_string()))
+                        && l.contains("exited")
+                })
+                .count()
+                == 2
     });
     assert!(done.contains("exited, totals kept"), "{done}");
     // Totals kept: the QPs tab (wide enough for the total columns) still shows each side's bytes.
