@@ -152,6 +152,29 @@ TN_API void mlx5dv_devx_free_uar(struct mlx5dv_devx_uar *uar)
 	free(u);
 }
 
+struct tn_range {
+	uintptr_t p;
+	size_t len;
+};
+
+static int uar_holds(const void *obj, const void *arg)
+{
+	const struct tn_uar *u = obj;
+	const struct tn_range *r = arg;
+	uintptr_t page = (uintptr_t)u->page;
+	return r->p >= page && r->len <= TN_PAGE && r->p - page <= TN_PAGE - r->len;
+}
+
+/* For test harnesses, never called by programs (version TESTNIC_PRIVATE): whether [p, p+len) lies
+ * in one devx UAR page of this NIC. A real UAR is MMIO and CUDA registers it with IoMemory; this
+ * one is RAM, which CUDA refuses with that flag, so the GPU test harness (tests/gpu/
+ * nvshmem_harness.c) drops the flag for exactly these ranges in untraced runs. */
+TN_API int testnic_uar_contains(const void *p, size_t len)
+{
+	struct tn_range r = { (uintptr_t)p, len ? len : 1 };
+	return tn_obj_any(TN_OBJ_UAR, uar_holds, &r);
+}
+
 /* ---- umems ---- */
 
 static struct mlx5dv_devx_umem *umem_new(uint8_t *addr, size_t size, int gpu, void *map, size_t map_len)
