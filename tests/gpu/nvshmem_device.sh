@@ -94,12 +94,17 @@ build() {
     -Xlinker -rpath,"$NV/lib")
   P=$PERFTEST_SRC/device/pt-to-pt
   "${NVCC[@]}" -dc "$PERFTEST_SRC/common/utils.cu" -o "$B/utils.o" || return 1
+  # Parallel builds, waited for by pid: a bare `wait` would also wait for the tee of this
+  # script's output (a process substitution) and never return.
+  local pids=()
   for t in $TESTS; do
     ("${NVCC[@]}" -dc "$P/shmem_$t.cu" -o "$B/$t.o" &&
       "${NVCC[@]}" "$B/utils.o" "$B/$t.o" "${LINK[@]}" -o "$NVT_BIN/shmem_$t") &
+    pids+=($!)
   done
   ("${NVCC[@]}" "$ROOT/tests/gpu/nvshmem_fig4.cu" "${LINK[@]}" -o "$NVT_BIN/nvshmem_fig4") &
-  wait
+  pids+=($!)
+  wait "${pids[@]}"
   for t in $TESTS; do [ -x "$NVT_BIN/shmem_$t" ] || return 1; done
   [ -x "$NVT_BIN/nvshmem_fig4" ] || return 1
   tar czf "$OUTDIR/bin.tgz" -C "$NVT_BIN" .
@@ -231,7 +236,12 @@ proof) proof ;;
 bench) bench ;;
 all)
   proof
-  bench
+  # The benchmark only when NVSHMEM ran at all on the NIC (some baseline exited 0).
+  if grep -qx 0 "$W"/*.base/rc 2>/dev/null; then
+    bench
+  else
+    echo "no baseline ran: no benchmark"
+  fi
   ;;
 *)
   echo "unknown: $WHAT"
