@@ -48,6 +48,16 @@ NUM_RC_PER_PE = 2  # NVSHMEM_IBGDA_NUM_RC_PER_PE default; RC_MAP_BY=cta: QP = ct
 
 problems = []
 
+# Lines the NIC prints that are expected with NVSHMEM 3.4.5 (docs/TESTNIC.md): NVSHMEM tries a
+# dma-buf umem for its GPU-resident queues, the NIC cannot map a CUDA dma-buf and refuses it, and
+# NVSHMEM falls back to mlx5dv_devx_umem_reg of the device address. NIC builds before the first GPU
+# run also warned about NVSHMEM's RoCE INIT2RTR leaving the grh bit 0 (valid on RoCE; the warning
+# is gone). Shown as notes; any other "testnic:" line is a mismatch.
+KNOWN_NIC_LINES = (
+    re.compile(r"testnic: mlx5dv_devx_umem_reg_ex: dma-buf fd \d+ cannot be mapped"),
+    re.compile(r"testnic: INIT2RTR of QP 0x[0-9a-f]+ without a GRH"),
+)
+
 
 def fail(ctx, msg):
     problems.append(f"{ctx}: {msg}")
@@ -162,8 +172,17 @@ def by_qp(ws):
 def shape(text):
     """Output lines with measured figures blanked (floats; the bandwidth/latency columns)."""
     lines = []
+    banner = False
     for l in text.splitlines():
-        if l.startswith("WARN") or "NVSHMEM" in l and "WARN" in l:
+        # NVSHMEM's own log lines and its configuration banner (printed with NVSHMEM_DEBUG set;
+        # with INFO it ends with a CPU-affinity row) and blank lines are no part of the
+        # perftest's output: the banner runs from "NVSHMEM configuration:" to the perftest's
+        # "mype:" line.
+        if l.startswith("NVSHMEM configuration:"):
+            banner = True
+        if l.startswith("mype:"):
+            banner = False
+        if banner or "NVSHMEM INFO" in l or "NVSHMEM WARN" in l or not l.strip():
             continue
         lines.append(re.sub(r"\d+\.\d+", "#", l.rstrip()))
     return lines
@@ -192,9 +211,17 @@ def check_run(ctx, d, test, a):
     if refused:
         fail(ctx, f"{len(refused)} WQEs refused by the NIC, first {refused[0]}")
     errs = "".join(read(os.path.join(d, f"err.{r}"), "") for r in (0, 1))
+    notes = defaultdict(int)
     for l in errs.splitlines():
-        if l.startswith("testnic:"):
+        if not l.startswith("testnic:"):
+            continue
+        known = next((k for k in KNOWN_NIC_LINES if k.match(l)), None)
+        if known:
+            notes[known.pattern] += 1
+        else:
             fail(ctx, f"NIC stderr: {l}")
+    for k, n in notes.items():
+        print(f"  {ctx}: note: {n} x NIC line /{k}/ (expected, see KNOWN_NIC_LINES)")
     # The test's own bytes, per PE and per QP, against its arguments.
     want = expected(test, a)
     for rank, pid in enumerate(pp):
@@ -208,10 +235,24 @@ def check_run(ctx, d, test, a):
     return pp, nic
 
 
+def debug_level(d):
+    m = re.search(r"NVSHMEM_DEBUG=(\S+)", read(os.path.join(d, "env"), ""))
+    return m.group(1) if m else None
+
+
 def check_output(ctx, base, traced, test, a):
+    # Runs with different NVSHMEM_DEBUG levels (the first device session logged INFO in one
+    # baseline) differ by NVSHMEM's INFO tables: rows of bare integers, left out then.
+    info_rows = debug_level(base) != debug_level(traced)
+    if info_rows:
+        print(f"  {ctx}: note: NVSHMEM_DEBUG {debug_level(base)} vs {debug_level(traced)}: "
+              "NVSHMEM's integer-only table rows left out of the comparison")
     for r in (0, 1):
         b = shape(read(os.path.join(base, f"out.{r}"), ""))
         t = shape(read(os.path.join(traced, f"out.{r}"), ""))
+        if info_rows:
+            b = [l for l in b if not re.fullmatch(r"[\d\s]+", l)]
+            t = [l for l in t if not re.fullmatch(r"[\d\s]+", l)]
         if b != t:
             fail(ctx, f"PE{r} output shape differs:\n    base:   {b}\n    traced: {t}")
     out = read(os.path.join(traced, "out.0"), "")
@@ -318,7 +359,7 @@ def check_traced(ctx, d, test, pp, nic):
         m = j["process_matrix"]
         lbl = {}
         for r, pid in enumerate(pp):
-            lbl[r] = next((x for x in m["labels"] if x.endswith(f" {pid}@{procs[pid]['host']}") or f" {pid}@" in x), None)
+            lbl[r] = next((x for x in m["labels"] if f" {pid}@" in x), f"pid {pid}")
         label = lambda r: lbl[r]
         name = "process"
     cells = {}

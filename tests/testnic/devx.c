@@ -413,9 +413,10 @@ static int modify_qp(struct tn_dobj *o, uint16_t op, const void *in, void *out, 
 			break;
 		if (h->st == TN_ST_RC) {
 			h->rqpn = GET(in, q, QPC_REMOTE_QPN);
+			/* On RoCE the GRH is implied and the port routes by rgid_rip whatever the grh bit
+			 * says (it matters on IB): NVSHMEM 3.4.5's INIT2RTR for an Ethernet link layer
+			 * fills rgid_rip and leaves grh 0, and a ConnectX accepts that. */
 			memcpy(h->rgid, (const uint8_t *)in + (a + ADS_RGID) / 8, 16);
-			if (!GET(in, a, ADS_GRH))
-				tn_warn("INIT2RTR of QP 0x%x without a GRH: this RoCE port routes by GID only", h->qpn);
 			h->exp_psn = GET(in, q, QPC_NEXT_RCV_PSN);
 			h->min_rnr_timer = (uint8_t)GET(in, q, QPC_MIN_RNR_NAK);
 			h->peer = tn_peer_resolve(h->rgid, h->rqpn);
