@@ -12,10 +12,13 @@
 //!   compares every WQE, byte count, matrix cell and peer) and then the record check below. Without
 //!   a GPU, nvcc, mpirun, root or the perftest sources it prints a loud SKIPPED line and passes (CI
 //!   has no GPU).
+//! - `nvshmem_fixture_records_match_the_nic` (runs everywhere): the record check below over the
+//!   committed recording of one such run (fixtures/nvshmem, shmem_put_bw, NIC queues in GPU memory).
 //! - `nvshmem_records_match_the_nic`: the record check alone over the runs in `$NVSHMEM_RESULTS`
 //!   (the device script runs it with a built copy of this test binary): each traced process's GPU
 //!   WQE events (bytes, remote address, the rkey's low 16 bits, which is what an event carries)
-//!   equal the NIC's log as multisets, and each RC devx QP that carried WQEs has an RTR peer with
+//!   equal the NIC's log as multisets, sigmatop's WQE log (SIGMATOP_WQE_LOG, all 32 bits of the
+//!   rkey) equals it QP by QP in order, and each RC devx QP that carried WQEs has an RTR peer with
 //!   the NIC's GID and a QPN of the other process, mutually (the real device context's branch: an
 //!   emulated context yields no GID).
 mod common;
@@ -171,7 +174,9 @@ fn harness_lets_only_the_nic_uar_through() {
 struct NicWqe {
     pid: u32,
     qpn: u32,
+    idx: u32,
     opcode: u32,
+    opmod: u32,
     len: u64,
     raddr: u64,
     rkey: u32,
@@ -194,7 +199,9 @@ fn nic_log(dir: &Path) -> Vec<NicWqe> {
             out.push(NicWqe {
                 pid: f("pid").parse().expect("pid"),
                 qpn: hex(f("qpn")) as u32,
+                idx: f("idx").parse().expect("idx"),
                 opcode: hex(f("opcode")) as u32,
+                opmod: hex(f("opmod")) as u32,
                 len: f("len").parse().expect("len"),
                 raddr: hex(f("raddr")),
                 rkey: hex(f("rkey")) as u32,
@@ -329,10 +336,60 @@ fn check_records(work: &Path) -> usize {
                     .rfind(|u| u.id == oep.id && u.state == "RTR")
                     .and_then(|u| u.peer.clone())
                     .and_then(|p| p.qpn);
-                assert_eq!(back, Some(q), "{ctx}: peers of {q:#x} and {pq:#x} not mutual");
+                assert_eq!(
+                    back,
+                    Some(q),
+                    "{ctx}: peers of {q:#x} and {pq:#x} not mutual"
+                );
+            }
+            // sigmatop's WQE log (SIGMATOP_WQE_LOG), where the run kept it: every WQE with all 32
+            // bits of the rkey, QP by QP in order, = the NIC's.
+            let wlog = run.join(format!("wqe.{rank}.log"));
+            if wlog.is_file() {
+                let text = std::fs::read_to_string(&wlog).expect("WQE log");
+                let key = |w: &str| -> u64 {
+                    let v = w.split_whitespace().next().unwrap_or_default();
+                    if let Some(h) = v.strip_prefix("0x") {
+                        u64::from_str_radix(h, 16).unwrap_or_else(|e| panic!("{v}: {e}"))
+                    } else {
+                        v.parse().unwrap_or_else(|e| panic!("{v}: {e}"))
+                    }
+                };
+                let mut got: BTreeMap<u32, Vec<[u64; 6]>> = BTreeMap::new();
+                for l in text.lines().filter(|l| l.starts_with("wqe ")) {
+                    let f = |k: &str| {
+                        key(l
+                            .split_whitespace()
+                            .find_map(|w| w.strip_prefix(k)?.strip_prefix('='))
+                            .unwrap_or_else(|| panic!("WQE log line without {k}: {l}")))
+                    };
+                    got.entry(f("qpn") as u32).or_default().push([
+                        f("idx"),
+                        f("opcode"),
+                        f("opmod"),
+                        f("bytes"),
+                        f("raddr"),
+                        f("rkey"),
+                    ]);
+                }
+                let mut want: BTreeMap<u32, Vec<[u64; 6]>> = BTreeMap::new();
+                for w in nic.iter().filter(|w| w.pid == pid) {
+                    want.entry(w.qpn).or_default().push([
+                        u64::from(w.idx),
+                        u64::from(w.opcode),
+                        u64::from(w.opmod),
+                        w.len,
+                        w.raddr,
+                        u64::from(w.rkey),
+                    ]);
+                }
+                assert!(
+                    got == want,
+                    "{ctx}: PE{rank} sigmatop's WQE log (idx, opcode, opmod, bytes, raddr, 32-bit rkey per QP) differs from the NIC log"
+                );
             }
             eprintln!(
-                "{ctx}: PE{rank}: {} GPU WQE events = NIC log (op, bytes, raddr, rkey low 16 bits); RC peers matched with GID",
+                "{ctx}: PE{rank}: {} GPU WQE events = NIC log (op, bytes, raddr, rkey low 16 bits); WQE log = NIC log (32-bit rkey); RC peers matched with GID",
                 got.len()
             );
         }
@@ -351,6 +408,13 @@ fn nvshmem_records_match_the_nic() {
     };
     let n = check_records(Path::new(&dir));
     assert!(n > 0, "no traced runs in {}", dir.to_string_lossy());
+}
+
+/// The committed recording of NVIDIA's shmem_put_bw, two PEs on an H200 over the software NIC
+/// (fixtures/README.md), against the NIC log of the same run: runs everywhere.
+#[test]
+fn nvshmem_fixture_records_match_the_nic() {
+    assert_eq!(check_records(&root().join("fixtures/nvshmem")), 1);
 }
 
 fn have(prog: &str, args: &[&str]) -> bool {
@@ -372,7 +436,10 @@ fn nvshmem_perftests_on_the_software_nic() {
         (!have("nvidia-smi", &["-L"]), "no GPU"),
         (!have("nvcc", &["--version"]), "no nvcc"),
         (!have("mpirun", &["--version"]), "no mpirun"),
-        (!root_user, "not root (the NIC's sysfs entry needs a mount namespace)"),
+        (
+            !root_user,
+            "not root (the NIC's sysfs entry needs a mount namespace)",
+        ),
         (
             !src.join("device/pt-to-pt/shmem_put_bw.cu").is_file(),
             "no NVSHMEM v3.4.5 perftest sources (PERFTEST_SRC)",
