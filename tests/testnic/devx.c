@@ -152,6 +152,29 @@ TN_API void mlx5dv_devx_free_uar(struct mlx5dv_devx_uar *uar)
 	free(u);
 }
 
+struct tn_range {
+	uintptr_t p;
+	size_t len;
+};
+
+static int uar_holds(const void *obj, const void *arg)
+{
+	const struct tn_uar *u = obj;
+	const struct tn_range *r = arg;
+	uintptr_t page = (uintptr_t)u->page;
+	return r->p >= page && r->len <= TN_PAGE && r->p - page <= TN_PAGE - r->len;
+}
+
+/* For test harnesses, never called by programs (version TESTNIC_PRIVATE): whether [p, p+len) lies
+ * in one devx UAR page of this NIC. A real UAR is MMIO and CUDA registers it with IoMemory; this
+ * one is RAM, which CUDA refuses with that flag, so the GPU test harness (tests/gpu/
+ * nvshmem_harness.c) drops the flag for exactly these ranges in untraced runs. */
+TN_API int testnic_uar_contains(const void *p, size_t len)
+{
+	struct tn_range r = { (uintptr_t)p, len ? len : 1 };
+	return tn_obj_any(TN_OBJ_UAR, uar_holds, &r);
+}
+
 /* ---- umems ---- */
 
 static struct mlx5dv_devx_umem *umem_new(uint8_t *addr, size_t size, int gpu, void *map, size_t map_len)
@@ -390,9 +413,10 @@ static int modify_qp(struct tn_dobj *o, uint16_t op, const void *in, void *out, 
 			break;
 		if (h->st == TN_ST_RC) {
 			h->rqpn = GET(in, q, QPC_REMOTE_QPN);
+			/* On RoCE the GRH is implied and the port routes by rgid_rip whatever the grh bit
+			 * says (it matters on IB): NVSHMEM 3.4.5's INIT2RTR for an Ethernet link layer
+			 * fills rgid_rip and leaves grh 0, and a ConnectX accepts that. */
 			memcpy(h->rgid, (const uint8_t *)in + (a + ADS_RGID) / 8, 16);
-			if (!GET(in, a, ADS_GRH))
-				tn_warn("INIT2RTR of QP 0x%x without a GRH: this RoCE port routes by GID only", h->qpn);
 			h->exp_psn = GET(in, q, QPC_NEXT_RCV_PSN);
 			h->min_rnr_timer = (uint8_t)GET(in, q, QPC_MIN_RNR_NAK);
 			h->peer = tn_peer_resolve(h->rgid, h->rqpn);

@@ -222,6 +222,16 @@ void *tn_obj_get(int kind, uint32_t id)
 	return p;
 }
 
+int tn_obj_any(int kind, int (*pred)(const void *obj, const void *arg), const void *arg)
+{
+	int hit = 0;
+	pthread_mutex_lock(&obj_lock);
+	for (struct obj *o = objs; o && !hit; o = o->next)
+		hit = o->kind == kind && pred(o->p, arg);
+	pthread_mutex_unlock(&obj_lock);
+	return hit;
+}
+
 void tn_obj_del(int kind, uint32_t id)
 {
 	pthread_mutex_lock(&obj_lock);

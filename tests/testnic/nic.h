@@ -344,6 +344,8 @@ enum { TN_OBJ_CQ, TN_OBJ_SRQ, TN_OBJ_UMEM, TN_OBJ_UAR, TN_OBJ_KINDS };
 int tn_obj_put(int kind, uint32_t id, void *p);
 void *tn_obj_get(int kind, uint32_t id);
 void tn_obj_del(int kind, uint32_t id);
+/* Whether pred(obj, arg) holds for any live object of `kind`. */
+int tn_obj_any(int kind, int (*pred)(const void *obj, const void *arg), const void *arg);
 
 /* util */
 void tn_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
