@@ -1,5 +1,7 @@
-//! Lists the files of the bundled demo recording (fixtures/demo-moe) for `sigmatop demo`, which
-//! embeds them with include_bytes! so the binary works from any directory.
+//! Lists the files of the bundled demo recordings for `sigmatop demo` (fixtures/demo-moe: a
+//! 4-rank MPI job) and `sigmatop demo gpu` (fixtures/nvshmem/put_bw.gpumem.traced/rec: NVIDIA's
+//! NVSHMEM on an H200), which embeds them with include_bytes! so the binary works from any
+//! directory.
 
 use std::path::{Path, PathBuf};
 
@@ -18,22 +20,33 @@ fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
     }
 }
 
-fn main() {
-    let manifest = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").unwrap_or_default());
-    let root = manifest.join("fixtures").join("demo-moe");
-    println!("cargo:rerun-if-changed=fixtures/demo-moe");
-    println!("cargo:rerun-if-changed=build.rs");
+/// `pub static NAME: &[(relative path, bytes)]` for every file under `root`.
+fn table(name: &str, root: &Path) -> String {
     let mut files = Vec::new();
-    walk(&root, &mut files);
-    let mut src = String::from("pub static DEMO_FILES: &[(&str, &[u8])] = &[\n");
+    walk(root, &mut files);
+    let mut src = format!("pub static {name}: &[(&str, &[u8])] = &[\n");
     for f in &files {
-        let (Ok(rel), Some(abs)) = (f.strip_prefix(&root), f.to_str()) else {
+        let (Ok(rel), Some(abs)) = (f.strip_prefix(root), f.to_str()) else {
             continue;
         };
         let Some(rel) = rel.to_str() else { continue };
         src.push_str(&format!("    ({rel:?}, include_bytes!({abs:?})),\n"));
     }
     src.push_str("];\n");
+    src
+}
+
+fn main() {
+    let manifest = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").unwrap_or_default());
+    let fixtures = manifest.join("fixtures");
+    println!("cargo:rerun-if-changed=fixtures/demo-moe");
+    println!("cargo:rerun-if-changed=fixtures/nvshmem");
+    println!("cargo:rerun-if-changed=build.rs");
+    let src = table("DEMO_FILES", &fixtures.join("demo-moe"))
+        + &table(
+            "DEMO_GPU_FILES",
+            &fixtures.join("nvshmem/put_bw.gpumem.traced/rec"),
+        );
     let out = PathBuf::from(std::env::var("OUT_DIR").unwrap_or_default()).join("demo_files.rs");
     if let Err(e) = std::fs::write(&out, src) {
         panic!("cannot write {}: {e}", out.display());

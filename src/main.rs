@@ -5,6 +5,15 @@ use sigmatop::cli::{Cli, Command, RunArgs, attach, export, replay, report, run, 
 
 fn main() {
     let cli = Cli::parse();
+    if !matches!(cli.command, Some(Command::Serve(_))) {
+        // Output piped into `head` or `less` that closes early ends sigmatop quietly, as it does
+        // any Unix tool; `serve` keeps SIGPIPE ignored so that a scraper hanging up mid-response
+        // costs only that response.
+        // SAFETY: restoring the default disposition of a signal is always valid.
+        unsafe {
+            libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+        }
+    }
     let result = match cli.command {
         Some(Command::Run(a)) => run::run_cmd(&a),
         Some(Command::Attach(a)) => attach::attach(&a),

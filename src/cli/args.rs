@@ -205,6 +205,11 @@ pub struct ReplayArgs {
 
 #[derive(Args, Debug, Clone)]
 pub struct DemoArgs {
+    /// Which recording: `mpi` (default), a 4-rank Open MPI job over UCX with one hot rank; or
+    /// `gpu`, NVIDIA's NVSHMEM shmem_put_bw with 2 PEs on an H200, GPU-initiated (IBGDA) over
+    /// sigmatop's software mlx5 NIC (press d for its doorbells).
+    #[arg(value_name = "WHICH", default_value = "mpi", value_parser = ["mpi", "gpu"])]
+    pub which: String,
     /// Playback speed: 1 = as recorded, 10 = ten times faster, 0.5 = half; 0 = no playback: the
     /// dashboard opens on the end of the recording ([ ] step back through it).
     #[arg(long, default_value = "1", value_name = "X", value_parser = parse_speed, allow_negative_numbers = true)]

@@ -440,9 +440,14 @@ impl Drop for TempDir {
 
 /// Unpacks the bundled demo recording into a fresh private directory.
 pub fn unpack_demo() -> Result<TempDir, String> {
+    unpack(embedded::DEMO_FILES)
+}
+
+/// Writes bundled files into a private temporary directory.
+fn unpack(files: &[(&str, &[u8])]) -> Result<TempDir, String> {
     use std::os::unix::fs::DirBuilderExt;
     let tmp = TempDir::new("sigmatop-demo")?;
-    for (rel, bytes) in embedded::DEMO_FILES {
+    for (rel, bytes) in files {
         let rel = Path::new(rel);
         if rel.is_absolute()
             || rel
@@ -466,10 +471,14 @@ pub fn unpack_demo() -> Result<TempDir, String> {
 }
 
 pub fn demo(args: &DemoArgs) -> CliResult {
-    if embedded::DEMO_FILES.is_empty() {
-        return Err("this sigmatop was built without the bundled demo recording".into());
+    let (files, label) = match args.which.as_str() {
+        "gpu" => (embedded::DEMO_GPU_FILES, "demo gpu"),
+        _ => (embedded::DEMO_FILES, "demo"),
+    };
+    if files.is_empty() {
+        return Err("this sigmatop was built without the bundled demo recordings".into());
     }
-    let tmp = unpack_demo()?;
+    let tmp = unpack(files)?;
     let dirs = [tmp.path().to_path_buf()];
     if args.headless {
         return print_summary(&dirs, None);
@@ -480,7 +489,7 @@ pub fn demo(args: &DemoArgs) -> CliResult {
         );
         return print_summary(&dirs, None);
     }
-    let src = ReplaySource::open(&dirs, "demo", args.speed)?;
+    let src = ReplaySource::open(&dirs, label, args.speed)?;
     let r = dashboard::run(src, args.theme.as_deref());
     drop(tmp);
     r

@@ -215,6 +215,9 @@ pub(super) fn draw(frame: &mut Frame, area: Rect, app: &App, vm: &ViewModel) {
                     )),
                     Line::from(Span::styled(" are e.g. NVSHMEM with IBGDA", th.dim)),
                 ]
+                .into_iter()
+                .chain(demo_hint(vm, th))
+                .collect::<Vec<_>>()
             } else {
                 vec![
                     Line::from(Span::styled(" no GPU-initiated doorbells seen", th.dim)),
@@ -224,6 +227,9 @@ pub(super) fn draw(frame: &mut Frame, area: Rect, app: &App, vm: &ViewModel) {
                     )),
                     Line::from(Span::styled(" e.g. NVSHMEM with IBGDA)", th.dim)),
                 ]
+                .into_iter()
+                .chain(demo_hint(vm, th))
+                .collect::<Vec<_>>()
             }),
             inner,
         );
@@ -293,4 +299,14 @@ pub(super) fn draw(frame: &mut Frame, area: Rect, app: &App, vm: &ViewModel) {
         Some(app.selected[t]),
         true,
     );
+}
+
+/// In the CPU demo: where the GPU one is.
+fn demo_hint(vm: &ViewModel, th: &crate::theme::Theme) -> Option<Line<'static>> {
+    (vm.header.source == "demo").then(|| {
+        Line::from(Span::styled(
+            " `sigmatop demo gpu` replays GPU doorbells: NVIDIA NVSHMEM, 2 PEs on an H200",
+            th.dim,
+        ))
+    })
 }
