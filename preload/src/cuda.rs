@@ -31,7 +31,7 @@ use std::sync::{Mutex, OnceLock};
 
 use sigmatop::event::Layer;
 
-use crate::dl::{Hook, RealFn};
+use crate::dl::{Hook, RealSlot as RealFn};
 
 pub type CuResult = c_int;
 pub const CUDA_SUCCESS: CuResult = 0;

@@ -52,7 +52,7 @@ use std::sync::Mutex;
 
 use sigmatop::event::{EndpointDef, EndpointKind, Layer, Op, Peer, flags, fnv1a64};
 
-use crate::dl::{Hook, RealFn};
+use crate::dl::{Hook, RealSlot as RealFn};
 use crate::thread::ThreadState;
 
 const SONAMES: &[&CStr] = &[c"libibverbs.so.1", c"libibverbs.so"];
@@ -640,7 +640,7 @@ unsafe fn record_one_send(ts: &ThreadState, ep: u32, p: *const IbvSendWr) {
             ),
             _ => (0, 0),
         };
-        ts.record(
+        ts.record_flags(
             ep,
             send_op(opcode),
             bytes,
@@ -672,7 +672,7 @@ unsafe fn record_send_chain(
         core::ptr::null_mut()
     } else if bad.is_null() {
         // The failing WR is unknown: record one error, read nothing more.
-        ts.record(ep, Op::VerbsOther, 0, 0, flags::ERROR, 0);
+        ts.record_flags(ep, Op::VerbsOther, 0, 0, flags::ERROR, 0);
         untraced(1);
         return;
     } else {
@@ -690,7 +690,7 @@ unsafe fn record_send_chain(
         unsafe {
             if p == stop {
                 let opcode = core::ptr::addr_of!((*p).opcode).read();
-                ts.record(ep, send_op(opcode), 0, 0, flags::ERROR, 0);
+                ts.record_flags(ep, send_op(opcode), 0, 0, flags::ERROR, 0);
                 return;
             }
             record_one_send(ts, ep, p);
@@ -700,7 +700,7 @@ unsafe fn record_send_chain(
     }
     if r != 0 {
         // The provider failed but *bad was not in the chain: nothing more is known.
-        ts.record(ep, Op::VerbsOther, 0, 0, flags::ERROR, 0);
+        ts.record_flags(ep, Op::VerbsOther, 0, 0, flags::ERROR, 0);
     }
 }
 
@@ -723,7 +723,7 @@ unsafe fn record_recv_chain(
     let stop = if r == 0 {
         core::ptr::null_mut()
     } else if bad.is_null() {
-        ts.record(ep, op, 0, 0, flags::ERROR, 0);
+        ts.record_flags(ep, op, 0, 0, flags::ERROR, 0);
         untraced(1);
         return;
     } else {
@@ -738,7 +738,7 @@ unsafe fn record_recv_chain(
             return;
         }
         if p == stop {
-            ts.record(ep, op, 0, 0, flags::ERROR, 0);
+            ts.record_flags(ep, op, 0, 0, flags::ERROR, 0);
             return;
         }
         // SAFETY: p is a WR the provider read.
@@ -747,13 +747,13 @@ unsafe fn record_recv_chain(
                 core::ptr::addr_of!((*p).sg_list).read(),
                 core::ptr::addr_of!((*p).num_sge).read(),
             );
-            ts.record(ep, op, bytes, 0, 0, 0);
+            ts.record_flags(ep, op, bytes, 0, 0, 0);
             p = core::ptr::addr_of!((*p).next).read();
         }
         n += 1;
     }
     if r != 0 {
-        ts.record(ep, op, 0, 0, flags::ERROR, 0);
+        ts.record_flags(ep, op, 0, 0, flags::ERROR, 0);
     }
 }
 
@@ -876,7 +876,7 @@ pub unsafe extern "C" fn poll_cq_hook(cq: *mut c_void, n: c_int, wc: *mut IbvWc)
         crate::guarded((), || {
             let ep = crate::registry::lookup(cq as usize);
             if r < 0 || wc.is_null() {
-                ts.record(ep, Op::VerbsPollCq, 0, 0, flags::ERROR, 0);
+                ts.record_flags(ep, Op::VerbsPollCq, 0, 0, flags::ERROR, 0);
                 return;
             }
             let (mut bytes, mut errs, mut classes) = (0u64, 0u16, 0u16);
@@ -892,7 +892,7 @@ pub unsafe extern "C" fn poll_cq_hook(cq: *mut c_void, n: c_int, wc: *mut IbvWc)
             }
             let fl = if errs > 0 { flags::ERROR } else { 0 };
             let aux = (classes << 8) | errs.min(255);
-            ts.record(ep, Op::VerbsPollCq, r as u64, bytes, fl, aux);
+            ts.record_flags(ep, Op::VerbsPollCq, r as u64, bytes, fl, aux);
         });
     }
     r
@@ -913,7 +913,7 @@ pub unsafe extern "C" fn req_notify_hook(cq: *mut c_void, solicited: c_int) -> c
         crate::guarded((), || {
             let ep = crate::registry::lookup(cq as usize);
             let fl = if r != 0 { flags::ERROR } else { 0 };
-            ts.record(ep, Op::VerbsOther, 0, 0, fl, solicited as u16);
+            ts.record_flags(ep, Op::VerbsOther, 0, 0, fl, solicited as u16);
         });
     }
     r
@@ -1090,7 +1090,7 @@ fn flush_pending(st: &QpxState, p: &mut Pending, fl: u8) {
             for w in &p.items[..p.n] {
                 let op = Op::from_u8(w.op).unwrap_or(Op::VerbsOther);
                 let bytes = if fl & flags::ERROR != 0 { 0 } else { w.bytes };
-                ts.record(st.ep, op, bytes, w.addr, w.flags | fl, w.aux);
+                ts.record_flags(st.ep, op, bytes, w.addr, w.flags | fl, w.aux);
             }
         });
     }
@@ -1607,7 +1607,7 @@ pub unsafe extern "C" fn ibv_get_cq_event(
                 } else {
                     0
                 };
-                ts.record(ep, Op::VerbsCqEvent, 0, waited, fl, 0);
+                ts.record_flags(ep, Op::VerbsCqEvent, 0, waited, fl, 0);
             })
         });
     }
@@ -1874,7 +1874,7 @@ pub unsafe extern "C" fn ibv_dereg_mr(mr: *mut c_void) -> c_int {
     r
 }
 
-fn define_cq(cq: *mut c_void) {
+pub(crate) fn define_cq(cq: *mut c_void) {
     if cq.is_null() {
         return;
     }
@@ -2060,38 +2060,6 @@ pub unsafe extern "C" fn ibv_destroy_qp(qp: *mut IbvQp) -> c_int {
         });
     }
     r
-}
-
-// ---------------------------------------------------------------------------------------------
-// Microbenchmark entry points (benches/verbs_hotpath.c).
-// ---------------------------------------------------------------------------------------------
-
-/// Patches a fake context and defines an endpoint for `qp` and `cq`, as ibv_open_device and
-/// ibv_create_qp / ibv_create_cq would.
-///
-/// # Safety
-/// `ctx` is a writable `struct ibv_context` (abi_compat NULL), `qp` and `cq` objects whose first
-/// field is `ctx`.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn sigmatop_bench_verbs_setup(
-    ctx: *mut c_void,
-    qp: *mut c_void,
-    cq: *mut c_void,
-) {
-    // SAFETY: caller's contract.
-    unsafe { patch_context(ctx) };
-    crate::guarded((), || {
-        let id = crate::registry::define(
-            Layer::Ibverbs,
-            EndpointKind::VerbsQp,
-            "qp bench".into(),
-            "RC".into(),
-            Peer::default(),
-        );
-        crate::registry::bind(qp as usize, id);
-        define_cq(cq);
-    });
-    crate::collector::ensure_started();
 }
 
 #[cfg(test)]

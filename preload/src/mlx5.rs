@@ -24,7 +24,7 @@ use sigmatop::decode::devx::{
 use sigmatop::decode::wqe::QpType;
 use sigmatop::event::{EndpointDef, EndpointKind, Layer, Peer};
 
-use crate::dl::{Hook, RealFn};
+use crate::dl::{Hook, RealSlot as RealFn};
 use crate::doorbell::{self, QpInfo};
 
 type Ptr = *mut c_void;

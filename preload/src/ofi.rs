@@ -41,7 +41,7 @@ use std::sync::Mutex;
 
 use sigmatop::event::{EndpointKind, Layer, Op, Peer, flags, fnv1a64};
 
-use crate::dl::{Hook, RealFn};
+use crate::dl::{Hook, RealSlot as RealFn};
 
 const FI_ENOSYS: c_int = libc::ENOSYS;
 const FI_EAGAIN: isize = libc::EAGAIN as isize;
@@ -1456,9 +1456,9 @@ macro_rules! data_op {
                 // SAFETY: as above.
                 let id = unsafe { (*w).id };
                 if r < 0 {
-                    ts.record(id, $op, 0, addr, fl | flags::ERROR, aux);
+                    ts.record_flags(id, $op, 0, addr, fl | flags::ERROR, aux);
                 } else {
-                    ts.record(id, $op, bytes, addr, fl, aux);
+                    ts.record_flags(id, $op, bytes, addr, fl, aux);
                 }
             });
             ts.leave();
@@ -1652,9 +1652,9 @@ unsafe extern "C" fn cq_close(fid: *mut Fid) -> c_int {
 #[inline(always)]
 fn cq_record(ts: &crate::thread::ThreadState, id: u32, r: isize) {
     if r > 0 {
-        ts.record(id, Op::OfiCqRead, r as u64, 0, 0, 0);
+        ts.record_flags(id, Op::OfiCqRead, r as u64, 0, 0, 0);
     } else if r < 0 && r != -FI_EAGAIN {
-        ts.record(id, Op::OfiCqRead, 0, 0, flags::ERROR, 0);
+        ts.record_flags(id, Op::OfiCqRead, 0, 0, flags::ERROR, 0);
     }
 }
 

@@ -5,7 +5,7 @@
 use core::ffi::{c_char, c_int, c_void};
 use core::sync::atomic::{AtomicPtr, Ordering};
 
-use crate::dl::RealFn;
+use crate::dl::RealSlot as RealFn;
 
 const LIBC: &[&core::ffi::CStr] = &[c"libc.so.6"];
 
