@@ -149,3 +149,12 @@ fn on_hook_panic() {
 pub fn failed(n: u64) {
     HOOK_FAILURES.fetch_add(n, Ordering::Relaxed);
 }
+
+/// Puts sigmatop's wrapper `ours` into a slot of a function table it patches (a libfabric table
+/// copy, a QP's `wr_*` pointers) where the provider has a function; a NULL slot stays NULL.
+#[inline]
+pub fn wrap_slot<F>(slot: &mut Option<F>, ours: F) {
+    if slot.is_some() {
+        *slot = Some(ours);
+    }
+}

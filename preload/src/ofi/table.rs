@@ -5,6 +5,7 @@ use core::mem::size_of;
 
 use super::abi::OpsTable;
 use super::unwrapped;
+pub use crate::hook::wrap_slot;
 
 /// A copy of a provider table, the id of the object it belongs to, and the provider's table.
 /// The object's table pointer points at `table` (offset 0), so a wrapper reaches `id` and `orig`
@@ -93,14 +94,5 @@ pub fn zeroed_wrapped<T: OpsTable>() -> Wrapped<T> {
         table: unsafe { core::mem::zeroed() },
         id: 0,
         orig: core::ptr::null(),
-    }
-}
-
-/// Puts sigmatop's wrapper `ours` into a copied slot the provider filled (a NULL slot stays NULL:
-/// the object keeps not having that function).
-#[inline]
-pub fn wrap_slot<F>(slot: &mut Option<F>, ours: F) {
-    if slot.is_some() {
-        *slot = Some(ours);
     }
 }
