@@ -24,29 +24,6 @@
 //! - `process`: `exec*` hooks that end the record cleanly before the image is replaced.
 //! - `bench` (feature `bench`): entry points for the benchmarks and test probes.
 
-// Transitional (layers not yet on the hook idiom).
-pub use hook::enter as trace_enter;
-pub use hook::{HOOK_FAILURES, guarded, inside as in_sigmatop};
-macro_rules! real {
-    ($slot:ident, $ty:ty) => {{
-        let p = $slot.get();
-        if p.is_null() {
-            return;
-        }
-        // SAFETY: `p` is the loaded library's definition of the symbol named in `$slot`, whose C
-        // signature (from that library's public header) is `$ty`.
-        unsafe { core::mem::transmute::<*mut core::ffi::c_void, $ty>(p) }
-    }};
-    ($slot:ident, $ty:ty, $fail:expr) => {{
-        let p = $slot.get();
-        if p.is_null() {
-            return $fail;
-        }
-        // SAFETY: as above.
-        unsafe { core::mem::transmute::<*mut core::ffi::c_void, $ty>(p) }
-    }};
-}
-
 #[cfg(feature = "bench")]
 pub mod bench;
 
@@ -54,6 +31,7 @@ pub mod clock;
 pub mod collector;
 pub mod config;
 pub mod cuda;
+pub mod cuda_driver;
 pub mod dl;
 pub mod doorbell;
 pub mod hook;

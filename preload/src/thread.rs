@@ -379,26 +379,6 @@ impl ThreadState {
         })
     }
 
-    /// Transitional: the old recording call.
-    #[inline(always)]
-    pub fn record_flags(&self, ep: u32, op: Op, bytes: u64, addr: u64, fl: u8, aux: u16) {
-        let outcome = if fl & flags::ERROR != 0 {
-            Outcome::Failed
-        } else if fl & flags::IMMEDIATE != 0 {
-            Outcome::Immediate
-        } else {
-            Outcome::Ok
-        };
-        let fl = fl & !(flags::ERROR | flags::IMMEDIATE);
-        self.record(ep, op, bytes, outcome, || {
-            Some(Detail {
-                addr,
-                flags: fl,
-                aux,
-            })
-        })
-    }
-
     /// As [`ThreadState::record`] for an operation that happened at `tsc`, not now (a GPU
     /// doorbell and the WQEs recovered behind it, recorded by the poller thread).
     #[inline(always)]
