@@ -338,8 +338,9 @@ macro_rules! real_fns {
     ($sonames:expr; $($(#[$m:meta])* $vis:vis $slot:ident: $ty:ty = $name:literal;)*) => {
         $(
             $(#[$m])*
-            // SAFETY: `$ty` is the C signature of `$name` in the library's public header.
             $vis static $slot: crate::dl::RealFn<$ty> =
+                // SAFETY: `$ty` is the C signature of `$name` in the library's public header
+                // (each use of this macro states it).
                 unsafe { crate::dl::RealFn::new($name, $sonames) };
         )*
     };

@@ -24,6 +24,8 @@
 //! - `process`: `exec*` hooks that end the record cleanly before the image is replaced.
 //! - `bench` (feature `bench`): entry points for the benchmarks and test probes.
 
+#![deny(clippy::undocumented_unsafe_blocks)]
+
 #[cfg(feature = "bench")]
 pub mod bench;
 

@@ -155,9 +155,9 @@ pub fn thread_exit_key(dtor: unsafe extern "C" fn(*mut c_void)) -> Option<u32> {
 }
 
 /// Sets the calling thread's value of a key from [`thread_exit_key`].
-pub fn set_thread_exit_value(key: u32, value: *const c_void) {
+pub fn set_thread_exit_value(key: u32, value: usize) {
     // SAFETY: `key` came from pthread_key_create; the value is only handed to our destructor.
-    unsafe { libc::pthread_setspecific(key, value) };
+    unsafe { libc::pthread_setspecific(key, value as *const c_void) };
 }
 
 /// Runs `child` in the child process after every fork.

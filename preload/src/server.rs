@@ -103,10 +103,11 @@ impl Server {
             ));
         }
         // A stale socket of an earlier process with our pid: remove it, but only a socket of ours.
-        if let Ok(md) = std::fs::symlink_metadata(&path) {
-            if md.file_type().is_socket() && md.uid() == crate::os::uid() {
-                let _ = std::fs::remove_file(&path);
-            }
+        if let Ok(md) = std::fs::symlink_metadata(&path)
+            && md.file_type().is_socket()
+            && md.uid() == crate::os::uid()
+        {
+            let _ = std::fs::remove_file(&path);
         }
         let listener = UnixListener::bind(&path)
             .map_err(|e| format!("cannot listen on {}: {e}", path.display()))?;

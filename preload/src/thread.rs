@@ -119,6 +119,7 @@ pub struct ThreadState {
 // SAFETY: the ring pointer is written only by the owning thread (below head) and read only by the
 // collector (between tail and head), synchronised by the head/tail atomics.
 unsafe impl Sync for ThreadState {}
+// SAFETY: as above; the raw pointers are mappings owned by the state, valid on any thread.
 unsafe impl Send for ThreadState {}
 
 /// Head of the list of every thread that ever traced something. Threads push at the head with CAS;
@@ -248,7 +249,7 @@ fn register() -> *mut ThreadState {
     }
     let key = EXIT_KEY.load(Ordering::Relaxed);
     if key != u32::MAX {
-        crate::os::set_thread_exit_value(key, mem as *const core::ffi::c_void);
+        crate::os::set_thread_exit_value(key, mem as usize);
     }
     mem
 }

@@ -121,24 +121,25 @@ unsafe fn patch_context_inner(ctx: *mut IbvContext) {
     }
     // SAFETY: abi_compat is a plain field of the context.
     let extended = unsafe { (*ctx).abi_compat } as usize == ABI_IS_EXTENDED;
-    // SAFETY: an extended context is the last member of a verbs_context, whose `sz` precedes it.
     let sz = if extended {
+        // SAFETY: an extended context is the last member of a verbs_context, whose `sz` precedes
+        // it.
         unsafe { *((ctx as *const u8).offset(VCTX_SZ) as *const usize) }
     } else {
         0
     };
     let has = |off: isize| extended && sz >= (VCTX_SIZE as isize + off) as usize;
     let vptr = |off: isize| (ctx as *mut u8).wrapping_offset(off) as *mut usize;
-    // SAFETY: the vctx slot exists when `has(off)` (the verbs_get_ctx_op rule).
     let vread = |off: isize| {
         if has(off) {
+            // SAFETY: the vctx slot exists when `has(off)` (the verbs_get_ctx_op rule).
             unsafe { vptr(off).read() }
         } else {
             0
         }
     };
-    // SAFETY (all transmutes below): each value is NULL or the provider's function of that slot's
-    // signature; Option<fn> has the NULL niche.
+    // SAFETY: (all transmutes below) each value is NULL or the provider's function of that
+    // slot's signature; Option<fn> has the NULL niche.
     let st = unsafe {
         CtxState {
             post_send: core::mem::transmute::<usize, Option<PostSendFn>>(slot(OPS_POST_SEND)),

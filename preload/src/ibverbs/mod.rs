@@ -57,6 +57,7 @@ use core::ffi::CStr;
 use core::sync::atomic::{AtomicU64, Ordering};
 
 pub use context::{device_gid, note_device, patch_context};
+#[cfg(feature = "bench")]
 pub(crate) use control::define_cq;
 pub use control::qp_addr_hash;
 pub use exports::hooks;

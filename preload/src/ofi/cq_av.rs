@@ -328,10 +328,10 @@ unsafe extern "C" fn av_insertsvc(
         || unsafe { f(av, node, service, fi_addr, fl, ctx) },
         |st| {
             let first = st.next_index.fetch_add(1, Ordering::Relaxed);
-            // SAFETY: NULL or the program's one entry, filled by the provider.
             vec![if fi_addr.is_null() {
                 first
             } else {
+                // SAFETY: the program's one entry, filled by the provider.
                 unsafe { *fi_addr }
             }]
         },

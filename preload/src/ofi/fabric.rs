@@ -201,6 +201,7 @@ unsafe extern "C" fn domain_endpoint(
 ) -> c_int {
     // SAFETY: installed only in a DomainState that dom->ops points at.
     let st = unsafe { domain_state(dom) };
+    // SAFETY: the provider's table the copy was made from.
     let Some(f) = (unsafe { (*st.ops.orig).endpoint }) else {
         return -FI_ENOSYS;
     };
@@ -221,6 +222,7 @@ unsafe extern "C" fn domain_endpoint2(
 ) -> c_int {
     // SAFETY: as domain_endpoint.
     let st = unsafe { domain_state(dom) };
+    // SAFETY: the provider's table the copy was made from.
     let Some(f) = (unsafe { (*st.ops.orig).endpoint2 }) else {
         return -FI_ENOSYS;
     };
@@ -240,6 +242,7 @@ unsafe extern "C" fn domain_cq_open(
 ) -> c_int {
     // SAFETY: as domain_endpoint.
     let st = unsafe { domain_state(dom) };
+    // SAFETY: the provider's table the copy was made from.
     let Some(f) = (unsafe { (*st.ops.orig).cq_open }) else {
         return -FI_ENOSYS;
     };
@@ -259,6 +262,7 @@ unsafe extern "C" fn domain_av_open(
 ) -> c_int {
     // SAFETY: as domain_endpoint.
     let st = unsafe { domain_state(dom) };
+    // SAFETY: the provider's table the copy was made from.
     let Some(f) = (unsafe { (*st.ops.orig).av_open }) else {
         return -FI_ENOSYS;
     };

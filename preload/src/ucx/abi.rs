@@ -198,10 +198,8 @@ mod tests {
         }
         let iov: [[usize; 2]; 3] = [[0, 10], [0, 20], [0, 12]];
         // SAFETY: three valid iov entries.
-        assert_eq!(
-            unsafe { dt_bytes(DT_IOV, iov.as_ptr() as *const c_void, 3) },
-            42
-        );
+        let sum = unsafe { dt_bytes(DT_IOV, iov.as_ptr() as *const c_void, 3) };
+        assert_eq!(sum, 42);
     }
 
     #[test]
