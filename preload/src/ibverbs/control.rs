@@ -211,30 +211,25 @@ pub(super) unsafe fn on_modify(qp: *mut IbvQp, attr: *const IbvQpAttr, mask: c_i
 /// Defines the endpoint of a new CQ (`ibv_create_cq`, `create_cq_ex`; an `ibv_cq_ex` starts with
 /// the fields of `ibv_cq`).
 pub(crate) fn define_cq(cq: *mut c_void) {
-    if cq.is_null() {
-        return;
+    if !cq.is_null() {
+        define_queue(cq, EndpointKind::VerbsCq, "cq", &NEXT_CQ);
     }
-    // SAFETY: a CQ just created: its first field is the context.
-    let dev = dev_info(unsafe { ctx_of(cq) });
-    let n = NEXT_CQ.fetch_add(1, Ordering::Relaxed);
-    define(
-        cq as usize,
-        EndpointKind::VerbsCq,
-        format!("cq#{n} {}", dev.name),
-        "",
-        None,
-    );
 }
 
 /// Defines the endpoint of a new SRQ.
 pub(super) fn define_srq(srq: *mut c_void) {
-    // SAFETY: a SRQ just created: its first field is the context.
-    let dev = dev_info(unsafe { ctx_of(srq) });
-    let n = NEXT_SRQ.fetch_add(1, Ordering::Relaxed);
+    define_queue(srq, EndpointKind::VerbsSrq, "srq", &NEXT_SRQ);
+}
+
+/// A CQ or SRQ endpoint, labelled `<what>#<n> <device>`.
+fn define_queue(obj: *mut c_void, kind: EndpointKind, what: &str, next: &AtomicU64) {
+    // SAFETY: a CQ or SRQ just created: its first field is the context.
+    let dev = dev_info(unsafe { ctx_of(obj) });
+    let n = next.fetch_add(1, Ordering::Relaxed);
     define(
-        srq as usize,
-        EndpointKind::VerbsSrq,
-        format!("srq#{n} {}", dev.name),
+        obj as usize,
+        kind,
+        format!("{what}#{n} {}", dev.name),
         "",
         None,
     );
