@@ -3,8 +3,8 @@
 //! per-object state. Reads (the hot path) are a hash and a few loads, with no lock; writes (the
 //! control path) take a mutex among themselves. Open addressing with linear probing over a fixed
 //! array: nothing is allocated, and a slot, once used, is never emptied, so a reader's probe
-//! sequence never breaks. A key is forgotten by clearing its value; its slot can then be taken by
-//! a later key.
+//! sequence never breaks. A key is forgotten by clearing its value to the zero word; its slot can
+//! then be taken by a later key.
 
 use core::marker::PhantomData;
 use core::sync::atomic::{AtomicUsize, Ordering};
@@ -86,7 +86,9 @@ impl<V: Value, const CAP: usize> PtrMap<V, CAP> {
         (((key >> 3) as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (64 - Self::BITS)) as usize
     }
 
-    /// The value of `key`, if it has one. Lock-free; safe against concurrent writers.
+    /// The value of `key`, if it was ever inserted: a key that was cleared since gives the zero
+    /// word's value (0, a null pointer), which the caller tells apart where it clears keys.
+    /// Lock-free; safe against concurrent writers.
     #[inline(always)]
     pub fn get(&self, key: usize) -> Option<V> {
         let mut i = Self::home(key);
@@ -94,8 +96,7 @@ impl<V: Value, const CAP: usize> PtrMap<V, CAP> {
             let s = &self.slots[i];
             let k = s.key.load(Ordering::Acquire);
             if k == key {
-                let v = s.value.load(Ordering::Acquire);
-                return (v != 0).then(|| V::from_word(v));
+                return Some(V::from_word(s.value.load(Ordering::Acquire)));
             }
             if k == 0 {
                 return None;
@@ -177,7 +178,7 @@ mod tests {
         assert!(m.insert(64, 777));
         assert_eq!(m.get(64), Some(777));
         m.clear(64);
-        assert_eq!(m.get(64), None);
+        assert_eq!(m.get(64), Some(0));
         // Keys further along the probe sequence are still found after a clear.
         for i in 2..700usize {
             assert_eq!(m.get(i * 64), Some(i as u32));

@@ -22,7 +22,8 @@ pub static IDENTITY_GEN: AtomicU64 = AtomicU64::new(0);
 /// Operations on handles sigmatop never saw created.
 pub static UNATTRIBUTED: AtomicU64 = AtomicU64::new(0);
 
-/// The endpoint id of `handle`, or `UNATTRIBUTED_EP`. Lock-free, a few loads.
+/// The endpoint id of `handle`, or `UNATTRIBUTED_EP` (counted in `UNATTRIBUTED` when the handle
+/// was never bound; handles are never unbound). Lock-free, a few loads.
 #[inline(always)]
 pub fn lookup(handle: usize) -> u32 {
     match MAP.get(handle) {

@@ -44,8 +44,9 @@ static CTXS: PtrMap<*const CtxState, 256> = PtrMap::new();
 /// The originals of `ctx`.
 #[inline(always)]
 pub fn ctx_state(ctx: *mut IbvContext) -> Option<&'static CtxState> {
-    // SAFETY: states are leaked, never freed.
-    CTXS.get(ctx as usize).map(|p| unsafe { &*p })
+    let p = CTXS.get(ctx as usize)?;
+    // SAFETY: states are leaked, never freed; null is a closed context's cleared entry.
+    unsafe { p.as_ref() }
 }
 
 /// Publishes `st` for `ctx` (replacing a state of an earlier context at the same address).

@@ -49,8 +49,9 @@ static QPXS: PtrMap<*const QpxState, 4096> = PtrMap::new();
 
 #[inline(always)]
 fn qpx_state(qpx: Qx) -> Option<&'static QpxState> {
-    // SAFETY: states are leaked, never freed.
-    QPXS.get(qpx as usize).map(|p| unsafe { &*p })
+    let p = QPXS.get(qpx as usize)?;
+    // SAFETY: states are leaked, never freed (and never cleared: `p` is not null).
+    unsafe { p.as_ref() }
 }
 
 fn qpx_insert(qpx: Qx, st: QpxState) -> bool {
