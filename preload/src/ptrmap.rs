@@ -4,7 +4,8 @@
 //! control path) take a mutex among themselves. Open addressing with linear probing over a fixed
 //! array: nothing is allocated, and a slot, once used, is never emptied, so a reader's probe
 //! sequence never breaks. A key is forgotten by clearing its value to the zero word; its slot can
-//! then be taken by a later key.
+//! then be taken by a later key. A map made with `FRONT` keeps its first key in a slot of its own,
+//! checked before hashing: for maps that usually hold one key (a process's verbs contexts).
 
 use core::marker::PhantomData;
 use core::sync::atomic::{AtomicUsize, Ordering};
@@ -41,27 +42,25 @@ impl<T> Value for *const T {
     }
 }
 
-/// One key and its value, side by side: a lookup touches one cache line.
-#[repr(C, align(16))]
-struct Slot {
-    key: AtomicUsize,
-    value: AtomicUsize,
-}
-
-/// A map of at most `CAP` (a power of two) pointer keys to values of type `V`.
-pub struct PtrMap<V, const CAP: usize> {
-    slots: [Slot; CAP],
+/// A map of at most `CAP` (a power of two) pointer keys to values of type `V` (plus, with
+/// `FRONT`, its first key in a front slot). Keys and values sit in two arrays of words, so each is
+/// one scaled load on the hot path.
+pub struct PtrMap<V, const CAP: usize, const FRONT: bool = false> {
+    front_key: AtomicUsize,
+    front_value: AtomicUsize,
+    keys: [AtomicUsize; CAP],
+    values: [AtomicUsize; CAP],
     writers: Mutex<()>,
     _value: PhantomData<fn() -> V>,
 }
 
-impl<V: Value, const CAP: usize> Default for PtrMap<V, CAP> {
+impl<V: Value, const CAP: usize, const FRONT: bool> Default for PtrMap<V, CAP, FRONT> {
     fn default() -> Self {
         Self::new()
     }
 }
 
-impl<V: Value, const CAP: usize> PtrMap<V, CAP> {
+impl<V: Value, const CAP: usize, const FRONT: bool> PtrMap<V, CAP, FRONT> {
     const BITS: u32 = {
         assert!(CAP.is_power_of_two() && CAP >= MAX_PROBE);
         CAP.trailing_zeros()
@@ -69,12 +68,10 @@ impl<V: Value, const CAP: usize> PtrMap<V, CAP> {
 
     pub const fn new() -> Self {
         PtrMap {
-            slots: [const {
-                Slot {
-                    key: AtomicUsize::new(0),
-                    value: AtomicUsize::new(0),
-                }
-            }; CAP],
+            front_key: AtomicUsize::new(0),
+            front_value: AtomicUsize::new(0),
+            keys: [const { AtomicUsize::new(0) }; CAP],
+            values: [const { AtomicUsize::new(0) }; CAP],
             writers: Mutex::new(()),
             _value: PhantomData,
         }
@@ -91,12 +88,14 @@ impl<V: Value, const CAP: usize> PtrMap<V, CAP> {
     /// Lock-free; safe against concurrent writers.
     #[inline(always)]
     pub fn get(&self, key: usize) -> Option<V> {
+        if FRONT && self.front_key.load(Ordering::Acquire) == key {
+            return Some(V::from_word(self.front_value.load(Ordering::Acquire)));
+        }
         let mut i = Self::home(key);
         for _ in 0..MAX_PROBE {
-            let s = &self.slots[i];
-            let k = s.key.load(Ordering::Acquire);
+            let k = self.keys[i].load(Ordering::Acquire);
             if k == key {
-                return Some(V::from_word(s.value.load(Ordering::Acquire)));
+                return Some(V::from_word(self.values[i].load(Ordering::Acquire)));
             }
             if k == 0 {
                 return None;
@@ -114,20 +113,29 @@ impl<V: Value, const CAP: usize> PtrMap<V, CAP> {
             return false;
         }
         let _writers = self.writers.lock();
+        if FRONT {
+            // The front slot belongs to the first key ever inserted, for good: a key is always
+            // in one place only.
+            let front = self.front_key.load(Ordering::Relaxed);
+            if front == key || front == 0 {
+                self.front_value.store(value, Ordering::Release);
+                self.front_key.store(key, Ordering::Release);
+                return true;
+            }
+        }
         let mut i = Self::home(key);
         let mut reusable = None;
         for _ in 0..MAX_PROBE {
-            let s = &self.slots[i];
-            let k = s.key.load(Ordering::Relaxed);
+            let k = self.keys[i].load(Ordering::Relaxed);
             if k == key {
-                s.value.store(value, Ordering::Release);
+                self.values[i].store(value, Ordering::Release);
                 return true;
             }
             if k == 0 {
                 reusable.get_or_insert(i);
                 break;
             }
-            if reusable.is_none() && s.value.load(Ordering::Relaxed) == 0 {
+            if reusable.is_none() && self.values[i].load(Ordering::Relaxed) == 0 {
                 // A forgotten key's slot: taken unless `key` is further along.
                 reusable = Some(i);
             }
@@ -137,20 +145,23 @@ impl<V: Value, const CAP: usize> PtrMap<V, CAP> {
             return false;
         };
         // Value first: a reader that sees the key sees its value.
-        self.slots[i].value.store(value, Ordering::Release);
-        self.slots[i].key.store(key, Ordering::Release);
+        self.values[i].store(value, Ordering::Release);
+        self.keys[i].store(key, Ordering::Release);
         true
     }
 
     /// Forgets the value of `key` (the object is gone).
     pub fn clear(&self, key: usize) {
         let _writers = self.writers.lock();
+        if FRONT && self.front_key.load(Ordering::Relaxed) == key {
+            self.front_value.store(0, Ordering::Release);
+            return;
+        }
         let mut i = Self::home(key);
         for _ in 0..MAX_PROBE {
-            let s = &self.slots[i];
-            let k = s.key.load(Ordering::Relaxed);
+            let k = self.keys[i].load(Ordering::Relaxed);
             if k == key {
-                s.value.store(0, Ordering::Release);
+                self.values[i].store(0, Ordering::Release);
                 return;
             }
             if k == 0 {
@@ -187,6 +198,21 @@ mod tests {
         assert_eq!(m.get(99_999 * 64), Some(5));
         assert!(!m.insert(0, 1));
         assert!(!m.insert(8, 0));
+    }
+
+    #[test]
+    fn the_front_slot_keeps_its_first_key() {
+        let m: Box<PtrMap<u32, 64, true>> = Box::default();
+        assert!(m.insert(0x1000, 1));
+        assert!(m.insert(0x2000, 2));
+        assert_eq!((m.get(0x1000), m.get(0x2000)), (Some(1), Some(2)));
+        m.clear(0x1000);
+        assert_eq!(m.get(0x1000), Some(0));
+        // A new key never takes the front: the first key stays there (a reopened context at the
+        // same address finds its slot again).
+        assert!(m.insert(0x3000, 3));
+        assert!(m.insert(0x1000, 4));
+        assert_eq!((m.get(0x1000), m.get(0x3000)), (Some(4), Some(3)));
     }
 
     #[test]

@@ -38,8 +38,9 @@ pub struct CtxState {
 }
 
 /// Patched contexts → their originals (states are leaked, never freed: a racing reader of a
-/// closed context's slot never sees freed memory).
-static CTXS: PtrMap<*const CtxState, 256> = PtrMap::new();
+/// closed context's slot never sees freed memory). Most programs open one context: the first is
+/// found without hashing (`FRONT`).
+static CTXS: PtrMap<*const CtxState, 256, true> = PtrMap::new();
 
 /// The originals of `ctx`.
 #[inline(always)]
