@@ -184,6 +184,20 @@ pub unsafe fn nbx_bytes(param: *const RequestParam, buffer: *const c_void, count
     unsafe { dt_bytes(param_dt(param), buffer, count) }
 }
 
+/// Bytes of a stream receive: what arrived when it completed at once, else what was posted.
+///
+/// # Safety
+/// `length` is null or the program's length slot, written by UCX when `r` is NULL.
+#[inline(always)]
+pub unsafe fn stream_recv_bytes(r: Ptr, length: *const usize, posted: impl FnOnce() -> u64) -> u64 {
+    if r.is_null() && !length.is_null() {
+        // SAFETY: the caller's contract.
+        unsafe { *length as u64 }
+    } else {
+        posted()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,6 +1,6 @@
 //! UCX layer: interposes the exported UCP entry points of libucp (UCX 1.13 API).
 //!
-//! Data path ([`data`]): every `ucp_*_nbx` operation plus the legacy `_nb` / `_nbr` / `_nbi`
+//! Data path ([`nbx`], [`legacy`]): every `ucp_*_nbx` operation plus the legacy `_nb` / `_nbr` / `_nbi`
 //! forms and the blocking flushes is counted once, on the endpoint (`ucp_ep_h`) or worker
 //! (`ucp_worker_h`) it names. The legacy forms call the `_nbx` ones through libucp's PLT, i.e.
 //! through our hooks; the per-thread guard (`Guard::Outermost`) makes the inner call pass through
@@ -31,7 +31,8 @@
 
 mod abi;
 mod control;
-mod data;
+mod legacy;
+mod nbx;
 
 use core::ffi::CStr;
 
@@ -79,7 +80,8 @@ fn after_progress<R: Copy>(
 
 /// Every UCX hook, for the dlsym wrappers.
 pub fn hooks() -> Vec<crate::dl::Hook> {
-    let mut v = data::hooks();
+    let mut v = nbx::hooks();
+    v.extend(legacy::hooks());
     v.extend(control::hooks());
     v
 }
