@@ -405,10 +405,14 @@ impl ThreadState {
         detail: impl FnOnce() -> Option<Detail>,
         timestamp: impl FnOnce() -> u64,
     ) {
+        if !crate::config::events_enabled() {
+            // Aggregate mode: counters only. (Its own call, so that the compiler lays this path
+            // out apart from the event path.)
+            self.count(ep, op, bytes, outcome.is_error());
+            return;
+        }
         self.count(ep, op, bytes, outcome.is_error());
-        if crate::config::events_enabled()
-            && let Some(d) = detail()
-        {
+        if let Some(d) = detail() {
             self.push(RawEvent {
                 tsc: timestamp(),
                 bytes,
