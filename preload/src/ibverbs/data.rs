@@ -72,17 +72,16 @@ pub unsafe fn sge_bytes(sg: *const IbvSge, n: c_int) -> u64 {
 #[inline(always)]
 unsafe fn record_one_send(ts: &ThreadState, ep: u32, p: *const IbvSendWr) {
     // SAFETY: caller's contract; only fields the provider itself reads.
-    let (opcode, bytes) = unsafe {
-        let opcode = core::ptr::addr_of!((*p).opcode).read();
+    let (op, bytes) = unsafe {
+        let op = send_op(core::ptr::addr_of!((*p).opcode).read());
         let sg = core::ptr::addr_of!((*p).sg_list).read();
-        (
-            opcode,
-            sge_bytes(sg, core::ptr::addr_of!((*p).num_sge).read()),
-        )
+        (op, sge_bytes(sg, core::ptr::addr_of!((*p).num_sge).read()))
     };
-    ts.record(ep, send_op(opcode), bytes, Outcome::Ok, || {
-        // SAFETY: as above.
+    ts.record(ep, op, bytes, Outcome::Ok, || {
+        // SAFETY: as above. (The opcode is read again here, so that only the op lives through
+        // aggregate mode's path.)
         unsafe {
+            let opcode = core::ptr::addr_of!((*p).opcode).read();
             let sf = core::ptr::addr_of!((*p).send_flags).read();
             let (addr, rkey) = match opcode {
                 WR_RDMA_WRITE | WR_RDMA_WRITE_WITH_IMM | WR_RDMA_READ => (
