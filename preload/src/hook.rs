@@ -11,8 +11,16 @@
 //!   objects sigmatop wrapped, CUDA lookups): the real call, then the bookkeeping, errno kept.
 //!
 //! The real call is never made inside `catch_unwind`'s closure, so a panic in sigmatop's code can
-//! neither skip nor repeat the program's call. (Three CUDA hooks may answer a call themselves, for
-//! the doorbell hijack; they use [`guarded`] directly.)
+//! neither skip nor repeat the program's call. A few hooks must act *before* the real call, and
+//! use [`enter`] / [`guarded`] directly: UCX's endpoint closes and mlx5's destroy / free calls
+//! (the object is gone once the call returns), libfabric's close and enable wrappers (the
+//! provider must see its own tables), and the three CUDA calls the doorbell hijack answers itself.
+//!
+//! What a call did reaches the recording step as an [`crate::thread::Outcome`] (accepted,
+//! completed at once, refused, failed), read by each layer from the real call's result, and its
+//! event-only fields as a [`crate::thread::Detail`] read lazily: deciding per event whether to
+//! timestamp and keep it, or counting refusals apart from operations, is a change in
+//! `ThreadState::record` alone.
 
 use core::sync::atomic::{AtomicU64, Ordering};
 
