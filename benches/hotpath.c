@@ -1,6 +1,7 @@
 // Hot-path microbenchmark: cost that sigmatop's hook pattern adds to an intercepted call, measured
 // through the real shared library (its thread-local model and all), per mode.
 // Usage: SIGMATOP_MODE=simple LD_PRELOAD=libsigmatop_preload.so ./hotpath
+// (the preload built with `--features bench`, which exports the sigmatop_bench_* entry points)
 #include <dlfcn.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -22,7 +23,7 @@ int main(void) {
     hook_fn hook = (hook_fn)dlsym(RTLD_DEFAULT, "sigmatop_bench_hook");
     void (*setup)(void *) = (void (*)(void *))dlsym(RTLD_DEFAULT, "sigmatop_bench_setup");
     uint64_t (*pending)(void) = (uint64_t (*)(void))dlsym(RTLD_DEFAULT, "sigmatop_bench_pending");
-    if (!hook || !setup || !pending) { fprintf(stderr, "run with LD_PRELOAD=libsigmatop_preload.so\n"); return 2; }
+    if (!hook || !setup || !pending) { fprintf(stderr, "%s\n", "needs LD_PRELOAD=libsigmatop_preload.so built with its bench entry points: cargo build --release -p sigmatop-preload --features bench"); return 2; }
     void *ep = (void *)0x7f0000001000;
     setup(ep);
     fake_fn volatile f = fake;

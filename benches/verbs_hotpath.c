@@ -3,6 +3,7 @@
 // ibv_context whose ops are stub functions), per mode.
 // Build: gcc -O2 -o verbs_hotpath benches/verbs_hotpath.c -ldl
 // Usage: SIGMATOP_MODE=simple LD_PRELOAD=target/release/libsigmatop_preload.so ./verbs_hotpath
+// (the preload built with `--features bench`, which exports the sigmatop_bench_* entry points)
 #include <dlfcn.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -27,7 +28,7 @@ static double now_ns(void) {
 int main(void) {
     void (*setup)(void *, void *, void *) = (void (*)(void *, void *, void *))dlsym(RTLD_DEFAULT, "sigmatop_bench_verbs_setup");
     uint64_t (*pending)(void) = (uint64_t (*)(void))dlsym(RTLD_DEFAULT, "sigmatop_bench_pending");
-    if (!setup || !pending) { fprintf(stderr, "run with LD_PRELOAD=libsigmatop_preload.so\n"); return 2; }
+    if (!setup || !pending) { fprintf(stderr, "%s\n", "needs LD_PRELOAD=libsigmatop_preload.so built with its bench entry points: cargo build --release -p sigmatop-preload --features bench"); return 2; }
     static struct ibv_context ctx;
     static struct ibv_qp qp;
     static struct ibv_cq cq;

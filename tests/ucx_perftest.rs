@@ -18,7 +18,7 @@
 //!
 //! No double counting: stream_bw's receiver calls the legacy `ucp_stream_recv_nb`, which calls
 //! `ucp_stream_recv_nbx` through libucp's PLT, i.e. through our hook as well; it is counted once.
-//! Stream receives count the posted size (see preload/src/ucx.rs); stream_bw uses 4096-byte
+//! Stream receives count the posted size (see preload/src/ucx/mod.rs); stream_bw uses 4096-byte
 //! messages, below every transport's 8 KiB segment, so each message arrives in one piece and each
 //! receive is filled exactly (larger messages arrive in pieces, and a receive posted for the rest
 //! of a message may complete with fewer bytes than it posted).

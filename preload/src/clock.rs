@@ -6,7 +6,7 @@ use sigmatop::event::ClockSample;
 
 static USE_TSC: AtomicBool = AtomicBool::new(false);
 
-/// Decides once whether the TSC can be used (x86_64 with invariant TSC).
+/// Decides once whether the TSC can be used (x86_64 with invariant TSC). After `config::load`.
 pub fn init() {
     #[cfg(target_arch = "x86_64")]
     {
@@ -16,27 +16,18 @@ pub fn init() {
             USE_TSC.store(edx & (1 << 8) != 0, Ordering::Relaxed);
         }
     }
-    if std::env::var_os("SIGMATOP_NO_TSC").is_some() {
+    if crate::config::no_tsc() {
         USE_TSC.store(false, Ordering::Relaxed);
     }
 }
 
-fn clock_ns(id: libc::clockid_t) -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: valid clock id and out pointer.
-    unsafe { libc::clock_gettime(id, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-}
-
+#[inline]
 pub fn mono_ns() -> u64 {
-    clock_ns(libc::CLOCK_MONOTONIC)
+    crate::os::mono_ns()
 }
 
 pub fn real_ns() -> u64 {
-    clock_ns(libc::CLOCK_REALTIME)
+    crate::os::real_ns()
 }
 
 /// The hot-path timestamp.

@@ -103,8 +103,7 @@ fn restart() {
 
 /// Installs the fork handler. Constructor only.
 pub fn init() {
-    // SAFETY: registering a plain function as the child handler.
-    unsafe { libc::pthread_atfork(None, None, Some(after_fork_in_child)) };
+    crate::os::at_fork_child(after_fork_in_child);
 }
 
 /// Starts the collector once; called from control-path hooks (library init, endpoint creation),
@@ -201,20 +200,15 @@ pub fn identity() -> Identity {
                 .and_then(|v| v.trim().parse::<u32>().ok())
         })
     };
-    let mut host = [0u8; 256];
-    // SAFETY: buffer and its length.
-    unsafe { libc::gethostname(host.as_mut_ptr() as *mut libc::c_char, host.len()) };
-    let end = host.iter().position(|&b| b == 0).unwrap_or(host.len());
     let exe = std::fs::read_link("/proc/self/exe")
         .ok()
         .and_then(|p| p.file_name().map(|f| f.to_string_lossy().into_owned()))
         .unwrap_or_default();
     Identity {
-        host: String::from_utf8_lossy(&host[..end]).into_owned(),
-        // SAFETY: these calls cannot fail.
-        pid: unsafe { libc::getpid() } as u32,
-        ppid: unsafe { libc::getppid() } as u32,
-        uid: unsafe { libc::getuid() },
+        host: crate::os::hostname(),
+        pid: crate::os::pid(),
+        ppid: crate::os::ppid(),
+        uid: crate::os::uid(),
         exe,
         rank: env_u32(&[
             "OMPI_COMM_WORLD_RANK",
@@ -448,7 +442,7 @@ impl Collector {
         drops.ring_full = ring_full;
         drops.endpoint_overflow = overflow;
         drops.unattributed_ops = registry::UNATTRIBUTED.load(Ordering::Relaxed);
-        drops.hook_failures = crate::HOOK_FAILURES.load(Ordering::Relaxed);
+        drops.hook_failures = crate::hook::HOOK_FAILURES.load(Ordering::Relaxed);
         (drops.coalesced_doorbells, drops.unparsable_wqes) = crate::doorbell::drops();
         let s = Snapshot {
             at_ns: clock::real_ns(),

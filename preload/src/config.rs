@@ -1,7 +1,8 @@
-//! The preload's settings, read once from the environment in the constructor. Bad values fall back
-//! to defaults with a one-line warning, printed once, when the process starts tracing.
+//! The preload's settings: every `SIGMATOP_*` variable, read once from the environment in the
+//! constructor (nowhere else). Bad values fall back to defaults with a one-line warning, printed
+//! once, when the process starts tracing.
 
-use core::sync::atomic::{AtomicU8, AtomicU32, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, Ordering};
 use std::path::PathBuf;
 use std::sync::{Mutex, OnceLock};
 
@@ -15,6 +16,50 @@ static PATHS: OnceLock<Paths> = OnceLock::new();
 static WARNINGS: Mutex<Vec<String>> = Mutex::new(Vec::new());
 
 static FAULT: AtomicU8 = AtomicU8::new(Fault::None as u8);
+static DEBUG: AtomicBool = AtomicBool::new(false);
+static NO_TSC: AtomicBool = AtomicBool::new(false);
+static GPU: OnceLock<Gpu> = OnceLock::new();
+
+/// How the WQEs behind a GPU doorbell are copied to the host (`SIGMATOP_WQE_COPY`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WqeCopy {
+    /// One async copy per doorbell (`doorbell`, the default).
+    PerDoorbell,
+    /// One copy per parse batch (`batch`).
+    PerBatch,
+}
+
+/// Settings of the GPU doorbell path (doorbell.rs).
+#[derive(Clone, Debug)]
+pub struct Gpu {
+    /// Recover the WQEs behind doorbells (`SIGMATOP_GPU_WQE`, default on; `off`: forward only).
+    pub recover_wqes: bool,
+    /// WQEBBs per parse batch (`SIGMATOP_WQE_BATCH`).
+    pub batch: u32,
+    pub copy: WqeCopy,
+    /// Pin the poller to this CPU (`SIGMATOP_POLLER_CPU`).
+    pub poller_cpu: Option<usize>,
+    /// One line per recovered WQE (`SIGMATOP_WQE_LOG`, tests and debugging).
+    pub wqe_log: Option<PathBuf>,
+    /// A summary line on stderr at exit (`SIGMATOP_GPU_STATS`).
+    pub stats: bool,
+}
+
+/// Default WQEBBs per parse batch (paper §V-C).
+pub const DEFAULT_WQE_BATCH: u32 = 128;
+
+impl Default for Gpu {
+    fn default() -> Gpu {
+        Gpu {
+            recover_wqes: true,
+            batch: DEFAULT_WQE_BATCH,
+            copy: WqeCopy::PerDoorbell,
+            poller_cpu: None,
+            wqe_log: None,
+            stats: false,
+        }
+    }
+}
 
 /// Test-only fault injection (`SIGMATOP_TEST_FAULT`), to prove every failure leaves the traced
 /// program untouched. Nothing here costs anything on the hot path unless `Hook` is set.
@@ -105,6 +150,20 @@ pub fn interval_ms() -> u32 {
     INTERVAL_MS.load(Ordering::Relaxed)
 }
 
+/// `SIGMATOP_DEBUG`: sigmatop's own panics are printed.
+pub fn debug() -> bool {
+    DEBUG.load(Ordering::Relaxed)
+}
+
+/// `SIGMATOP_NO_TSC`: timestamps from CLOCK_MONOTONIC even where the TSC is invariant.
+pub fn no_tsc() -> bool {
+    NO_TSC.load(Ordering::Relaxed)
+}
+
+pub fn gpu() -> &'static Gpu {
+    GPU.get_or_init(Gpu::default)
+}
+
 pub fn paths() -> &'static Paths {
     PATHS.get_or_init(|| Paths {
         record: None,
@@ -138,9 +197,7 @@ fn default_socket_dir() -> PathBuf {
     if let Some(x) = std::env::var_os("XDG_RUNTIME_DIR").filter(|v| !v.is_empty()) {
         return PathBuf::from(x).join("sigmatop");
     }
-    // SAFETY: getuid cannot fail.
-    let uid = unsafe { libc::getuid() };
-    PathBuf::from(format!("/tmp/sigmatop-{uid}"))
+    PathBuf::from(format!("/tmp/sigmatop-{}", crate::os::uid()))
 }
 
 fn env(name: &str) -> Option<String> {
@@ -250,6 +307,58 @@ pub fn load() {
         socket_dir,
         socket_dir_from_env: from_env,
     });
+    // Set at all (even empty) is on, as these two always were.
+    DEBUG.store(
+        std::env::var_os("SIGMATOP_DEBUG").is_some(),
+        Ordering::Relaxed,
+    );
+    NO_TSC.store(
+        std::env::var_os("SIGMATOP_NO_TSC").is_some(),
+        Ordering::Relaxed,
+    );
+    let _ = GPU.set(load_gpu());
+}
+
+/// The doorbell path's variables; bad values warn and fall back like the others.
+fn load_gpu() -> Gpu {
+    let mut g = Gpu::default();
+    if let Some(v) = env("SIGMATOP_GPU_WQE") {
+        match v.trim() {
+            "off" | "0" | "no" | "false" => g.recover_wqes = false,
+            "on" | "1" | "yes" | "true" => {}
+            _ => warn(format!(
+                "SIGMATOP_GPU_WQE={v} is not one of on, off; recovering WQEs"
+            )),
+        }
+    }
+    if let Some(v) = env("SIGMATOP_WQE_BATCH") {
+        match v.trim().parse::<u32>() {
+            Ok(n) if n >= 1 => g.batch = n,
+            _ => warn(format!(
+                "SIGMATOP_WQE_BATCH={v} is not a positive integer; using {DEFAULT_WQE_BATCH}"
+            )),
+        }
+    }
+    if let Some(v) = env("SIGMATOP_WQE_COPY") {
+        match v.trim() {
+            "doorbell" => {}
+            "batch" => g.copy = WqeCopy::PerBatch,
+            _ => warn(format!(
+                "SIGMATOP_WQE_COPY={v} is not one of doorbell, batch; copying per doorbell"
+            )),
+        }
+    }
+    if let Some(v) = env("SIGMATOP_POLLER_CPU") {
+        match v.trim().parse::<usize>() {
+            Ok(n) => g.poller_cpu = Some(n),
+            Err(_) => warn(format!(
+                "SIGMATOP_POLLER_CPU={v} is not a CPU number; the poller is not pinned"
+            )),
+        }
+    }
+    g.wqe_log = env("SIGMATOP_WQE_LOG").map(PathBuf::from);
+    g.stats = env("SIGMATOP_GPU_STATS").is_some();
+    g
 }
 
 #[cfg(test)]

@@ -5,6 +5,7 @@
 //! local scope, where RTLD_NEXT finds nothing).
 
 use core::ffi::{CStr, c_char, c_int, c_void};
+use core::marker::PhantomData;
 use core::sync::atomic::{AtomicPtr, Ordering};
 
 type DlsymFn = unsafe extern "C" fn(*mut c_void, *const c_char) -> *mut c_void;
@@ -13,7 +14,6 @@ type DlvsymFn = unsafe extern "C" fn(*mut c_void, *const c_char, *const c_char) 
 static REAL_DLSYM: AtomicPtr<c_void> = AtomicPtr::new(core::ptr::null_mut());
 static REAL_DLVSYM: AtomicPtr<c_void> = AtomicPtr::new(core::ptr::null_mut());
 
-/// GNU hash of a symbol name (the ELF DT_GNU_HASH function).
 /// ELF64 dynamic section entry (elf.h `Elf64_Dyn`).
 #[repr(C)]
 struct Elf64Dyn {
@@ -24,6 +24,7 @@ const DT_STRTAB: i64 = 5;
 const DT_SYMTAB: i64 = 6;
 const DT_GNU_HASH: i64 = 0x6fff_fef5;
 
+/// GNU hash of a symbol name (the ELF DT_GNU_HASH function).
 fn gnu_hash(name: &[u8]) -> u32 {
     let mut h: u32 = 5381;
     for &c in name {
@@ -203,13 +204,20 @@ pub fn next_symbol(name: &CStr, sonames: &[&CStr]) -> *mut c_void {
     if !p.is_null() {
         return p;
     }
+    loaded_symbol(name, sonames)
+}
+
+/// The definition of `name` in the first already-loaded library of `sonames` that has one
+/// (RTLD_NOLOAD: never loads anything), looked up with libc's own dlsym.
+pub fn loaded_symbol(name: &CStr, sonames: &[&CStr]) -> *mut c_void {
     for so in sonames {
         // SAFETY: RTLD_NOLOAD only returns a handle to an already-loaded object.
         let h = unsafe { libc::dlopen(so.as_ptr(), libc::RTLD_LAZY | libc::RTLD_NOLOAD) };
         if !h.is_null() {
             // SAFETY: h is a live handle, name a CStr.
             let p = unsafe { real_dlsym(h, name.as_ptr()) };
-            // SAFETY: balances the reference taken by dlopen above.
+            // SAFETY: balances the reference taken by dlopen above; the library stays loaded by
+            // the program's own reference.
             unsafe { libc::dlclose(h) };
             if !p.is_null() {
                 return p;
@@ -219,21 +227,28 @@ pub fn next_symbol(name: &CStr, sonames: &[&CStr]) -> *mut c_void {
     core::ptr::null_mut()
 }
 
-/// A lazily resolved pointer to the real implementation of a hooked function.
-pub struct RealFn {
+/// The untyped slot of a [`RealFn`]: where the dlsym wrappers store the real function a
+/// program's own lookup found.
+pub struct RealSlot {
     ptr: AtomicPtr<c_void>,
     name: &'static CStr,
     sonames: &'static [&'static CStr],
 }
 
-impl RealFn {
-    pub const fn new(name: &'static CStr, sonames: &'static [&'static CStr]) -> RealFn {
-        RealFn {
+impl RealSlot {
+    pub const fn new(name: &'static CStr, sonames: &'static [&'static CStr]) -> RealSlot {
+        RealSlot {
             ptr: AtomicPtr::new(core::ptr::null_mut()),
             name,
             sonames,
         }
     }
+
+    /// Itself (as `RealFn::slot`, for the hook tables).
+    pub const fn slot(&'static self) -> &'static RealSlot {
+        self
+    }
+
     /// The real function, or null when no library defines it (the caller must then fail the call
     /// the way a missing symbol would, never call null).
     #[inline]
@@ -244,6 +259,7 @@ impl RealFn {
         }
         self.resolve()
     }
+
     #[cold]
     fn resolve(&self) -> *mut c_void {
         let p = next_symbol(self.name, self.sonames);
@@ -252,6 +268,7 @@ impl RealFn {
         }
         p
     }
+
     /// Takes the real function a program's own lookup just found. Always replaces what was
     /// known: a library that was dlclosed and opened again lives at a new address, and the
     /// program's fresh lookup is the authority on where.
@@ -274,13 +291,83 @@ impl RealFn {
     }
 }
 
+/// A lazily resolved pointer to the real implementation of a hooked function, of the C
+/// function-pointer type `F`.
+pub struct RealFn<F> {
+    slot: RealSlot,
+    _sig: PhantomData<F>,
+}
+
+impl<F: Copy> RealFn<F> {
+    const WORD: () = assert!(core::mem::size_of::<F>() == core::mem::size_of::<*mut c_void>());
+
+    /// The real `name`, looked up after this library, then in the loaded `sonames`.
+    ///
+    /// # Safety
+    /// `F` is the C signature of `name` in those libraries (their public header's).
+    pub const unsafe fn new(name: &'static CStr, sonames: &'static [&'static CStr]) -> Self {
+        RealFn {
+            slot: RealSlot::new(name, sonames),
+            _sig: PhantomData,
+        }
+    }
+
+    /// The real function, or None when no loaded library defines it (the hook then fails the
+    /// call as a missing symbol would).
+    #[inline(always)]
+    pub fn get(&self) -> Option<F> {
+        let () = Self::WORD;
+        let p = self.slot.get();
+        if p.is_null() {
+            return None;
+        }
+        // SAFETY: `p` is the loaded library's definition of the symbol, whose C signature is `F`
+        // (`new`'s contract); F is one pointer wide (WORD).
+        Some(unsafe { core::mem::transmute_copy::<*mut c_void, F>(&p) })
+    }
+
+    /// The untyped slot (for the dlsym wrappers' table).
+    pub const fn slot(&'static self) -> &'static RealSlot {
+        &self.slot
+    }
+}
+
+/// Declares one `RealFn` static per hooked function of a library: `NAME: Type = c"symbol";`.
+/// Each type is the symbol's C signature from that library's public header.
+macro_rules! real_fns {
+    ($sonames:expr; $($(#[$m:meta])* $vis:vis $slot:ident: $ty:ty = $name:literal;)*) => {
+        $(
+            $(#[$m])*
+            $vis static $slot: crate::dl::RealFn<$ty> =
+                // SAFETY: `$ty` is the C signature of `$name` in the library's public header
+                // (each use of this macro states it).
+                unsafe { crate::dl::RealFn::new($name, $sonames) };
+        )*
+    };
+}
+pub(crate) use real_fns;
+
+/// The dlsym wrappers' entries for hooks `hook_fn => SLOT` of `layer`: each hook is handed out
+/// for lookups of the symbol of its own name, and the lookup's answer fills `SLOT`.
+macro_rules! hook_table {
+    ($layer:expr; $($f:ident => $slot:expr),* $(,)?) => {
+        vec![$(crate::dl::Hook {
+            name: stringify!($f).as_bytes(),
+            layer: $layer,
+            hook: $f as *const core::ffi::c_void,
+            real: $slot.slot(),
+        }),*]
+    };
+}
+pub(crate) use hook_table;
+
 /// Hooks the dlsym wrappers may hand out: (symbol name, our hook, the real-function slot to fill
 /// with what the program's lookup found). Filled by each layer module.
 pub struct Hook {
     pub name: &'static [u8],
     pub layer: sigmatop::event::Layer,
     pub hook: *const c_void,
-    pub real: &'static RealFn,
+    pub real: &'static RealSlot,
 }
 // SAFETY: `hook` is a function address, immutable and valid for the whole process.
 unsafe impl Sync for Hook {}
@@ -296,7 +383,7 @@ fn lookup_hook(name: &[u8]) -> Option<&'static Hook> {
 /// Shared body of the dlsym/dlvsym wrappers: if the program looks up a function sigmatop hooks,
 /// return the hook (and remember the real one the lookup found).
 fn redirect(name: *const c_char, found: *mut c_void) -> *mut c_void {
-    if found.is_null() || name.is_null() || crate::in_sigmatop() {
+    if found.is_null() || name.is_null() || crate::hook::inside() {
         return found;
     }
     // SAFETY: the caller's name is a NUL-terminated C string (dlsym's contract).
@@ -369,7 +456,7 @@ pub unsafe extern "C" fn dlvsym(
 extern "C" fn dlsym_impl(handle: *mut c_void, name: *const c_char) -> *mut c_void {
     // SAFETY: the program's dlsym arguments, passed on unchanged.
     let found = unsafe { real_dlsym(handle, name) };
-    crate::guarded(found, || redirect(name, found))
+    crate::hook::guarded(found, || redirect(name, found))
 }
 
 extern "C" fn dlvsym_impl(
@@ -379,7 +466,7 @@ extern "C" fn dlvsym_impl(
 ) -> *mut c_void {
     // SAFETY: the program's dlvsym arguments, passed on unchanged.
     let found = unsafe { real_dlvsym(handle, name, version) };
-    crate::guarded(found, || redirect(name, found))
+    crate::hook::guarded(found, || redirect(name, found))
 }
 
 #[cfg(test)]

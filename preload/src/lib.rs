@@ -2,100 +2,51 @@
 //! libraries (UCX, libfabric, ...), counts and records every operation on the calling thread
 //! without locks or syscalls, and leaves I/O to one collector thread. It never changes what the
 //! program's calls return: every entry point catches panics and falls through to the real function.
+//!
+//! Modules, one line each:
+//! - `hook`: the one hook idiom (`around`, `after`): guard, real call, recording step.
+//! - `thread`: per-thread counters and event ring; `ThreadState::record` is the recording step.
+//! - `registry`: endpoints the process created and the handle → endpoint-id map.
+//! - `ptrmap`: the lock-free pointer map behind the registry and the per-object states.
+//! - `config`: every `SIGMATOP_*` variable, read once in the constructor.
+//! - `clock`: hot-path timestamps (TSC) and their calibration samples.
+//! - `dl`: symbol resolution, the exported `dlsym`/`dlvsym`, real-function slots (`RealFn`).
+//! - `os`: the raw OS calls the preload makes for itself.
+//! - `ucx`: the UCX layer (exported `ucp_*` entry points).
+//! - `ofi`: the libfabric layer (`fi_fabric` and the per-object ops tables below it).
+//! - `ibverbs`: the libibverbs layer (exported verbs and each context's ops table).
+//! - `mlx5`: mlx5 direct verbs (devx) control path, feeding the doorbell join.
+//! - `cuda`: CUDA driver hooks (`cuGetProcAddress` and the doorbell hijack's entry points).
+//! - `cuda_driver`: the real CUDA driver entry points sigmatop calls itself.
+//! - `doorbell`: GPU doorbell shadow pages, the forwarding poller, WQE recovery.
+//! - `collector`: the collector thread: drains rings, snapshots, records, serves the socket.
+//! - `server`: the live Unix socket of the process.
+//! - `process`: `exec*` hooks that end the record cleanly before the image is replaced.
+//! - `bench` (feature `bench`): entry points for the benchmarks and test probes.
 
-/// Resolves the real function in the `RealFn` `$slot` as the function-pointer type `$ty`, or
-/// returns from the calling hook (with `$fail`, or `()`) when no loaded library defines it: a
-/// hook never calls a null pointer.
-macro_rules! real {
-    ($slot:ident, $ty:ty) => {{
-        let p = $slot.get();
-        if p.is_null() {
-            return;
-        }
-        // SAFETY: `p` is the loaded library's definition of the symbol named in `$slot`, whose C
-        // signature (from that library's public header) is `$ty`.
-        unsafe { core::mem::transmute::<*mut core::ffi::c_void, $ty>(p) }
-    }};
-    ($slot:ident, $ty:ty, $fail:expr) => {{
-        let p = $slot.get();
-        if p.is_null() {
-            return $fail;
-        }
-        // SAFETY: as above.
-        unsafe { core::mem::transmute::<*mut core::ffi::c_void, $ty>(p) }
-    }};
-}
+#![deny(clippy::undocumented_unsafe_blocks)]
 
+#[cfg(feature = "bench")]
 pub mod bench;
+
 pub mod clock;
 pub mod collector;
 pub mod config;
 pub mod cuda;
+pub mod cuda_driver;
 pub mod dl;
 pub mod doorbell;
+pub mod hook;
 pub mod ibverbs;
 pub mod mlx5;
 pub mod ofi;
+pub mod os;
 pub mod process;
+pub mod ptrmap;
 pub mod registry;
 pub mod server;
 pub mod thread;
 pub mod ucx;
-
-use core::sync::atomic::{AtomicU64, Ordering};
-
-use sigmatop::event::Layer;
-
-/// Hook bodies that panicked or failed (the call itself went through).
-pub static HOOK_FAILURES: AtomicU64 = AtomicU64::new(0);
-
-/// Runs sigmatop's bookkeeping `f`, returning `fallback` if it panics. The real function is
-/// never called inside `f`, so a panic can neither skip nor repeat the program's call.
-#[inline(always)]
-pub fn guarded<R>(fallback: R, f: impl FnOnce() -> R) -> R {
-    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)) {
-        Ok(r) => r,
-        Err(_) => {
-            on_hook_panic();
-            fallback
-        }
-    }
-}
-
-/// The test-only hook fault (`SIGMATOP_TEST_FAULT=hook`): called from inside hook bookkeeping
-/// (`ThreadState::record`, events path only, so aggregate mode's hot path carries no check).
-#[cold]
-#[inline(never)]
-pub fn injected_hook_fault() {
-    panic!("injected hook fault (SIGMATOP_TEST_FAULT=hook)");
-}
-
-/// A hook's bookkeeping failed: the program's call already went through; sigmatop stops tracing
-/// (every hook passes through from now on) and says so once.
-#[cold]
-fn on_hook_panic() {
-    config::disable_all();
-    if HOOK_FAILURES.fetch_add(1, Ordering::Relaxed) == 0 {
-        eprintln!(
-            "sigmatop: internal error in a hook; tracing stopped, the program continues untraced"
-        );
-    }
-}
-
-/// True while the calling thread is inside a sigmatop hook (its calls are not traced).
-pub fn in_sigmatop() -> bool {
-    thread::inside()
-}
-
-/// Enters a hook of `layer`: the thread state when the call is to be traced, None when it must
-/// pass straight through (layer off, nested call, exiting thread).
-#[inline(always)]
-pub fn trace_enter(layer: Layer) -> Option<&'static thread::ThreadState> {
-    if !config::layer_enabled(layer) {
-        return None;
-    }
-    thread::enter()
-}
 
 /// Every hook the dlsym wrappers may hand out.
 pub fn hooks_table() -> &'static [dl::Hook] {
@@ -115,14 +66,14 @@ extern "C" fn sigmatop_init() {
     // This library's own copy of std: its panics are caught and reported in one line of ours,
     // never with std's default message in the program's stderr.
     std::panic::set_hook(Box::new(|info| {
-        if std::env::var_os("SIGMATOP_DEBUG").is_some() {
+        if config::debug() {
             eprintln!("sigmatop: {info}");
         }
     }));
     let ok = std::panic::catch_unwind(|| {
         dl::init();
-        clock::init();
         config::load();
+        clock::init();
         if config::fault() == config::Fault::Init {
             panic!("injected init fault (SIGMATOP_TEST_FAULT=init)");
         }

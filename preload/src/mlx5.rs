@@ -24,22 +24,27 @@ use sigmatop::decode::devx::{
 use sigmatop::decode::wqe::QpType;
 use sigmatop::event::{EndpointDef, EndpointKind, Layer, Peer};
 
-use crate::dl::{Hook, RealFn};
+use crate::dl::{hook_table, real_fns};
 use crate::doorbell::{self, QpInfo};
+use crate::hook::{self, Guard};
 
 type Ptr = *mut c_void;
+type Mailbox = unsafe extern "C" fn(Ptr, *const c_void, usize, *mut c_void, usize) -> Ptr;
+type MailboxStatus = unsafe extern "C" fn(Ptr, *const c_void, usize, *mut c_void, usize) -> c_int;
 
 const SONAMES: &[&CStr] = &[c"libmlx5.so.1", c"libmlx5.so"];
 
-static OPEN_DEVICE: RealFn = RealFn::new(c"mlx5dv_open_device", SONAMES);
-static ALLOC_UAR: RealFn = RealFn::new(c"mlx5dv_devx_alloc_uar", SONAMES);
-static FREE_UAR: RealFn = RealFn::new(c"mlx5dv_devx_free_uar", SONAMES);
-static UMEM_REG: RealFn = RealFn::new(c"mlx5dv_devx_umem_reg", SONAMES);
-static UMEM_REG_EX: RealFn = RealFn::new(c"mlx5dv_devx_umem_reg_ex", SONAMES);
-static UMEM_DEREG: RealFn = RealFn::new(c"mlx5dv_devx_umem_dereg", SONAMES);
-static OBJ_CREATE: RealFn = RealFn::new(c"mlx5dv_devx_obj_create", SONAMES);
-static OBJ_MODIFY: RealFn = RealFn::new(c"mlx5dv_devx_obj_modify", SONAMES);
-static OBJ_DESTROY: RealFn = RealFn::new(c"mlx5dv_devx_obj_destroy", SONAMES);
+real_fns! { SONAMES;
+    OPEN_DEVICE: unsafe extern "C" fn(Ptr, Ptr) -> Ptr = c"mlx5dv_open_device";
+    ALLOC_UAR: unsafe extern "C" fn(Ptr, u32) -> Ptr = c"mlx5dv_devx_alloc_uar";
+    FREE_UAR: unsafe extern "C" fn(Ptr) = c"mlx5dv_devx_free_uar";
+    UMEM_REG: unsafe extern "C" fn(Ptr, Ptr, usize, u32) -> Ptr = c"mlx5dv_devx_umem_reg";
+    UMEM_REG_EX: unsafe extern "C" fn(Ptr, *mut UmemIn) -> Ptr = c"mlx5dv_devx_umem_reg_ex";
+    UMEM_DEREG: unsafe extern "C" fn(Ptr) -> c_int = c"mlx5dv_devx_umem_dereg";
+    OBJ_CREATE: Mailbox = c"mlx5dv_devx_obj_create";
+    OBJ_MODIFY: MailboxStatus = c"mlx5dv_devx_obj_modify";
+    OBJ_DESTROY: unsafe extern "C" fn(Ptr) -> c_int = c"mlx5dv_devx_obj_destroy";
+}
 
 /// `MLX5DV_UMEM_MASK_DMABUF` (mlx5dv.h).
 const UMEM_MASK_DMABUF: u64 = 1;
@@ -78,82 +83,90 @@ struct Obj {
 static UMEMS: Mutex<Vec<Umem>> = Mutex::new(Vec::new());
 static OBJS: Mutex<Vec<Obj>> = Mutex::new(Vec::new());
 
-/// Runs `f` traced (depth guard, panics caught) when the mlx5 layer is on.
-fn observe(f: impl FnOnce()) {
-    if let Some(ts) = crate::trace_enter(Layer::Mlx5) {
-        crate::guarded((), f);
-        ts.leave();
-    }
+/// The body of the hooks that observe a created object: the real call, then `note` with what it
+/// returned, under the guard, when the mlx5 layer is on.
+#[inline(always)]
+fn observe<R: Copy>(call_real: impl FnOnce() -> R, note: impl FnOnce(R)) -> R {
+    hook::around(Guard::AfterCall(Layer::Mlx5), call_real, |_, r| note(r))
 }
 
-type OpenDevice = unsafe extern "C" fn(Ptr, Ptr) -> Ptr;
+/// The body of the hooks that destroy an object: sigmatop forgets it first (`forget`, panics
+/// caught; not gated on the layer, so that nothing it still uses goes), then the real call.
+#[inline(always)]
+fn forget_first<R>(forget: impl FnOnce(), call_real: impl FnOnce() -> R) -> R {
+    hook::guarded((), forget);
+    call_real()
+}
 
 /// Hook of `mlx5dv_open_device`.
-///
-/// # Safety
-/// C ABI entry point with the contract of the real function.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn mlx5dv_open_device(device: Ptr, attr: Ptr) -> Ptr {
-    let real = real!(OPEN_DEVICE, OpenDevice, core::ptr::null_mut());
-    // SAFETY: the program's arguments, unchanged.
-    let ctx = unsafe { real(device, attr) };
-    if !ctx.is_null() {
-        if !device.is_null() {
-            // A real device's context: the verbs layer patches its ops table as for
-            // ibv_open_device (an emulated devx context from a NULL device is not an ibv_context).
-            // SAFETY: a context libmlx5 just opened, not yet used by any other thread.
-            unsafe { crate::ibverbs::patch_context(ctx) };
-            crate::ibverbs::note_device(ctx, device);
-        }
-        observe(crate::collector::ensure_started);
+unsafe extern "C" fn mlx5dv_open_device(device: Ptr, attr: Ptr) -> Ptr {
+    let Some(real) = OPEN_DEVICE.get() else {
+        return core::ptr::null_mut();
+    };
+    let ctx = observe(
+        // SAFETY: the program's arguments, unchanged.
+        || unsafe { real(device, attr) },
+        |ctx| {
+            if !ctx.is_null() {
+                crate::collector::ensure_started()
+            }
+        },
+    );
+    if !ctx.is_null() && !device.is_null() {
+        // A real device's context: the verbs layer patches its ops table as for ibv_open_device
+        // (an emulated devx context from a NULL device is not an ibv_context). Not gated on this
+        // layer: the verbs layer decides.
+        // SAFETY: a context libmlx5 just opened, not yet used by any other thread.
+        unsafe { crate::ibverbs::patch_context(ctx) };
+        crate::ibverbs::note_device(ctx, device);
     }
     ctx
 }
 
-type AllocUar = unsafe extern "C" fn(Ptr, u32) -> Ptr;
-
 /// Hook of `mlx5dv_devx_alloc_uar`.
-///
-/// # Safety
-/// C ABI entry point with the contract of the real function.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn mlx5dv_devx_alloc_uar(ctx: Ptr, flags: u32) -> Ptr {
-    let real = real!(ALLOC_UAR, AllocUar, core::ptr::null_mut());
-    // SAFETY: the program's arguments, unchanged.
-    let uar = unsafe { real(ctx, flags) };
-    if !uar.is_null() {
-        observe(|| {
+unsafe extern "C" fn mlx5dv_devx_alloc_uar(ctx: Ptr, flags: u32) -> Ptr {
+    let Some(real) = ALLOC_UAR.get() else {
+        return core::ptr::null_mut();
+    };
+    observe(
+        // SAFETY: the program's arguments, unchanged.
+        || unsafe { real(ctx, flags) },
+        |uar| {
+            if uar.is_null() {
+                return;
+            }
             // SAFETY: a `struct mlx5dv_devx_uar` (40 bytes) returned by the library.
             let b = unsafe { core::slice::from_raw_parts(uar as *const u8, DEVX_UAR_BYTES) };
             if let Ok(u) = DevxUar::from_ne_bytes(b) {
                 doorbell::add_uar(uar as u64, u);
             }
-        });
-    }
-    uar
+        },
+    )
 }
 
-type FreeUar = unsafe extern "C" fn(Ptr);
-
 /// Hook of `mlx5dv_devx_free_uar`: the poller stops forwarding to the UAR before it goes.
-///
-/// # Safety
-/// C ABI entry point with the contract of the real function.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn mlx5dv_devx_free_uar(uar: Ptr) {
-    let real = real!(FREE_UAR, FreeUar);
-    if !uar.is_null() {
-        // Not gated on the layer: a UAR the poller forwards to must be dropped before unmapping.
-        crate::guarded((), || doorbell::remove_uar(uar as u64));
-    }
-    // SAFETY: the program's argument, unchanged.
-    unsafe { real(uar) }
+unsafe extern "C" fn mlx5dv_devx_free_uar(uar: Ptr) {
+    let Some(real) = FREE_UAR.get() else {
+        return;
+    };
+    forget_first(
+        || {
+            if !uar.is_null() {
+                doorbell::remove_uar(uar as u64)
+            }
+        },
+        // SAFETY: the program's argument, unchanged.
+        || unsafe { real(uar) },
+    )
 }
 
 fn add_umem(handle: Ptr, addr: u64, size: u64, gpu: Option<u32>) {
     // SAFETY: `struct mlx5dv_devx_umem { uint32_t umem_id; }` returned by the library.
     let id = unsafe { *(handle as *const u32) };
-    let gpu = gpu.or_else(|| crate::cuda::device_of(addr));
+    let gpu = gpu.or_else(|| crate::cuda_driver::device_of(addr));
     if let Ok(mut m) = UMEMS.lock() {
         m.retain(|u| u.handle != handle as usize);
         m.push(Umem {
@@ -166,48 +179,49 @@ fn add_umem(handle: Ptr, addr: u64, size: u64, gpu: Option<u32>) {
     }
 }
 
-type UmemReg = unsafe extern "C" fn(Ptr, Ptr, usize, u32) -> Ptr;
-
 /// Hook of `mlx5dv_devx_umem_reg`.
 ///
 /// # Safety
 /// C ABI entry point with the contract of the real function.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn mlx5dv_devx_umem_reg(
-    ctx: Ptr,
-    addr: Ptr,
-    size: usize,
-    access: u32,
-) -> Ptr {
-    let real = real!(UMEM_REG, UmemReg, core::ptr::null_mut());
-    // SAFETY: the program's arguments, unchanged.
-    let u = unsafe { real(ctx, addr, size, access) };
-    if !u.is_null() {
-        observe(|| add_umem(u, addr as u64, size as u64, None));
-    }
-    u
+unsafe extern "C" fn mlx5dv_devx_umem_reg(ctx: Ptr, addr: Ptr, size: usize, access: u32) -> Ptr {
+    let Some(real) = UMEM_REG.get() else {
+        return core::ptr::null_mut();
+    };
+    observe(
+        // SAFETY: the program's arguments, unchanged.
+        || unsafe { real(ctx, addr, size, access) },
+        |u| {
+            if !u.is_null() {
+                add_umem(u, addr as u64, size as u64, None)
+            }
+        },
+    )
 }
-
-type UmemRegEx = unsafe extern "C" fn(Ptr, *mut UmemIn) -> Ptr;
 
 /// Hook of `mlx5dv_devx_umem_reg_ex` (dma-buf fd -> the device range it was exported from).
 ///
 /// # Safety
 /// C ABI entry point with the contract of the real function.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn mlx5dv_devx_umem_reg_ex(ctx: Ptr, umem_in: *mut UmemIn) -> Ptr {
-    let real = real!(UMEM_REG_EX, UmemRegEx, core::ptr::null_mut());
-    // SAFETY: the program's arguments, unchanged.
-    let u = unsafe { real(ctx, umem_in) };
-    if !u.is_null() && !umem_in.is_null() {
-        observe(|| {
+unsafe extern "C" fn mlx5dv_devx_umem_reg_ex(ctx: Ptr, umem_in: *mut UmemIn) -> Ptr {
+    let Some(real) = UMEM_REG_EX.get() else {
+        return core::ptr::null_mut();
+    };
+    observe(
+        // SAFETY: the program's arguments, unchanged.
+        || unsafe { real(ctx, umem_in) },
+        |u| {
+            if u.is_null() || umem_in.is_null() {
+                return;
+            }
             // SAFETY: the program's valid input struct.
             let i = unsafe { &*umem_in };
             if i.comp_mask & UMEM_MASK_DMABUF != 0 {
                 // The fd names a range of GPU memory; addr (usually 0) is an offset in it.
                 match crate::cuda::dmabuf_range(i.dmabuf_fd) {
                     Some((dptr, _)) => {
-                        let gpu = crate::cuda::device_of(dptr).or(Some(0));
+                        let gpu = crate::cuda_driver::device_of(dptr).or(Some(0));
                         add_umem(u, dptr + i.addr as u64, i.size as u64, gpu)
                     }
                     None => add_umem(u, 0, i.size as u64, None),
@@ -215,29 +229,30 @@ pub unsafe extern "C" fn mlx5dv_devx_umem_reg_ex(ctx: Ptr, umem_in: *mut UmemIn)
             } else {
                 add_umem(u, i.addr as u64, i.size as u64, None)
             }
-        });
-    }
-    u
+        },
+    )
 }
-
-type UmemDereg = unsafe extern "C" fn(Ptr) -> c_int;
 
 /// Hook of `mlx5dv_devx_umem_dereg`.
 ///
 /// # Safety
 /// C ABI entry point with the contract of the real function.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn mlx5dv_devx_umem_dereg(umem: Ptr) -> c_int {
-    let real = real!(UMEM_DEREG, UmemDereg, libc::EOPNOTSUPP);
-    if !umem.is_null() {
-        crate::guarded((), || {
-            if let Ok(mut m) = UMEMS.lock() {
+unsafe extern "C" fn mlx5dv_devx_umem_dereg(umem: Ptr) -> c_int {
+    let Some(real) = UMEM_DEREG.get() else {
+        return libc::EOPNOTSUPP;
+    };
+    forget_first(
+        || {
+            if !umem.is_null()
+                && let Ok(mut m) = UMEMS.lock()
+            {
                 m.retain(|u| u.handle != umem as usize);
             }
-        });
-    }
-    // SAFETY: the program's argument, unchanged.
-    unsafe { real(umem) }
+        },
+        // SAFETY: the program's argument, unchanged.
+        || unsafe { real(umem) },
+    )
 }
 
 fn umem_by_id(id: u32) -> Option<Umem> {
@@ -325,25 +340,28 @@ fn on_create_qp(ctx: Ptr, obj: Ptr, inbox: &[u8], outbox: &[u8]) {
     }
 }
 
-type ObjCreate = unsafe extern "C" fn(Ptr, *const c_void, usize, *mut c_void, usize) -> Ptr;
-
 /// Hook of `mlx5dv_devx_obj_create`.
 ///
 /// # Safety
 /// C ABI entry point with the contract of the real function.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn mlx5dv_devx_obj_create(
+unsafe extern "C" fn mlx5dv_devx_obj_create(
     ctx: Ptr,
     inbox: *const c_void,
     inlen: usize,
     outbox: *mut c_void,
     outlen: usize,
 ) -> Ptr {
-    let real = real!(OBJ_CREATE, ObjCreate, core::ptr::null_mut());
-    // SAFETY: the program's arguments, unchanged.
-    let obj = unsafe { real(ctx, inbox, inlen, outbox, outlen) };
-    if !obj.is_null() && !inbox.is_null() && !outbox.is_null() {
-        observe(|| {
+    let Some(real) = OBJ_CREATE.get() else {
+        return core::ptr::null_mut();
+    };
+    observe(
+        // SAFETY: the program's arguments, unchanged.
+        || unsafe { real(ctx, inbox, inlen, outbox, outlen) },
+        |obj| {
+            if obj.is_null() || inbox.is_null() || outbox.is_null() {
+                return;
+            }
             // SAFETY: the mailboxes the program passed, with their lengths.
             let (i, o) = unsafe {
                 (
@@ -352,9 +370,8 @@ pub unsafe extern "C" fn mlx5dv_devx_obj_create(
                 )
             };
             on_create_qp(ctx, obj, i, o);
-        });
-    }
-    obj
+        },
+    )
 }
 
 fn state_name(s: QpState) -> &'static str {
@@ -367,25 +384,25 @@ fn state_name(s: QpState) -> &'static str {
     }
 }
 
-type ObjModify = unsafe extern "C" fn(Ptr, *const c_void, usize, *mut c_void, usize) -> c_int;
-
 /// Hook of `mlx5dv_devx_obj_modify`: QP state transitions.
-///
-/// # Safety
-/// C ABI entry point with the contract of the real function.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn mlx5dv_devx_obj_modify(
+unsafe extern "C" fn mlx5dv_devx_obj_modify(
     obj: Ptr,
     inbox: *const c_void,
     inlen: usize,
     outbox: *mut c_void,
     outlen: usize,
 ) -> c_int {
-    let real = real!(OBJ_MODIFY, ObjModify, libc::EOPNOTSUPP);
+    let Some(real) = OBJ_MODIFY.get() else {
+        return libc::EOPNOTSUPP;
+    };
     // SAFETY: the program's arguments, unchanged.
-    let r = unsafe { real(obj, inbox, inlen, outbox, outlen) };
-    if r == 0 && !inbox.is_null() {
-        observe(|| {
+    observe(
+        || unsafe { real(obj, inbox, inlen, outbox, outlen) },
+        |r| {
+            if r != 0 || inbox.is_null() {
+                return;
+            }
             // SAFETY: the program's mailbox and its length.
             let i = unsafe { core::slice::from_raw_parts(inbox as *const u8, inlen) };
             let Ok(QpCommand::Modify(m)) = decode_command(i) else {
@@ -423,49 +440,33 @@ pub unsafe extern "C" fn mlx5dv_devx_obj_modify(
                 }
             });
             crate::registry::update(ep, state_name(m.transition.target_state()), peer);
-        });
-    }
-    r
+        },
+    )
 }
 
-type ObjDestroy = unsafe extern "C" fn(Ptr) -> c_int;
-
 /// Hook of `mlx5dv_devx_obj_destroy`: a QP's pending WQEs are parsed before its SQ can go.
-///
-/// # Safety
-/// C ABI entry point with the contract of the real function.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn mlx5dv_devx_obj_destroy(obj: Ptr) -> c_int {
-    let real = real!(OBJ_DESTROY, ObjDestroy, libc::EOPNOTSUPP);
-    if !obj.is_null() {
-        crate::guarded((), || {
-            let found = OBJS.lock().ok().and_then(|mut o| {
-                let i = o.iter().position(|x| x.handle == obj as usize)?;
-                Some(o.remove(i))
-            });
-            if let Some(x) = found {
-                doorbell::remove_qp(x.qpn);
-                crate::registry::update(x.ep, "destroyed", None);
-            }
+unsafe extern "C" fn mlx5dv_devx_obj_destroy(obj: Ptr) -> c_int {
+    let Some(real) = OBJ_DESTROY.get() else {
+        return libc::EOPNOTSUPP;
+    };
+    let forget = || {
+        let found = OBJS.lock().ok().and_then(|mut o| {
+            let i = o.iter().position(|x| x.handle == obj as usize)?;
+            Some(o.remove(i))
         });
-    }
+        if let Some(x) = found {
+            doorbell::remove_qp(x.qpn);
+            crate::registry::update(x.ep, "destroyed", None);
+        }
+    };
     // SAFETY: the program's argument, unchanged.
-    unsafe { real(obj) }
+    forget_first(forget, || unsafe { real(obj) })
 }
 
 /// Hooks the dlsym wrappers hand out (DOCA opens libmlx5 with dlopen + dlsym).
-pub fn hooks() -> Vec<Hook> {
-    macro_rules! h {
-        ($($f:ident => $slot:ident),* $(,)?) => {
-            vec![$(Hook {
-                name: stringify!($f).as_bytes(),
-                layer: Layer::Mlx5,
-                hook: $f as *const c_void,
-                real: &$slot,
-            }),*]
-        };
-    }
-    h![
+pub fn hooks() -> Vec<crate::dl::Hook> {
+    hook_table![Layer::Mlx5;
         mlx5dv_open_device => OPEN_DEVICE,
         mlx5dv_devx_alloc_uar => ALLOC_UAR,
         mlx5dv_devx_free_uar => FREE_UAR,

@@ -5,24 +5,28 @@
 use core::ffi::{c_char, c_int, c_void};
 use core::sync::atomic::{AtomicPtr, Ordering};
 
-use crate::dl::RealFn;
+use crate::dl::{RealSlot, real_fns};
 
 const LIBC: &[&core::ffi::CStr] = &[c"libc.so.6"];
 
-static EXECVE: RealFn = RealFn::new(c"execve", LIBC);
-static EXECV: RealFn = RealFn::new(c"execv", LIBC);
-static EXECVP: RealFn = RealFn::new(c"execvp", LIBC);
-static EXECVPE: RealFn = RealFn::new(c"execvpe", LIBC);
-static FEXECVE: RealFn = RealFn::new(c"fexecve", LIBC);
+type Argv = *const *const c_char;
+
+real_fns! { LIBC;
+    EXECVE: unsafe extern "C" fn(*const c_char, Argv, Argv) -> c_int = c"execve";
+    EXECV: unsafe extern "C" fn(*const c_char, Argv) -> c_int = c"execv";
+    EXECVP: unsafe extern "C" fn(*const c_char, Argv) -> c_int = c"execvp";
+    EXECVPE: unsafe extern "C" fn(*const c_char, Argv, Argv) -> c_int = c"execvpe";
+    FEXECVE: unsafe extern "C" fn(c_int, Argv, Argv) -> c_int = c"fexecve";
+}
 
 // The variadic exec functions are forwarded by tail jump from an assembly trampoline, so their
 // arguments (registers and stack) reach the real function untouched.
 static REAL_EXECL: AtomicPtr<c_void> = AtomicPtr::new(core::ptr::null_mut());
 static REAL_EXECLP: AtomicPtr<c_void> = AtomicPtr::new(core::ptr::null_mut());
 static REAL_EXECLE: AtomicPtr<c_void> = AtomicPtr::new(core::ptr::null_mut());
-static EXECL: RealFn = RealFn::new(c"execl", LIBC);
-static EXECLP: RealFn = RealFn::new(c"execlp", LIBC);
-static EXECLE: RealFn = RealFn::new(c"execle", LIBC);
+static EXECL: RealSlot = RealSlot::new(c"execl", LIBC);
+static EXECLP: RealSlot = RealSlot::new(c"execlp", LIBC);
+static EXECLE: RealSlot = RealSlot::new(c"execle", LIBC);
 
 /// Flushes and closes the record before the image is replaced; resolves the variadic forwards.
 extern "C" fn before_exec() {
@@ -40,8 +44,7 @@ fn after_failed_exec() {
 }
 
 fn enosys() -> c_int {
-    // SAFETY: errno location of this thread.
-    unsafe { *libc::__errno_location() = libc::ENOSYS };
+    crate::os::set_errno(libc::ENOSYS);
     -1
 }
 
@@ -53,22 +56,17 @@ macro_rules! exec_hook {
         /// Same contract as the libc function.
         #[unsafe(no_mangle)]
         pub unsafe extern "C" fn $name($($a: $t),*) -> c_int {
-            let p = $real.get();
-            if p.is_null() {
+            let Some(real) = $real.get() else {
                 return enosys();
-            }
-            before_exec();
-            // SAFETY: p is libc's function with this signature; arguments unchanged.
-            let r = unsafe {
-                core::mem::transmute::<*mut c_void, unsafe extern "C" fn($($t),*) -> c_int>(p)($($a),*)
             };
+            before_exec();
+            // SAFETY: libc's function; the program's arguments, unchanged.
+            let r = unsafe { real($($a),*) };
             after_failed_exec();
             r
         }
     };
 }
-
-type Argv = *const *const c_char;
 
 exec_hook!(execve, EXECVE, (path: *const c_char, argv: Argv, envp: Argv));
 exec_hook!(execv, EXECV, (path: *const c_char, argv: Argv));

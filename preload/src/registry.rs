@@ -1,26 +1,17 @@
 //! Endpoints the process created (control path, under a lock) and the lock-free map from a
 //! library's handle (ucp_ep_h, qp pointer...) to sigmatop's endpoint id (hot path, reads only).
 
-use core::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use core::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::Mutex;
 
 use sigmatop::event::{
     EndpointDef, EndpointKind, EndpointUpdate, Layer, MemRegion, Peer, UNATTRIBUTED_EP,
 };
 
-const MAP_CAP: usize = 1 << 15;
-const MAX_PROBE: usize = 64;
+use crate::ptrmap::PtrMap;
 
-struct PtrMap {
-    keys: [AtomicUsize; MAP_CAP],
-    vals: [AtomicU32; MAP_CAP],
-}
-
-static MAP: PtrMap = PtrMap {
-    keys: [const { AtomicUsize::new(0) }; MAP_CAP],
-    vals: [const { AtomicU32::new(0) }; MAP_CAP],
-};
-static MAP_INSERT: Mutex<()> = Mutex::new(());
+/// Handles (ucp_ep_h, qp pointer...) → endpoint id.
+static MAP: PtrMap<u32, { 1 << 15 }> = PtrMap::new();
 
 static NEXT_ID: AtomicU32 = AtomicU32::new(1);
 static DEFS: Mutex<Vec<EndpointDef>> = Mutex::new(Vec::new());
@@ -31,26 +22,14 @@ pub static IDENTITY_GEN: AtomicU64 = AtomicU64::new(0);
 /// Operations on handles sigmatop never saw created.
 pub static UNATTRIBUTED: AtomicU64 = AtomicU64::new(0);
 
-#[inline(always)]
-fn hash(key: usize) -> usize {
-    (((key >> 3) as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (64 - 15)) as usize
-}
-
-/// The endpoint id of `handle`, or `UNATTRIBUTED_EP`. Lock-free, a few loads.
+/// The endpoint id of `handle`, or `UNATTRIBUTED_EP` (counted in `UNATTRIBUTED` when the handle
+/// was never bound; handles are never unbound). Lock-free, a few loads.
 #[inline(always)]
 pub fn lookup(handle: usize) -> u32 {
-    let mut i = hash(handle);
-    for _ in 0..MAX_PROBE {
-        let k = MAP.keys[i].load(Ordering::Acquire);
-        if k == handle {
-            return MAP.vals[i].load(Ordering::Relaxed);
-        }
-        if k == 0 {
-            break;
-        }
-        i = (i + 1) & (MAP_CAP - 1);
+    match MAP.get(handle) {
+        Some(id) => id,
+        None => lookup_miss(),
     }
-    lookup_miss()
 }
 
 #[cold]
@@ -61,23 +40,11 @@ fn lookup_miss() -> u32 {
 
 /// Maps `handle` to `id` (replacing an earlier mapping of a reused handle). Control path.
 pub fn bind(handle: usize, id: u32) {
-    if handle == 0 {
-        return;
+    if handle != 0 && !MAP.insert(handle, id) {
+        crate::config::warn(
+            "endpoint map is full: traffic of further endpoints is unattributed".into(),
+        );
     }
-    let _g = MAP_INSERT.lock();
-    let mut i = hash(handle);
-    for _ in 0..MAX_PROBE {
-        let k = MAP.keys[i].load(Ordering::Acquire);
-        if k == handle || k == 0 {
-            MAP.vals[i].store(id, Ordering::Relaxed);
-            MAP.keys[i].store(handle, Ordering::Release);
-            return;
-        }
-        i = (i + 1) & (MAP_CAP - 1);
-    }
-    crate::config::warn(
-        "endpoint map is full: traffic of further endpoints is unattributed".into(),
-    );
 }
 
 /// Defines a new endpoint and returns its id.

@@ -32,8 +32,7 @@ pub struct Server {
 
 /// Checks (or creates) the socket directory: a real directory, owned by us, not open to others.
 pub fn check_socket_dir(dir: &Path) -> Result<(), String> {
-    // SAFETY: getuid cannot fail.
-    let uid = unsafe { libc::getuid() };
+    let uid = crate::os::uid();
     match std::fs::symlink_metadata(dir) {
         Err(e) if e.kind() == io::ErrorKind::NotFound => {
             std::fs::DirBuilder::new()
@@ -90,26 +89,6 @@ pub fn socket_name(host: &str, pid: u32) -> String {
     format!("{}-{pid}.sock", sigmatop::trace::writer::sanitize(host))
 }
 
-fn peer_uid(s: &UnixStream) -> Option<u32> {
-    let mut cred = libc::ucred {
-        pid: 0,
-        uid: 0,
-        gid: 0,
-    };
-    let mut len = core::mem::size_of::<libc::ucred>() as libc::socklen_t;
-    // SAFETY: valid fd, out buffer and length.
-    let r = unsafe {
-        libc::getsockopt(
-            s.as_raw_fd(),
-            libc::SOL_SOCKET,
-            libc::SO_PEERCRED,
-            &mut cred as *mut libc::ucred as *mut libc::c_void,
-            &mut len,
-        )
-    };
-    (r == 0).then_some(cred.uid)
-}
-
 impl Server {
     pub fn bind(dir: &Path, identity: &Identity) -> Result<Server, String> {
         if crate::config::fault() == crate::config::Fault::Socket {
@@ -124,11 +103,11 @@ impl Server {
             ));
         }
         // A stale socket of an earlier process with our pid: remove it, but only a socket of ours.
-        if let Ok(md) = std::fs::symlink_metadata(&path) {
-            // SAFETY: getuid cannot fail.
-            if md.file_type().is_socket() && md.uid() == unsafe { libc::getuid() } {
-                let _ = std::fs::remove_file(&path);
-            }
+        if let Ok(md) = std::fs::symlink_metadata(&path)
+            && md.file_type().is_socket()
+            && md.uid() == crate::os::uid()
+        {
+            let _ = std::fs::remove_file(&path);
         }
         let listener = UnixListener::bind(&path)
             .map_err(|e| format!("cannot listen on {}: {e}", path.display()))?;
@@ -180,9 +159,7 @@ impl Server {
         loop {
             match self.listener.accept() {
                 Ok((stream, _)) => {
-                    // SAFETY: getuid cannot fail.
-                    let me = unsafe { libc::getuid() };
-                    if peer_uid(&stream) != Some(me) {
+                    if crate::os::peer_uid(stream.as_raw_fd()) != Some(crate::os::uid()) {
                         continue; // dropped: closes the connection
                     }
                     if stream.set_nonblocking(true).is_err() {
@@ -190,17 +167,7 @@ impl Server {
                     }
                     // A reader that is briefly descheduled (a dashboard on a busy node) should not
                     // cost frames: let the kernel hold ~4 MiB for it.
-                    let size: libc::c_int = 4 << 20;
-                    // SAFETY: valid fd, option value and length.
-                    unsafe {
-                        libc::setsockopt(
-                            stream.as_raw_fd(),
-                            libc::SOL_SOCKET,
-                            libc::SO_SNDBUF,
-                            &size as *const libc::c_int as *const libc::c_void,
-                            core::mem::size_of::<libc::c_int>() as libc::socklen_t,
-                        )
-                    };
+                    crate::os::set_send_buffer(stream.as_raw_fd(), 4 << 20);
                     let mut c = Client {
                         stream,
                         out: Vec::with_capacity(1 << 16),

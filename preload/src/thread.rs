@@ -6,7 +6,7 @@ use core::ptr::null_mut;
 use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, Ordering};
 
 use crossbeam_utils::CachePadded;
-use sigmatop::event::{OP_SLOTS, Op, RawEvent, UNATTRIBUTED_EP};
+use sigmatop::event::{OP_SLOTS, Op, RawEvent, UNATTRIBUTED_EP, flags};
 
 /// Events a ring holds (2 MiB of virtual memory; pages are touched only as they fill).
 pub const RING_CAP: usize = 1 << 16;
@@ -27,6 +27,73 @@ pub struct Slot {
 #[repr(C)]
 pub struct Chunk {
     pub slots: [[Slot; OP_SLOTS]; EPS_PER_CHUNK],
+}
+
+/// How the library answered a call, as its layer reads the result.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// The call succeeded: an operation accepted (it completes later), a poll, a wait.
+    Ok,
+    /// The operation completed before the call returned (UCX's `NULL` request / `UCS_OK`).
+    Immediate,
+    /// The library refused the operation: an error status, `-FI_EAGAIN`, a verbs `bad_wr`.
+    Refused,
+    /// The call failed, or completions it returned carry errors.
+    Failed,
+}
+
+impl Outcome {
+    #[inline(always)]
+    pub fn is_error(self) -> bool {
+        matches!(self, Outcome::Refused | Outcome::Failed)
+    }
+
+    /// The event flags that say it.
+    #[inline(always)]
+    pub fn flags(self) -> u8 {
+        match self {
+            Outcome::Ok => 0,
+            Outcome::Immediate => flags::IMMEDIATE,
+            Outcome::Refused | Outcome::Failed => flags::ERROR,
+        }
+    }
+}
+
+/// The fields of an operation's event that counters do not need: read from the call only when
+/// the event is kept.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Detail {
+    /// Remote address, tag, peer address or blocked time (`Op` says which).
+    pub addr: u64,
+    /// `flags::INLINE`, `flags::SIGNALED` (the outcome's flag is added).
+    pub flags: u8,
+    pub aux: u16,
+}
+
+impl Detail {
+    pub const NONE: Detail = Detail {
+        addr: 0,
+        flags: 0,
+        aux: 0,
+    };
+
+    /// An event carrying `addr` and `aux` only.
+    #[inline(always)]
+    pub fn at(addr: u64, aux: u16) -> Detail {
+        Detail {
+            addr,
+            flags: 0,
+            aux,
+        }
+    }
+}
+
+/// The test-only hook fault (`SIGMATOP_TEST_FAULT=hook`): raised inside the recording step,
+/// events path only, so aggregate mode's hot path carries no check.
+#[cold]
+#[inline(never)]
+fn injected_hook_fault() {
+    panic!("injected hook fault (SIGMATOP_TEST_FAULT=hook)");
 }
 
 pub struct ThreadState {
@@ -52,6 +119,7 @@ pub struct ThreadState {
 // SAFETY: the ring pointer is written only by the owning thread (below head) and read only by the
 // collector (between tail and head), synchronised by the head/tail atomics.
 unsafe impl Sync for ThreadState {}
+// SAFETY: as above; the raw pointers are mappings owned by the state, valid on any thread.
 unsafe impl Send for ThreadState {}
 
 /// Head of the list of every thread that ever traced something. Threads push at the head with CAS;
@@ -116,7 +184,8 @@ mod tls {
 mod tls {
     use super::ThreadState;
     thread_local! {
-        static CURRENT: Cell<*mut ThreadState> = const { Cell::new(core::ptr::null_mut()) };
+        static CURRENT: core::cell::Cell<*mut ThreadState> =
+            const { core::cell::Cell::new(core::ptr::null_mut()) };
     }
     #[inline(always)]
     pub fn get() -> *mut ThreadState {
@@ -131,25 +200,10 @@ mod tls {
 static EXIT_KEY: AtomicU32 = AtomicU32::new(u32::MAX);
 
 fn mmap_zeroed(len: usize) -> *mut u8 {
-    // SAFETY: anonymous private mapping; checked for MAP_FAILED.
-    let p = unsafe {
-        libc::mmap(
-            null_mut(),
-            len,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-            -1,
-            0,
-        )
-    };
-    if p == libc::MAP_FAILED {
-        null_mut()
-    } else {
-        p as *mut u8
-    }
+    crate::os::map_zeroed(len, false).unwrap_or(null_mut())
 }
 
-unsafe extern "C" fn on_thread_exit(p: *mut libc::c_void) {
+unsafe extern "C" fn on_thread_exit(p: *mut core::ffi::c_void) {
     let ts = p as *mut ThreadState;
     if !ts.is_null() && ts != DEAD {
         // SAFETY: the pointer was stored by register() and stays valid until retired.
@@ -161,9 +215,7 @@ unsafe extern "C" fn on_thread_exit(p: *mut libc::c_void) {
 
 /// Creates the key whose destructor tells the collector a thread ended. Constructor only.
 pub fn init() {
-    let mut key: libc::pthread_key_t = 0;
-    // SAFETY: valid out pointer and destructor.
-    if unsafe { libc::pthread_key_create(&mut key, Some(on_thread_exit)) } == 0 {
+    if let Some(key) = crate::os::thread_exit_key(on_thread_exit) {
         EXIT_KEY.store(key, Ordering::Relaxed);
     }
 }
@@ -176,17 +228,8 @@ fn register() -> *mut ThreadState {
     if mem.is_null() || ring.is_null() {
         return DEAD;
     }
-    // SAFETY: gettid has no preconditions.
-    let tid = unsafe { libc::syscall(libc::SYS_gettid) } as u32;
-    let mut name = [0u8; 16];
-    // SAFETY: buffer of 16 bytes as pthread_getname_np requires.
-    unsafe {
-        libc::pthread_getname_np(
-            libc::pthread_self(),
-            name.as_mut_ptr() as *mut libc::c_char,
-            16,
-        )
-    };
+    let tid = crate::os::tid();
+    let name = crate::os::thread_name();
     // SAFETY: mem is a fresh zeroed mapping of the right size; all-zero is a valid ThreadState
     // except for the fields set here.
     unsafe {
@@ -206,8 +249,7 @@ fn register() -> *mut ThreadState {
     }
     let key = EXIT_KEY.load(Ordering::Relaxed);
     if key != u32::MAX {
-        // SAFETY: key was created by init().
-        unsafe { libc::pthread_setspecific(key, mem as *const libc::c_void) };
+        crate::os::set_thread_exit_value(key, mem as usize);
     }
     mem
 }
@@ -318,22 +360,67 @@ impl ThreadState {
         self.head.store(h + 1, Ordering::Release);
     }
 
-    /// Counts an operation and, in simple/full mode, records its event.
+    /// The recording step every hook ends in: counts one operation and, when events are kept,
+    /// records it with the event fields `detail` reads from the call (only then; `None`: counted,
+    /// but no event). Changes to what is counted or kept per operation belong here.
     #[inline(always)]
-    pub fn record(&self, ep: u32, op: Op, bytes: u64, addr: u64, flags: u8, aux: u16) {
-        self.count(ep, op, bytes, flags & sigmatop::event::flags::ERROR != 0);
-        if crate::config::events_enabled() {
+    pub fn record(
+        &self,
+        ep: u32,
+        op: Op,
+        bytes: u64,
+        outcome: Outcome,
+        detail: impl FnOnce() -> Option<Detail>,
+    ) {
+        self.keep(ep, op, bytes, outcome, detail, || {
             if crate::config::fault_hook() {
-                crate::injected_hook_fault();
+                injected_hook_fault();
             }
+            crate::clock::now()
+        })
+    }
+
+    /// As [`ThreadState::record`] for an operation that happened at `tsc`, not now (a GPU
+    /// doorbell and the WQEs recovered behind it, recorded by the poller thread).
+    #[inline(always)]
+    pub fn record_at(
+        &self,
+        tsc: u64,
+        ep: u32,
+        op: Op,
+        bytes: u64,
+        outcome: Outcome,
+        detail: Detail,
+    ) {
+        self.keep(ep, op, bytes, outcome, || Some(detail), || tsc)
+    }
+
+    #[inline(always)]
+    fn keep(
+        &self,
+        ep: u32,
+        op: Op,
+        bytes: u64,
+        outcome: Outcome,
+        detail: impl FnOnce() -> Option<Detail>,
+        timestamp: impl FnOnce() -> u64,
+    ) {
+        if !crate::config::events_enabled() {
+            // Aggregate mode: counters only. (Its own call, so that the compiler lays this path
+            // out apart from the event path.)
+            self.count(ep, op, bytes, outcome.is_error());
+            return;
+        }
+        self.count(ep, op, bytes, outcome.is_error());
+        if let Some(d) = detail() {
             self.push(RawEvent {
-                tsc: crate::clock::now(),
+                tsc: timestamp(),
                 bytes,
-                addr,
+                addr: d.addr,
                 ep,
                 op: op as u8,
-                flags,
-                aux,
+                flags: outcome.flags() | d.flags,
+                aux: d.aux,
             });
         }
     }
@@ -395,16 +482,17 @@ impl ThreadState {
             return;
         }
         // SAFETY: the owning thread has exited (its exit destructor set `exited` and marked its
-        // thread-local DEAD), so nothing writes these mappings any more.
+        // thread-local DEAD), so nothing writes these mappings any more; each came from
+        // `mmap_zeroed` with this size.
         unsafe {
-            libc::munmap(
-                self.ring as *mut libc::c_void,
+            crate::os::unmap(
+                self.ring as *mut u8,
                 RING_CAP * core::mem::size_of::<RawEvent>(),
             );
             for c in &self.chunks {
                 let p = c.swap(null_mut(), Ordering::AcqRel);
                 if !p.is_null() {
-                    libc::munmap(p as *mut libc::c_void, core::mem::size_of::<Chunk>());
+                    crate::os::unmap(p as *mut u8, core::mem::size_of::<Chunk>());
                 }
             }
         }

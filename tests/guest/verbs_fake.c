@@ -80,6 +80,8 @@ int main(void) {
     cq.context = ctx;
     void (*setup)(void *, void *, void *) = (void (*)(void *, void *, void *))dlsym(RTLD_DEFAULT, "sigmatop_bench_verbs_setup");
     if (setup) setup(ctx, &qp, &cq);
+    else if (getenv("LD_PRELOAD"))
+        fprintf(stderr, "%s\n", "needs LD_PRELOAD=libsigmatop_preload.so built with its bench entry points: cargo build -p sigmatop-preload --features bench");
 
     char buf[8192];
     struct ibv_sge s[4] = {{(uintptr_t)buf, 100, 1}, {(uintptr_t)buf, 28, 1}, {(uintptr_t)buf, 64, 1}, {(uintptr_t)buf, 4096, 1}};

@@ -21,7 +21,10 @@ static long real_op(void *a, size_t n) { (void)a; return (long)n; }
 static int calls(long n) {
     hook_fn hook = (hook_fn)dlsym(RTLD_DEFAULT, "sigmatop_bench_hook");
     void (*setup)(void *) = (void (*)(void *))dlsym(RTLD_DEFAULT, "sigmatop_bench_setup");
-    if (!hook || !setup) return 2;
+    if (!hook || !setup) {
+        fprintf(stderr, "%s\n", "needs LD_PRELOAD=libsigmatop_preload.so built with its bench entry points: cargo build -p sigmatop-preload --features bench");
+        return 2;
+    }
     void *ep = (void *)0x7f0000003000;
     setup(ep);
     for (long i = 0; i < n; i++) hook(real_op, ep, 32);

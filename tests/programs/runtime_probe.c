@@ -41,7 +41,7 @@ static void exit_from_handler(int s) { (void)s; exit(7); }
 int main(int argc, char **argv) {
     hook = (hook_fn)dlsym(RTLD_DEFAULT, "sigmatop_bench_hook");
     setup = (void (*)(void *))dlsym(RTLD_DEFAULT, "sigmatop_bench_setup");
-    if (!hook || !setup) { fprintf(stderr, "needs LD_PRELOAD=libsigmatop_preload.so\n"); return 2; }
+    if (!hook || !setup) { fprintf(stderr, "%s\n", "needs LD_PRELOAD=libsigmatop_preload.so built with its bench entry points: cargo build -p sigmatop-preload --features bench"); return 2; }
     if (argc < 3) return 2;
     setup(EP);
     if (!strcmp(argv[1], "threads")) {
