@@ -45,6 +45,79 @@ pub fn sigmatop_bin() -> PathBuf {
     p
 }
 
+/// True under CI (`CI=true`, which CI sets and scripts/test.sh exports): a missing prerequisite
+/// must then fail the test, never let it pass.
+pub fn ci() -> bool {
+    std::env::var("CI").as_deref() == Ok("true")
+}
+
+/// The file, under target/, where skipped tests write why; scripts/test.sh prints it at the end
+/// of the run ("N tests skipped: ...") and empties it before.
+pub fn skips_file() -> PathBuf {
+    target_dir()
+        .parent()
+        .map(Path::to_path_buf)
+        .unwrap_or_else(target_dir)
+        .join("test-skips.txt")
+}
+
+/// "binary::test" of the running test (libtest names each test's thread after it).
+fn test_name() -> String {
+    let bin = std::env::current_exe()
+        .ok()
+        .and_then(|p| p.file_stem().map(|s| s.to_string_lossy().into_owned()))
+        .unwrap_or_default();
+    // test binaries are named `<test>-<hash>`.
+    let bin = bin
+        .rsplit_once('-')
+        .map(|(b, _)| b.to_string())
+        .unwrap_or(bin);
+    let thread = std::thread::current();
+    format!("{bin}::{}", thread.name().unwrap_or("?"))
+}
+
+fn record_skip(line: &str) {
+    use std::io::Write;
+    // Past libtest's capture (it takes `print!`/`eprint!` only), so the line shows in any run.
+    let _ = std::io::stderr().write_all(format!("\n!!!!!!!! {line} !!!!!!!!\n").as_bytes());
+    if let Ok(mut f) = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(skips_file())
+    {
+        // One write of one line: appends of concurrent tests do not interleave.
+        let _ = f.write_all(format!("{line}\n").as_bytes());
+    }
+}
+
+/// A prerequisite of the running test is missing. Under CI (`CI=true`) this is a failure whose
+/// message is `reason` (which must say what to install or how to run). Elsewhere the test may
+/// return after this call: the skip is printed past libtest's capture and written to
+/// [`skips_file`], which scripts/test.sh prints in its summary.
+pub fn skip(reason: &str) {
+    let name = test_name();
+    assert!(
+        !ci(),
+        "{name}: a prerequisite is missing under CI=true (a test never passes by skipping there): {reason}"
+    );
+    record_skip(&format!("SKIPPED {name}: {reason}"));
+}
+
+/// The one skip allowed under CI: tests that need a GPU (CI has none). Visible like [`skip`]
+/// (stderr and the summary of scripts/test.sh), and the test passes.
+pub fn skip_gpu_test(reason: &str) {
+    let name = test_name();
+    record_skip(&format!(
+        "SKIPPED {name} (a GPU test: the one skip allowed on CI): {reason}"
+    ));
+}
+
+/// Whether this process runs as root; tests that need it call [`skip`] otherwise.
+pub fn is_root() -> bool {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    unsafe { libc::geteuid() == 0 }
+}
+
 /// Fails loudly when a program the test needs is not installed (the README's test command
 /// installs every one of them).
 pub fn require(program: &str) -> PathBuf {
