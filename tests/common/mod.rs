@@ -352,3 +352,55 @@ pub fn output_shape(text: &str) -> Vec<String> {
         })
         .collect()
 }
+
+/// Bytes as sigmatop's summaries print them, written here from the figures a person reads
+/// ("640 B", "3.00 kB", "12.90 MB": powers of 1000, two decimals), so a test can compare what the
+/// CLI printed with a value computed from the workload's parameters.
+pub fn summary_bytes(b: u64) -> String {
+    if b < 1000 {
+        return format!("{b} B");
+    }
+    let mut x = b as f64;
+    let mut unit = "B";
+    for u in ["kB", "MB", "GB", "TB"] {
+        if x < 1000.0 {
+            break;
+        }
+        x /= 1000.0;
+        unit = u;
+    }
+    format!("{x:.2} {unit}")
+}
+
+/// A number as the dashboard's tables print it: three significant digits with k, M, G
+/// ("640", "3.00k", "12.0k", "885k", "2.58M").
+pub fn table_si(v: u64) -> String {
+    if v < 1000 {
+        return v.to_string();
+    }
+    let mut x = v as f64;
+    let mut unit = "";
+    for u in ["k", "M", "G", "T"] {
+        if x < 1000.0 {
+            break;
+        }
+        x /= 1000.0;
+        unit = u;
+    }
+    if x < 10.0 {
+        format!("{x:.2}{unit}")
+    } else if x < 100.0 {
+        format!("{x:.1}{unit}")
+    } else {
+        format!("{x:.0}{unit}")
+    }
+}
+
+/// The whitespace-separated words of `line`, without the heat-map shading characters the
+/// dashboard puts before matrix cells.
+pub fn words(line: &str) -> Vec<String> {
+    line.split_whitespace()
+        .filter(|w| !["░", "▒", "▓", "█"].contains(w))
+        .map(str::to_string)
+        .collect()
+}

@@ -22,6 +22,7 @@
  *   ucx_life execd N          N messages of 300 B
  *   ucx_life child N          N messages of 64 B, everything closed, exit 0
  *   ucx_life short N          N messages of 64 B, then exit at once: nothing closed, no wait
+ *   ucx_life paced N MS       N messages of 64 B, one every MS milliseconds, everything closed
  *   ucx_life stay N           N messages of 64 B, prints "ready", then sleeps until killed
  *   ucx_life handler-exit N   N messages of 64 B, then exit(7) from its own SIGUSR1 handler
  *   ucx_life own-handler N    N messages of 64 B; its own SIGUSR1 handler must run
@@ -122,7 +123,7 @@ static void wait_req(struct pair *p, void *req, volatile int *flag, const char *
 }
 
 /* n tagged messages of `size` bytes from tx to rx, each checked. */
-static void pair_send(struct pair *p, long n, size_t size, uint64_t tag)
+static void pair_send_paced(struct pair *p, long n, size_t size, uint64_t tag, long gap_ms)
 {
 	unsigned char *s = malloc(size), *r = malloc(size);
 
@@ -154,9 +155,16 @@ static void pair_send(struct pair *p, long n, size_t size, uint64_t tag)
 			fprintf(stderr, "ucx_life: message %ld corrupted\n", i);
 			exit(12);
 		}
+		if (gap_ms > 0)
+			usleep((useconds_t)gap_ms * 1000);
 	}
 	free(s);
 	free(r);
+}
+
+static void pair_send(struct pair *p, long n, size_t size, uint64_t tag)
+{
+	pair_send_paced(p, n, size, tag, 0);
 }
 
 static void pair_close(struct pair *p)
@@ -296,6 +304,15 @@ int main(int argc, char **argv)
 		pair_send(&p, n, 64, 64);
 		printf("short %d sent %ld\n", getpid(), n);
 		return 0;
+	} else if (!strcmp(argv[1], "paced")) {
+		struct pair p;
+
+		if (argc < 4)
+			return 2;
+		pair_open(&p);
+		pair_send_paced(&p, n, 64, 64, atol(argv[3]));
+		pair_close(&p);
+		printf("paced %d sent %ld\n", getpid(), n);
 	} else if (!strcmp(argv[1], "stay")) {
 		struct pair p;
 
