@@ -86,8 +86,39 @@ impl Tmux {
     }
 }
 
+/// `pid` and all its descendants (from /proc's children lists), deepest last.
+fn process_tree(pid: u32) -> Vec<u32> {
+    let mut all = vec![pid];
+    let mut i = 0;
+    while i < all.len() {
+        let p = all[i];
+        let children =
+            std::fs::read_to_string(format!("/proc/{p}/task/{p}/children")).unwrap_or_default();
+        all.extend(
+            children
+                .split_whitespace()
+                .filter_map(|c| c.parse::<u32>().ok()),
+        );
+        i += 1;
+    }
+    all
+}
+
 impl Drop for Tmux {
     fn drop(&mut self) {
+        // A test that failed leaves its command running in the pane: sigmatop passes SIGHUP on
+        // to its program, so killing the server alone can leave it behind. Kill the pane's
+        // whole process tree first.
+        let panes = self.tmux(&["list-panes", "-s", "-F", "#{pane_pid}"]);
+        for pane in panes
+            .split_whitespace()
+            .filter_map(|p| p.parse::<u32>().ok())
+        {
+            for pid in process_tree(pane) {
+                // SAFETY: kill(2) of a process this test started (through tmux).
+                unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+            }
+        }
         let _ = Command::new("tmux")
             .args(["-L", &self.server, "kill-server"])
             .stderr(Stdio::null())
