@@ -16,9 +16,8 @@
 //!    and the node totals are the pattern's.
 mod common;
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Command;
-use std::sync::OnceLock;
 use std::time::Duration;
 
 use common::tmux::Tmux;
@@ -27,29 +26,7 @@ use common::*;
 const LIMIT: Duration = Duration::from_secs(60);
 
 fn ucx_life() -> PathBuf {
-    static BIN: OnceLock<PathBuf> = OnceLock::new();
-    BIN.get_or_init(|| {
-        let out = scratch("cli-ucx-life").join("ucx_life");
-        let o = Command::new(require("gcc"))
-            .args(["-O2", "-pthread", "-o"])
-            .arg(&out)
-            .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/programs/ucx_life.c"))
-            .args(["-lucp", "-lucs"])
-            .output()
-            .expect("gcc");
-        assert!(o.status.success(), "gcc: {}", stderr_of(&o));
-        out
-    })
-    .clone()
-}
-
-/// The block of the screen under the "selected row" rule of the QPs view.
-fn selected(screen: &str) -> String {
-    screen
-        .split("selected row")
-        .nth(1)
-        .unwrap_or_default()
-        .to_string()
+    build_program("gcc", "ucx_life.c", "ucx_life", &["-lucp", "-lucs"])
 }
 
 #[test]
@@ -86,31 +63,29 @@ fn run_shows_a_real_programs_exact_totals_in_the_dashboard() {
     let mut seen = (false, false);
     for _ in 0..4 {
         let s = t.wait_for("a selected row", LIMIT, |s| s.contains("selected row"));
-        let sel = selected(&s);
-        if s.contains("ucx ep@") && sel.contains("ops by opcode") {
-            assert!(
-                sel.contains(&format!("ops by opcode (since start): tag_send {n}")),
-                "{sel}"
-            );
-            let tx = sel.lines().find(|l| l.contains("▲ tx")).unwrap_or_default();
-            assert!(
-                tx.trim_end()
-                    .ends_with(&format!("total   {}", summary_bytes(n * size))),
-                "{tx}"
-            );
+        let (before, sel) = s.split_once("selected row").unwrap_or_default();
+        let header = before.lines().last().unwrap_or_default();
+        // The endpoint sent, the receiving worker received; the sending worker did neither.
+        let row = if header.contains("ucx ep@") {
             seen.0 = true;
-        } else if s.contains("ucx worker@") && sel.contains("tag_recv") {
+            Some(("tag_send", "▲ tx"))
+        } else if header.contains("ucx worker@") && sel.contains("tag_recv") {
+            seen.1 = true;
+            Some(("tag_recv", "▼ rx"))
+        } else {
+            None
+        };
+        if let Some((op, dir)) = row {
             assert!(
-                sel.contains(&format!("ops by opcode (since start): tag_recv {n}")),
+                sel.contains(&format!("ops by opcode (since start): {op} {n}")),
                 "{sel}"
             );
-            let rx = sel.lines().find(|l| l.contains("▼ rx")).unwrap_or_default();
+            let line = sel.lines().find(|l| l.contains(dir)).unwrap_or_default();
             assert!(
-                rx.trim_end()
+                line.trim_end()
                     .ends_with(&format!("total   {}", summary_bytes(n * size))),
-                "{rx}"
+                "{line}"
             );
-            seen.1 = true;
         }
         t.keys(&["Down"]);
         std::thread::sleep(Duration::from_millis(300));
@@ -134,16 +109,7 @@ fn pattern(i: u64, j: u64) -> u64 {
 }
 
 fn mpi_pattern() -> PathBuf {
-    let out = scratch("cli-mpi-build").join("mpi_pattern");
-    let o = Command::new(require("mpicc"))
-        .arg("-O1")
-        .arg("-o")
-        .arg(&out)
-        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/programs/mpi_pattern.c"))
-        .output()
-        .expect("mpicc");
-    assert!(o.status.success(), "mpicc: {}", stderr_of(&o));
-    out
+    build_program("mpicc", "mpi_pattern.c", "mpi_pattern", &[])
 }
 
 #[test]
@@ -261,29 +227,14 @@ fn record_mpirun_without_x_then_replay_it_in_the_dashboard() {
     });
     t.keys(&["5"]);
     let m = t.wait_for("the matrix", LIMIT, |s| s.contains("rank × rank"));
-    for i in 0..np {
-        let row = m
-            .lines()
-            .find(|l| l.trim_start().starts_with(&format!("r{i} ")))
-            .unwrap_or_else(|| panic!("no matrix row r{i}:\n{m}"));
-        let mut want = vec![format!("r{i}")];
-        for j in 0..np {
-            want.push(if i == j {
-                "·".into()
-            } else {
-                table_si(pattern(i, j))
-            });
-        }
-        want.push(table_si(sent(i)));
-        assert_eq!(words(row), want, "matrix row r{i}");
-    }
-    let ingress = m
-        .lines()
-        .find(|l| l.contains("▼ ingress"))
-        .expect("ingress row");
-    let mut want = vec!["▼".to_string(), "ingress".to_string()];
-    want.extend((0..np).map(|j| table_si(recv(j))));
-    assert_eq!(words(ingress), want);
+    let matrix: Vec<Vec<u64>> = (0..np)
+        .map(|i| {
+            (0..np)
+                .map(|j| if i == j { 0 } else { pattern(i, j) })
+                .collect()
+        })
+        .collect();
+    assert_rank_matrix(&m, &matrix);
     t.keys(&["4"]);
     let v = t.wait_for("the Nodes view", LIMIT, |s| s.contains("[4 Nodes]"));
     let vm = v

@@ -13,7 +13,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use common::tmux::Tmux;
-use common::{summary_bytes, table_si, words};
+use common::{summary_bytes, words};
 
 /// fixtures/src/moe_demo.c's tokens(): how many 4-byte tokens rank `src` sends to `dst` at `step`.
 fn tokens(src: u64, dst: u64, step: u64) -> u64 {
@@ -134,29 +134,10 @@ fn demo_as_typed_replays_to_the_moe_workloads_figures() {
     });
     t.keys(&["5"]);
     let m = t.wait_for("the matrix", limit, |s| s.contains("rank × rank"));
-    for r in 0..RANKS {
-        let row = m
-            .lines()
-            .find(|l| l.trim_start().starts_with(&format!("r{r} ")))
-            .unwrap_or_else(|| panic!("no matrix row r{r}:\n{m}"));
-        let mut want = vec![format!("r{r}")];
-        for d in 0..RANKS {
-            want.push(if d == r {
-                "·".into()
-            } else {
-                table_si(pair(r, d))
-            });
-        }
-        want.push(table_si(egress(r)));
-        assert_eq!(words(row), want, "matrix row r{r}");
-    }
-    let row = m
-        .lines()
-        .find(|l| l.contains("▼ ingress"))
-        .expect("ingress");
-    let mut want = vec!["▼".to_string(), "ingress".to_string()];
-    want.extend((0..RANKS).map(|r| table_si(ingress(r))));
-    assert_eq!(words(row), want);
+    let matrix: Vec<Vec<u64>> = (0..RANKS)
+        .map(|r| (0..RANKS).map(|d| pair(r, d)).collect())
+        .collect();
+    common::assert_rank_matrix(&m, &matrix);
     t.keys(&["q"]);
     t.wait_for("exit status 0", limit, |s| s.contains("SIGMATOP-EXIT=0"));
 }

@@ -147,23 +147,8 @@ fn programs_dir() -> PathBuf {
 
 /// Compiles `tests/programs/<src>` with gcc into `out` (a file name), once per test process.
 fn gcc(cell: &'static OnceLock<PathBuf>, src: &str, out: &str, flags: &[&str]) -> PathBuf {
-    cell.get_or_init(|| {
-        let dest = common::scratch(&format!("{out}-build")).join(out);
-        let o = Command::new(common::require("gcc"))
-            .args(["-O2", "-Wall", "-pthread", "-o"])
-            .arg(&dest)
-            .arg(programs_dir().join(src))
-            .args(flags)
-            .output()
-            .expect("run gcc");
-        assert!(
-            o.status.success(),
-            "compiling {src} (scripts/test.sh installs libucx-dev and libfabric-dev):\n{}",
-            common::stderr_of(&o)
-        );
-        dest
-    })
-    .clone()
+    cell.get_or_init(|| common::build_program("gcc", src, out, flags))
+        .clone()
 }
 
 /// tests/programs/ucx_life.c: UCP tagged messages between two workers of one context.
@@ -696,6 +681,18 @@ fn opens_with_hello(bytes: &[u8]) -> bool {
     bytes.len() >= 13 && bytes[4] == 0 && &bytes[5..13] == b"sigmatop"
 }
 
+/// The frames a reader received from process `pid`: a hello of that process first (checked on
+/// the bytes, then decoded), then whole frames.
+fn stream_of(pid: u32, bytes: &[u8], who: &str) -> Vec<Frame> {
+    assert!(opens_with_hello(bytes), "{who}: a hello first");
+    let f = frames(bytes);
+    match &f[0] {
+        Frame::Hello { identity, .. } => assert_eq!(identity.pid, pid, "{who}"),
+        other => panic!("{who}: first frame {other:?}"),
+    }
+    f
+}
+
 /// Reads until EOF or `limit`.
 fn read_all(s: &mut UnixStream, limit: Duration) -> Vec<u8> {
     s.set_read_timeout(Some(limit)).expect("timeout");
@@ -871,15 +868,7 @@ fn stalled_and_vanishing_readers_never_block_the_program() {
 
     // The healthy reader: the whole stream, from the hello to the goodbye, its last snapshot
     // holding the exact totals.
-    assert!(
-        opens_with_hello(&healthy_bytes),
-        "healthy reader: a hello first"
-    );
-    let hf = frames(&healthy_bytes);
-    match &hf[0] {
-        Frame::Hello { identity, .. } => assert_eq!(identity.pid, pid),
-        f => panic!("first frame {f:?}"),
-    }
+    let hf = stream_of(pid, &healthy_bytes, "healthy reader");
     assert!(
         matches!(hf.last(), Some(Frame::Bye { .. })),
         "the healthy reader got the goodbye"
@@ -916,15 +905,7 @@ fn stalled_and_vanishing_readers_never_block_the_program() {
     // process, then whole frames (the last one possibly cut when the program exited); its
     // snapshots are ones the healthy reader got too, identical. It got less than the healthy
     // reader by more than 1 MiB: the collector went on without it, and the program finished.
-    assert!(
-        opens_with_hello(&stalled_bytes),
-        "stalled reader: a hello first"
-    );
-    let sf = frames(&stalled_bytes);
-    match &sf[0] {
-        Frame::Hello { identity, .. } => assert_eq!(identity.pid, pid),
-        f => panic!("first frame {f:?}"),
-    }
+    let sf = stream_of(pid, &stalled_bytes, "stalled reader");
     let ss = snapshots(&sf);
     assert!(!ss.is_empty(), "the stalled reader was sent snapshots");
     for s in &ss {

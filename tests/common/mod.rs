@@ -132,6 +132,30 @@ pub fn require(program: &str) -> PathBuf {
     );
 }
 
+/// Compiles `tests/programs/<src>` with `compiler` (gcc, mpicc) into a scratch directory as
+/// `out`, with `flags` after the source (libraries), and returns the program's path. The
+/// compilers and headers come from the packages scripts/test.sh installs.
+pub fn build_program(compiler: &str, src: &str, out: &str, flags: &[&str]) -> PathBuf {
+    let dest = scratch(&format!("{out}-build")).join(out);
+    let o = Command::new(require(compiler))
+        .args(["-O2", "-pthread", "-o"])
+        .arg(&dest)
+        .arg(
+            Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("tests/programs")
+                .join(src),
+        )
+        .args(flags)
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {compiler}: {e}"));
+    assert!(
+        o.status.success(),
+        "{compiler} {src} (scripts/test.sh installs the compilers and headers):\n{}",
+        stderr_of(&o)
+    );
+    dest
+}
+
 /// A fresh scratch directory under target/.
 pub fn scratch(name: &str) -> PathBuf {
     static N: AtomicU16 = AtomicU16::new(0);
@@ -353,6 +377,20 @@ pub fn output_shape(text: &str) -> Vec<String> {
         .collect()
 }
 
+/// `v` divided by 1000 until under 1000 (at most to the last unit), with the unit reached.
+fn scaled(v: u64, units: [&'static str; 5]) -> (f64, &'static str) {
+    let mut x = v as f64;
+    let mut unit = units[0];
+    for u in &units[1..] {
+        if x < 1000.0 {
+            break;
+        }
+        x /= 1000.0;
+        unit = u;
+    }
+    (x, unit)
+}
+
 /// Bytes as sigmatop's summaries print them, written here from the figures a person reads
 /// ("640 B", "3.00 kB", "12.90 MB": powers of 1000, two decimals), so a test can compare what the
 /// CLI printed with a value computed from the workload's parameters.
@@ -360,15 +398,7 @@ pub fn summary_bytes(b: u64) -> String {
     if b < 1000 {
         return format!("{b} B");
     }
-    let mut x = b as f64;
-    let mut unit = "B";
-    for u in ["kB", "MB", "GB", "TB"] {
-        if x < 1000.0 {
-            break;
-        }
-        x /= 1000.0;
-        unit = u;
-    }
+    let (x, unit) = scaled(b, ["B", "kB", "MB", "GB", "TB"]);
     format!("{x:.2} {unit}")
 }
 
@@ -378,15 +408,7 @@ pub fn table_si(v: u64) -> String {
     if v < 1000 {
         return v.to_string();
     }
-    let mut x = v as f64;
-    let mut unit = "";
-    for u in ["k", "M", "G", "T"] {
-        if x < 1000.0 {
-            break;
-        }
-        x /= 1000.0;
-        unit = u;
-    }
+    let (x, unit) = scaled(v, ["", "k", "M", "G", "T"]);
     if x < 10.0 {
         format!("{x:.2}{unit}")
     } else if x < 100.0 {
@@ -394,6 +416,35 @@ pub fn table_si(v: u64) -> String {
     } else {
         format!("{x:.0}{unit}")
     }
+}
+
+/// Checks the dashboard's rank × rank matrix on `screen` (view 5) against `bytes[src][dst]`:
+/// each row `rI` with its cells and egress, and the ingress row, as the table prints them.
+pub fn assert_rank_matrix(screen: &str, bytes: &[Vec<u64>]) {
+    let n = bytes.len();
+    for (i, row_bytes) in bytes.iter().enumerate() {
+        let row = screen
+            .lines()
+            .find(|l| l.trim_start().starts_with(&format!("r{i} ")))
+            .unwrap_or_else(|| panic!("no matrix row r{i}:\n{screen}"));
+        let mut want = vec![format!("r{i}")];
+        want.extend((0..n).map(|j| {
+            if i == j {
+                "·".to_string()
+            } else {
+                table_si(row_bytes[j])
+            }
+        }));
+        want.push(table_si(row_bytes.iter().sum()));
+        assert_eq!(words(row), want, "matrix row r{i}");
+    }
+    let ingress = screen
+        .lines()
+        .find(|l| l.contains("▼ ingress"))
+        .unwrap_or_else(|| panic!("no ingress row:\n{screen}"));
+    let mut want = vec!["▼".to_string(), "ingress".to_string()];
+    want.extend((0..n).map(|j| table_si(bytes.iter().map(|r| r[j]).sum())));
+    assert_eq!(words(ingress), want, "ingress row");
 }
 
 /// The whitespace-separated words of `line`, without the heat-map shading characters the
