@@ -31,10 +31,27 @@ fi
 # Open MPI refuses root without these; the tests pass --allow-run-as-root too.
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 
-# The preload's sigmatop_bench_* entry points (feature `bench`) are what the test probes
-# (tests/programs, tests/guest/verbs_fake.c) drive the runtime through; the shipped library has none.
-# Both commands name the feature, so the test build does not rebuild the preload without it.
+# The README's test command behaves as CI does: a test whose prerequisite is missing fails
+# (tests/common `skip`), the development shortcuts (SIGMATOP_SKIP_GUEST, SIGMATOP_GUEST_REUSE)
+# are refused; only the GPU tests may skip, and they are listed below.
+export CI=true
+
+# The preload's sigmatop_bench_* entry points (feature `bench`) are what the benchmark probes and
+# tests/guest/verbs_fake.c drive the runtime through; the shipped library has none. Both cargo
+# commands name the feature, so the test build does not rebuild the preload without it.
 cargo build --workspace --all-targets --features sigmatop-preload/bench
 # The software mlx5 NIC (tests/testnic) the testnic_* tests run rdma-core's programs on.
 bash scripts/with-testnic.sh true
-cargo test --workspace --no-fail-fast --features sigmatop-preload/bench -- --test-threads=2
+# Each skipped test appends one line here (tests/common `skip`): printed after the run.
+skips=target/test-skips.txt
+rm -f "$skips"
+status=0
+cargo test --workspace --no-fail-fast --features sigmatop-preload/bench -- --test-threads=2 || status=$?
+if [ -s "$skips" ]; then
+  echo
+  echo "scripts/test.sh: $(wc -l < "$skips") tests skipped:"
+  sed 's/^/  /' "$skips"
+else
+  echo "scripts/test.sh: no test skipped"
+fi
+exit "$status"

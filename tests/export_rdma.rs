@@ -4,7 +4,11 @@
 //!   in the record gets exactly the WQE events of the same (endpoint, TSC), the recomputed
 //!   producer-index ranges agree with the WQEBBs the preload counted, the counts equal the
 //!   record's, and the Perfetto doorbell instants carry the association (checked with the
-//!   official schema).
+//!   official schema);
+//! - the same doorbells checked without sigmatop's decoder or correlator: the doorbell words are
+//!   decoded here (mlx5 layout, written from the format, not from src/decode) and their
+//!   producer-index steps, QP by QP, are the ones tests/gpu/scenario.h was written to make (its
+//!   WQE counts per doorbell), and each step equals the WQE events recorded with the doorbell.
 mod common;
 #[path = "export_util.rs"]
 mod util;
@@ -196,6 +200,137 @@ print(dbs, wqes, linked, with_ops)
         report.contains(&format!("{n_wqes} of {n_wqes} WQEs associated")),
         "{report}"
     );
+}
+
+/// An mlx5 send doorbell as the event carries it (`addr`: the 8 bytes written, big-endian):
+/// `opmod_idx_opcode` then `qpn_ds`. Decoded here from the format (reference/hardware-and-hooks.md
+/// §2), independently of src/decode.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Word {
+    idx: u16,
+    opcode: u8,
+    qpn: u32,
+    ds: u8,
+}
+
+fn word(addr: u64) -> Word {
+    let (w0, w1) = ((addr >> 32) as u32, addr as u32);
+    Word {
+        idx: (w0 >> 8) as u16,
+        opcode: w0 as u8,
+        qpn: w1 >> 8,
+        ds: w1 as u8,
+    }
+}
+
+impl Word {
+    /// The producer index after this doorbell. A GPU word (NVSHMEM IBGDA, opcode and ds zero)
+    /// carries it; a CPU word (BlueFlame) names its WQE, which spans ds 16-byte units, in
+    /// 64-byte WQEBBs.
+    fn end(&self) -> u16 {
+        if self.opcode == 0 && self.ds == 0 {
+            self.idx
+        } else {
+            self.idx
+                .wrapping_add((u16::from(self.ds) * 16).div_ceil(64))
+        }
+    }
+}
+
+/// tests/gpu/scenario.h's `test` scenario, WQEs per doorbell on each QP, in order:
+/// QP 0: 8 writes, 8 reads, 4 inline writes, 4 fetch-adds, 4 compare-swaps, one doorbell each,
+/// then one write rung the DOCA way (the same word stored twice into the doorbell page: one
+/// change of the page, so one doorbell for a poller of it);
+/// QP 1: the in-flight sweep (sweep_n: 1, 2, 3, 16, 100, 255, 256, 511, 1000, 1024), the
+/// BlueFlame write (gpu_workload.cu k_single, one WQE, a CPU word), the 32-thread batch of 4 each
+/// (k_batch<<<1, 32>>>(w, 4)).
+fn scenario_steps() -> [Vec<u16>; 2] {
+    let qp0 = vec![1u16; 29];
+    let mut qp1 = vec![1u16, 2, 3, 16, 100, 255, 256, 511, 1000, 1024];
+    qp1.extend([1, 32 * 4]);
+    [qp0, qp1]
+}
+
+#[test]
+fn demo_gpu_doorbell_steps_are_the_scenarios_without_sigmatops_decoder() {
+    let rec = Recording::open(&[fixture("demo-gpu")]).expect("open fixtures/demo-gpu");
+    let p = rec
+        .processes
+        .iter()
+        .find(|p| p.identity.pid == 456)
+        .expect("the `test` process (pid 456)");
+    let mut probs = Vec::new();
+    let mut events = p.read_all_events(&mut probs);
+    assert!(probs.is_empty(), "{probs:?}");
+    events.sort_by_key(|e| e.tsc);
+    // WQE events per (endpoint, TSC): the preload stamps a doorbell's WQEs with its TSC.
+    let mut wqes: HashMap<(u32, u64), u64> = HashMap::new();
+    for e in &events {
+        if Op::from_u8(e.op)
+            .is_some_and(|o| o != Op::GpuDoorbell && o.layer() == sigmatop::event::Layer::Mlx5)
+        {
+            *wqes.entry((e.ep, e.tsc)).or_default() += 1;
+        }
+    }
+    // Doorbells per QP (by the QPN in the word), QPs in the order they first rang.
+    let mut order: Vec<u32> = Vec::new();
+    // (word, WQEBBs the preload counted, WQE events recorded with it, endpoint, TSC)
+    type Ring = (Word, u64, u64, u32, u64);
+    let mut rings: HashMap<u32, Vec<Ring>> = HashMap::new();
+    for e in events.iter().filter(|e| e.op == Op::GpuDoorbell as u8) {
+        let w = word(e.addr);
+        if !order.contains(&w.qpn) {
+            order.push(w.qpn);
+        }
+        let n = wqes.get(&(e.ep, e.tsc)).copied().unwrap_or(0);
+        rings
+            .entry(w.qpn)
+            .or_default()
+            .push((w, e.bytes, n, e.ep, e.tsc));
+        assert_eq!(e.aux, w.idx, "the event's index is the word's");
+    }
+    assert_eq!(order.len(), 2, "two QPs rang: {order:x?}");
+    assert_eq!(
+        order[1], 0x1c1,
+        "QP 1 is the batched QP of the other checks"
+    );
+    for (q, want) in scenario_steps().iter().enumerate() {
+        let r = &rings[&order[q]];
+        // Producer-index steps from the words alone, from 0 (a new QP).
+        let mut prev = 0u16;
+        let steps: Vec<u16> = r
+            .iter()
+            .map(|(w, ..)| {
+                let step = w.end().wrapping_sub(prev);
+                prev = w.end();
+                step
+            })
+            .collect();
+        assert_eq!(
+            &steps, want,
+            "QP {q} ({:#x}): WQEBBs per doorbell",
+            order[q]
+        );
+        for ((w, counted, recorded, ep, tsc), step) in r.iter().zip(&steps) {
+            assert_eq!(
+                *counted,
+                u64::from(*step),
+                "QP {q}: the preload's count for the doorbell of PI {} (ep {ep}, tsc {tsc})",
+                w.end()
+            );
+            assert_eq!(
+                *recorded,
+                u64::from(*step),
+                "QP {q}: WQE events recorded with the doorbell of PI {}",
+                w.end()
+            );
+        }
+        let cpu_words = r
+            .iter()
+            .filter(|(w, ..)| !(w.opcode == 0 && w.ds == 0))
+            .count();
+        assert_eq!(cpu_words, q, "QP 1 has the one BlueFlame (CPU) word");
+    }
 }
 
 /// SYNTHETIC record (written with the core writer, not by the preload): no real RDMA NIC here,

@@ -448,18 +448,7 @@ fn a_switched_off_layer_is_named_at_the_end_of_the_run() {
 
 /// Compiles tests/programs/mpi_pattern.c (as tests/ucx_mpi.rs does).
 fn mpi_program() -> PathBuf {
-    let dir = scratch("first-day-mpi-build");
-    let out = dir.join("mpi_pattern");
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/programs/mpi_pattern.c");
-    let o = Command::new(require("mpicc"))
-        .arg("-O1")
-        .arg("-o")
-        .arg(&out)
-        .arg(&src)
-        .output()
-        .expect("mpicc");
-    assert!(o.status.success(), "mpicc: {}", stderr_of(&o));
-    out
+    build_program("mpicc", "mpi_pattern.c", "mpi_pattern", &[])
 }
 
 #[test]

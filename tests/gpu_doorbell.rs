@@ -3,7 +3,8 @@
 //! formats (RC write, read, inline write, fetch-add, compare-swap, DOCA's double ring, a 64-byte
 //! BlueFlame write by 8 lanes, a sweep of 1 to 1024 WQEs per doorbell, a 32-thread batch under one
 //! doorbell) and the test NIC thread. Asserted as for the CPU-played GPU (tests/devx_doorbell.rs).
-//! Needs nvcc and a GPU: without them it prints a loud SKIPPED line and passes (CI has no GPU).
+//! Needs nvcc and a GPU: without them it is skipped, visibly (tests/common `skip_gpu_test`:
+//! stderr and the summary of scripts/test.sh), the one skip allowed on CI (CI has no GPU).
 //! On a GPU machine the same proof plus the benchmark: `bash tests/gpu/run_device.sh OUTDIR`.
 
 #[path = "gpu/check.rs"]
@@ -49,14 +50,9 @@ fn build(dir: &Path) -> PathBuf {
 #[test]
 fn gpu_doorbells_are_forwarded_and_recovered() {
     if !have("nvcc", &["--version"]) || !have("nvidia-smi", &["-L"]) {
-        // Straight to the process's stderr, past the test harness's capture: a skip is loud.
-        let msg = "SKIPPED gpu_doorbells_are_forwarded_and_recovered: no nvcc or no GPU here (run it on a GPU machine; see BENCHMARKS.md \"GPU doorbells\")\n";
-        match std::fs::OpenOptions::new().write(true).open("/dev/stderr") {
-            Ok(mut f) => {
-                let _ = std::io::Write::write_all(&mut f, msg.as_bytes());
-            }
-            Err(_) => eprint!("{msg}"),
-        }
+        skip_gpu_test(
+            "no nvcc or no GPU here (run it on a GPU machine; see BENCHMARKS.md \"GPU doorbells\")",
+        );
         return;
     }
     let dir = check::scratch_dir("gpu-doorbell");

@@ -10,8 +10,8 @@
 //!   `bash tests/gpu/nvshmem_device.sh OUT proof` (NVIDIA's perftests with two PEs on one GPU, IBGDA
 //!   only, NIC queues in GPU and host memory, untraced and traced; tests/gpu/nvshmem_check.py
 //!   compares every WQE, byte count, matrix cell and peer) and then the record check below. Without
-//!   a GPU, nvcc, mpirun, root or the perftest sources it prints a loud SKIPPED line and passes (CI
-//!   has no GPU).
+//!   a GPU, nvcc, mpirun, root or the perftest sources it is skipped visibly (tests/common
+//!   `skip_gpu_test`), the one skip allowed on CI (CI has no GPU).
 //! - `nvshmem_fixture_records_match_the_nic` (runs everywhere): the record check below over the
 //!   committed recording of one such run (fixtures/nvshmem, shmem_put_bw, NIC queues in GPU memory).
 //! - `nvshmem_records_match_the_nic`: the record check alone over the runs in `$NVSHMEM_RESULTS`
@@ -37,17 +37,6 @@ const GID: [u8; 16] = [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 127, 0, 0, 1];
 
 fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
-
-fn loud_skip(msg: &str) {
-    // Straight to the process's stderr, past the test harness's capture: a skip is loud.
-    let msg = format!("{msg}\n");
-    match std::fs::OpenOptions::new().write(true).open("/dev/stderr") {
-        Ok(mut f) => {
-            let _ = std::io::Write::write_all(&mut f, msg.as_bytes());
-        }
-        Err(_) => eprint!("{msg}"),
-    }
 }
 
 fn nic_lib() -> PathBuf {
@@ -401,8 +390,8 @@ fn check_records(work: &Path) -> usize {
 #[test]
 fn nvshmem_records_match_the_nic() {
     let Some(dir) = std::env::var_os("NVSHMEM_RESULTS") else {
-        loud_skip(
-            "SKIPPED nvshmem_records_match_the_nic: no NVSHMEM_RESULTS (set by tests/gpu/nvshmem_device.sh on a GPU machine; nvshmem_perftests_on_the_software_nic runs it)",
+        skip_gpu_test(
+            "no NVSHMEM_RESULTS (set by tests/gpu/nvshmem_device.sh on a GPU machine; nvshmem_perftests_on_the_software_nic runs it)",
         );
         return;
     };
@@ -446,8 +435,8 @@ fn nvshmem_perftests_on_the_software_nic() {
         ),
     ];
     if let Some((_, why)) = missing.iter().find(|m| m.0) {
-        loud_skip(&format!(
-            "SKIPPED nvshmem_perftests_on_the_software_nic: {why} (run it on a GPU machine: bash tests/gpu/nvshmem_device.sh OUT proof; see BENCHMARKS.md \"GPU doorbells\")"
+        skip_gpu_test(&format!(
+            "{why} (run it on a GPU machine: bash tests/gpu/nvshmem_device.sh OUT proof; see BENCHMARKS.md \"GPU doorbells\")"
         ));
         return;
     }

@@ -13,7 +13,7 @@
 mod common;
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Command;
 use std::time::Duration;
 
@@ -31,26 +31,8 @@ fn pattern(src: usize, dst: usize) -> u64 {
 /// Compiles the MPI program once per test process.
 fn program() -> PathBuf {
     static BIN: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
-    BIN.get_or_init(|| {
-        let mpicc = common::require("mpicc");
-        let dir = common::scratch("mpi-build");
-        let out = dir.join("mpi_pattern");
-        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/programs/mpi_pattern.c");
-        let o = Command::new(mpicc)
-            .arg("-O1")
-            .arg("-o")
-            .arg(&out)
-            .arg(&src)
-            .output()
-            .expect("run mpicc");
-        assert!(
-            o.status.success(),
-            "mpicc failed:\n{}",
-            common::stderr_of(&o)
-        );
-        out
-    })
-    .clone()
+    BIN.get_or_init(|| common::build_program("mpicc", "mpi_pattern.c", "mpi_pattern", &[]))
+        .clone()
 }
 
 fn run(np: usize, tls: &str, mode: &'static str) {

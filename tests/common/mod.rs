@@ -45,6 +45,79 @@ pub fn sigmatop_bin() -> PathBuf {
     p
 }
 
+/// True under CI (`CI=true`, which CI sets and scripts/test.sh exports): a missing prerequisite
+/// must then fail the test, never let it pass.
+pub fn ci() -> bool {
+    std::env::var("CI").as_deref() == Ok("true")
+}
+
+/// The file, under target/, where skipped tests write why; scripts/test.sh prints it at the end
+/// of the run ("N tests skipped: ...") and empties it before.
+pub fn skips_file() -> PathBuf {
+    target_dir()
+        .parent()
+        .map(Path::to_path_buf)
+        .unwrap_or_else(target_dir)
+        .join("test-skips.txt")
+}
+
+/// "binary::test" of the running test (libtest names each test's thread after it).
+fn test_name() -> String {
+    let bin = std::env::current_exe()
+        .ok()
+        .and_then(|p| p.file_stem().map(|s| s.to_string_lossy().into_owned()))
+        .unwrap_or_default();
+    // test binaries are named `<test>-<hash>`.
+    let bin = bin
+        .rsplit_once('-')
+        .map(|(b, _)| b.to_string())
+        .unwrap_or(bin);
+    let thread = std::thread::current();
+    format!("{bin}::{}", thread.name().unwrap_or("?"))
+}
+
+fn record_skip(line: &str) {
+    use std::io::Write;
+    // Past libtest's capture (it takes `print!`/`eprint!` only), so the line shows in any run.
+    let _ = std::io::stderr().write_all(format!("\n!!!!!!!! {line} !!!!!!!!\n").as_bytes());
+    if let Ok(mut f) = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(skips_file())
+    {
+        // One write of one line: appends of concurrent tests do not interleave.
+        let _ = f.write_all(format!("{line}\n").as_bytes());
+    }
+}
+
+/// A prerequisite of the running test is missing. Under CI (`CI=true`) this is a failure whose
+/// message is `reason` (which must say what to install or how to run). Elsewhere the test may
+/// return after this call: the skip is printed past libtest's capture and written to
+/// [`skips_file`], which scripts/test.sh prints in its summary.
+pub fn skip(reason: &str) {
+    let name = test_name();
+    assert!(
+        !ci(),
+        "{name}: a prerequisite is missing under CI=true (a test never passes by skipping there): {reason}"
+    );
+    record_skip(&format!("SKIPPED {name}: {reason}"));
+}
+
+/// The one skip allowed under CI: tests that need a GPU (CI has none). Visible like [`skip`]
+/// (stderr and the summary of scripts/test.sh), and the test passes.
+pub fn skip_gpu_test(reason: &str) {
+    let name = test_name();
+    record_skip(&format!(
+        "SKIPPED {name} (a GPU test: the one skip allowed on CI): {reason}"
+    ));
+}
+
+/// Whether this process runs as root; tests that need it call [`skip`] otherwise.
+pub fn is_root() -> bool {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    unsafe { libc::geteuid() == 0 }
+}
+
 /// Fails loudly when a program the test needs is not installed (the README's test command
 /// installs every one of them).
 pub fn require(program: &str) -> PathBuf {
@@ -57,6 +130,30 @@ pub fn require(program: &str) -> PathBuf {
     panic!(
         "{program} is not installed: run the README's test command, which installs it (see scripts/test.sh)"
     );
+}
+
+/// Compiles `tests/programs/<src>` with `compiler` (gcc, mpicc) into a scratch directory as
+/// `out`, with `flags` after the source (libraries), and returns the program's path. The
+/// compilers and headers come from the packages scripts/test.sh installs.
+pub fn build_program(compiler: &str, src: &str, out: &str, flags: &[&str]) -> PathBuf {
+    let dest = scratch(&format!("{out}-build")).join(out);
+    let o = Command::new(require(compiler))
+        .args(["-O2", "-pthread", "-o"])
+        .arg(&dest)
+        .arg(
+            Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("tests/programs")
+                .join(src),
+        )
+        .args(flags)
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {compiler}: {e}"));
+    assert!(
+        o.status.success(),
+        "{compiler} {src} (scripts/test.sh installs the compilers and headers):\n{}",
+        stderr_of(&o)
+    );
+    dest
 }
 
 /// A fresh scratch directory under target/.
@@ -277,5 +374,84 @@ pub fn output_shape(text: &str) -> Vec<String> {
             }
             out.split_whitespace().collect::<Vec<_>>().join(" ")
         })
+        .collect()
+}
+
+/// `v` divided by 1000 until under 1000 (at most to the last unit), with the unit reached.
+fn scaled(v: u64, units: [&'static str; 5]) -> (f64, &'static str) {
+    let mut x = v as f64;
+    let mut unit = units[0];
+    for u in &units[1..] {
+        if x < 1000.0 {
+            break;
+        }
+        x /= 1000.0;
+        unit = u;
+    }
+    (x, unit)
+}
+
+/// Bytes as sigmatop's summaries print them, written here from the figures a person reads
+/// ("640 B", "3.00 kB", "12.90 MB": powers of 1000, two decimals), so a test can compare what the
+/// CLI printed with a value computed from the workload's parameters.
+pub fn summary_bytes(b: u64) -> String {
+    if b < 1000 {
+        return format!("{b} B");
+    }
+    let (x, unit) = scaled(b, ["B", "kB", "MB", "GB", "TB"]);
+    format!("{x:.2} {unit}")
+}
+
+/// A number as the dashboard's tables print it: three significant digits with k, M, G
+/// ("640", "3.00k", "12.0k", "885k", "2.58M").
+pub fn table_si(v: u64) -> String {
+    if v < 1000 {
+        return v.to_string();
+    }
+    let (x, unit) = scaled(v, ["", "k", "M", "G", "T"]);
+    if x < 10.0 {
+        format!("{x:.2}{unit}")
+    } else if x < 100.0 {
+        format!("{x:.1}{unit}")
+    } else {
+        format!("{x:.0}{unit}")
+    }
+}
+
+/// Checks the dashboard's rank × rank matrix on `screen` (view 5) against `bytes[src][dst]`:
+/// each row `rI` with its cells and egress, and the ingress row, as the table prints them.
+pub fn assert_rank_matrix(screen: &str, bytes: &[Vec<u64>]) {
+    let n = bytes.len();
+    for (i, row_bytes) in bytes.iter().enumerate() {
+        let row = screen
+            .lines()
+            .find(|l| l.trim_start().starts_with(&format!("r{i} ")))
+            .unwrap_or_else(|| panic!("no matrix row r{i}:\n{screen}"));
+        let mut want = vec![format!("r{i}")];
+        want.extend((0..n).map(|j| {
+            if i == j {
+                "·".to_string()
+            } else {
+                table_si(row_bytes[j])
+            }
+        }));
+        want.push(table_si(row_bytes.iter().sum()));
+        assert_eq!(words(row), want, "matrix row r{i}");
+    }
+    let ingress = screen
+        .lines()
+        .find(|l| l.contains("▼ ingress"))
+        .unwrap_or_else(|| panic!("no ingress row:\n{screen}"));
+    let mut want = vec!["▼".to_string(), "ingress".to_string()];
+    want.extend((0..n).map(|j| table_si(bytes.iter().map(|r| r[j]).sum())));
+    assert_eq!(words(ingress), want, "ingress row");
+}
+
+/// The whitespace-separated words of `line`, without the heat-map shading characters the
+/// dashboard puts before matrix cells.
+pub fn words(line: &str) -> Vec<String> {
+    line.split_whitespace()
+        .filter(|w| !["░", "▒", "▓", "█"].contains(w))
+        .map(str::to_string)
         .collect()
 }
