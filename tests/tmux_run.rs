@@ -169,3 +169,35 @@ fn a_program_that_ignores_sigint_is_told_on_screen() {
     stop(srv);
     assert!(done.contains("SIGMATOP-EXIT=137"), "128 + SIGKILL:\n{done}");
 }
+
+/// 4. The terminal goes away (an ssh connection drops: SIGHUP) while the dashboard shows a program
+///    that has already exited: sigmatop ends too, with the program's status, instead of reading
+///    a dead terminal forever.
+#[test]
+fn a_hangup_ends_the_dashboard() {
+    let dir = scratch("run-hangup");
+    // The tmux pane's shell becomes sigmatop (exec): the pane's pid is sigmatop's.
+    let line = format!(
+        "exec env SIGMATOP_SOCKET_DIR={} {} run -- sleep 1",
+        dir.join("sock").display(),
+        sigmatop_bin().display()
+    );
+    let Some(t) = Tmux::start_in("run-hangup", &line, Some(&dir)) else {
+        return;
+    };
+    t.wait_for("the program's end", LIMIT, |s| s.contains("sleep exited"));
+    let shown = t.tmux(&["display-message", "-p", "-t", "main", "#{pane_pid}"]);
+    let pid: u32 = shown
+        .trim()
+        .parse()
+        .unwrap_or_else(|_| panic!("no pane pid: {shown:?}"));
+    // SAFETY: kill(2) on the test's own sigmatop process; no memory is involved.
+    unsafe {
+        libc::kill(pid as i32, libc::SIGHUP);
+    }
+    let start = std::time::Instant::now();
+    while alive(pid) && start.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(!alive(pid), "sigmatop still runs 10 s after the hangup");
+}

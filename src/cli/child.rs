@@ -3,7 +3,7 @@
 
 use std::os::unix::process::ExitStatusExt;
 use std::process::ExitStatus;
-use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 
 /// The exit code a shell would report for `status` (128 + the signal when it was killed).
 pub fn exit_code(status: ExitStatus) -> i32 {
@@ -35,8 +35,19 @@ pub fn ignore_interrupts() {
 
 /// The process group that signals sent to sigmatop are passed on to (0: none).
 static FORWARD_TO: AtomicI32 = AtomicI32::new(0);
+/// A hangup (the terminal went away) or SIGTERM reached sigmatop: the dashboard ends.
+static LEAVE: AtomicBool = AtomicBool::new(false);
+
+/// True once SIGHUP or SIGTERM reached sigmatop while it forwards signals: the dashboard has no
+/// terminal left (or was asked to stop) and must end instead of reading a dead terminal.
+pub fn leave_requested() -> bool {
+    LEAVE.load(Ordering::Relaxed)
+}
 
 extern "C" fn forward_signal(sig: libc::c_int) {
+    if sig == libc::SIGHUP || sig == libc::SIGTERM {
+        LEAVE.store(true, Ordering::Relaxed);
+    }
     let group = FORWARD_TO.load(Ordering::Relaxed);
     if group > 0 {
         // SAFETY: kill(2) is async-signal-safe; a negative pid names the process group.

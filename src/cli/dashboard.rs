@@ -317,7 +317,7 @@ pub fn run_terminal<S: Source>(mut dash: Dashboard<S>) -> Result<Dashboard<S>, S
             if dash.tick() {
                 need_draw = true;
             }
-            if dash.source.wants_to_leave() {
+            if dash.source.wants_to_leave() || super::child::leave_requested() {
                 return Ok(());
             }
             if need_draw {
@@ -341,7 +341,7 @@ pub fn run_terminal<S: Source>(mut dash: Dashboard<S>) -> Result<Dashboard<S>, S
                         }
                         _ => {}
                     }
-                    if !event::poll(Duration::ZERO)? {
+                    if super::child::leave_requested() || !event::poll(Duration::ZERO)? {
                         break;
                     }
                 }

@@ -61,6 +61,15 @@ fn absolute(p: &Path) -> Result<PathBuf, String> {
     }
 }
 
+/// A line on stderr that never panics: after a hangup the terminal is gone, and sigmatop still
+/// waits for the program and exits with its status.
+macro_rules! say {
+    ($($t:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr(), $($t)*);
+    }};
+}
+
 /// One run per record directory: a directory that already holds anything is refused, so that two
 /// runs are never merged into one job that never happened.
 fn refuse_used_record_dir(dir: &Path) -> Result<(), String> {
@@ -321,7 +330,7 @@ pub fn run_cmd(args: &RunArgs) -> CliResult {
     let mut dash = match result {
         Ok(d) => d,
         Err(e) => {
-            eprintln!(
+            say!(
                 "sigmatop: {e}; the program keeps running, output in {}",
                 log.display()
             );
@@ -334,7 +343,7 @@ pub fn run_cmd(args: &RunArgs) -> CliResult {
     let status = match c.status {
         Some(st) => st,
         None => {
-            eprintln!(
+            say!(
                 "sigmatop: stopped watching; waiting for {name} (pid {pid}) to exit (output in {}); Ctrl-C sends it SIGINT",
                 log.display()
             );
@@ -344,7 +353,7 @@ pub fn run_cmd(args: &RunArgs) -> CliResult {
                 .map_err(|e| format!("waiting for {name}: {e}"))?
         }
     };
-    eprintln!(
+    say!(
         "sigmatop: {name} exited ({}); its output is in {}",
         describe(status),
         log.display()
