@@ -249,7 +249,8 @@ static double now_s() {
 
 int main(int argc, char **argv) {
   const char *mode = argc > 1 ? argv[1] : "test";
-  host_mode = !strcmp(mode, "bench-host");
+  // bench-host and test-host: queues and buffers in pinned host memory (NVSHMEM's hostmem).
+  host_mode = !strcmp(mode, "bench-host") || !strcmp(mode, "test-host");
   CK(cudaSetDevice(0));
   CK(cudaFree(0));
   CK(cudaStreamCreateWithFlags(&nic_stream, cudaStreamNonBlocking));

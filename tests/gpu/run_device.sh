@@ -1,10 +1,17 @@
 #!/usr/bin/env bash
 # On a GPU machine, from the repository root, with target/release/libsigmatop_preload.so built:
 #   bash tests/gpu/run_device.sh OUTDIR [rounds]
-# Builds the devx emulation and the CUDA workload, proves the doorbell hijack (results identical
-# with and without sigmatop, every doorbell recorded, every WQE recovered exactly) and runs the
-# paper's Fig. 4 benchmark: baseline, forward-only, forward + WQE recovery (copy per doorbell and
-# per batch), alternated `rounds` times. Everything lands in OUTDIR.
+# Builds the devx emulation and the CUDA workload (tests/gpu/gpu_workload.cu: NVSHMEM's WQE and
+# doorbell formats, our own code), proves the doorbell hijack and WQE recovery, then runs the
+# paper's Fig. 4 benchmark (baseline, forward-only, forward + recovery with a copy per doorbell
+# and per batch), alternated `rounds` times, and computes its table with tests/gpu/fig4.py.
+#
+# Correctness, for the queues in GPU memory (`test`) and in pinned host memory (`test-host`),
+# each traced with WQE copies per doorbell and per batch, and forward-only:
+#   - every run exits 0 and prints the untraced run's results (data, atomics, doorbell count);
+#   - the WQEs sigmatop recovered (SIGMATOP_WQE_LOG) equal the list the kernels posted, exactly;
+#   - no unparsable WQE, no failed hijack (SIGMATOP_GPU_STATS).
+# Exits non-zero on any mismatch; "PROOF OK" or "PROOF FAILED (n)" is the last correctness line.
 set -u
 OUTDIR=${1:?outdir}; ROUNDS=${2:-3}
 mkdir -p "$OUTDIR"
@@ -17,19 +24,41 @@ gcc -O2 -Wall -shared -fPIC -o "$B/libmlx5emu.so" tests/gpu/devx_emu.c || exit 1
 nvcc -O2 -arch=sm_90 -Itests/gpu -o "$B/gpu_workload" tests/gpu/gpu_workload.cu -L"$B" -lmlx5emu -Xlinker -rpath,"$B" || exit 1
 cd "$B"
 T="timeout 300"
+FAILS=0
+fail() { echo "MISMATCH: $*"; FAILS=$((FAILS + 1)); }
+traced() { # NAME MODE [ENV...]: one traced correctness run
+  local name=$1 mode=$2; shift 2
+  env "$@" SIGMATOP_RECORD="$B/rec_$name" SIGMATOP_WQE_LOG="$B/wlog_$name" SIGMATOP_GPU_STATS=1 \
+    SIGMATOP_SOCKET_DIR="$B/sock" LD_PRELOAD="$PRE" $T ./gpu_workload "$mode" "list_$name.txt" \
+    > "$name.out" 2> "$name.err"
+  local rc=$?
+  [ $rc -eq 0 ] || fail "$name exited $rc: $(tail -3 "$name.err")"
+  diff -q "base_$mode.out" "$name.out" > /dev/null || fail "$name results differ from the untraced $mode run"
+  grep -q 'hijack_failed=0' "$name.err" || fail "$name: a hijack failed: $(grep -h 'sigmatop' "$name.err" | tail -2)"
+  if grep -q ' unparsable=[1-9]\| copy_failed=[1-9]' "$name.err"; then fail "$name: unparsable WQEs or failed copies"; fi
+}
+recovered() { # NAME: the WQE log equals the posted list
+  local name=$1
+  sed 's/ opmod=0x[0-9a-f]*//; s/ signaled=[01]//' "wlog_$name" | sort -s -t' ' -k2,2 > "wlog_$name.sorted"
+  sort -s -t' ' -k2,2 "list_$name.txt" > "list_$name.sorted"
+  if cmp -s "wlog_$name.sorted" "list_$name.sorted"; then
+    echo "SAME WQEs $name: $(wc -l < "list_$name.sorted") recovered exactly"
+  else
+    fail "$name: recovered WQEs differ from the posted list ($(wc -l < "wlog_$name.sorted") vs $(wc -l < "list_$name.sorted"))"
+  fi
+}
 echo "== correctness"
-$T ./gpu_workload test list_base.txt > base.out 2> base.err; echo "baseline rc=$?"
-SIGMATOP_RECORD=$B/rec SIGMATOP_WQE_LOG=$B/wlog SIGMATOP_GPU_STATS=1 SIGMATOP_SOCKET_DIR=$B/sock \
-  LD_PRELOAD=$PRE $T ./gpu_workload test list_traced.txt > traced.out 2> traced.err; echo "traced rc=$?"
-SIGMATOP_MODE=aggregate SIGMATOP_GPU_WQE=off SIGMATOP_GPU_STATS=1 SIGMATOP_RECORD=$B/rec_fwd SIGMATOP_SOCKET_DIR=$B/sock \
-  LD_PRELOAD=$PRE $T ./gpu_workload test list_fwd.txt > fwd.out 2> fwd.err; echo "forward-only rc=$?"
-cat base.out; cat traced.err fwd.err
-diff base.out traced.out && echo "SAME stdout traced"
-diff base.out fwd.out && echo "SAME stdout forward-only"
-sed 's/ opmod=0x[0-9a-f]*//; s/ signaled=[01]//' wlog | sort -s -t' ' -k2,2 > wlog.sorted
-sort -s -t' ' -k2,2 list_traced.txt > list.sorted
-cmp wlog.sorted list.sorted && echo "SAME WQEs: $(wc -l < list.sorted) recovered exactly"
-cp -r base.out traced.out fwd.out traced.err fwd.err wlog list_traced.txt rec rec_fwd "$OUTDIR/" 2>/dev/null
+for mode in test test-host; do
+  $T ./gpu_workload "$mode" "list_base_$mode.txt" > "base_$mode.out" 2> "base_$mode.err" || fail "untraced $mode exited $?"
+  traced "$mode" "$mode"
+  recovered "$mode"
+  traced "$mode-batch" "$mode" SIGMATOP_WQE_COPY=batch
+  recovered "$mode-batch"
+  traced "$mode-fwd" "$mode" SIGMATOP_MODE=aggregate SIGMATOP_GPU_WQE=off
+done
+cat base_test.out
+if [ $FAILS -eq 0 ]; then echo "PROOF OK"; else echo "PROOF FAILED ($FAILS)"; fi
+tar czf "$OUTDIR/correctness.tgz" ./*.out ./*.err ./wlog_* ./list_* rec_* 2>/dev/null
 echo "== bench"
 for m in ${MODES:-bench-host bench}; do
 for r in $(seq "$ROUNDS"); do
@@ -39,4 +68,6 @@ for r in $(seq "$ROUNDS"); do
   SIGMATOP_WQE_COPY=batch SIGMATOP_RECORD=$B/rc$m$r SIGMATOP_GPU_STATS=1 SIGMATOP_SOCKET_DIR=$B/sock LD_PRELOAD=$PRE $T ./gpu_workload $m > "$OUTDIR/${m}_recb_$r.txt" 2>&1
 done
 done
-cd "$OUTDIR" && tar czf bench.tgz *bench*_*.txt && rm -f *bench*_*.txt && tar czf correctness.tgz base.out traced.out fwd.out traced.err fwd.err wlog list_traced.txt rec rec_fwd && rm -rf base.out traced.out fwd.out traced.err fwd.err wlog list_traced.txt rec rec_fwd
+python3 "$ROOT/tests/gpu/fig4.py" "$OUTDIR" | tee "$OUTDIR/fig4.md"
+cd "$OUTDIR" && tar czf bench.tgz ./*bench*_*.txt && rm -f ./*bench*_*.txt
+exit $((FAILS > 0))
