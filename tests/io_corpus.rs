@@ -288,7 +288,11 @@ fn relay_stream(host: &str, dirs: &[PathBuf]) -> Vec<u8> {
         )
         .unwrap();
     }
-    encode(&RelayFrame::Message("a socket of uid 7, not you".into()), &mut out).unwrap();
+    encode(
+        &RelayFrame::Message("a socket of uid 7, not you".into()),
+        &mut out,
+    )
+    .unwrap();
     out
 }
 
@@ -495,10 +499,7 @@ fn seeds_read_back_whole() {
                     rest = &rest[2 + len..];
                 }
                 assert_eq!(m.processes.len(), if hosts == 2 { 3 } else { 4 }, "{name}");
-                assert!(
-                    m.processes.values().all(|p| p.history.len() == 2),
-                    "{name}"
-                );
+                assert!(m.processes.values().all(|p| p.history.len() == 2), "{name}");
                 assert_eq!(m.messages.len(), hosts, "{name}: {:?}", m.messages);
             }
             "record" if bytes[0] & 3 != RECORD_BLOCK => {

@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 use sigmatop::event::{EndpointDef, Op};
 use sigmatop::trace::reader::{ProcessRecording, Recording};
 
+pub mod netns;
 pub mod tmux;
 
 /// target/<profile>/ of the running test binary.
