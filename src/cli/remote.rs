@@ -6,6 +6,7 @@
 
 use std::io::{self, Read};
 use std::os::fd::AsRawFd;
+use std::os::unix::process::CommandExt;
 use std::process::{Child, ChildStderr, ChildStdout, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -238,7 +239,15 @@ impl Running {
             .map(str::to_string)
     }
 
+    /// Ends the transport and everything it started (its own process group: a `--via` shell's
+    /// children, ssh's ProxyCommand).
     fn stop(&mut self) {
+        if let Ok(pid) = i32::try_from(self.child.id()) {
+            // SAFETY: kill(2) of the process group this transport leads (made at spawn).
+            unsafe {
+                libc::kill(-pid, libc::SIGKILL);
+            }
+        }
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
@@ -360,7 +369,8 @@ impl Remote {
         let mut cmd = self.transport.command(&dest);
         cmd.stdin(Stdio::null())
             .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
+            .stderr(Stdio::piped())
+            .process_group(0);
         let child = match cmd.spawn() {
             Ok(c) => c,
             Err(e) => {
