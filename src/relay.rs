@@ -147,13 +147,7 @@ pub enum RelayFrame {
 
 /// Appends a framed `RelayFrame` (4-byte little-endian length, then postcard) to `out`.
 pub fn encode(frame: &RelayFrame, out: &mut Vec<u8>) -> Result<(), postcard::Error> {
-    let start = out.len();
-    out.extend_from_slice(&[0u8; 4]);
-    let body = postcard::to_allocvec(frame)?;
-    out.extend_from_slice(&body);
-    let len = (out.len() - start - 4) as u32;
-    out[start..start + 4].copy_from_slice(&len.to_le_bytes());
-    Ok(())
+    wire::encode_framed(frame, out)
 }
 
 /// The relay's side: a `LiveSink` that encodes what the sockets give into the relay stream.
@@ -218,8 +212,7 @@ pub enum RelayItem {
 /// of text), then frames. After an error the stream is lost: drop the decoder.
 #[derive(Default)]
 pub struct RelayDecoder {
-    buf: Vec<u8>,
-    start: usize,
+    buf: wire::StreamBuf,
     hello: bool,
     preamble: usize,
 }
@@ -230,25 +223,18 @@ impl RelayDecoder {
     }
 
     pub fn push(&mut self, bytes: &[u8]) {
-        if self.start > 0 && self.start == self.buf.len() {
-            self.buf.clear();
-            self.start = 0;
-        } else if self.start > (1 << 20) {
-            self.buf.drain(..self.start);
-            self.start = 0;
-        }
-        self.buf.extend_from_slice(bytes);
+        self.buf.push(bytes);
     }
 
     /// Bytes buffered that do not yet form a whole item.
     pub fn pending(&self) -> usize {
-        self.buf.len() - self.start
+        self.buf.avail().len()
     }
 
     /// The next item, None when more bytes are needed, or why the stream is not a relay stream.
     pub fn next_item(&mut self) -> Result<Option<RelayItem>, String> {
         while !self.hello {
-            let avail = &self.buf[self.start..];
+            let avail = self.buf.avail();
             let Some(nl) = avail.iter().position(|b| *b == b'\n') else {
                 if avail.len() > MAX_HELLO_LINE || self.preamble + avail.len() > MAX_PREAMBLE {
                     return Err(not_relay(avail));
@@ -257,7 +243,7 @@ impl RelayDecoder {
             };
             let line = String::from_utf8_lossy(&avail[..nl]).into_owned();
             let line = line.trim_end_matches('\r');
-            self.start += nl + 1;
+            self.buf.consume(nl + 1);
             if let Some(h) = RelayHello::parse(line) {
                 h.check()?;
                 self.hello = true;
@@ -270,22 +256,19 @@ impl RelayDecoder {
                 return Err(not_relay(line.as_bytes()));
             }
         }
-        let avail = &self.buf[self.start..];
-        if avail.len() < 4 {
-            return Ok(None);
-        }
-        let len = u32::from_le_bytes([avail[0], avail[1], avail[2], avail[3]]) as usize;
-        if len > MAX_RELAY_FRAME {
-            return Err(format!(
-                "relay frame of {len} bytes exceeds the {MAX_RELAY_FRAME}-byte limit"
-            ));
-        }
-        if avail.len() < 4 + len {
-            return Ok(None);
-        }
-        let frame: RelayFrame = postcard::from_bytes(&avail[4..4 + len])
-            .map_err(|e| format!("undecodable relay frame: {e}"))?;
-        self.start += 4 + len;
+        let body = match self.buf.frame_body(MAX_RELAY_FRAME) {
+            Ok(Some(b)) => b,
+            Ok(None) => return Ok(None),
+            Err(len) => {
+                return Err(format!(
+                    "relay frame of {len} bytes exceeds the {MAX_RELAY_FRAME}-byte limit"
+                ));
+            }
+        };
+        let len = body.len();
+        let frame: RelayFrame =
+            postcard::from_bytes(body).map_err(|e| format!("undecodable relay frame: {e}"))?;
+        self.buf.consume(4 + len);
         Ok(Some(RelayItem::Frame(frame)))
     }
 }

@@ -24,13 +24,15 @@
 
 mod common;
 
+use common::{now_ns, rusage};
+
 use std::io::{Read, Write};
 use std::os::unix::net::UnixListener;
 use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{Receiver, sync_channel};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use ratatui::backend::CrosstermBackend;
 use ratatui::layout::Rect;
@@ -47,23 +49,6 @@ use sigmatop_tui::{App, Tab, Theme};
 const HOSTS: u32 = 256;
 const PROCS: u32 = 8;
 const QPS: u32 = 64;
-
-fn now_ns() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos() as u64)
-}
-
-/// (user + system CPU seconds, max RSS in KiB) of `who`.
-fn rusage(who: libc::c_int) -> (f64, i64) {
-    // SAFETY: rusage is plain old data, filled by getrusage.
-    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
-    // SAFETY: the pointer is valid for the call.
-    let rc = unsafe { libc::getrusage(who, &mut ru) };
-    assert_eq!(rc, 0, "getrusage");
-    let t = |tv: libc::timeval| tv.tv_sec as f64 + tv.tv_usec as f64 / 1e6;
-    (t(ru.ru_utime) + t(ru.ru_stime), ru.ru_maxrss)
-}
 
 /// Resident set now (KiB), from /proc/self/statm.
 fn rss_now_kib() -> u64 {

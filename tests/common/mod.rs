@@ -280,3 +280,21 @@ pub fn output_shape(text: &str) -> Vec<String> {
         })
         .collect()
 }
+
+/// Wall clock now (ns since the epoch, CLOCK_REALTIME), as snapshots carry it.
+pub fn now_ns() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64)
+}
+
+/// (user + system CPU seconds, max RSS in KiB) of `who` (RUSAGE_SELF or RUSAGE_THREAD).
+pub fn rusage(who: libc::c_int) -> (f64, i64) {
+    // SAFETY: rusage is plain old data, filled by getrusage.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: the pointer is valid for the call.
+    let rc = unsafe { libc::getrusage(who, &mut ru) };
+    assert_eq!(rc, 0, "getrusage");
+    let t = |tv: libc::timeval| tv.tv_sec as f64 + tv.tv_usec as f64 / 1e6;
+    (t(ru.ru_utime) + t(ru.ru_stime), ru.ru_maxrss)
+}
