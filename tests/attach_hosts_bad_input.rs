@@ -161,3 +161,45 @@ fn bad_via_templates_and_arguments_are_refused_at_once() {
         assert!(err.contains(said), "{args:?}: {err}");
     }
 }
+
+/// A link that says hello and then nothing (a hung relay, a dead network path that TCP has not
+/// noticed): after 10 s without a byte, not even a heartbeat, the link is dropped, said once, and
+/// tried again (here it comes back up: the stand-in relay says hello again).
+#[test]
+fn a_silent_link_is_noticed() {
+    use std::io::BufRead;
+    let mut child = Command::new(sigmatop_bin())
+        .args(["attach", "--json", "--interval-ms", "12500"])
+        .arg(
+            "--via=printf 'SIGMATOP-RELAY relay=1 wire=1 sigmatop=0.1.0 host=quiet\\n'; sleep 60; : {host}",
+        )
+        .arg("quiet")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("sigmatop attach");
+    let mut first = String::new();
+    let stdout = child.stdout.take().expect("stdout");
+    std::io::BufReader::new(stdout)
+        .read_line(&mut first)
+        .expect("a snapshot");
+    let _ = child.kill();
+    let o = child.wait_with_output().expect("wait");
+    let j: serde_json::Value = serde_json::from_str(&first).expect("JSON");
+    assert_eq!(j["hosts"][0]["host"], "quiet");
+    assert_eq!(
+        j["hosts"][0]["attempts"], 2,
+        "dropped once and tried again: {j}"
+    );
+    assert_eq!(
+        j["messages"],
+        serde_json::json!(["quiet: nothing heard for 10 s (the link or the relay hangs)"])
+    );
+    assert_eq!(
+        lines_about(&o, "quiet: nothing heard").len(),
+        1,
+        "{}",
+        stderr_of(&o)
+    );
+}
