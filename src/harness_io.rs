@@ -489,6 +489,7 @@ pub fn relay_merge(data: &[u8]) {
         }
         streams[h].extend_from_slice(piece);
         if let Err(e) = merge.push(h, piece, &mut model) {
+            let e = e.reason;
             assert!(!e.is_empty() && !e.contains('\n'), "one line: {e:?}");
             merge.lost(h, &e, &mut model);
             refused[h] = true;

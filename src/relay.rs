@@ -209,7 +209,9 @@ pub enum RelayItem {
 }
 
 /// Incremental decoder of one relay stream: the hello line (after at most `MAX_PREAMBLE` bytes
-/// of text), then frames. After an error the stream is lost: drop the decoder.
+/// of text), then frames. After an error the stream is lost: drop the decoder. Whether the
+/// hello's versions are this sigmatop's is the reader's question (`RelayHello::check`): the
+/// frames after a hello of another version are not decodable.
 #[derive(Default)]
 pub struct RelayDecoder {
     buf: wire::StreamBuf,
@@ -245,7 +247,6 @@ impl RelayDecoder {
             let line = line.trim_end_matches('\r');
             self.buf.consume(nl + 1);
             if let Some(h) = RelayHello::parse(line) {
-                h.check()?;
                 self.hello = true;
                 return Ok(Some(RelayItem::Hello(h)));
             }
@@ -284,6 +285,24 @@ fn not_relay(first: &[u8]) -> String {
         .map(|c| if c.is_control() { '?' } else { c })
         .collect();
     format!("not a sigmatop relay (its output began: {:?})", text.trim())
+}
+
+/// Why a host's stream was refused.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Refusal {
+    /// One line, for the user.
+    pub reason: String,
+    /// Retrying cannot help (the relay speaks another version).
+    pub permanent: bool,
+}
+
+impl From<String> for Refusal {
+    fn from(reason: String) -> Refusal {
+        Refusal {
+            reason,
+            permanent: false,
+        }
+    }
 }
 
 /// One host's stream as the merge sees it.
@@ -328,9 +347,9 @@ impl Merge {
         }
     }
 
-    /// Bytes from host `i`'s transport. Returns the number of frames applied, or the reason the
-    /// stream is refused (the caller ends the transport and calls [`Merge::lost`]).
-    pub fn push(&mut self, i: usize, bytes: &[u8], model: &mut Model) -> Result<usize, String> {
+    /// Bytes from host `i`'s transport. Returns the number of frames applied, or why the stream
+    /// is refused (the caller ends the transport and calls [`Merge::lost`]).
+    pub fn push(&mut self, i: usize, bytes: &[u8], model: &mut Model) -> Result<usize, Refusal> {
         let Some(s) = self.streams.get_mut(i) else {
             return Ok(0);
         };
@@ -340,10 +359,14 @@ impl Merge {
             let item = match s.decoder.next_item() {
                 Ok(Some(item)) => item,
                 Ok(None) => return Ok(applied),
-                Err(e) => return Err(e),
+                Err(e) => return Err(e.into()),
             };
             match item {
                 RelayItem::Hello(h) => {
+                    h.check().map_err(|reason| Refusal {
+                        reason,
+                        permanent: true,
+                    })?;
                     if let Some(l) = model.links.get_mut(i) {
                         l.host = Some(h.host.clone());
                         l.version = Some(h.version.clone());
@@ -564,7 +587,7 @@ mod tests {
             &mut bad,
         )
         .unwrap();
-        let e = merge.push(0, &bad, &mut m).unwrap_err();
+        let e = merge.push(0, &bad, &mut m).unwrap_err().reason;
         assert!(e.contains("which b already serves"), "{e}");
         merge.lost(0, &e, &mut m);
         assert!(!m.processes[&key("nb", 1)].exited);
@@ -574,12 +597,26 @@ mod tests {
         let e = merge
             .push(1, &[0xff, 0xff, 0xff, 0xff], &mut m)
             .unwrap_err();
-        assert!(e.contains("exceeds"), "{e}");
+        assert!(e.reason.contains("exceeds") && !e.permanent, "{e:?}");
         // Not a relay at all.
         let mut m2 = Model::new();
         let mut merge2 = Merge::new(&["x".into()], &mut m2);
         let e = merge2.push(0, b"\x00\x01binary\n", &mut m2).unwrap_err();
-        assert!(e.starts_with("not a sigmatop relay"), "{e}");
+        assert!(e.reason.starts_with("not a sigmatop relay"), "{e:?}");
+        // Another version: refused for good.
+        let mut m3 = Model::new();
+        let mut merge3 = Merge::new(&["y".into()], &mut m3);
+        let e = merge3
+            .push(
+                0,
+                b"SIGMATOP-RELAY relay=2 wire=1 sigmatop=0.2.0 host=y\n",
+                &mut m3,
+            )
+            .unwrap_err();
+        assert!(
+            e.permanent && e.reason.contains("sigmatop 0.2.0 there"),
+            "{e:?}"
+        );
     }
 
     #[test]
@@ -593,7 +630,7 @@ mod tests {
                 frame: Frame::Bye { at_ns: 1 },
             }],
         );
-        let e = merge.push(0, &s, &mut m).unwrap_err();
+        let e = merge.push(0, &s, &mut m).unwrap_err().reason;
         assert!(e.contains("before its hello"), "{e}");
         assert!(m.processes.is_empty());
     }

@@ -230,6 +230,30 @@ struct Running {
 }
 
 impl Running {
+    /// Reads what the transport wrote on stderr, keeping the last 8–16 KiB. A read error is
+    /// ignored: stdout's end says the transport is gone.
+    fn read_stderr(&mut self, buf: &mut [u8]) {
+        let err = &mut self.err;
+        let _ = drain(&mut self.stderr, buf, |b| {
+            err.extend_from_slice(b);
+            if err.len() > 16 << 10 {
+                err.drain(..err.len() - (8 << 10));
+            }
+        });
+    }
+
+    /// The exit status, waiting up to 200 ms for it; then the transport is stopped (None).
+    fn exit_status(&mut self) -> Option<std::process::ExitStatus> {
+        for _ in 0..20 {
+            if let Ok(Some(st)) = self.child.try_wait() {
+                return Some(st);
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        self.stop();
+        None
+    }
+
     /// The last non-empty line the transport wrote on stderr.
     fn last_err_line(&self) -> Option<String> {
         String::from_utf8_lossy(&self.err)
@@ -414,13 +438,7 @@ impl Remote {
                 continue;
             };
             // stderr first: when stdout ends, the reason is already there.
-            let err_end = drain(&mut r.stderr, &mut self.buf, |b| {
-                r.err.extend_from_slice(b);
-                if r.err.len() > 16 << 10 {
-                    r.err.drain(..r.err.len() - (8 << 10));
-                }
-            });
-            let _ = err_end;
+            r.read_stderr(&mut self.buf);
             let mut got: Vec<u8> = Vec::new();
             let end = drain(&mut r.stdout, &mut self.buf, |b| got.extend_from_slice(b));
             if !got.is_empty() {
@@ -430,21 +448,20 @@ impl Remote {
             if !got.is_empty() {
                 match self.merge.push(i, &got, model) {
                     Ok(n) => applied += n,
-                    Err(e) => {
-                        let permanent = e.contains("install the same sigmatop");
-                        failure = Some((e, permanent));
-                    }
+                    Err(e) => failure = Some((e.reason, e.permanent)),
                 }
             }
-            let r = self.links[i].run.as_mut().expect("running");
+            let Some(r) = self.links[i].run.as_mut() else {
+                continue;
+            };
             if failure.is_none() {
                 let up = model.links.get(i).is_some_and(|l| l.state == LinkState::Up);
                 failure = match end {
                     Ok(true) | Err(_) => {
-                        // The transport ended: wait for its stderr's last words and its status.
-                        let _ = r.child.wait();
-                        let _ = drain(&mut r.stderr, &mut self.buf, |b| r.err.extend_from_slice(b));
-                        let status = r.child.try_wait().ok().flatten();
+                        // The transport ended: its status and its stderr's last words (a moment
+                        // for it to exit after closing stdout; one that stays is stopped).
+                        let status = r.exit_status();
+                        r.read_stderr(&mut self.buf);
                         let mut reason = r.last_err_line().unwrap_or_else(|| match status {
                             Some(s) => format!("the relay ended ({s})"),
                             None => "the relay ended".into(),
