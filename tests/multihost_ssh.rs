@@ -43,39 +43,6 @@ fn skip(what: &str) {
     eprintln!("\n!!!!!!!! SKIPPED multihost_ssh: {what} !!!!!!!!\n");
 }
 
-/// Processes started for the test, killed (with everything below them) when it ends.
-struct Procs(Vec<Child>);
-
-impl Drop for Procs {
-    fn drop(&mut self) {
-        for c in &mut self.0 {
-            kill_tree(c.id());
-            let _ = c.wait();
-        }
-    }
-}
-
-/// SIGKILL to `root` and every process below it.
-fn kill_tree(root: u32) {
-    let mut victims = vec![root];
-    if let Ok(rd) = std::fs::read_dir("/proc") {
-        for e in rd.flatten() {
-            if let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok())
-                && pid != root
-                && sigmatop::live::descends_from(pid, root)
-            {
-                victims.push(pid);
-            }
-        }
-    }
-    for p in victims {
-        // SAFETY: kill(2) with a pid of a process this test started (or one below it).
-        unsafe {
-            libc::kill(p as i32, libc::SIGKILL);
-        }
-    }
-}
-
 /// /run/sshd, sshd's privilege separation directory, made for the test when missing and removed
 /// afterwards.
 struct PrivsepDir(bool);
