@@ -2,6 +2,11 @@
 //! 4-rank MPI job) and `sigmatop demo gpu` (fixtures/nvshmem/put_bw.gpumem.traced/rec: NVIDIA's
 //! NVSHMEM on an H200), which embeds them with include_bytes! so the binary works from any
 //! directory.
+//!
+//! With `SIGMATOP_EMBED_PRELOAD=PATH` (scripts/install.sh sets it after building the preload), the
+//! binary also carries that preload library (`cli::preload`); without it, it carries none and
+//! finds the library beside itself, in ../lib, or through $SIGMATOP_PRELOAD. Cargo cannot build
+//! the preload before this crate by itself, so a plain `cargo build --workspace` embeds nothing.
 
 use std::path::{Path, PathBuf};
 
@@ -47,8 +52,29 @@ fn main() {
             "DEMO_GPU_FILES",
             &fixtures.join("nvshmem/put_bw.gpumem.traced/rec"),
         );
-    let out = PathBuf::from(std::env::var("OUT_DIR").unwrap_or_default()).join("demo_files.rs");
+    let out_dir = PathBuf::from(std::env::var("OUT_DIR").unwrap_or_default());
+    let out = out_dir.join("demo_files.rs");
     if let Err(e) = std::fs::write(&out, src) {
+        panic!("cannot write {}: {e}", out.display());
+    }
+
+    println!("cargo:rerun-if-env-changed=SIGMATOP_EMBED_PRELOAD");
+    let embed = match std::env::var("SIGMATOP_EMBED_PRELOAD") {
+        Ok(p) if !p.is_empty() => {
+            let path = PathBuf::from(&p);
+            let abs = path
+                .canonicalize()
+                .unwrap_or_else(|e| panic!("SIGMATOP_EMBED_PRELOAD={p}: {e}"));
+            println!("cargo:rerun-if-changed={}", abs.display());
+            format!(
+                "pub static EMBEDDED_PRELOAD: Option<&[u8]> = Some(include_bytes!({:?}));\n",
+                abs.display().to_string()
+            )
+        }
+        _ => "pub static EMBEDDED_PRELOAD: Option<&[u8]> = None;\n".to_string(),
+    };
+    let out = out_dir.join("embedded_preload.rs");
+    if let Err(e) = std::fs::write(&out, embed) {
         panic!("cannot write {}: {e}", out.display());
     }
 }

@@ -7,7 +7,8 @@ cd "$(dirname "$0")/.."
 
 PKGS=(ucx-utils libucx0 libucx-dev libfabric-bin libfabric1 libfabric-dev openmpi-bin libopenmpi-dev
       ibverbs-utils ibverbs-providers libibverbs-dev rdma-core librdmacm1 rdmacm-utils perftest
-      infiniband-diags gcc make tmux prometheus
+      infiniband-diags gcc make tmux prometheus openssh-server openssh-client
+      slurmctld slurmd slurm-client munge
       qemu-system-x86 linux-image-amd64 busybox-static python3-venv)
 missing=()
 for p in "${PKGS[@]}"; do

@@ -453,3 +453,78 @@ fn process_file(file: &[u8]) {
         let _ = rec.last_snapshot();
     });
 }
+
+/// Fuzz entry point: several relay streams (`sigmatop attach HOST...`) merged into one model,
+/// their bytes interleaved as the input says. Input: `[hosts-1 (mod 4)]`, then pieces
+/// `[host (mod hosts), length, bytes...]`.
+///
+/// Invariants: nothing panics; a host whose stream is refused is pushed no more (as `attach`
+/// does); and every host that was never refused left exactly the processes it would have left
+/// alone: the same keys, identities, endpoint and snapshot counts and end states, as if its whole
+/// stream had been pushed at once into a fresh merge. A host's garbage cannot touch another's.
+#[cfg(feature = "analysis")]
+pub fn relay_merge(data: &[u8]) {
+    use crate::agg::{Model, ProcKey};
+    use crate::relay::Merge;
+
+    let Some((&n, mut rest)) = data.split_first() else {
+        return;
+    };
+    let hosts = usize::from(n % 4) + 1;
+    let names: Vec<String> = (0..hosts).map(|h| format!("h{h}")).collect();
+    let mut streams: Vec<Vec<u8>> = vec![Vec::new(); hosts];
+    let mut refused = vec![false; hosts];
+    let mut model = Model::new();
+    let mut merge = Merge::new(&names, &mut model);
+    for h in 0..hosts {
+        merge.connecting(h, &mut model);
+    }
+    while rest.len() >= 2 {
+        let h = usize::from(rest[0]) % hosts;
+        let len = usize::from(rest[1]).min(rest.len() - 2);
+        let piece = &rest[2..2 + len];
+        rest = &rest[2 + len..];
+        if refused[h] {
+            continue;
+        }
+        streams[h].extend_from_slice(piece);
+        if let Err(e) = merge.push(h, piece, &mut model) {
+            let e = e.reason;
+            assert!(!e.is_empty() && !e.contains('\n'), "one line: {e:?}");
+            merge.lost(h, &e, &mut model);
+            refused[h] = true;
+        }
+    }
+    type Digest = Vec<(ProcKey, String, u32, usize, usize, bool, bool)>;
+    let digest = |m: &Model, keys: &dyn Fn(&ProcKey) -> bool| -> Digest {
+        m.processes
+            .iter()
+            .filter(|(k, _)| keys(k))
+            .map(|(k, p)| {
+                (
+                    k.clone(),
+                    p.identity.host.clone(),
+                    p.identity.pid,
+                    p.endpoints.len(),
+                    p.history.len(),
+                    p.exited,
+                    p.said_bye,
+                )
+            })
+            .collect()
+    };
+    for h in (0..hosts).filter(|h| !refused[*h]) {
+        let mut alone = Model::new();
+        let mut m = Merge::new(&names[h..=h], &mut alone);
+        m.connecting(0, &mut alone);
+        let pushed = m.push(0, &streams[h], &mut alone);
+        assert!(
+            pushed.is_ok(),
+            "host {h} was accepted in pieces but refused whole: {pushed:?}"
+        );
+        let mine = digest(&alone, &|_| true);
+        let in_merge = digest(&model, &|k| alone.processes.contains_key(k));
+        assert_eq!(mine, in_merge, "host {h}'s processes depend on the others");
+        assert_eq!(alone.links[0].host, model.links[h].host);
+    }
+}

@@ -12,6 +12,8 @@
 //! - `correlate`: post-mortem correlation of recordings (clocks, topology, pairs, doorbells).
 //! - `export`: Perfetto traces and JSON aggregates.
 //! - `live`: finding and reading the sockets of traced processes.
+//! - `relay`: the relay protocol (`sigmatop relay` → `attach HOST`) and the merge of untrusted
+//!   relay streams into one model.
 //!
 //! With the `cli` feature (the default): `cli`, the command line and the dashboard's driver.
 //! With the `testing` feature (tests, fuzz targets): `harness_io` and `decode::harness`.
@@ -33,3 +35,5 @@ pub mod correlate;
 pub mod export;
 #[cfg(feature = "analysis")]
 pub mod live;
+#[cfg(feature = "analysis")]
+pub mod relay;

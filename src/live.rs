@@ -1,6 +1,8 @@
 //! The reader side of the live protocol: discovers the sockets of traced processes, connects to
-//! the ones this user owns, and feeds their frames into the `Model`. Non-blocking: one call to
-//! `poll` reads what is there and returns.
+//! the ones this user owns, and feeds their frames into a [`LiveSink`]: the `Model` for `attach`,
+//! `run` and `serve`, the relay's stdout encoder for `sigmatop relay` (one code path, so the relay
+//! finds and refuses exactly what a local attach does). Non-blocking: one call to `poll` reads
+//! what is there and returns.
 
 use std::collections::{BTreeSet, HashMap};
 use std::io::{self, Read};
@@ -36,9 +38,8 @@ pub fn process_exists(pid: u32) -> bool {
     r == 0 || io::Error::last_os_error().raw_os_error() != Some(libc::ESRCH)
 }
 
-/// This host's name as it appears in socket names (what the preload writes: the host name,
-/// sanitised for a file name).
-pub fn socket_host() -> String {
+/// This host's name, as the preload puts it in a process's identity (gethostname).
+pub fn hostname() -> String {
     let mut buf = [0u8; 256];
     // SAFETY: the buffer is valid for its length; gethostname writes at most that many bytes.
     let r = unsafe { libc::gethostname(buf.as_mut_ptr() as *mut libc::c_char, buf.len()) };
@@ -46,7 +47,13 @@ pub fn socket_host() -> String {
         return String::new();
     }
     let end = buf.iter().position(|b| *b == 0).unwrap_or(buf.len());
-    crate::trace::writer::sanitize(&String::from_utf8_lossy(&buf[..end]))
+    String::from_utf8_lossy(&buf[..end]).into_owned()
+}
+
+/// This host's name as it appears in socket names (what the preload writes: the host name,
+/// sanitised for a file name).
+pub fn socket_host() -> String {
+    crate::trace::writer::sanitize(&hostname())
 }
 
 /// Parses "<host>-<pid>.sock".
@@ -54,6 +61,30 @@ pub fn parse_socket_name(name: &str) -> Option<(String, u32)> {
     let stem = name.strip_suffix(".sock")?;
     let (host, pid) = stem.rsplit_once('-')?;
     Some((host.to_string(), pid.parse().ok()?))
+}
+
+/// Where the frames of traced processes go.
+pub trait LiveSink {
+    /// One frame of process `key` (its hello first).
+    fn frame(&mut self, key: &ProcKey, frame: Frame);
+    /// The connection of process `key` ended; `problem` says why when it was not a clean close.
+    fn closed(&mut self, key: &ProcKey, problem: Option<String>);
+    /// A message about a source (a refused socket, a bad frame), for a person.
+    fn message(&mut self, msg: String);
+}
+
+impl LiveSink for Model {
+    fn frame(&mut self, key: &ProcKey, frame: Frame) {
+        self.apply(key, frame);
+    }
+
+    fn closed(&mut self, key: &ProcKey, problem: Option<String>) {
+        self.source_closed(key, problem);
+    }
+
+    fn message(&mut self, msg: String) {
+        self.messages.push(msg);
+    }
 }
 
 struct Conn {
@@ -174,7 +205,7 @@ impl LiveSource {
         }
     }
 
-    fn scan(&mut self, model: &mut Model) {
+    fn scan<S: LiveSink + ?Sized>(&mut self, sink: &mut S) {
         let Ok(rd) = std::fs::read_dir(&self.dir) else {
             return;
         };
@@ -206,7 +237,7 @@ impl LiveSource {
                 continue;
             }
             if md.uid() != me {
-                model.messages.push(format!(
+                sink.message(format!(
                     "{}: owned by uid {}, not you; not attaching",
                     path.display(),
                     md.uid()
@@ -233,22 +264,20 @@ impl LiveSource {
                         self.sockets_seen -= 1;
                     }
                 }
-                Err(e) => model
-                    .messages
-                    .push(format!("{}: cannot connect: {e}", path.display())),
+                Err(e) => sink.message(format!("{}: cannot connect: {e}", path.display())),
             }
         }
     }
 
-    /// Reads everything available from every connection into `model`. Returns the number of
-    /// frames applied.
-    pub fn poll(&mut self, model: &mut Model) -> usize {
+    /// Reads everything available from every connection into `sink`. Returns the number of
+    /// frames passed on.
+    pub fn poll<S: LiveSink + ?Sized>(&mut self, sink: &mut S) -> usize {
         if self
             .last_scan
             .is_none_or(|t| t.elapsed() >= self.scan_every)
         {
             self.last_scan = Some(Instant::now());
-            self.scan(model);
+            self.scan(sink);
         }
         let mut applied = 0;
         let mut closed = Vec::new();
@@ -281,7 +310,7 @@ impl LiveSource {
                             });
                         }
                         if let Some(k) = &c.key {
-                            model.apply(k, f);
+                            sink.frame(k, f);
                             applied += 1;
                         }
                     }
@@ -301,10 +330,10 @@ impl LiveSource {
                     ));
                 }
                 if let Some(p) = &problem {
-                    model.messages.push(p.clone());
+                    sink.message(p.clone());
                 }
                 if let Some(k) = &c.key {
-                    model.source_closed(k, problem)
+                    sink.closed(k, problem)
                 }
                 closed.push(path.clone());
             }

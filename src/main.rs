@@ -1,7 +1,7 @@
 //! The `sigmatop` binary: parses the command line and hands off to `sigmatop::cli`.
 
 use clap::Parser;
-use sigmatop::cli::{Cli, Command, RunArgs, attach, export, replay, report, run, serve};
+use sigmatop::cli::{Cli, Command, RunArgs, attach, export, relay, replay, report, run, serve};
 
 fn main() {
     let cli = Cli::parse();
@@ -22,6 +22,7 @@ fn main() {
         Some(Command::Replay(a)) => replay::replay(&a),
         Some(Command::Demo(a)) => replay::demo(&a),
         Some(Command::Serve(a)) => serve::serve(&a),
+        Some(Command::Relay(a)) => relay::relay(&a),
         None => {
             if cli.top.cmd.is_empty() {
                 Err("nothing to do: try `sigmatop demo`, `sigmatop run -- CMD`, `sigmatop --record DIR -- CMD` or `sigmatop --help`".to_string())

@@ -49,13 +49,63 @@ impl Frame {
 
 /// Appends a framed `Frame` (4-byte little-endian length, then postcard) to `out`.
 pub fn encode(frame: &Frame, out: &mut Vec<u8>) -> Result<(), postcard::Error> {
+    encode_framed(frame, out)
+}
+
+/// Appends any value framed as frames are (4-byte little-endian length, then postcard): the live
+/// protocol, and the relay protocol that carries its frames.
+pub fn encode_framed<T: Serialize>(value: &T, out: &mut Vec<u8>) -> Result<(), postcard::Error> {
     let start = out.len();
     out.extend_from_slice(&[0u8; 4]);
-    let body = postcard::to_allocvec(frame)?;
+    let body = postcard::to_allocvec(value)?;
     out.extend_from_slice(&body);
     let len = (out.len() - start - 4) as u32;
     out[start..start + 4].copy_from_slice(&len.to_le_bytes());
     Ok(())
+}
+
+/// Bytes received and not yet consumed, for the incremental decoders of length-prefixed streams
+/// (this protocol's and the relay's).
+#[derive(Default)]
+pub struct StreamBuf {
+    buf: Vec<u8>,
+    start: usize,
+}
+
+impl StreamBuf {
+    pub fn push(&mut self, bytes: &[u8]) {
+        if self.start > 0 && self.start == self.buf.len() {
+            self.buf.clear();
+            self.start = 0;
+        } else if self.start > (1 << 20) {
+            self.buf.drain(..self.start);
+            self.start = 0;
+        }
+        self.buf.extend_from_slice(bytes);
+    }
+
+    /// The bytes not yet consumed.
+    pub fn avail(&self) -> &[u8] {
+        &self.buf[self.start..]
+    }
+
+    pub fn consume(&mut self, n: usize) {
+        self.start = (self.start + n).min(self.buf.len());
+    }
+
+    /// The body of the next whole length-prefixed frame (not consumed), None when more bytes are
+    /// needed, Err(length) when the prefix exceeds `max`.
+    pub fn frame_body(&self, max: usize) -> Result<Option<&[u8]>, usize> {
+        let avail = self.avail();
+        if avail.len() < 4 {
+            return Ok(None);
+        }
+        let len = u32::from_le_bytes([avail[0], avail[1], avail[2], avail[3]]) as usize;
+        if len > max {
+            return Err(len);
+        }
+        Ok(avail.get(4..4 + len))
+    }
 }
 
 /// Why a byte stream is not a valid sigmatop stream.
@@ -88,8 +138,7 @@ impl core::fmt::Display for WireError {
 /// Incremental frame decoder: push bytes as they arrive, pull whole frames.
 #[derive(Default)]
 pub struct Decoder {
-    buf: Vec<u8>,
-    start: usize,
+    buf: StreamBuf,
     seen_hello: bool,
 }
 
@@ -99,39 +148,26 @@ impl Decoder {
     }
 
     pub fn push(&mut self, bytes: &[u8]) {
-        if self.start > 0 && self.start == self.buf.len() {
-            self.buf.clear();
-            self.start = 0;
-        } else if self.start > (1 << 20) {
-            self.buf.drain(..self.start);
-            self.start = 0;
-        }
-        self.buf.extend_from_slice(bytes);
+        self.buf.push(bytes);
     }
 
     /// Bytes buffered that do not yet form a whole frame.
     pub fn pending(&self) -> usize {
-        self.buf.len() - self.start
+        self.buf.avail().len()
     }
 
     /// The next complete frame, None when more bytes are needed, or an error (after which the
     /// stream should be dropped: framing is lost).
     pub fn next_frame(&mut self) -> Result<Option<Frame>, WireError> {
-        let avail = &self.buf[self.start..];
-        if avail.len() < 4 {
-            return Ok(None);
-        }
-        let len = u32::from_le_bytes([avail[0], avail[1], avail[2], avail[3]]) as usize;
-        if len > MAX_FRAME {
-            return Err(WireError::TooLarge(len));
-        }
-        if avail.len() < 4 + len {
-            return Ok(None);
-        }
-        let body = &avail[4..4 + len];
+        let body = match self.buf.frame_body(MAX_FRAME) {
+            Ok(Some(b)) => b,
+            Ok(None) => return Ok(None),
+            Err(len) => return Err(WireError::TooLarge(len)),
+        };
+        let len = body.len();
         let frame: Frame =
             postcard::from_bytes(body).map_err(|e| WireError::Malformed(e.to_string()))?;
-        self.start += 4 + len;
+        self.buf.consume(4 + len);
         if !self.seen_hello {
             match &frame {
                 Frame::Hello { magic, version, .. } => {

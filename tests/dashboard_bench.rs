@@ -26,12 +26,14 @@
 
 mod common;
 
+use common::{now_ns, rusage};
+
 use std::fs::File;
 use std::io::{BufWriter, ErrorKind, Write};
 use std::os::unix::net::UnixListener;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use ratatui::backend::CrosstermBackend;
 use ratatui::layout::Rect;
@@ -49,23 +51,6 @@ use sigmatop::wire::{Frame, encode};
 use sigmatop_tui::{App, Tab, Theme};
 
 const S: u64 = 1_000_000_000;
-
-fn now_ns() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos() as u64)
-}
-
-/// (user + system CPU seconds, max RSS in KiB) of `who` (RUSAGE_SELF or RUSAGE_THREAD).
-fn rusage(who: libc::c_int) -> (f64, i64) {
-    // SAFETY: rusage is plain old data, filled by getrusage.
-    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
-    // SAFETY: the pointer is valid for the call.
-    let rc = unsafe { libc::getrusage(who, &mut ru) };
-    assert_eq!(rc, 0, "getrusage");
-    let t = |tv: libc::timeval| tv.tv_sec as f64 + tv.tv_usec as f64 / 1e6;
-    (t(ru.ru_utime) + t(ru.ru_stime), ru.ru_maxrss)
-}
 
 /// A 200×60 terminal writing to /dev/null, buffered as the dashboard's stdout is (crossterm
 /// writes each escape sequence separately: unbuffered, every one would be a system call).

@@ -204,3 +204,98 @@ fn gpu_matrix_of_the_h200_recording() {
     assert!(screen.contains("456@vm:gpu0"), "{screen}");
     assert!(screen.contains("29.8k"), "{screen}");
 }
+
+/// Issue 12 item 7(b): when a run ends, the views keep the last window's rates and the totals.
+/// The demo's processes all exited (a recording, or a live run whose processes are gone): a live
+/// dashboard still open a minute later shows what the replay shows at the end, not zeros.
+#[test]
+fn rates_and_totals_stay_when_the_run_has_ended() {
+    let m = model();
+    assert!(m.processes.values().all(|p| p.exited));
+    let end = build_view(&m, &opts(Window::S10, None));
+    assert!(
+        end.header.tx_bps > 0.0 && end.header.rx_bps > 0.0,
+        "{:?}",
+        end.header
+    );
+    assert!(
+        end.processes.iter().all(|p| p.tx_bps > 0.0),
+        "{:?}",
+        end.processes
+    );
+    assert!(
+        end.nodes
+            .iter()
+            .all(|n| n.egress_bps > 0.0 && n.egress_bytes > 0)
+    );
+    for later_s in [1u64, 60, 600] {
+        let mut o = opts(Window::S10, None);
+        o.now_ns = Some(m.latest_ns() + later_s * 1_000_000_000);
+        let later = build_view(&m, &o);
+        assert_eq!(
+            later.header.tx_bps, end.header.tx_bps,
+            "{later_s} s after the end"
+        );
+        assert_eq!(
+            later.header.rx_bps, end.header.rx_bps,
+            "{later_s} s after the end"
+        );
+        for (a, b) in later.processes.iter().zip(&end.processes) {
+            assert_eq!((a.tx_bps, a.rx_bps), (b.tx_bps, b.rx_bps), "pid {}", a.pid);
+        }
+        assert_eq!(later.nodes, end.nodes, "{later_s} s after the end");
+        assert_eq!(later.ranks, end.ranks, "{later_s} s after the end");
+        assert_eq!(later.matrices, end.matrices, "{later_s} s after the end");
+    }
+}
+
+/// `attach HOST...`: the Nodes view has one row per host the user named, with the state of its
+/// link and its processes, a host that was never reached included.
+#[test]
+fn node_rows_carry_link_states_and_unreached_hosts() {
+    use sigmatop::agg::{HostLink, LinkState};
+    let mut m = model();
+    m.links = vec![
+        HostLink {
+            destination: "user@vm".into(),
+            host: Some("vm".into()),
+            state: LinkState::Up,
+            version: Some("0.1.0".into()),
+            attempts: 1,
+        },
+        HostLink {
+            destination: "node9".into(),
+            host: None,
+            state: LinkState::Lost(
+                "ssh: Could not resolve hostname node9: Name or service not known".into(),
+            ),
+            version: None,
+            attempts: 3,
+        },
+    ];
+    let vm = build_view(&m, &opts(Window::S10, None));
+    let rows: Vec<(&str, &str, u32)> = vm
+        .nodes
+        .iter()
+        .map(|n| (n.host.as_str(), n.state.as_str(), n.processes))
+        .collect();
+    assert_eq!(
+        rows,
+        [
+            ("vm", "up", 4),
+            (
+                "node9",
+                "lost: ssh: Could not resolve hostname node9: Name or service not known",
+                0
+            )
+        ]
+    );
+    // A local view has no states.
+    let local = build_view(&model(), &opts(Window::S10, None));
+    assert!(
+        local
+            .nodes
+            .iter()
+            .all(|n| n.state.is_empty() && n.processes == 4)
+    );
+}

@@ -715,7 +715,9 @@ fn help_documents_the_flags_and_directories() {
     );
     let attach = h(&["attach", "--help"]);
     assert!(
-        attach.contains("[PID]...") && attach.contains("A PID that does not exist is an error"),
+        attach.contains("[PID|HOST]...")
+            && attach.contains("a PID that does not exist is an error")
+            && attach.contains("hostlist syntax"),
         "{attach}"
     );
     assert!(attach.contains("Stale sockets"), "{attach}");

@@ -101,10 +101,15 @@ type Harness = fn(&[u8]);
 const TARGETS: &[(&str, Harness)] = &[
     ("wire", harness_io::wire),
     ("record", harness_io::record),
+    ("relay_merge", harness_io::relay_merge),
     ("theme", sigmatop_tui::harness::theme),
 ];
 #[cfg(not(feature = "cli"))]
-const TARGETS: &[(&str, Harness)] = &[("wire", harness_io::wire), ("record", harness_io::record)];
+const TARGETS: &[(&str, Harness)] = &[
+    ("wire", harness_io::wire),
+    ("record", harness_io::record),
+    ("relay_merge", harness_io::relay_merge),
+];
 
 fn repo() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -229,10 +234,96 @@ fn seeds() -> Vec<(&'static str, String, Vec<u8>)> {
             }
         }
     }
+    out.extend(relay_seeds());
     for name in ["dark", "light", "mono"] {
         let path = repo().join("themes").join(format!("{name}.toml"));
         let text = std::fs::read(&path).unwrap();
         out.push(("theme", format!("seed-{name}"), text));
+    }
+    out
+}
+
+/// The relay stream of `host` serving the demo processes `dirs` (renamed to that host), as
+/// `sigmatop relay` sends it: the hello line, then each process's frames.
+fn relay_stream(host: &str, dirs: &[PathBuf]) -> Vec<u8> {
+    use sigmatop::agg::ProcKey;
+    use sigmatop::relay::{RelayFrame, RelayHello, encode};
+    let mut out = RelayHello::ours(host).line().into_bytes();
+    for dir in dirs {
+        let rec = ProcessRecording::open(dir).unwrap();
+        let mut identity = rec.identity.clone();
+        identity.host = host.to_string();
+        let key = ProcKey {
+            host: host.to_string(),
+            pid: identity.pid,
+        };
+        let mut frames = vec![
+            Frame::hello(identity.clone()),
+            Frame::Endpoints(rec.endpoints.clone()),
+        ];
+        frames.extend(rec.clocks.iter().take(1).map(|c| Frame::Clock(*c)));
+        frames.extend(
+            rec.snapshots
+                .iter()
+                .rev()
+                .take(2)
+                .map(|s| Frame::Snapshot(s.clone())),
+        );
+        for frame in frames {
+            encode(
+                &RelayFrame::Proc {
+                    key: key.clone(),
+                    frame,
+                },
+                &mut out,
+            )
+            .unwrap();
+        }
+        encode(
+            &RelayFrame::Heartbeat {
+                at_ns: 1,
+                processes: 1,
+            },
+            &mut out,
+        )
+        .unwrap();
+    }
+    encode(
+        &RelayFrame::Message("a socket of uid 7, not you".into()),
+        &mut out,
+    )
+    .unwrap();
+    out
+}
+
+/// relay_merge: `[hosts-1, (host, len, bytes)...]`: two hosts' streams cut in pieces and
+/// interleaved (and a third host that sends a banner line first).
+fn relay_seeds() -> Vec<(&'static str, String, Vec<u8>)> {
+    let dirs = demo_dirs();
+    let mut banner = b"Welcome to nc\n".to_vec();
+    banner.extend(relay_stream("nc", &dirs[3..4]));
+    let streams = [
+        relay_stream("na", &dirs[0..2]),
+        relay_stream("nb", &dirs[2..3]),
+        banner,
+    ];
+    let mut out = Vec::new();
+    for (name, hosts, piece) in [("two-hosts", 2usize, 200usize), ("three-hosts", 3, 97)] {
+        let mut input = vec![(hosts - 1) as u8];
+        let mut pos = vec![0usize; hosts];
+        let mut h = 0;
+        while (0..hosts).any(|k| pos[k] < streams[k].len()) {
+            let s = &streams[h];
+            if pos[h] < s.len() {
+                let n = piece.min(s.len() - pos[h]);
+                input.push(h as u8);
+                input.push(n as u8);
+                input.extend_from_slice(&s[pos[h]..pos[h] + n]);
+                pos[h] += n;
+            }
+            h = (h + 1) % hosts;
+        }
+        out.push(("relay_merge", format!("seed-demo-{name}"), input));
     }
     out
 }
@@ -394,6 +485,22 @@ fn seeds_read_back_whole() {
                     n += 1;
                 }
                 assert!(n >= 7 && d.pending() == 0, "{name}: {n} frames");
+            }
+            "relay_merge" => {
+                // Every host accepted, every process there: feed the pieces as the harness does.
+                let hosts = usize::from(bytes[0] % 4) + 1;
+                let names: Vec<String> = (0..hosts).map(|h| format!("h{h}")).collect();
+                let mut m = sigmatop::agg::Model::new();
+                let mut merge = sigmatop::relay::Merge::new(&names, &mut m);
+                let mut rest = &bytes[1..];
+                while rest.len() >= 2 {
+                    let (h, len) = (usize::from(rest[0]), usize::from(rest[1]));
+                    merge.push(h, &rest[2..2 + len], &mut m).unwrap();
+                    rest = &rest[2 + len..];
+                }
+                assert_eq!(m.processes.len(), if hosts == 2 { 3 } else { 4 }, "{name}");
+                assert!(m.processes.values().all(|p| p.history.len() == 2), "{name}");
+                assert_eq!(m.messages.len(), hosts, "{name}: {:?}", m.messages);
             }
             "record" if bytes[0] & 3 != RECORD_BLOCK => {
                 let kind = if bytes[0] & 3 == RECORD_THREAD_FILE {

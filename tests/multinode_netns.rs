@@ -18,9 +18,10 @@ mod common;
 mod util;
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command};
-use std::time::{Duration, Instant};
+use std::process::Command;
+use std::time::Duration;
 
+use common::netns::{Net, wait_listen_in};
 use common::*;
 use sigmatop::correlate::clock::ProcClock;
 use sigmatop::trace::reader::Recording;
@@ -30,57 +31,23 @@ const SIZE: u64 = 2048;
 const TAG_N: u64 = 2000;
 const TAG_SIZE: u64 = 4096;
 
-struct Net {
-    ns: [String; 2],
-}
-
-impl Drop for Net {
-    fn drop(&mut self) {
-        for n in &self.ns {
-            let _ = Command::new("ip").args(["netns", "del", n]).status();
-        }
-    }
-}
-
-fn sh(args: &[&str]) -> Result<(), String> {
-    let out = Command::new(args[0])
-        .args(&args[1..])
-        .output()
-        .map_err(|e| format!("{}: {e}", args.join(" ")))?;
-    if out.status.success() {
-        Ok(())
-    } else {
-        Err(format!(
-            "`{}` failed: {}",
-            args.join(" "),
-            String::from_utf8_lossy(&out.stderr).trim()
-        ))
-    }
-}
-
 /// Two namespaces with veth ends 10.77.<k>.1 and .2.
 fn make_net() -> Result<Net, String> {
     let id = std::process::id() % 100000;
-    let net = Net {
-        ns: [format!("stA{id}"), format!("stB{id}")],
-    };
-    let (va, vb) = (format!("sva{id}"), format!("svb{id}"));
+    let net = Net::new(&[format!("stA{id}"), format!("stB{id}")])?;
     let k = id % 250;
-    sh(&["ip", "netns", "add", &net.ns[0]])?;
-    sh(&["ip", "netns", "add", &net.ns[1]])?;
-    sh(&[
-        "ip", "link", "add", &va, "type", "veth", "peer", "name", &vb,
-    ])?;
-    sh(&["ip", "link", "set", &va, "netns", &net.ns[0]])?;
-    sh(&["ip", "link", "set", &vb, "netns", &net.ns[1]])?;
-    for (ns, dev, ip) in [
-        (&net.ns[0], &va, format!("10.77.{k}.1/24")),
-        (&net.ns[1], &vb, format!("10.77.{k}.2/24")),
-    ] {
-        sh(&["ip", "-n", ns, "addr", "add", &ip, "dev", dev])?;
-        sh(&["ip", "-n", ns, "link", "set", dev, "up"])?;
-        sh(&["ip", "-n", ns, "link", "set", "lo", "up"])?;
-    }
+    net.link(
+        (
+            Some(&net.ns[0]),
+            &format!("sva{id}"),
+            &format!("10.77.{k}.1/24"),
+        ),
+        (
+            Some(&net.ns[1]),
+            &format!("svb{id}"),
+            &format!("10.77.{k}.2/24"),
+        ),
+    )?;
     Ok(net)
 }
 
@@ -99,32 +66,6 @@ fn in_node(ns: &str, host: &str, dev: &str, rec: &Path, sock: &Path, prog: &[Str
         .env("UCX_NET_DEVICES", dev)
         .env("FI_TCP_IFACE", dev);
     c
-}
-
-/// Waits until process `pid` (inside its namespace) listens on `port`.
-fn wait_listen_in(child: &mut Child, port: u16) {
-    let start = Instant::now();
-    let want = format!(":{port:04X} ");
-    loop {
-        let text = std::fs::read_to_string(format!("/proc/{}/net/tcp", child.id()))
-            .unwrap_or_default()
-            + &std::fs::read_to_string(format!("/proc/{}/net/tcp6", child.id()))
-                .unwrap_or_default();
-        if text.lines().any(|l| {
-            let c: Vec<&str> = l.split_whitespace().collect();
-            c.len() > 3 && format!("{} ", c[1]).ends_with(&want) && c[3] == "0A"
-        }) {
-            return;
-        }
-        if let Ok(Some(st)) = child.try_wait() {
-            panic!("server exited before listening: {st:?}");
-        }
-        assert!(
-            start.elapsed() < Duration::from_secs(30),
-            "nothing listens on {port}"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
 }
 
 fn s(v: &[&str]) -> Vec<String> {

@@ -161,7 +161,12 @@ pub struct ModelAt<'m> {
 impl<'m> ModelAt<'m> {
     pub fn new(model: &'m Model, opts: &AtOptions) -> ModelAt<'m> {
         let t = match (opts.at, opts.now_ns) {
-            (None, Some(now)) => view_time(model, None).max(now),
+            // A live view moves on with the wall clock while a process runs; once every process
+            // has ended (the run is over) it stays on the last data, so that the views keep the
+            // last window's rates and the totals (issue 12, item 7b).
+            (None, Some(now)) if model.processes.values().any(|p| !p.exited) => {
+                view_time(model, None).max(now)
+            }
             (at, _) => view_time(model, at),
         };
         let procs: Vec<ProcAt> = model

@@ -24,6 +24,8 @@ pub mod window;
 
 pub use at::{AtOptions, ModelAt};
 pub use matrix::Matrix;
-pub use model::{HISTORY, Model, OpTable, ProcKey, ProcessState, RECENT_EVENTS, clock_of};
+pub use model::{
+    HISTORY, HostLink, LinkState, Model, OpTable, ProcKey, ProcessState, RECENT_EVENTS, clock_of,
+};
 pub use report::{EndpointReport, Flow, OpTotals, PeerRef, ProcessReport, Report};
 pub use window::Window;

@@ -3,7 +3,7 @@
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::event::{ClockSample, DropCounters, EndpointDef, Event, Identity, Snapshot, TscClock};
 use crate::wire::Frame;
@@ -14,7 +14,7 @@ pub const HISTORY: usize = 2400;
 pub const RECENT_EVENTS: usize = 2000;
 
 /// Identifies a traced process across hosts.
-#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub struct ProcKey {
     pub host: String,
     pub pid: u32,
@@ -69,12 +69,61 @@ impl ProcessState {
     }
 }
 
+/// A remote host followed through its relay (`sigmatop attach HOST...`).
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct HostLink {
+    /// The destination as the user gave it (`node7`, `user@node7`, `ssh://user@node7:2222`).
+    pub destination: String,
+    /// The host name its relay reported in its hello (None until then): the `host` of its
+    /// processes.
+    pub host: Option<String>,
+    pub state: LinkState,
+    /// The remote sigmatop's version, from its hello.
+    pub version: Option<String>,
+    /// Connections started so far (1 on the first try).
+    pub attempts: u32,
+}
+
+impl HostLink {
+    /// The name rows show: the host name the relay reported, else the destination.
+    pub fn name(&self) -> &str {
+        self.host.as_deref().unwrap_or(&self.destination)
+    }
+}
+
+/// Where the link to one remote host stands.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+#[serde(tag = "state", content = "reason", rename_all = "lowercase")]
+pub enum LinkState {
+    /// The transport (ssh) is starting, or the relay has not said hello yet.
+    #[default]
+    Connecting,
+    /// The relay said hello and its frames arrive.
+    Up,
+    /// The link ended: the transport's own last line (ssh's stderr), a bad stream, a version
+    /// mismatch. Retried with backoff unless the reason cannot go away by itself.
+    Lost(String),
+}
+
+impl LinkState {
+    /// "up", "connecting", "lost: REASON".
+    pub fn label(&self) -> String {
+        match self {
+            LinkState::Connecting => "connecting".into(),
+            LinkState::Up => "up".into(),
+            LinkState::Lost(r) => format!("lost: {r}"),
+        }
+    }
+}
+
 /// The model of all processes.
 #[derive(Default)]
 pub struct Model {
     pub processes: BTreeMap<ProcKey, ProcessState>,
     /// Messages about sources (refused sockets, bad frames), newest last.
     pub messages: Vec<String>,
+    /// Remote hosts in the order they were given (empty for a local attach, a run or a replay).
+    pub links: Vec<HostLink>,
 }
 
 /// Counters of one endpoint over a period, by op code.

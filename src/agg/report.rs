@@ -187,6 +187,7 @@ impl Model {
         r.rank_matrix = m.rank;
         r.node_matrix = m.node;
         r.messages = self.messages.clone();
+        r.hosts = self.links.clone();
         r
     }
 }
@@ -264,6 +265,9 @@ pub struct Report {
     pub rank_matrix: Matrix,
     pub node_matrix: Matrix,
     pub messages: Vec<String>,
+    /// `attach HOST...`: every remote host with the state of its link (absent otherwise).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub hosts: Vec<super::model::HostLink>,
 }
 
 impl Report {

@@ -37,7 +37,8 @@ pub struct TopRun {
 pub enum Command {
     /// Run a program under the preload and watch it (dashboard on a terminal, summary otherwise).
     Run(RunArgs),
-    /// Watch every traced process of this user on this host (or the given PIDs).
+    /// Watch every traced process of this user on this host (or the given PIDs), or on other
+    /// hosts over ssh (`sigmatop attach node[01-16]`).
     Attach(AttachArgs),
     /// Turn record directories into JSON aggregates (and Perfetto traces).
     Export(ExportArgs),
@@ -49,6 +50,9 @@ pub enum Command {
     Demo(DemoArgs),
     /// Serve this node's traced processes' counters on /metrics for Prometheus (long-running).
     Serve(ServeArgs),
+    /// Stream this host's traced processes on stdout for `sigmatop attach HOST` (run by it over
+    /// ssh; not meant for hands). The relay protocol is in docs/WIRE.md.
+    Relay(RelayArgs),
 }
 
 #[derive(Args, Debug, Clone)]
@@ -127,10 +131,27 @@ pub fn layers_mask(s: &str) -> Result<u32, String> {
 
 #[derive(Args, Debug, Clone)]
 pub struct AttachArgs {
-    /// Only these processes (default: every traced process of this user on this host). A PID
-    /// that does not exist is an error.
-    #[arg(value_name = "PID")]
-    pub pids: Vec<u32>,
+    /// PIDs: only these processes of this host (a PID that does not exist is an error). HOSTs:
+    /// ssh destinations as ssh takes them (`node7`, `user@node7`, `ssh://user@node7:2222`), in
+    /// Slurm's hostlist syntax too (`node[01-16,20]`): every traced process of yours on each,
+    /// through `ssh HOST sigmatop relay`. Default: every traced process of yours on this host.
+    #[arg(value_name = "PID|HOST")]
+    pub targets: Vec<String>,
+    /// The sigmatop to run on remote hosts (default: `sigmatop` on their PATH).
+    #[arg(long, value_name = "PATH", default_value = "sigmatop")]
+    pub remote_cmd: String,
+    /// An option for ssh, repeatable (`--ssh-opt=-p2222`, `--ssh-opt=-oProxyJump=gw`). Yours
+    /// come first, so they win over sigmatop's defaults (BatchMode=yes, keep-alives).
+    #[arg(long = "ssh-opt", value_name = "OPT", allow_hyphen_values = true)]
+    pub ssh_opts: Vec<String>,
+    /// Reach each host with this command instead of ssh: `{host}` is replaced by the host,
+    /// `{cmd}` by the relay command (appended when absent). Run by `sh -c`. Example:
+    /// `--via 'srun --overlap --jobid=1234 -w {host} -N1 -n1'`.
+    #[arg(long, value_name = "TEMPLATE")]
+    pub via: Option<String>,
+    /// Every node of this Slurm job (`scontrol show hostnames`), reached with `srun --overlap`.
+    #[arg(long, value_name = "JOBID")]
+    pub slurm: Option<String>,
     /// Print merged snapshots as JSON instead of the dashboard.
     #[arg(long)]
     pub json: bool,
@@ -234,6 +255,13 @@ pub fn parse_speed(s: &str) -> Result<f64, String> {
 
 /// A one-line error for the user, with what to do.
 pub type CliResult = Result<i32, String>;
+
+#[derive(Args, Debug, Clone)]
+pub struct RelayArgs {
+    /// Where traced processes put their sockets (default as for attach).
+    #[arg(long, value_name = "DIR")]
+    pub socket_dir: Option<PathBuf>,
+}
 
 #[derive(Args, Debug, Clone)]
 pub struct ServeArgs {

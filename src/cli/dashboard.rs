@@ -356,7 +356,14 @@ pub fn run_terminal<S: Source>(mut dash: Dashboard<S>) -> Result<Dashboard<S>, S
 
 /// The dashboard over `source`, with the theme from `--theme` / `NO_COLOR`.
 pub fn run<S: Source>(source: S, theme: Option<&str>) -> CliResult {
+    run_with_model(source, Model::new(), theme)
+}
+
+/// [`run`] from a model the source has already set up (the remote hosts of `attach HOST...`).
+pub fn run_with_model<S: Source>(source: S, model: Model, theme: Option<&str>) -> CliResult {
     let theme = Theme::from_env(theme).map_err(|e| e.to_string())?;
-    run_terminal(Dashboard::new(source, App::new(theme)))?;
+    let mut dash = Dashboard::new(source, App::new(theme));
+    dash.model = model;
+    run_terminal(dash)?;
     Ok(0)
 }

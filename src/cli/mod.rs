@@ -8,6 +8,10 @@
 //! - `export`: `sigmatop export`: JSON aggregates and Perfetto traces of recordings.
 //! - `report`: `sigmatop report`: the text report of recordings.
 //! - `serve`: `sigmatop serve`: this node's counters on /metrics for Prometheus.
+//! - `preload`: finding the preload library (beside, ../lib, or the embedded copy's cache).
+//! - `relay`: `sigmatop relay`: this host's traced processes on stdout for `attach HOST`.
+//! - `remote`: `attach HOST...`: ssh / `--via` transports, their links, retries and merge.
+//! - `hostlist`: Slurm's hostlist syntax (`node[01-16,20]`).
 //! - `runs`: choosing among several runs in one record directory (`--run N`).
 //! - `dashboard`: the terminal loop: a `Source`, the model, the view model, key handling.
 //! - `live_feed`: live sockets (and the launched program) as a dashboard `Source`.
@@ -22,7 +26,11 @@ pub mod child;
 pub mod dashboard;
 pub mod diagnose;
 pub mod export;
+pub mod hostlist;
 pub mod live_feed;
+pub mod preload;
+pub mod relay;
+pub mod remote;
 pub mod replay;
 pub mod report;
 pub mod run;

@@ -21,35 +21,7 @@ use crate::event::Mode;
 use crate::live::{LiveSource, ProcessFilter, default_socket_dir};
 use crate::trace::reader::Recording;
 
-pub const PRELOAD_NAME: &str = "libsigmatop_preload.so";
-
-/// The preload library: $SIGMATOP_PRELOAD, or beside the sigmatop binary (also ../lib/).
-pub fn find_preload() -> Result<PathBuf, String> {
-    if let Some(p) = std::env::var_os("SIGMATOP_PRELOAD").filter(|v| !v.is_empty()) {
-        let p = PathBuf::from(p);
-        return if p.is_file() {
-            Ok(p)
-        } else {
-            Err(format!("SIGMATOP_PRELOAD={} does not exist", p.display()))
-        };
-    }
-    let exe = std::env::current_exe().map_err(|e| format!("cannot locate sigmatop itself: {e}"))?;
-    let dir = exe.parent().unwrap_or(Path::new("."));
-    for cand in [
-        dir.join(PRELOAD_NAME),
-        dir.join("../lib").join(PRELOAD_NAME),
-    ] {
-        if cand.is_file() {
-            return cand
-                .canonicalize()
-                .map_err(|e| format!("{}: {e}", cand.display()));
-        }
-    }
-    Err(format!(
-        "{PRELOAD_NAME} not found beside {}: build it with `cargo build --release --workspace` or set SIGMATOP_PRELOAD",
-        exe.display()
-    ))
-}
+pub use super::preload::{PRELOAD_NAME, find_preload};
 
 fn absolute(p: &Path) -> Result<PathBuf, String> {
     if p.is_absolute() {

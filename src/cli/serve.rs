@@ -80,7 +80,7 @@ pub fn serve(args: &ServeArgs) -> CliResult {
                 let mut gone = HashMap::new();
                 loop {
                     if let Ok(mut m) = model.lock() {
-                        live.poll(&mut m);
+                        live.poll(&mut *m);
                         prune(&mut m, &mut gone, retention);
                     }
                     std::thread::sleep(POLL);

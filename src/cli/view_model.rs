@@ -117,13 +117,16 @@ pub fn build_view_into(
         .nodes()
         .into_iter()
         .map(|n| NodeRow {
+            processes: at.procs.iter().filter(|a| a.key.host == n.host).count() as u32,
             host: n.host,
+            state: String::new(),
             egress_bps: n.egress_bps,
             ingress_bps: n.ingress_bps,
             egress_bytes: n.egress_bytes,
             ingress_bytes: n.ingress_bytes,
         })
         .collect();
+    add_link_states(model, &mut vm.nodes);
     vm.ranks = at
         .ranks()
         .into_iter()
@@ -192,6 +195,22 @@ pub fn build_view_into(
         .collect();
     (vm.history_pos, vm.history_len) = history_position(model, opts.at);
     vm.header = header(model, &at, opts, vm);
+}
+
+/// `attach HOST...`: each host's link state on its node row, and a row for each host that has
+/// none yet (connecting, or never reached): the Nodes view lists every host the user named.
+fn add_link_states(model: &Model, nodes: &mut Vec<NodeRow>) {
+    for l in &model.links {
+        let state = l.state.label();
+        match nodes.iter_mut().find(|n| n.host == l.name()) {
+            Some(n) => n.state = state,
+            None => nodes.push(NodeRow {
+                host: l.name().to_string(),
+                state,
+                ..Default::default()
+            }),
+        }
+    }
 }
 
 fn header(model: &Model, at: &ModelAt, opts: &ViewOptions, vm: &ViewModel) -> Header {

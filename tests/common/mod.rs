@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 use sigmatop::event::{EndpointDef, Op};
 use sigmatop::trace::reader::{ProcessRecording, Recording};
 
+pub mod netns;
 pub mod tmux;
 
 /// target/<profile>/ of the running test binary.
@@ -454,4 +455,55 @@ pub fn words(line: &str) -> Vec<String> {
         .filter(|w| !["░", "▒", "▓", "█"].contains(w))
         .map(str::to_string)
         .collect()
+}
+
+/// Wall clock now (ns since the epoch, CLOCK_REALTIME), as snapshots carry it.
+pub fn now_ns() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64)
+}
+
+/// (user + system CPU seconds, max RSS in KiB) of `who` (RUSAGE_SELF or RUSAGE_THREAD).
+pub fn rusage(who: libc::c_int) -> (f64, i64) {
+    // SAFETY: rusage is plain old data, filled by getrusage.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: the pointer is valid for the call.
+    let rc = unsafe { libc::getrusage(who, &mut ru) };
+    assert_eq!(rc, 0, "getrusage");
+    let t = |tv: libc::timeval| tv.tv_sec as f64 + tv.tv_usec as f64 / 1e6;
+    (t(ru.ru_utime) + t(ru.ru_stime), ru.ru_maxrss)
+}
+
+/// Processes started for the test, killed (with everything below them) when it ends.
+pub struct Procs(pub Vec<Child>);
+
+impl Drop for Procs {
+    fn drop(&mut self) {
+        for c in &mut self.0 {
+            kill_tree(c.id());
+            let _ = c.wait();
+        }
+    }
+}
+
+/// SIGKILL to `root` and every process below it.
+pub fn kill_tree(root: u32) {
+    let mut victims = vec![root];
+    if let Ok(rd) = std::fs::read_dir("/proc") {
+        for e in rd.flatten() {
+            if let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok())
+                && pid != root
+                && sigmatop::live::descends_from(pid, root)
+            {
+                victims.push(pid);
+            }
+        }
+    }
+    for p in victims {
+        // SAFETY: kill(2) with a pid of a process this test started (or one below it).
+        unsafe {
+            libc::kill(p as i32, libc::SIGKILL);
+        }
+    }
 }

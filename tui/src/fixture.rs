@@ -223,6 +223,8 @@ pub fn sample_view_model() -> ViewModel {
             let i = ingress(2 * n) + ingress(2 * n + 1);
             NodeRow {
                 host: format!("node{n}"),
+                state: String::new(),
+                processes: 2,
                 egress_bps: e,
                 ingress_bps: i,
                 egress_bytes: (e * ELAPSED_S * 0.93) as u64,

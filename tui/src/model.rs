@@ -189,11 +189,16 @@ impl GpuRow {
     }
 }
 
-/// Per-node traffic.
+/// Per-node traffic, and for `attach HOST...` the state of the link to that host.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct NodeRow {
     pub host: String,
+    /// The link to this host: "up", "connecting", "lost: REASON"; empty when sigmatop follows no
+    /// remote host (a local attach, a run, a replay).
+    pub state: String,
+    /// Traced processes seen on this host.
+    pub processes: u32,
     pub egress_bps: f64,
     pub ingress_bps: f64,
     pub egress_bytes: u64,

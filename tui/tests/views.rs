@@ -36,6 +36,62 @@ fn snap(name: &str, setup: &str) {
     }
 }
 
+/// `attach node0 node1 node2 node3 node4`: two hosts up, one connecting, one lost with ssh's
+/// line, and one never reached (no traffic row of its own).
+fn multi_host_view_model() -> ViewModel {
+    let mut vm = sample_view_model();
+    let states = [
+        "up",
+        "up",
+        "connecting",
+        "lost: ssh: connect to host node3 port 22: Connection refused (retrying)",
+    ];
+    for (n, s) in vm.nodes.iter_mut().zip(states) {
+        n.state = s.to_string();
+    }
+    vm.nodes.push(sigmatop_tui::NodeRow {
+        host: "node4".into(),
+        state: "lost: ssh: Could not resolve hostname node4: Name or service not known".into(),
+        ..Default::default()
+    });
+    vm.header.nodes = 5;
+    vm
+}
+
+#[test]
+fn nodes_multi_host() {
+    let vm = multi_host_view_model();
+    for (w, h) in SIZES {
+        let mut app = App::new(Theme::dark());
+        render(&app, &vm, w, h);
+        keys(&mut app, "4");
+        let backend = render(&app, &vm, w, h);
+        insta::assert_snapshot!(format!("nodes_multi_host_{w}x{h}"), backend);
+        let text = text(&backend);
+        for host in ["node0", "node3", "node4"] {
+            assert!(text.contains(host), "{host} has a row at {w}x{h}:\n{text}");
+        }
+        assert!(text.contains("2 lost"), "{text}");
+        let lost = text
+            .lines()
+            .find(|l| l.trim_start().starts_with("node3"))
+            .unwrap_or_default();
+        assert!(lost.contains("lost: ssh: connect"), "{lost}");
+        // The lost state is drawn in the error colour.
+        let th = Theme::dark();
+        let cell_fg = |needle: &str| {
+            let row = text
+                .lines()
+                .position(|l| l.contains(needle) && !l.contains("skew"))
+                .expect("row");
+            let col = text.lines().nth(row).unwrap().find(needle).unwrap();
+            let col = text.lines().nth(row).unwrap()[..col].chars().count() as u16;
+            backend.buffer()[(col, row as u16)].fg
+        };
+        assert_eq!(Some(cell_fg("lost: ssh: connect")), th.error.fg);
+    }
+}
+
 #[test]
 fn overview() {
     snap("overview", "");

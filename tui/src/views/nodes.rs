@@ -1,4 +1,7 @@
 //! The Nodes tab: egress and ingress per node and per rank, with the skew (max/mean) of each.
+//! Under `attach HOST...` it is the home of multi-host: one row per host, with the state of its
+//! link (up / connecting / lost: the reason) and its number of processes, hosts that cannot be
+//! reached included.
 
 use super::{ctx, num};
 use crate::app::{App, Tab};
@@ -137,7 +140,22 @@ fn flow_cols<R: Flow>(app: &App) -> Vec<Col<R>> {
     ]
 }
 
-fn node_cols(app: &App) -> Vec<Col<NodeRow>> {
+/// The link state, coloured: up (ok), connecting (dim), lost (error).
+fn state_cell(r: &NodeRow, c: &Ctx) -> Span<'static> {
+    let style = if r.state == "up" {
+        c.th.ok
+    } else if r.state.starts_with("lost") {
+        c.th.error
+    } else {
+        c.th.dim
+    };
+    styled(r.state.clone(), style)
+}
+
+/// The node table's columns; `links`: sigmatop follows remote hosts, so each row has a state and
+/// the state column comes right after the name (its reason is the widest cell, so it is last to
+/// be cut).
+fn node_cols(app: &App, links: bool) -> Vec<Col<NodeRow>> {
     let mut cols: Vec<Col<NodeRow>> = vec![Col {
         title: "node".into(),
         prio: 0,
@@ -147,6 +165,26 @@ fn node_cols(app: &App) -> Vec<Col<NodeRow>> {
         cell: |r, _| Span::raw(r.host.clone()),
         key: |r| Key::Str(&r.host),
     }];
+    if links {
+        cols.push(Col {
+            title: "state".into(),
+            prio: 0,
+            right: false,
+            max: 44,
+            mid: false,
+            cell: state_cell,
+            key: |r| Key::Str(&r.state),
+        });
+        cols.push(Col {
+            title: "procs".into(),
+            prio: 0,
+            right: true,
+            max: 5,
+            mid: false,
+            cell: |r, _| num(r.processes.to_string()),
+            key: |r| Key::Num(f64::from(r.processes)),
+        });
+    }
     cols.extend(flow_cols(app));
     cols
 }
@@ -188,13 +226,19 @@ pub(super) fn draw(frame: &mut Frame, area: Rect, app: &App, vm: &ViewModel) {
     let t = Tab::Nodes.index();
     let (col, desc) = (app.sort[t].column, app.sort[t].descending);
 
-    // Skew summary over all rows (not the filtered ones: skew is a property of the job).
-    let node_e: Vec<f64> = vm.nodes.iter().map(|n| n.egress_bps).collect();
+    // Skew summary over all rows (not the filtered ones: skew is a property of the job), less the
+    // hosts that were never reached: they have no traffic to compare.
+    let nodes: Vec<&NodeRow> = vm
+        .nodes
+        .iter()
+        .filter(|n| n.state.is_empty() || n.processes > 0)
+        .collect();
+    let node_e: Vec<f64> = nodes.iter().map(|n| n.egress_bps).collect();
     let rank_e: Vec<f64> = vm.ranks.iter().map(|n| n.egress_bps).collect();
-    let node_i: Vec<f64> = vm.nodes.iter().map(|n| n.ingress_bps).collect();
+    let node_i: Vec<f64> = nodes.iter().map(|n| n.ingress_bps).collect();
     let rank_i: Vec<f64> = vm.ranks.iter().map(|n| n.ingress_bps).collect();
     let node_name = |s: Option<(usize, f64)>| {
-        s.and_then(|(i, _)| vm.nodes.get(i))
+        s.and_then(|(i, _)| nodes.get(i))
             .map(|n| n.host.clone())
             .unwrap_or_default()
     };
@@ -244,7 +288,8 @@ pub(super) fn draw(frame: &mut Frame, area: Rect, app: &App, vm: &ViewModel) {
         summary.push(Line::from(spans));
     }
 
-    let ncols = node_cols(app);
+    let links = vm.nodes.iter().any(|n| !n.state.is_empty());
+    let ncols = node_cols(app, links);
     let mut nrows: Vec<&NodeRow> = vm.nodes.iter().filter(|r| filter.node(r)).collect();
     sort_rows(&mut nrows, &ncols, col, desc);
     let rcols = rank_cols(app);
@@ -260,7 +305,20 @@ pub(super) fn draw(frame: &mut Frame, area: Rect, app: &App, vm: &ViewModel) {
     frame.render_widget(Paragraph::new(summary), s);
 
     let (mean, max) = mean_max(&node_e);
-    let block = section(th, title_line(th, "Nodes", nrows.len(), vm.nodes.len(), ""));
+    let lost = vm
+        .nodes
+        .iter()
+        .filter(|n| n.state.starts_with("lost"))
+        .count();
+    let note = if lost > 0 {
+        format!("{lost} lost")
+    } else {
+        String::new()
+    };
+    let block = section(
+        th,
+        title_line(th, "Nodes", nrows.len(), vm.nodes.len(), &note),
+    );
     let inner = block.inner(top);
     frame.render_widget(block, top);
     let c = Ctx {

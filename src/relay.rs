@@ -1,0 +1,637 @@
+//! The relay protocol and the merge of relay streams. `sigmatop relay` on a remote host finds
+//! that host's traced processes exactly as a local attach does (`live::LiveSource`) and streams
+//! their frames on stdout; `sigmatop attach HOST...` reads one such stream per host (through ssh
+//! or a `--via` command) and merges them into one `Model`. docs/WIRE.md ("Relay protocol") is the
+//! format's reference.
+//!
+//! Every byte of a relay stream is untrusted: a stream that is not a relay, speaks another
+//! version, breaks its framing or claims a process another host already serves loses its
+//! connection with one message naming the host ([`Merge::push`] returns the error), and nothing it
+//! sent can touch another host's processes.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::agg::{HostLink, LinkState, Model, ProcKey};
+use crate::live::LiveSink;
+use crate::wire::{self, Frame};
+
+/// Bumped on any incompatible change to the relay stream (the hello line, `RelayFrame`, or the
+/// embedded `wire::Frame`, whose version the hello names too).
+pub const RELAY_PROTOCOL: u16 = 1;
+/// First word of the hello line.
+pub const HELLO_PREFIX: &str = "SIGMATOP-RELAY";
+/// Longest hello line accepted.
+pub const MAX_HELLO_LINE: usize = 512;
+/// Text a remote shell may print on stdout before the hello (a start-up file that echoes):
+/// skipped, up to this many bytes.
+pub const MAX_PREAMBLE: usize = 8192;
+/// Largest relay frame: a process frame plus its key.
+pub const MAX_RELAY_FRAME: usize = wire::MAX_FRAME + 4096;
+/// The relay sends a heartbeat at least this often, so a reader notices a dead link.
+pub const HEARTBEAT_MS: u64 = 1000;
+
+/// The first line of a relay stream:
+/// `SIGMATOP-RELAY relay=1 wire=1 sigmatop=0.1.0 host=node7`. Text, so that any two versions
+/// of sigmatop can read each other's hello and name both versions when they differ.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RelayHello {
+    /// Relay protocol version (`RELAY_PROTOCOL`).
+    pub relay: u16,
+    /// Live protocol version of the embedded frames (`wire::PROTOCOL_VERSION`).
+    pub wire: u16,
+    /// The relay's sigmatop version (Cargo's package version).
+    pub version: String,
+    /// The relay host's name (gethostname).
+    pub host: String,
+}
+
+impl RelayHello {
+    /// This sigmatop's hello for host `host`.
+    pub fn ours(host: &str) -> RelayHello {
+        RelayHello {
+            relay: RELAY_PROTOCOL,
+            wire: wire::PROTOCOL_VERSION,
+            version: env!("CARGO_PKG_VERSION").to_string(),
+            host: host.to_string(),
+        }
+    }
+
+    /// The hello line, with its newline. Whitespace in the host name (never in a real one) is
+    /// replaced, so the line always parses back.
+    pub fn line(&self) -> String {
+        let clean = |s: &str| -> String {
+            s.chars()
+                .map(|c| {
+                    if c.is_whitespace() || c == '=' {
+                        '_'
+                    } else {
+                        c
+                    }
+                })
+                .collect()
+        };
+        format!(
+            "{HELLO_PREFIX} relay={} wire={} sigmatop={} host={}\n",
+            self.relay,
+            self.wire,
+            clean(&self.version),
+            clean(&self.host)
+        )
+    }
+
+    /// Parses a hello line (without its newline). Unknown `key=value` words are ignored, so a
+    /// later version may add some.
+    pub fn parse(line: &str) -> Option<RelayHello> {
+        let mut words = line.split_ascii_whitespace();
+        if words.next() != Some(HELLO_PREFIX) {
+            return None;
+        }
+        let mut h = RelayHello {
+            relay: 0,
+            wire: 0,
+            version: String::new(),
+            host: String::new(),
+        };
+        for w in words {
+            let (k, v) = w.split_once('=')?;
+            match k {
+                "relay" => h.relay = v.parse().ok()?,
+                "wire" => h.wire = v.parse().ok()?,
+                "sigmatop" => h.version = v.to_string(),
+                "host" => h.host = v.to_string(),
+                _ => {}
+            }
+        }
+        (h.relay != 0 && !h.host.is_empty()).then_some(h)
+    }
+
+    /// Can this sigmatop read the stream that follows? Else the line that names both versions.
+    pub fn check(&self) -> Result<(), String> {
+        let ours = RelayHello::ours("");
+        if self.relay == ours.relay && self.wire == ours.wire {
+            return Ok(());
+        }
+        Err(format!(
+            "sigmatop {} there speaks relay protocol {} (live protocol {}), this sigmatop {} speaks relay protocol {} (live protocol {}): install the same sigmatop on every node",
+            if self.version.is_empty() {
+                "?"
+            } else {
+                &self.version
+            },
+            self.relay,
+            self.wire,
+            ours.version,
+            ours.relay,
+            ours.wire
+        ))
+    }
+}
+
+/// One message of a relay stream after the hello.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum RelayFrame {
+    /// A frame of one traced process, as its socket sent it (its `Hello` first).
+    Proc { key: ProcKey, frame: Frame },
+    /// The connection to process `key` ended; `problem` says why when it was not clean.
+    Closed {
+        key: ProcKey,
+        problem: Option<String>,
+    },
+    /// A message about a source on that host (a socket of another user, a bad frame).
+    Message(String),
+    /// Nothing else to say: the link is alive. `processes` is how many the relay follows.
+    Heartbeat { at_ns: u64, processes: u32 },
+}
+
+/// Appends a framed `RelayFrame` (4-byte little-endian length, then postcard) to `out`.
+pub fn encode(frame: &RelayFrame, out: &mut Vec<u8>) -> Result<(), postcard::Error> {
+    wire::encode_framed(frame, out)
+}
+
+/// The relay's side: a `LiveSink` that encodes what the sockets give into the relay stream.
+/// The relay writes `out` to stdout and clears it.
+#[derive(Default)]
+pub struct RelayEncoder {
+    pub out: Vec<u8>,
+    /// Processes whose connection is open.
+    pub open: usize,
+}
+
+impl RelayEncoder {
+    fn put(&mut self, f: &RelayFrame) {
+        // A frame that cannot be encoded (never happens for these types) is left out rather
+        // than breaking the stream's framing.
+        let mark = self.out.len();
+        if encode(f, &mut self.out).is_err() {
+            self.out.truncate(mark);
+        }
+    }
+
+    pub fn heartbeat(&mut self, at_ns: u64) {
+        self.put(&RelayFrame::Heartbeat {
+            at_ns,
+            processes: self.open as u32,
+        });
+    }
+}
+
+impl LiveSink for RelayEncoder {
+    fn frame(&mut self, key: &ProcKey, frame: Frame) {
+        if matches!(frame, Frame::Hello { .. }) {
+            self.open += 1;
+        }
+        self.put(&RelayFrame::Proc {
+            key: key.clone(),
+            frame,
+        });
+    }
+
+    fn closed(&mut self, key: &ProcKey, problem: Option<String>) {
+        self.open = self.open.saturating_sub(1);
+        self.put(&RelayFrame::Closed {
+            key: key.clone(),
+            problem,
+        });
+    }
+
+    fn message(&mut self, msg: String) {
+        self.put(&RelayFrame::Message(msg));
+    }
+}
+
+/// What a relay stream yields.
+#[derive(Clone, Debug, PartialEq)]
+pub enum RelayItem {
+    Hello(RelayHello),
+    Frame(RelayFrame),
+}
+
+/// Incremental decoder of one relay stream: the hello line (after at most `MAX_PREAMBLE` bytes
+/// of text), then frames. After an error the stream is lost: drop the decoder. Whether the
+/// hello's versions are this sigmatop's is the reader's question (`RelayHello::check`): the
+/// frames after a hello of another version are not decodable.
+#[derive(Default)]
+pub struct RelayDecoder {
+    buf: wire::StreamBuf,
+    hello: bool,
+    preamble: usize,
+}
+
+impl RelayDecoder {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    pub fn push(&mut self, bytes: &[u8]) {
+        self.buf.push(bytes);
+    }
+
+    /// Bytes buffered that do not yet form a whole item.
+    pub fn pending(&self) -> usize {
+        self.buf.avail().len()
+    }
+
+    /// The next item, None when more bytes are needed, or why the stream is not a relay stream.
+    pub fn next_item(&mut self) -> Result<Option<RelayItem>, String> {
+        while !self.hello {
+            let avail = self.buf.avail();
+            let Some(nl) = avail.iter().position(|b| *b == b'\n') else {
+                if avail.len() > MAX_HELLO_LINE || self.preamble + avail.len() > MAX_PREAMBLE {
+                    return Err(not_relay(avail));
+                }
+                return Ok(None);
+            };
+            let line = String::from_utf8_lossy(&avail[..nl]).into_owned();
+            let line = line.trim_end_matches('\r');
+            self.buf.consume(nl + 1);
+            if let Some(h) = RelayHello::parse(line) {
+                self.hello = true;
+                return Ok(Some(RelayItem::Hello(h)));
+            }
+            // Text before the hello (a start-up file that prints): skipped, within bounds; a
+            // line that is not text means this is no relay at all.
+            self.preamble += nl + 1;
+            if self.preamble > MAX_PREAMBLE || line.starts_with(HELLO_PREFIX) || !is_text(line) {
+                return Err(not_relay(line.as_bytes()));
+            }
+        }
+        let body = match self.buf.frame_body(MAX_RELAY_FRAME) {
+            Ok(Some(b)) => b,
+            Ok(None) => return Ok(None),
+            Err(len) => {
+                return Err(format!(
+                    "relay frame of {len} bytes exceeds the {MAX_RELAY_FRAME}-byte limit"
+                ));
+            }
+        };
+        let len = body.len();
+        let frame: RelayFrame =
+            postcard::from_bytes(body).map_err(|e| format!("undecodable relay frame: {e}"))?;
+        self.buf.consume(4 + len);
+        Ok(Some(RelayItem::Frame(frame)))
+    }
+}
+
+fn is_text(s: &str) -> bool {
+    !s.contains('\u{fffd}') && s.chars().all(|c| !c.is_control() || c == '\t')
+}
+
+/// "not a sigmatop relay (it said: ...)": what a remote shell or program printed instead.
+fn not_relay(first: &[u8]) -> String {
+    let text: String = String::from_utf8_lossy(&first[..first.len().min(80)])
+        .chars()
+        .map(|c| if c.is_control() { '?' } else { c })
+        .collect();
+    format!("not a sigmatop relay (its output began: {:?})", text.trim())
+}
+
+/// Why a host's stream was refused.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Refusal {
+    /// One line, for the user.
+    pub reason: String,
+    /// Retrying cannot help (the relay speaks another version).
+    pub permanent: bool,
+}
+
+impl From<String> for Refusal {
+    fn from(reason: String) -> Refusal {
+        Refusal {
+            reason,
+            permanent: false,
+        }
+    }
+}
+
+/// One host's stream as the merge sees it.
+#[derive(Default)]
+struct HostStream {
+    decoder: RelayDecoder,
+    hello: Option<RelayHello>,
+}
+
+/// The merge of several relay streams into one model. Host `i` is `model.links[i]`; its
+/// processes are the keys it introduced with a process hello, and no other host may send frames
+/// for them.
+#[derive(Default)]
+pub struct Merge {
+    streams: Vec<HostStream>,
+    /// Which host serves each remote process.
+    owner: BTreeMap<ProcKey, usize>,
+}
+
+impl Merge {
+    /// One link per destination, all connecting; `model.links` is replaced.
+    pub fn new(destinations: &[String], model: &mut Model) -> Merge {
+        model.links = destinations
+            .iter()
+            .map(|d| HostLink {
+                destination: d.clone(),
+                ..Default::default()
+            })
+            .collect();
+        Merge {
+            streams: destinations.iter().map(|_| HostStream::default()).collect(),
+            owner: BTreeMap::new(),
+        }
+    }
+
+    /// Host `i` starts a new connection: a fresh stream, state connecting.
+    pub fn connecting(&mut self, i: usize, model: &mut Model) {
+        if let (Some(s), Some(l)) = (self.streams.get_mut(i), model.links.get_mut(i)) {
+            *s = HostStream::default();
+            l.state = LinkState::Connecting;
+            l.attempts += 1;
+        }
+    }
+
+    /// Bytes from host `i`'s transport. Returns the number of frames applied, or why the stream
+    /// is refused (the caller ends the transport and calls [`Merge::lost`]).
+    pub fn push(&mut self, i: usize, bytes: &[u8], model: &mut Model) -> Result<usize, Refusal> {
+        let Some(s) = self.streams.get_mut(i) else {
+            return Ok(0);
+        };
+        s.decoder.push(bytes);
+        let mut applied = 0;
+        loop {
+            let item = match s.decoder.next_item() {
+                Ok(Some(item)) => item,
+                Ok(None) => return Ok(applied),
+                Err(e) => return Err(e.into()),
+            };
+            match item {
+                RelayItem::Hello(h) => {
+                    h.check().map_err(|reason| Refusal {
+                        reason,
+                        permanent: true,
+                    })?;
+                    if let Some(l) = model.links.get_mut(i) {
+                        l.host = Some(h.host.clone());
+                        l.version = Some(h.version.clone());
+                        l.state = LinkState::Up;
+                    }
+                    s.hello = Some(h);
+                }
+                RelayItem::Frame(f) => {
+                    apply(i, &mut self.owner, f, model)?;
+                    applied += 1;
+                }
+            }
+        }
+    }
+
+    /// Host `i`'s link ended for `reason`: its state says so, and its processes are marked
+    /// ended with the reason (they may well run on: nothing is known of them any more).
+    pub fn lost(&mut self, i: usize, reason: &str, model: &mut Model) {
+        if let Some(l) = model.links.get_mut(i) {
+            l.state = LinkState::Lost(reason.to_string());
+        }
+        let name = model
+            .links
+            .get(i)
+            .map(|l| l.name().to_string())
+            .unwrap_or_default();
+        for (k, _) in self.owner.iter().filter(|(_, o)| **o == i) {
+            if let Some(p) = model.processes.get_mut(k)
+                && !p.exited
+            {
+                p.exited = true;
+                p.problem = Some(format!("{name} lost: {reason}"));
+            }
+        }
+    }
+}
+
+/// Applies one frame of host `i`, refusing what no honest relay sends.
+fn apply(
+    i: usize,
+    owner: &mut BTreeMap<ProcKey, usize>,
+    f: RelayFrame,
+    model: &mut Model,
+) -> Result<(), String> {
+    let claim = |owner: &BTreeMap<ProcKey, usize>, key: &ProcKey, model: &Model| match owner
+        .get(key)
+    {
+        Some(o) if *o != i => Err(format!(
+            "sent frames of process {} on {}, which {} already serves (the same host named twice?)",
+            key.pid,
+            key.host,
+            model
+                .links
+                .get(*o)
+                .map_or("another host", |l| l.destination.as_str())
+        )),
+        _ => Ok(()),
+    };
+    match f {
+        RelayFrame::Proc { key, frame } => {
+            claim(owner, &key, model)?;
+            match &frame {
+                Frame::Hello {
+                    magic,
+                    version,
+                    identity,
+                } => {
+                    if *magic != wire::HELLO_MAGIC || *version != wire::PROTOCOL_VERSION {
+                        return Err(format!(
+                            "process {} speaks live protocol {version}, this sigmatop {}",
+                            key.pid,
+                            wire::PROTOCOL_VERSION
+                        ));
+                    }
+                    if identity.host != key.host || identity.pid != key.pid {
+                        return Err(format!(
+                            "process {} on {} says hello as {} on {}",
+                            key.pid, key.host, identity.pid, identity.host
+                        ));
+                    }
+                    owner.insert(key.clone(), i);
+                    // A process seen again (the link came back): it is followed anew.
+                    let p = model.process_mut(&key);
+                    p.exited = false;
+                    p.said_bye = false;
+                    p.problem = None;
+                }
+                _ if !owner.contains_key(&key) => {
+                    return Err(format!(
+                        "sent a frame of process {} on {} before its hello",
+                        key.pid, key.host
+                    ));
+                }
+                Frame::Identity(id) if id.host != key.host || id.pid != key.pid => {
+                    return Err(format!(
+                        "process {} on {} changed its identity to {} on {}",
+                        key.pid, key.host, id.pid, id.host
+                    ));
+                }
+                _ => {}
+            }
+            model.apply(&key, frame);
+        }
+        RelayFrame::Closed { key, problem } => {
+            claim(owner, &key, model)?;
+            if owner.contains_key(&key) {
+                if let Some(p) = &problem {
+                    model.messages.push(format!("{}: {p}", key.host));
+                }
+                model.source_closed(&key, problem);
+            }
+        }
+        RelayFrame::Message(m) => {
+            let name = model
+                .links
+                .get(i)
+                .map(|l| l.name().to_string())
+                .unwrap_or_default();
+            model.messages.push(format!("{name}: {m}"));
+        }
+        RelayFrame::Heartbeat { .. } => {}
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::event::Identity;
+
+    fn ident(host: &str, pid: u32) -> Identity {
+        Identity {
+            host: host.into(),
+            pid,
+            ..Default::default()
+        }
+    }
+
+    fn stream(host: &str, frames: &[RelayFrame]) -> Vec<u8> {
+        let mut out = RelayHello::ours(host).line().into_bytes();
+        for f in frames {
+            encode(f, &mut out).unwrap();
+        }
+        out
+    }
+
+    fn key(host: &str, pid: u32) -> ProcKey {
+        ProcKey {
+            host: host.into(),
+            pid,
+        }
+    }
+
+    #[test]
+    fn hello_lines_round_trip_and_name_both_versions() {
+        let h = RelayHello::ours("node7");
+        let line = h.line();
+        assert!(line.starts_with("SIGMATOP-RELAY relay=1 wire=1 sigmatop="));
+        assert_eq!(RelayHello::parse(line.trim_end()), Some(h));
+        let other =
+            RelayHello::parse("SIGMATOP-RELAY relay=9 wire=4 sigmatop=7.0.0 host=n future=1")
+                .expect("parses with an unknown word");
+        let e = other.check().unwrap_err();
+        assert!(
+            e.contains("sigmatop 7.0.0 there speaks relay protocol 9"),
+            "{e}"
+        );
+        assert!(
+            e.contains(&format!("this sigmatop {}", env!("CARGO_PKG_VERSION"))),
+            "{e}"
+        );
+        assert_eq!(RelayHello::parse("SIGMATOP-RELAY host=x"), None);
+        assert_eq!(RelayHello::parse("hello"), None);
+    }
+
+    #[test]
+    fn two_hosts_merge_and_garbage_loses_only_its_host() {
+        let mut m = Model::new();
+        let mut merge = Merge::new(&["a".into(), "b".into()], &mut m);
+        merge.connecting(0, &mut m);
+        merge.connecting(1, &mut m);
+        let a = stream(
+            "na",
+            &[RelayFrame::Proc {
+                key: key("na", 1),
+                frame: Frame::hello(ident("na", 1)),
+            }],
+        );
+        // A banner line before the hello is skipped.
+        let mut b = b"Welcome to nb\n".to_vec();
+        b.extend(stream(
+            "nb",
+            &[
+                RelayFrame::Proc {
+                    key: key("nb", 1),
+                    frame: Frame::hello(ident("nb", 1)),
+                },
+                RelayFrame::Heartbeat {
+                    at_ns: 1,
+                    processes: 1,
+                },
+            ],
+        ));
+        assert_eq!(merge.push(0, &a, &mut m), Ok(1));
+        for piece in b.chunks(3) {
+            merge.push(1, piece, &mut m).unwrap();
+        }
+        assert_eq!(m.processes.len(), 2);
+        assert_eq!(m.links[1].host.as_deref(), Some("nb"));
+        assert_eq!(m.links[1].state, LinkState::Up);
+        // Host a claims b's process: refused, b's process untouched.
+        let mut bad = Vec::new();
+        encode(
+            &RelayFrame::Proc {
+                key: key("nb", 1),
+                frame: Frame::Bye { at_ns: 3 },
+            },
+            &mut bad,
+        )
+        .unwrap();
+        let e = merge.push(0, &bad, &mut m).unwrap_err().reason;
+        assert!(e.contains("which b already serves"), "{e}");
+        merge.lost(0, &e, &mut m);
+        assert!(!m.processes[&key("nb", 1)].exited);
+        assert!(m.processes[&key("na", 1)].exited);
+        assert!(matches!(m.links[0].state, LinkState::Lost(_)));
+        // Garbage framing.
+        let e = merge
+            .push(1, &[0xff, 0xff, 0xff, 0xff], &mut m)
+            .unwrap_err();
+        assert!(e.reason.contains("exceeds") && !e.permanent, "{e:?}");
+        // Not a relay at all.
+        let mut m2 = Model::new();
+        let mut merge2 = Merge::new(&["x".into()], &mut m2);
+        let e = merge2.push(0, b"\x00\x01binary\n", &mut m2).unwrap_err();
+        assert!(e.reason.starts_with("not a sigmatop relay"), "{e:?}");
+        // Another version: refused for good.
+        let mut m3 = Model::new();
+        let mut merge3 = Merge::new(&["y".into()], &mut m3);
+        let e = merge3
+            .push(
+                0,
+                b"SIGMATOP-RELAY relay=2 wire=1 sigmatop=0.2.0 host=y\n",
+                &mut m3,
+            )
+            .unwrap_err();
+        assert!(
+            e.permanent && e.reason.contains("sigmatop 0.2.0 there"),
+            "{e:?}"
+        );
+    }
+
+    #[test]
+    fn frames_before_a_process_hello_are_refused() {
+        let mut m = Model::new();
+        let mut merge = Merge::new(&["a".into()], &mut m);
+        let s = stream(
+            "na",
+            &[RelayFrame::Proc {
+                key: key("na", 5),
+                frame: Frame::Bye { at_ns: 1 },
+            }],
+        );
+        let e = merge.push(0, &s, &mut m).unwrap_err().reason;
+        assert!(e.contains("before its hello"), "{e}");
+        assert!(m.processes.is_empty());
+    }
+}

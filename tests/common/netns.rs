@@ -1,0 +1,98 @@
+//! Network namespaces as the nodes of a cluster on one machine: each joined to the others by veth
+//! pairs, removed (with their links) when the `Net` is dropped. Needs root (CI runs as root).
+
+use std::process::{Child, Command};
+use std::time::{Duration, Instant};
+
+/// Namespaces that exist until this is dropped.
+pub struct Net {
+    pub ns: Vec<String>,
+}
+
+impl Drop for Net {
+    fn drop(&mut self) {
+        for n in &self.ns {
+            let _ = Command::new("ip").args(["netns", "del", n]).status();
+        }
+    }
+}
+
+/// Runs a command; its stderr is the error.
+pub fn sh(args: &[&str]) -> Result<(), String> {
+    let out = Command::new(args[0])
+        .args(&args[1..])
+        .output()
+        .map_err(|e| format!("{}: {e}", args.join(" ")))?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(format!(
+            "`{}` failed: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr).trim()
+        ))
+    }
+}
+
+impl Net {
+    /// Empty namespaces named `names` (lo up).
+    pub fn new(names: &[String]) -> Result<Net, String> {
+        let mut net = Net { ns: Vec::new() };
+        for n in names {
+            sh(&["ip", "netns", "add", n])?;
+            net.ns.push(n.clone());
+            sh(&["ip", "-n", n, "link", "set", "lo", "up"])?;
+        }
+        Ok(net)
+    }
+
+    /// A veth pair between `a` and `b` (a namespace name, or None for this one), ends named
+    /// `va`/`vb` with addresses `ip_a`/`ip_b` (CIDR).
+    pub fn link(
+        &self,
+        (a, va, ip_a): (Option<&str>, &str, &str),
+        (b, vb, ip_b): (Option<&str>, &str, &str),
+    ) -> Result<(), String> {
+        sh(&["ip", "link", "add", va, "type", "veth", "peer", "name", vb])?;
+        for (ns, dev, ip) in [(a, va, ip_a), (b, vb, ip_b)] {
+            match ns {
+                Some(ns) => {
+                    sh(&["ip", "link", "set", dev, "netns", ns])?;
+                    sh(&["ip", "-n", ns, "addr", "add", ip, "dev", dev])?;
+                    sh(&["ip", "-n", ns, "link", "set", dev, "up"])?;
+                }
+                None => {
+                    sh(&["ip", "addr", "add", ip, "dev", dev])?;
+                    sh(&["ip", "link", "set", dev, "up"])?;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Waits until `child` (inside its namespace) listens on TCP `port`.
+pub fn wait_listen_in(child: &mut Child, port: u16) {
+    let start = Instant::now();
+    let want = format!(":{port:04X} ");
+    loop {
+        let text = std::fs::read_to_string(format!("/proc/{}/net/tcp", child.id()))
+            .unwrap_or_default()
+            + &std::fs::read_to_string(format!("/proc/{}/net/tcp6", child.id()))
+                .unwrap_or_default();
+        if text.lines().any(|l| {
+            let c: Vec<&str> = l.split_whitespace().collect();
+            c.len() > 3 && format!("{} ", c[1]).ends_with(&want) && c[3] == "0A"
+        }) {
+            return;
+        }
+        if let Ok(Some(st)) = child.try_wait() {
+            panic!("server exited before listening: {st:?}");
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "nothing listens on {port}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}

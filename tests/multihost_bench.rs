@@ -1,0 +1,471 @@
+//! Multi-host benchmarks (issue 12, item 4; not run in CI; results in BENCHMARKS.md under
+//! "Many hosts"):
+//!
+//! ```text
+//! cargo build --release --workspace
+//! cargo test --release --test multihost_bench --no-run
+//! B=$(ls -t target/release/deps/multihost_bench-* | grep -v '\.d$' | head -1)
+//! for t in merge_256_hosts_at_4hz relay_bytes_per_process serve_64_processes; do
+//!   $B --ignored --nocapture --exact $t     # one process per test, so peak RSS is per test
+//! done
+//! ```
+//!
+//! 1. `merge_256_hosts_at_4hz`: a synthetic relay: a producer thread encodes, every 250 ms, what
+//!    256 hosts' relays send for 8 processes × 64 QPs each (a clock sample, a snapshot of every
+//!    QP's cumulative counters, 16 sampled events per process), in the relay protocol; the
+//!    dashboard's own loop (`Dashboard::tick`, `draw`, `wait`) merges it through `relay::Merge`
+//!    into the model and draws the Nodes view at 4 Hz, 200×60, into /dev/null, for 30 s. CPU of
+//!    the dashboard thread (RUSAGE_THREAD), peak RSS of the process, both sampled every 5 s.
+//! 2. `relay_bytes_per_process`: a real `sigmatop relay` over a real traced ucx_perftest tag_bw
+//!    pair (simple mode, default sampling), its stdout counted for 10 s.
+//! 3. `serve_64_processes`: 64 fake traced processes speak the real wire protocol on Unix
+//!    sockets (64 QPs each, a snapshot every 250 ms); a real `sigmatop serve` follows them; 20
+//!    scrapes of /metrics are timed, and serve's peak RSS read from /proc.
+
+mod common;
+
+use common::{now_ns, rusage};
+
+use std::io::{Read, Write};
+use std::os::unix::net::UnixListener;
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{Receiver, sync_channel};
+use std::time::{Duration, Instant};
+
+use ratatui::backend::CrosstermBackend;
+use ratatui::layout::Rect;
+use ratatui::{Terminal, TerminalOptions, Viewport};
+use sigmatop::agg::{Model, ProcKey};
+use sigmatop::cli::dashboard::{Dashboard, Source};
+use sigmatop::event::{
+    ClockSample, EndpointDef, EndpointKind, Event, Identity, Layer, Op, OpCount, Peer, Snapshot,
+};
+use sigmatop::relay::{Merge, RelayFrame, RelayHello, encode};
+use sigmatop::wire::{self, Frame};
+use sigmatop_tui::{App, Tab, Theme};
+
+const HOSTS: u32 = 256;
+const PROCS: u32 = 8;
+const QPS: u32 = 64;
+
+/// Resident set now (KiB), from /proc/self/statm.
+fn rss_now_kib() -> u64 {
+    let s = std::fs::read_to_string("/proc/self/statm").unwrap_or_default();
+    let pages: u64 = s
+        .split_whitespace()
+        .nth(1)
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    pages * 4
+}
+
+fn identity(host: u32, p: u32, start: u64) -> Identity {
+    let g = host * PROCS + p;
+    Identity {
+        host: format!("node{host:03}"),
+        pid: 10_000 + p,
+        rank: Some(g),
+        mode: 1,
+        layers: Layer::Ibverbs.bit(),
+        sample: 64,
+        own_addr_hashes: vec![u64::from(g) + 1],
+        start_ns: start,
+        exe: "synthetic".into(),
+        ..Default::default()
+    }
+}
+
+/// The endpoints of process `p` of `host`: QP q talks to the process q ranks further on, so
+/// most traffic crosses hosts.
+fn endpoints(host: u32, p: u32, start: u64) -> Vec<EndpointDef> {
+    let g = host * PROCS + p;
+    let all = HOSTS * PROCS;
+    (0..QPS)
+        .map(|q| EndpointDef {
+            id: q + 1,
+            layer: Layer::Ibverbs,
+            kind: EndpointKind::VerbsQp,
+            label: format!("qp {}", 0x100 + q),
+            transport: "RC".into(),
+            peer: Peer {
+                addr_hash: u64::from((g + q * 9 + 1) % all) + 1,
+                qpn: Some(0x200 + q),
+                ..Default::default()
+            },
+            qpn: Some(0x100 + q),
+            gpu: None,
+            created_ns: start,
+        })
+        .collect()
+}
+
+/// Feeds what 256 relays send, one tick (250 ms) at a time, into `Merge`.
+struct SyntheticRelays {
+    rx: Receiver<Vec<Vec<u8>>>,
+    merge: Merge,
+}
+
+impl Source for SyntheticRelays {
+    fn poll(&mut self, model: &mut Model) -> usize {
+        let mut n = 0;
+        while let Ok(tick) = self.rx.try_recv() {
+            for (h, bytes) in tick.iter().enumerate() {
+                n += self.merge.push(h, bytes, model).expect("a valid stream");
+            }
+        }
+        n
+    }
+    fn label(&self) -> String {
+        "bench".into()
+    }
+}
+
+/// The producer: hellos and endpoints first, then every 250 ms one snapshot per process.
+fn produce(tx: std::sync::mpsc::SyncSender<Vec<Vec<u8>>>, stop: Arc<AtomicBool>) {
+    let start = now_ns();
+    let key = |h: u32, p: u32| ProcKey {
+        host: format!("node{h:03}"),
+        pid: 10_000 + p,
+    };
+    let put = |out: &mut Vec<u8>, key: &ProcKey, frame: Frame| {
+        encode(
+            &RelayFrame::Proc {
+                key: key.clone(),
+                frame,
+            },
+            out,
+        )
+        .expect("encode");
+    };
+    let first: Vec<Vec<u8>> = (0..HOSTS)
+        .map(|h| {
+            let mut out = RelayHello::ours(&format!("node{h:03}")).line().into_bytes();
+            for p in 0..PROCS {
+                let k = key(h, p);
+                put(&mut out, &k, Frame::hello(identity(h, p, start)));
+                put(&mut out, &k, Frame::Endpoints(endpoints(h, p, start)));
+            }
+            out
+        })
+        .collect();
+    if tx.send(first).is_err() {
+        return;
+    }
+    let t0 = Instant::now();
+    let mut tick = 0u64;
+    while !stop.load(Ordering::Relaxed) {
+        tick += 1;
+        let due = t0 + Duration::from_millis(250 * tick);
+        if let Some(w) = due.checked_duration_since(Instant::now()) {
+            std::thread::sleep(w);
+        }
+        let at = now_ns();
+        let batch: Vec<Vec<u8>> = (0..HOSTS)
+            .map(|h| {
+                let mut out = Vec::with_capacity(PROCS as usize * 1400);
+                for p in 0..PROCS {
+                    let k = key(h, p);
+                    put(
+                        &mut out,
+                        &k,
+                        Frame::Clock(ClockSample {
+                            tsc: at,
+                            mono_ns: at,
+                            real_ns: at,
+                        }),
+                    );
+                    let counts = (0..QPS)
+                        .flat_map(|q| {
+                            let rate = 1_000_000 * u64::from(1 + (h + p * 7 + q) % 5);
+                            let ops = tick * 10 * u64::from(1 + q % 3);
+                            [
+                                OpCount {
+                                    ep: q + 1,
+                                    op: Op::VerbsWrite as u8,
+                                    ops,
+                                    bytes: rate * tick / 4,
+                                    errors: 0,
+                                },
+                                OpCount {
+                                    ep: q + 1,
+                                    op: Op::VerbsRecv as u8,
+                                    ops,
+                                    bytes: rate * tick / 8,
+                                    errors: 0,
+                                },
+                            ]
+                        })
+                        .collect();
+                    put(
+                        &mut out,
+                        &k,
+                        Frame::Snapshot(Snapshot {
+                            at_ns: at,
+                            seq: tick,
+                            counts,
+                            ..Default::default()
+                        }),
+                    );
+                    let evs = (0..16u32)
+                        .map(|i| Event {
+                            tsc: at + u64::from(i) * 1000,
+                            tid: 1,
+                            ep: 1 + i % QPS,
+                            op: Op::VerbsWrite as u8,
+                            bytes: 4096,
+                            ..Default::default()
+                        })
+                        .collect();
+                    put(&mut out, &k, Frame::Events(evs));
+                }
+                out
+            })
+            .collect();
+        if tx.send(batch).is_err() {
+            return;
+        }
+    }
+}
+
+#[test]
+#[ignore]
+fn merge_256_hosts_at_4hz() {
+    let (tx, rx) = sync_channel(4);
+    let stop = Arc::new(AtomicBool::new(false));
+    let stop2 = stop.clone();
+    let producer = std::thread::spawn(move || produce(tx, stop2));
+    let names: Vec<String> = (0..HOSTS).map(|h| format!("node{h:03}")).collect();
+    let mut model = Model::new();
+    let merge = Merge::new(&names, &mut model);
+    let mut app = App::new(Theme::dark());
+    app.tab = Tab::Nodes;
+    let mut dash = Dashboard::new(SyntheticRelays { rx, merge }, app);
+    dash.model = model;
+    let null = std::fs::File::create("/dev/null").expect("/dev/null");
+    let mut term = Terminal::with_options(
+        CrosstermBackend::new(std::io::BufWriter::with_capacity(64 * 1024, null)),
+        TerminalOptions {
+            viewport: Viewport::Fixed(Rect::new(0, 0, 200, 60)),
+        },
+    )
+    .expect("terminal");
+    let secs = std::env::var("SIGMATOP_BENCH_SECS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(30u64);
+    // The first tick (hellos, endpoints) is set up before the clock starts.
+    while dash.model.processes.len() < (HOSTS * PROCS) as usize {
+        dash.tick();
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let (cpu0, _) = rusage(libc::RUSAGE_THREAD);
+    let t0 = Instant::now();
+    let mut frames = 0u32;
+    let mut next_report = 5u64;
+    while t0.elapsed() < Duration::from_secs(secs) {
+        if dash.tick() {
+            dash.draw(&mut term).expect("draw");
+            frames += 1;
+        }
+        if t0.elapsed().as_secs() >= next_report {
+            let (cpu, _) = rusage(libc::RUSAGE_THREAD);
+            println!(
+                "  {next_report:>3} s: dashboard thread {:.1} % of a core so far, RSS {:.0} MB",
+                (cpu - cpu0) / t0.elapsed().as_secs_f64() * 100.0,
+                rss_now_kib() as f64 / 1024.0
+            );
+            next_report += 5;
+        }
+        std::thread::sleep(dash.wait());
+    }
+    let wall = t0.elapsed().as_secs_f64();
+    let (cpu1, _) = rusage(libc::RUSAGE_THREAD);
+    let (_, maxrss) = rusage(libc::RUSAGE_SELF);
+    stop.store(true, Ordering::Relaxed);
+    drop(dash);
+    let _ = producer.join();
+    println!(
+        "MERGE {HOSTS} hosts x {PROCS} processes x {QPS} QPs: {frames} frames in {wall:.1} s \
+         ({:.2} Hz), dashboard thread {:.1} % of one core, peak RSS {:.0} MB",
+        frames as f64 / wall,
+        (cpu1 - cpu0) / wall * 100.0,
+        maxrss as f64 / 1024.0
+    );
+}
+
+/// A traced ucx_perftest pair on loopback and a real relay over its sockets: the relay's bytes
+/// per second per traced process.
+#[test]
+#[ignore]
+fn relay_bytes_per_process() {
+    let dir = common::scratch("bench-relay");
+    let sock = dir.join("sock");
+    std::fs::create_dir_all(&sock).expect("sock");
+    // The preload serves only from a directory nobody else can enter.
+    std::fs::set_permissions(&sock, std::os::unix::fs::PermissionsExt::from_mode(0o700))
+        .expect("chmod");
+    let perftest = common::require("ucx_perftest");
+    let port = common::port().to_string();
+    let traced = |c: &mut Command| {
+        c.env("LD_PRELOAD", common::preload())
+            .env("SIGMATOP_SOCKET_DIR", &sock)
+            .env("UCX_TLS", "tcp")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+    };
+    let mut server = Command::new(&perftest);
+    server.args(["-p", &port]);
+    traced(&mut server);
+    let mut server = server.spawn().expect("server");
+    common::wait_listening(port.parse().expect("port"), Duration::from_secs(20));
+    let mut client = Command::new(&perftest);
+    client.args(["127.0.0.1", "-p", &port, "-t", "tag_bw", "-n", "2000000000"]);
+    client.args(["-s", "4096", "-w", "1"]);
+    traced(&mut client);
+    let mut client = client.spawn().expect("client");
+    std::thread::sleep(Duration::from_secs(2));
+    let mut relay = Command::new(common::sigmatop_bin())
+        .args(["relay", "--socket-dir"])
+        .arg(&sock)
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("relay");
+    let mut out = relay.stdout.take().expect("stdout");
+    // Skip the start (hellos, endpoints): count 10 s of the steady stream.
+    let mut buf = vec![0u8; 1 << 16];
+    let warm = Instant::now();
+    while warm.elapsed() < Duration::from_secs(2) {
+        let _ = out.read(&mut buf);
+    }
+    let t0 = Instant::now();
+    let mut bytes = 0u64;
+    while t0.elapsed() < Duration::from_secs(10) {
+        bytes += out.read(&mut buf).expect("read") as u64;
+    }
+    let secs = t0.elapsed().as_secs_f64();
+    for c in [&mut relay, &mut client, &mut server] {
+        let _ = c.kill();
+        let _ = c.wait();
+    }
+    assert!(
+        bytes > 10_000,
+        "the relay found the traced processes ({bytes} bytes)"
+    );
+    println!(
+        "RELAY: {bytes} bytes in {secs:.1} s for 2 traced processes (ucx_perftest tag_bw, simple \
+         mode, SIGMATOP_SAMPLE=64): {:.0} bytes/s per process",
+        bytes as f64 / secs / 2.0
+    );
+}
+
+/// 64 fake traced processes (the real wire protocol, 64 QPs each, a snapshot every 250 ms) and a
+/// real `sigmatop serve`: scrape time and serve's peak RSS.
+#[test]
+#[ignore]
+fn serve_64_processes() {
+    let dir = common::scratch("bench-serve");
+    let sock = dir.join("sock");
+    std::fs::create_dir_all(&sock).expect("sock");
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut producers = Vec::new();
+    for p in 0..64u32 {
+        let listener =
+            UnixListener::bind(sock.join(format!("benchhost-{}.sock", 10_000 + p))).expect("bind");
+        let stop = stop.clone();
+        producers.push(std::thread::spawn(move || {
+            let Ok((mut conn, _)) = listener.accept() else {
+                return;
+            };
+            let start = now_ns();
+            let mut id = identity(p / 8, p % 8, start);
+            id.host = "benchhost".into();
+            id.pid = 10_000 + p;
+            let mut buf = Vec::new();
+            wire::encode(&Frame::hello(id), &mut buf).expect("encode");
+            wire::encode(&Frame::Endpoints(endpoints(p / 8, p % 8, start)), &mut buf)
+                .expect("encode");
+            let mut tick = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                tick += 1;
+                let counts = (0..QPS)
+                    .map(|q| OpCount {
+                        ep: q + 1,
+                        op: Op::VerbsWrite as u8,
+                        ops: tick * 10,
+                        bytes: tick * 1_000_000,
+                        errors: 0,
+                    })
+                    .collect();
+                wire::encode(
+                    &Frame::Snapshot(Snapshot {
+                        at_ns: now_ns(),
+                        seq: tick,
+                        counts,
+                        ..Default::default()
+                    }),
+                    &mut buf,
+                )
+                .expect("encode");
+                if conn.write_all(&buf).is_err() {
+                    return;
+                }
+                buf.clear();
+                std::thread::sleep(Duration::from_millis(250));
+            }
+        }));
+    }
+    let port = common::port();
+    let mut serve = Command::new(common::sigmatop_bin())
+        .args([
+            "serve",
+            "--qp-metrics",
+            "--listen",
+            &format!("127.0.0.1:{port}"),
+        ])
+        .arg("--socket-dir")
+        .arg(&sock)
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("serve");
+    common::wait_listening(port, Duration::from_secs(10));
+    std::thread::sleep(Duration::from_secs(3));
+    let scrape = || -> (Duration, usize) {
+        let t = Instant::now();
+        let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).expect("connect");
+        s.write_all(b"GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n")
+            .expect("request");
+        let mut body = Vec::new();
+        s.read_to_end(&mut body).expect("response");
+        (t.elapsed(), body.len())
+    };
+    let mut times = Vec::new();
+    let mut size = 0;
+    for _ in 0..20 {
+        let (t, n) = scrape();
+        times.push(t);
+        size = n;
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    times.sort();
+    let status =
+        std::fs::read_to_string(format!("/proc/{}/status", serve.id())).unwrap_or_default();
+    let hwm = status
+        .lines()
+        .find(|l| l.starts_with("VmHWM:"))
+        .unwrap_or("VmHWM: ?")
+        .to_string();
+    stop.store(true, Ordering::Relaxed);
+    let _ = serve.kill();
+    let _ = serve.wait();
+    for p in producers {
+        let _ = p.join();
+    }
+    println!(
+        "SERVE 64 processes x {QPS} QPs (--qp-metrics): response {size} bytes, scrape median {:.1} ms, \
+         max {:.1} ms; serve {hwm}",
+        times[times.len() / 2].as_secs_f64() * 1e3,
+        times[times.len() - 1].as_secs_f64() * 1e3
+    );
+}
