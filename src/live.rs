@@ -109,7 +109,7 @@ pub struct LiveSource {
     filter: ProcessFilter,
     conns: HashMap<PathBuf, Conn>,
     /// Sockets already handled (connected, refused or finished): never retried.
-    seen: BTreeSet<PathBuf>,
+    seen: BTreeSet<(PathBuf, u64)>,
     last_scan: Option<Instant>,
     pub scan_every: Duration,
     buf: Vec<u8>,
@@ -213,7 +213,13 @@ impl LiveSource {
         let me = unsafe { libc::getuid() };
         for e in rd.flatten() {
             let path = e.path();
-            if self.seen.contains(&path) {
+            let Ok(md) = std::fs::symlink_metadata(&path) else {
+                continue;
+            };
+            // A socket is known by its path and inode: a program that execs keeps its pid, and
+            // its new image's collector makes a new socket at the same path.
+            let id = (path.clone(), md.ino());
+            if self.seen.contains(&id) {
                 continue;
             }
             let name = e.file_name().to_string_lossy().into_owned();
@@ -224,15 +230,12 @@ impl LiveSource {
                 // Not followed, but a stale socket of this user is cleaned up all the same; a
                 // live one is not looked at again.
                 if !self.remove_if_stale(&path, &host, pid, false) && !process_exists(pid) {
-                    self.seen.insert(path);
+                    self.seen.insert(id);
                 }
                 continue;
             }
-            self.seen.insert(path.clone());
+            self.seen.insert(id);
             self.sockets_seen += 1;
-            let Ok(md) = std::fs::symlink_metadata(&path) else {
-                continue;
-            };
             if !md.file_type().is_socket() {
                 continue;
             }
@@ -304,10 +307,7 @@ impl LiveSource {
                 match c.decoder.next_frame() {
                     Ok(Some(f)) => {
                         if let Frame::Hello { identity, .. } = &f {
-                            c.key = Some(ProcKey {
-                                host: identity.host.clone(),
-                                pid: identity.pid,
-                            });
+                            c.key = Some(ProcKey::of(identity));
                         }
                         if let Some(k) = &c.key {
                             sink.frame(k, f);

@@ -517,6 +517,7 @@ mod tests {
         ProcKey {
             host: host.into(),
             pid,
+            start_ns: 0,
         }
     }
 

@@ -256,6 +256,7 @@ fn relay_stream(host: &str, dirs: &[PathBuf]) -> Vec<u8> {
         let key = ProcKey {
             host: host.to_string(),
             pid: identity.pid,
+            start_ns: 0,
         };
         let mut frames = vec![
             Frame::hello(identity.clone()),

@@ -128,6 +128,7 @@ fn produce(tx: std::sync::mpsc::SyncSender<Vec<Vec<u8>>>, stop: Arc<AtomicBool>)
     let key = |h: u32, p: u32| ProcKey {
         host: format!("node{h:03}"),
         pid: 10_000 + p,
+        start_ns: 0,
     };
     let put = |out: &mut Vec<u8>, key: &ProcKey, frame: Frame| {
         encode(

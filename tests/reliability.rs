@@ -390,12 +390,10 @@ fn fork_and_exec_are_traced_separately() {
     }
 }
 
-/// `sigmatop export --json` of the same run: three processes with their own totals. Today the
-/// model keys processes by host and pid (src/agg/model.rs `ProcKey`), so `<child>` and
-/// `<child>.1` merge and the child's 2,000 messages vanish from the export (and from `report` and
-/// `replay`); ignored until the model tells an exec'd image from its pre-exec self.
+/// `sigmatop export --json` of the same run: three processes with their own totals. The model
+/// keys processes by host, pid and trace start (src/agg/model.rs `ProcKey`), so `<child>` and
+/// `<child>.1` (the image after exec) stay two processes.
 #[test]
-#[ignore = "sigmatop merges the records <pid> and <pid>.1 (src/agg/model.rs ProcKey is host + pid): the pre-exec image's traffic is missing from export/report/replay"]
 fn fork_and_exec_stay_separate_in_the_export() {
     let n = 1000u64;
     let dir = common::scratch("fork-export");

@@ -13,11 +13,26 @@ pub const HISTORY: usize = 2400;
 /// Sampled events kept per process for the event/doorbell views.
 pub const RECENT_EVENTS: usize = 2000;
 
-/// Identifies a traced process across hosts.
+/// Identifies a traced process across hosts: its host, its pid and when its trace started. A
+/// program that execs keeps its pid but starts a new trace (its record goes to `<pid>.1`): the
+/// image before and the image after are two processes here, not one merged.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub struct ProcKey {
     pub host: String,
     pub pid: u32,
+    /// `Identity::start_ns` (0 where it is not known).
+    pub start_ns: u64,
+}
+
+impl ProcKey {
+    /// The key of the process an identity describes.
+    pub fn of(id: &Identity) -> ProcKey {
+        ProcKey {
+            host: id.host.clone(),
+            pid: id.pid,
+            start_ns: id.start_ns,
+        }
+    }
 }
 
 /// Everything known about one traced process.
@@ -197,10 +212,7 @@ impl Model {
     pub fn from_recording(rec: &crate::trace::reader::Recording) -> Model {
         let mut m = Model::new();
         for pr in &rec.processes {
-            let key = ProcKey {
-                host: pr.identity.host.clone(),
-                pid: pr.identity.pid,
-            };
+            let key = ProcKey::of(&pr.identity);
             m.apply(&key, Frame::hello(pr.identity.clone()));
             m.apply(&key, Frame::Endpoints(pr.endpoints.clone()));
             m.apply(&key, Frame::Updates(pr.updates.clone()));

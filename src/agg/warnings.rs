@@ -229,6 +229,7 @@ mod tests {
             let k = ProcKey {
                 host: format!("node{i}"),
                 pid: 100 + i,
+                start_ns: 0,
             };
             m.apply(
                 &k,

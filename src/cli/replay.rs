@@ -104,10 +104,7 @@ impl ReplaySource {
             let last_snap = pr.snapshots.last().map_or(0, |s| s.at_ns);
             let end_ns = pr.end.map_or(last_snap, |(at, _)| at.max(last_snap));
             procs.push(ProcFeed {
-                key: ProcKey {
-                    host: pr.identity.host.clone(),
-                    pid: pr.identity.pid,
-                },
+                key: ProcKey::of(&pr.identity),
                 clock: pr.clock(),
                 rec: pr,
                 started: false,

@@ -4,19 +4,18 @@ use std::fmt::Write;
 
 pub use sigmatop_tui::units::human_bytes;
 
-use crate::agg::{Model, ProcKey, ProcessReport, Report};
+use crate::agg::{Model, ProcessReport, Report};
 
 /// Was this process cut (it ended without its clean shutdown)? Live (`model` given), a process
 /// still running is not; from a recording, every process has ended.
 fn cut(p: &ProcessReport, live: Option<&Model>) -> bool {
     match live {
+        // The latest image of that pid (a program that exec'd has two).
         Some(m) => m
             .processes
-            .get(&ProcKey {
-                host: p.host.clone(),
-                pid: p.pid,
-            })
-            .is_some_and(|s| s.exited && !s.said_bye),
+            .iter()
+            .rfind(|(k, _)| k.host == p.host && k.pid == p.pid)
+            .is_some_and(|(_, s)| s.exited && !s.said_bye),
         None => !p.clean_exit,
     }
 }

@@ -511,10 +511,12 @@ mod tests {
         let a = ProcKey {
             host: "n0".into(),
             pid: 10,
+            start_ns: 0,
         };
         let b = ProcKey {
             host: "n1".into(),
             pid: 20,
+            start_ns: 0,
         };
         m.apply(&a, Frame::hello(ident(10, 0, "n0", 0xa)));
         m.apply(&b, Frame::hello(ident(20, 1, "n1", 0xb)));
@@ -589,6 +591,7 @@ mod tests {
         let k = ProcKey {
             host: "n2".into(),
             pid: 30,
+            start_ns: 0,
         };
         big.apply(&k, Frame::hello(ident(30, 2, "n2", 0xc)));
         big.apply(&k, Frame::Endpoints((1..=5).map(|i| ep(i, 0xa)).collect()));
@@ -660,12 +663,14 @@ mod tests {
         let a = ProcKey {
             host: "n0".into(),
             pid: 10,
+            start_ns: 0,
         };
         m.apply(&a, Frame::Bye { at_ns: T0 + 30 * S });
         // The other process reports for 5 more seconds.
         let b = ProcKey {
             host: "n1".into(),
             pid: 20,
+            start_ns: 0,
         };
         for i in 31..=35u64 {
             m.apply(&b, Frame::Snapshot(snap(T0 + i * S, i, &[])));
@@ -705,6 +710,7 @@ mod tests {
         let k = ProcKey {
             host: "g".into(),
             pid: 1,
+            start_ns: 0,
         };
         m.apply(&k, Frame::hello(ident(1, 0, "g", 0)));
         let mut d = ep(5, 0);
@@ -780,6 +786,7 @@ mod tests {
         let a = ProcKey {
             host: "n0".into(),
             pid: 10,
+            start_ns: 0,
         };
         m.apply(&a, Frame::hello(ident(10, 0, "n0", 0xa)));
         m.apply(&a, Frame::Endpoints(vec![ep(1, 0xb)]));
@@ -819,6 +826,7 @@ mod tests {
         let b = ProcKey {
             host: "n1".into(),
             pid: 20,
+            start_ns: 0,
         };
         m.apply(&b, Frame::hello(ident(20, 1, "n1", 0xb)));
         for i in 1..=33u64 {
