@@ -274,7 +274,7 @@ fn synthetic_one_sided_ops_are_attributed_to_the_region_owner() {
         ep,
         op: op as u8,
         flags: 0,
-        aux: rkey as u16,
+        aux: rkey,
     };
     // A: QP 0x10 ↔ B's QP 0x20; QP 0x11 connected to an untraced QPN.
     write(

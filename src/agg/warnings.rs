@@ -269,7 +269,7 @@ mod tests {
                             op: Op::UcxTagSend as u8,
                             ops: s,
                             bytes: rate * s,
-                            errors: 0,
+                            ..Default::default()
                         }],
                         drops: DropCounters {
                             ring_full: ring_full.get(i as usize).copied().unwrap_or(0),

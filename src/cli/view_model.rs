@@ -478,7 +478,7 @@ mod tests {
                     op: *op as u8,
                     ops: *ops,
                     bytes: *bytes,
-                    errors: 0,
+                    ..Default::default()
                 })
                 .collect(),
             ..Default::default()
@@ -716,7 +716,7 @@ mod tests {
                         tsc,
                         ep: 5,
                         op: Op::GpuDoorbell as u8,
-                        aux: i as u16,
+                        aux: i as u32,
                         ..Default::default()
                     },
                     Event {

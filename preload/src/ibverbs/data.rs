@@ -97,7 +97,7 @@ unsafe fn record_one_send(ts: &ThreadState, ep: u32, p: *const IbvSendWr) {
             Some(Detail {
                 addr,
                 flags: send_flags(sf),
-                aux: rkey as u16,
+                aux: rkey,
             })
         }
     })
@@ -367,7 +367,7 @@ pub unsafe extern "C" fn poll_cq_hook(cq: *mut c_void, n: c_int, wc: *mut IbvWc)
             };
             let aux = (classes << 8) | errs.min(255);
             ts.record(ep, Op::VerbsPollCq, r as u64, outcome, || {
-                Some(Detail::at(bytes, aux))
+                Some(Detail::at(bytes, aux as u32))
             });
         },
     )
@@ -390,7 +390,7 @@ pub unsafe extern "C" fn req_notify_hook(cq: *mut c_void, solicited: c_int) -> c
             let ep = crate::registry::lookup(cq as usize);
             let outcome = if r != 0 { Outcome::Failed } else { Outcome::Ok };
             ts.record(ep, Op::VerbsOther, 0, outcome, || {
-                Some(Detail::at(0, solicited as u16))
+                Some(Detail::at(0, solicited as u32))
             });
         },
     )

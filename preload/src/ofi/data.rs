@@ -50,7 +50,7 @@ fn to(addr: u64, fi_addr: u64, flags: u8) -> Detail {
         aux: if fi_addr >= 0xffff {
             0xffff
         } else {
-            fi_addr as u16
+            fi_addr as u32
         },
     }
 }
