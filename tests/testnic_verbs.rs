@@ -16,8 +16,9 @@
 //! Posting patterns (rdma-core 44 libibverbs/examples/rc_pingpong.c; perftest 4.5):
 //! - rc_pingpong: each side sends n messages of -s bytes (signaled; inline when the QP's
 //!   max_inline_data covers -s) and posts -r receives up front, then tops the receive queue up
-//!   with (r - 1) more each time only one is left: r + floor(n / (r - 1)) * (r - 1) receives.
-//!   Every completion is polled: 2n per side.
+//!   with (r - 1) more each time only one is left: r + floor(n / (r - 1)) * (r - 1) receive
+//!   buffers of -s bytes posted, n of them completed (the peer's n messages, each work
+//!   completion's byte_len what arrived). Every completion is polled: 2n per side.
 //! - ib_write_bw / ib_read_bw: the client posts exactly -n WRs of -s bytes on its one QP (one in
 //!   100 signaled: CQ moderation), the server posts nothing on it.
 //!
@@ -189,6 +190,12 @@ fn recorded(ctx: &str, run: &Run) -> (ProcessRecording, ProcessRecording) {
 
 /// (ops, bytes) of `op` on the QP endpoint with QPN `qpn`.
 fn qp_op(p: &ProcessRecording, qpn: u32, op: Op) -> (u64, u64) {
+    let c = qp_count(p, qpn, op);
+    (c.ops, c.bytes)
+}
+
+/// Every counter of `op` on the QP endpoint with QPN `qpn`.
+fn qp_count(p: &ProcessRecording, qpn: u32, op: Op) -> sigmatop::event::OpCount {
     let ids: Vec<u32> = p
         .endpoints
         .iter()
@@ -200,13 +207,23 @@ fn qp_op(p: &ProcessRecording, qpn: u32, op: Op) -> (u64, u64) {
         "pid {}: no QP endpoint 0x{qpn:x}",
         p.identity.pid
     );
+    let mut sum = sigmatop::event::OpCount::default();
     let Some(s) = p.last_snapshot() else {
-        return (0, 0);
+        return sum;
     };
-    s.counts
+    for c in s
+        .counts
         .iter()
         .filter(|c| ids.contains(&c.ep) && c.op == op as u8)
-        .fold((0, 0), |a, c| (a.0 + c.ops, a.1 + c.bytes))
+    {
+        sum.ops += c.ops;
+        sum.bytes += c.bytes;
+        sum.errors += c.errors;
+        sum.refused += c.refused;
+        sum.posted += c.posted;
+        sum.posted_bytes += c.posted_bytes;
+    }
+    sum
 }
 
 /// Completions polled (full mode): the poll_cq events' `bytes`.
@@ -382,10 +399,16 @@ fn pingpong(n: u64, size: u64, rx: u64, events: bool) {
                 (n, n * size),
                 "{ctx}: SEND of 0x{q:x}"
             );
+            let recv = qp_count(p, q, Op::VerbsRecv);
             assert_eq!(
-                qp_op(p, q, Op::VerbsRecv),
-                (recvs, recvs * size),
-                "{ctx}: RECV of 0x{q:x}"
+                (recv.ops, recv.bytes, recv.errors),
+                (n, n * size, 0),
+                "{ctx}: RECV of 0x{q:x}: the peer's messages, as their completions say"
+            );
+            assert_eq!(
+                (recv.posted, recv.posted_bytes, recv.refused),
+                (recvs, recvs * size, 0),
+                "{ctx}: receive WRs posted on 0x{q:x}"
             );
             if mode == Some("full") {
                 assert_eq!(
