@@ -504,3 +504,105 @@ fn ib_write_bw_exact_bytes() {
 fn ib_read_bw_exact_bytes() {
     perftest("ib_read_bw", Op::VerbsRead, "RDMA_READ");
 }
+
+/// tests/programs/verbs_larger_recv.c built against the system libibverbs (the NIC's takes its
+/// place at run time through scripts/with-testnic.sh).
+fn larger_recv_program() -> PathBuf {
+    static BIN: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    BIN.get_or_init(|| {
+        let dir = common::scratch("verbs-larger-build");
+        let exe = dir.join("verbs_larger_recv");
+        let src = testnic::root().join("tests/programs/verbs_larger_recv.c");
+        let o = Command::new(common::require("gcc"))
+            .args(["-O1", "-Wall", "-o"])
+            .arg(&exe)
+            .arg(&src)
+            .arg("-libverbs")
+            .output()
+            .expect("run gcc");
+        assert!(o.status.success(), "gcc: {}", common::stderr_of(&o));
+        exe
+    })
+    .clone()
+}
+
+/// Issue 16 over verbs: receive WRs of 13,312 bytes filled by smaller SENDs, on a QP's own
+/// receive queue and on an SRQ. What each work completion's byte_len says arrived is what
+/// sigmatop counts (on the QP, and on the SRQ where those WRs were posted); the buffers count as
+/// posted. The program's own sums of byte_len are the ground truth beside the parameters.
+#[test]
+fn larger_receives_on_a_queue_and_an_srq() {
+    build_nic();
+    let n = 60u64;
+    let sum: u64 = (0..n).map(|i| 100 + 37 * i).sum();
+    let prog = larger_recv_program();
+    for mode in MODES {
+        let ctx = format!("verbs_larger_recv {n} mode {mode:?}");
+        let dir = common::scratch("testnic-larger");
+        let log = dir.join("nic-log");
+        std::fs::create_dir_all(&log).expect("log dir");
+        let trace = mode.map(|m| Trace::new(m, &dir));
+        let out = testnic::run_one(&prog, &[&n.to_string()], &log, trace.as_ref());
+        assert!(
+            out.status.success(),
+            "{ctx}: {}\n{}",
+            common::stdout_of(&out),
+            common::stderr_of(&out)
+        );
+        let text = common::stdout_of(&out);
+        assert!(
+            text.contains(&format!("recv b: {n} completions, {sum} bytes"))
+                && text.contains(&format!("recv srq: {n} completions, {sum} bytes")),
+            "{ctx}: the program's own completions: {text}"
+        );
+        let Some(trace) = trace else { continue };
+        let qpn = |name: &str| {
+            text.split_whitespace()
+                .find_map(|w| w.strip_prefix(&format!("{name}=")))
+                .map(|q| hex(q) as u32)
+                .unwrap_or_else(|| panic!("{ctx}: no QPN {name} in {text}"))
+        };
+        let procs = common::processes(&trace);
+        assert_eq!(procs.len(), 1, "{ctx}: one process");
+        let p = &procs[0];
+        for q in ["a", "c"] {
+            let s = qp_count(p, qpn(q), Op::VerbsSend);
+            assert_eq!(
+                (s.ops, s.bytes, s.refused),
+                (n, sum, 0),
+                "{ctx}: SEND of {q}"
+            );
+        }
+        let b = qp_count(p, qpn("b"), Op::VerbsRecv);
+        assert_eq!(
+            (b.ops, b.bytes, b.posted, b.posted_bytes),
+            (n, sum, n, n * 13_312),
+            "{ctx}: RECV of b: arrived, and posted apart"
+        );
+        let d = qp_count(p, qpn("d"), Op::VerbsRecv);
+        assert_eq!(
+            (d.ops, d.posted),
+            (0, 0),
+            "{ctx}: d's receives are its SRQ's"
+        );
+        let srq: Vec<u32> = p
+            .endpoints
+            .iter()
+            .filter(|e| e.kind == EndpointKind::VerbsSrq)
+            .map(|e| e.id)
+            .collect();
+        assert_eq!(srq.len(), 1, "{ctx}: one SRQ endpoint");
+        let snap = p.last_snapshot().expect("a snapshot");
+        let c = snap
+            .counts
+            .iter()
+            .find(|c| c.ep == srq[0] && c.op == Op::VerbsSrqRecv as u8)
+            .copied()
+            .unwrap_or_default();
+        assert_eq!(
+            (c.ops, c.bytes, c.posted, c.posted_bytes),
+            (n, sum, n, n * 13_312),
+            "{ctx}: SRQ_RECV on the SRQ: arrived, and posted apart"
+        );
+    }
+}
