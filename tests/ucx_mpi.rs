@@ -274,6 +274,14 @@ fn larger_receives(np: usize, tls: &str, mode: &'static str) {
         common::stderr_of(&json)
     );
     let v: serde_json::Value = serde_json::from_slice(&json.stdout).expect("export JSON");
+    // The layers each rank used (issue 12 item 7a): UCX alone, though every layer was enabled.
+    for p in v["processes"].as_array().expect("processes") {
+        assert_eq!(p["layers"], "ucx", "{ctx}: layers used: {}", p["pid"]);
+        assert_eq!(
+            p["layers_enabled"], "ucx,libfabric,ibverbs,mlx5,cuda",
+            "{ctx}: layers enabled"
+        );
+    }
     let ranks = v["ranks"].as_array().expect("ranks");
     assert_eq!(ranks.len(), np, "{ctx}: {ranks:?}");
     for r in ranks {
