@@ -4,8 +4,10 @@
 use serde::{Deserialize, Serialize};
 
 /// Version of the schema below; bumped on any incompatible change. Carried in the wire hello and in
-/// every record file header.
-pub const SCHEMA_VERSION: u16 = 1;
+/// every record file header. 2: `OpCount` has `refused`, `posted` and `posted_bytes`, `Snapshot`
+/// has `layers_used`, an event's `aux` holds 32 bits. Records of version 1 are read through
+/// [`v1`] (their counts have no refusals or posted receives, their `aux` fits 16 bits).
+pub const SCHEMA_VERSION: u16 = 2;
 
 /// How much the preload records.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, Default)]
@@ -156,6 +158,22 @@ macro_rules! ops {
             pub fn blocks(self) -> bool {
                 matches!(self, Op::UcxEpFlush | Op::UcxWorkerFlush | Op::VerbsCqEvent)
             }
+            /// A receive the program posts and the library completes later (tag, stream and AM
+            /// receives, libfabric msg and tagged receives, verbs RECV / SRQ_RECV): its post is
+            /// counted as `posted`, its completion as the operation, with the bytes that arrived.
+            #[inline]
+            pub fn is_receive(self) -> bool {
+                matches!(
+                    self,
+                    Op::UcxTagRecv
+                        | Op::UcxAmRecvData
+                        | Op::UcxStreamRecv
+                        | Op::OfiRecv
+                        | Op::OfiTRecv
+                        | Op::VerbsRecv
+                        | Op::VerbsSrqRecv
+                )
+            }
             #[inline]
             pub fn dir(self) -> Dir {
                 match self { $( Op::$v => Dir::$dir, )* }
@@ -243,8 +261,8 @@ pub struct RawEvent {
     pub op: u8,
     /// `flags::*`.
     pub flags: u8,
-    /// Layer-specific: rkey low bits, AM id, ...
-    pub aux: u16,
+    /// Layer-specific: the rkey (all 32 bits), AM id, fi_addr, WQE index, ...
+    pub aux: u32,
 }
 
 /// The id of the endpoint that collects traffic sigmatop cannot attribute to a known endpoint.
@@ -435,15 +453,38 @@ impl TscClock {
     }
 }
 
-/// Counters of one endpoint and operation kind: how many calls and how many payload bytes.
+/// Counters of one endpoint and operation kind: how many operations and how many payload bytes.
+///
+/// - `ops` / `bytes`: operations the library accepted and their payload; for a receive
+///   (`Op::is_receive`), receives that completed and the bytes that *arrived*, taken from the
+///   completion (UCX receive info and callbacks, libfabric CQ entries, verbs work completions).
+/// - `posted` / `posted_bytes`: receive buffers posted and their size. A receive whose completion
+///   sigmatop cannot see (docs/DESIGN.md, "Received bytes") stays here, never in `bytes`.
+/// - `refused`: posts the library refused (`-FI_EAGAIN`, a UCX error status, a verbs `bad_wr`):
+///   not operations, so not in `ops`; a sign that the provider was busy.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct OpCount {
     pub ep: u32,
     pub op: u8,
     pub ops: u64,
     pub bytes: u64,
-    /// Calls that returned an error (counted in `ops` too).
+    /// Operations that failed: a failed call, an error completion (counted in `ops` too).
     pub errors: u64,
+    pub refused: u64,
+    pub posted: u64,
+    pub posted_bytes: u64,
+}
+
+impl OpCount {
+    /// True when every counter is zero.
+    pub fn is_empty(&self) -> bool {
+        self.ops == 0
+            && self.bytes == 0
+            && self.errors == 0
+            && self.refused == 0
+            && self.posted == 0
+            && self.posted_bytes == 0
+    }
 }
 
 /// Everything sigmatop did not keep, by cause. Never silently dropped: shown and exported.
@@ -493,9 +534,13 @@ pub struct Snapshot {
     /// Cumulative counts since start, non-zero entries only.
     pub counts: Vec<OpCount>,
     pub drops: DropCounters,
-    /// Events produced so far (all threads).
+    /// Events produced so far (all threads): every event when recording, else the events kept
+    /// for live viewers (one in `Identity::sample` per thread).
     pub events: u64,
     pub threads: u32,
+    /// Bit set of `Layer::bit()` of the layers this process used so far: a layer that defined
+    /// an endpoint or counted an operation (`Identity::layers` is what was enabled).
+    pub layers_used: u32,
 }
 
 /// A decoded event as readers see it (from the record or the live sample stream).
@@ -506,7 +551,7 @@ pub struct Event {
     pub ep: u32,
     pub op: u8,
     pub flags: u8,
-    pub aux: u16,
+    pub aux: u32,
     pub bytes: u64,
     pub addr: u64,
 }
@@ -528,6 +573,62 @@ impl Event {
             aux: r.aux,
             bytes: r.bytes,
             addr: r.addr,
+        }
+    }
+}
+
+/// The types of schema version 1 whose layout version 2 changed, to read older records and
+/// streams: they convert to the current types with nothing refused, nothing posted and no layer
+/// known to be used (version 1 counted a receive's posted size in `bytes`; it is read back as it
+/// was written).
+pub mod v1 {
+    use serde::Deserialize;
+
+    use super::DropCounters;
+
+    #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+    pub struct OpCount {
+        pub ep: u32,
+        pub op: u8,
+        pub ops: u64,
+        pub bytes: u64,
+        pub errors: u64,
+    }
+
+    #[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize)]
+    pub struct Snapshot {
+        pub at_ns: u64,
+        pub seq: u64,
+        pub counts: Vec<OpCount>,
+        pub drops: DropCounters,
+        pub events: u64,
+        pub threads: u32,
+    }
+
+    impl From<OpCount> for super::OpCount {
+        fn from(c: OpCount) -> super::OpCount {
+            super::OpCount {
+                ep: c.ep,
+                op: c.op,
+                ops: c.ops,
+                bytes: c.bytes,
+                errors: c.errors,
+                ..Default::default()
+            }
+        }
+    }
+
+    impl From<Snapshot> for super::Snapshot {
+        fn from(s: Snapshot) -> super::Snapshot {
+            super::Snapshot {
+                at_ns: s.at_ns,
+                seq: s.seq,
+                counts: s.counts.into_iter().map(Into::into).collect(),
+                drops: s.drops,
+                events: s.events,
+                threads: s.threads,
+                layers_used: 0,
+            }
         }
     }
 }

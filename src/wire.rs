@@ -6,8 +6,9 @@ use serde::{Deserialize, Serialize};
 
 use crate::event::{ClockSample, EndpointDef, EndpointUpdate, Event, Identity, Snapshot};
 
-/// Bumped on any incompatible change to `Frame`.
-pub const PROTOCOL_VERSION: u16 = 1;
+/// Bumped on any incompatible change to `Frame`. 2: snapshots carry refusals, posted receives
+/// and the layers used (`event::SCHEMA_VERSION` 2); a stream of version 1 is still read.
+pub const PROTOCOL_VERSION: u16 = 2;
 /// Frame magic in the hello, to reject a socket that is not sigmatop's.
 pub const HELLO_MAGIC: [u8; 8] = *b"sigmatop";
 /// Largest frame a reader accepts; a bigger length prefix means a broken or hostile peer.
@@ -43,6 +44,49 @@ impl Frame {
             magic: HELLO_MAGIC,
             version: PROTOCOL_VERSION,
             identity,
+        }
+    }
+}
+
+/// `Frame` as protocol version 1 sent it (its snapshots had fewer counters): the same variants
+/// in the same order; the hello is the same in both.
+#[derive(Deserialize)]
+enum FrameV1 {
+    Hello {
+        magic: [u8; 8],
+        version: u16,
+        identity: Identity,
+    },
+    Endpoints(Vec<EndpointDef>),
+    Updates(Vec<EndpointUpdate>),
+    Clock(ClockSample),
+    Snapshot(crate::event::v1::Snapshot),
+    Events(Vec<Event>),
+    Identity(Identity),
+    Bye {
+        at_ns: u64,
+    },
+}
+
+impl From<FrameV1> for Frame {
+    fn from(f: FrameV1) -> Frame {
+        match f {
+            FrameV1::Hello {
+                magic,
+                version,
+                identity,
+            } => Frame::Hello {
+                magic,
+                version,
+                identity,
+            },
+            FrameV1::Endpoints(d) => Frame::Endpoints(d),
+            FrameV1::Updates(u) => Frame::Updates(u),
+            FrameV1::Clock(c) => Frame::Clock(c),
+            FrameV1::Snapshot(s) => Frame::Snapshot(s.into()),
+            FrameV1::Events(e) => Frame::Events(e),
+            FrameV1::Identity(i) => Frame::Identity(i),
+            FrameV1::Bye { at_ns } => Frame::Bye { at_ns },
         }
     }
 }
@@ -140,6 +184,8 @@ impl core::fmt::Display for WireError {
 pub struct Decoder {
     buf: StreamBuf,
     seen_hello: bool,
+    /// The protocol version the hello announced (frames after it are decoded as that version).
+    version: u16,
 }
 
 impl Decoder {
@@ -165,8 +211,12 @@ impl Decoder {
             Err(len) => return Err(WireError::TooLarge(len)),
         };
         let len = body.len();
-        let frame: Frame =
-            postcard::from_bytes(body).map_err(|e| WireError::Malformed(e.to_string()))?;
+        let frame: Frame = if self.seen_hello && self.version == 1 {
+            postcard::from_bytes::<FrameV1>(body).map(Into::into)
+        } else {
+            postcard::from_bytes(body)
+        }
+        .map_err(|e| WireError::Malformed(e.to_string()))?;
         self.buf.consume(4 + len);
         if !self.seen_hello {
             match &frame {
@@ -174,12 +224,13 @@ impl Decoder {
                     if *magic != HELLO_MAGIC {
                         return Err(WireError::NotSigmatop);
                     }
-                    if *version != PROTOCOL_VERSION {
+                    if *version != PROTOCOL_VERSION && *version != 1 {
                         return Err(WireError::Version {
                             theirs: *version,
                             ours: PROTOCOL_VERSION,
                         });
                     }
+                    self.version = *version;
                     self.seen_hello = true;
                 }
                 _ => return Err(WireError::NoHello),
@@ -208,6 +259,97 @@ mod tests {
         }
         assert_eq!(got.len(), 2);
         assert_eq!(got[1], Frame::Bye { at_ns: 5 });
+    }
+
+    /// A version-1 stream (as a preload of schema 1 sent it: its snapshot counts had five
+    /// fields) reads back with nothing refused or posted.
+    #[test]
+    fn reads_a_version_1_stream() {
+        #[derive(Serialize)]
+        struct OpCountV1 {
+            ep: u32,
+            op: u8,
+            ops: u64,
+            bytes: u64,
+            errors: u64,
+        }
+        #[derive(Serialize)]
+        struct SnapshotV1 {
+            at_ns: u64,
+            seq: u64,
+            counts: Vec<OpCountV1>,
+            drops: crate::event::DropCounters,
+            events: u64,
+            threads: u32,
+        }
+        #[derive(Serialize)]
+        enum V1 {
+            Hello {
+                magic: [u8; 8],
+                version: u16,
+                identity: Identity,
+            },
+            _Endpoints,
+            _Updates,
+            _Clock,
+            Snapshot(SnapshotV1),
+            Events(Vec<Event>),
+        }
+        let mut out = Vec::new();
+        for f in [
+            V1::Hello {
+                magic: HELLO_MAGIC,
+                version: 1,
+                identity: Identity::default(),
+            },
+            V1::Snapshot(SnapshotV1 {
+                at_ns: 7,
+                seq: 3,
+                counts: vec![OpCountV1 {
+                    ep: 2,
+                    op: 4,
+                    ops: 10,
+                    bytes: 640,
+                    errors: 1,
+                }],
+                drops: Default::default(),
+                events: 11,
+                threads: 1,
+            }),
+            V1::Events(vec![Event {
+                aux: 0xbeef,
+                ..Default::default()
+            }]),
+        ] {
+            let body = postcard::to_allocvec(&f).unwrap();
+            out.extend_from_slice(&(body.len() as u32).to_le_bytes());
+            out.extend_from_slice(&body);
+        }
+        let mut d = Decoder::new();
+        d.push(&out);
+        assert!(matches!(
+            d.next_frame(),
+            Ok(Some(Frame::Hello { version: 1, .. }))
+        ));
+        let Ok(Some(Frame::Snapshot(s))) = d.next_frame() else {
+            panic!("a version-1 snapshot");
+        };
+        assert_eq!((s.at_ns, s.seq, s.events, s.layers_used), (7, 3, 11, 0));
+        assert_eq!(
+            s.counts,
+            vec![crate::event::OpCount {
+                ep: 2,
+                op: 4,
+                ops: 10,
+                bytes: 640,
+                errors: 1,
+                ..Default::default()
+            }]
+        );
+        let Ok(Some(Frame::Events(e))) = d.next_frame() else {
+            panic!("version-1 events");
+        };
+        assert_eq!(e[0].aux, 0xbeef);
     }
 
     #[test]

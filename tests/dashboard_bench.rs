@@ -132,14 +132,14 @@ fn synthetic_recording(root: &std::path::Path, procs: u32, qps: u32, secs: u64) 
                     op: Op::VerbsWrite as u8,
                     ops,
                     bytes: rate * i / 4,
-                    errors: 0,
+                    ..Default::default()
                 });
                 counts.push(OpCount {
                     ep: q + 1,
                     op: Op::VerbsRecv as u8,
                     ops,
                     bytes: rate * i / 8,
-                    errors: 0,
+                    ..Default::default()
                 });
             }
             w.write_record(&ProcessRecord::Snapshot(Snapshot {
@@ -312,7 +312,7 @@ fn events_1m_per_s() {
                             op: Op::VerbsWrite as u8,
                             ops: sent,
                             bytes: sent * 4096,
-                            errors: 0,
+                            ..Default::default()
                         }],
                         events: sent,
                         ..Default::default()

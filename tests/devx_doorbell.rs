@@ -6,7 +6,11 @@
 //! and batching code as on the GPU runs here. Asserted: results identical with and without
 //! sigmatop; every doorbell recorded; every WQE's opcode, bytes, remote address and rkey recovered;
 //! 1 to 1024 WQEs in flight per doorbell; forward-only, batched copies, a small batch threshold,
-//! and the CUDA layer switched off (nothing hijacked, nothing broken).
+//! and the CUDA layer switched off (nothing hijacked, nothing broken). Each devx QP names the GPU
+//! that drives it: the GPU of its send queue's memory, or, with the queues in host memory
+//! registered with CUDA (NVSHMEM's NVSHMEM_IBGDA_FORCE_NIC_BUF_MEMTYPE=hostmem), the GPU of the
+//! CUDA context that registered them (here the stand-in's device 3), whose WQEs are then read
+//! with memcpy.
 
 #[path = "gpu/check.rs"]
 mod check;
@@ -104,6 +108,60 @@ fn cpu_played_gpu_doorbells_are_forwarded_and_recovered() {
     ];
     let t = check::run(cmd(&exe, &dir), &dir, "fwd", &env, true);
     check::check_traced(&base, &t, &rec, None, "aggregate");
+
+    // Every devx QP's GPU is the device of its queue's memory (the stand-in's device 0), even
+    // though the CUDA context's device is another one.
+    let gpus = |rec: &Path| -> Vec<Option<u32>> {
+        let procs = sigmatop::trace::reader::Recording::open(&[rec.to_path_buf()])
+            .expect("record")
+            .processes;
+        procs[0]
+            .endpoints
+            .iter()
+            .filter(|e| e.kind == sigmatop::event::EndpointKind::DevxQp)
+            .map(|e| e.gpu)
+            .collect()
+    };
+    let rec = dir.join("rec-devq");
+    let env = [
+        ("SIGMATOP_RECORD", rec.display().to_string()),
+        ("SIGMATOP_MODE", "aggregate".to_string()),
+        ("SIGMATOP_GPU_WQE", "off".to_string()),
+        ("FAKE_CUDA_DEVICE", "3".to_string()),
+    ];
+    let t = check::run(cmd(&exe, &dir), &dir, "devq", &env, true);
+    check::check_traced(&base, &t, &rec, None, "aggregate");
+    let g = gpus(&rec);
+    assert!(
+        !g.is_empty() && g.iter().all(|g| *g == Some(0)),
+        "queues in GPU memory: {g:?}"
+    );
+
+    // Send queues in host memory registered with CUDA: the QPs are driven by the GPU of the CUDA
+    // context (device 3), and their WQEs are still recovered, by memcpy.
+    let host = |name: &str| {
+        let mut c = cmd(&exe, &dir);
+        c.env("DEVX_CPU_HOST_QUEUES", "1");
+        check::run(c, &dir, name, &[], false)
+    };
+    let base_host = host("base-host");
+    assert!(stdout_of(&base_host.out).contains(" bad=0"));
+    let rec = dir.join("rec-hostq");
+    let log = dir.join("wqe-hostq.log");
+    let env = [
+        ("SIGMATOP_RECORD", rec.display().to_string()),
+        ("SIGMATOP_WQE_LOG", log.display().to_string()),
+        ("SIGMATOP_MODE", "simple".to_string()),
+        ("FAKE_CUDA_DEVICE", "3".to_string()),
+        ("DEVX_CPU_HOST_QUEUES", "1".to_string()),
+    ];
+    let t = check::run(cmd(&exe, &dir), &dir, "hostq", &env, true);
+    check::check_traced(&base_host, &t, &rec, Some(&log), "simple");
+    let g = gpus(&rec);
+    assert!(
+        !g.is_empty() && g.iter().all(|g| *g == Some(3)),
+        "host-resident queues: {g:?}"
+    );
 
     // The CUDA layer off: nothing is hijacked and the program is unchanged.
     let env = [("SIGMATOP_LAYERS", "-cuda".to_string())];

@@ -287,7 +287,7 @@ fn demo_gpu_doorbell_steps_are_the_scenarios_without_sigmatops_decoder() {
             .entry(w.qpn)
             .or_default()
             .push((w, e.bytes, n, e.ep, e.tsc));
-        assert_eq!(e.aux, w.idx, "the event's index is the word's");
+        assert_eq!(e.aux, u32::from(w.idx), "the event's index is the word's");
     }
     assert_eq!(order.len(), 2, "two QPs rang: {order:x?}");
     assert_eq!(
@@ -409,7 +409,7 @@ fn synthetic_one_sided_ops_are_attributed_to_the_region_owner() {
         ep,
         op: op as u8,
         flags: 0,
-        aux: rkey as u16,
+        aux: rkey,
     };
     // A: QP 0x10 ↔ B's QP 0x20; QP 0x11 connected to an untraced QPN.
     write(

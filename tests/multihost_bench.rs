@@ -188,6 +188,7 @@ fn produce(tx: std::sync::mpsc::SyncSender<Vec<Vec<u8>>>, stop: Arc<AtomicBool>)
                                     ops,
                                     bytes: rate * tick / 4,
                                     errors: 0,
+                                    ..OpCount::default()
                                 },
                                 OpCount {
                                     ep: q + 1,
@@ -195,6 +196,7 @@ fn produce(tx: std::sync::mpsc::SyncSender<Vec<Vec<u8>>>, stop: Arc<AtomicBool>)
                                     ops,
                                     bytes: rate * tick / 8,
                                     errors: 0,
+                                    ..OpCount::default()
                                 },
                             ]
                         })
@@ -397,6 +399,7 @@ fn serve_64_processes() {
                         ops: tick * 10,
                         bytes: tick * 1_000_000,
                         errors: 0,
+                        ..OpCount::default()
                     })
                     .collect();
                 wire::encode(

@@ -18,10 +18,18 @@
 //!   waits for its completion and for the peer's "fin".
 //!
 //! So on each side: sends = iters + 1 and send bytes = iters × size + 4; receives posted =
-//! iters + 1 and receive bytes = (iters + 1) × MAX(size, 64); completions read (one per
-//! fi_cq_read call) = iters + 1 receives + every send that was not an inject. Calls that
-//! returned -FI_EAGAIN (retried by fi_pingpong's PP_POST) are counted apart, as errors with 0
-//! bytes.
+//! iters + 1 of MAX(size, 64) bytes each; receives completed = iters + 1 with the bytes that
+//! arrived, the peer's iters × size + 4 (read from the completion queue's entries: fi_pingpong
+//! opens it with FI_CQ_FORMAT_CONTEXT, which sigmatop opens as FI_CQ_FORMAT_MSG); completions
+//! read (one per fi_cq_read call) = iters + 1 receives + every send that was not an inject. Calls
+//! that returned -FI_EAGAIN (retried by fi_pingpong's PP_POST) are refusals, counted apart from
+//! the operations, each with an event flagged ERROR.
+//!
+//! `tcp_rdm_larger_receives` is issue 16's run: `-p tcp -e rdm` without `-S`, so every receive
+//! is posted with fi_pingpong's largest buffer (PP_MAX_DATA_MSG, 6 MiB) while the messages are
+//! its default sizes, 64 B to 1 MiB: received bytes must be what arrived, the client's sends
+//! what the server received and what the correlator paired, and the busy provider's refusals
+//! apart.
 
 mod common;
 
@@ -82,13 +90,25 @@ fn pingpong(prov: &str, ep: &str, trace: Option<&Trace>) -> Run {
     }
 }
 
-/// (successful calls, their bytes, failed calls) of `op` in the last snapshot.
+/// (operations, their bytes, refusals) of `op` in the last snapshot.
 fn counted(p: &ProcessRecording, op: Op) -> (u64, u64, u64) {
     let s = p.last_snapshot().expect("a snapshot");
     let mut r = (0, 0, 0);
     for c in s.counts.iter().filter(|c| c.op == op as u8) {
-        r.0 += c.ops - c.errors;
+        r.0 += c.ops;
         r.1 += c.bytes;
+        r.2 += c.refused;
+    }
+    r
+}
+
+/// (receives posted, their bytes, failed operations) of `op` in the last snapshot.
+fn posted(p: &ProcessRecording, op: Op) -> (u64, u64, u64) {
+    let s = p.last_snapshot().expect("a snapshot");
+    let mut r = (0, 0, 0);
+    for c in s.counts.iter().filter(|c| c.op == op as u8) {
+        r.0 += c.posted;
+        r.1 += c.posted_bytes;
         r.2 += c.errors;
     }
     r
@@ -101,12 +121,17 @@ fn check_side(p: &ProcessRecording, mode: &str, what: &str) {
     assert_eq!(
         (send.0, send.1),
         (ITERS + 1, ITERS * SIZE + 4),
-        "{what}: sends (calls, bytes)"
+        "{what}: sends (operations, bytes)"
     );
     assert_eq!(
         (recv.0, recv.1),
-        (ITERS + 1, (ITERS + 1) * rx_len),
-        "{what}: receives (calls, bytes)"
+        (ITERS + 1, ITERS * SIZE + 4),
+        "{what}: receives completed, bytes that arrived"
+    );
+    assert_eq!(
+        posted(p, Op::OfiRecv),
+        (ITERS + 1, (ITERS + 1) * rx_len, 0),
+        "{what}: receives posted (buffers, bytes), none failed"
     );
     for op in [Op::OfiRead, Op::OfiWrite, Op::OfiTSend, Op::OfiTRecv] {
         assert_eq!(counted(p, op), (0, 0, 0), "{what}: no {op:?}");
@@ -140,7 +165,11 @@ fn check_side(p: &ProcessRecording, mode: &str, what: &str) {
         "{what}: one 4-byte fin"
     );
     let recvs: Vec<_> = ok(Op::OfiRecv).collect();
-    assert_eq!(recvs.len() as u64, ITERS + 1, "{what}: receive events");
+    assert_eq!(
+        recvs.len() as u64,
+        ITERS + 1,
+        "{what}: receive events (its posts)"
+    );
     assert!(
         recvs.iter().all(|e| e.bytes == rx_len),
         "{what}: every receive posts {rx_len} bytes"
@@ -151,7 +180,7 @@ fn check_side(p: &ProcessRecording, mode: &str, what: &str) {
             e.flags & flags::ERROR != 0 && (e.op == Op::OfiSend as u8 || e.op == Op::OfiRecv as u8)
         })
         .count() as u64;
-    assert_eq!(failed, send.2 + recv.2, "{what}: failed calls as events");
+    assert_eq!(failed, send.2 + recv.2, "{what}: refused calls as events");
     let cq = counted(p, Op::OfiCqRead);
     if mode == "full" {
         let not_injected = sends
@@ -288,4 +317,103 @@ fn tcp_rxm_rdm() {
 #[test]
 fn shm_rdm() {
     provider("shm", "rdm");
+}
+
+/// fi_pingpong's default message sizes (util/pingpong.c `defaults`), all below its 6 MiB buffer.
+const DEFAULT_SIZES: [u64; 6] = [64, 256, 1024, 4096, 65536, 1 << 20];
+/// PP_MAX_DATA_MSG: every receive fi_pingpong posts without `-S`.
+const MAX_DATA_MSG: u64 = (1 << 22) + (1 << 21);
+
+#[test]
+fn tcp_rdm_larger_receives() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let iters: u64 = 100;
+    let bin = require("fi_pingpong");
+    let dir = scratch("ofi-pp-issue16");
+    let trace = Trace::new("simple", &dir);
+    let port = port();
+    let args = |c: &mut Command| {
+        c.args(["-p", "tcp", "-e", "rdm", "-I", &iters.to_string()]);
+        trace.apply(c);
+    };
+    let mut s = Command::new(&bin);
+    args(&mut s);
+    s.args(["-B", &port.to_string()]);
+    let mut c = Command::new(&bin);
+    args(&mut c);
+    c.args(["-P", &port.to_string(), "127.0.0.1"]);
+    let server = spawn(&mut s);
+    let server_pid = server.id();
+    wait_listening(port, Duration::from_secs(20));
+    let client = spawn(&mut c);
+    let client_pid = client.id();
+    let co = wait_timeout(client, Duration::from_secs(240));
+    let so = wait_timeout(server, Duration::from_secs(240));
+    for (o, who) in [(&so, "server"), (&co, "client")] {
+        assert!(
+            o.status.success(),
+            "{who}: {}\n{}",
+            stdout_of(o),
+            stderr_of(o)
+        );
+    }
+    let procs = processes(&trace);
+    let find = |pid: u32| {
+        procs
+            .iter()
+            .find(|p| p.identity.pid == pid)
+            .unwrap_or_else(|| panic!("no record of pid {pid}"))
+    };
+    let (srv, cli) = (find(server_pid), find(client_pid));
+    // Each side sends iters messages of every default size and the 4-byte fin, and posts one
+    // 6 MiB receive for each message it gets.
+    let messages = iters * DEFAULT_SIZES.len() as u64 + 1;
+    let bytes = iters * DEFAULT_SIZES.iter().sum::<u64>() + 4;
+    let mut refused = 0;
+    for (p, who) in [(srv, "server"), (cli, "client")] {
+        let send = counted(p, Op::OfiSend);
+        let recv = counted(p, Op::OfiRecv);
+        assert_eq!((send.0, send.1), (messages, bytes), "{who}: sends accepted");
+        assert_eq!(
+            (recv.0, recv.1),
+            (messages, bytes),
+            "{who}: receives completed with the bytes that arrived"
+        );
+        assert_eq!(
+            posted(p, Op::OfiRecv),
+            (messages, messages * MAX_DATA_MSG, 0),
+            "{who}: 6 MiB receive buffers posted"
+        );
+        assert_eq!(recv.2, 0, "{who}: no receive refused");
+        refused += send.2;
+        eprintln!("{who}: {} sends refused (-FI_EAGAIN), retried", send.2);
+    }
+    assert!(
+        refused > 0,
+        "the busy provider refused some sends (-FI_EAGAIN); none seen in this run"
+    );
+    // The client's sends are the server's receives, and the correlator pairs every one.
+    let out = std::process::Command::new(sigmatop_bin())
+        .args(["export", &trace.record.display().to_string(), "--json", "-"])
+        .output()
+        .expect("sigmatop export");
+    assert!(out.status.success(), "export: {}", stderr_of(&out));
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).expect("export JSON");
+    let flows = &json["flows"];
+    assert_eq!(flows["sends"], 2 * messages, "sends of both sides: {flows}");
+    assert_eq!(
+        flows["paired"],
+        2 * messages,
+        "every send paired with its receive: {flows}"
+    );
+    let refused_json: u64 = json["processes"]
+        .as_array()
+        .expect("processes")
+        .iter()
+        .map(|p| p["refused"].as_u64().unwrap_or(0))
+        .sum();
+    assert_eq!(
+        refused_json, refused,
+        "the JSON report shows the refusals apart"
+    );
 }

@@ -16,8 +16,9 @@
 //! Posting patterns (rdma-core 44 libibverbs/examples/rc_pingpong.c; perftest 4.5):
 //! - rc_pingpong: each side sends n messages of -s bytes (signaled; inline when the QP's
 //!   max_inline_data covers -s) and posts -r receives up front, then tops the receive queue up
-//!   with (r - 1) more each time only one is left: r + floor(n / (r - 1)) * (r - 1) receives.
-//!   Every completion is polled: 2n per side.
+//!   with (r - 1) more each time only one is left: r + floor(n / (r - 1)) * (r - 1) receive
+//!   buffers of -s bytes posted, n of them completed (the peer's n messages, each work
+//!   completion's byte_len what arrived). Every completion is polled: 2n per side.
 //! - ib_write_bw / ib_read_bw: the client posts exactly -n WRs of -s bytes on its one QP (one in
 //!   100 signaled: CQ moderation), the server posts nothing on it.
 //!
@@ -189,6 +190,12 @@ fn recorded(ctx: &str, run: &Run) -> (ProcessRecording, ProcessRecording) {
 
 /// (ops, bytes) of `op` on the QP endpoint with QPN `qpn`.
 fn qp_op(p: &ProcessRecording, qpn: u32, op: Op) -> (u64, u64) {
+    let c = qp_count(p, qpn, op);
+    (c.ops, c.bytes)
+}
+
+/// Every counter of `op` on the QP endpoint with QPN `qpn`.
+fn qp_count(p: &ProcessRecording, qpn: u32, op: Op) -> sigmatop::event::OpCount {
     let ids: Vec<u32> = p
         .endpoints
         .iter()
@@ -200,13 +207,23 @@ fn qp_op(p: &ProcessRecording, qpn: u32, op: Op) -> (u64, u64) {
         "pid {}: no QP endpoint 0x{qpn:x}",
         p.identity.pid
     );
+    let mut sum = sigmatop::event::OpCount::default();
     let Some(s) = p.last_snapshot() else {
-        return (0, 0);
+        return sum;
     };
-    s.counts
+    for c in s
+        .counts
         .iter()
         .filter(|c| ids.contains(&c.ep) && c.op == op as u8)
-        .fold((0, 0), |a, c| (a.0 + c.ops, a.1 + c.bytes))
+    {
+        sum.ops += c.ops;
+        sum.bytes += c.bytes;
+        sum.errors += c.errors;
+        sum.refused += c.refused;
+        sum.posted += c.posted;
+        sum.posted_bytes += c.posted_bytes;
+    }
+    sum
 }
 
 /// Completions polled (full mode): the poll_cq events' `bytes`.
@@ -382,10 +399,16 @@ fn pingpong(n: u64, size: u64, rx: u64, events: bool) {
                 (n, n * size),
                 "{ctx}: SEND of 0x{q:x}"
             );
+            let recv = qp_count(p, q, Op::VerbsRecv);
             assert_eq!(
-                qp_op(p, q, Op::VerbsRecv),
-                (recvs, recvs * size),
-                "{ctx}: RECV of 0x{q:x}"
+                (recv.ops, recv.bytes, recv.errors),
+                (n, n * size, 0),
+                "{ctx}: RECV of 0x{q:x}: the peer's messages, as their completions say"
+            );
+            assert_eq!(
+                (recv.posted, recv.posted_bytes, recv.refused),
+                (recvs, recvs * size, 0),
+                "{ctx}: receive WRs posted on 0x{q:x}"
             );
             if mode == Some("full") {
                 assert_eq!(
@@ -480,4 +503,106 @@ fn ib_write_bw_exact_bytes() {
 #[test]
 fn ib_read_bw_exact_bytes() {
     perftest("ib_read_bw", Op::VerbsRead, "RDMA_READ");
+}
+
+/// tests/programs/verbs_larger_recv.c built against the system libibverbs (the NIC's takes its
+/// place at run time through scripts/with-testnic.sh).
+fn larger_recv_program() -> PathBuf {
+    static BIN: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    BIN.get_or_init(|| {
+        let dir = common::scratch("verbs-larger-build");
+        let exe = dir.join("verbs_larger_recv");
+        let src = testnic::root().join("tests/programs/verbs_larger_recv.c");
+        let o = Command::new(common::require("gcc"))
+            .args(["-O1", "-Wall", "-o"])
+            .arg(&exe)
+            .arg(&src)
+            .arg("-libverbs")
+            .output()
+            .expect("run gcc");
+        assert!(o.status.success(), "gcc: {}", common::stderr_of(&o));
+        exe
+    })
+    .clone()
+}
+
+/// Issue 16 over verbs: receive WRs of 13,312 bytes filled by smaller SENDs, on a QP's own
+/// receive queue and on an SRQ. What each work completion's byte_len says arrived is what
+/// sigmatop counts (on the QP, and on the SRQ where those WRs were posted); the buffers count as
+/// posted. The program's own sums of byte_len are the ground truth beside the parameters.
+#[test]
+fn larger_receives_on_a_queue_and_an_srq() {
+    build_nic();
+    let n = 60u64;
+    let sum: u64 = (0..n).map(|i| 100 + 37 * i).sum();
+    let prog = larger_recv_program();
+    for mode in MODES {
+        let ctx = format!("verbs_larger_recv {n} mode {mode:?}");
+        let dir = common::scratch("testnic-larger");
+        let log = dir.join("nic-log");
+        std::fs::create_dir_all(&log).expect("log dir");
+        let trace = mode.map(|m| Trace::new(m, &dir));
+        let out = testnic::run_one(&prog, &[&n.to_string()], &log, trace.as_ref());
+        assert!(
+            out.status.success(),
+            "{ctx}: {}\n{}",
+            common::stdout_of(&out),
+            common::stderr_of(&out)
+        );
+        let text = common::stdout_of(&out);
+        assert!(
+            text.contains(&format!("recv b: {n} completions, {sum} bytes"))
+                && text.contains(&format!("recv srq: {n} completions, {sum} bytes")),
+            "{ctx}: the program's own completions: {text}"
+        );
+        let Some(trace) = trace else { continue };
+        let qpn = |name: &str| {
+            text.split_whitespace()
+                .find_map(|w| w.strip_prefix(&format!("{name}=")))
+                .map(|q| hex(q) as u32)
+                .unwrap_or_else(|| panic!("{ctx}: no QPN {name} in {text}"))
+        };
+        let procs = common::processes(&trace);
+        assert_eq!(procs.len(), 1, "{ctx}: one process");
+        let p = &procs[0];
+        for q in ["a", "c"] {
+            let s = qp_count(p, qpn(q), Op::VerbsSend);
+            assert_eq!(
+                (s.ops, s.bytes, s.refused),
+                (n, sum, 0),
+                "{ctx}: SEND of {q}"
+            );
+        }
+        let b = qp_count(p, qpn("b"), Op::VerbsRecv);
+        assert_eq!(
+            (b.ops, b.bytes, b.posted, b.posted_bytes),
+            (n, sum, n, n * 13_312),
+            "{ctx}: RECV of b: arrived, and posted apart"
+        );
+        let d = qp_count(p, qpn("d"), Op::VerbsRecv);
+        assert_eq!(
+            (d.ops, d.posted),
+            (0, 0),
+            "{ctx}: d's receives are its SRQ's"
+        );
+        let srq: Vec<u32> = p
+            .endpoints
+            .iter()
+            .filter(|e| e.kind == EndpointKind::VerbsSrq)
+            .map(|e| e.id)
+            .collect();
+        assert_eq!(srq.len(), 1, "{ctx}: one SRQ endpoint");
+        let snap = p.last_snapshot().expect("a snapshot");
+        let c = snap
+            .counts
+            .iter()
+            .find(|c| c.ep == srq[0] && c.op == Op::VerbsSrqRecv as u8)
+            .copied()
+            .unwrap_or_default();
+        assert_eq!(
+            (c.ops, c.bytes, c.posted, c.posted_bytes),
+            (n, sum, n, n * 13_312),
+            "{ctx}: SRQ_RECV on the SRQ: arrived, and posted apart"
+        );
+    }
 }

@@ -6,6 +6,12 @@
 //! the receiving rank — and it equals the pattern exactly; every rank's posted receive bytes equal
 //! its column; in simple/full mode the tagged events carry the program's MPI tag.
 //!
+//! `mpi_larger_receives` is issue 16's case: an MPI program of our own
+//! (tests/programs/mpi_larger_recv.c) posts every receive with a 13,312-byte buffer for smaller
+//! messages, through MPI_Irecv (completed by UCX's callback) and MPI_Recv (mostly completed inside
+//! the call); each rank's received bytes must be exactly the bytes its peers sent it (= its
+//! column of the rank matrix, = its ingress in the JSON report), its posted buffers apart.
+//!
 //! MPI_Init and MPI_Finalize with pml ucx make no tagged sends of their own here (Open MPI 4.1's
 //! init and finalize synchronise through PMIx, not through the PML), so the whole tag_send count
 //! is the pattern's: one per ordered pair. The test asserts that too (ops = size·(size−1)), so a
@@ -13,7 +19,7 @@
 mod common;
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
@@ -31,14 +37,16 @@ fn pattern(src: usize, dst: usize) -> u64 {
 /// Compiles the MPI program once per test process.
 fn program() -> PathBuf {
     static BIN: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
-    BIN.get_or_init(|| common::build_program("mpicc", "mpi_pattern.c", "mpi_pattern", &[]))
-        .clone()
+    BIN.get_or_init(|| compile("mpi_pattern")).clone()
 }
 
-fn run(np: usize, tls: &str, mode: &'static str) {
-    let ctx = format!("{np} ranks over UCX_TLS={tls}, {mode} mode");
-    let dir = common::scratch(&format!("mpi-{np}-{}", tls.replace(',', "_")));
-    let trace = Trace::new(mode, &dir);
+/// Compiles tests/programs/`name`.c with mpicc.
+fn compile(name: &str) -> PathBuf {
+    common::build_program("mpicc", &format!("{name}.c"), name, &[])
+}
+
+/// Runs `prog` on `np` ranks over pml ucx with `tls`, traced in `mode`; returns its stdout.
+fn mpirun(prog: &Path, np: usize, tls: &str, trace: &Trace, ctx: &str) -> String {
     let mut cmd = Command::new(common::require("mpirun"));
     cmd.args([
         "--allow-run-as-root",
@@ -57,7 +65,7 @@ fn run(np: usize, tls: &str, mode: &'static str) {
         "SIGMATOP_RECORD",
     ])
     .args(["-x", "SIGMATOP_SOCKET_DIR", "-x", "UCX_TLS"])
-    .arg(program())
+    .arg(prog)
     .env("UCX_TLS", tls);
     trace.apply(&mut cmd);
     let out = common::wait_timeout(common::spawn(&mut cmd), Duration::from_secs(120));
@@ -68,15 +76,23 @@ fn run(np: usize, tls: &str, mode: &'static str) {
         common::stdout_of(&out),
         common::stderr_of(&out)
     );
-    assert_eq!(
-        common::stdout_of(&out).trim(),
-        format!("mpi_pattern: {np} ranks done"),
-        "{ctx}: program output"
-    );
     assert!(
         !common::stderr_of(&out).contains("sigmatop"),
         "{ctx}: a sigmatop warning:\n{}",
         common::stderr_of(&out)
+    );
+    common::stdout_of(&out)
+}
+
+fn run(np: usize, tls: &str, mode: &'static str) {
+    let ctx = format!("{np} ranks over UCX_TLS={tls}, {mode} mode");
+    let dir = common::scratch(&format!("mpi-{np}-{}", tls.replace(',', "_")));
+    let trace = Trace::new(mode, &dir);
+    let out = mpirun(&program(), np, tls, &trace, &ctx);
+    assert_eq!(
+        out.trim(),
+        format!("mpi_pattern: {np} ranks done"),
+        "{ctx}: program output"
     );
 
     let procs = common::processes(&trace);
@@ -160,7 +176,113 @@ fn run(np: usize, tls: &str, mode: &'static str) {
     let col: Vec<u64> = (0..np)
         .map(|j| (0..np).filter(|&i| i != j).map(|i| pattern(i, j)).sum())
         .collect();
-    assert_eq!(recv, col, "{ctx}: bytes each rank posted to receive");
+    assert_eq!(recv, col, "{ctx}: bytes each rank received");
+}
+
+/// tests/programs/mpi_larger_recv.c: its rounds, receive buffer, and message sizes.
+const ROUNDS: u64 = 8;
+const RECV_BYTES: u64 = 13_312;
+
+fn msg_bytes(src: usize, dst: usize, round: u64) -> u64 {
+    1024 * (src as u64 + 1) + 512 * dst as u64 + 8 * round
+}
+
+fn larger_receives(np: usize, tls: &str, mode: &'static str) {
+    let ctx = format!("mpi_larger_recv, {np} ranks over UCX_TLS={tls}, {mode} mode");
+    let dir = common::scratch(&format!("mpi-larger-{np}-{}", tls.replace(',', "_")));
+    let trace = Trace::new(mode, &dir);
+    static BIN: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    let prog = BIN.get_or_init(|| compile("mpi_larger_recv"));
+    let out = mpirun(prog, np, tls, &trace, &ctx);
+    assert_eq!(
+        out.trim(),
+        format!("mpi_larger_recv: {np} ranks, {ROUNDS} rounds done"),
+        "{ctx}: program output"
+    );
+    let procs = common::processes(&trace);
+    assert_eq!(procs.len(), np, "{ctx}: one traced process per rank");
+    let peers = (np - 1) as u64;
+    // Data messages of every round plus, in even rounds, an empty READY message from each peer.
+    let ready = ROUNDS.div_ceil(2) * peers;
+    for p in &procs {
+        let me = p.identity.rank.expect("rank") as usize;
+        let others = || (0..np).filter(move |&j| j != me);
+        let got: u64 = others()
+            .flat_map(|j| (0..ROUNDS).map(move |r| msg_bytes(j, me, r)))
+            .sum();
+        let sent: u64 = others()
+            .flat_map(|j| (0..ROUNDS).map(move |r| msg_bytes(me, j, r)))
+            .sum();
+        let snap = p.last_snapshot().expect("a snapshot");
+        let sum = |op: Op| {
+            snap.counts.iter().filter(|c| c.op == op as u8).fold(
+                sigmatop::event::OpCount::default(),
+                |mut a, c| {
+                    a.ops += c.ops;
+                    a.bytes += c.bytes;
+                    a.errors += c.errors;
+                    a.refused += c.refused;
+                    a.posted += c.posted;
+                    a.posted_bytes += c.posted_bytes;
+                    a
+                },
+            )
+        };
+        let (recv, send) = (sum(Op::UcxTagRecv), sum(Op::UcxTagSend));
+        assert_eq!(
+            (send.ops, send.bytes, send.refused),
+            (ROUNDS * peers + ready, sent, 0),
+            "{ctx}: rank {me} sends"
+        );
+        assert_eq!(
+            (recv.ops, recv.bytes, recv.errors),
+            (ROUNDS * peers + ready, got, 0),
+            "{ctx}: rank {me} received exactly what its peers sent it"
+        );
+        assert_eq!(
+            (recv.posted, recv.posted_bytes, recv.refused),
+            (ROUNDS * peers + ready, ROUNDS * peers * RECV_BYTES, 0),
+            "{ctx}: rank {me} posted 13,312-byte buffers (and empty ones for READY)"
+        );
+    }
+    // The JSON report says the same: each rank's rx_bytes is its ingress from the other ranks.
+    let json = std::process::Command::new(common::sigmatop_bin())
+        .args(["export", &trace.record.display().to_string(), "--json", "-"])
+        .output()
+        .expect("sigmatop export");
+    assert!(
+        json.status.success(),
+        "{ctx}: export: {}",
+        common::stderr_of(&json)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&json.stdout).expect("export JSON");
+    // The layers each rank used (issue 12 item 7a): UCX alone, though every layer was enabled.
+    for p in v["processes"].as_array().expect("processes") {
+        assert_eq!(p["layers"], "ucx", "{ctx}: layers used: {}", p["pid"]);
+        assert_eq!(
+            p["layers_enabled"], "ucx,libfabric,ibverbs,mlx5,cuda",
+            "{ctx}: layers enabled"
+        );
+    }
+    let ranks = v["ranks"].as_array().expect("ranks");
+    assert_eq!(ranks.len(), np, "{ctx}: {ranks:?}");
+    for r in ranks {
+        assert_eq!(
+            r["rx_bytes"], r["ingress_bytes"],
+            "{ctx}: rx_bytes = ingress: {r}"
+        );
+        assert_eq!(
+            r["tx_bytes"], r["egress_bytes"],
+            "{ctx}: tx_bytes = egress: {r}"
+        );
+    }
+}
+
+#[test]
+fn mpi_larger_receives() {
+    larger_receives(4, "tcp,self", "aggregate");
+    larger_receives(4, "sm,self", "simple");
+    larger_receives(3, "tcp,self", "full");
 }
 
 #[test]

@@ -5,11 +5,13 @@
 //!   `create_qp_ex` are stubs) driven through the inline verbs.h calls: the record holds exactly
 //!   the WRs the stub accepted, per QP and opcode, with their bytes, remote addresses, rkeys and
 //!   INLINE / SIGNALED flags; a chain the provider refuses at its second WR records the first, the
-//!   refused one as an error and nothing of the garbage after it; a NULL list passes through and
-//!   is counted as untraced; `ibv_qp_ex` batches are recorded on wr_complete, dropped on
-//!   wr_abort, recorded as errors when wr_complete fails; full mode adds the poll_cq call that
-//!   returned completions (2, one failed) and the req_notify_cq call. The program's output is
-//!   unchanged by the preload.
+//!   refused one as a refusal (not an operation) and nothing of the garbage after it; a NULL list
+//!   passes through and is counted as untraced; `ibv_qp_ex` batches are recorded on wr_complete,
+//!   dropped on wr_abort, recorded as refusals when wr_complete fails; the two receive WRs count
+//!   as posted, and the failed receive completion the stub returns is no receive (a failed
+//!   completion's opcode is undefined); full mode adds the poll_cq call that returned
+//!   completions (2, one failed) and the req_notify_cq call. The program's output is unchanged by
+//!   the preload.
 
 mod common;
 
@@ -106,19 +108,46 @@ fn fake_provider_is_traced_exactly() {
         assert_eq!(get(qp, Op::VerbsWrite), Some((2, 128 + 512)), "{mode}");
         assert_eq!(get(qp, Op::VerbsSend), Some((1, 64)), "{mode}");
         assert_eq!(get(qp, Op::VerbsRead), Some((1, 4096)), "{mode}");
-        assert_eq!(get(qp, Op::VerbsOther), Some((1, 0)), "{mode}: refused WR");
-        assert_eq!(get(qp, Op::VerbsRecv), Some((2, 8192)), "{mode}");
+        assert_eq!(get(qp, Op::VerbsOther), Some((0, 0)), "{mode}: refused WR");
+        assert_eq!(
+            get(qp, Op::VerbsRecv),
+            Some((0, 0)),
+            "{mode}: no receive completed"
+        );
         assert_eq!(get(qx, Op::VerbsWrite), Some((1, 256)), "{mode}");
         assert_eq!(get(qx, Op::VerbsSend), Some((1, 32)), "{mode}");
-        assert_eq!(get(qx, Op::VerbsRead), Some((1, 0)), "{mode}: failed batch");
+        assert_eq!(get(qx, Op::VerbsRead), Some((0, 0)), "{mode}: failed batch");
         let snap = p.last_snapshot().expect("snapshot");
+        let count = |e: u32, op: Op| {
+            snap.counts
+                .iter()
+                .find(|c| c.ep == e && c.op == op as u8)
+                .copied()
+                .unwrap_or_default()
+        };
+        let (other, recv, batch) = (
+            count(qp, Op::VerbsOther),
+            count(qp, Op::VerbsRecv),
+            count(qx, Op::VerbsRead),
+        );
+        assert_eq!((other.refused, other.errors), (1, 0), "{mode}: refused WR");
+        assert_eq!(
+            (batch.refused, batch.errors),
+            (1, 0),
+            "{mode}: failed batch"
+        );
+        assert_eq!(
+            (recv.posted, recv.posted_bytes, recv.ops),
+            (2, 8192, 0),
+            "{mode}: two receive WRs posted, none completed"
+        );
         let errors: u64 = snap
             .counts
             .iter()
             .filter(|c| c.ep == qp || c.ep == qx)
             .map(|c| c.errors)
             .sum();
-        assert_eq!(errors, 2, "{mode}: the refused WR and the failed batch");
+        assert_eq!(errors, 0, "{mode}: refusals are not failed operations");
         assert_eq!(
             snap.drops.hook_failures, 1,
             "{mode}: the NULL list counted as untraced"

@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use sigmatop::event::{DropCounters, Event, Identity, OpCount, RawEvent, Snapshot};
+use sigmatop::event::{DropCounters, Event, Identity, Op, OpCount, RawEvent, Snapshot};
 use sigmatop::trace::ProcessRecord;
 use sigmatop::trace::writer::ProcessWriter;
 use sigmatop::wire::Frame;
@@ -238,10 +238,30 @@ pub fn identity() -> Identity {
     }
 }
 
+/// Adds a thread's counters of (`ep`, `op`) to a process total.
+fn add_slot(
+    e: std::collections::hash_map::Entry<'_, (u32, u8), OpCount>,
+    ep: u32,
+    op: u8,
+    s: &thread::Slot,
+) {
+    let c = e.or_insert(OpCount {
+        ep,
+        op,
+        ..Default::default()
+    });
+    c.ops += s.ops.load(Ordering::Relaxed);
+    c.bytes += s.bytes.load(Ordering::Relaxed);
+    c.errors += s.errors.load(Ordering::Relaxed);
+    c.refused += s.refused.load(Ordering::Relaxed);
+    c.posted += s.posted.load(Ordering::Relaxed);
+    c.posted_bytes += s.posted_bytes.load(Ordering::Relaxed);
+}
+
 /// Counters of threads that exited, folded in so totals never go backwards.
 #[derive(Default)]
 struct Totals {
-    retired: HashMap<(u32, u8), (u64, u64, u64)>,
+    retired: HashMap<(u32, u8), OpCount>,
     retired_ring_full: u64,
     retired_overflow: u64,
 }
@@ -327,7 +347,13 @@ impl Collector {
             return;
         }
         let mut exited: Vec<&'static ThreadState> = Vec::new();
-        let sample = config::sample().max(1) as u64;
+        // Without a record the rings hold only the events the hot path sampled for live viewers:
+        // each goes out as it is; with one they hold every event, and one in `sample` goes out.
+        let sample = if config::events() == config::Events::All {
+            config::sample().max(1) as u64
+        } else {
+            1
+        };
         let recording = self.writer.is_some();
         let mut new_threads = Vec::new();
         thread::for_each_thread(|ts| {
@@ -387,12 +413,7 @@ impl Collector {
     }
 
     fn retire(&mut self, ts: &'static ThreadState) {
-        ts.for_each_counter(|ep, op, s| {
-            let e = self.totals.retired.entry((ep, op)).or_default();
-            e.0 += s.ops.load(Ordering::Relaxed);
-            e.1 += s.bytes.load(Ordering::Relaxed);
-            e.2 += s.errors.load(Ordering::Relaxed);
-        });
+        ts.for_each_counter(|ep, op, s| add_slot(self.totals.retired.entry((ep, op)), ep, op, s));
         self.totals.retired_ring_full += ts.ring_full.load(Ordering::Relaxed);
         self.totals.retired_overflow += ts.endpoint_overflow.load(Ordering::Relaxed);
         self.write_events(ts.tid);
@@ -409,7 +430,7 @@ impl Collector {
     }
 
     fn snapshot(&mut self) -> Snapshot {
-        let mut sums: HashMap<(u32, u8), (u64, u64, u64)> = self.totals.retired.clone();
+        let mut sums: HashMap<(u32, u8), OpCount> = self.totals.retired.clone();
         let mut ring_full = self.totals.retired_ring_full;
         let mut overflow = self.totals.retired_overflow;
         let mut threads = 0u32;
@@ -420,24 +441,15 @@ impl Collector {
             threads += 1;
             ring_full += ts.ring_full.load(Ordering::Relaxed);
             overflow += ts.endpoint_overflow.load(Ordering::Relaxed);
-            ts.for_each_counter(|ep, op, s| {
-                let e = sums.entry((ep, op)).or_default();
-                e.0 += s.ops.load(Ordering::Relaxed);
-                e.1 += s.bytes.load(Ordering::Relaxed);
-                e.2 += s.errors.load(Ordering::Relaxed);
-            });
+            ts.for_each_counter(|ep, op, s| add_slot(sums.entry((ep, op)), ep, op, s));
         });
-        let mut counts: Vec<OpCount> = sums
-            .into_iter()
-            .map(|((ep, op), (ops, bytes, errors))| OpCount {
-                ep,
-                op,
-                ops,
-                bytes,
-                errors,
-            })
-            .collect();
+        let mut counts: Vec<OpCount> = sums.into_values().collect();
         counts.sort_by_key(|c| (c.ep, c.op));
+        // The layers used: those noted on the control path and those of every counted operation.
+        let layers_used = counts
+            .iter()
+            .filter_map(|c| Op::from_u8(c.op))
+            .fold(config::used(), |m, op| m | op.layer().bit());
         let mut drops = self.drops;
         drops.ring_full = ring_full;
         drops.endpoint_overflow = overflow;
@@ -451,6 +463,7 @@ impl Collector {
             drops,
             events: self.events_total,
             threads,
+            layers_used,
         };
         self.seq += 1;
         s

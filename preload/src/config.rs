@@ -9,6 +9,9 @@ use std::sync::{Mutex, OnceLock};
 use sigmatop::event::{Layer, Mode};
 
 static MODE: AtomicU8 = AtomicU8::new(Mode::Simple as u8);
+static EVENTS: AtomicU8 = AtomicU8::new(Events::Sampled as u8);
+/// Layers used so far (`Layer::bit()`): see `note_used`.
+static USED: AtomicU32 = AtomicU32::new(0);
 static LAYERS: AtomicU32 = AtomicU32::new(0);
 static SAMPLE: AtomicU32 = AtomicU32::new(DEFAULT_SAMPLE);
 static INTERVAL_MS: AtomicU32 = AtomicU32::new(DEFAULT_INTERVAL_MS);
@@ -115,6 +118,42 @@ pub struct Paths {
 #[inline(always)]
 pub fn mode() -> Mode {
     Mode::from_u8(MODE.load(Ordering::Relaxed))
+}
+
+/// Which events the hot path keeps.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub enum Events {
+    /// Aggregate mode: none (counters only).
+    None = 0,
+    /// Simple or full mode without a record: one in `SIGMATOP_SAMPLE` per thread, for live
+    /// viewers; the others cost no timestamp and no ring slot.
+    Sampled = 1,
+    /// Simple or full mode with a record (or `SIGMATOP_SAMPLE=1`): every one.
+    All = 2,
+}
+
+/// Which events the hot path keeps (decided once, in `load`).
+#[inline(always)]
+pub fn events() -> Events {
+    match EVENTS.load(Ordering::Relaxed) {
+        0 => Events::None,
+        1 => Events::Sampled,
+        _ => Events::All,
+    }
+}
+
+/// A layer was used: it defined an endpoint or took over an object of the program (the layers
+/// of counted operations are added by the collector). Control path only.
+pub fn note_used(l: Layer) {
+    if USED.load(Ordering::Relaxed) & l.bit() == 0 {
+        USED.fetch_or(l.bit(), Ordering::Relaxed);
+    }
+}
+
+/// The layers noted used so far.
+pub fn used() -> u32 {
+    USED.load(Ordering::Relaxed)
 }
 
 /// True when events (not only counters) are kept.
@@ -302,6 +341,14 @@ pub fn load() {
         Some(d) => (PathBuf::from(d), true),
         None => (default_socket_dir(), false),
     };
+    let events = if mode() == Mode::Aggregate {
+        Events::None
+    } else if record.is_some() || sample() == 1 {
+        Events::All
+    } else {
+        Events::Sampled
+    };
+    EVENTS.store(events as u8, Ordering::Relaxed);
     let _ = PATHS.set(Paths {
         record,
         socket_dir,

@@ -216,6 +216,7 @@ fn host_register(
             crate::doorbell::on_host_register(p, size, flags, real)
         })
     {
+        crate::config::note_used(Layer::Cuda);
         hook::guarded((), crate::collector::ensure_started);
         return r;
     }

@@ -23,6 +23,7 @@ pub const CU_MEMHOSTREGISTER_DEVICEMAP: c_uint = 2;
 pub const CU_MEMHOSTREGISTER_IOMEMORY: c_uint = 4;
 const CU_POINTER_ATTRIBUTE_MEMORY_TYPE: c_int = 2;
 const CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL: c_int = 9;
+const CU_MEMORYTYPE_HOST: c_uint = 1;
 const CU_MEMORYTYPE_DEVICE: c_uint = 2;
 const CU_STREAM_NON_BLOCKING: c_uint = 1;
 
@@ -45,6 +46,7 @@ type StreamCreateFn = unsafe extern "C" fn(*mut *mut c_void, c_uint) -> CuResult
 type StreamSyncFn = unsafe extern "C" fn(*mut c_void) -> CuResult;
 type MemcpyDtoHAsyncFn = unsafe extern "C" fn(*mut c_void, u64, usize, *mut c_void) -> CuResult;
 type PointerGetAttributeFn = unsafe extern "C" fn(*mut c_void, c_int, u64) -> CuResult;
+type CtxGetDeviceFn = unsafe extern "C" fn(*mut c_int) -> CuResult;
 
 /// The real driver entry points sigmatop calls itself.
 pub struct Driver {
@@ -54,6 +56,8 @@ pub struct Driver {
     stream_sync: StreamSyncFn,
     memcpy_dtoh_async: MemcpyDtoHAsyncFn,
     pointer_get_attribute: PointerGetAttributeFn,
+    /// `cuCtxGetDevice` (optional: only the GPU of host-resident queues needs it).
+    ctx_get_device: Option<CtxGetDeviceFn>,
     pub host_register: HostRegisterFn,
     pub host_get_dptr: HostGetDptrFn,
 }
@@ -91,6 +95,7 @@ fn resolve_driver() -> Option<Driver> {
     }
     let host_register = HOST_REGISTER_V2.get()?;
     let host_get_dptr = HOST_GET_DPTR_V2.get()?;
+    let get_device = libcuda_sym(c"cuCtxGetDevice");
     // SAFETY: each pointer is libcuda's definition of the named function, whose C signature
     // (cuda.h) is the type it is transmuted to.
     unsafe {
@@ -103,6 +108,8 @@ fn resolve_driver() -> Option<Driver> {
             pointer_get_attribute: core::mem::transmute::<*mut c_void, PointerGetAttributeFn>(
                 ptrs[5],
             ),
+            ctx_get_device: (!get_device.is_null())
+                .then(|| core::mem::transmute::<*mut c_void, CtxGetDeviceFn>(get_device)),
             host_register,
             host_get_dptr,
         })
@@ -153,6 +160,31 @@ impl Driver {
         // SAFETY: caller's contract.
         unsafe { (self.memcpy_dtoh_async)(dst as *mut c_void, src, len, s.0) == CUDA_SUCCESS }
     }
+    /// True when `addr` is host memory the driver knows (pinned or registered with CUDA, so a
+    /// GPU can reach it), as NVSHMEM's host-resident NIC queues are.
+    pub fn is_mapped_host(&self, addr: u64) -> bool {
+        let mut mt: c_uint = 0;
+        // SAFETY: out pointer of the attribute's type (unsigned int).
+        let r = unsafe {
+            (self.pointer_get_attribute)(
+                &mut mt as *mut c_uint as *mut c_void,
+                CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
+                addr,
+            )
+        };
+        r == CUDA_SUCCESS && mt == CU_MEMORYTYPE_HOST
+    }
+
+    /// The device of the calling thread's current CUDA context.
+    pub fn current_device(&self) -> Option<u32> {
+        let f = self.ctx_get_device?;
+        self.current_ctx()?;
+        let mut dev: c_int = -1;
+        // SAFETY: out pointer of the function's type (CUdevice, an int).
+        let r = unsafe { f(&mut dev) };
+        (r == CUDA_SUCCESS && dev >= 0).then_some(dev as u32)
+    }
+
     /// The device ordinal owning `addr` when it is device memory, else None.
     pub fn device_of(&self, addr: u64) -> Option<u32> {
         let mut mt: c_uint = 0;
@@ -178,6 +210,16 @@ impl Driver {
         };
         Some(if r == CUDA_SUCCESS { dev as u32 } else { 0 })
     }
+}
+
+/// True when `addr` is host memory registered with (or allocated by) the CUDA driver.
+pub fn is_mapped_host(addr: u64) -> bool {
+    addr != 0 && driver().is_some_and(|d| d.is_mapped_host(addr))
+}
+
+/// The device of the calling thread's current CUDA context (None: none, or no libcuda).
+pub fn current_device() -> Option<u32> {
+    driver()?.current_device()
 }
 
 /// The GPU owning `addr` when it is device memory (None: host memory, unknown, or no libcuda).

@@ -17,10 +17,12 @@
 //! provider must see its own tables), and the three CUDA calls the doorbell hijack answers itself.
 //!
 //! What a call did reaches the recording step as an [`crate::thread::Outcome`] (accepted,
-//! completed at once, refused, failed), read by each layer from the real call's result, and its
-//! event-only fields as a [`crate::thread::Detail`] read lazily: deciding per event whether to
-//! timestamp and keep it, or counting refusals apart from operations, is a change in
-//! `ThreadState::record` alone.
+//! completed at once, refused, failed, a receive posted), read by each layer from the real call's
+//! result, and its event-only fields as a [`crate::thread::Detail`] read lazily: whether an event
+//! is timestamped and kept (all with a record, one in `SIGMATOP_SAMPLE` without) and refusals
+//! counted apart from operations are decided in `ThreadState::record` alone. A receive's
+//! completion reaches `ThreadState::arrived` from the layer's completion hook (a UCX callback, a
+//! libfabric CQ read, a verbs poll), in every mode: received bytes are the bytes that arrived.
 
 use core::sync::atomic::{AtomicU64, Ordering};
 
@@ -85,6 +87,25 @@ pub fn around<R: Copy>(
             r
         }
     }
+}
+
+/// As [`around`] for a hook that hands the real call different arguments when the call is traced
+/// (a UCX receive gets sigmatop's completion callback): `call_real(true)` when it is, with the
+/// guard held, `call_real(false)` when it passes through. `Outermost` only: the arguments are
+/// chosen before the call, and only the outermost hook of a thread may choose them.
+#[inline(always)]
+pub fn around_traced<R: Copy>(
+    layer: Layer,
+    call_real: impl FnOnce(bool) -> R,
+    record: impl FnOnce(&'static ThreadState, R),
+) -> R {
+    let Some(ts) = enter(layer) else {
+        return call_real(false);
+    };
+    let r = call_real(true);
+    guarded((), || record(ts, r));
+    ts.leave();
+    r
 }
 
 /// The control-path form of [`around`]: the real call, then `note` with its result when `layer`

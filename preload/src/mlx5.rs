@@ -68,7 +68,11 @@ struct Umem {
     id: u32,
     addr: u64,
     size: u64,
+    /// The GPU whose memory it is (None: host memory).
     gpu: Option<u32>,
+    /// Host memory registered with CUDA, a GPU can reach it (NVSHMEM's host-resident queues):
+    /// the GPU of the registering thread's CUDA context.
+    mapped_for: Option<u32>,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -167,6 +171,11 @@ fn add_umem(handle: Ptr, addr: u64, size: u64, gpu: Option<u32>) {
     // SAFETY: `struct mlx5dv_devx_umem { uint32_t umem_id; }` returned by the library.
     let id = unsafe { *(handle as *const u32) };
     let gpu = gpu.or_else(|| crate::cuda_driver::device_of(addr));
+    let mapped_for = if gpu.is_none() && crate::cuda_driver::is_mapped_host(addr) {
+        crate::cuda_driver::current_device()
+    } else {
+        None
+    };
     if let Ok(mut m) = UMEMS.lock() {
         m.retain(|u| u.handle != handle as usize);
         m.push(Umem {
@@ -175,6 +184,7 @@ fn add_umem(handle: Ptr, addr: u64, size: u64, gpu: Option<u32>) {
             addr,
             size,
             gpu,
+            mapped_for,
         });
     }
 }
@@ -297,7 +307,16 @@ fn on_create_qp(ctx: Ptr, obj: Ptr, inbox: &[u8], outbox: &[u8]) {
     let sq_addr = wq
         .filter(|u| c.sq_offset_in_umem().saturating_add(c.sq_bytes()) <= u.size)
         .map_or(0, |u| u.addr.saturating_add(c.sq_offset_in_umem()));
+    // Where the work queue lives (CUDA copies or memcpy for its WQEs)...
     let gpu = wq.and_then(|u| u.gpu);
+    // ...and which GPU drives the QP: the queue's own GPU, or, for a queue in host memory
+    // registered with CUDA (NVSHMEM_IBGDA_FORCE_NIC_BUF_MEMTYPE=hostmem), the GPU of the CUDA
+    // context that registered it (or, failing that, of this thread's current context). A queue
+    // in plain host memory (a CPU-driven devx QP) has no GPU.
+    let drives = gpu.or_else(|| {
+        wq.filter(|u| u.mapped_for.is_some() || crate::cuda_driver::is_mapped_host(u.addr))
+            .and_then(|u| u.mapped_for.or_else(crate::cuda_driver::current_device))
+    });
     let ep = crate::registry::define_full(EndpointDef {
         id: 0,
         layer: Layer::Mlx5,
@@ -306,7 +325,7 @@ fn on_create_qp(ctx: Ptr, obj: Ptr, inbox: &[u8], outbox: &[u8]) {
         transport: transport(c.st).to_string(),
         peer: Peer::default(),
         qpn: Some(out.qpn),
-        gpu,
+        gpu: drives,
         created_ns: 0,
     });
     crate::registry::update(

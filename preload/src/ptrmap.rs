@@ -31,6 +31,17 @@ impl Value for u32 {
     }
 }
 
+impl Value for u64 {
+    #[inline(always)]
+    fn to_word(self) -> usize {
+        self as usize
+    }
+    #[inline(always)]
+    fn from_word(w: usize) -> u64 {
+        w as u64
+    }
+}
+
 impl<T> Value for *const T {
     #[inline(always)]
     fn to_word(self) -> usize {

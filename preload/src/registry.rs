@@ -56,6 +56,7 @@ pub fn define(
     peer: Peer,
 ) -> u32 {
     let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
+    crate::config::note_used(layer);
     let def = EndpointDef {
         id,
         layer,
@@ -76,6 +77,7 @@ pub fn define(
 /// Defines an endpoint from a full definition (its id is assigned here).
 pub fn define_full(mut def: EndpointDef) -> u32 {
     let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
+    crate::config::note_used(def.layer);
     def.id = id;
     def.created_ns = crate::clock::real_ns();
     if let Ok(mut d) = DEFS.lock() {

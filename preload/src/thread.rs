@@ -1,6 +1,11 @@
 //! Per-thread state on the hot path: counters per endpoint and op (all modes) and a single-producer
 //! single-consumer event ring (simple/full). One thread-local access per intercepted call, no lock,
 //! no syscall; memory comes from mmap once per thread (and once per 16 new endpoints it touches).
+//!
+//! Which events are kept (`config::events`): with a record, every one; without one, the only
+//! reader is a live viewer that gets one event in `SIGMATOP_SAMPLE`, so a per-thread countdown
+//! picks that one on the hot path and the others cost neither a timestamp nor a ring slot (their
+//! fields are never even read: `Detail` is lazy).
 
 use core::ptr::null_mut;
 use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, Ordering};
@@ -16,12 +21,31 @@ pub const EPS_PER_CHUNK: usize = 16;
 pub const N_CHUNKS: usize = 1024;
 pub const MAX_EPS: u32 = (EPS_PER_CHUNK * N_CHUNKS) as u32;
 
-/// Counters of one (endpoint, op) on one thread. Single writer (the thread), read by the collector.
+/// Counters of one (endpoint, op) on one thread (`OpCount` says what each means). Single writer
+/// (the thread), read by the collector.
 #[repr(C)]
 pub struct Slot {
     pub ops: AtomicU64,
     pub bytes: AtomicU64,
     pub errors: AtomicU64,
+    pub refused: AtomicU64,
+    pub posted: AtomicU64,
+    pub posted_bytes: AtomicU64,
+}
+
+impl Slot {
+    /// True when some counter is non-zero.
+    pub fn is_used(&self) -> bool {
+        self.ops.load(Ordering::Relaxed) != 0
+            || self.refused.load(Ordering::Relaxed) != 0
+            || self.posted.load(Ordering::Relaxed) != 0
+    }
+}
+
+/// Adds `n` to a counter that only this thread writes: a plain load and store.
+#[inline(always)]
+fn bump(c: &AtomicU64, n: u64) {
+    c.store(c.load(Ordering::Relaxed) + n, Ordering::Relaxed);
 }
 
 #[repr(C)]
@@ -36,23 +60,23 @@ pub enum Outcome {
     Ok,
     /// The operation completed before the call returned (UCX's `NULL` request / `UCS_OK`).
     Immediate,
-    /// The library refused the operation: an error status, `-FI_EAGAIN`, a verbs `bad_wr`.
+    /// The library refused the operation: an error status, `-FI_EAGAIN`, a verbs `bad_wr`. Not
+    /// an operation: counted in `refused` only.
     Refused,
     /// The call failed, or completions it returned carry errors.
     Failed,
+    /// A receive buffer the library took (`bytes` = its size): counted as posted; the receive
+    /// itself is counted when it completes, with the bytes that arrived
+    /// ([`ThreadState::arrived`]).
+    Posted,
 }
 
 impl Outcome {
-    #[inline(always)]
-    pub fn is_error(self) -> bool {
-        matches!(self, Outcome::Refused | Outcome::Failed)
-    }
-
     /// The event flags that say it.
     #[inline(always)]
     pub fn flags(self) -> u8 {
         match self {
-            Outcome::Ok => 0,
+            Outcome::Ok | Outcome::Posted => 0,
             Outcome::Immediate => flags::IMMEDIATE,
             Outcome::Refused | Outcome::Failed => flags::ERROR,
         }
@@ -67,7 +91,7 @@ pub struct Detail {
     pub addr: u64,
     /// `flags::INLINE`, `flags::SIGNALED` (the outcome's flag is added).
     pub flags: u8,
-    pub aux: u16,
+    pub aux: u32,
 }
 
 impl Detail {
@@ -79,7 +103,7 @@ impl Detail {
 
     /// An event carrying `addr` and `aux` only.
     #[inline(always)]
-    pub fn at(addr: u64, aux: u16) -> Detail {
+    pub fn at(addr: u64, aux: u32) -> Detail {
         Detail {
             addr,
             flags: 0,
@@ -96,16 +120,72 @@ fn injected_hook_fault() {
     panic!("injected hook fault (SIGMATOP_TEST_FAULT=hook)");
 }
 
+/// One event as it sits in a ring: `RawEvent` in 32 bytes. The endpoint id (22 bits), op code (6
+/// bits, `OP_SLOTS`) and flags (4 bits) share one word, so that the 32-bit `aux` (a GPU WQE's
+/// full rkey) fits without growing the slot past 32 bytes. An endpoint id of 2^22 or more is
+/// recorded as unattributed (its counters already are: `MAX_EPS`).
+#[derive(Clone, Copy)]
+#[repr(C)]
+struct RingSlot {
+    tsc: u64,
+    bytes: u64,
+    addr: u64,
+    ep_op_flags: u32,
+    aux: u32,
+}
+
+const _: () = assert!(core::mem::size_of::<RingSlot>() == 32);
+const EP_BITS: u32 = 22;
+const OP_BITS: u32 = 6;
+const _: () = assert!(OP_SLOTS == 1 << OP_BITS);
+
+impl RingSlot {
+    #[inline(always)]
+    fn pack(e: &RawEvent) -> RingSlot {
+        let ep = if e.ep < 1 << EP_BITS {
+            e.ep
+        } else {
+            UNATTRIBUTED_EP
+        };
+        RingSlot {
+            tsc: e.tsc,
+            bytes: e.bytes,
+            addr: e.addr,
+            ep_op_flags: ep
+                | ((e.op as u32 & (OP_SLOTS as u32 - 1)) << EP_BITS)
+                | ((e.flags as u32 & 0xf) << (EP_BITS + OP_BITS)),
+            aux: e.aux,
+        }
+    }
+
+    #[inline(always)]
+    fn unpack(&self) -> RawEvent {
+        let w = self.ep_op_flags;
+        RawEvent {
+            tsc: self.tsc,
+            bytes: self.bytes,
+            addr: self.addr,
+            ep: w & ((1 << EP_BITS) - 1),
+            op: ((w >> EP_BITS) & (OP_SLOTS as u32 - 1)) as u8,
+            flags: (w >> (EP_BITS + OP_BITS)) as u8,
+            aux: self.aux,
+        }
+    }
+}
+
 pub struct ThreadState {
     pub tid: u32,
     /// Nesting depth of sigmatop hooks on this thread: a hook entered while another runs (a
     /// legacy `_nb` call reaching `_nbx`, sigmatop's own calls) passes through untraced.
     depth: AtomicU32,
+    /// Events until the next one kept for live viewers, when only sampled events are kept
+    /// (0: the next one is). Beside `depth`, which every call touches already.
+    sample_countdown: AtomicU32,
     head: CachePadded<AtomicU64>,
     /// Producer-side copy of `tail`, refreshed only when the ring looks full.
     cached_tail: AtomicU64,
     tail: CachePadded<AtomicU64>,
-    ring: *mut RawEvent,
+    ring: *mut RingSlot,
     pub chunks: [AtomicPtr<Chunk>; N_CHUNKS],
     pub ring_full: AtomicU64,
     pub endpoint_overflow: AtomicU64,
@@ -224,7 +304,7 @@ pub fn init() {
 fn register() -> *mut ThreadState {
     let size = core::mem::size_of::<ThreadState>();
     let mem = mmap_zeroed(size) as *mut ThreadState;
-    let ring = mmap_zeroed(RING_CAP * core::mem::size_of::<RawEvent>()) as *mut RawEvent;
+    let ring = mmap_zeroed(RING_CAP * core::mem::size_of::<RingSlot>()) as *mut RingSlot;
     if mem.is_null() || ring.is_null() {
         return DEAD;
     }
@@ -325,19 +405,50 @@ impl ThreadState {
         c
     }
 
-    /// Counts one operation. Plain load+store: this thread is the only writer.
+    /// Counts one call as its outcome says: an operation (with its bytes; a failure also as an
+    /// error), a refusal, or a posted receive buffer. Plain load+store: this thread is the only
+    /// writer.
     #[inline(always)]
-    pub fn count(&self, ep: u32, op: Op, bytes: u64, error: bool) {
+    pub fn count(&self, ep: u32, op: Op, bytes: u64, outcome: Outcome) {
         if let Some(s) = self.slot(ep, op as u8) {
-            s.ops
-                .store(s.ops.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
-            s.bytes
-                .store(s.bytes.load(Ordering::Relaxed) + bytes, Ordering::Relaxed);
-            if error {
-                s.errors
-                    .store(s.errors.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
+            match outcome {
+                Outcome::Refused => bump(&s.refused, 1),
+                Outcome::Posted => {
+                    bump(&s.posted, 1);
+                    bump(&s.posted_bytes, bytes);
+                }
+                Outcome::Ok | Outcome::Immediate | Outcome::Failed => {
+                    bump(&s.ops, 1);
+                    bump(&s.bytes, bytes);
+                    if outcome == Outcome::Failed {
+                        bump(&s.errors, 1);
+                    }
+                }
             }
         }
+    }
+
+    /// A receive completed (a completion callback, a CQ entry, a work completion): one
+    /// operation with the bytes that arrived, or a failed one (`ok` false: cancelled, flushed,
+    /// truncated) with none. Counters only, in every mode: its post was the event.
+    #[inline(always)]
+    pub fn arrived(&self, ep: u32, op: Op, bytes: u64, ok: bool) {
+        let outcome = if ok { Outcome::Ok } else { Outcome::Failed };
+        self.count(ep, op, if ok { bytes } else { 0 }, outcome);
+    }
+
+    /// Whether this event is one of the one-in-`SIGMATOP_SAMPLE` kept for live viewers (when
+    /// nothing records every event): a countdown on this thread.
+    #[inline(always)]
+    fn sample_due(&self) -> bool {
+        let c = self.sample_countdown.load(Ordering::Relaxed);
+        if c != 0 {
+            self.sample_countdown.store(c - 1, Ordering::Relaxed);
+            return false;
+        }
+        self.sample_countdown
+            .store(crate::config::sample().saturating_sub(1), Ordering::Relaxed);
+        true
     }
 
     /// Appends an event to the ring; counts it as lost when the ring is full.
@@ -356,7 +467,11 @@ impl ThreadState {
             }
         }
         // SAFETY: slot h is outside [tail, head) so the collector does not read it.
-        unsafe { self.ring.add((h & RING_MASK) as usize).write(ev) };
+        unsafe {
+            self.ring
+                .add((h & RING_MASK) as usize)
+                .write(RingSlot::pack(&ev))
+        };
         self.head.store(h + 1, Ordering::Release);
     }
 
@@ -405,13 +520,18 @@ impl ThreadState {
         detail: impl FnOnce() -> Option<Detail>,
         timestamp: impl FnOnce() -> u64,
     ) {
-        if !crate::config::events_enabled() {
+        let keep = crate::config::events();
+        if keep == crate::config::Events::None {
             // Aggregate mode: counters only. (Its own call, so that the compiler lays this path
             // out apart from the event path.)
-            self.count(ep, op, bytes, outcome.is_error());
+            self.count(ep, op, bytes, outcome);
             return;
         }
-        self.count(ep, op, bytes, outcome.is_error());
+        self.count(ep, op, bytes, outcome);
+        if keep == crate::config::Events::Sampled && !self.sample_due() {
+            // Neither recorded nor sampled: no timestamp, no ring slot.
+            return;
+        }
         if let Some(d) = detail() {
             self.push(RawEvent {
                 tsc: timestamp(),
@@ -440,7 +560,7 @@ impl ThreadState {
         out.reserve(n);
         for i in 0..n as u64 {
             // SAFETY: [t, h) were published by the producer's release store of head.
-            out.push(unsafe { self.ring.add(((t + i) & RING_MASK) as usize).read() });
+            out.push(unsafe { self.ring.add(((t + i) & RING_MASK) as usize).read() }.unpack());
         }
         self.tail.store(h, Ordering::Release);
         n
@@ -466,7 +586,7 @@ impl ThreadState {
             let chunk = unsafe { &*p };
             for (ei, ops) in chunk.slots.iter().enumerate() {
                 for (op, s) in ops.iter().enumerate() {
-                    if s.ops.load(Ordering::Relaxed) != 0 {
+                    if s.is_used() {
                         f((ci * EPS_PER_CHUNK + ei) as u32, op as u8, s);
                     }
                 }
@@ -487,7 +607,7 @@ impl ThreadState {
         unsafe {
             crate::os::unmap(
                 self.ring as *mut u8,
-                RING_CAP * core::mem::size_of::<RawEvent>(),
+                RING_CAP * core::mem::size_of::<RingSlot>(),
             );
             for c in &self.chunks {
                 let p = c.swap(null_mut(), Ordering::AcqRel);
@@ -522,5 +642,42 @@ pub fn for_each_thread(mut f: impl FnMut(&'static ThreadState)) {
         let ts = unsafe { &*p };
         f(ts);
         p = ts.next.load(Ordering::Acquire);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_ring_slot_keeps_every_field_of_an_event_in_32_bytes() {
+        let e = RawEvent {
+            tsc: u64::MAX - 1,
+            bytes: 1 << 40,
+            addr: 0xdead_beef_0000_1000,
+            ep: (1 << EP_BITS) - 1,
+            op: Op::GpuAtomic as u8,
+            flags: flags::ERROR | flags::SIGNALED | flags::INLINE | flags::IMMEDIATE,
+            aux: 0xfedc_ba98,
+        };
+        assert_eq!(RingSlot::pack(&e).unpack(), e);
+        let small = RawEvent {
+            ep: 7,
+            op: Op::UcxPut as u8,
+            ..Default::default()
+        };
+        assert_eq!(RingSlot::pack(&small).unpack(), small);
+        // An endpoint id past 22 bits is recorded as unattributed, the rest unchanged.
+        let far = RawEvent {
+            ep: 1 << EP_BITS,
+            ..e
+        };
+        assert_eq!(
+            RingSlot::pack(&far).unpack(),
+            RawEvent {
+                ep: UNATTRIBUTED_EP,
+                ..e
+            }
+        );
     }
 }

@@ -295,7 +295,7 @@ pub fn recent_doorbells(model: &Model, procs: &[ProcAt], t: u64) -> Vec<Doorbell
                     host: a.key.host.clone(),
                     gpu: def.and_then(|d| d.gpu).unwrap_or(0),
                     qpn: def.and_then(|d| d.qpn).unwrap_or(e.ep),
-                    pi: e.aux as u32,
+                    pi: e.aux,
                     ..Default::default()
                 });
             } else if is_gpu_wqe(e.op)
@@ -315,7 +315,7 @@ fn add_wqe(r: &mut DoorbellRecord, e: &Event) {
     if r.wqes == 0 {
         r.op = Some(e.op);
         r.raddr = e.addr;
-        r.rkey = e.aux as u32;
+        r.rkey = e.aux;
     }
     r.wqes += 1;
     r.bytes += e.bytes;

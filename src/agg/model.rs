@@ -66,6 +66,22 @@ impl ProcessState {
         self.history.back()
     }
 
+    /// The layers this process used (`Layer::bit()` set): what its latest snapshot says, with
+    /// the layers of its endpoints and counted operations (all a record of schema 1, which did
+    /// not say, can tell). `identity.layers` is what was enabled.
+    pub fn layers_used(&self) -> u32 {
+        let mut m = self.last().map_or(0, |s| s.layers_used);
+        m |= self.endpoints.values().fold(0, |m, d| m | d.layer.bit());
+        if let Some(s) = self.last() {
+            m |= s
+                .counts
+                .iter()
+                .filter_map(|c| crate::event::Op::from_u8(c.op))
+                .fold(0, |m, op| m | op.layer().bit());
+        }
+        m
+    }
+
     fn push_snapshot(&mut self, s: Snapshot) {
         if self.history.len() >= HISTORY {
             self.history.pop_front();

@@ -10,9 +10,15 @@ use super::matrix::{Groups, Matrix, UNTRACED};
 use super::model::{Model, ProcKey, ProcessState};
 use super::peers::Peers;
 use crate::correlate::mr::toward_peer;
-use crate::event::{Dir, DropCounters, EndpointKind, Op, UNATTRIBUTED_EP};
+use crate::event::{Dir, DropCounters, EndpointKind, Op, OpCount, UNATTRIBUTED_EP};
 
-/// Totals of traffic in one direction over a period.
+fn is_zero(v: &u64) -> bool {
+    *v == 0
+}
+
+/// Totals of traffic in one direction over a period. Received bytes are the bytes that arrived;
+/// the receive buffers posted, and the posts the library refused, are apart (written only when
+/// there are some, so reports of older records read as they did).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
 pub struct Flow {
     pub tx_bytes: u64,
@@ -20,9 +26,26 @@ pub struct Flow {
     pub tx_ops: u64,
     pub rx_ops: u64,
     pub other_ops: u64,
+    /// Posts the library refused (`-FI_EAGAIN`, an error status, a verbs `bad_wr`): the provider
+    /// was busy; not in the operations above.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub refused: u64,
+    /// Receive buffers posted, and their bytes.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub posted: u64,
+    #[serde(skip_serializing_if = "is_zero")]
+    pub posted_bytes: u64,
 }
 
 impl Flow {
+    /// Adds one (endpoint, op) counter.
+    pub fn add_count(&mut self, c: &OpCount) {
+        self.add_op(c.op, c.ops, c.bytes);
+        self.refused += c.refused;
+        self.posted += c.posted;
+        self.posted_bytes += c.posted_bytes;
+    }
+
     pub fn add_op(&mut self, op: u8, ops: u64, bytes: u64) {
         match Op::from_u8(op).map(|o| o.dir()) {
             Some(Dir::Tx) => {
@@ -42,6 +65,9 @@ impl Flow {
         self.tx_ops += o.tx_ops;
         self.rx_ops += o.rx_ops;
         self.other_ops += o.other_ops;
+        self.refused += o.refused;
+        self.posted += o.posted;
+        self.posted_bytes += o.posted_bytes;
     }
     pub fn ops(&self) -> u64 {
         self.tx_ops + self.rx_ops + self.other_ops
@@ -122,7 +148,10 @@ impl Model {
                 r.processes.push(ProcessReport::empty(key, p));
                 continue;
             };
-            let mut per_ep = Model::diff(last, None);
+            let mut per_ep: BTreeMap<u32, Vec<&OpCount>> = BTreeMap::new();
+            for c in &last.counts {
+                per_ep.entry(c.ep).or_default().push(c);
+            }
             // Endpoints without traffic are listed too: an idle endpoint is information.
             for id in p.endpoints.keys() {
                 per_ep.entry(*id).or_default();
@@ -167,14 +196,17 @@ impl Model {
                         rank: pps.identity.rank,
                     });
                 }
-                for (op, (n, b)) in ops {
-                    er.flow.add_op(*op, *n, *b);
-                    let name = Op::from_u8(*op)
+                for c in ops {
+                    er.flow.add_count(c);
+                    let name = Op::from_u8(c.op)
                         .map(|o| o.name().to_string())
-                        .unwrap_or_else(|| format!("op{op}"));
-                    let e = er.ops.entry(name).or_insert(OpTotals { ops: 0, bytes: 0 });
-                    e.ops += n;
-                    e.bytes += b;
+                        .unwrap_or_else(|| format!("op{}", c.op));
+                    let e = er.ops.entry(name).or_default();
+                    e.ops += c.ops;
+                    e.bytes += c.bytes;
+                    e.refused += c.refused;
+                    e.posted += c.posted;
+                    e.posted_bytes += c.posted_bytes;
                 }
                 pr.flow.add(&er.flow);
                 pr.endpoints.push(er);
@@ -196,6 +228,12 @@ impl Model {
 pub struct OpTotals {
     pub ops: u64,
     pub bytes: u64,
+    #[serde(skip_serializing_if = "is_zero")]
+    pub refused: u64,
+    #[serde(skip_serializing_if = "is_zero")]
+    pub posted: u64,
+    #[serde(skip_serializing_if = "is_zero")]
+    pub posted_bytes: u64,
 }
 
 #[derive(Clone, Debug, Default, Serialize)]
@@ -229,7 +267,11 @@ pub struct ProcessReport {
     pub rank: Option<u32>,
     pub exe: String,
     pub mode: String,
+    /// The layers the process used (defined an endpoint or counted an operation in).
     pub layers: String,
+    /// The layers that were enabled (written when they differ from those used).
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub layers_enabled: String,
     pub clean_exit: bool,
     pub problem: Option<String>,
     pub events: u64,
@@ -247,7 +289,12 @@ impl ProcessReport {
             rank: p.identity.rank,
             exe: p.identity.exe.clone(),
             mode: p.identity.mode().name().to_string(),
-            layers: crate::event::layer_names(p.identity.layers),
+            layers: crate::event::layer_names(p.layers_used()),
+            layers_enabled: if p.layers_used() == p.identity.layers {
+                String::new()
+            } else {
+                crate::event::layer_names(p.identity.layers)
+            },
             clean_exit: p.said_bye,
             problem: p.problem.clone(),
             ..Default::default()

@@ -38,6 +38,9 @@ pub enum WarningKind {
     RankSkew,
     /// A rank's ingress is far above the mean.
     RankIngressSkew,
+    /// A verbs QP or SRQ of a running process holds receive WRs it posted and moves nothing:
+    /// `count` WRs posted and not completed (a receiver waiting for a sender that does not send).
+    IdleWithPosted,
     /// A GPU or QP rings doorbells faster than the threshold: `rate` per second.
     DoorbellStorm,
 }
@@ -66,9 +69,41 @@ pub struct Drops;
 pub struct Skew;
 /// GPUs and QPs ringing doorbells faster than the threshold.
 pub struct DoorbellStorm;
+/// Verbs QPs and SRQs of running processes with receive WRs posted and no traffic now.
+pub struct IdleWithPosted;
 
 /// Every rule, in the order their warnings are listed (then sorted by kind).
-pub const RULES: &[&dyn Rule] = &[&Drops, &Skew, &DoorbellStorm];
+pub const RULES: &[&dyn Rule] = &[&Drops, &Skew, &IdleWithPosted, &DoorbellStorm];
+
+impl Rule for IdleWithPosted {
+    fn check(&self, at: &ModelAt, _cfg: &WarningConfig, out: &mut Vec<Warning>) {
+        for e in &at.endpoints {
+            let a = &at.procs[e.proc as usize];
+            let verbs = e.def.is_some_and(|d| {
+                matches!(
+                    d.kind,
+                    crate::event::EndpointKind::VerbsQp | crate::event::EndpointKind::VerbsSrq
+                )
+            });
+            let Some(n) = e.tot.outstanding().filter(|&n| n > 0) else {
+                continue;
+            };
+            // Idle: a rate between two snapshots exists and is zero (a process that stopped
+            // reporting, or whose first snapshot is all there is, is not judged).
+            let idle = a.now_ns > 0 && e.tx_bps == 0.0 && e.rx_bps == 0.0 && e.ops_per_s == 0.0;
+            if verbs && idle && !a.p.exited {
+                let mut id = String::new();
+                write_local_id(&mut id, e.def, e.ep);
+                out.push(Warning {
+                    kind: WarningKind::IdleWithPosted,
+                    subject: format!("QP {id} ({})", a.key.host),
+                    value: n as f64,
+                    processes: 0,
+                });
+            }
+        }
+    }
+}
 
 /// All warnings for the model at a view time, most important first.
 pub fn warnings(at: &ModelAt, cfg: &WarningConfig) -> Vec<Warning> {
@@ -270,7 +305,7 @@ mod tests {
                             op: Op::UcxTagSend as u8,
                             ops: s,
                             bytes: rate * s,
-                            errors: 0,
+                            ..Default::default()
                         }],
                         drops: DropCounters {
                             ring_full: ring_full.get(i as usize).copied().unwrap_or(0),

@@ -15,7 +15,7 @@ use std::collections::VecDeque;
 
 use super::model::{Model, ProcKey, ProcessState};
 use crate::correlate::mr::toward_peer;
-use crate::event::{Dir, DropCounters, Op, Snapshot};
+use crate::event::{Dir, DropCounters, Op, OpCount, Snapshot};
 
 /// A process whose newest snapshot is older than this (relative to the view time) has a "now"
 /// rate of zero (it exited or stopped reporting).
@@ -99,7 +99,7 @@ pub fn per_s(bytes: u64, dt_ns: u64) -> f64 {
     }
 }
 
-/// (tx bytes, rx bytes, data ops, doorbells) of a cumulative op table.
+/// (tx bytes, rx bytes, data ops, doorbells, refusals, posted receives) of a cumulative op table.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Sums {
     pub tx: u64,
@@ -108,47 +108,67 @@ pub struct Sums {
     pub rx1: u64,
     pub ops: u64,
     pub doorbells: u64,
+    /// Posts the library refused (provider busy): not in `ops`.
+    pub refused: u64,
+    /// Receive buffers posted, and the receives that completed (`Op::is_receive`): what is
+    /// posted and not completed is their difference.
+    pub posted: u64,
+    pub recvs: u64,
 }
 
 impl Sums {
-    pub fn add(&mut self, op: u8, n: u64, b: u64) {
-        match Op::from_u8(op) {
-            Some(Op::GpuDoorbell) => self.doorbells += n,
-            Some(o) => match o.dir() {
-                Dir::Tx => {
-                    self.tx += b;
-                    self.ops += n;
+    pub fn add(&mut self, c: &OpCount) {
+        self.refused += c.refused;
+        self.posted += c.posted;
+        match Op::from_u8(c.op) {
+            Some(Op::GpuDoorbell) => self.doorbells += c.ops,
+            Some(o) => {
+                if o.is_receive() {
+                    self.recvs += c.ops;
                 }
-                Dir::Rx => {
-                    self.rx += b;
-                    if toward_peer(o) == Some(false) {
-                        self.rx1 += b;
+                match o.dir() {
+                    Dir::Tx => {
+                        self.tx += c.bytes;
+                        self.ops += c.ops;
                     }
-                    self.ops += n;
+                    Dir::Rx => {
+                        self.rx += c.bytes;
+                        if toward_peer(o) == Some(false) {
+                            self.rx1 += c.bytes;
+                        }
+                        self.ops += c.ops;
+                    }
+                    Dir::None => {}
                 }
-                Dir::None => {}
-            },
+            }
             None => {}
         }
     }
 
-    pub fn sub(&mut self, op: u8, n: u64, b: u64) {
-        match Op::from_u8(op) {
-            Some(Op::GpuDoorbell) => self.doorbells = self.doorbells.saturating_sub(n),
-            Some(o) => match o.dir() {
-                Dir::Tx => {
-                    self.tx = self.tx.saturating_sub(b);
-                    self.ops = self.ops.saturating_sub(n);
+    pub fn sub(&mut self, c: &OpCount) {
+        self.refused = self.refused.saturating_sub(c.refused);
+        self.posted = self.posted.saturating_sub(c.posted);
+        match Op::from_u8(c.op) {
+            Some(Op::GpuDoorbell) => self.doorbells = self.doorbells.saturating_sub(c.ops),
+            Some(o) => {
+                if o.is_receive() {
+                    self.recvs = self.recvs.saturating_sub(c.ops);
                 }
-                Dir::Rx => {
-                    self.rx = self.rx.saturating_sub(b);
-                    if toward_peer(o) == Some(false) {
-                        self.rx1 = self.rx1.saturating_sub(b);
+                match o.dir() {
+                    Dir::Tx => {
+                        self.tx = self.tx.saturating_sub(c.bytes);
+                        self.ops = self.ops.saturating_sub(c.ops);
                     }
-                    self.ops = self.ops.saturating_sub(n);
+                    Dir::Rx => {
+                        self.rx = self.rx.saturating_sub(c.bytes);
+                        if toward_peer(o) == Some(false) {
+                            self.rx1 = self.rx1.saturating_sub(c.bytes);
+                        }
+                        self.ops = self.ops.saturating_sub(c.ops);
+                    }
+                    Dir::None => {}
                 }
-                Dir::None => {}
-            },
+            }
             None => {}
         }
     }
@@ -157,7 +177,7 @@ impl Sums {
     pub fn of_snapshot(s: &Snapshot) -> Sums {
         let mut out = Sums::default();
         for c in &s.counts {
-            out.add(c.op, c.ops, c.bytes);
+            out.add(c);
         }
         out
     }
@@ -169,7 +189,15 @@ impl Sums {
             rx1: self.rx1 + o.rx1,
             ops: self.ops + o.ops,
             doorbells: self.doorbells + o.doorbells,
+            refused: self.refused + o.refused,
+            posted: self.posted + o.posted,
+            recvs: self.recvs + o.recvs,
         }
+    }
+
+    /// Receive buffers posted and not yet completed (None when none was ever posted).
+    pub fn outstanding(&self) -> Option<u64> {
+        (self.posted > 0).then(|| self.posted.saturating_sub(self.recvs))
     }
 }
 
@@ -299,7 +327,7 @@ impl<'a> ProcAt<'a> {
         out.drops = s1.drops;
         for c in &s1.counts {
             let e = out.eps.entry(c.ep);
-            e.tot.add(c.op, c.ops, c.bytes);
+            e.tot.add(c);
             if c.ops > 0 {
                 e.ops.add(c.op, c.ops);
             }
@@ -316,7 +344,7 @@ impl<'a> ProcAt<'a> {
             }
             for c in &s0.counts {
                 if let Some(e) = out.eps.get_mut(c.ep) {
-                    e.now.sub(c.op, c.ops, c.bytes);
+                    e.now.sub(c);
                 }
             }
             out.now_ns = s1.at_ns - s0.at_ns;
@@ -352,7 +380,7 @@ impl<'a> ProcAt<'a> {
                 }
                 for c in &base.counts {
                     if let Some(e) = out.eps.get_mut(c.ep) {
-                        e.win.sub(c.op, c.ops, c.bytes);
+                        e.win.sub(c);
                     }
                 }
                 out.base = Some(base);

@@ -52,6 +52,13 @@ pub fn render(report: &Report, live: Option<&Model>) -> String {
                 ""
             }
         );
+        if p.flow.refused > 0 {
+            let _ = writeln!(
+                s,
+                "    provider busy: {} refused (posts the library turned away and the program retried; not counted as operations)",
+                p.flow.refused
+            );
+        }
         for e in &p.endpoints {
             let peer = match &e.peer {
                 Some(pr) => format!(
@@ -66,7 +73,21 @@ pub fn render(report: &Report, live: Option<&Model>) -> String {
             let ops: Vec<String> = e
                 .ops
                 .iter()
-                .map(|(k, v)| format!("{k} {}×{}", v.ops, human_bytes(v.bytes as f64)))
+                .map(|(k, v)| {
+                    let mut t = format!("{k} {}×{}", v.ops, human_bytes(v.bytes as f64));
+                    if v.posted > 0 {
+                        let _ = write!(
+                            t,
+                            " (posted {}×{})",
+                            v.posted,
+                            human_bytes(v.posted_bytes as f64)
+                        );
+                    }
+                    if v.refused > 0 {
+                        let _ = write!(t, " ({} refused)", v.refused);
+                    }
+                    t
+                })
                 .collect();
             let _ = writeln!(
                 s,
@@ -91,6 +112,13 @@ pub fn render(report: &Report, live: Option<&Model>) -> String {
         d.record_lost,
         d.unattributed_ops
     );
+    if report.totals.refused > 0 {
+        let _ = writeln!(
+            s,
+            "provider busy: {} refused in all (not operations: each was retried or given up)",
+            report.totals.refused
+        );
+    }
     let n_cut = report.processes.iter().filter(|p| cut(p, live)).count();
     if n_cut > 0 {
         let _ = writeln!(

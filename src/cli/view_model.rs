@@ -94,7 +94,7 @@ pub fn build_view_into(
             pid: a.key.pid,
             rank: a.p.identity.rank,
             mode: a.p.identity.mode().name().to_string(),
-            layers: layer_names(a.p.identity.layers)
+            layers: layer_names(a.p.layers_used())
                 .split(',')
                 .filter(|s| !s.is_empty())
                 .map(str::to_string)
@@ -169,6 +169,7 @@ pub fn build_view_into(
     vm.doorbells = doorbells(model, &at, &times, core_window(opts.window));
 
     vm.status = StatusCounters {
+        refused: at.rates.iter().map(|r| r.tot.refused).sum(),
         dropped_events: drops.total_events_lost(),
         coalesced_doorbells: drops.coalesced_doorbells,
         unparsable_wqes: drops.unparsable_wqes,
@@ -304,7 +305,8 @@ fn fill_endpoint_row(row: &mut EndpointRow, at: &ModelAt, e: &EndpointAt) {
     row.rx_bytes = e.tot.rx;
     row.ops_per_s = e.ops_per_s;
     row.doorbells_per_s = (e.is_gpu_qp() || e.tot.doorbells > 0).then_some(e.doorbells_per_s);
-    row.posted = None;
+    row.posted = e.tot.outstanding();
+    row.refused = e.tot.refused;
     row.unattributed = e.unattributed();
 }
 
@@ -375,6 +377,7 @@ fn warning_kind(k: warnings::WarningKind) -> WarningKind {
         W::NodeIngressSkew => WarningKind::NodeIngressSkew,
         W::RankSkew => WarningKind::RankSkew,
         W::RankIngressSkew => WarningKind::RankIngressSkew,
+        W::IdleWithPosted => WarningKind::IdleWithPosted,
         W::DoorbellStorm => WarningKind::DoorbellStorm,
     }
 }
@@ -396,6 +399,11 @@ pub fn warning_text(w: &warnings::Warning) -> String {
         W::NodeIngressSkew | W::RankIngressSkew => {
             format!("{} ingress {:.2}× mean", w.subject, w.value)
         }
+        W::IdleWithPosted => format!(
+            "{} idle with {} receive WRs posted",
+            w.subject,
+            fmt::count(w.value as u64)
+        ),
         W::DoorbellStorm => format!("{} doorbell storm {}/s", w.subject, fmt::si(w.value)),
     }
 }
@@ -497,7 +505,7 @@ mod tests {
                     op: *op as u8,
                     ops: *ops,
                     bytes: *bytes,
-                    errors: 0,
+                    ..Default::default()
                 })
                 .collect(),
             ..Default::default()
@@ -741,7 +749,7 @@ mod tests {
                         tsc,
                         ep: 5,
                         op: Op::GpuDoorbell as u8,
-                        aux: i as u16,
+                        aux: i as u32,
                         ..Default::default()
                     },
                     Event {

@@ -206,16 +206,18 @@ impl Associator {
         q.doorbells += 1;
         q.wqebbs += ev.bytes;
         let cpu_word = word.kind() == DoorbellKind::Cpu;
+        // The 16-bit WQE index the preload put in `aux`.
+        let pi = ev.aux as u16;
         let end = if cpu_word {
-            ev.aux.wrapping_add(wqebbs_for_ds(word.ds))
+            pi.wrapping_add(wqebbs_for_ds(word.ds))
         } else {
-            ev.aux
+            pi
         };
         let prev = q.last_end;
         let n = end.wrapping_sub(prev) as u64;
         let mut info = DoorbellInfo {
             qpn: word.qpn,
-            pi: ev.aux,
+            pi,
             prev_pi: prev,
             end_pi: end,
             wqebbs: ev.bytes,
@@ -382,7 +384,7 @@ mod tests {
                 tsc,
                 ep,
                 op: Op::GpuDoorbell as u8,
-                aux: word.idx,
+                aux: word.idx as u32,
                 bytes: wqebbs,
                 addr: u64::from_be_bytes(word.to_bytes()),
                 ..Default::default()

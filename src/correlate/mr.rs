@@ -3,8 +3,9 @@
 //! Every traced process records its `ibv_reg_mr` / `_iova2` / `ibv_reg_dmabuf_mr`
 //! registrations (address as peers use it, length, lkey, rkey, access) and `ibv_dereg_mr`
 //! (`ProcessRecord::MemRegion`). A one-sided operation (verbs RDMA write/read/atomics, GPU WQEs)
-//! carries its remote address in `addr` and the low 16 bits of its rkey in `aux`. Its target is
-//! the process owning a region with `raddr ∈ [addr, addr + len)` and `rkey & 0xffff == aux`:
+//! carries its remote address in `addr` and its rkey in `aux` (all 32 bits since schema 2; the
+//! low 16 bits in older records). Its target is the process owning a region with
+//! `raddr ∈ [addr, addr + len)` and that rkey (`rkey & 0xffff == aux` where `aux` fits 16 bits):
 //! looked up first among the regions of the QP's peer process (when the topology knows it),
 //! otherwise among the regions of every process (kept only when exactly one process matches).
 //! Regions alive at the operation's time are preferred; a deregistered one still matches when
@@ -77,7 +78,7 @@ pub struct MrTable {
     by_rkey16: FxMap<u16, Vec<usize>>,
 }
 
-/// Operations whose `aux` is the low 16 bits of an rkey and `addr` a remote address.
+/// Operations whose `aux` is an rkey (or its low 16 bits) and `addr` a remote address.
 pub fn one_sided(op: Op) -> bool {
     matches!(
         op,
@@ -148,13 +149,16 @@ impl MrTable {
 
     /// The region a one-sided operation at `ns` to (`raddr`, `rkey16`) targets, looked up in
     /// `peer`'s regions when the QP's peer is known, else in everyone's.
-    pub fn lookup(&self, peer: Option<u32>, raddr: u64, rkey16: u16, ns: u64) -> Lookup {
-        let Some(cands) = self.by_rkey16.get(&rkey16) else {
+    pub fn lookup(&self, peer: Option<u32>, raddr: u64, rkey: u32, ns: u64) -> Lookup {
+        let Some(cands) = self.by_rkey16.get(&(rkey as u16)) else {
             return Lookup::NoRegion;
         };
+        // A key wider than 16 bits is a whole rkey (schema 2): it must match all of it. One that
+        // fits 16 bits is the same whether it was cut (schema 1) or not.
         let matching = cands
             .iter()
             .copied()
+            .filter(|&i| rkey <= 0xffff || self.entries[i].rkey == rkey)
             .filter(|&i| peer.is_none_or(|p| self.entries[i].process == p))
             .filter(|&i| self.entries[i].contains(raddr));
         // Prefer a region alive at `ns`; among several, the latest registered.
@@ -264,7 +268,7 @@ impl Attributor {
     /// A one-sided operation of `proc` on endpoint `ep` whose QP peer is `peer`: returns the
     /// target process when a region names it.
     pub fn feed(&mut self, m: &Merged, peer: Option<u32>) -> Option<u32> {
-        let (proc, ep, raddr, rkey16, bytes, ns) =
+        let (proc, ep, raddr, rkey, bytes, ns) =
             (m.proc, m.ev.ep, m.ev.addr, m.ev.aux, m.ev.bytes, m.ns);
         let s = &mut self.stats;
         s.ops += 1;
@@ -276,7 +280,7 @@ impl Attributor {
         });
         e.ops += 1;
         e.bytes += bytes;
-        match self.table.lookup(peer, raddr, rkey16, ns) {
+        match self.table.lookup(peer, raddr, rkey, ns) {
             Lookup::Found { mr, process, how } => {
                 s.attributed_ops += 1;
                 s.attributed_bytes += bytes;

@@ -81,7 +81,7 @@ struct Prev {
     ep: u32,
     bytes: u64,
     addr: u64,
-    aux: u16,
+    aux: u32,
 }
 
 struct State {
@@ -102,7 +102,8 @@ impl State {
 /// Layout: varint base_tsc, varint count, then per event:
 /// header byte (op:6, EXT, SAME ep+bytes as the previous event of this op), varint Δtsc,
 /// [ext byte (flags:4, addr changed, aux changed, op ≥ 64), [op byte]], [varint ep, varint bytes],
-/// [zigzag Δaddr], [varint aux]. "Previous" values are kept per op code.
+/// [zigzag Δaddr], [varint aux]. "Previous" values are kept per op code. `aux` is a varint of up
+/// to 32 bits (schema 1 wrote at most 16: those blocks decode unchanged).
 pub fn encode_block(events: &[RawEvent], out: &mut Vec<u8>) {
     let base = events.first().map(|e| e.tsc).unwrap_or(0);
     put_varint(out, base);
@@ -215,7 +216,7 @@ pub fn decode_block(buf: &[u8], tid: u32, out: &mut Vec<Event>) -> Result<(), Co
             p.addr
         };
         let aux = if x & X_AUX != 0 {
-            get_varint(buf, &mut pos)? as u16
+            get_varint(buf, &mut pos)? as u32
         } else {
             p.aux
         };
@@ -270,6 +271,25 @@ mod tests {
             op: 200,
             flags: 9,
             aux: 77,
+        });
+        // A GPU WQE's full rkey (32 bits), then a 16-bit one again.
+        evs.push(RawEvent {
+            tsc: 99_000_100,
+            bytes: 64,
+            addr: 0x7f00_0000_2000,
+            ep: 3,
+            op: 49,
+            flags: 0,
+            aux: 0xdead_beef,
+        });
+        evs.push(RawEvent {
+            tsc: 99_000_200,
+            bytes: 64,
+            addr: 0x7f00_0000_2000,
+            ep: 3,
+            op: 49,
+            flags: 0,
+            aux: 0xbeef,
         });
         let mut buf = Vec::new();
         encode_block(&evs, &mut buf);

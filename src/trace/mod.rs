@@ -69,6 +69,46 @@ pub enum ProcessRecord {
     MemRegion(MemRegion),
 }
 
+/// `ProcessRecord` as schema version 1 wrote it (its snapshots had fewer counters): the same
+/// variants in the same order.
+#[derive(Deserialize)]
+enum ProcessRecordV1 {
+    Identity(Identity),
+    Endpoint(EndpointDef),
+    EndpointUpdate(EndpointUpdate),
+    Clock(ClockSample),
+    Snapshot(crate::event::v1::Snapshot),
+    ThreadStart { tid: u32, name: String },
+    ThreadEnd { tid: u32, events: u64 },
+    End { at_ns: u64, drops: DropCounters },
+    MemRegion(MemRegion),
+}
+
+impl From<ProcessRecordV1> for ProcessRecord {
+    fn from(r: ProcessRecordV1) -> ProcessRecord {
+        match r {
+            ProcessRecordV1::Identity(i) => ProcessRecord::Identity(i),
+            ProcessRecordV1::Endpoint(d) => ProcessRecord::Endpoint(d),
+            ProcessRecordV1::EndpointUpdate(u) => ProcessRecord::EndpointUpdate(u),
+            ProcessRecordV1::Clock(c) => ProcessRecord::Clock(c),
+            ProcessRecordV1::Snapshot(s) => ProcessRecord::Snapshot(s.into()),
+            ProcessRecordV1::ThreadStart { tid, name } => ProcessRecord::ThreadStart { tid, name },
+            ProcessRecordV1::ThreadEnd { tid, events } => ProcessRecord::ThreadEnd { tid, events },
+            ProcessRecordV1::End { at_ns, drops } => ProcessRecord::End { at_ns, drops },
+            ProcessRecordV1::MemRegion(m) => ProcessRecord::MemRegion(m),
+        }
+    }
+}
+
+/// Decodes one process-file chunk written with schema version `schema`.
+pub fn decode_record(schema: u16, payload: &[u8]) -> Result<ProcessRecord, postcard::Error> {
+    if schema == 1 {
+        postcard::from_bytes::<ProcessRecordV1>(payload).map(Into::into)
+    } else {
+        postcard::from_bytes::<ProcessRecord>(payload)
+    }
+}
+
 /// Builds a file header.
 pub fn file_header(kind: FileKind) -> [u8; FILE_HEADER_LEN] {
     let mut h = [0u8; FILE_HEADER_LEN];

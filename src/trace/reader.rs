@@ -35,8 +35,9 @@ impl fmt::Display for Problem {
     }
 }
 
-/// Reads and checks the 16-byte file header.
-fn check_header(buf: &[u8], want: FileKind) -> Result<(), String> {
+/// Reads and checks the 16-byte file header; returns the schema version of its payload (the
+/// current one, or version 1, which is read through `event::v1`).
+fn check_header(buf: &[u8], want: FileKind) -> Result<u16, String> {
     if buf.len() < FILE_HEADER_LEN {
         return Err(format!(
             "file is {} bytes, shorter than the {FILE_HEADER_LEN}-byte header",
@@ -53,9 +54,9 @@ fn check_header(buf: &[u8], want: FileKind) -> Result<(), String> {
         ));
     }
     let schema = u16::from_le_bytes([buf[10], buf[11]]);
-    if schema != crate::event::SCHEMA_VERSION {
+    if schema != crate::event::SCHEMA_VERSION && schema != 1 {
         return Err(format!(
-            "event schema version {schema}, this sigmatop reads version {}",
+            "event schema version {schema}, this sigmatop reads versions 1 to {}",
             crate::event::SCHEMA_VERSION
         ));
     }
@@ -65,7 +66,7 @@ fn check_header(buf: &[u8], want: FileKind) -> Result<(), String> {
             buf[12], want as u8
         ));
     }
-    Ok(())
+    Ok(schema)
 }
 
 /// Outcome of reading one chunk header + payload.
@@ -147,6 +148,9 @@ pub struct ProcessRecording {
     pub problems: Vec<Problem>,
     /// Memory regions registered and deregistered, in record order.
     pub mrs: Vec<crate::event::MemRegion>,
+    /// The schema version it was written with (`event::SCHEMA_VERSION` or an older one: 1 cut
+    /// an event's `aux` to 16 bits and counted no refusals or posted receives).
+    pub schema: u16,
 }
 
 impl ProcessRecording {
@@ -162,9 +166,10 @@ impl ProcessRecording {
         let mut r = BufReader::new(f);
         let mut hdr = [0u8; FILE_HEADER_LEN];
         let n = read_exact_or_eof(&mut r, &mut hdr).map_err(|e| problem(0, e.to_string()))?;
-        check_header(&hdr[..n], FileKind::Process).map_err(|w| problem(0, w))?;
+        let schema = check_header(&hdr[..n], FileKind::Process).map_err(|w| problem(0, w))?;
         let mut rec = ProcessRecording {
             dir: dir.to_path_buf(),
+            schema,
             ..Default::default()
         };
         let mut offset = FILE_HEADER_LEN as u64;
@@ -179,7 +184,7 @@ impl ProcessRecording {
                 }
                 Next::Chunk(payload) => {
                     let len = payload.len();
-                    match postcard::from_bytes::<ProcessRecord>(&payload) {
+                    match super::decode_record(schema, &payload) {
                         Ok(ProcessRecord::Identity(id)) => {
                             rec.identity = id;
                             have_identity = true;

@@ -169,8 +169,8 @@ pub fn check_traced(base: &Run, traced: &Run, record: &Path, wqe_log: Option<&Pa
         let dbs = evs.iter().filter(|e| e.op == Op::GpuDoorbell as u8).count() as u64;
         assert_eq!(dbs, doorbells, "doorbell events");
         if recovering {
-            // Every WQE event carries bytes, raddr and the rkey's low 16 bits; compare as multisets.
-            let mut got: Vec<(u64, u64, u16)> = evs
+            // Every WQE event carries bytes, raddr and the whole rkey; compare as multisets.
+            let mut got: Vec<(u64, u64, u32)> = evs
                 .iter()
                 .filter(|e| {
                     [Op::GpuWrite, Op::GpuRead, Op::GpuAtomic]
@@ -179,10 +179,10 @@ pub fn check_traced(base: &Run, traced: &Run, record: &Path, wqe_log: Option<&Pa
                 })
                 .map(|e| (e.bytes, e.addr, e.aux))
                 .collect();
-            let mut want: Vec<(u64, u64, u16)> = traced
+            let mut want: Vec<(u64, u64, u32)> = traced
                 .list
                 .iter()
-                .map(|w| (w.bytes, w.raddr, w.rkey as u16))
+                .map(|w| (w.bytes, w.raddr, w.rkey))
                 .collect();
             got.sort();
             want.sort();

@@ -3,6 +3,8 @@
  * self-lookup -> every entry point through it; here libcuda is tests/gpu/fake_cuda.c), and CPU
  * threads playing the GPU: they build WQEs in NVSHMEM's formats in "device" memory and store
  * doorbells to the pointer cuMemHostGetDevicePointer returned (the shadow page under sigmatop).
+ * With DEVX_CPU_HOST_QUEUES=1 the send queues are host memory registered with the driver
+ * (NVSHMEM_IBGDA_FORCE_NIC_BUF_MEMTYPE=hostmem), the rest stays in "device" memory.
  * Usage: devx_cpu WQE_LIST_FILE. Prints results (identical with and without sigmatop) on stdout. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -24,6 +26,15 @@ static int f_alloc(void **p, size_t n) {
   return r;
 }
 static int f_reg(void *p, size_t n, unsigned fl) { return p_reg(p, n, fl); }
+/* A send queue in host memory the GPU can reach: pinned and registered (the fake's device
+ * pointer of a registered page is its host address, so the "GPU threads" write it in place). */
+static int f_host_wq(void **p, size_t n) {
+  void *m = aligned_alloc(4096, (n + 4095) & ~4095ul);
+  if (!m) return 2;
+  memset(m, 0, n);
+  *p = m;
+  return p_reg(m, n, CU_MEMHOSTREGISTER_PORTABLE | CU_MEMHOSTREGISTER_DEVICEMAP);
+}
 static int f_dptr(void **d, void *p) {
   uint64_t x;
   int r = p_dptr(&x, p, 0);
@@ -96,7 +107,10 @@ static uint64_t fnv(const uint8_t *p, size_t n) {
 
 int main(int argc, char **argv) {
   resolve();
-  static struct drv d = {f_alloc, f_reg, f_dptr, f_unreg, f_fd, f_rd, f_wr, 0};
+  static struct drv d = {f_alloc, f_reg, f_dptr, f_unreg, f_fd, f_rd, f_wr, 0, NULL};
+  const char *hq = getenv("DEVX_CPU_HOST_QUEUES");
+  if (hq && *hq == '1')
+    d.wq_alloc = f_host_wq;
   static struct setup s;
   setup_qps(&d, &s);
   static struct nic n;

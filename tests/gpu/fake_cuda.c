@@ -3,8 +3,10 @@
  * (cuPointerGetAttribute says DEVICE for it); a registered host range's device pointer is its host
  * address; copies are memcpy. Registration follows the real driver's rules seen on the H200
  * (reference §8): IoMemory on ordinary RAM is refused, a second registration of a page is
- * CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED. Resolved like cudart does: dlsym of
- * cuGetProcAddress_v2, then its self-lookup. Build: gcc -shared -fPIC -Wl,-soname,libcuda.so.1 */
+ * CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED; cuPointerGetAttribute says DEVICE for "device"
+ * memory, HOST for registered host memory and fails for any other address, as the driver does.
+ * The current context's device is FAKE_CUDA_DEVICE (default 0). Resolved like cudart does: dlsym
+ * of cuGetProcAddress_v2, then its self-lookup. Build: gcc -shared -fPIC -Wl,-soname,libcuda.so.1 */
 #define _GNU_SOURCE
 #include <pthread.h>
 #include <stdint.h>
@@ -22,6 +24,11 @@ static long pagesz(void) { return sysconf(_SC_PAGESIZE); }
 CUresult cuInit(unsigned f) { (void)f; return 0; }
 CUresult cuCtxGetCurrent(void **c) { *c = (void *)0x1; return 0; }
 CUresult cuCtxSetCurrent(void *c) { (void)c; return 0; }
+CUresult cuCtxGetDevice(int *d) {
+  const char *e = getenv("FAKE_CUDA_DEVICE");
+  *d = e ? atoi(e) : 0;
+  return 0;
+}
 CUresult cuStreamCreate(void **s, unsigned f) { (void)f; *s = (void *)0x2; return 0; }
 CUresult cuStreamSynchronize(void *s) { (void)s; return 0; }
 CUresult cuMemcpyDtoHAsync_v2(void *dst, uint64_t src, size_t n, void *s) {
@@ -45,8 +52,14 @@ static int is_dev(uint64_t a) {
     if (a >= devs[i].p && a < devs[i].p + devs[i].n) return 1;
   return 0;
 }
+static int is_reg(uint64_t a) {
+  for (int i = 0; i < nreg; i++)
+    if (regs[i].n && a >= regs[i].p && a < regs[i].p + regs[i].n) return 1;
+  return 0;
+}
 CUresult cuPointerGetAttribute(void *out, int attr, uint64_t p) {
   if (attr == 2) { /* MEMORY_TYPE */
+    if (!is_dev(p) && !is_reg(p)) return 1; /* unknown to the driver: CUDA_ERROR_INVALID_VALUE */
     *(unsigned *)out = is_dev(p) ? 2 : 1;
     return 0;
   }
@@ -106,6 +119,7 @@ static const struct { const char *name; void *v2, *v1; } table[] = {
   {"cuInit", (void *)cuInit, (void *)cuInit},
   {"cuCtxGetCurrent", (void *)cuCtxGetCurrent, (void *)cuCtxGetCurrent},
   {"cuCtxSetCurrent", (void *)cuCtxSetCurrent, (void *)cuCtxSetCurrent},
+  {"cuCtxGetDevice", (void *)cuCtxGetDevice, (void *)cuCtxGetDevice},
   {"cuStreamCreate", (void *)cuStreamCreate, (void *)cuStreamCreate},
   {"cuStreamSynchronize", (void *)cuStreamSynchronize, (void *)cuStreamSynchronize},
   {"cuMemcpyDtoHAsync", (void *)cuMemcpyDtoHAsync_v2, (void *)cuMemcpyDtoHAsync_v2},

@@ -33,6 +33,9 @@ struct drv {
   void (*rd)(void *dst, uint64_t src, size_t n); /* NIC DMA read */
   void (*wr)(uint64_t dst, const void *src, size_t n); /* NIC DMA write */
   int uar_is_device_memory; /* pass IoMemory only where the UAR is real MMIO */
+  /* Where the send queues live (NULL: dev_alloc): host memory registered with the driver, as
+   * NVSHMEM's NVSHMEM_IBGDA_FORCE_NIC_BUF_MEMTYPE=hostmem places them. */
+  int (*wq_alloc)(void **p, size_t n);
 };
 
 struct qpdev { /* what a kernel needs per QP (device pointers) */
@@ -90,7 +93,8 @@ static void setup_qps(const struct drv *d, struct setup *s) {
       die("alloc_uar");
     s->uar[i] = uar;
     void *wq, *dbr, *cqe;
-    if (d->dev_alloc(&wq, SQ_CNT * WQEBB) || d->dev_alloc(&dbr, 64) || d->dev_alloc(&cqe, 64))
+    if ((d->wq_alloc ? d->wq_alloc : d->dev_alloc)(&wq, SQ_CNT * WQEBB) || d->dev_alloc(&dbr, 64) ||
+        d->dev_alloc(&cqe, 64))
       die("device alloc");
     s->wq_umem[i] = mlx5dv_devx_umem_reg(s->ctx, wq, SQ_CNT * WQEBB, 7);
     int fd = -1;

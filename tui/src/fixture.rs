@@ -180,6 +180,7 @@ pub fn sample_view_model() -> ViewModel {
                 ops_by_opcode: opcodes(layer, total_ops),
                 doorbells_per_s: has_db.then(|| (ops / 1.6).round()),
                 posted: has_db.then_some(((k * 7) % 24) as u64),
+                refused: 0,
                 unattributed: false,
             });
         }
@@ -394,6 +395,7 @@ pub fn sample_view_model() -> ViewModel {
             coalesced_doorbells: 1_204,
             unparsable_wqes: 3,
             frames_lost: 0,
+            refused: 0,
             message: None,
             notice: None,
         },

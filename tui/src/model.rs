@@ -153,8 +153,11 @@ pub struct EndpointRow {
     pub ops_by_opcode: Vec<(String, u64)>,
     /// Doorbells per second (None when the layer has no doorbell).
     pub doorbells_per_s: Option<f64>,
-    /// Work requests posted but not yet completed (None when unknown).
+    /// Receive buffers (receive WRs, posted receives) posted and not yet completed (None when
+    /// none was ever posted).
     pub posted: Option<u64>,
+    /// Posts the library refused since the start (provider busy): not operations.
+    pub refused: u64,
     /// Traffic seen but not attributable to a QP or endpoint.
     pub unattributed: bool,
 }
@@ -311,6 +314,9 @@ pub struct StatusCounters {
     pub unparsable_wqes: u64,
     /// Socket frames lost or rejected.
     pub frames_lost: u64,
+    /// Posts the providers refused (busy: `-FI_EAGAIN`, an error status, a verbs `bad_wr`): not
+    /// operations, not losses either; shown when there are some.
+    pub refused: u64,
     /// Latest error, e.g. "socket /run/…/4121.sock: bad frame" (shown with ✗).
     pub message: Option<String>,
     /// What the source is doing, a neutral note: "playing 1× · 2.3/6.2s", "replay finished",

@@ -368,7 +368,7 @@ impl Poller {
         let detail = Detail {
             addr: raw,
             flags: fl,
-            aux: word.idx,
+            aux: word.idx as u32,
         };
         let Some(mut q) = self.qps.remove(&word.qpn) else {
             UNKNOWN_QP.fetch_add(1, Ordering::Relaxed);

@@ -168,7 +168,7 @@ impl Poller {
         let detail = Detail {
             addr: raddr,
             flags: fl,
-            aux: rkey as u16,
+            aux: rkey,
         };
         self.emit(tsc, q.info.ep, op, bytes, detail);
         if let Some(l) = self.log.as_mut() {

@@ -1,5 +1,5 @@
-//! Each opened context's ops table: the provider's post_send, post_recv, post_srq_recv (and in
-//! full mode poll_cq, req_notify_cq) are kept per context and replaced by the wrappers of
+//! Each opened context's ops table: the provider's post_send, post_recv, post_srq_recv, poll_cq
+//! (and in full mode req_notify_cq) are kept per context and replaced by the wrappers of
 //! data.rs; `verbs_context::create_qp_ex` / `create_cq_ex` by those of exports.rs. Also the
 //! device identity (name, node GUID, GIDs) of each context.
 
@@ -26,7 +26,31 @@ real_fns! { SONAMES;
     REAL_GET_DEVICE_GUID: unsafe extern "C" fn(*mut IbvDevice) -> u64 = c"ibv_get_device_guid";
 }
 
-/// The provider's functions of one context, kept when its ops were patched.
+/// Where the receive completions of one QP of a context are counted (a map value): the endpoint
+/// (the QP's, or its SRQ's), whether that is an SRQ, whether the QP is UD (whose `byte_len`
+/// includes the 40-byte GRH area ahead of the payload).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RecvTarget {
+    pub ep: u32,
+    pub srq: bool,
+    pub ud: bool,
+}
+
+impl RecvTarget {
+    fn pack(self) -> u64 {
+        self.ep as u64 | (self.srq as u64) << 32 | (self.ud as u64) << 33 | 1 << 34
+    }
+    fn unpack(v: u64) -> Option<RecvTarget> {
+        (v != 0).then_some(RecvTarget {
+            ep: v as u32,
+            srq: v & 1 << 32 != 0,
+            ud: v & 1 << 33 != 0,
+        })
+    }
+}
+
+/// The provider's functions of one context, kept when its ops were patched, and the QPs whose
+/// receive completions its CQs report (by QPN, as work completions name them).
 pub struct CtxState {
     pub post_send: Option<PostSendFn>,
     pub post_recv: Option<PostRecvFn>,
@@ -35,6 +59,37 @@ pub struct CtxState {
     pub req_notify_cq: Option<ReqNotifyFn>,
     pub create_qp_ex: Option<CreateQpExFn>,
     pub create_cq_ex: Option<CreateCqExFn>,
+    /// QPN (as `(qpn + 1) << 3`) → packed `RecvTarget`. Most contexts have one QP or a few: the
+    /// first is found without hashing.
+    qpns: PtrMap<u64, 2048, true>,
+}
+
+impl CtxState {
+    /// Where the receive completions of QP `qpn` are counted, if the QP was seen created.
+    #[inline(always)]
+    pub fn recv_target(&self, qpn: u32) -> Option<RecvTarget> {
+        self.qpns
+            .get(((qpn as usize) + 1) << 3)
+            .and_then(RecvTarget::unpack)
+    }
+}
+
+/// A QP of `ctx` was created: its receive completions count on `t`. Control path.
+pub fn note_qp(ctx: *mut IbvContext, qpn: u32, t: RecvTarget) {
+    if let Some(st) = ctx_state(ctx)
+        && !st.qpns.insert(((qpn as usize) + 1) << 3, t.pack())
+    {
+        crate::config::warn(
+            "ibverbs: too many QPs on one context: receive completions of further QPs count on their CQ".into(),
+        );
+    }
+}
+
+/// A QP of `ctx` was destroyed (its QPN may be reused).
+pub fn forget_qp(ctx: *mut IbvContext, qpn: u32) {
+    if let Some(st) = ctx_state(ctx) {
+        st.qpns.clear(((qpn as usize) + 1) << 3);
+    }
 }
 
 /// Patched contexts → their originals (states are leaked, never freed: a racing reader of a
@@ -83,7 +138,7 @@ pub fn dev_info(ctx: *mut IbvContext) -> DevInfo {
 }
 
 /// Patches the ops of a freshly opened context: the provider's post_send, post_recv,
-/// post_srq_recv (and in full mode poll_cq, req_notify_cq) are kept per context and replaced by
+/// post_srq_recv, poll_cq (and in full mode req_notify_cq) are kept per context and replaced by
 /// sigmatop's wrappers; `verbs_context::create_qp_ex` / `create_cq_ex` too where the context is
 /// extended and large enough. Idempotent; safe on NULL. For the mlx5dv layer
 /// (`mlx5dv_open_device`) as well as `ibv_open_device`.
@@ -159,6 +214,7 @@ unsafe fn patch_context_inner(ctx: *mut IbvContext) {
             create_cq_ex: core::mem::transmute::<usize, Option<CreateCqExFn>>(vread(
                 VCTX_CREATE_CQ_EX,
             )),
+            qpns: PtrMap::new(),
         }
     };
     let (ps, pr, psr, pc, rn, cq, cc) = (
@@ -186,7 +242,8 @@ unsafe fn patch_context_inner(ctx: *mut IbvContext) {
         if psr {
             ops.add(OPS_POST_SRQ_RECV).write_volatile(ours[2].1);
         }
-        if full && pc {
+        if pc {
+            // Every mode: receive completions are where received bytes come from.
             ops.add(OPS_POLL_CQ).write_volatile(ours[3].1);
         }
         if full && rn {

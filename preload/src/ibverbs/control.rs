@@ -13,7 +13,10 @@ use super::SONAMES;
 use super::abi::{
     IbvContext, IbvQp, IbvQpAttr, QP_AV, QP_DEST_QPN, QP_PATH_MTU, QP_PORT, QP_STATE, Qx, ctx_of,
 };
-use super::context::{dev_info, query_gid};
+use super::context::{RecvTarget, dev_info, forget_qp, note_qp, query_gid};
+
+/// `IBV_QPT_UD`.
+const QPT_UD: u32 = 4;
 use super::qp_ex::patch_qpx;
 use crate::dl::real_fns;
 
@@ -79,7 +82,7 @@ pub(super) unsafe fn on_qp_created(qp: *mut IbvQp, ex_ops: bool) {
         return;
     }
     // SAFETY: a live QP.
-    let (ctx, qpn, qpt) = unsafe { ((*qp).context, (*qp).qp_num, (*qp).qp_type) };
+    let (ctx, qpn, qpt, srq) = unsafe { ((*qp).context, (*qp).qp_num, (*qp).qp_type, (*qp).srq) };
     let label = format!("qp 0x{qpn:x}");
     let id = define(
         qp as usize,
@@ -88,6 +91,21 @@ pub(super) unsafe fn on_qp_created(qp: *mut IbvQp, ex_ops: bool) {
         transport(qpt),
         Some(qpn),
     );
+    // Its receives complete on its SRQ's endpoint when it has one (they were posted there).
+    let target = if srq.is_null() {
+        RecvTarget {
+            ep: id,
+            srq: false,
+            ud: qpt == QPT_UD,
+        }
+    } else {
+        RecvTarget {
+            ep: crate::registry::lookup(srq as usize),
+            srq: true,
+            ud: qpt == QPT_UD,
+        }
+    };
+    note_qp(ctx, qpn, target);
     crate::registry::update(id, "RESET", None);
     if let Ok(mut m) = QPS.lock() {
         m.get_or_insert_with(HashMap::new).insert(
@@ -242,6 +260,7 @@ pub(super) fn on_qp_destroyed(qp: *mut IbvQp) {
         .ok()
         .and_then(|mut m| m.as_mut().and_then(|m| m.remove(&(qp as usize))));
     if let Some(c) = ctl {
+        forget_qp(c.ctx as *mut IbvContext, c.qpn);
         crate::registry::update(c.id, "DESTROYED", None);
     }
 }

@@ -1,5 +1,5 @@
 //! The verbs data path: the wrappers patched into each context's ops table (post_send,
-//! post_recv, post_srq_recv; in full mode poll_cq and req_notify_cq). Each is a trampoline into
+//! post_recv, post_srq_recv, poll_cq; in full mode req_notify_cq). Each is a trampoline into
 //! `hook::around` with `Guard::Nested`: counted even inside another layer's hook, since UCX over
 //! rc_verbs or libfabric's verbs provider is the same traffic seen one layer down.
 
@@ -12,7 +12,7 @@ use super::abi::{
     WR_ATOMIC_FETCH_AND_ADD, WR_RDMA_READ, WR_RDMA_WRITE, WR_RDMA_WRITE_WITH_IMM, WR_SEND,
     WR_SEND_WITH_IMM, WR_SEND_WITH_INV, WR_TSO, ctx_of,
 };
-use super::context::ctx_state;
+use super::context::{CtxState, ctx_state};
 use super::{SGE_MAX, WALK_MAX, untraced};
 use crate::hook::{self, Guard};
 use crate::thread::{Detail, Outcome, ThreadState};
@@ -97,7 +97,7 @@ unsafe fn record_one_send(ts: &ThreadState, ep: u32, p: *const IbvSendWr) {
             Some(Detail {
                 addr,
                 flags: send_flags(sf),
-                aux: rkey as u16,
+                aux: rkey,
             })
         }
     })
@@ -200,7 +200,8 @@ unsafe fn record_send_chain(
     unsafe { walk_chain(wr, r, bad, |p| record_one_send(ts, ep, p), refused) }
 }
 
-/// Records the WRs of a post_recv or post_srq_recv chain as `op`: bytes = posted capacity.
+/// Records the WRs of a post_recv or post_srq_recv chain as `op`: each one a posted receive
+/// buffer of its capacity (the receive is counted when its work completion is polled).
 ///
 /// # Safety
 /// As `walk_chain`.
@@ -220,7 +221,7 @@ unsafe fn record_recv_chain(
                 core::ptr::addr_of!((*p).num_sge).read(),
             )
         };
-        ts.record(ep, op, bytes, Outcome::Ok, || Some(Detail::NONE));
+        ts.record(ep, op, bytes, Outcome::Posted, || Some(Detail::NONE));
     };
     let refused = |_| ts.record(ep, op, 0, Outcome::Refused, || Some(Detail::NONE));
     // SAFETY: the caller's contract.
@@ -323,55 +324,114 @@ fn wc_class(opcode: u32) -> u16 {
     }
 }
 
-/// The `ops.poll_cq` of patched contexts (installed in full mode only): one op per call that
-/// returned completions or an error, on the CQ: bytes = completions, addr = the sum of their
-/// `byte_len`, aux = (completion classes << 8) | error completions.
+/// The `ops.poll_cq` of patched contexts, in every mode: each successful receive completion
+/// (opcode RECV or RECV_RDMA_WITH_IMM) is a receive of its QP (or the QP's SRQ), with the
+/// `byte_len` that arrived (minus the 40-byte GRH area on UD QPs); a QP sigmatop did not see
+/// created counts on the CQ. A failed completion's opcode is undefined (verbs.h), so it cannot be
+/// told a receive: it is not counted as one. An empty poll returns at once. In full mode each
+/// call that returned completions or an error is also one op on the CQ: bytes = completions,
+/// addr = the sum of their `byte_len`, aux = (completion classes << 8) | error completions.
 ///
 /// # Safety
 /// Same contract as `ibv_poll_cq`.
 pub unsafe extern "C" fn poll_cq_hook(cq: *mut c_void, n: c_int, wc: *mut IbvWc) -> c_int {
     // SAFETY: cq is live (caller).
-    let Some(f) = ctx_state(unsafe { ctx_of(cq) }).and_then(|s| s.poll_cq) else {
+    let Some(st) = ctx_state(unsafe { ctx_of(cq) }) else {
         return -libc::ENODEV;
     };
-    hook::around(
-        Guard::Nested,
-        // SAFETY: the program's arguments, unchanged.
-        || unsafe { f(cq, n, wc) },
-        |ts, r| {
-            if r == 0 {
-                return;
-            }
-            let ep = crate::registry::lookup(cq as usize);
-            if r < 0 || wc.is_null() {
-                ts.record(ep, Op::VerbsPollCq, 0, Outcome::Failed, || {
-                    Some(Detail::NONE)
-                });
-                return;
-            }
-            let (mut bytes, mut errs, mut classes) = (0u64, 0u16, 0u16);
-            for i in 0..r.min(n.max(0)) as usize {
-                // SAFETY: the provider wrote `r` completions at wc.
-                let w = unsafe { &*wc.add(i) };
-                if w.status != 0 {
-                    errs = errs.saturating_add(1);
-                } else {
-                    bytes += w.byte_len as u64;
-                }
-                classes |= wc_class(w.opcode);
-            }
-            let outcome = if errs > 0 {
-                Outcome::Failed
-            } else {
-                Outcome::Ok
-            };
-            let aux = (classes << 8) | errs.min(255);
-            ts.record(ep, Op::VerbsPollCq, r as u64, outcome, || {
-                Some(Detail::at(bytes, aux))
-            });
-        },
-    )
+    let Some(f) = st.poll_cq else {
+        return -libc::ENODEV;
+    };
+    // SAFETY: the program's arguments, unchanged.
+    let r = unsafe { f(cq, n, wc) };
+    if r == 0 {
+        return r;
+    }
+    if let Some(ts) = crate::thread::current() {
+        hook::guarded((), || {
+            // SAFETY: the provider wrote `r` completions at `wc` (when r > 0).
+            unsafe { record_poll(ts, st, cq, r, n, wc) }
+        });
+    }
+    r
 }
+
+/// The recording step of a poll that returned `r` (non-zero).
+///
+/// # Safety
+/// When `r > 0`, `wc` holds `r` completions the provider wrote.
+#[inline(never)]
+unsafe fn record_poll(
+    ts: &ThreadState,
+    st: &CtxState,
+    cq: *mut c_void,
+    r: c_int,
+    n: c_int,
+    wc: *mut IbvWc,
+) {
+    let full = crate::config::full();
+    if r < 0 || wc.is_null() {
+        if full {
+            let ep = crate::registry::lookup(cq as usize);
+            ts.record(ep, Op::VerbsPollCq, 0, Outcome::Failed, || {
+                Some(Detail::NONE)
+            });
+        }
+        return;
+    }
+    let (mut bytes, mut errs, mut classes) = (0u64, 0u16, 0u16);
+    for i in 0..r.min(n.max(0)) as usize {
+        // SAFETY: the provider wrote `r` completions at wc.
+        let w = unsafe { &*wc.add(i) };
+        if w.status != 0 {
+            errs = errs.saturating_add(1);
+        } else {
+            bytes += w.byte_len as u64;
+            if w.opcode & WC_RECV != 0 {
+                let (ep, op, len) = match st.recv_target(w.qp_num) {
+                    Some(t) => (
+                        t.ep,
+                        if t.srq {
+                            Op::VerbsSrqRecv
+                        } else {
+                            Op::VerbsRecv
+                        },
+                        if t.ud {
+                            (w.byte_len as u64).saturating_sub(UD_GRH)
+                        } else {
+                            w.byte_len as u64
+                        },
+                    ),
+                    None => (
+                        crate::registry::lookup(cq as usize),
+                        Op::VerbsRecv,
+                        w.byte_len as u64,
+                    ),
+                };
+                ts.arrived(ep, op, len, true);
+            }
+        }
+        classes |= wc_class(w.opcode);
+    }
+    if !full {
+        return;
+    }
+    let ep = crate::registry::lookup(cq as usize);
+    let outcome = if errs > 0 {
+        Outcome::Failed
+    } else {
+        Outcome::Ok
+    };
+    let aux = (classes << 8) | errs.min(255);
+    ts.record(ep, Op::VerbsPollCq, r as u64, outcome, || {
+        Some(Detail::at(bytes, aux as u32))
+    });
+}
+
+/// `IBV_WC_RECV`: the bit every receive-side completion opcode has (RECV, RECV_RDMA_WITH_IMM).
+const WC_RECV: u32 = 1 << 7;
+/// The GRH area a UD receive buffer starts with (counted in `byte_len`).
+const UD_GRH: u64 = 40;
 
 /// The `ops.req_notify_cq` of patched contexts (installed in full mode only).
 ///
@@ -390,7 +450,7 @@ pub unsafe extern "C" fn req_notify_hook(cq: *mut c_void, solicited: c_int) -> c
             let ep = crate::registry::lookup(cq as usize);
             let outcome = if r != 0 { Outcome::Failed } else { Outcome::Ok };
             ts.record(ep, Op::VerbsOther, 0, outcome, || {
-                Some(Detail::at(0, solicited as u16))
+                Some(Detail::at(0, solicited as u32))
             });
         },
     )

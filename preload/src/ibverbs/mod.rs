@@ -21,14 +21,20 @@
 //! What is recorded (endpoint = the QP, SRQ or CQ):
 //! - post_send / wr_complete: one op per WR the provider accepted: opcode → `Op::Verbs*`,
 //!   bytes = sum of the SGE lengths (inline data length for `wr_set_inline_data*`), addr = remote
-//!   address (RDMA and atomics), aux = low 16 bits of the rkey, flags INLINE / SIGNALED. When the
-//!   provider refuses a WR (`*bad_wr`), the WRs before it are recorded normally, the refused one
-//!   with `flags::ERROR` and 0 bytes, and nothing after it (the provider never read those).
-//! - post_recv / post_srq_recv: one RECV / SRQ_RECV per WR, bytes = posted buffer capacity.
-//! - poll_cq (full mode only; the wrapper is not even installed otherwise): one event per call
+//!   address (RDMA and atomics), aux = the rkey, flags INLINE / SIGNALED. When the provider
+//!   refuses a WR (`*bad_wr`), the WRs before it are recorded normally, the refused one as a
+//!   refusal (counted apart from operations; its event has `flags::ERROR` and 0 bytes), and
+//!   nothing after it (the provider never read those).
+//! - post_recv / post_srq_recv: one RECV / SRQ_RECV per WR posted (its buffer capacity counted
+//!   as posted, on the QP or SRQ); the receive itself is counted when poll_cq returns its work
+//!   completion, with the completion's `byte_len` (what arrived; a UD QP's 40-byte GRH area
+//!   removed), on the QP, or on its SRQ when it has one (where the WR was posted).
+//! - poll_cq (every mode): the receive completions above; in full mode also one event per call
 //!   that returned completions or an error, on the CQ: bytes = completions, addr = sum of their
 //!   `byte_len`, aux = (bitmask of completion opcode classes << 8) | error completions (saturated
 //!   at 255), `flags::ERROR` when any completion failed or the call failed.
+//!   Not seen: extended CQs polled with `ibv_start_poll` / `ibv_next_poll` (their receives stay
+//!   posted), failed receive completions (their opcode is undefined).
 //! - req_notify_cq (full mode only): `Op::VerbsOther`, 0 bytes, on the CQ endpoint.
 //!
 //! The data path is counted even when it runs inside another layer's hook (UCX over rc_verbs,

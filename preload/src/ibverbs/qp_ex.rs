@@ -22,7 +22,7 @@ const PENDING_MAX: usize = 32;
 struct PendWr {
     op: u8,
     flags: u8,
-    aux: u16,
+    aux: u32,
     bytes: u64,
     addr: u64,
 }
@@ -126,7 +126,7 @@ fn push_wr(st: &QpxState, qpx: Qx, op: Op, addr: u64, rkey: u32) {
     p.items[p.n] = PendWr {
         op: op as u8,
         flags: send_flags(wf),
-        aux: rkey as u16,
+        aux: rkey,
         bytes: 0,
         addr,
     };

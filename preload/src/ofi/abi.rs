@@ -11,6 +11,59 @@ pub const FI_ENABLE: c_int = 6;
 pub const FI_CLASS_AV: usize = 11;
 pub const FI_EP_MSG: u32 = 1;
 pub const FI_ADDR_UNSPEC: u64 = u64::MAX;
+pub const FI_CLASS_CQ: usize = 14;
+/// Completion and bind flags (fabric.h).
+pub const FI_TAGGED: u64 = 1 << 3;
+pub const FI_RECV: u64 = 1 << 10;
+/// `enum fi_cq_format` (fi_eq.h).
+pub const FI_CQ_FORMAT_CONTEXT: u32 = 1;
+pub const FI_CQ_FORMAT_MSG: u32 = 2;
+pub const FI_CQ_FORMAT_DATA: u32 = 3;
+pub const FI_CQ_FORMAT_TAGGED: u32 = 4;
+
+/// `struct fi_cq_attr` (fi_eq.h).
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct FiCqAttr {
+    pub size: usize,
+    pub flags: u64,
+    pub format: u32,
+    pub wait_obj: u32,
+    pub signaling_vector: c_int,
+    pub wait_cond: u32,
+    pub wait_set: *mut c_void,
+}
+
+/// `struct fi_cq_msg_entry`: the prefix of the msg, data and tagged formats.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct FiCqMsgEntry {
+    pub op_context: *mut c_void,
+    pub flags: u64,
+    pub len: usize,
+}
+
+/// The leading fields of `struct fi_cq_err_entry`.
+#[repr(C)]
+pub struct FiCqErrHead {
+    pub op_context: *mut c_void,
+    pub flags: u64,
+    pub len: usize,
+}
+
+const _: () = assert!(core::mem::size_of::<FiCqAttr>() == 40);
+const _: () = assert!(core::mem::size_of::<FiCqMsgEntry>() == 24);
+
+/// Bytes of one completion entry of `format` (0: unknown).
+pub fn cq_entry_size(format: u32) -> usize {
+    match format {
+        FI_CQ_FORMAT_CONTEXT => 8,
+        FI_CQ_FORMAT_MSG => 24,
+        FI_CQ_FORMAT_DATA => 40,
+        FI_CQ_FORMAT_TAGGED => 48,
+        _ => 0,
+    }
+}
 
 /// A provider's ops table (a `size_t size` and function pointers).
 ///
@@ -292,9 +345,19 @@ pub struct FiOpsCq {
     pub size: usize,
     pub read: Option<unsafe extern "C" fn(*mut FidCq, *mut c_void, usize) -> isize>,
     pub readfrom: Option<unsafe extern "C" fn(*mut FidCq, *mut c_void, usize, *mut u64) -> isize>,
-    pub readerr: Option<AnyFn>,
-    pub sread: Option<AnyFn>,
-    pub sreadfrom: Option<AnyFn>,
+    pub readerr: Option<unsafe extern "C" fn(*mut FidCq, *mut FiCqErrHead, u64) -> isize>,
+    pub sread:
+        Option<unsafe extern "C" fn(*mut FidCq, *mut c_void, usize, *const c_void, c_int) -> isize>,
+    pub sreadfrom: Option<
+        unsafe extern "C" fn(
+            *mut FidCq,
+            *mut c_void,
+            usize,
+            *mut u64,
+            *const c_void,
+            c_int,
+        ) -> isize,
+    >,
     pub signal: Option<AnyFn>,
     pub strerror: Option<AnyFn>,
 }

@@ -23,7 +23,8 @@ const INL: u8 = flags::INLINE;
 /// The body of every data-path wrapper: the provider's call as the outermost sigmatop hook,
 /// recorded on the endpoint whose table copy `w` is. `seen` reads the payload bytes and the
 /// event's fields from the program's arguments. A call the provider refused (a negative result:
-/// `-FI_EAGAIN`...) is counted with no bytes.
+/// `-FI_EAGAIN`...) is a refusal, not an operation; a receive the provider took is a posted
+/// buffer (its completion, read from the completion queue, is the receive: cq_av.rs).
 #[inline(always)]
 fn op<T>(
     w: &Wrapped<T>,
@@ -35,6 +36,8 @@ fn op<T>(
         let (bytes, detail) = seen();
         if r < 0 {
             ts.record(w.id, which, 0, Outcome::Refused, || Some(detail))
+        } else if which.is_receive() {
+            ts.record(w.id, which, bytes, Outcome::Posted, || Some(detail))
         } else {
             ts.record(w.id, which, bytes, Outcome::Ok, || Some(detail))
         }
@@ -50,7 +53,7 @@ fn to(addr: u64, fi_addr: u64, flags: u8) -> Detail {
         aux: if fi_addr >= 0xffff {
             0xffff
         } else {
-            fi_addr as u16
+            fi_addr as u32
         },
     }
 }

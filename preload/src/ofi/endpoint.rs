@@ -9,8 +9,8 @@ use core::sync::atomic::{AtomicU32, Ordering};
 use sigmatop::event::{EndpointKind, Layer, Peer};
 
 use super::abi::{
-    FI_CLASS_AV, FI_ENABLE, FI_ENOSYS, FI_EP_MSG, FiInfo, FiOps, FiOpsCm, FiOpsMsg, FiOpsRma,
-    FiOpsTagged, Fid, FidEp,
+    FI_CLASS_AV, FI_CLASS_CQ, FI_ENABLE, FI_ENOSYS, FI_EP_MSG, FiInfo, FiOps, FiOpsCm, FiOpsMsg,
+    FiOpsRma, FiOpsTagged, Fid, FidEp,
 };
 use super::addr::{
     ADDR_MAX, AV_BOOKS, AddrInfo, addr_info, announce, av_book, getname, note_own_addr, peer_of,
@@ -266,6 +266,11 @@ unsafe extern "C" fn ep_bind(fid: *mut Fid, bfid: *mut Fid, flags: u64) -> c_int
         || unsafe { f(fid, bfid, flags) },
         |r| {
             // SAFETY: bfid is a live fid the provider accepted.
+            if r == 0 && !bfid.is_null() && unsafe { (*bfid).fclass } == FI_CLASS_CQ {
+                // SAFETY: a live completion queue.
+                unsafe { super::cq_av::note_bind(bfid, st.id, flags) };
+            }
+            // SAFETY: as above.
             if r == 0 && !bfid.is_null() && unsafe { (*bfid).fclass } == FI_CLASS_AV {
                 let id = st.id;
                 let addrs = av_book(bfid as usize, |b| {

@@ -7,11 +7,11 @@ use core::ffi::{c_int, c_void};
 use sigmatop::event::Layer;
 
 use super::abi::{
-    FI_ENOSYS, FiInfo, FiOpsCm, FiOpsDomain, FiOpsFabric, Fid, FidAv, FidCq, FidDomain, FidEp,
-    FidFabric, FidPep,
+    FI_ENOSYS, FiCqAttr, FiInfo, FiOpsCm, FiOpsDomain, FiOpsFabric, Fid, FidAv, FidCq, FidDomain,
+    FidEp, FidFabric, FidPep,
 };
 use super::addr::{AddrInfo, addr_info, getname};
-use super::cq_av::{wrap_av, wrap_cq};
+use super::cq_av::{provider_format, wrap_av, wrap_cq};
 use super::endpoint::wrap_ep;
 use super::table::{Wrapped, copy_table, try_box, wrap_slot, zeroed_wrapped};
 use crate::hook::{self, Guard};
@@ -175,9 +175,7 @@ unsafe fn wrap_domain(dom: *mut FidDomain, info: *const FiInfo) {
     let t = &mut st.ops.table;
     wrap_slot(&mut t.endpoint, domain_endpoint);
     wrap_slot(&mut t.endpoint2, domain_endpoint2);
-    if crate::config::full() {
-        wrap_slot(&mut t.cq_open, domain_cq_open);
-    }
+    wrap_slot(&mut t.cq_open, domain_cq_open);
     wrap_slot(&mut t.av_open, domain_av_open);
     if let Some(p) = try_box(st) {
         // SAFETY: dom is live. Domain copies are never freed (few, and a racing reader of
@@ -234,6 +232,11 @@ unsafe extern "C" fn domain_endpoint2(
     )
 }
 
+/// `cq_open`: a queue of `FI_CQ_FORMAT_CONTEXT` entries is opened as `FI_CQ_FORMAT_MSG` (its
+/// entries carry the received length; the wrappers give the program its own format back), the
+/// program's attributes otherwise unchanged (what the provider writes back into them is copied
+/// back, the format excepted). If the provider refuses that format, or the queue cannot be
+/// wrapped, it is opened exactly as the program asked.
 unsafe extern "C" fn domain_cq_open(
     dom: *mut FidDomain,
     attr: *mut c_void,
@@ -246,12 +249,85 @@ unsafe extern "C" fn domain_cq_open(
     let Some(f) = (unsafe { (*st.ops.orig).cq_open }) else {
         return -FI_ENOSYS;
     };
-    control(
+    let attr = attr as *mut FiCqAttr;
+    // SAFETY: the program's attributes (NULL or valid).
+    let app_format = unsafe { attr.as_ref() }.map_or(0, |a| a.format);
+    let plain = || {
         // SAFETY: the program's arguments, unchanged.
-        || unsafe { f(dom, attr, cq, context) },
-        // SAFETY: on success *cq is the new completion queue.
-        || unsafe { wrap_cq(*cq, &st.info) },
+        let r = unsafe { f(dom, attr as *mut c_void, cq, context) };
+        if r == 0 {
+            // SAFETY: on success *cq is the new completion queue.
+            hook::guarded((), || unsafe {
+                wrap_cq(*cq, &st.info, app_format, app_format);
+            });
+        }
+        r
+    };
+    let prov_format = provider_format(app_format);
+    if prov_format == app_format {
+        return hook::around_traced(
+            Layer::Libfabric,
+            |traced| {
+                if traced {
+                    plain()
+                } else {
+                    // SAFETY: the program's arguments, unchanged.
+                    unsafe { f(dom, attr as *mut c_void, cq, context) }
+                }
+            },
+            |_, _| {},
+        );
+    }
+    hook::around_traced(
+        Layer::Libfabric,
+        |traced| {
+            if !traced {
+                // SAFETY: the program's arguments, unchanged.
+                return unsafe { f(dom, attr as *mut c_void, cq, context) };
+            }
+            // SAFETY: attr is non-NULL (its format was read).
+            let mut ours = unsafe { *attr };
+            ours.format = prov_format;
+            // SAFETY: the program's domain, cq slot and context; attributes with the msg format.
+            let r = unsafe { f(dom, &mut ours as *mut FiCqAttr as *mut c_void, cq, context) };
+            if r != 0 {
+                return plain();
+            }
+            // SAFETY: on success *cq is the new completion queue.
+            let wrapped = hook::guarded(false, || unsafe {
+                wrap_cq(*cq, &st.info, app_format, prov_format)
+            });
+            if !wrapped {
+                // The program could not read msg entries through its own calls: open it again as
+                // it asked.
+                // SAFETY: the queue just opened, never handed to the program.
+                unsafe { close_fid(*cq as *mut Fid) };
+                return plain();
+            }
+            // SAFETY: the program's attributes: what the provider wrote, the format kept.
+            unsafe {
+                *attr = FiCqAttr {
+                    format: app_format,
+                    ..ours
+                }
+            };
+            r
+        },
+        |_, _| {},
     )
+}
+
+/// Closes an object sigmatop opened and did not hand out, with the provider's own close.
+///
+/// # Safety
+/// `fid` is a live object whose fid ops are still the provider's.
+unsafe fn close_fid(fid: *mut Fid) {
+    // SAFETY: the caller's contract.
+    unsafe {
+        if let Some(close) = (*(*fid).ops).close {
+            close(fid);
+        }
+    }
 }
 
 unsafe extern "C" fn domain_av_open(

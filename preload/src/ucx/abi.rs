@@ -20,7 +20,18 @@ pub fn unsupported_ptr() -> Ptr {
 }
 
 // ucp_request_param_t::op_attr_mask bits.
-const OP_ATTR_FIELD_DATATYPE: u32 = 1 << 3;
+pub const OP_ATTR_FIELD_REQUEST: u32 = 1 << 0;
+pub const OP_ATTR_FIELD_CALLBACK: u32 = 1 << 1;
+pub const OP_ATTR_FIELD_DATATYPE: u32 = 1 << 3;
+pub const OP_ATTR_FIELD_RECV_INFO: u32 = 1 << 7;
+pub const OP_ATTR_FLAG_NO_IMM_CMPL: u32 = 1 << 16;
+
+/// `UCS_OK`: a completion that succeeded.
+pub const UCS_OK: Status = 0;
+
+// ucp_am_handler_param_t::field_mask bits, and the AM receive attribute of a rendezvous message.
+pub const AM_HANDLER_PARAM_FIELD_CB: u64 = 1 << 2;
+pub const AM_HANDLER_PARAM_FIELD_ARG: u64 = 1 << 3;
 
 // ucp_datatype_t classes (ucp.h).
 pub const DT_SHIFT: u32 = 3;
@@ -39,19 +50,42 @@ pub const EP_PARAM_FIELD_CONN_REQUEST: u64 = 1 << 6;
 // ucp_worker_attr_t::field_mask bit.
 pub const WORKER_ATTR_FIELD_ADDRESS: u64 = 1 << 1;
 
-/// `ucp_request_param_t` (ucp.h, UCX 1.13): 72 bytes.
+/// `ucp_request_param_t` (ucp.h, UCX 1.13): 72 bytes. A program sets only the fields its
+/// `op_attr_mask` names; the others may hold anything, so sigmatop copies the struct as bytes and
+/// reads only named fields.
 #[repr(C)]
 pub struct RequestParam {
-    op_attr_mask: u32,
-    flags: u32,
-    request: Ptr,
-    cb: Ptr,
-    datatype: u64,
-    user_data: Ptr,
-    reply_buffer: Ptr,
-    memory_type: c_int,
-    recv_info: Ptr,
-    memh: Ptr,
+    pub op_attr_mask: u32,
+    pub flags: u32,
+    pub request: Ptr,
+    /// The completion callback (a union of the send / receive callback types).
+    pub cb: Ptr,
+    pub datatype: u64,
+    pub user_data: Ptr,
+    pub reply_buffer: Ptr,
+    pub memory_type: c_int,
+    /// `size_t *length` or `ucp_tag_recv_info_t *tag_info`.
+    pub recv_info: Ptr,
+    pub memh: Ptr,
+}
+
+/// `ucp_tag_recv_info_t`.
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+pub struct TagRecvInfo {
+    pub sender_tag: u64,
+    pub length: usize,
+}
+
+/// `ucp_am_handler_param_t` (ucp.h, UCX 1.13): 32 bytes.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct AmHandlerParam {
+    pub field_mask: u64,
+    pub id: c_uint,
+    pub flags: u32,
+    pub cb: Ptr,
+    pub arg: Ptr,
 }
 
 /// `ucs_sock_addr_t`.
@@ -87,6 +121,8 @@ pub struct WorkerAttrHead {
 }
 
 const _: () = assert!(core::mem::size_of::<RequestParam>() == 72);
+const _: () = assert!(core::mem::offset_of!(RequestParam, recv_info) == 56);
+const _: () = assert!(core::mem::size_of::<AmHandlerParam>() == 32);
 const _: () = assert!(core::mem::size_of::<EpParams>() == 104);
 const _: () = assert!(core::mem::offset_of!(EpParams, sockaddr) == 56);
 const _: () = assert!(core::mem::offset_of!(WorkerAttrHead, address_length) == 24);
@@ -182,20 +218,6 @@ unsafe fn param_dt(param: *const RequestParam) -> u64 {
 pub unsafe fn nbx_bytes(param: *const RequestParam, buffer: *const c_void, count: usize) -> u64 {
     // SAFETY: forwarded contract.
     unsafe { dt_bytes(param_dt(param), buffer, count) }
-}
-
-/// Bytes of a stream receive: what arrived when it completed at once, else what was posted.
-///
-/// # Safety
-/// `length` is null or the program's length slot, written by UCX when `r` is NULL.
-#[inline(always)]
-pub unsafe fn stream_recv_bytes(r: Ptr, length: *const usize, posted: impl FnOnce() -> u64) -> u64 {
-    if r.is_null() && !length.is_null() {
-        // SAFETY: the caller's contract.
-        unsafe { *length as u64 }
-    } else {
-        posted()
-    }
 }
 
 #[cfg(test)]

@@ -1,28 +1,22 @@
-//! The legacy UCX data path (`_nb`, `_nbr`, `_nbi`; each reaches its `_nbx` hook through
-//! libucp's PLT, where the guard makes it pass through), the blocking flushes and progress. Each
-//! hook is a trampoline into [`super::op`] or [`super::after_progress`].
+//! The legacy UCX data path (`_nb`, `_nbr`, `_nbi`; each reaches its `_nbx` hook through libucp's
+//! PLT, where the guard makes it pass through), the blocking flushes and progress; receives are
+//! in [`super::recv`]. Each hook is a trampoline into [`super::op`] or [`super::after_progress`].
 
 use core::ffi::{c_int, c_uint, c_void};
 
 use sigmatop::event::{Layer, Op};
 
-use super::abi::{
-    Ptr, Status, UCS_ERR_UNSUPPORTED, UcsResult, dt_bytes, stream_recv_bytes, unsupported_ptr,
-};
+use super::abi::{Ptr, Status, UCS_ERR_UNSUPPORTED, UcsResult, dt_bytes, unsupported_ptr};
 use super::{SONAMES, after_progress, op};
 use crate::dl::{hook_table, real_fns};
 use crate::thread::{Detail, Outcome};
 
 type TagSendNb = unsafe extern "C" fn(Ptr, *const c_void, usize, u64, u64, Ptr) -> Ptr;
 type TagSendNbr = unsafe extern "C" fn(Ptr, *const c_void, usize, u64, u64, Ptr) -> Status;
-type TagRecvNb = unsafe extern "C" fn(Ptr, *mut c_void, usize, u64, u64, u64, Ptr) -> Ptr;
-type TagRecvNbr = unsafe extern "C" fn(Ptr, *mut c_void, usize, u64, u64, u64, Ptr) -> Status;
 type RmaNb = unsafe extern "C" fn(Ptr, *const c_void, usize, u64, Ptr, Ptr) -> Ptr;
 type RmaNbi = unsafe extern "C" fn(Ptr, *const c_void, usize, u64, Ptr) -> Status;
 type AmSendNb = unsafe extern "C" fn(Ptr, u16, *const c_void, usize, u64, Ptr, c_uint) -> Ptr;
 type StreamSendNb = unsafe extern "C" fn(Ptr, *const c_void, usize, u64, Ptr, c_uint) -> Ptr;
-type StreamRecvNb =
-    unsafe extern "C" fn(Ptr, *mut c_void, usize, u64, Ptr, *mut usize, c_uint) -> Ptr;
 type AtomicPost = unsafe extern "C" fn(Ptr, c_int, u64, usize, u64, Ptr) -> Status;
 type AtomicFetchNb =
     unsafe extern "C" fn(Ptr, c_int, u64, *mut c_void, usize, u64, Ptr, Ptr) -> Ptr;
@@ -34,15 +28,12 @@ real_fns! { SONAMES;
     TAG_SEND_NB: TagSendNb = c"ucp_tag_send_nb";
     TAG_SEND_NBR: TagSendNbr = c"ucp_tag_send_nbr";
     TAG_SEND_SYNC_NB: TagSendNb = c"ucp_tag_send_sync_nb";
-    TAG_RECV_NB: TagRecvNb = c"ucp_tag_recv_nb";
-    TAG_RECV_NBR: TagRecvNbr = c"ucp_tag_recv_nbr";
     PUT_NB: RmaNb = c"ucp_put_nb";
     PUT_NBI: RmaNbi = c"ucp_put_nbi";
     GET_NB: RmaNb = c"ucp_get_nb";
     GET_NBI: RmaNbi = c"ucp_get_nbi";
     AM_SEND_NB: AmSendNb = c"ucp_am_send_nb";
     STREAM_SEND_NB: StreamSendNb = c"ucp_stream_send_nb";
-    STREAM_RECV_NB: StreamRecvNb = c"ucp_stream_recv_nb";
     ATOMIC_POST: AtomicPost = c"ucp_atomic_post";
     ATOMIC_FETCH_NB: AtomicFetchNb = c"ucp_atomic_fetch_nb";
     EP_FLUSH_NB: FlushNb = c"ucp_ep_flush_nb";
@@ -142,56 +133,6 @@ unsafe extern "C" fn ucp_tag_send_nbr(
         Detail::at(tag, 0),
         // SAFETY: the program's arguments, unchanged.
         || unsafe { real(ep, buffer, count, datatype, tag, req) },
-        // SAFETY: the program's valid buffer of `count` elements of `datatype`.
-        |_| unsafe { dt_bytes(datatype, buffer, count) },
-    )
-}
-
-/// Hook of `ucp_tag_recv_nb`.
-#[unsafe(no_mangle)]
-unsafe extern "C" fn ucp_tag_recv_nb(
-    worker: Ptr,
-    buffer: *mut c_void,
-    count: usize,
-    datatype: u64,
-    tag: u64,
-    tag_mask: u64,
-    cb: Ptr,
-) -> Ptr {
-    let Some(real) = TAG_RECV_NB.get() else {
-        return unsupported_ptr();
-    };
-    op(
-        worker,
-        Op::UcxTagRecv,
-        Detail::at(tag, 0),
-        // SAFETY: the program's arguments, unchanged.
-        || unsafe { real(worker, buffer, count, datatype, tag, tag_mask, cb) },
-        // SAFETY: the program's valid buffer of `count` elements of `datatype`.
-        |_| unsafe { dt_bytes(datatype, buffer, count) },
-    )
-}
-
-/// Hook of `ucp_tag_recv_nbr`.
-#[unsafe(no_mangle)]
-unsafe extern "C" fn ucp_tag_recv_nbr(
-    worker: Ptr,
-    buffer: *mut c_void,
-    count: usize,
-    datatype: u64,
-    tag: u64,
-    tag_mask: u64,
-    req: Ptr,
-) -> Status {
-    let Some(real) = TAG_RECV_NBR.get() else {
-        return UCS_ERR_UNSUPPORTED;
-    };
-    op(
-        worker,
-        Op::UcxTagRecv,
-        Detail::at(tag, 0),
-        // SAFETY: the program's arguments, unchanged.
-        || unsafe { real(worker, buffer, count, datatype, tag, tag_mask, req) },
         // SAFETY: the program's valid buffer of `count` elements of `datatype`.
         |_| unsafe { dt_bytes(datatype, buffer, count) },
     )
@@ -300,7 +241,7 @@ unsafe extern "C" fn ucp_am_send_nb(
     op(
         ep,
         Op::UcxAmSend,
-        Detail::at(0, id),
+        Detail::at(0, id as u32),
         // SAFETY: the program's arguments, unchanged.
         || unsafe { real(ep, id, buffer, count, datatype, cb, fl) },
         // SAFETY: the program's valid buffer of `count` elements of `datatype`.
@@ -332,31 +273,6 @@ unsafe extern "C" fn ucp_stream_send_nb(
     )
 }
 
-/// Hook of `ucp_stream_recv_nb`: bytes as `ucp_stream_recv_nbx`.
-#[unsafe(no_mangle)]
-unsafe extern "C" fn ucp_stream_recv_nb(
-    ep: Ptr,
-    buffer: *mut c_void,
-    count: usize,
-    datatype: u64,
-    cb: Ptr,
-    length: *mut usize,
-    fl: c_uint,
-) -> Ptr {
-    let Some(real) = STREAM_RECV_NB.get() else {
-        return unsupported_ptr();
-    };
-    op(
-        ep,
-        Op::UcxStreamRecv,
-        Detail::NONE,
-        // SAFETY: the program's arguments, unchanged.
-        || unsafe { real(ep, buffer, count, datatype, cb, length, fl) },
-        // SAFETY: the program's valid buffer; UCX wrote `*length` if it completed at once.
-        |r| unsafe { stream_recv_bytes(r, length, || dt_bytes(datatype, buffer, count)) },
-    )
-}
-
 /// Hook of `ucp_atomic_post`.
 #[unsafe(no_mangle)]
 unsafe extern "C" fn ucp_atomic_post(
@@ -374,7 +290,7 @@ unsafe extern "C" fn ucp_atomic_post(
         // SAFETY: the program's arguments, unchanged.
         unsafe { real(ep, opcode, value, op_size, remote_addr, rkey) }
     };
-    let detail = Detail::at(remote_addr, opcode as u16);
+    let detail = Detail::at(remote_addr, opcode as u32);
     op(ep, Op::UcxAtomic, detail, call, |_| op_size as u64)
 }
 
@@ -398,7 +314,7 @@ unsafe extern "C" fn ucp_atomic_fetch_nb(
         // SAFETY: the program's arguments, unchanged.
         unsafe { real(ep, opcode, value, result, op_size, remote_addr, rkey, cb) }
     };
-    let detail = Detail::at(remote_addr, opcode as u16);
+    let detail = Detail::at(remote_addr, opcode as u32);
     op(ep, Op::UcxAtomic, detail, call, |_| op_size as u64)
 }
 
@@ -488,15 +404,12 @@ pub(super) fn hooks() -> Vec<crate::dl::Hook> {
         ucp_tag_send_nb => TAG_SEND_NB,
         ucp_tag_send_nbr => TAG_SEND_NBR,
         ucp_tag_send_sync_nb => TAG_SEND_SYNC_NB,
-        ucp_tag_recv_nb => TAG_RECV_NB,
-        ucp_tag_recv_nbr => TAG_RECV_NBR,
         ucp_put_nb => PUT_NB,
         ucp_put_nbi => PUT_NBI,
         ucp_get_nb => GET_NB,
         ucp_get_nbi => GET_NBI,
         ucp_am_send_nb => AM_SEND_NB,
         ucp_stream_send_nb => STREAM_SEND_NB,
-        ucp_stream_recv_nb => STREAM_RECV_NB,
         ucp_atomic_post => ATOMIC_POST,
         ucp_atomic_fetch_nb => ATOMIC_FETCH_NB,
         ucp_ep_flush_nb => EP_FLUSH_NB,

@@ -12,11 +12,12 @@
 //!   datatype explicitly);
 //! - `UCP_DATATYPE_IOV`: the sum of the iov lengths (walking at most `IOV_WALK_MAX` entries);
 //! - generic (and strided) datatypes: `count`, the only size the call states;
-//! - posted receives (`ucp_tag_recv_*`, `ucp_stream_recv_*` that do not complete at once) count the
-//!   posted buffer size, which is what the program asked for; a stream receive that completes at
-//!   once counts the `*length` it returned;
-//! - `ucp_am_send_*` counts the payload only (not the user header), `ucp_am_recv_data_nbx` its
-//!   length; atomics count the operand size.
+//! - receives ([`recv`]): the posted buffer's size is counted as *posted*; the receive is counted
+//!   when it completes, with the length UCX reports (receive info, completion callbacks, the AM
+//!   handler's length);
+//! - `ucp_am_send_*` counts the payload only (not the user header); atomics count the operand
+//!   size;
+//! - a call that returns an error status is a refusal (counted apart, not as an operation).
 //! - `ucp_worker_progress` (full mode only) counts one op per call, bytes = its return value (the
 //!   number of completions); an event is kept only for calls that made progress, so idle polling
 //!   cannot flood the ring and push data events out.
@@ -33,6 +34,9 @@ mod abi;
 mod control;
 mod legacy;
 mod nbx;
+mod recv;
+
+pub use recv::ARRIVALS_UNSEEN;
 
 use core::ffi::CStr;
 
@@ -82,6 +86,7 @@ fn after_progress<R: Copy>(
 pub fn hooks() -> Vec<crate::dl::Hook> {
     let mut v = nbx::hooks();
     v.extend(legacy::hooks());
+    v.extend(recv::hooks());
     v.extend(control::hooks());
     v
 }
@@ -91,7 +96,7 @@ mod tests {
     #[test]
     fn every_hook_is_listed_once() {
         let hs = super::hooks();
-        assert_eq!(hs.len(), 39);
+        assert_eq!(hs.len(), 43);
         let mut names: Vec<_> = hs.iter().map(|h| h.name).collect();
         names.sort();
         names.dedup();

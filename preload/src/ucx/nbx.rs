@@ -1,20 +1,18 @@
-//! The UCX `_nbx` data path: every operation is a trampoline into [`super::op`] (the program's
-//! arguments passed to the real function unchanged; `buffer` and `param` read as the UCP API
-//! defines them).
+//! The UCX `_nbx` data path, receives apart ([`super::recv`]): every operation is a trampoline
+//! into [`super::op`] (the program's arguments passed to the real function unchanged; `buffer`
+//! and `param` read as the UCP API defines them).
 
 use core::ffi::{c_int, c_uint, c_void};
 
 use sigmatop::event::{Layer, Op};
 
-use super::abi::{Ptr, RequestParam, nbx_bytes, stream_recv_bytes, unsupported_ptr};
+use super::abi::{Ptr, RequestParam, nbx_bytes, unsupported_ptr};
 use super::{SONAMES, op};
 use crate::dl::{hook_table, real_fns};
 use crate::thread::Detail;
 
 type RmaNbx = unsafe extern "C" fn(Ptr, *const c_void, usize, u64, Ptr, *const RequestParam) -> Ptr;
 type TagSendNbx = unsafe extern "C" fn(Ptr, *const c_void, usize, u64, *const RequestParam) -> Ptr;
-type TagRecvNbx =
-    unsafe extern "C" fn(Ptr, *mut c_void, usize, u64, u64, *const RequestParam) -> Ptr;
 type AmSendNbx = unsafe extern "C" fn(
     Ptr,
     c_uint,
@@ -24,11 +22,7 @@ type AmSendNbx = unsafe extern "C" fn(
     usize,
     *const RequestParam,
 ) -> Ptr;
-type AmRecvDataNbx =
-    unsafe extern "C" fn(Ptr, *mut c_void, *mut c_void, usize, *const RequestParam) -> Ptr;
 type StreamSendNbx = unsafe extern "C" fn(Ptr, *const c_void, usize, *const RequestParam) -> Ptr;
-type StreamRecvNbx =
-    unsafe extern "C" fn(Ptr, *mut c_void, usize, *mut usize, *const RequestParam) -> Ptr;
 type AtomicOpNbx =
     unsafe extern "C" fn(Ptr, c_int, *const c_void, usize, u64, Ptr, *const RequestParam) -> Ptr;
 type FlushNbx = unsafe extern "C" fn(Ptr, *const RequestParam) -> Ptr;
@@ -38,11 +32,8 @@ real_fns! { SONAMES;
     GET_NBX: RmaNbx = c"ucp_get_nbx";
     TAG_SEND_NBX: TagSendNbx = c"ucp_tag_send_nbx";
     TAG_SEND_SYNC_NBX: TagSendNbx = c"ucp_tag_send_sync_nbx";
-    TAG_RECV_NBX: TagRecvNbx = c"ucp_tag_recv_nbx";
     AM_SEND_NBX: AmSendNbx = c"ucp_am_send_nbx";
-    AM_RECV_DATA_NBX: AmRecvDataNbx = c"ucp_am_recv_data_nbx";
     STREAM_SEND_NBX: StreamSendNbx = c"ucp_stream_send_nbx";
-    STREAM_RECV_NBX: StreamRecvNbx = c"ucp_stream_recv_nbx";
     ATOMIC_OP_NBX: AtomicOpNbx = c"ucp_atomic_op_nbx";
     EP_FLUSH_NBX: FlushNbx = c"ucp_ep_flush_nbx";
     WORKER_FLUSH_NBX: FlushNbx = c"ucp_worker_flush_nbx";
@@ -161,30 +152,6 @@ unsafe fn tag_send_nbx(
     )
 }
 
-/// Hook of `ucp_tag_recv_nbx` (counted on the worker; bytes = the posted buffer size).
-#[unsafe(no_mangle)]
-unsafe extern "C" fn ucp_tag_recv_nbx(
-    worker: Ptr,
-    buffer: *mut c_void,
-    count: usize,
-    tag: u64,
-    tag_mask: u64,
-    param: *const RequestParam,
-) -> Ptr {
-    let Some(real) = TAG_RECV_NBX.get() else {
-        return unsupported_ptr();
-    };
-    op(
-        worker,
-        Op::UcxTagRecv,
-        Detail::at(tag, 0),
-        // SAFETY: the program's arguments, unchanged.
-        || unsafe { real(worker, buffer, count, tag, tag_mask, param) },
-        // SAFETY: the program's valid buffer and param.
-        |_| unsafe { nbx_bytes(param, buffer, count) },
-    )
-}
-
 /// Hook of `ucp_am_send_nbx` (bytes = payload, AM id in the event's aux).
 #[unsafe(no_mangle)]
 unsafe extern "C" fn ucp_am_send_nbx(
@@ -202,32 +169,9 @@ unsafe extern "C" fn ucp_am_send_nbx(
     op(
         ep,
         Op::UcxAmSend,
-        Detail::at(0, id as u16),
+        Detail::at(0, id),
         // SAFETY: the program's arguments, unchanged.
         || unsafe { real(ep, id, header, header_length, buffer, count, param) },
-        // SAFETY: the program's valid buffer and param.
-        |_| unsafe { nbx_bytes(param, buffer, count) },
-    )
-}
-
-/// Hook of `ucp_am_recv_data_nbx` (counted on the worker).
-#[unsafe(no_mangle)]
-unsafe extern "C" fn ucp_am_recv_data_nbx(
-    worker: Ptr,
-    data_desc: *mut c_void,
-    buffer: *mut c_void,
-    count: usize,
-    param: *const RequestParam,
-) -> Ptr {
-    let Some(real) = AM_RECV_DATA_NBX.get() else {
-        return unsupported_ptr();
-    };
-    op(
-        worker,
-        Op::UcxAmRecvData,
-        Detail::NONE,
-        // SAFETY: the program's arguments, unchanged.
-        || unsafe { real(worker, data_desc, buffer, count, param) },
         // SAFETY: the program's valid buffer and param.
         |_| unsafe { nbx_bytes(param, buffer, count) },
     )
@@ -255,30 +199,6 @@ unsafe extern "C" fn ucp_stream_send_nbx(
     )
 }
 
-/// Hook of `ucp_stream_recv_nbx`: bytes = `*length` when it completes at once, else the posted
-/// size (element count × element size).
-#[unsafe(no_mangle)]
-unsafe extern "C" fn ucp_stream_recv_nbx(
-    ep: Ptr,
-    buffer: *mut c_void,
-    count: usize,
-    length: *mut usize,
-    param: *const RequestParam,
-) -> Ptr {
-    let Some(real) = STREAM_RECV_NBX.get() else {
-        return unsupported_ptr();
-    };
-    op(
-        ep,
-        Op::UcxStreamRecv,
-        Detail::NONE,
-        // SAFETY: the program's arguments, unchanged.
-        || unsafe { real(ep, buffer, count, length, param) },
-        // SAFETY: the program's valid buffer and param; UCX wrote `*length` if it completed.
-        |r| unsafe { stream_recv_bytes(r, length, || nbx_bytes(param, buffer, count)) },
-    )
-}
-
 /// Hook of `ucp_atomic_op_nbx` (bytes = operand size, opcode in aux).
 #[unsafe(no_mangle)]
 unsafe extern "C" fn ucp_atomic_op_nbx(
@@ -296,7 +216,7 @@ unsafe extern "C" fn ucp_atomic_op_nbx(
     op(
         ep,
         Op::UcxAtomic,
-        Detail::at(remote_addr, opcode as u16),
+        Detail::at(remote_addr, opcode as u32),
         // SAFETY: the program's arguments, unchanged.
         || unsafe { real(ep, opcode, buffer, count, remote_addr, rkey, param) },
         // SAFETY: the program's valid buffer and param (atomics take contig(4) / contig(8)).
@@ -339,11 +259,8 @@ pub(super) fn hooks() -> Vec<crate::dl::Hook> {
         ucp_get_nbx => GET_NBX,
         ucp_tag_send_nbx => TAG_SEND_NBX,
         ucp_tag_send_sync_nbx => TAG_SEND_SYNC_NBX,
-        ucp_tag_recv_nbx => TAG_RECV_NBX,
         ucp_am_send_nbx => AM_SEND_NBX,
-        ucp_am_recv_data_nbx => AM_RECV_DATA_NBX,
         ucp_stream_send_nbx => STREAM_SEND_NBX,
-        ucp_stream_recv_nbx => STREAM_RECV_NBX,
         ucp_atomic_op_nbx => ATOMIC_OP_NBX,
         ucp_ep_flush_nbx => EP_FLUSH_NBX,
         ucp_worker_flush_nbx => WORKER_FLUSH_NBX,

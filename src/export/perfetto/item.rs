@@ -29,7 +29,7 @@ pub(super) struct Extra {
     /// WQEs per opcode (`Op` as u8, count), in order of first appearance.
     pub(super) ops: Vec<(u8, u32)>,
     pub(super) first_raddr: u64,
-    pub(super) first_rkey: u16,
+    pub(super) first_rkey: u32,
     /// This WQE's doorbell index and position.
     pub(super) wqe_of: Option<(u16, u32)>,
 }

@@ -37,7 +37,7 @@ fn plain_items_encode_like_the_general_path() {
             ep: next() as u32,
             op: (r % 70) as u8,
             flags: if r & 0x100 != 0 { (r >> 9) as u8 } else { 0 },
-            aux: (r >> 20) as u16,
+            aux: ((r >> 20) & 0xffff) as u32,
             bytes: width(next(), r >> 30),
             addr: if r & 0x200 != 0 {
                 u64::MAX
@@ -165,7 +165,7 @@ fn early_encoding_equals_encoding_at_release_on_random_streams() {
                         ep: (r >> 30) as u32 % 3,
                         op: op as u8,
                         flags: 0,
-                        aux: (r >> 34) as u16,
+                        aux: ((r >> 34) & 0xffff) as u32,
                         bytes: (r >> 40) % 70_000,
                         addr: (r >> 12) % 5,
                     },

@@ -369,8 +369,18 @@ fn endpoint_detail(frame: &mut Frame, area: Rect, app: &App, r: &EndpointRow) {
                 .map(units::si)
                 .unwrap_or_else(|| "—".into()),
         ),
-        Span::styled("   posted, not completed ", th.dim),
+        Span::styled("   receives posted, not completed ", th.dim),
         Span::raw(r.posted.map(units::count).unwrap_or_else(|| "—".into())),
     ]));
+    if r.refused > 0 {
+        lines.push(Line::from(vec![
+            Span::styled(" provider busy: ", th.dim),
+            Span::styled(units::count(r.refused), th.warn),
+            Span::styled(
+                " posts refused (retried by the program; not counted as operations)",
+                th.dim,
+            ),
+        ]));
+    }
     frame.render_widget(Paragraph::new(lines), inner);
 }

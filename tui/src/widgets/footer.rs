@@ -29,6 +29,12 @@ fn counters<'a>(th: &Theme, vm: &ViewModel, wide: bool) -> Vec<Span<'a>> {
         v.push(Span::styled(" · ", th.dim));
         v.extend(item("frames lost", s.frames_lost));
     }
+    if s.refused > 0 {
+        v.push(Span::styled(" · ", th.dim));
+        v.push(Span::styled("provider busy: ", th.dim));
+        v.push(Span::styled(units::count(s.refused), th.warn));
+        v.push(Span::styled(" refused", th.dim));
+    }
     v.push(Span::raw(" "));
     v
 }

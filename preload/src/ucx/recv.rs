@@ -1,0 +1,974 @@
+//! UCX receives: a posted receive counts its buffer as *posted*; the receive itself is counted
+//! when it completes, with the length UCX reports for it (received bytes are the bytes that
+//! arrived, never the size of the buffer).
+//!
+//! Where the length comes from:
+//! - tag receives (`ucp_tag_recv_nbx`, `_nb`, `_nbr`, `ucp_tag_msg_recv_nbx`, `_nb`): later, the
+//!   completion callback's info. A receive without a callback (`_nbr`, a polled request) gets one
+//!   of sigmatop's, which only counts: UCX completes the request exactly as before, and the
+//!   program's own tests (`ucp_request_test`, `ucp_tag_recv_request_test`) see it as they would.
+//!   Completed at once (the message was already there): UCX 1.16 and later write
+//!   `ucp_tag_recv_info_t` (the program's `recv_info` or, when it passed none, sigmatop's own in
+//!   its copy of the parameters); before 1.16 nothing reports that length, so when an immediate
+//!   completion is possible (no `UCP_OP_ATTR_FLAG_NO_IMM_CMPL`) sigmatop first asks
+//!   `ucp_tag_probe_nb` (without removing anything) for the message the receive will match: tag
+//!   matching takes the oldest matching unexpected message, which is what the probe reports. A
+//!   probed `ucp_tag_msg_recv_nbx` completed at once is counted as posted only.
+//! - stream receives (`ucp_stream_recv_nbx`, `_nb`): `*length` when completed at once, else the
+//!   callback's `length`, the same way.
+//! - active messages: the length the AM handler is called with (`ucp_worker_set_am_recv_handler`,
+//!   `ucp_worker_set_am_handler` are wrapped); for a rendezvous message that is its size as
+//!   announced, its data moving when the program calls `ucp_am_recv_data_nbx`, which counts its
+//!   buffer as posted.
+//!
+//! A completion callback is UCX's `(request, status, info or length, user_data)`: the program's
+//! `user_data` goes through untouched, so sigmatop's callback finds the program's callback and the
+//! endpoint in a slot of its own, one per (program callback, endpoint, op), chosen with the
+//! callback itself (`SLOTS` trampolines per kind, made at compile time). When they are all taken,
+//! further receives keep the program's callback and are counted as posted only
+//! (`ARRIVALS_UNSEEN`). Status `UCS_OK` is a receive with its bytes; any other (cancelled,
+//! truncated) a failed one.
+
+use core::cell::Cell;
+use core::ffi::{c_int, c_uint, c_void};
+use core::mem::MaybeUninit;
+use core::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+
+use sigmatop::event::{Layer, Op, UNATTRIBUTED_EP, flags};
+
+use super::SONAMES;
+use super::abi::{
+    AM_HANDLER_PARAM_FIELD_ARG, AM_HANDLER_PARAM_FIELD_CB, AmHandlerParam, OP_ATTR_FIELD_CALLBACK,
+    OP_ATTR_FIELD_DATATYPE, OP_ATTR_FIELD_RECV_INFO, OP_ATTR_FIELD_REQUEST,
+    OP_ATTR_FLAG_NO_IMM_CMPL, Ptr, RequestParam, Status, TagRecvInfo, UCS_ERR_UNSUPPORTED, UCS_OK,
+    UcsResult, dt_bytes, nbx_bytes, unsupported_ptr,
+};
+use crate::dl::{hook_table, real_fns};
+use crate::hook;
+use crate::thread::{Detail, Outcome, ThreadState};
+
+type TagRecvCb = unsafe extern "C" fn(Ptr, Status, *const TagRecvInfo, Ptr);
+type LenRecvCb = unsafe extern "C" fn(Ptr, Status, usize, Ptr);
+type AmRecvCb = unsafe extern "C" fn(Ptr, *const c_void, usize, *mut c_void, usize, Ptr) -> Status;
+type AmLegacyCb = unsafe extern "C" fn(Ptr, *mut c_void, usize, Ptr, c_uint) -> Status;
+
+type TagRecvNbx =
+    unsafe extern "C" fn(Ptr, *mut c_void, usize, u64, u64, *const RequestParam) -> Ptr;
+type TagRecvNb = unsafe extern "C" fn(Ptr, *mut c_void, usize, u64, u64, u64, Ptr) -> Ptr;
+type TagRecvNbr = unsafe extern "C" fn(Ptr, *mut c_void, usize, u64, u64, u64, Ptr) -> Status;
+type MsgRecvNbx = unsafe extern "C" fn(Ptr, *mut c_void, usize, Ptr, *const RequestParam) -> Ptr;
+type MsgRecvNb = unsafe extern "C" fn(Ptr, *mut c_void, usize, u64, Ptr, Ptr) -> Ptr;
+type StreamRecvNbx =
+    unsafe extern "C" fn(Ptr, *mut c_void, usize, *mut usize, *const RequestParam) -> Ptr;
+type StreamRecvNb =
+    unsafe extern "C" fn(Ptr, *mut c_void, usize, u64, Ptr, *mut usize, c_uint) -> Ptr;
+type AmRecvDataNbx =
+    unsafe extern "C" fn(Ptr, *mut c_void, *mut c_void, usize, *const RequestParam) -> Ptr;
+type SetAmRecvHandler = unsafe extern "C" fn(Ptr, *const AmHandlerParam) -> Status;
+type SetAmHandler = unsafe extern "C" fn(Ptr, u16, Ptr, Ptr, u32) -> Status;
+type TagProbeNb = unsafe extern "C" fn(Ptr, u64, u64, c_int, *mut TagRecvInfo) -> Ptr;
+type GetVersion = unsafe extern "C" fn(*mut c_uint, *mut c_uint, *mut c_uint);
+
+real_fns! { SONAMES;
+    TAG_RECV_NBX: TagRecvNbx = c"ucp_tag_recv_nbx";
+    TAG_RECV_NB: TagRecvNb = c"ucp_tag_recv_nb";
+    TAG_RECV_NBR: TagRecvNbr = c"ucp_tag_recv_nbr";
+    MSG_RECV_NBX: MsgRecvNbx = c"ucp_tag_msg_recv_nbx";
+    MSG_RECV_NB: MsgRecvNb = c"ucp_tag_msg_recv_nb";
+    STREAM_RECV_NBX: StreamRecvNbx = c"ucp_stream_recv_nbx";
+    STREAM_RECV_NB: StreamRecvNb = c"ucp_stream_recv_nb";
+    AM_RECV_DATA_NBX: AmRecvDataNbx = c"ucp_am_recv_data_nbx";
+    SET_AM_RECV_HANDLER: SetAmRecvHandler = c"ucp_worker_set_am_recv_handler";
+    SET_AM_HANDLER: SetAmHandler = c"ucp_worker_set_am_handler";
+    TAG_PROBE_NB: TagProbeNb = c"ucp_tag_probe_nb";
+    GET_VERSION: GetVersion = c"ucp_get_version";
+}
+
+/// Whether this UCX writes a tag receive's info when it completes at once (1.16 and later):
+/// 0 not asked yet, 1 no, 2 yes.
+static IMM_INFO: AtomicU8 = AtomicU8::new(0);
+
+/// True when UCX reports an immediately completed tag receive's length (`recv_info`).
+fn imm_info_reported() -> bool {
+    match IMM_INFO.load(Ordering::Relaxed) {
+        0 => {
+            let (mut major, mut minor, mut release) = (0u32, 0u32, 0u32);
+            let yes = GET_VERSION.get().is_some_and(|f| {
+                // SAFETY: three writable unsigned ints (ucp.h).
+                unsafe { f(&mut major, &mut minor, &mut release) };
+                (major, minor) >= (1, 16)
+            });
+            IMM_INFO.store(if yes { 2 } else { 1 }, Ordering::Relaxed);
+            yes
+        }
+        v => v == 2,
+    }
+}
+
+/// The length of the message a tag receive on `worker` for (`tag`, `mask`) would match now, if
+/// one is waiting (nothing is removed).
+fn probe_len(worker: Ptr, tag: u64, mask: u64) -> Option<u64> {
+    let f = TAG_PROBE_NB.get()?;
+    let mut info = TagRecvInfo::default();
+    // SAFETY: the program's worker; `info` is writable; remove = 0 leaves the message queued.
+    let msg = unsafe { f(worker, tag, mask, 0, &mut info) };
+    (!msg.is_null()).then_some(info.length as u64)
+}
+
+/// Receives whose completion sigmatop could not see (every callback slot taken, no parameters):
+/// counted as posted only.
+pub static ARRIVALS_UNSEEN: AtomicU64 = AtomicU64::new(0);
+
+/// Callback slots per kind (tag; stream): distinct (program callback, endpoint, op) triples.
+const SLOTS: usize = 128;
+
+/// What one of sigmatop's completion callbacks stands for.
+struct CbSlot {
+    /// The program's callback (0: none; sigmatop's only counts).
+    cb: AtomicUsize,
+    ep: AtomicU32,
+    op: AtomicU8,
+    ready: AtomicBool,
+}
+
+/// The slots of one callback kind; slots are taken for good, never freed.
+struct CbTable {
+    slots: [CbSlot; SLOTS],
+    taken: AtomicUsize,
+}
+
+impl CbTable {
+    const fn new() -> CbTable {
+        CbTable {
+            slots: [const {
+                CbSlot {
+                    cb: AtomicUsize::new(0),
+                    ep: AtomicU32::new(0),
+                    op: AtomicU8::new(0),
+                    ready: AtomicBool::new(false),
+                }
+            }; SLOTS],
+            taken: AtomicUsize::new(0),
+        }
+    }
+
+    /// The slot of (`cb`, `ep`, `op`), taking a free one on first sight; None when all are taken.
+    /// Lock-free: two threads that race for the same triple may each take a slot, and both
+    /// count the same way.
+    #[inline]
+    fn slot(&self, cb: usize, ep: u32, op: Op) -> Option<usize> {
+        let n = self.taken.load(Ordering::Acquire).min(SLOTS);
+        for (i, s) in self.slots[..n].iter().enumerate() {
+            if s.ready.load(Ordering::Acquire)
+                && s.cb.load(Ordering::Relaxed) == cb
+                && s.ep.load(Ordering::Relaxed) == ep
+                && s.op.load(Ordering::Relaxed) == op as u8
+            {
+                return Some(i);
+            }
+        }
+        self.take(cb, ep, op)
+    }
+
+    #[cold]
+    fn take(&self, cb: usize, ep: u32, op: Op) -> Option<usize> {
+        if self.taken.load(Ordering::Relaxed) >= SLOTS {
+            return None;
+        }
+        let i = self.taken.fetch_add(1, Ordering::AcqRel);
+        let s = self.slots.get(i)?;
+        s.cb.store(cb, Ordering::Relaxed);
+        s.ep.store(ep, Ordering::Relaxed);
+        s.op.store(op as u8, Ordering::Relaxed);
+        s.ready.store(true, Ordering::Release);
+        Some(i)
+    }
+}
+
+static TAG: CbTable = CbTable::new();
+static LEN: CbTable = CbTable::new();
+
+macro_rules! trampolines {
+    ($f:ident as $t:ty; $($i:literal)*) => { [$($f::<$i> as $t,)*] };
+}
+
+/// sigmatop's tag-receive callbacks, one per slot of `TAG`.
+static TAG_CBS: [TagRecvCb; SLOTS] = trampolines!(tag_done as TagRecvCb;
+    0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20 21 22 23 24 25 26 27 28 29 30 31 32 33
+    34 35 36 37 38 39 40 41 42 43 44 45 46 47 48 49 50 51 52 53 54 55 56 57 58 59 60 61 62 63 64
+    65 66 67 68 69 70 71 72 73 74 75 76 77 78 79 80 81 82 83 84 85 86 87 88 89 90 91 92 93 94 95
+    96 97 98 99 100 101 102 103 104 105 106 107 108 109 110 111 112 113 114 115 116 117 118 119
+    120 121 122 123 124 125 126 127
+);
+/// sigmatop's length callbacks (stream receives), one per slot of `LEN`.
+static LEN_CBS: [LenRecvCb; SLOTS] = trampolines!(len_done as LenRecvCb;
+    0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20 21 22 23 24 25 26 27 28 29 30 31 32 33
+    34 35 36 37 38 39 40 41 42 43 44 45 46 47 48 49 50 51 52 53 54 55 56 57 58 59 60 61 62 63 64
+    65 66 67 68 69 70 71 72 73 74 75 76 77 78 79 80 81 82 83 84 85 86 87 88 89 90 91 92 93 94 95
+    96 97 98 99 100 101 102 103 104 105 106 107 108 109 110 111 112 113 114 115 116 117 118 119
+    120 121 122 123 124 125 126 127
+);
+
+/// Counts a receive that completed with `status`: its bytes on `UCS_OK`, a failed receive
+/// otherwise. Counted whatever hook runs on this thread (the callback may run inside one).
+#[inline(always)]
+fn count_arrival(s: &CbSlot, status: Status, len: u64) {
+    if !crate::config::layer_enabled(Layer::Ucx) {
+        return;
+    }
+    hook::guarded((), || {
+        if let Some(ts) = crate::thread::current() {
+            let op = Op::from_u8(s.op.load(Ordering::Relaxed)).unwrap_or(Op::UcxTagRecv);
+            ts.arrived(s.ep.load(Ordering::Relaxed), op, len, status == UCS_OK);
+        }
+    });
+}
+
+/// sigmatop's tag-receive callback of slot `I`: counts, then calls the program's.
+unsafe extern "C" fn tag_done<const I: usize>(
+    req: Ptr,
+    status: Status,
+    info: *const TagRecvInfo,
+    user_data: Ptr,
+) {
+    // SAFETY: UCX's arguments, forwarded.
+    unsafe { tag_complete(&TAG.slots[I], req, status, info, user_data) }
+}
+
+/// # Safety
+/// UCX's callback arguments: `info` NULL or valid.
+#[inline(never)]
+unsafe fn tag_complete(s: &CbSlot, req: Ptr, status: Status, info: *const TagRecvInfo, ud: Ptr) {
+    let len = if info.is_null() {
+        0
+    } else {
+        // SAFETY: UCX passes the receive's info (valid during the call).
+        unsafe { (*info).length }
+    };
+    count_arrival(s, status, len as u64);
+    let cb = s.cb.load(Ordering::Relaxed);
+    if cb != 0 {
+        // SAFETY: the program's callback of this kind, with UCX's arguments (a legacy
+        // three-argument callback ignores `ud`, as it does when UCX calls it itself).
+        unsafe { core::mem::transmute::<usize, TagRecvCb>(cb)(req, status, info, ud) }
+    }
+}
+
+/// sigmatop's stream-receive callback of slot `I`.
+unsafe extern "C" fn len_done<const I: usize>(req: Ptr, status: Status, len: usize, ud: Ptr) {
+    let s = &LEN.slots[I];
+    count_arrival(s, status, len as u64);
+    let cb = s.cb.load(Ordering::Relaxed);
+    if cb != 0 {
+        // SAFETY: the program's callback of this kind, with UCX's arguments.
+        unsafe { core::mem::transmute::<usize, LenRecvCb>(cb)(req, status, len, ud) }
+    }
+}
+
+/// The callback of a tag receive on `ep` whose program callback is `cb` (0: none).
+fn tag_cb(cb: usize, ep: u32, op: Op) -> Option<TagRecvCb> {
+    let i = TAG.slot(cb, ep, op);
+    i.map(|i| TAG_CBS[i])
+}
+
+/// The callback of a stream receive on `ep` whose program callback is `cb` (0: none).
+fn len_cb(cb: usize, ep: u32, op: Op) -> Option<LenRecvCb> {
+    LEN.slot(cb, ep, op).map(|i| LEN_CBS[i])
+}
+
+#[cold]
+fn unseen() {
+    ARRIVALS_UNSEEN.fetch_add(1, Ordering::Relaxed);
+}
+
+/// A copy of the program's parameters with sigmatop's completion callback (and, for a tag
+/// receive without one, sigmatop's receive info), or None when the completion cannot be seen.
+///
+/// # Safety
+/// `param` is NULL or the program's valid `ucp_request_param_t`; `info` is writable.
+unsafe fn with_callback(
+    param: *const RequestParam,
+    cb: impl FnOnce(usize) -> Option<Ptr>,
+    info: Option<*mut TagRecvInfo>,
+) -> Option<MaybeUninit<RequestParam>> {
+    if param.is_null() {
+        return None;
+    }
+    let mut p = MaybeUninit::<RequestParam>::uninit();
+    let q = p.as_mut_ptr();
+    // SAFETY: a byte copy of the program's 72 bytes (fields it did not set are never read as
+    // values); then only fields sigmatop sets or the mask names are touched.
+    unsafe {
+        core::ptr::copy_nonoverlapping(param, q, 1);
+        let mask = (*param).op_attr_mask;
+        let theirs = if mask & OP_ATTR_FIELD_CALLBACK != 0 {
+            (*param).cb as usize
+        } else {
+            0
+        };
+        let ours = cb(theirs)?;
+        core::ptr::addr_of_mut!((*q).cb).write(ours);
+        let mut m = mask | OP_ATTR_FIELD_CALLBACK;
+        if let Some(info) = info
+            && mask & OP_ATTR_FIELD_RECV_INFO == 0
+        {
+            core::ptr::addr_of_mut!((*q).recv_info).write(info as Ptr);
+            m |= OP_ATTR_FIELD_RECV_INFO;
+        }
+        core::ptr::addr_of_mut!((*q).op_attr_mask).write(m);
+    }
+    Some(p)
+}
+
+/// The receive info an immediate completion of `param` (or of sigmatop's copy) was written to.
+///
+/// # Safety
+/// As `with_callback`.
+unsafe fn info_of(param: *const RequestParam, ours: *mut TagRecvInfo) -> *const TagRecvInfo {
+    // SAFETY: the mask and, when it names it, the program's recv_info pointer.
+    unsafe {
+        if !param.is_null() && (*param).op_attr_mask & OP_ATTR_FIELD_RECV_INFO != 0 {
+            (*param).recv_info as *const TagRecvInfo
+        } else {
+            ours
+        }
+    }
+}
+
+/// The recording step of a receive post: refused (no bytes), or posted with its buffer size;
+/// completed inside the call (`arrived` = the length then), also the receive itself. `seen`:
+/// sigmatop's callback will see a later completion.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)] // the post's parts
+fn record_post<R: UcsResult>(
+    ts: &ThreadState,
+    ep: u32,
+    op: Op,
+    r: R,
+    posted: u64,
+    detail: Option<Detail>,
+    seen: bool,
+    arrived: impl FnOnce() -> Option<u64>,
+) {
+    match r.outcome() {
+        Outcome::Refused => ts.record(ep, op, 0, Outcome::Refused, || detail),
+        Outcome::Immediate => {
+            ts.record(ep, op, posted, Outcome::Posted, || {
+                detail.map(|d| Detail {
+                    flags: d.flags | flags::IMMEDIATE,
+                    ..d
+                })
+            });
+            match arrived() {
+                Some(n) => ts.arrived(ep, op, n, true),
+                None => unseen(),
+            }
+        }
+        _ => {
+            if !seen {
+                unseen();
+            }
+            ts.record(ep, op, posted, Outcome::Posted, || detail)
+        }
+    }
+}
+
+/// The body of the two nbx tag receives: the real call with sigmatop's callback (and receive
+/// info) when traced. `probe` finds the length of the message an immediate completion would
+/// take, for a UCX that does not report it (None: a probed message, which cannot be asked).
+///
+/// # Safety
+/// `param` as the UCP API defines it.
+#[inline(always)]
+unsafe fn tag_recv_nbx(
+    worker: Ptr,
+    op: Op,
+    param: *const RequestParam,
+    detail: Option<Detail>,
+    posted: impl FnOnce() -> u64,
+    probe: Option<(u64, u64)>,
+    real: impl FnOnce(*const RequestParam) -> Ptr,
+) -> Ptr {
+    let mut own = TagRecvInfo::default();
+    let own: *mut TagRecvInfo = &mut own;
+    let ep = Cell::new(UNATTRIBUTED_EP);
+    let seen = Cell::new(false);
+    // The length of an immediate completion: from the receive info, or probed before the call.
+    let info_reported = Cell::new(false);
+    let probed = Cell::new(None);
+    hook::around_traced(
+        Layer::Ucx,
+        |traced| {
+            if !traced {
+                return real(param);
+            }
+            ep.set(crate::registry::lookup(worker as usize));
+            let imm_possible = !param.is_null()
+                // SAFETY: the program's parameters (non-NULL).
+                && unsafe { (*param).op_attr_mask } & OP_ATTR_FLAG_NO_IMM_CMPL == 0;
+            if imm_possible {
+                if imm_info_reported() {
+                    info_reported.set(true);
+                } else if let Some((tag, mask)) = probe {
+                    probed.set(probe_len(worker, tag, mask));
+                }
+            }
+            let info = info_reported.get().then_some(own);
+            // SAFETY: the program's parameters; `own` lives through the call.
+            match unsafe {
+                with_callback(param, |cb| tag_cb(cb, ep.get(), op).map(|f| f as Ptr), info)
+            } {
+                Some(p) => {
+                    seen.set(true);
+                    real(p.as_ptr())
+                }
+                None => real(param),
+            }
+        },
+        |ts, r| {
+            record_post(ts, ep.get(), op, r, posted(), detail, seen.get(), || {
+                if info_reported.get() {
+                    // SAFETY: on an immediate completion UCX wrote the info it was given.
+                    Some(unsafe { (*info_of(param, own)).length } as u64)
+                } else {
+                    probed.get()
+                }
+            })
+        },
+    )
+}
+
+/// Hook of `ucp_tag_recv_nbx` (counted on the worker).
+#[unsafe(no_mangle)]
+unsafe extern "C" fn ucp_tag_recv_nbx(
+    worker: Ptr,
+    buffer: *mut c_void,
+    count: usize,
+    tag: u64,
+    tag_mask: u64,
+    param: *const RequestParam,
+) -> Ptr {
+    let Some(real) = TAG_RECV_NBX.get() else {
+        return unsupported_ptr();
+    };
+    // SAFETY: the program's arguments; the real call gets them, or sigmatop's copy of `param`.
+    unsafe {
+        tag_recv_nbx(
+            worker,
+            Op::UcxTagRecv,
+            param,
+            Some(Detail::at(tag, 0)),
+            || nbx_bytes(param, buffer, count),
+            Some((tag, tag_mask)),
+            |p| real(worker, buffer, count, tag, tag_mask, p),
+        )
+    }
+}
+
+/// Hook of `ucp_tag_msg_recv_nbx` (a probed message; counted on the worker; no event, since the
+/// message's tag is not known here).
+#[unsafe(no_mangle)]
+unsafe extern "C" fn ucp_tag_msg_recv_nbx(
+    worker: Ptr,
+    buffer: *mut c_void,
+    count: usize,
+    message: Ptr,
+    param: *const RequestParam,
+) -> Ptr {
+    let Some(real) = MSG_RECV_NBX.get() else {
+        return unsupported_ptr();
+    };
+    // SAFETY: as ucp_tag_recv_nbx.
+    unsafe {
+        tag_recv_nbx(
+            worker,
+            Op::UcxTagRecv,
+            param,
+            None,
+            || nbx_bytes(param, buffer, count),
+            None,
+            |p| real(worker, buffer, count, message, p),
+        )
+    }
+}
+
+/// The body of the legacy receives that take the program's callback: it is swapped for
+/// sigmatop's; `arrived` reads the length of a receive that completed at once (a stream receive;
+/// a tag receive never does: `UCP_OP_ATTR_FLAG_NO_IMM_CMPL`).
+#[inline(always)]
+#[allow(clippy::too_many_arguments)] // the call's parts, each a closure of the hook
+fn with_legacy_cb<R: UcsResult>(
+    handle: Ptr,
+    op: Op,
+    cb: Ptr,
+    detail: Option<Detail>,
+    posted: impl FnOnce() -> u64,
+    ours: impl FnOnce(usize, u32) -> Option<Ptr>,
+    real: impl FnOnce(Ptr) -> R,
+    arrived: impl FnOnce() -> Option<u64>,
+) -> R {
+    let ep = Cell::new(UNATTRIBUTED_EP);
+    let seen = Cell::new(false);
+    hook::around_traced(
+        Layer::Ucx,
+        |traced| {
+            if !traced || cb.is_null() {
+                return real(cb);
+            }
+            ep.set(crate::registry::lookup(handle as usize));
+            match ours(cb as usize, ep.get()) {
+                Some(f) => {
+                    seen.set(true);
+                    real(f)
+                }
+                None => real(cb),
+            }
+        },
+        |ts, r| record_post(ts, ep.get(), op, r, posted(), detail, seen.get(), arrived),
+    )
+}
+
+/// Hook of `ucp_tag_recv_nb`.
+#[unsafe(no_mangle)]
+unsafe extern "C" fn ucp_tag_recv_nb(
+    worker: Ptr,
+    buffer: *mut c_void,
+    count: usize,
+    datatype: u64,
+    tag: u64,
+    tag_mask: u64,
+    cb: Ptr,
+) -> Ptr {
+    let Some(real) = TAG_RECV_NB.get() else {
+        return unsupported_ptr();
+    };
+    with_legacy_cb(
+        worker,
+        Op::UcxTagRecv,
+        cb,
+        Some(Detail::at(tag, 0)),
+        // SAFETY: the program's valid buffer of `count` elements of `datatype`.
+        || unsafe { dt_bytes(datatype, buffer, count) },
+        |cb, ep| tag_cb(cb, ep, Op::UcxTagRecv).map(|f| f as Ptr),
+        // SAFETY: the program's arguments, its callback swapped for sigmatop's.
+        |cb| unsafe { real(worker, buffer, count, datatype, tag, tag_mask, cb) },
+        || None,
+    )
+}
+
+/// Hook of `ucp_tag_msg_recv_nb` (no event: see `ucp_tag_msg_recv_nbx`).
+#[unsafe(no_mangle)]
+unsafe extern "C" fn ucp_tag_msg_recv_nb(
+    worker: Ptr,
+    buffer: *mut c_void,
+    count: usize,
+    datatype: u64,
+    message: Ptr,
+    cb: Ptr,
+) -> Ptr {
+    let Some(real) = MSG_RECV_NB.get() else {
+        return unsupported_ptr();
+    };
+    with_legacy_cb(
+        worker,
+        Op::UcxTagRecv,
+        cb,
+        None,
+        // SAFETY: the program's valid buffer of `count` elements of `datatype`.
+        || unsafe { dt_bytes(datatype, buffer, count) },
+        |cb, ep| tag_cb(cb, ep, Op::UcxTagRecv).map(|f| f as Ptr),
+        // SAFETY: the program's arguments, its callback swapped for sigmatop's.
+        |cb| unsafe { real(worker, buffer, count, datatype, message, cb) },
+        || None,
+    )
+}
+
+/// Hook of `ucp_tag_recv_nbr`: the program's request, no callback. Traced, it is made as UCX
+/// makes it (`ucp_tag_recv_nbx` with the request, the datatype and `NO_IMM_CMPL`) plus
+/// sigmatop's counting callback.
+#[unsafe(no_mangle)]
+unsafe extern "C" fn ucp_tag_recv_nbr(
+    worker: Ptr,
+    buffer: *mut c_void,
+    count: usize,
+    datatype: u64,
+    tag: u64,
+    tag_mask: u64,
+    req: Ptr,
+) -> Status {
+    let Some(real) = TAG_RECV_NBR.get() else {
+        return UCS_ERR_UNSUPPORTED;
+    };
+    let nbx = TAG_RECV_NBX.get();
+    let ep = Cell::new(UNATTRIBUTED_EP);
+    let seen = Cell::new(false);
+    hook::around_traced(
+        Layer::Ucx,
+        |traced| {
+            let plain = || {
+                // SAFETY: the program's arguments, unchanged.
+                unsafe { real(worker, buffer, count, datatype, tag, tag_mask, req) }
+            };
+            let Some(nbx) = nbx.filter(|_| traced) else {
+                return plain();
+            };
+            ep.set(crate::registry::lookup(worker as usize));
+            let Some(cb) = tag_cb(0, ep.get(), Op::UcxTagRecv) else {
+                return plain();
+            };
+            seen.set(true);
+            let p = RequestParam {
+                op_attr_mask: OP_ATTR_FIELD_DATATYPE
+                    | OP_ATTR_FIELD_REQUEST
+                    | OP_ATTR_FLAG_NO_IMM_CMPL
+                    | OP_ATTR_FIELD_CALLBACK,
+                flags: 0,
+                request: req,
+                cb: cb as Ptr,
+                datatype,
+                user_data: core::ptr::null_mut(),
+                reply_buffer: core::ptr::null_mut(),
+                memory_type: 0,
+                recv_info: core::ptr::null_mut(),
+                memh: core::ptr::null_mut(),
+            };
+            // SAFETY: the program's arguments and request, in the parameters `_nbr` builds.
+            let r = unsafe { nbx(worker, buffer, count, tag, tag_mask, &p) };
+            if r.outcome() == Outcome::Refused {
+                r as isize as Status
+            } else {
+                UCS_OK
+            }
+        },
+        |ts, r| {
+            // SAFETY: the program's valid buffer of `count` elements of `datatype`.
+            let posted = unsafe { dt_bytes(datatype, buffer, count) };
+            // `_nbr` completes into the request (never at once: UCS_OK means posted here).
+            let r = if r == UCS_OK { 1 } else { r };
+            let detail = Some(Detail::at(tag, 0));
+            record_post(
+                ts,
+                ep.get(),
+                Op::UcxTagRecv,
+                r,
+                posted,
+                detail,
+                seen.get(),
+                || None,
+            )
+        },
+    )
+}
+
+/// Hook of `ucp_stream_recv_nbx`: posted; the length when it completes at once (`*length`) or
+/// through the callback.
+#[unsafe(no_mangle)]
+unsafe extern "C" fn ucp_stream_recv_nbx(
+    ep: Ptr,
+    buffer: *mut c_void,
+    count: usize,
+    length: *mut usize,
+    param: *const RequestParam,
+) -> Ptr {
+    let Some(real) = STREAM_RECV_NBX.get() else {
+        return unsupported_ptr();
+    };
+    let id = Cell::new(UNATTRIBUTED_EP);
+    let seen = Cell::new(false);
+    hook::around_traced(
+        Layer::Ucx,
+        |traced| {
+            // SAFETY: the program's arguments (or sigmatop's copy of `param`).
+            let call = |p| unsafe { real(ep, buffer, count, length, p) };
+            if !traced {
+                return call(param);
+            }
+            id.set(crate::registry::lookup(ep as usize));
+            let op = Op::UcxStreamRecv;
+            // SAFETY: the program's parameters.
+            match unsafe {
+                with_callback(param, |cb| len_cb(cb, id.get(), op).map(|f| f as Ptr), None)
+            } {
+                Some(p) => {
+                    seen.set(true);
+                    call(p.as_ptr())
+                }
+                None => call(param),
+            }
+        },
+        |ts, r| {
+            // SAFETY: the program's valid buffer and param.
+            let posted = unsafe { nbx_bytes(param, buffer, count) };
+            let detail = Some(Detail::NONE);
+            record_post(
+                ts,
+                id.get(),
+                Op::UcxStreamRecv,
+                r,
+                posted,
+                detail,
+                seen.get(),
+                || {
+                    // SAFETY: UCX wrote `*length` when it completed at once.
+                    (!length.is_null()).then(|| unsafe { *length } as u64)
+                },
+            )
+        },
+    )
+}
+
+/// Hook of `ucp_stream_recv_nb`: as `ucp_stream_recv_nbx`, the callback given directly.
+#[unsafe(no_mangle)]
+unsafe extern "C" fn ucp_stream_recv_nb(
+    ep: Ptr,
+    buffer: *mut c_void,
+    count: usize,
+    datatype: u64,
+    cb: Ptr,
+    length: *mut usize,
+    fl: c_uint,
+) -> Ptr {
+    let Some(real) = STREAM_RECV_NB.get() else {
+        return unsupported_ptr();
+    };
+    with_legacy_cb(
+        ep,
+        Op::UcxStreamRecv,
+        cb,
+        Some(Detail::NONE),
+        // SAFETY: the program's valid buffer of `count` elements of `datatype`.
+        || unsafe { dt_bytes(datatype, buffer, count) },
+        |cb, id| len_cb(cb, id, Op::UcxStreamRecv).map(|f| f as Ptr),
+        // SAFETY: the program's arguments, its callback swapped for sigmatop's.
+        |cb| unsafe { real(ep, buffer, count, datatype, cb, length, fl) },
+        // SAFETY: UCX wrote `*length` when it completed at once.
+        || (!length.is_null()).then(|| unsafe { *length } as u64),
+    )
+}
+
+/// Hook of `ucp_am_recv_data_nbx`: the buffer a program gives an active message's data, counted
+/// as posted (the message itself was counted by its handler, with its length).
+#[unsafe(no_mangle)]
+unsafe extern "C" fn ucp_am_recv_data_nbx(
+    worker: Ptr,
+    data_desc: *mut c_void,
+    buffer: *mut c_void,
+    count: usize,
+    param: *const RequestParam,
+) -> Ptr {
+    let Some(real) = AM_RECV_DATA_NBX.get() else {
+        return unsupported_ptr();
+    };
+    hook::around(
+        hook::Guard::Outermost(Layer::Ucx),
+        // SAFETY: the program's arguments, unchanged.
+        || unsafe { real(worker, data_desc, buffer, count, param) },
+        |ts, r| {
+            let ep = crate::registry::lookup(worker as usize);
+            // SAFETY: the program's valid buffer and param.
+            let posted = unsafe { nbx_bytes(param, buffer, count) };
+            let outcome = if r.outcome() == Outcome::Refused {
+                Outcome::Refused
+            } else {
+                Outcome::Posted
+            };
+            ts.record(ep, Op::UcxAmRecvData, posted, outcome, || {
+                Some(Detail::NONE)
+            })
+        },
+    )
+}
+
+/// What sigmatop's AM handler stands for: the program's handler and argument, and the worker's
+/// endpoint. Leaked (a handler can run until the worker is gone; re-registrations are rare).
+struct AmCtx {
+    cb: usize,
+    arg: Ptr,
+    ep: u32,
+}
+
+/// Counts an active message that reached its handler: `length` bytes on the worker.
+#[inline(always)]
+fn count_am(ep: u32, length: usize) {
+    if !crate::config::layer_enabled(Layer::Ucx) {
+        return;
+    }
+    hook::guarded((), || {
+        if let Some(ts) = crate::thread::current() {
+            ts.arrived(ep, Op::UcxAmRecvData, length as u64, true);
+        }
+    });
+}
+
+/// sigmatop's `ucp_am_recv_callback_t`: counts, then calls the program's handler.
+unsafe extern "C" fn am_recv_handler(
+    arg: Ptr,
+    header: *const c_void,
+    header_length: usize,
+    data: *mut c_void,
+    length: usize,
+    param: Ptr,
+) -> Status {
+    // SAFETY: `arg` is the AmCtx sigmatop registered this handler with.
+    let ctx = unsafe { &*(arg as *const AmCtx) };
+    count_am(ctx.ep, length);
+    // SAFETY: the program's handler of this kind, with its argument and UCX's others.
+    unsafe {
+        core::mem::transmute::<usize, AmRecvCb>(ctx.cb)(
+            ctx.arg,
+            header,
+            header_length,
+            data,
+            length,
+            param,
+        )
+    }
+}
+
+/// sigmatop's legacy `ucp_am_callback_t`.
+unsafe extern "C" fn am_legacy_handler(
+    arg: Ptr,
+    data: *mut c_void,
+    length: usize,
+    reply_ep: Ptr,
+    fl: c_uint,
+) -> Status {
+    // SAFETY: `arg` is the AmCtx sigmatop registered this handler with.
+    let ctx = unsafe { &*(arg as *const AmCtx) };
+    count_am(ctx.ep, length);
+    // SAFETY: the program's handler of this kind.
+    unsafe {
+        core::mem::transmute::<usize, AmLegacyCb>(ctx.cb)(ctx.arg, data, length, reply_ep, fl)
+    }
+}
+
+/// A leaked context for a handler registration (control path).
+fn am_ctx(worker: Ptr, cb: Ptr, arg: Ptr) -> Ptr {
+    let ctx = Box::new(AmCtx {
+        cb: cb as usize,
+        arg,
+        ep: crate::registry::lookup(worker as usize),
+    });
+    Box::into_raw(ctx) as Ptr
+}
+
+/// Hook of `ucp_worker_set_am_recv_handler`: the program's handler is registered behind
+/// sigmatop's, which counts every message it gets.
+#[unsafe(no_mangle)]
+unsafe extern "C" fn ucp_worker_set_am_recv_handler(
+    worker: Ptr,
+    param: *const AmHandlerParam,
+) -> Status {
+    let Some(real) = SET_AM_RECV_HANDLER.get() else {
+        return UCS_ERR_UNSUPPORTED;
+    };
+    // SAFETY: the program's parameters (NULL or valid).
+    let mine = unsafe { param.as_ref() }
+        .filter(|p| p.field_mask & AM_HANDLER_PARAM_FIELD_CB != 0 && !p.cb.is_null());
+    hook::around_traced(
+        Layer::Ucx,
+        |traced| {
+            let Some(p) = mine.filter(|_| traced) else {
+                // SAFETY: the program's arguments, unchanged.
+                return unsafe { real(worker, param) };
+            };
+            let arg = if p.field_mask & AM_HANDLER_PARAM_FIELD_ARG != 0 {
+                p.arg
+            } else {
+                core::ptr::null_mut()
+            };
+            let Some(ctx) = hook::guarded(None, || Some(am_ctx(worker, p.cb, arg))) else {
+                // SAFETY: as above.
+                return unsafe { real(worker, param) };
+            };
+            let ours = AmHandlerParam {
+                field_mask: p.field_mask | AM_HANDLER_PARAM_FIELD_ARG,
+                cb: am_recv_handler as AmRecvCb as Ptr,
+                arg: ctx,
+                ..*p
+            };
+            // SAFETY: the program's worker and parameters, handler and argument sigmatop's.
+            unsafe { real(worker, &ours) }
+        },
+        |_, _| {},
+    )
+}
+
+/// Hook of the legacy `ucp_worker_set_am_handler`; as `ucp_worker_set_am_recv_handler`.
+#[unsafe(no_mangle)]
+unsafe extern "C" fn ucp_worker_set_am_handler(
+    worker: Ptr,
+    id: u16,
+    cb: Ptr,
+    arg: Ptr,
+    fl: u32,
+) -> Status {
+    let Some(real) = SET_AM_HANDLER.get() else {
+        return UCS_ERR_UNSUPPORTED;
+    };
+    hook::around_traced(
+        Layer::Ucx,
+        |traced| {
+            if !traced || cb.is_null() {
+                // SAFETY: the program's arguments, unchanged.
+                return unsafe { real(worker, id, cb, arg, fl) };
+            }
+            match hook::guarded(None, || Some(am_ctx(worker, cb, arg))) {
+                // SAFETY: the program's worker, id and flags; handler and argument sigmatop's.
+                Some(ctx) => unsafe {
+                    real(worker, id, am_legacy_handler as AmLegacyCb as Ptr, ctx, fl)
+                },
+                // SAFETY: as above.
+                None => unsafe { real(worker, id, cb, arg, fl) },
+            }
+        },
+        |_, _| {},
+    )
+}
+
+pub(super) fn hooks() -> Vec<crate::dl::Hook> {
+    hook_table![Layer::Ucx;
+        ucp_tag_recv_nbx => TAG_RECV_NBX,
+        ucp_tag_recv_nb => TAG_RECV_NB,
+        ucp_tag_recv_nbr => TAG_RECV_NBR,
+        ucp_tag_msg_recv_nbx => MSG_RECV_NBX,
+        ucp_tag_msg_recv_nb => MSG_RECV_NB,
+        ucp_stream_recv_nbx => STREAM_RECV_NBX,
+        ucp_stream_recv_nb => STREAM_RECV_NB,
+        ucp_am_recv_data_nbx => AM_RECV_DATA_NBX,
+        ucp_worker_set_am_recv_handler => SET_AM_RECV_HANDLER,
+        ucp_worker_set_am_handler => SET_AM_HANDLER,
+    ]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_slot_per_callback_endpoint_and_op_until_none_is_left() {
+        let t = CbTable::new();
+        assert_eq!(t.slot(0x1000, 1, Op::UcxTagRecv), Some(0));
+        assert_eq!(t.slot(0x1000, 1, Op::UcxTagRecv), Some(0));
+        assert_eq!(t.slot(0x1000, 2, Op::UcxTagRecv), Some(1));
+        assert_eq!(t.slot(0, 1, Op::UcxTagRecv), Some(2));
+        assert_eq!(t.slot(0x1000, 1, Op::UcxStreamRecv), Some(3));
+        for i in 4..SLOTS {
+            assert_eq!(t.slot(0x2000, i as u32, Op::UcxTagRecv), Some(i));
+        }
+        assert_eq!(t.slot(0x3000, 1, Op::UcxTagRecv), None);
+        assert_eq!(t.slot(0x1000, 2, Op::UcxTagRecv), Some(1));
+    }
+
+    #[test]
+    fn each_trampoline_stands_for_its_slot() {
+        let mut seen = std::collections::HashSet::new();
+        for f in TAG_CBS
+            .iter()
+            .map(|f| *f as usize)
+            .chain(LEN_CBS.iter().map(|f| *f as usize))
+        {
+            assert!(seen.insert(f), "two slots share a trampoline");
+        }
+    }
+}
