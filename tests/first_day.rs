@@ -384,7 +384,12 @@ fn layers_as_the_readme_spells_them() {
     let v: serde_json::Value =
         serde_json::from_slice(&std::fs::read(&json).expect("summary written")).expect("JSON");
     let p = &v["processes"][0];
-    assert_eq!(p["layers"], "ucx,libfabric,ibverbs,mlx5", "all but cuda");
+    // `layers` is what the program used; `layers_enabled` what `--layers -cuda` switched on.
+    assert_eq!(p["layers"], "ucx", "used");
+    assert_eq!(
+        p["layers_enabled"], "ucx,libfabric,ibverbs,mlx5",
+        "all but cuda"
+    );
     assert_eq!(p["tx_ops"].as_u64(), Some(n + 1));
     assert_eq!(p["tx_bytes"].as_u64(), Some((n + 1) * SIZE));
 
