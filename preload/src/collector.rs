@@ -65,8 +65,26 @@ static CANCEL: AtomicBool = AtomicBool::new(false);
 /// record, Bye to live readers). A fork child whose collector has not begun yet (still in its
 /// grace period) is simply cancelled: nothing of it is created.
 pub fn before_exec() {
-    if STATE.load(Ordering::Acquire) != RUNNING {
+    // A vfork child's exec: the collector in this memory is the parent's, which goes on.
+    if started_by_another_process() {
         return;
+    }
+    if end_now() {
+        STATE.store(STOPPED_FOR_EXEC, Ordering::Release);
+    }
+}
+
+/// Called by the `_exit`/`_Exit` hooks (crate::exit), where no destructor will run: the same
+/// final flush as at a normal exit, and the same cancellation of a fork child's collector that
+/// has not begun.
+pub fn before_exit() {
+    end_now();
+}
+
+/// Ends the collector now (before an exec or `_exit`): false when none was running.
+fn end_now() -> bool {
+    if STATE.load(Ordering::Acquire) != RUNNING {
+        return false;
     }
     if !RUN_BEGAN.load(Ordering::Acquire) && !crate::thread::any_registered() {
         // Still in its grace period and nothing traced since the fork: cancel it.
@@ -76,7 +94,19 @@ pub fn before_exec() {
         HURRY.store(true, Ordering::Release);
         shutdown();
     }
-    STATE.store(STOPPED_FOR_EXEC, Ordering::Release);
+    true
+}
+
+/// The process whose collector this is (the pid that started it), 0 before one started.
+static OWNER_PID: core::sync::atomic::AtomicU32 = core::sync::atomic::AtomicU32::new(0);
+
+/// True when the collector state in this memory was started by another process: in a vfork
+/// child, which shares its parent's memory and must leave the parent's collector (and doorbell
+/// poller) alone when it exits; and in a fork child whose parent's collector was running but
+/// whose own has not been started (there is nothing of its own to flush).
+pub fn started_by_another_process() -> bool {
+    let owner = OWNER_PID.load(Ordering::Acquire);
+    owner != 0 && owner != crate::os::kernel_pid()
 }
 
 /// The exec failed: this image goes on, and so does tracing.
@@ -122,6 +152,7 @@ pub fn ensure_started() {
     {
         return;
     }
+    OWNER_PID.store(crate::os::kernel_pid(), Ordering::Release);
     config::flush_warnings();
     let spawned = std::thread::Builder::new()
         .name("sigmatop".into())
