@@ -312,7 +312,8 @@ pub struct StatusCounters {
     pub coalesced_doorbells: u64,
     /// WQEs that could not be decoded.
     pub unparsable_wqes: u64,
-    /// Socket frames lost or rejected.
+    /// Live frames the traced processes could not send to this viewer because it read too
+    /// slowly (their queue for it was full): resolution and sampled events lost, never totals.
     pub frames_lost: u64,
     /// Posts the providers refused (busy: `-FI_EAGAIN`, an error status, a verbs `bad_wr`): not
     /// operations, not losses either; shown when there are some.
