@@ -650,6 +650,9 @@ fn run() {
         drops: snap.drops,
     };
     c.record(&end);
+    if let Some(dir) = &config::paths().final_dir {
+        crate::final_state::write(dir, &c.identity, clock::sample(), &snap);
+    }
     if let Some(s) = c.server.as_mut() {
         s.broadcast(&Frame::Bye {
             at_ns: clock::real_ns(),

@@ -21,6 +21,7 @@
 //! - `doorbell`: GPU doorbell shadow pages, the forwarding poller, WQE recovery.
 //! - `collector`: the collector thread: drains rings, snapshots, records, serves the socket.
 //! - `server`: the live Unix socket of the process.
+//! - `final_state`: the final state a process leaves for the `sigmatop run` that started it.
 //! - `process`: `exec*` hooks that end the record cleanly before the image is replaced.
 //! - `exit`: `_exit`/`_Exit` hooks that run the final flush no destructor will run.
 //! - `bench` (feature `bench`): entry points for the benchmarks and test probes.
@@ -38,6 +39,7 @@ pub mod cuda_driver;
 pub mod dl;
 pub mod doorbell;
 pub mod exit;
+pub mod final_state;
 pub mod hook;
 pub mod ibverbs;
 pub mod mlx5;

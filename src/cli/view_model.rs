@@ -102,6 +102,8 @@ pub fn build_view_into(
             tx_bps: r.tx_bps,
             rx_bps: r.rx_bps,
             ops_per_s: r.ops_per_s,
+            tx_bytes: r.tot.tx,
+            rx_bytes: r.tot.rx,
             drops: a.drops.total_events_lost(),
             exited: a.p.exited,
         });

@@ -82,6 +82,10 @@ pub struct ProcessRow {
     pub rx_bps: f64,
     /// Work requests (posted operations) per second.
     pub ops_per_s: f64,
+    /// Egress bytes since the start (for an exited process: its final total).
+    pub tx_bytes: u64,
+    /// Ingress bytes since the start.
+    pub rx_bytes: u64,
     /// Events dropped by this process's rings.
     pub drops: u64,
     /// The process has exited; its totals are kept.
