@@ -195,6 +195,7 @@ pub fn run_headless(args: &RunArgs) -> CliResult {
         layers_arg: args.layers.as_deref(),
         layers_on: args.layers.as_deref().map_or(Ok(u32::MAX), layers_mask)?,
         seen: &libraries,
+        failed: (!status.success()).then(|| describe(status)),
     };
     let nothing = report.processes.is_empty() && live.sockets_seen == 0;
     drop(finals);
@@ -207,8 +208,10 @@ pub fn run_headless(args: &RunArgs) -> CliResult {
     }
     let t = &report.totals;
     // Processes traced, but not one operation: an MPI job over a transport sigmatop does not see.
+    let used = model.processes.values().fold(0, |m, p| m | p.layers_used());
+    let used = crate::event::layer_names(used);
     let idle_mpi = (!nothing && t.tx_ops + t.rx_ops + t.other_ops == 0)
-        .then(|| why.mpi_hint())
+        .then(|| why.mpi_hint(Some(&used)))
         .flatten();
     match json {
         Some(out) => {
