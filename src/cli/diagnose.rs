@@ -369,7 +369,7 @@ impl NothingTraced<'_> {
             None => match &self.failed {
                 // It may have failed before it got to one: say what was seen, not more.
                 Some(d) => format!(
-                    "nothing was traced: {prog} exited with {d} and was not seen loading a library sigmatop traces (UCX, libfabric, ibverbs, mlx5); its output says why"
+                    "nothing was traced: {prog} exited with {d}, not seen loading a library sigmatop traces (UCX, libfabric, ibverbs, mlx5)"
                 ),
                 None => format!(
                     "{prog} used no RDMA library sigmatop traces (UCX, libfabric, ibverbs, mlx5): nothing was traced"
