@@ -38,6 +38,7 @@ static DONE: AtomicBool = AtomicBool::new(false);
 /// short grace period, so the common fork + exec leaves nothing behind: the exec'd image starts its
 /// own tracing if it uses RDMA.
 extern "C" fn after_fork_in_child() {
+    PROCESS_PID.store(crate::os::kernel_pid(), Ordering::Release);
     let was_running = STATE.load(Ordering::Acquire) == RUNNING;
     crate::thread::reset_after_fork();
     STATE.store(NOT_STARTED, Ordering::Release);
@@ -66,7 +67,7 @@ static CANCEL: AtomicBool = AtomicBool::new(false);
 /// grace period) is simply cancelled: nothing of it is created.
 pub fn before_exec() {
     // A vfork child's exec: the collector in this memory is the parent's, which goes on.
-    if started_by_another_process() {
+    if memory_of_another_process() {
         return;
     }
     if end_now() {
@@ -97,16 +98,27 @@ fn end_now() -> bool {
     true
 }
 
-/// The process whose collector this is (the pid that started it), 0 before one started.
-static OWNER_PID: core::sync::atomic::AtomicU32 = core::sync::atomic::AtomicU32::new(0);
+/// The process this memory belongs to: set in the constructor and, in a fork child, by the
+/// fork handler. A vfork child (or any `clone` child that shares or copies the memory without
+/// running fork handlers) sees its parent's pid here.
+static PROCESS_PID: core::sync::atomic::AtomicU32 = core::sync::atomic::AtomicU32::new(0);
 
-/// True when the collector state in this memory was started by another process: in a vfork
-/// child, which shares its parent's memory and must leave the parent's collector (and doorbell
-/// poller) alone when it exits; and in a fork child whose parent's collector was running but
-/// whose own has not been started (there is nothing of its own to flush).
-pub fn started_by_another_process() -> bool {
-    let owner = OWNER_PID.load(Ordering::Acquire);
-    owner != 0 && owner != crate::os::kernel_pid()
+/// True when the calling process is not the one whose sigmatop state this memory holds: a vfork
+/// child, which shares its parent's memory and must leave the parent's collector and doorbell
+/// poller alone when it execs or exits (`_exit` is what it calls when its exec fails).
+pub fn memory_of_another_process() -> bool {
+    let pid = PROCESS_PID.load(Ordering::Acquire);
+    pid != 0 && pid != crate::os::kernel_pid()
+}
+
+/// The collector thread's kernel id (0 before it runs): an `_exit` from a signal handler that
+/// interrupted the collector itself must not wait for it.
+static COLLECTOR_TID: core::sync::atomic::AtomicU32 = core::sync::atomic::AtomicU32::new(0);
+
+/// True on the collector thread.
+pub fn on_collector_thread() -> bool {
+    let tid = COLLECTOR_TID.load(Ordering::Acquire);
+    tid != 0 && tid == crate::os::tid()
 }
 
 /// The exec failed: this image goes on, and so does tracing.
@@ -131,8 +143,9 @@ fn restart() {
     ensure_started();
 }
 
-/// Installs the fork handler. Constructor only.
+/// Notes this process's pid and installs the fork handler. Constructor only.
 pub fn init() {
+    PROCESS_PID.store(crate::os::kernel_pid(), Ordering::Release);
     crate::os::at_fork_child(after_fork_in_child);
 }
 
@@ -152,12 +165,12 @@ pub fn ensure_started() {
     {
         return;
     }
-    OWNER_PID.store(crate::os::kernel_pid(), Ordering::Release);
     config::flush_warnings();
     let spawned = std::thread::Builder::new()
         .name("sigmatop".into())
         .stack_size(1 << 20)
         .spawn(|| {
+            COLLECTOR_TID.store(crate::os::tid(), Ordering::Release);
             let delay = START_DELAY_MS.swap(0, Ordering::AcqRel);
             let until = Instant::now() + Duration::from_millis(delay);
             while Instant::now() < until

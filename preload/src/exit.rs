@@ -5,9 +5,10 @@
 //!
 //! The hook runs the same final flush as the library destructor (`sigmatop_fini`), bounded in
 //! the same way (2 s, up to 15 s only while the collector makes progress), then calls the real
-//! function. It does nothing in a process whose collector is not its own: a `vfork` child (or a
-//! `clone(CLONE_VM)` child) shares its parent's memory, and `_exit` is what such a child calls
-//! when its exec fails, so stopping "its" collector would stop the parent's.
+//! function. It does nothing in a process whose sigmatop state is not its own: a `vfork` child
+//! (or a `clone(CLONE_VM)` child) shares its parent's memory, and `_exit` is what such a child
+//! calls when its exec fails, so stopping "its" collector would stop the parent's (and its doorbell
+//! poller, which forwards a GPU's doorbells: the parent would hang).
 //!
 //! Not hookable: `syscall(SYS_exit_group, ...)` and the raw instruction end the process in the
 //! kernel without calling any library function; such a process loses its last 100 ms as under
@@ -30,10 +31,13 @@ pub fn init() {
     REAL_UPPER_EXIT.store(crate::dl::next_symbol(c"_Exit", libc_so), Ordering::Release);
 }
 
-/// The final flush, as at a normal exit, when this process's collector is its own.
+/// The final flush, as at a normal exit, when the sigmatop state in memory is this process's
+/// own, and the caller is not the collector itself (a signal handler that interrupted it).
 fn before_exit() {
     let _ = std::panic::catch_unwind(|| {
-        if !crate::collector::started_by_another_process() {
+        if !crate::collector::memory_of_another_process()
+            && !crate::collector::on_collector_thread()
+        {
             crate::doorbell::shutdown();
             crate::collector::before_exit();
         }

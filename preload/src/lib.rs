@@ -94,7 +94,7 @@ extern "C" fn sigmatop_init() {
 extern "C" fn sigmatop_fini() {
     // A vfork child that calls exit() shares its parent's memory: the collector and poller it
     // would stop are the parent's.
-    if collector::started_by_another_process() {
+    if collector::memory_of_another_process() {
         return;
     }
     // GPU doorbells: parse pending WQEs first, so the collector's last snapshot has them.
