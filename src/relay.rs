@@ -19,7 +19,7 @@ use crate::wire::{self, Frame};
 
 /// Bumped on any incompatible change to the relay stream (the hello line, `RelayFrame`, or the
 /// embedded `wire::Frame`, whose version the hello names too).
-pub const RELAY_PROTOCOL: u16 = 2;
+pub const RELAY_PROTOCOL: u16 = 1;
 /// First word of the hello line.
 pub const HELLO_PREFIX: &str = "SIGMATOP-RELAY";
 /// Longest hello line accepted.
@@ -33,7 +33,7 @@ pub const MAX_RELAY_FRAME: usize = wire::MAX_FRAME + 4096;
 pub const HEARTBEAT_MS: u64 = 1000;
 
 /// The first line of a relay stream:
-/// `SIGMATOP-RELAY relay=2 wire=2 sigmatop=0.1.0 host=node7`. Text, so that any two versions
+/// `SIGMATOP-RELAY relay=1 wire=1 sigmatop=0.1.0 host=node7`. Text, so that any two versions
 /// of sigmatop can read each other's hello and name both versions when they differ.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RelayHello {
@@ -434,7 +434,11 @@ fn apply(
                     version,
                     identity,
                 } => {
-                    if *magic != wire::HELLO_MAGIC || *version != wire::PROTOCOL_VERSION {
+                    // The relay decoded the process's frames and re-encoded them in its own
+                    // layout (the `wire` of its hello): any version its decoder reads is fine.
+                    if *magic != wire::HELLO_MAGIC
+                        || !(wire::OLDEST_READ..=wire::PROTOCOL_VERSION).contains(version)
+                    {
                         return Err(format!(
                             "process {} speaks live protocol {version}, this sigmatop {}",
                             key.pid,
@@ -526,7 +530,7 @@ mod tests {
         let h = RelayHello::ours("node7");
         let line = h.line();
         assert!(line.starts_with(&format!(
-            "SIGMATOP-RELAY relay={RELAY_PROTOCOL} wire={} sigmatop=",
+            "SIGMATOP-RELAY relay=1 wire={} sigmatop=",
             wire::PROTOCOL_VERSION
         )));
         assert_eq!(RelayHello::parse(line.trim_end()), Some(h));

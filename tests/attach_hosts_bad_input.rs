@@ -92,15 +92,18 @@ fn a_bad_host_leaves_the_others_working() {
     let bin = sigmatop_bin().display().to_string();
     // `{host}` picks what runs: the relay itself, nothing of sigmatop, a relay of another
     // version, garbage after a valid hello, or text that is no relay.
-    let hello = this_hello("garbage");
-    let template = "case {host} in \
-        good) {cmd} ;; \
+    // The garbage host's hello is of this sigmatop's versions, so the garbage after it is what
+    // fails.
+    let template = format!(
+        "case {{host}} in \
+        good) {{cmd}} ;; \
         missing) exec /nonexistent/sigmatop relay ;; \
         future) printf 'SIGMATOP-RELAY relay=99 wire=7 sigmatop=9.9.9 host=future\\n'; sleep 30 ;; \
-        garbage) printf '{hello}\\n\\377\\377\\377\\377'; sleep 30 ;; \
+        garbage) printf 'SIGMATOP-RELAY relay=1 wire={} sigmatop=0.1.0 host=garbage\\n\\377\\377\\377\\377'; sleep 30 ;; \
         shell) printf '\\001\\002 binary noise\\n'; sleep 30 ;; \
-        esac"
-        .replace("{hello}", &hello);
+        esac",
+        sigmatop::wire::PROTOCOL_VERSION
+    );
     let via = format!("--via={template}");
     let remote = format!("--remote-cmd={bin}");
     let o = attach(&[
@@ -173,8 +176,8 @@ fn a_silent_link_is_noticed() {
     let mut child = Command::new(sigmatop_bin())
         .args(["attach", "--json", "--interval-ms", "12500"])
         .arg(format!(
-            "--via=printf '{}\\n'; sleep 60; : {{host}}",
-            this_hello("quiet")
+            "--via=printf 'SIGMATOP-RELAY relay=1 wire={} sigmatop=0.1.0 host=quiet\\n'; sleep 60; : {{host}}",
+            sigmatop::wire::PROTOCOL_VERSION
         ))
         .arg("quiet")
         .stdin(Stdio::null())
@@ -205,14 +208,4 @@ fn a_silent_link_is_noticed() {
         "{}",
         stderr_of(&o)
     );
-}
-
-/// The hello line this sigmatop's relay sends (its protocol versions), for host `host`.
-fn this_hello(host: &str) -> String {
-    format!(
-        "SIGMATOP-RELAY relay={} wire={} sigmatop={} host={host}",
-        sigmatop::relay::RELAY_PROTOCOL,
-        sigmatop::wire::PROTOCOL_VERSION,
-        env!("CARGO_PKG_VERSION")
-    )
 }

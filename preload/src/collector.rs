@@ -38,6 +38,7 @@ static DONE: AtomicBool = AtomicBool::new(false);
 /// short grace period, so the common fork + exec leaves nothing behind: the exec'd image starts its
 /// own tracing if it uses RDMA.
 extern "C" fn after_fork_in_child() {
+    PROCESS_PID.store(crate::os::kernel_pid(), Ordering::Release);
     let was_running = STATE.load(Ordering::Acquire) == RUNNING;
     crate::thread::reset_after_fork();
     STATE.store(NOT_STARTED, Ordering::Release);
@@ -65,8 +66,26 @@ static CANCEL: AtomicBool = AtomicBool::new(false);
 /// record, Bye to live readers). A fork child whose collector has not begun yet (still in its
 /// grace period) is simply cancelled: nothing of it is created.
 pub fn before_exec() {
-    if STATE.load(Ordering::Acquire) != RUNNING {
+    // A vfork child's exec: the collector in this memory is the parent's, which goes on.
+    if memory_of_another_process() {
         return;
+    }
+    if end_now() {
+        STATE.store(STOPPED_FOR_EXEC, Ordering::Release);
+    }
+}
+
+/// Called by the `_exit`/`_Exit` hooks (crate::exit), where no destructor will run: the same
+/// final flush as at a normal exit, and the same cancellation of a fork child's collector that
+/// has not begun.
+pub fn before_exit() {
+    end_now();
+}
+
+/// Ends the collector now (before an exec or `_exit`): false when none was running.
+fn end_now() -> bool {
+    if STATE.load(Ordering::Acquire) != RUNNING {
+        return false;
     }
     if !RUN_BEGAN.load(Ordering::Acquire) && !crate::thread::any_registered() {
         // Still in its grace period and nothing traced since the fork: cancel it.
@@ -76,7 +95,30 @@ pub fn before_exec() {
         HURRY.store(true, Ordering::Release);
         shutdown();
     }
-    STATE.store(STOPPED_FOR_EXEC, Ordering::Release);
+    true
+}
+
+/// The process this memory belongs to: set in the constructor and, in a fork child, by the
+/// fork handler. A vfork child (or any `clone` child that shares or copies the memory without
+/// running fork handlers) sees its parent's pid here.
+static PROCESS_PID: core::sync::atomic::AtomicU32 = core::sync::atomic::AtomicU32::new(0);
+
+/// True when the calling process is not the one whose sigmatop state this memory holds: a vfork
+/// child, which shares its parent's memory and must leave the parent's collector and doorbell
+/// poller alone when it execs or exits (`_exit` is what it calls when its exec fails).
+pub fn memory_of_another_process() -> bool {
+    let pid = PROCESS_PID.load(Ordering::Acquire);
+    pid != 0 && pid != crate::os::kernel_pid()
+}
+
+/// The collector thread's kernel id (0 before it runs): an `_exit` from a signal handler that
+/// interrupted the collector itself must not wait for it.
+static COLLECTOR_TID: core::sync::atomic::AtomicU32 = core::sync::atomic::AtomicU32::new(0);
+
+/// True on the collector thread.
+pub fn on_collector_thread() -> bool {
+    let tid = COLLECTOR_TID.load(Ordering::Acquire);
+    tid != 0 && tid == crate::os::tid()
 }
 
 /// The exec failed: this image goes on, and so does tracing.
@@ -101,8 +143,9 @@ fn restart() {
     ensure_started();
 }
 
-/// Installs the fork handler. Constructor only.
+/// Notes this process's pid and installs the fork handler. Constructor only.
 pub fn init() {
+    PROCESS_PID.store(crate::os::kernel_pid(), Ordering::Release);
     crate::os::at_fork_child(after_fork_in_child);
 }
 
@@ -127,6 +170,7 @@ pub fn ensure_started() {
         .name("sigmatop".into())
         .stack_size(1 << 20)
         .spawn(|| {
+            COLLECTOR_TID.store(crate::os::tid(), Ordering::Release);
             let delay = START_DELAY_MS.swap(0, Ordering::AcqRel);
             let until = Instant::now() + Duration::from_millis(delay);
             while Instant::now() < until
@@ -619,6 +663,9 @@ fn run() {
         drops: snap.drops,
     };
     c.record(&end);
+    if let Some(dir) = &config::paths().final_dir {
+        crate::final_state::write(dir, &c.identity, clock::sample(), &snap);
+    }
     if let Some(s) = c.server.as_mut() {
         s.broadcast(&Frame::Bye {
             at_ns: clock::real_ns(),

@@ -113,6 +113,9 @@ pub struct Paths {
     pub record: Option<PathBuf>,
     pub socket_dir: PathBuf,
     pub socket_dir_from_env: bool,
+    /// `SIGMATOP_FINAL_DIR`: where `sigmatop run` wants the process's final state
+    /// (crate::final_state).
+    pub final_dir: Option<PathBuf>,
 }
 
 #[inline(always)]
@@ -208,6 +211,7 @@ pub fn paths() -> &'static Paths {
         record: None,
         socket_dir: default_socket_dir(),
         socket_dir_from_env: false,
+        final_dir: None,
     })
 }
 
@@ -353,6 +357,7 @@ pub fn load() {
         record,
         socket_dir,
         socket_dir_from_env: from_env,
+        final_dir: env("SIGMATOP_FINAL_DIR").map(PathBuf::from),
     });
     // Set at all (even empty) is on, as these two always were.
     DEBUG.store(

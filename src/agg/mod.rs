@@ -27,5 +27,5 @@ pub use matrix::Matrix;
 pub use model::{
     HISTORY, HostLink, LinkState, Model, OpTable, ProcKey, ProcessState, RECENT_EVENTS, clock_of,
 };
-pub use report::{EndpointReport, Flow, OpTotals, PeerRef, ProcessReport, Report};
+pub use report::{EndpointReport, Flow, LiveMissed, OpTotals, PeerRef, ProcessReport, Report};
 pub use window::Window;

@@ -54,6 +54,9 @@ pub struct ProcessState {
     pub exited: bool,
     /// The last problem with this source (bad frame, cut record).
     pub problem: Option<String>,
+    /// What the process could not send to this reader, which read too slowly (`Frame::Missed`):
+    /// (frames, sampled events in them), cumulative.
+    pub missed: (u64, u64),
 }
 
 impl ProcessState {
@@ -212,7 +215,16 @@ impl Model {
                 p.said_bye = true;
                 p.exited = true;
             }
+            Frame::Missed { frames, events } => p.missed = (frames, events),
         }
+    }
+
+    /// Frames (and the sampled events in them) the processes could not send to this reader
+    /// because it read too slowly, summed over the processes.
+    pub fn missed(&self) -> (u64, u64) {
+        self.processes
+            .values()
+            .fold((0, 0), |a, p| (a.0 + p.missed.0, a.1 + p.missed.1))
     }
 
     /// Marks a process whose source ended.
