@@ -50,6 +50,13 @@ pub extern "C" fn sigmatop_bench_setup(handle: *mut c_void) {
     crate::collector::ensure_started();
 }
 
+/// Which clock the hot path timestamps events with: 1 the TSC (`rdtsc`), 0 CLOCK_MONOTONIC. The
+/// benchmarks time that same clock in the same run, to state what the timestamp itself costs.
+#[unsafe(no_mangle)]
+pub extern "C" fn sigmatop_bench_clock_is_tsc() -> u32 {
+    crate::clock::uses_tsc() as u32
+}
+
 /// Events of the calling thread not yet drained by the collector.
 #[unsafe(no_mangle)]
 pub extern "C" fn sigmatop_bench_pending() -> u64 {

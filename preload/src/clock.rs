@@ -21,6 +21,11 @@ pub fn init() {
     }
 }
 
+/// True when hot-path timestamps are TSC reads (false: CLOCK_MONOTONIC).
+pub fn uses_tsc() -> bool {
+    USE_TSC.load(Ordering::Relaxed)
+}
+
 #[inline]
 pub fn mono_ns() -> u64 {
     crate::os::mono_ns()
@@ -40,6 +45,13 @@ pub fn now() -> u64 {
             return unsafe { core::arch::x86_64::_rdtsc() };
         }
     }
+    mono_ns_out_of_line()
+}
+
+/// CLOCK_MONOTONIC for [`now`] where the TSC is not used: a call of its own, so that its
+/// `timespec` does not give every hook that inlines `now` a stack frame.
+#[inline(never)]
+fn mono_ns_out_of_line() -> u64 {
     mono_ns()
 }
 

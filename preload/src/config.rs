@@ -143,6 +143,13 @@ pub fn events() -> Events {
     }
 }
 
+/// True when the hot path keeps any event (simple and full mode): one byte tested, for the
+/// recording step's first branch.
+#[inline(always)]
+pub fn keeps_events() -> bool {
+    EVENTS.load(Ordering::Relaxed) != Events::None as u8
+}
+
 /// A layer was used: it defined an endpoint or took over an object of the program (the layers
 /// of counted operations are added by the collector). Control path only.
 pub fn note_used(l: Layer) {

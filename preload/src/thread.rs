@@ -206,7 +206,30 @@ unsafe impl Send for ThreadState {}
 /// only the collector unlinks.
 pub static THREADS: AtomicPtr<ThreadState> = AtomicPtr::new(null_mut());
 
-const DEAD: *mut ThreadState = std::ptr::dangling_mut::<ThreadState>();
+/// The state of a thread that must trace nothing (it is exiting, or its registration failed):
+/// never registered, never written, with `depth` 1 for good, so that [`enter`]'s one depth check
+/// also turns such a thread away (no separate comparison on the hot path).
+static DEAD_STATE: ThreadState = ThreadState {
+    tid: 0,
+    depth: AtomicU32::new(1),
+    sample_countdown: AtomicU32::new(0),
+    head: CachePadded::new(AtomicU64::new(0)),
+    cached_tail: AtomicU64::new(0),
+    tail: CachePadded::new(AtomicU64::new(0)),
+    ring: null_mut(),
+    chunks: [const { AtomicPtr::new(null_mut()) }; N_CHUNKS],
+    ring_full: AtomicU64::new(0),
+    endpoint_overflow: AtomicU64::new(0),
+    exited: AtomicBool::new(false),
+    retired: AtomicBool::new(false),
+    next: AtomicPtr::new(null_mut()),
+    name: [0; 16],
+};
+
+#[inline(always)]
+fn dead() -> *mut ThreadState {
+    core::ptr::addr_of!(DEAD_STATE) as *mut ThreadState
+}
 
 // The calling thread's state pointer lives in one 8-byte slot of static TLS, read with the
 // initial-exec model (`mov %fs:off`): the preload is loaded at start-up, so its TLS block is static,
@@ -269,7 +292,7 @@ mod tls {
     }
     #[inline(always)]
     pub fn get() -> *mut ThreadState {
-        CURRENT.try_with(|c| c.get()).unwrap_or(super::DEAD)
+        CURRENT.try_with(|c| c.get()).unwrap_or(super::dead())
     }
     #[inline(always)]
     pub fn set(p: *mut ThreadState) {
@@ -285,12 +308,12 @@ fn mmap_zeroed(len: usize) -> *mut u8 {
 
 unsafe extern "C" fn on_thread_exit(p: *mut core::ffi::c_void) {
     let ts = p as *mut ThreadState;
-    if !ts.is_null() && ts != DEAD {
+    if !ts.is_null() && ts != dead() {
         // SAFETY: the pointer was stored by register() and stays valid until retired.
         unsafe { (*ts).exited.store(true, Ordering::Release) };
     }
     // Hooks reached from later destructors on this thread pass through untraced.
-    tls::set(DEAD);
+    tls::set(dead());
 }
 
 /// Creates the key whose destructor tells the collector a thread ended. Constructor only.
@@ -306,7 +329,7 @@ fn register() -> *mut ThreadState {
     let mem = mmap_zeroed(size) as *mut ThreadState;
     let ring = mmap_zeroed(RING_CAP * core::mem::size_of::<RingSlot>()) as *mut RingSlot;
     if mem.is_null() || ring.is_null() {
-        return DEAD;
+        return dead();
     }
     let tid = crate::os::tid();
     let name = crate::os::thread_name();
@@ -343,17 +366,24 @@ pub fn current() -> Option<&'static ThreadState> {
         p = register();
         tls::set(p);
     }
-    if p == DEAD {
+    if p == dead() {
         return None;
     }
     // SAFETY: registered ThreadStates are never unmapped.
     Some(unsafe { &*p })
 }
 
-/// Entered hook: the thread's state, or None when this call must pass through untraced.
+/// Entered hook: the thread's state, or None when this call must pass through untraced (nested in
+/// another hook, or the thread is dead: its state's `depth` is 1 for good).
 #[inline(always)]
 pub fn enter() -> Option<&'static ThreadState> {
-    let ts = current()?;
+    let mut p = tls::get();
+    if p.is_null() {
+        p = register();
+        tls::set(p);
+    }
+    // SAFETY: registered ThreadStates are never unmapped, and `dead()` is a static.
+    let ts = unsafe { &*p };
     if ts.depth.load(Ordering::Relaxed) != 0 {
         return None;
     }
@@ -365,7 +395,7 @@ pub fn enter() -> Option<&'static ThreadState> {
 pub fn inside() -> bool {
     let p = tls::get();
     // SAFETY: see current().
-    !p.is_null() && p != DEAD && unsafe { (*p).depth.load(Ordering::Relaxed) } != 0
+    !p.is_null() && p != dead() && unsafe { (*p).depth.load(Ordering::Relaxed) } != 0
 }
 
 impl ThreadState {
@@ -520,15 +550,14 @@ impl ThreadState {
         detail: impl FnOnce() -> Option<Detail>,
         timestamp: impl FnOnce() -> u64,
     ) {
-        let keep = crate::config::events();
-        if keep == crate::config::Events::None {
+        if !crate::config::keeps_events() {
             // Aggregate mode: counters only. (Its own call, so that the compiler lays this path
-            // out apart from the event path.)
+            // out apart from the event path; and one byte tested, not the three-way `events()`.)
             self.count(ep, op, bytes, outcome);
             return;
         }
         self.count(ep, op, bytes, outcome);
-        if keep == crate::config::Events::Sampled && !self.sample_due() {
+        if crate::config::events() == crate::config::Events::Sampled && !self.sample_due() {
             // Neither recorded nor sampled: no timestamp, no ring slot.
             return;
         }
@@ -602,7 +631,7 @@ impl ThreadState {
             return;
         }
         // SAFETY: the owning thread has exited (its exit destructor set `exited` and marked its
-        // thread-local DEAD), so nothing writes these mappings any more; each came from
+        // thread-local dead), so nothing writes these mappings any more; each came from
         // `mmap_zeroed` with this size.
         unsafe {
             crate::os::unmap(
