@@ -1,15 +1,18 @@
 // ibverbs hot-path microbenchmark: the cost sigmatop's patched ctx->ops.post_send / poll_cq add per
 // call, measured natively through the real shared library with a fake provider (a struct
 // ibv_context whose ops are stub functions), per mode.
+// In the same bursts it times the clock the preload stamps events with (see benches/hotpath.c).
 // Build: gcc -O2 -o verbs_hotpath benches/verbs_hotpath.c -ldl
-// Usage: SIGMATOP_MODE=simple LD_PRELOAD=target/release/libsigmatop_preload.so ./verbs_hotpath
-// (the preload built with `--features bench`, which exports the sigmatop_bench_* entry points)
+// Usage: SIGMATOP_MODE=simple [SIGMATOP_RECORD=dir] LD_PRELOAD=target/release/libsigmatop_preload.so ./verbs_hotpath
+// (the preload built with `--features bench`, which exports the sigmatop_bench_* entry points).
+// VERBS_REPS (default 6000) sets the number of 4,096-call bursts.
 #include <dlfcn.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <x86intrin.h>
 #include <infiniband/verbs.h>
 
 static long sink;
@@ -20,6 +23,13 @@ __attribute__((noinline)) static int stub_poll_cq(struct ibv_cq *cq, int n, stru
     wc[0].status = IBV_WC_SUCCESS; wc[0].opcode = IBV_WC_RDMA_WRITE; wc[0].byte_len = 64; return 1;
 }
 
+static volatile uint64_t tsink;
+
+static uint64_t mono(void) {
+    struct timespec ts; clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + ts.tv_nsec;
+}
+
 static double now_ns(void) {
     struct timespec ts; clock_gettime(CLOCK_MONOTONIC, &ts);
     return ts.tv_sec * 1e9 + ts.tv_nsec;
@@ -28,7 +38,8 @@ static double now_ns(void) {
 int main(void) {
     void (*setup)(void *, void *, void *) = (void (*)(void *, void *, void *))dlsym(RTLD_DEFAULT, "sigmatop_bench_verbs_setup");
     uint64_t (*pending)(void) = (uint64_t (*)(void))dlsym(RTLD_DEFAULT, "sigmatop_bench_pending");
-    if (!setup || !pending) { fprintf(stderr, "%s\n", "needs LD_PRELOAD=libsigmatop_preload.so built with its bench entry points: cargo build --release -p sigmatop-preload --features bench"); return 2; }
+    uint32_t (*is_tsc)(void) = (uint32_t (*)(void))dlsym(RTLD_DEFAULT, "sigmatop_bench_clock_is_tsc");
+    if (!setup || !pending || !is_tsc) { fprintf(stderr, "%s\n", "needs LD_PRELOAD=libsigmatop_preload.so built with its bench entry points: cargo build --release -p sigmatop-preload --features bench"); return 2; }
     static struct ibv_context ctx;
     static struct ibv_qp qp;
     static struct ibv_cq cq;
@@ -48,8 +59,11 @@ int main(void) {
     wr.wr.rdma.remote_addr = 0x1000; wr.wr.rdma.rkey = 7;
     struct ibv_send_wr *bad;
     struct ibv_wc wc[4];
-    const int burst = 4096, reps = 6000;
-    double b_send = 0, t_send = 0, b_poll = 0, t_poll = 0;
+    int tsc = is_tsc();
+    const int burst = 4096;
+    int reps = getenv("VERBS_REPS") ? atoi(getenv("VERBS_REPS")) : 6000;
+    if (reps < 1) reps = 1;
+    double b_send = 0, t_send = 0, b_poll = 0, t_poll = 0, stamp = 0;
     for (int r = 0; r < reps; r++) {
         double t0 = now_ns();
         for (int i = 0; i < burst; i++) plain_send(&qp, &wr, &bad);
@@ -60,14 +74,21 @@ int main(void) {
         double t3 = now_ns();
         for (int i = 0; i < burst; i++) ibv_poll_cq(&cq, 4, wc);
         double t4 = now_ns();
-        b_send += t1 - t0; t_send += t2 - t1; b_poll += t3 - t2; t_poll += t4 - t3;
+        uint64_t acc = 0;
+        if (tsc) for (int i = 0; i < burst; i++) acc += __rdtsc();
+        else for (int i = 0; i < burst; i++) acc += mono();
+        double t5 = now_ns();
+        tsink = acc;
+        b_send += t1 - t0; t_send += t2 - t1; b_poll += t3 - t2; t_poll += t4 - t3; stamp += t5 - t4;
         while (pending() > 0) { struct timespec s = {0, 200000}; nanosleep(&s, 0); }
     }
     double n = (double)burst * reps;
     const char *mode = getenv("SIGMATOP_MODE");
-    printf("mode=%s calls=%.0f post_send plain=%.2f wrapped=%.2f added=%.2f ns/call; "
-           "poll_cq(1 completion) plain=%.2f wrapped=%.2f added=%.2f ns/call%s\n",
-           mode ? mode : "simple", n, b_send / n, t_send / n, (t_send - b_send) / n,
-           b_poll / n, t_poll / n, (t_poll - b_poll) / n, poll_wrapped ? "" : " (not wrapped in this mode)");
+    const char *rec = getenv("SIGMATOP_RECORD");
+    printf("mode=%s record=%s calls=%.0f post_send plain=%.2f wrapped=%.2f added=%.2f ns/call; "
+           "poll_cq(1 completion) plain=%.2f wrapped=%.2f added=%.2f ns/call%s; timestamp(%s)=%.2f ns\n",
+           mode ? mode : "simple", rec && *rec ? "yes" : "no", n, b_send / n, t_send / n, (t_send - b_send) / n,
+           b_poll / n, t_poll / n, (t_poll - b_poll) / n, poll_wrapped ? "" : " (not wrapped in this mode)",
+           tsc ? "rdtsc" : "clock_gettime", stamp / n);
     return 0;
 }

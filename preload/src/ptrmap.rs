@@ -102,7 +102,7 @@ impl<V: Value, const CAP: usize, const FRONT: bool> PtrMap<V, CAP, FRONT> {
         if FRONT && self.front_key.load(Ordering::Acquire) == key {
             return Some(V::from_word(self.front_value.load(Ordering::Acquire)));
         }
-        let i = Self::home(key);
+        let mut i = Self::home(key);
         // The home slot is checked before the probe loop: it is where nearly every key lives, and
         // the loop's counter then costs nothing on the hot path.
         let k = self.keys[i].load(Ordering::Acquire);
@@ -112,13 +112,8 @@ impl<V: Value, const CAP: usize, const FRONT: bool> PtrMap<V, CAP, FRONT> {
         if k == 0 {
             return None;
         }
-        self.probe(key, (i + 1) & (CAP - 1))
-    }
-
-    /// The rest of [`PtrMap::get`]'s linear probe, from slot `i` on.
-    #[inline(never)]
-    fn probe(&self, key: usize, mut i: usize) -> Option<V> {
         for _ in 1..MAX_PROBE {
+            i = (i + 1) & (CAP - 1);
             let k = self.keys[i].load(Ordering::Acquire);
             if k == key {
                 return Some(V::from_word(self.values[i].load(Ordering::Acquire)));
@@ -126,7 +121,6 @@ impl<V: Value, const CAP: usize, const FRONT: bool> PtrMap<V, CAP, FRONT> {
             if k == 0 {
                 return None;
             }
-            i = (i + 1) & (CAP - 1);
         }
         None
     }

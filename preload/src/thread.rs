@@ -112,11 +112,11 @@ impl Detail {
     }
 }
 
-/// The test-only hook fault (`SIGMATOP_TEST_FAULT=hook`): raised inside the recording step,
-/// events path only, so aggregate mode's hot path carries no check.
+/// The test-only hook fault (`SIGMATOP_TEST_FAULT=hook`): raised inside the recording step, where
+/// an event is timestamped (`clock::hook_now`), so aggregate mode's hot path carries no check.
 #[cold]
 #[inline(never)]
-fn injected_hook_fault() {
+pub fn injected_hook_fault() {
     panic!("injected hook fault (SIGMATOP_TEST_FAULT=hook)");
 }
 
@@ -467,8 +467,9 @@ impl ThreadState {
         self.count(ep, op, if ok { bytes } else { 0 }, outcome);
     }
 
-    /// Whether this event is one of the one-in-`SIGMATOP_SAMPLE` kept for live viewers (when
-    /// nothing records every event): a countdown on this thread.
+    /// Whether this event is kept: with a record every one, without one the one in
+    /// `SIGMATOP_SAMPLE` kept for live viewers. A countdown on this thread, reloaded with
+    /// `config::sample_skip()` (0 with a record, so that it stays 0 and every event is due).
     #[inline(always)]
     fn sample_due(&self) -> bool {
         let c = self.sample_countdown.load(Ordering::Relaxed);
@@ -477,7 +478,7 @@ impl ThreadState {
             return false;
         }
         self.sample_countdown
-            .store(crate::config::sample().saturating_sub(1), Ordering::Relaxed);
+            .store(crate::config::sample_skip(), Ordering::Relaxed);
         true
     }
 
@@ -517,12 +518,7 @@ impl ThreadState {
         outcome: Outcome,
         detail: impl FnOnce() -> Option<Detail>,
     ) {
-        self.keep(ep, op, bytes, outcome, detail, || {
-            if crate::config::fault_hook() {
-                injected_hook_fault();
-            }
-            crate::clock::now()
-        })
+        self.keep(ep, op, bytes, outcome, detail, crate::clock::hook_now)
     }
 
     /// As [`ThreadState::record`] for an operation that happened at `tsc`, not now (a GPU
@@ -557,7 +553,7 @@ impl ThreadState {
             return;
         }
         self.count(ep, op, bytes, outcome);
-        if crate::config::events() == crate::config::Events::Sampled && !self.sample_due() {
+        if !self.sample_due() {
             // Neither recorded nor sampled: no timestamp, no ring slot.
             return;
         }
