@@ -312,7 +312,10 @@ impl Collector {
         if config::fault() == config::Fault::Disk && w.bytes_written > 4096 {
             return Err(std::io::Error::from_raw_os_error(libc::ENOSPC));
         }
-        w.write_events(tid, events)
+        let r = w.write_events(tid, events);
+        #[cfg(feature = "bench")]
+        crate::bench::throttle_record(w.bytes_written);
+        r
     }
 
     fn write_events(&mut self, tid: u32) {

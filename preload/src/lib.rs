@@ -73,6 +73,8 @@ extern "C" fn sigmatop_init() {
     let ok = std::panic::catch_unwind(|| {
         dl::init();
         config::load();
+        #[cfg(feature = "bench")]
+        bench::load();
         clock::init();
         if config::fault() == config::Fault::Init {
             panic!("injected init fault (SIGMATOP_TEST_FAULT=init)");

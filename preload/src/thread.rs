@@ -182,8 +182,9 @@ pub struct ThreadState {
     /// (0: the next one is). Beside `depth`, which every call touches already.
     sample_countdown: AtomicU32,
     head: CachePadded<AtomicU64>,
-    /// Producer-side copy of `tail`, refreshed only when the ring looks full.
-    cached_tail: AtomicU64,
+    /// Producer side: `tail` + `RING_CAP` as last read, refreshed only when `head` reaches it (the
+    /// ring looks full). Zero at first, so the first push reads `tail`.
+    head_limit: AtomicU64,
     tail: CachePadded<AtomicU64>,
     ring: *mut RingSlot,
     pub chunks: [AtomicPtr<Chunk>; N_CHUNKS],
@@ -214,7 +215,7 @@ static DEAD_STATE: ThreadState = ThreadState {
     depth: AtomicU32::new(1),
     sample_countdown: AtomicU32::new(0),
     head: CachePadded::new(AtomicU64::new(0)),
-    cached_tail: AtomicU64::new(0),
+    head_limit: AtomicU64::new(0),
     tail: CachePadded::new(AtomicU64::new(0)),
     ring: null_mut(),
     chunks: [const { AtomicPtr::new(null_mut()) }; N_CHUNKS],
@@ -486,9 +487,10 @@ impl ThreadState {
     #[inline(always)]
     pub fn push(&self, ev: RawEvent) {
         let h = self.head.load(Ordering::Relaxed);
-        if h.wrapping_sub(self.cached_tail.load(Ordering::Relaxed)) >= RING_CAP as u64 {
+        if h >= self.head_limit.load(Ordering::Relaxed) {
             let t = self.tail.load(Ordering::Acquire);
-            self.cached_tail.store(t, Ordering::Relaxed);
+            self.head_limit
+                .store(t + RING_CAP as u64, Ordering::Relaxed);
             if h.wrapping_sub(t) >= RING_CAP as u64 {
                 self.ring_full.store(
                     self.ring_full.load(Ordering::Relaxed) + 1,
