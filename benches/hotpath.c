@@ -44,6 +44,9 @@ int main(void) {
     int reps = getenv("HOTPATH_REPS") ? atoi(getenv("HOTPATH_REPS")) : 24000;
     if (reps < 1) reps = 1;
     double base = 0, traced = 0, stamp = 0;
+    // The fastest burst of each loop: on a loaded machine (other programs preempting this one)
+    // the best burst is the figure that the load does not inflate.
+    double best_base = 1e30, best_traced = 1e30, best_stamp = 1e30;
     for (int r = 0; r < reps; r++) {
         double t0 = now_ns();
         for (int i = 0; i < burst; i++) f(ep, 64);
@@ -56,6 +59,9 @@ int main(void) {
         double t3 = now_ns();
         tsink = acc;
         base += t1 - t0; traced += t2 - t1; stamp += t3 - t2;
+        if (t1 - t0 < best_base) best_base = t1 - t0;
+        if (t2 - t1 < best_traced) best_traced = t2 - t1;
+        if (t3 - t2 < best_stamp) best_stamp = t3 - t2;
         // The collector drains the ring while the bench runs (as in a traced program); wait
         // between bursts only when the ring (65,536 events) is half full, so nothing is lost.
         while (pending() > 32768) { struct timespec s = {0, 200000}; nanosleep(&s, 0); }
@@ -64,8 +70,9 @@ int main(void) {
     const char *mode = getenv("SIGMATOP_MODE");
     const char *rec = getenv("SIGMATOP_RECORD");
     printf("mode=%s record=%s calls=%.0f plain=%.2f ns/call hooked=%.2f ns/call added=%.2f ns/call "
-           "timestamp(%s)=%.2f ns added-timestamp=%.2f ns\n",
+           "timestamp(%s)=%.2f ns added-timestamp=%.2f ns; best burst: added=%.2f timestamp=%.2f\n",
            mode ? mode : "simple", rec && *rec ? "yes" : "no", n, base / n, traced / n,
-           (traced - base) / n, tsc ? "rdtsc" : "clock_gettime", stamp / n, (traced - base - stamp) / n);
+           (traced - base) / n, tsc ? "rdtsc" : "clock_gettime", stamp / n, (traced - base - stamp) / n,
+           (best_traced - best_base) / burst, best_stamp / burst);
     return 0;
 }
