@@ -51,7 +51,7 @@ if [ "$QUICK" = 1 ]; then
     CLOCK_PROBE_N=2000000; REC_SECONDS=1; REC_THREADS=1,2
 else
     REPS=${REPS:-5}; HOT_ROUNDS=${HOT_ROUNDS:-3}; SCALE=1; HOTPATH_REPS=6000; VERBS_REPS=3000
-    CLOCK_PROBE_N=20000000; REC_SECONDS=3; REC_THREADS=1,4
+    CLOCK_PROBE_N=10000000; REC_SECONDS=3; REC_THREADS=1,4
 fi
 export HOTPATH_REPS VERBS_REPS CLOCK_PROBE_N
 START=$(date +%s)
@@ -133,34 +133,7 @@ for r in $(seq "$HOT_ROUNDS"); do
     done
 done
 rm -rf "$WORK/hotrec"
-python3 - "$OUT/hotpath.txt" > "$OUT/hotpath.md" <<'EOF'
-import re, statistics, sys, collections
-rows = collections.OrderedDict()
-for line in open(sys.argv[1]):
-    kv = dict(re.findall(r"([\w()-]+)=([^\s;]+)", line))
-    bench, mode, rec = kv.get("bench"), kv.get("mode"), kv.get("record")
-    if not bench or not mode:
-        continue
-    stamp = [float(v) for k, v in kv.items() if k.startswith("timestamp(")]
-    if bench == "hotpath":
-        vals = {"added": kv["added"], "stamp": stamp[0] if stamp else None}
-        key = (bench, mode, rec)
-        rows.setdefault(key, []).append(vals)
-    else:
-        adds = re.findall(r"added=(-?[0-9.]+)", line)
-        rows.setdefault((bench + " post_send", mode, rec), []).append({"added": adds[0], "stamp": stamp[0] if stamp else None})
-        rows.setdefault((bench + " poll_cq", mode, rec), []).append({"added": adds[1], "stamp": stamp[0] if stamp else None})
-print("| bench | mode | record | added per call, median (min–max) ns | timestamp, median ns | added − timestamp, median ns | runs |")
-print("|---|---|---|---|---|---|---|")
-for (bench, mode, rec), vs in rows.items():
-    a = [float(v["added"]) for v in vs]
-    s = [v["stamp"] for v in vs if v["stamp"] is not None]
-    diff = [float(v["added"]) - v["stamp"] for v in vs if v["stamp"] is not None]
-    print("| %s | %s | %s | %.2f (%.2f–%.2f) | %s | %s | %d |" % (
-        bench, mode, rec, statistics.median(a), min(a), max(a),
-        "%.2f" % statistics.median(s) if s else "-",
-        "%.2f" % statistics.median(diff) if diff else "-", len(vs)))
-EOF
+python3 "$ROOT/benches/hotpath_table.py" "$OUT/hotpath.txt" > "$OUT/hotpath.md"
 cat "$OUT/hotpath.md" | tee -a "$LOG"
 
 # --- end to end --------------------------------------------------------------------------------

@@ -159,20 +159,32 @@ def main():
                     rec = os.path.join(rec_root, "run") if record else None
                     if rec:
                         shutil.rmtree(rec, ignore_errors=True)
-                    v = run(env_for(mode, preload, tmp, rec), a.scale)
+                    try:
+                        v = run(env_for(mode, preload, tmp, rec), a.scale)
+                    except (RuntimeError, subprocess.TimeoutExpired, OSError) as e:
+                        # One failed run leaves a gap (counted in the table), not a lost table.
+                        print("%s, %s, repetition %d failed: %s" % (name, label, rep, e),
+                              file=sys.stderr, flush=True)
+                        v = None
                     if rec:
                         shutil.rmtree(rec, ignore_errors=True)
-                    res[label].append(v)
+                    if v is not None:
+                        res[label].append(v)
                     if csv:
                         csv.write('"%s","%s",%d,%s\n' % (name, label, rep, v))
                         csv.flush()
-        med = {k: statistics.median(v) for k, v in res.items()}
-        base = med["untraced"]
+        med = {k: statistics.median(v) for k, v in res.items() if v}
+        base = med.get("untraced")
         cells = []
         for label, _, _ in configs:
             v = res[label]
+            if not v:
+                cells.append("all %d runs failed" % a.reps)
+                continue
             cell = "%.2f (%.2f–%.2f)" % (med[label], min(v), max(v))
-            if label != "untraced":
+            if len(v) < a.reps:
+                cell += " [%d of %d runs failed]" % (a.reps - len(v), a.reps)
+            if label != "untraced" and base:
                 if higher_better:
                     over = (base / med[label] - 1.0) * 100.0
                 else:
