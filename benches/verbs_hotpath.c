@@ -97,10 +97,19 @@ int main(void) {
     int poll_wrapped = ctx.ops.poll_cq != stub_poll_cq;
     char buf[64];
     struct ibv_sge sge = {(uintptr_t)buf, 64, 1};
-    struct ibv_send_wr wr;
-    memset(&wr, 0, sizeof(wr));
-    wr.opcode = IBV_WR_RDMA_WRITE; wr.sg_list = &sge; wr.num_sge = 1; wr.send_flags = IBV_SEND_SIGNALED;
-    wr.wr.rdma.remote_addr = 0x1000; wr.wr.rdma.rkey = 7;
+    // VERBS_CHAIN (default 1, at most 16): work requests linked in each post_send.
+    int chain = getenv("VERBS_CHAIN") ? atoi(getenv("VERBS_CHAIN")) : 1;
+    if (chain < 1) chain = 1;
+    if (chain > 16) chain = 16;
+    struct ibv_send_wr wrs[16];
+    memset(wrs, 0, sizeof(wrs));
+    for (int i = 0; i < chain; i++) {
+        wrs[i].opcode = IBV_WR_RDMA_WRITE; wrs[i].sg_list = &sge; wrs[i].num_sge = 1;
+        wrs[i].send_flags = IBV_SEND_SIGNALED;
+        wrs[i].wr.rdma.remote_addr = 0x1000; wrs[i].wr.rdma.rkey = 7;
+        wrs[i].next = i + 1 < chain ? &wrs[i + 1] : NULL;
+    }
+    struct ibv_send_wr wr = wrs[0];
     struct ibv_send_wr *bad;
     struct ibv_wc wc[4];
     int tsc = is_tsc();
@@ -135,10 +144,10 @@ int main(void) {
     double n = (double)burst * reps;
     const char *mode = getenv("SIGMATOP_MODE");
     const char *rec = getenv("SIGMATOP_RECORD");
-    printf("mode=%s record=%s calls=%.0f post_send plain=%.2f wrapped=%.2f added=%.2f ns/call; "
+    printf("mode=%s record=%s chain=%d calls=%.0f post_send plain=%.2f wrapped=%.2f added=%.2f ns/call; "
            "poll_cq(1 completion) plain=%.2f wrapped=%.2f added=%.2f ns/call%s; timestamp(%s)=%.2f ns; "
            "best burst: post_send added=%.2f poll_cq added=%.2f timestamp=%.2f\n",
-           mode ? mode : "simple", rec && *rec ? "yes" : "no", n, b_send / n, t_send / n, (t_send - b_send) / n,
+           mode ? mode : "simple", rec && *rec ? "yes" : "no", chain, n, b_send / n, t_send / n, (t_send - b_send) / n,
            b_poll / n, t_poll / n, (t_poll - b_poll) / n, poll_wrapped ? "" : " (not wrapped in this mode)",
            tsc ? "rdtsc" : "clock_gettime", stamp / n, (best[1] - best[0]) / burst,
            (best[3] - best[2]) / burst, best[4] / burst);

@@ -173,6 +173,22 @@ impl RingSlot {
     }
 }
 
+/// The timestamp of one intercepted call whose operations are recorded one by one (a chain of
+/// work requests): read once, when the first event that needs it is kept. Every operation of the
+/// call carries the same time, the moment the call was recorded.
+#[derive(Default)]
+pub struct CallStamp(core::cell::Cell<u64>);
+
+impl CallStamp {
+    #[inline(always)]
+    fn get(&self) -> u64 {
+        if self.0.get() == 0 {
+            self.0.set(crate::clock::hook_now());
+        }
+        self.0.get()
+    }
+}
+
 pub struct ThreadState {
     pub tid: u32,
     /// Nesting depth of sigmatop hooks on this thread: a hook entered while another runs (a
@@ -521,6 +537,22 @@ impl ThreadState {
         detail: impl FnOnce() -> Option<Detail>,
     ) {
         self.keep(ep, op, bytes, outcome, detail, crate::clock::hook_now)
+    }
+
+    /// As [`ThreadState::record`] for one of several operations a single call made (the work
+    /// requests of one verbs post): they share the call's one clock read, taken by the first of
+    /// them that keeps an event, instead of one read each.
+    #[inline(always)]
+    pub fn record_in_call(
+        &self,
+        stamp: &CallStamp,
+        ep: u32,
+        op: Op,
+        bytes: u64,
+        outcome: Outcome,
+        detail: impl FnOnce() -> Option<Detail>,
+    ) {
+        self.keep(ep, op, bytes, outcome, detail, || stamp.get())
     }
 
     /// As [`ThreadState::record`] for an operation that happened at `tsc`, not now (a GPU
