@@ -3,7 +3,8 @@
 // CLOCK_REALTIME), and an amortised scheme: one rdtsc shared by the next K events of a burst
 // (the error it adds is at most the time K events take, printed beside it).
 // Build and run: gcc -O2 -o /tmp/clock_probe benches/clock_probe.c && /tmp/clock_probe
-// Prints one line per method: ns per timestamp (median of 9 rounds of 20 M), and the spread.
+// Prints one line per method: ns per timestamp (median of 9 rounds of CLOCK_PROBE_N, default 20 M,
+// calls each), and the spread.
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,7 +12,6 @@
 #include <time.h>
 #include <x86intrin.h>
 
-#define N 20000000L
 #define ROUNDS 9
 
 static double now_ns(void) {
@@ -33,6 +33,7 @@ static uint64_t clk(clockid_t c) {
 static uint64_t m_mono(void) { return clk(CLOCK_MONOTONIC); }
 static uint64_t m_coarse(void) { return clk(CLOCK_MONOTONIC_COARSE); }
 static uint64_t m_real(void) { return clk(CLOCK_REALTIME); }
+static uint64_t m_raw(void) { return clk(CLOCK_MONOTONIC_RAW); }
 
 // One TSC read per K events: the others reuse it (a per-thread countdown decides).
 static uint64_t shared_tsc;
@@ -66,10 +67,13 @@ int main(void) {
         {"clock_gettime MONOTONIC (vDSO)", m_mono},
         {"clock_gettime MONOTONIC_COARSE", m_coarse},
         {"clock_gettime REALTIME (vDSO)", m_real},
+        {"clock_gettime MONOTONIC_RAW", m_raw},
         {"rdtsc shared by 4 events", m_amort4},
         {"rdtsc shared by 16 events", m_amort16},
     };
     int nm = sizeof ms / sizeof ms[0];
+    long N = getenv("CLOCK_PROBE_N") ? atol(getenv("CLOCK_PROBE_N")) : 20000000L;
+    if (N < 1000) N = 1000;
     double res[16][ROUNDS];
     // Rounds alternate the methods, so that frequency drift touches every method alike.
     for (int r = 0; r < ROUNDS; r++)

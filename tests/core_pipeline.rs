@@ -231,6 +231,30 @@ fn bogus_mode_warns_once_and_traces_in_simple_mode() {
     assert_eq!(common::op(&common::totals(&procs[0]), "tag_send").0, 201);
 }
 
+/// The GPU doorbell path's variables warn on bad values like every other one (issue 14.6): each
+/// once, naming the variable, its value and what is used instead; the program runs unaffected and
+/// is traced as usual (no GPU is involved, so the defaults change nothing here).
+#[test]
+fn bogus_gpu_settings_warn_once_each() {
+    let (err, trace) = pair_with_env(
+        "bogus-gpu",
+        &[
+            ("SIGMATOP_GPU_WQE", "maybe".into()),
+            ("SIGMATOP_WQE_BATCH", "0".into()),
+            ("SIGMATOP_WQE_COPY", "never".into()),
+        ],
+    );
+    for warning in [
+        "SIGMATOP_GPU_WQE=maybe is not one of on, off; recovering WQEs",
+        "SIGMATOP_WQE_BATCH=0 is not a positive integer; using 128",
+        "SIGMATOP_WQE_COPY=never is not one of doorbell, batch; copying per doorbell",
+    ] {
+        assert_eq!(err.matches(warning).count(), 1, "{warning}: {err}");
+    }
+    let procs = common::processes(&trace);
+    assert_eq!(common::op(&common::totals(&procs[0]), "tag_send").0, 201);
+}
+
 #[test]
 fn unwritable_record_dir_warns_and_keeps_running() {
     let dir = common::scratch("unwritable");

@@ -21,6 +21,9 @@ const TICK: Duration = Duration::from_millis(5);
 const FLUSH_EVERY: Duration = Duration::from_millis(100);
 /// Events buffered per thread before a chunk is written regardless of time.
 const CHUNK_EVENTS: usize = 16 * 1024;
+/// A ring that held this many events at a drain (a quarter of it) has the collector drain again
+/// without sleeping: at the highest event rates a ring fills in less than a tick.
+const BUSY_RING: usize = thread::RING_CAP / 4;
 /// Sampled events sent live per snapshot interval, at most.
 const LIVE_EVENTS_PER_INTERVAL: usize = 4096;
 
@@ -356,7 +359,10 @@ impl Collector {
         if config::fault() == config::Fault::Disk && w.bytes_written > 4096 {
             return Err(std::io::Error::from_raw_os_error(libc::ENOSPC));
         }
-        w.write_events(tid, events)
+        let r = w.write_events(tid, events);
+        #[cfg(feature = "bench")]
+        crate::bench::throttle_record(w.bytes_written);
+        r
     }
 
     fn write_events(&mut self, tid: u32) {
@@ -385,11 +391,13 @@ impl Collector {
         }
     }
 
-    /// Drains every ring; returns true if any thread retired (its counters moved to totals).
-    fn drain(&mut self, force_flush: bool) {
+    /// Drains every ring (and retires threads that exited); returns the most events one ring
+    /// held.
+    fn drain(&mut self, force_flush: bool) -> usize {
         if config::fault() == config::Fault::Ring {
-            return;
+            return 0;
         }
+        let mut fullest = 0;
         let mut exited: Vec<&'static ThreadState> = Vec::new();
         // Without a record the rings hold only the events the hot path sampled for live viewers:
         // each goes out as it is; with one they hold every event, and one in `sample` goes out.
@@ -407,6 +415,7 @@ impl Collector {
             let was_exited = ts.exited.load(Ordering::Acquire);
             self.scratch.clear();
             let n = ts.drain(&mut self.scratch);
+            fullest = fullest.max(n);
             if n > 0 {
                 self.events_total += n as u64;
                 for e in &self.scratch {
@@ -454,6 +463,7 @@ impl Collector {
         for ts in exited {
             self.retire(ts);
         }
+        fullest
     }
 
     fn retire(&mut self, ts: &'static ThreadState) {
@@ -618,7 +628,7 @@ fn run() {
         let stopping = STOP.load(Ordering::Acquire);
         c.publish_definitions();
         let flush = stopping || last_flush.elapsed() >= FLUSH_EVERY;
-        c.drain(flush);
+        let fullest = c.drain(flush);
         if flush {
             last_flush = Instant::now();
         }
@@ -635,7 +645,13 @@ fn run() {
         if stopping {
             break;
         }
-        std::thread::sleep(TICK);
+        if fullest >= BUSY_RING {
+            // A thread fills its ring faster than one tick drains it: drain again at once
+            // instead of sleeping (the collector's CPU follows the event rate; idle, it ticks).
+            std::thread::yield_now();
+        } else {
+            std::thread::sleep(TICK);
+        }
     }
     // Final: every thread's remaining events, then the end marker.
     let tids: Vec<u32> = c.bufs.keys().copied().collect();

@@ -78,6 +78,8 @@ extern "C" fn sigmatop_init() {
         dl::init();
         exit::init();
         config::load();
+        #[cfg(feature = "bench")]
+        bench::load();
         clock::init();
         if config::fault() == config::Fault::Init {
             panic!("injected init fault (SIGMATOP_TEST_FAULT=init)");
