@@ -194,7 +194,9 @@ fn run_ucx(trace: &Trace, tls: &str, args: &[&str]) -> std::process::Output {
 }
 
 /// (ops, bytes) of `op` in a process's last snapshot, calls that returned an error left out, and
-/// the number of those error calls.
+/// the number of calls that did not go through: those that failed and those the library refused
+/// (`-FI_EAGAIN`; counted in `refused`, not in `ops`, since event schema 2). Each of them is an
+/// event.
 fn ok_and_errors(p: &ProcessRecording, op: Op) -> ((u64, u64), u64) {
     let s = p.last_snapshot().expect("a snapshot");
     let mut ok = (0, 0);
@@ -202,7 +204,7 @@ fn ok_and_errors(p: &ProcessRecording, op: Op) -> ((u64, u64), u64) {
     for c in s.counts.iter().filter(|c| c.op == op as u8) {
         ok.0 += c.ops - c.errors;
         ok.1 += c.bytes;
-        errors += c.errors;
+        errors += c.errors + c.refused;
     }
     (ok, errors)
 }
