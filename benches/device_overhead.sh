@@ -113,7 +113,7 @@ gcc -O2 -o "$B/verbs_hotpath" "$ROOT/benches/verbs_hotpath.c" -ldl &&
 gcc -O2 -pthread -o "$B/record_rate" "$ROOT/benches/record_rate.c" -ldl || { log "gcc failed"; exit 3; }
 
 log "clock_probe"
-"$B/clock_probe" > "$OUT/clock_probe.txt" 2>&1
+timeout 300 "$B/clock_probe" > "$OUT/clock_probe.txt" 2>&1
 cat "$OUT/clock_probe.txt" >> "$LOG"
 
 # Hot path: every configuration in each round, the order rotated round by round.
@@ -126,7 +126,7 @@ for r in $(seq "$HOT_ROUNDS"); do
         mode=${c%%:*}; rec=${c#*:}
         for bench in hotpath verbs_hotpath; do
             rm -rf "$WORK/hotrec"
-            line=$(env SIGMATOP_MODE=$mode ${rec:+SIGMATOP_RECORD=$WORK/hotrec} \
+            line=$(timeout 120 env SIGMATOP_MODE=$mode ${rec:+SIGMATOP_RECORD=$WORK/hotrec} \
                 SIGMATOP_SOCKET_DIR=$WORK/sock LD_PRELOAD=$PRELOAD "$B/$bench" 2>&1 | tail -1)
             echo "round=$r bench=$bench $line" | tee -a "$OUT/hotpath.txt" >> "$LOG"
         done
@@ -158,12 +158,13 @@ if [ $ucx_ok = 1 ]; then
     rm -rf "$WORK/latrec"
     for mode in aggregate full; do
         rm -rf "$WORK/latrec"
-        env UCX_TLS=shm,self LD_PRELOAD=$PRELOAD SIGMATOP_MODE=$mode SIGMATOP_RECORD=$WORK/latrec \
-            SIGMATOP_SOCKET_DIR=$WORK/sock ucx_perftest -p $port > /dev/null 2>&1 &
+        timeout 120 env UCX_TLS=shm,self LD_PRELOAD=$PRELOAD SIGMATOP_MODE=$mode \
+            SIGMATOP_RECORD=$WORK/latrec SIGMATOP_SOCKET_DIR=$WORK/sock ucx_perftest -p $port > /dev/null 2>&1 &
         srv=$!
         sleep 1
-        env UCX_TLS=shm,self LD_PRELOAD=$PRELOAD SIGMATOP_MODE=$mode SIGMATOP_RECORD=$WORK/latrec \
-            SIGMATOP_SOCKET_DIR=$WORK/sock ucx_perftest 127.0.0.1 -p $port -t tag_lat -s 8 -n $n > "$WORK/lat.out" 2>&1
+        timeout 120 env UCX_TLS=shm,self LD_PRELOAD=$PRELOAD SIGMATOP_MODE=$mode \
+            SIGMATOP_RECORD=$WORK/latrec SIGMATOP_SOCKET_DIR=$WORK/sock \
+            ucx_perftest 127.0.0.1 -p $port -t tag_lat -s 8 -n $n > "$WORK/lat.out" 2>&1
         wait $srv
         {
             echo "== $mode mode, tag_lat 8 B, -n $n (plus UCX's warm-up iterations), both processes"
