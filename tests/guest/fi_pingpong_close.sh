@@ -3,7 +3,8 @@
 # rdma_cm on rxe1 over a dummy netdev, as verbs_batch.sh sets it up), once untraced and once
 # traced with every layer in simple mode. Regression check for the libfabric layer breaking the
 # verbs endpoint close (vrb_close_free_ep free()s ep->msg, which must be the provider's own table).
-# Writes OUT/<mode>/{server,client}.{out,err,rc} and OUT/<mode>/rec.
+# Writes OUT/<mode>/{server,client}.{out,err,rc} and OUT/<mode>/rec. tests/guest/verbs_batch.sh
+# runs it (workload fi_close) with rxe1 already set up; on its own it sets rxe1 up itself.
 #
 # usage: fi_pingpong_close.sh OUT PRELOAD [ITERS]
 set -u
@@ -15,14 +16,16 @@ mkdir -p "$OUT"
 mkdir -m 700 -p "$SOCK"
 exec > >(tee "$OUT/close.log") 2>&1
 
-modprobe rdma_rxe || exit 90
-modprobe ib_uverbs || exit 90
-ip link set lo up
-ip link add rxnet0 type dummy
-ip addr add 10.77.0.1/24 dev rxnet0
-ip link set rxnet0 up
-rdma link add rxe1 type rxe netdev rxnet0 || exit 91
-sleep 0.5
+if ! rdma link show 2>/dev/null | grep -q "^link rxe1/"; then
+    modprobe rdma_rxe || exit 90
+    modprobe ib_uverbs || exit 90
+    ip link set lo up
+    ip link add rxnet0 type dummy
+    ip addr add 10.77.0.1/24 dev rxnet0
+    ip link set rxnet0 up
+    rdma link add rxe1 type rxe netdev rxnet0 || exit 91
+    sleep 0.5
+fi
 A=10.77.0.1
 PORT=21000
 for mode in none simple; do
