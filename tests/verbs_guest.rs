@@ -99,7 +99,7 @@ pub fn boot(vng: &Path, kernel: &str, out: &Path, script: &str, args: &[&str]) -
     );
     // `| cat`: vng loses the guest output when its stdout is a file (workloads.md).
     let cmd = format!(
-        "timeout 900 '{}' --disable-kvm --run /boot/vmlinuz-{kernel} --cpus 2 -m 2G --rwdir='{}' --exec \"{exec}\" 2>&1 | cat",
+        "timeout 1200 '{}' --disable-kvm --run /boot/vmlinuz-{kernel} --cpus 2 -m 2G --rwdir='{}' --exec \"{exec}\" 2>&1 | cat",
         vng.display(),
         out.display()
     );
@@ -1231,7 +1231,9 @@ fn check_blocking(w: &str, mode: &str, run: &Run) {
     let sum = util::check_perfetto(&out.join("trace.pftrace"), events_total);
     assert_eq!(sum["errors"], 0, "{ctx}: {sum}");
     assert_eq!(
-        sum["ops_by_name"]["get_cq_event"].as_u64().unwrap_or(0),
+        sum["ops_by_name"]["verbs.get_cq_event"]
+            .as_u64()
+            .unwrap_or(0),
         cq_events,
         "{ctx}: {sum}"
     );
