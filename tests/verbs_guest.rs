@@ -731,6 +731,50 @@ fn check_printed(w: &str, run: &Run) {
     }
 }
 
+/// The QPNs the rdma-core and perftest programs print ("local address: ... QPN 0x..." and
+/// "remote address: ..."), a source of the QP pairing independent of sigmatop: the client's QP
+/// of that number is recorded with the peer the program names, which is a QP of the server.
+fn check_printed_qpns(w: &str, run: &Run, srv: &ProcessRecording, cli: &ProcessRecording) {
+    if !matches!(w, "rc_pingpong" | "read_bw" | "send_lat" | "write_bw") {
+        return;
+    }
+    let ctx = format!("{w}: printed QPNs");
+    let qpn = |which: &str| -> u32 {
+        run.client_out
+            .lines()
+            .find(|l| l.trim_start().starts_with(which))
+            .and_then(|l| {
+                let t: Vec<&str> = l.split_whitespace().collect();
+                let i = t.iter().position(|w| *w == "QPN")?;
+                u32::from_str_radix(
+                    t.get(i + 1)?.trim_end_matches(',').trim_start_matches("0x"),
+                    16,
+                )
+                .ok()
+            })
+            .unwrap_or_else(|| panic!("{ctx}: no '{which} ... QPN' line:\n{}", run.client_out))
+    };
+    let (local, remote) = (qpn("local address:"), qpn("remote address:"));
+    let mine = cli
+        .endpoints
+        .iter()
+        .find(|e| e.kind == EndpointKind::VerbsQp && e.qpn == Some(local))
+        .unwrap_or_else(|| panic!("{ctx}: the client recorded no QP 0x{local:x}"));
+    let peer = cli
+        .updates
+        .iter()
+        .rfind(|u| u.id == mine.id && u.state == "RTR")
+        .and_then(|u| u.peer.as_ref())
+        .and_then(|p| p.qpn);
+    assert_eq!(peer, Some(remote), "{ctx}: the peer of QP 0x{local:x}");
+    assert!(
+        srv.endpoints
+            .iter()
+            .any(|e| e.kind == EndpointKind::VerbsQp && e.qpn == Some(remote)),
+        "{ctx}: the server recorded no QP 0x{remote:x}"
+    );
+}
+
 /// fi_pingpong over libfabric's verbs provider (msg endpoints), `i` transfers of `s` bytes
 /// (libfabric util/pingpong.c, 1.17): each side sends `i` messages of `s` bytes, then in
 /// pp_finalize a "fin" message of 4 bytes ("fin" and its NUL) and waits for the peer's; it
@@ -1340,6 +1384,7 @@ fn check_run(w: &str, mode: &str, base: &Run, run: &Run) {
     let (srv, cli) = (&procs[0], &procs[1]);
     check_matched(&format!("{w}/{mode}"), srv, cli);
     check_matched(&format!("{w}/{mode}"), cli, srv);
+    check_printed_qpns(w, run, srv, cli);
     check_counts(w, mode, srv, cli);
     check_one_sided(w, mode, run);
     check_blocking(w, mode, run);
