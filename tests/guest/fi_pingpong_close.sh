@@ -37,15 +37,18 @@ for mode in none simple; do
         envs=(LD_PRELOAD="$PRE" SIGMATOP_MODE="$mode" SIGMATOP_RECORD="$d/rec" SIGMATOP_SOCKET_DIR="$SOCK")
     fi
     PORT=$((PORT + 1))
-    (env "${envs[@]}" timeout -k 5 60 fi_pingpong -p verbs -e msg -B $PORT -I "$ITERS" -S 4096 \
+    (env "${envs[@]}" timeout -k 5 240 fi_pingpong -p verbs -e msg -B $PORT -I "$ITERS" -S 4096 \
         >"$d/server.out" 2>"$d/server.err" </dev/null
      echo $? >"$d/server.rc") &
     spid=$!
-    for ((i = 0; i < 100; i++)); do
-        rdma resource show cm_id 2>/dev/null | grep LISTEN | grep -Eq ":$PORT( |$)" && break
+    # The server listens on TCP first (its control channel, util/pingpong.c pp_ctrl_init), on
+    # rdma_cm only once the client is connected there.
+    hex=$(printf ':%04X ' $PORT)
+    for ((i = 0; i < 1200; i++)); do
+        awk 'NR>1 {print $2" "$4}' /proc/net/tcp /proc/net/tcp6 2>/dev/null | grep -q "${hex}0A" && break
         sleep 0.05
     done
-    env "${envs[@]}" timeout -k 5 45 fi_pingpong -p verbs -e msg -P $PORT -I "$ITERS" -S 4096 $A \
+    env "${envs[@]}" timeout -k 5 180 fi_pingpong -p verbs -e msg -P $PORT -I "$ITERS" -S 4096 $A \
         >"$d/client.out" 2>"$d/client.err" </dev/null
     echo $? >"$d/client.rc"
     wait $spid

@@ -83,6 +83,8 @@ wait_listen() {
 }
 
 PORT=20000
+# Time limits are generous: the guest is emulated on 2 host cores shared with other work, where a
+# 4-second run can take a minute; they only bound a hung program.
 # run NAME MODE KILL_SERVER "server command" "client command" [ENV...]
 run() {
     local name=$1 mode=$2 kill_server=$3 srv=$4 cli=$5
@@ -99,20 +101,22 @@ run() {
     srv=${srv//@PORT@/$p}
     cli=${cli//@PORT@/$p}
     local t0=$(date +%s.%N)
-    (env "${envs[@]}" timeout -k 5 60 $srv >"$dir/server.out" 2>"$dir/server.err" </dev/null &
+    (env "${envs[@]}" timeout -k 5 240 $srv >"$dir/server.out" 2>"$dir/server.err" </dev/null &
      echo $! >"$dir/server.pid"
      wait $!
      echo $? >"$dir/server.rc") &
     local spid=$!
-    wait_listen "$p" 20
-    env "${envs[@]}" timeout -k 5 45 $cli >"$dir/client.out" 2>"$dir/client.err" </dev/null
+    wait_listen "$p" 60
+    env "${envs[@]}" timeout -k 5 180 $cli >"$dir/client.out" 2>"$dir/client.err" </dev/null
     echo $? >"$dir/client.rc"
     if [ "$kill_server" = kill ]; then
-        sleep 0.5
+        # Time for the server's collector to write a snapshot after its last operation (every
+        # 250 ms; a SIGTERM'd process writes no final one).
+        sleep 2
         kill -TERM "$(cat "$dir/server.pid")" 2>/dev/null
     fi
     local i
-    for ((i = 0; i < 150; i++)); do
+    for ((i = 0; i < 300; i++)); do
         kill -0 $spid 2>/dev/null || break
         sleep 0.1
     done
