@@ -366,7 +366,7 @@ fn ucx_srq(ctx: &str, p: &ProcessRecording) -> C {
     );
     let mut c = srqs[0]["SRQ_RECV"];
     assert!(
-        c.posted > 0 && c.posted_bytes % c.posted == 0,
+        c.posted > 0 && c.posted_bytes.is_multiple_of(c.posted),
         "{ctx}: UCX posts its receive buffers, all of one size, through the SRQ: {c:?}"
     );
     c.posted = 0;
@@ -1401,6 +1401,9 @@ fn check_run(w: &str, mode: &str, base: &Run, run: &Run) {
     }
 }
 
+/// A workload, its untraced run's directory, and its traced runs' directories by mode.
+type Runs = (&'static str, PathBuf, Vec<(&'static str, PathBuf)>);
+
 fn check_all(out: &Path, console: String) {
     assert!(
         read(&out.join("batch.log")).contains("BATCH_DONE"),
@@ -1417,8 +1420,7 @@ fn check_all(out: &Path, console: String) {
         "fi_pingpong_close.sh did not finish:\n{}",
         read(&out.join("batch.log"))
     );
-    // (workload, its untraced run's directory, its traced runs' directories by mode)
-    let mut runs: Vec<(&str, PathBuf, Vec<(&str, PathBuf)>)> = WORKLOADS
+    let mut runs: Vec<Runs> = WORKLOADS
         .iter()
         .map(|w| {
             (
