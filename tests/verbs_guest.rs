@@ -97,9 +97,11 @@ pub fn boot(vng: &Path, kernel: &str, out: &Path, script: &str, args: &[&str]) -
             .unwrap_or_default(),
         std::env::var("PATH").unwrap_or_default()
     );
-    // `| cat`: vng loses the guest output when its stdout is a file (workloads.md).
+    // `| cat`: vng loses the guest output when its stdout is a file (workloads.md). The batch
+    // takes about 6 minutes on 2 idle cores; the limit leaves room for a machine shared with
+    // other work (each program in the guest has its own limit too).
     let cmd = format!(
-        "timeout 1200 '{}' --disable-kvm --run /boot/vmlinuz-{kernel} --cpus 2 -m 2G --rwdir='{}' --exec \"{exec}\" 2>&1 | cat",
+        "timeout 2400 '{}' --disable-kvm --run /boot/vmlinuz-{kernel} --cpus 2 -m 2G --rwdir='{}' --exec \"{exec}\" 2>&1 | cat",
         vng.display(),
         out.display()
     );
