@@ -51,14 +51,36 @@ ip link set rxnet0 up
 # Phase "lo": rxe0 on loopback (plain verbs tools, GID index 1 = ::ffff:127.0.0.1); phase "cm":
 # rxe1 on the dummy netdev (everything that uses rdma_cm).
 PHASE=none
+# Runs the shell test $1 every 50 ms until it succeeds (30 s at most).
+until_ok() {
+    local i
+    for ((i = 0; i < 600; i++)); do
+        eval "$1" && return 0
+        sleep 0.05
+    done
+    echo "timed out waiting for: $1"
+    return 1
+}
 phase() {
     [ "$PHASE" = "$1" ] && return 0
     rdma link delete rxe0 2>/dev/null
     rdma link delete rxe1 2>/dev/null
+    # A device goes away asynchronously; one still there would take (and reject) the next
+    # rdma_cm connections.
+    until_ok '[ ! -e /sys/class/infiniband/rxe0 ] && [ ! -e /sys/class/infiniband/rxe1 ]'
+    local dev gid
     case $1 in
-    lo) rdma link add rxe0 type rxe netdev lo || exit 91 ;;
-    cm) rdma link add rxe1 type rxe netdev rxnet0 || exit 91 ;;
+    lo)
+        rdma link add rxe0 type rxe netdev lo || exit 91
+        dev=rxe0 gid=0000:0000:0000:0000:0000:ffff:7f00:0001
+        ;;
+    cm)
+        rdma link add rxe1 type rxe netdev rxnet0 || exit 91
+        dev=rxe1 gid=0000:0000:0000:0000:0000:ffff:0a4d:0001
+        ;;
     esac
+    # Usable once its port is ACTIVE with the IPv4 address's GID (filled in from netdev events).
+    until_ok "grep -q ACTIVE /sys/class/infiniband/$dev/ports/1/state && grep -qx $gid /sys/class/infiniband/$dev/ports/1/gids/*"
     PHASE=$1
     sleep 0.5
 }
@@ -109,6 +131,10 @@ run() {
     wait_listen "$p" 60
     env "${envs[@]}" timeout -k 5 180 $cli >"$dir/client.out" 2>"$dir/client.err" </dev/null
     echo $? >"$dir/client.rc"
+    if [ "$(cat "$dir/client.rc")" != 0 ]; then
+        # What the RDMA devices and rdma_cm ids looked like when the client failed.
+        { ls /sys/class/infiniband; rdma link show; rdma resource show cm_id; } >"$dir/diag" 2>&1
+    fi
     if [ "$kill_server" = kill ]; then
         # Time for the server's collector to write a snapshot after its last operation (every
         # 250 ms; a SIGTERM'd process writes no final one).
