@@ -27,6 +27,10 @@
 #   REPS=N      repetitions of each overhead configuration (default 5)
 #   HOT_ROUNDS=N rounds of the hot-path benches (default 3)
 #   DEBS=DIR    where the .debs are; USE_DEBS=1 uses them even where the programs are installed
+#   STEPS=LIST  which steps run, of clock,hot,overhead,record (default all of them)
+#   PIN=S:C     overhead.py's --pin (default 2,3:4,5 with 8 or more CPUs: each benchmark process on
+#               its own two CPUs, one for its polling thread and one for the collector; PIN=none
+#               leaves placement to the scheduler)
 # The whole run takes about 7 minutes on 16 cores (nothing else running).
 set -u
 OUT=${1:?usage: bash benches/device_overhead.sh OUTDIR}
@@ -54,6 +58,13 @@ else
     CLOCK_PROBE_N=10000000; REC_SECONDS=3; REC_THREADS=1,4
 fi
 export HOTPATH_REPS VERBS_REPS CLOCK_PROBE_N
+STEPS=${STEPS:-clock,hot,overhead,record}
+step() { case ",$STEPS," in *",$1,"*) return 0 ;; *) return 1 ;; esac; }
+if [ -z "${PIN:-}" ]; then
+    if [ "$(nproc)" -ge 8 ]; then PIN=2,3:4,5; else PIN=none; fi
+fi
+PIN_ARGS=()
+[ "$PIN" != none ] && PIN_ARGS=(--pin "$PIN")
 START=$(date +%s)
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/sigmatop-devbench.XXXXXX")
 trap 'rm -rf "$WORK"' EXIT
@@ -65,6 +76,8 @@ trap 'rm -rf "$WORK"' EXIT
     echo "flags: $(grep -m1 '^flags' /proc/cpuinfo | tr ' ' '\n' | grep -E '^(tsc|constant_tsc|nonstop_tsc|rdtscp|hypervisor|invpcid|waitpkg)$' | tr '\n' ' ')"
     echo "clocksource: $(cat /sys/devices/system/clocksource/clocksource0/current_clocksource 2>/dev/null)"
     echo "load: $(cat /proc/loadavg)"
+    echo "steps: $STEPS; overhead.py placement: $PIN"
+    lscpu -e=CPU,CORE,SOCKET,NODE 2>/dev/null | head -20
     gcc --version | head -1; python3 --version
     (cd "$ROOT" && git rev-parse HEAD 2>/dev/null && git status --short 2>/dev/null | head -5)
     sha256sum "$PRELOAD" "$SIGMATOP"
@@ -112,11 +125,14 @@ gcc -O2 -o "$B/hotpath" "$ROOT/benches/hotpath.c" -ldl &&
 gcc -O2 -o "$B/verbs_hotpath" "$ROOT/benches/verbs_hotpath.c" -ldl &&
 gcc -O2 -pthread -o "$B/record_rate" "$ROOT/benches/record_rate.c" -ldl || { log "gcc failed"; exit 3; }
 
+if step clock; then
 log "clock_probe"
 timeout 300 "$B/clock_probe" > "$OUT/clock_probe.txt" 2>&1
 cat "$OUT/clock_probe.txt" >> "$LOG"
+fi
 
 # Hot path: every configuration in each round, the order rotated round by round.
+if step hot; then
 log "hot path: $HOT_ROUNDS rounds of hotpath and verbs_hotpath, 5 configurations"
 CONFIGS=(aggregate: simple: full: simple:rec full:rec)
 : > "$OUT/hotpath.txt"
@@ -135,17 +151,20 @@ done
 rm -rf "$WORK/hotrec"
 python3 "$ROOT/benches/hotpath_table.py" "$OUT/hotpath.txt" > "$OUT/hotpath.md"
 cat "$OUT/hotpath.md" | tee -a "$LOG"
+fi
 
 # --- end to end --------------------------------------------------------------------------------
-if [ $ucx_ok = 1 ]; then
+if ! step overhead; then
+    :
+elif [ $ucx_ok = 1 ]; then
     log "overhead.py: $REPS repetitions of 7 configurations (scale $SCALE); fi_pingpong usable: $fi_ok"
     if [ $fi_ok = 1 ]; then
         python3 "$ROOT/benches/overhead.py" --reps "$REPS" --scale "$SCALE" --preload "$PRELOAD" \
-            --record-dir "$WORK/overhead-rec" --csv "$OUT/overhead.csv" > "$OUT/overhead.md" 2>>"$LOG"
+            "${PIN_ARGS[@]}" --record-dir "$WORK/overhead-rec" --csv "$OUT/overhead.csv" > "$OUT/overhead.md" 2>>"$LOG"
     else
         # Without libfabric's dependencies fi_pingpong cannot start: the UCX rows alone.
         python3 "$ROOT/benches/overhead.py" --reps "$REPS" --scale "$SCALE" --preload "$PRELOAD" \
-            --only ucx_perftest --record-dir "$WORK/overhead-rec" --csv "$OUT/overhead.csv" \
+            "${PIN_ARGS[@]}" --only ucx_perftest --record-dir "$WORK/overhead-rec" --csv "$OUT/overhead.csv" \
             > "$OUT/overhead.md" 2>>"$LOG"
         echo "fi_pingpong NOT RUN: it cannot load its libraries here (ldd.txt)" >> "$OUT/overhead.md"
     fi
@@ -180,10 +199,12 @@ else
 fi
 
 # --- recording at the highest event rate -------------------------------------------------------
+if step record; then
 log "record_cost.py: threads $REC_THREADS, $REC_SECONDS s per run"
 python3 "$ROOT/benches/record_cost.py" --threads "$REC_THREADS" --seconds "$REC_SECONDS" \
     --dir "$WORK/record-cost" --preload "$PRELOAD" --sigmatop "$SIGMATOP" --bin "$B/record_rate" \
     > "$OUT/record_cost.md" 2>>"$LOG"
 cat "$OUT/record_cost.md" | tee -a "$LOG"
+fi
 
 log "done in $(( $(date +%s) - START )) s; results in $OUT"

@@ -5,14 +5,28 @@ within one invocation (the order rotates every repetition), medians and spread o
 
 Usage: python3 benches/overhead.py [--reps 7] [--preload target/release/libsigmatop_preload.so]
            [--no-record] [--only NAME] [--scale 1.0] [--record-dir DIR] [--csv FILE]
+           [--pin SERVER_CPUS:CLIENT_CPUS]
 Both sides of each pair are traced (as a job would be); with a record both write into one record
 root (one directory per process), removed after each run. --scale multiplies every benchmark's
 iteration count (for a quick trial). Prints a Markdown table for BENCHMARKS.md: per benchmark and
 configuration the median, the spread (min–max) and the slowdown against untraced (bandwidth lost,
 latency added); --csv writes every run's value.
+
+A second table judges each cell against its target (aggregate 0.5 %, simple 1 %, full 5 %, with
+or without a record) from paired runs: each repetition runs every configuration back to back, so
+the overhead of a repetition is its configuration against the untraced run of the same
+repetition (slow drifts of the machine cancel). Per cell: the median of those paired overheads
+and a 90 % bootstrap interval of that median; "met" when the whole interval is within the target,
+"not met" when the whole interval is above it, "not confirmed" when the interval straddles it.
+
+--pin runs the server and the client under `taskset -c` on the CPU lists given (for example
+2,3:4,5): each process keeps one CPU for its busy-polling thread and one for sigmatop's collector,
+and the scheduler no longer moves the pair across cores or sockets between runs, the main source
+of spread on a many-core host.
 """
 import argparse
 import os
+import random
 import re
 import shutil
 import statistics
@@ -65,6 +79,11 @@ def wait_port(port, limit=10.0):
 
 
 PORT = [24000 + os.getpid() % 1000 * 7]
+# (server prefix, client prefix): `taskset -c CPUS` when --pin is given.
+PIN = [[], []]
+
+# Targets per traced mode (issue 2 / 15): slowdown against untraced, in percent.
+TARGETS = {"aggregate": 0.5, "simple": 1.0, "full": 5.0}
 
 
 def next_port():
@@ -76,11 +95,11 @@ def ucx(test, size, n, tls, metric):
     def run(env, scale):
         port = next_port()
         env = dict(env, UCX_TLS=tls)
-        srv = subprocess.Popen(["ucx_perftest", "-p", str(port)], env=env,
+        srv = subprocess.Popen(PIN[0] + ["ucx_perftest", "-p", str(port)], env=env,
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         try:
             wait_port(port)
-            out = subprocess.run(["ucx_perftest", "127.0.0.1", "-p", str(port), "-t", test, "-s",
+            out = subprocess.run(PIN[1] + ["ucx_perftest", "127.0.0.1", "-p", str(port), "-t", test, "-s",
                                   str(size), "-n", str(max(1000, int(n * scale)))], env=env,
                                  capture_output=True, text=True, timeout=300)
             srv.wait(timeout=60)
@@ -101,11 +120,11 @@ def fi_pingpong(prov, ep, size, iters):
     def run(env, scale):
         port = next_port()
         args = ["-p", prov, "-e", ep, "-I", str(max(1000, int(iters * scale))), "-S", str(size)]
-        srv = subprocess.Popen(["fi_pingpong", "-B", str(port)] + args, env=env,
+        srv = subprocess.Popen(PIN[0] + ["fi_pingpong", "-B", str(port)] + args, env=env,
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         try:
             time.sleep(0.3)
-            out = subprocess.run(["fi_pingpong", "-P", str(port)] + args + ["127.0.0.1"], env=env,
+            out = subprocess.run(PIN[1] + ["fi_pingpong", "-P", str(port)] + args + ["127.0.0.1"], env=env,
                                  capture_output=True, text=True, timeout=300)
             srv.wait(timeout=60)
         finally:
@@ -127,6 +146,26 @@ CASES = [
 ]
 
 
+def overhead_pct(base, v, higher_better):
+    """Slowdown of `v` against `base` in percent: bandwidth lost, or latency added."""
+    return (base / v - 1.0) * 100.0 if higher_better else (v / base - 1.0) * 100.0
+
+
+def paired_verdict(pairs, target, rng):
+    """(median, low, high, verdict) of the paired overheads `pairs` against `target` (percent):
+    a 90 % percentile-bootstrap interval of the median."""
+    med = statistics.median(pairs)
+    boots = sorted(statistics.median(rng.choices(pairs, k=len(pairs))) for _ in range(2000))
+    low, high = boots[int(0.05 * len(boots))], boots[int(0.95 * len(boots)) - 1]
+    if high <= target:
+        verdict = "met"
+    elif low > target:
+        verdict = "**not met**"
+    else:
+        verdict = "not confirmed"
+    return med, low, high, verdict
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--reps", type=int, default=7)
@@ -137,7 +176,13 @@ def main():
     ap.add_argument("--record-dir", default=None, help="where records are written (default: a "
                     "temporary directory); each run's record is removed after it")
     ap.add_argument("--csv", default=None, help="also write every run's value here")
+    ap.add_argument("--pin", default=None, help="SERVER_CPUS:CLIENT_CPUS for taskset -c")
     a = ap.parse_args()
+    if a.pin:
+        parts = a.pin.split(":")
+        if len(parts) != 2 or not all(parts) or shutil.which("taskset") is None:
+            sys.exit("--pin wants SERVER_CPUS:CLIENT_CPUS (for example 2,3:4,5) and taskset")
+        PIN[0], PIN[1] = ["taskset", "-c", parts[0]], ["taskset", "-c", parts[1]]
     preload = os.path.abspath(a.preload)
     if not os.path.isfile(preload):
         sys.exit("build first: cargo build --release --workspace (%s missing)" % preload)
@@ -147,10 +192,12 @@ def main():
         csv.write("benchmark,configuration,rep,value\n")
     print("| benchmark | " + " | ".join(c[0] for c in configs) + " |")
     print("|---" * (len(configs) + 1) + "|")
+    verdicts = []
     for name, run, higher_better in CASES:
         if a.only and a.only not in name:
             continue
         res = {c[0]: [] for c in configs}
+        by_rep = {c[0]: {} for c in configs}
         with tempfile.TemporaryDirectory() as tmp:
             rec_root = a.record_dir or os.path.join(tmp, "rec")
             for rep in range(a.reps):
@@ -170,6 +217,7 @@ def main():
                         shutil.rmtree(rec, ignore_errors=True)
                     if v is not None:
                         res[label].append(v)
+                        by_rep[label][rep] = v
                     if csv:
                         csv.write('"%s","%s",%d,%s\n' % (name, label, rep, v))
                         csv.flush()
@@ -185,12 +233,32 @@ def main():
             if len(v) < a.reps:
                 cell += " [%d of %d runs failed]" % (a.reps - len(v), a.reps)
             if label != "untraced" and base:
-                if higher_better:
-                    over = (base / med[label] - 1.0) * 100.0
-                else:
-                    over = (med[label] / base - 1.0) * 100.0
+                over = overhead_pct(base, med[label], higher_better)
                 cell += " %+.2f %%" % over
             cells.append(cell)
+        print("| %s | %s |" % (name, " | ".join(cells)), flush=True)
+        verdicts.append((name, higher_better, by_rep))
+    # The paired judgement, one row per benchmark.
+    rng = random.Random(15)
+    traced = [c for c in configs if c[0] != "untraced"]
+    print()
+    print("Paired overhead per repetition against the same repetition's untraced run: median "
+          "[90 % bootstrap interval], target, verdict.")
+    print()
+    print("| benchmark | " + " | ".join(c[0] for c in traced) + " |")
+    print("|---" * (len(traced) + 1) + "|")
+    for name, higher_better, by_rep in verdicts:
+        cells = []
+        for label, mode, _ in traced:
+            reps = sorted(set(by_rep[label]) & set(by_rep["untraced"]))
+            pairs = [overhead_pct(by_rep["untraced"][r], by_rep[label][r], higher_better)
+                     for r in reps]
+            if len(pairs) < 3:
+                cells.append("too few pairs (%d)" % len(pairs))
+                continue
+            med, low, high, verdict = paired_verdict(pairs, TARGETS[mode], rng)
+            cells.append("%+.2f %% [%+.2f, %+.2f] ≤ %.1f %%: %s" % (med, low, high,
+                                                                   TARGETS[mode], verdict))
         print("| %s | %s |" % (name, " | ".join(cells)), flush=True)
 
 
