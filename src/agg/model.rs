@@ -5,12 +5,24 @@ use std::collections::{BTreeMap, HashMap, VecDeque};
 
 use serde::{Deserialize, Serialize};
 
-use crate::event::{ClockSample, DropCounters, EndpointDef, Event, Identity, Snapshot, TscClock};
+use super::snapshots::{Keep, SnapshotHistory};
+use crate::event::{
+    ClockSample, DropCounters, EndpointDef, Event, Identity, Layer, Op, Snapshot, TscClock,
+};
 use crate::wire::Frame;
 
 /// Snapshots kept per process for windows and stepping back (at 4 Hz: 10 minutes).
 pub const HISTORY: usize = 2400;
-/// Sampled events kept per process for the event/doorbell views.
+/// Bytes the snapshot histories of all processes may hold together (compact records,
+/// `agg::snapshots`): a job too large for `HISTORY` snapshots of every process within it keeps a
+/// shorter history, never shorter than `WINDOW_FLOOR_NS`. A host's processes (8 × 64 QPs) keep
+/// the whole `HISTORY` in a tenth of it.
+pub const HISTORY_BYTES: usize = 64 << 20;
+/// The longest window the views offer (60 s): every process keeps what that window reads at its
+/// newest snapshot, whatever the budget.
+pub const WINDOW_FLOOR_NS: u64 = 60_000_000_000;
+/// Sampled events kept per process for the event/doorbell views: the views read the doorbells
+/// and GPU WQEs among the latest `RECENT_EVENTS` events of each process.
 pub const RECENT_EVENTS: usize = 2000;
 
 /// Identifies a traced process across hosts: its host, its pid and when its trace started. A
@@ -45,8 +57,9 @@ pub struct ProcessState {
     /// libfabric endpoints: the address hashes of the peers inserted in their address vector
     /// (the "av" updates), for endpoints that name their peer per operation.
     pub av: HashMap<u32, Vec<u64>>,
-    pub history: VecDeque<Snapshot>,
-    pub recent: VecDeque<Event>,
+    /// Cumulative snapshots, oldest first (compact: `agg::snapshots`).
+    pub history: SnapshotHistory,
+    pub recent: RecentEvents,
     pub clock: TscClock,
     /// The process said goodbye (clean exit).
     pub said_bye: bool,
@@ -63,7 +76,7 @@ impl ProcessState {
     }
 
     pub fn last(&self) -> Option<&Snapshot> {
-        self.history.back()
+        self.history.last()
     }
 
     /// The layers this process used (`Layer::bit()` set): what its latest snapshot says, with
@@ -81,22 +94,43 @@ impl ProcessState {
         }
         m
     }
+}
 
-    fn push_snapshot(&mut self, s: Snapshot) {
-        if self.history.len() >= HISTORY {
-            self.history.pop_front();
+/// The sampled events of one process that the views read: the doorbells and the WQEs recovered
+/// behind them (mlx5-layer operations) among its latest `RECENT_EVENTS` events. The others are
+/// counted, not kept: a busy job sends thousands of them per second and nothing reads them.
+#[derive(Clone, Debug, Default)]
+pub struct RecentEvents {
+    /// (position among all events seen, event), oldest first.
+    kept: VecDeque<(u64, Event)>,
+    /// Events seen so far.
+    seen: u64,
+}
+
+impl RecentEvents {
+    pub fn push(&mut self, e: Event) {
+        self.seen += 1;
+        if Op::from_u8(e.op).is_some_and(|o| o.layer() == Layer::Mlx5) {
+            self.kept.push_back((self.seen, e));
         }
-        self.history.push_back(s);
+        let first = self.seen.saturating_sub(RECENT_EVENTS as u64);
+        while self.kept.front().is_some_and(|(n, _)| *n <= first) {
+            self.kept.pop_front();
+        }
     }
 
-    /// The snapshot at or before `at_ns` (the oldest kept when none is that old).
-    pub fn snapshot_at(&self, at_ns: u64) -> Option<&Snapshot> {
-        let idx = self.history.partition_point(|s| s.at_ns <= at_ns);
-        if idx == 0 {
-            self.history.front()
-        } else {
-            self.history.get(idx - 1)
-        }
+    /// The kept events, oldest first.
+    pub fn iter(&self) -> impl DoubleEndedIterator<Item = &Event> + '_ {
+        self.kept.iter().map(|(_, e)| e)
+    }
+
+    /// Number of kept events.
+    pub fn len(&self) -> usize {
+        self.kept.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.kept.is_empty()
     }
 }
 
@@ -155,6 +189,10 @@ pub struct Model {
     pub messages: Vec<String>,
     /// Remote hosts in the order they were given (empty for a local attach, a run or a replay).
     pub links: Vec<HostLink>,
+    /// Changes with every frame that changes who is who (identities, endpoints, their peers,
+    /// new processes): what derived tables (owners of addresses, node and rank rows) are keyed
+    /// on.
+    topology: u64,
 }
 
 /// Counters of one endpoint over a period, by op code.
@@ -166,11 +204,36 @@ impl Model {
     }
 
     pub fn process_mut(&mut self, key: &ProcKey) -> &mut ProcessState {
+        if !self.processes.contains_key(key) {
+            self.topology += 1;
+        }
         self.processes.entry(key.clone()).or_default()
+    }
+
+    /// A number that changes whenever identities, endpoints, their peers or the set of
+    /// processes change through `apply` / `process_mut` (not when counters move).
+    pub fn topology_generation(&self) -> u64 {
+        self.topology
+    }
+
+    /// How many snapshots each process keeps now.
+    fn keep(&self) -> Keep {
+        Keep {
+            max: HISTORY,
+            bytes: HISTORY_BYTES / self.processes.len().max(1),
+            floor_ns: WINDOW_FLOOR_NS,
+        }
     }
 
     /// Applies one live frame from the process `key`.
     pub fn apply(&mut self, key: &ProcKey, frame: Frame) {
+        if !matches!(
+            frame,
+            Frame::Clock(_) | Frame::Snapshot(_) | Frame::Events(_) | Frame::Bye { .. }
+        ) {
+            self.topology += 1;
+        }
+        let keep = self.keep();
         let p = self.process_mut(key);
         match frame {
             Frame::Hello { identity, .. } | Frame::Identity(identity) => p.identity = identity,
@@ -199,13 +262,10 @@ impl Model {
                 }
             }
             Frame::Clock(c) => p.clock.push(c),
-            Frame::Snapshot(s) => p.push_snapshot(s),
+            Frame::Snapshot(s) => p.history.push(s, keep),
             Frame::Events(evs) => {
                 for e in evs {
-                    if p.recent.len() >= RECENT_EVENTS {
-                        p.recent.pop_front();
-                    }
-                    p.recent.push_back(e);
+                    p.recent.push(e);
                 }
             }
             Frame::Bye { .. } => {

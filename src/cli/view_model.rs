@@ -7,12 +7,12 @@
 
 use sigmatop_tui::{
     DoorbellModel, DoorbellRecord, DoorbellSeries, EndpointRow, GpuRow, Header, Matrices, Matrix,
-    NodeRow, Percentiles, ProcessRow, RankRow, StatusCounters, ViewModel, Warning, WarningKind,
-    Window,
+    NodeRow, Percentiles, ProcessRow, RankRow, StatusCounters, Tab, ViewModel, Warning,
+    WarningKind, Window,
 };
 
-use crate::agg::at::{AtOptions, EndpointAt, ModelAt, RateMatrix, write_local_id};
-use crate::agg::history::{self, HistoryCache};
+use crate::agg::at::{AtCache, AtOptions, Detail, EndpointAt, ModelAt, RateMatrix, write_local_id};
+use crate::agg::history;
 use crate::agg::warnings::{self, WarningConfig};
 use crate::agg::window::{self, history_position};
 use crate::agg::{Model, ProcessState};
@@ -43,12 +43,96 @@ pub struct ViewOptions {
 }
 
 impl ViewOptions {
-    fn at_options(&self) -> AtOptions {
+    fn at_options(&self, detail: Detail) -> AtOptions {
         AtOptions {
             window: core_window(self.window),
             at: self.at,
             now_ns: self.now_ns,
+            detail,
         }
+    }
+}
+
+/// The parts of the view model a frame draws, besides the header, status line, warnings and
+/// history position (always built). The dashboard builds what its current tab shows: on a job of
+/// thousands of processes the QP rows and matrices cost far more than the rest.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Sections {
+    /// `processes` (Overview; the Matrix, GPUs and Doorbells views read them too).
+    pub processes: bool,
+    /// `endpoints` (QPs).
+    pub endpoints: bool,
+    /// `gpus` (GPUs).
+    pub gpus: bool,
+    /// `nodes` and `ranks` (Nodes).
+    pub nodes: bool,
+    /// `matrices` (Matrix).
+    pub matrices: bool,
+    /// `doorbells` (Doorbells).
+    pub doorbells: bool,
+    /// `bandwidth_history` (Overview).
+    pub bandwidth: bool,
+}
+
+impl Sections {
+    /// Everything (`build_view`).
+    pub const ALL: Sections = Sections {
+        processes: true,
+        endpoints: true,
+        gpus: true,
+        nodes: true,
+        matrices: true,
+        doorbells: true,
+        bandwidth: true,
+    };
+
+    /// What the views of `tab` read.
+    pub fn of_tab(tab: Tab) -> Sections {
+        let none = Sections {
+            processes: false,
+            endpoints: false,
+            gpus: false,
+            nodes: false,
+            matrices: false,
+            doorbells: false,
+            bandwidth: false,
+        };
+        match tab {
+            Tab::Overview => Sections {
+                processes: true,
+                bandwidth: true,
+                ..none
+            },
+            Tab::Qps => Sections {
+                endpoints: true,
+                ..none
+            },
+            Tab::Gpus => Sections {
+                processes: true,
+                gpus: true,
+                ..none
+            },
+            Tab::Nodes => Sections {
+                nodes: true,
+                ..none
+            },
+            Tab::Matrix => Sections {
+                processes: true,
+                matrices: true,
+                ..none
+            },
+            Tab::Doorbells => Sections {
+                processes: true,
+                doorbells: true,
+                ..none
+            },
+        }
+    }
+}
+
+impl Default for Sections {
+    fn default() -> Self {
+        Sections::ALL
     }
 }
 
@@ -60,11 +144,11 @@ pub fn core_window(w: Window) -> window::Window {
     }
 }
 
-/// What is kept between frames: sums of snapshots already seen. Transparent: a view built with a
-/// cache equals one built without.
+/// What is kept between frames: the tables that change only with the job's topology. Transparent:
+/// a view built with a cache equals one built without.
 #[derive(Default)]
 pub struct ViewCache {
-    history: HistoryCache,
+    at: AtCache,
 }
 
 /// Builds the whole view model. Pure: the same model and options give the same view.
@@ -83,90 +167,149 @@ pub fn build_view_into(
     cache: &mut ViewCache,
     vm: &mut ViewModel,
 ) {
-    let at = ModelAt::new(model, &opts.at_options());
+    build_sections_into(model, opts, Sections::ALL, cache, vm);
+}
+
+/// `build_view_into` of the `sections` a frame draws: the others are left empty. The sections
+/// built equal those of a whole build.
+pub fn build_sections_into(
+    model: &Model,
+    opts: &ViewOptions,
+    sections: Sections,
+    cache: &mut ViewCache,
+    vm: &mut ViewModel,
+) {
+    let detail = if sections.endpoints || sections.matrices {
+        Detail::Endpoints
+    } else {
+        Detail::Processes
+    };
+    let at = ModelAt::with_cache(model, &opts.at_options(detail), &mut cache.at);
     let t = at.t;
     let mut drops = DropCounters::default();
-    vm.processes.clear();
-    for (a, r) in at.procs.iter().zip(&at.rates) {
+    for a in &at.procs {
         drops.add(&a.drops);
-        vm.processes.push(ProcessRow {
-            host: a.key.host.clone(),
-            pid: a.key.pid,
-            rank: a.p.identity.rank,
-            mode: a.p.identity.mode().name().to_string(),
-            layers: layer_names(a.p.layers_used())
-                .split(',')
-                .filter(|s| !s.is_empty())
-                .map(str::to_string)
-                .collect(),
-            tx_bps: r.tx_bps,
-            rx_bps: r.rx_bps,
-            ops_per_s: r.ops_per_s,
-            drops: a.drops.total_events_lost(),
-            exited: a.p.exited,
-        });
     }
-    vm.endpoints.truncate(at.endpoints.len());
-    while vm.endpoints.len() < at.endpoints.len() {
-        vm.endpoints.push(EndpointRow::default());
+    vm.processes.clear();
+    if sections.processes {
+        for (a, r) in at.procs.iter().zip(&at.rates) {
+            vm.processes.push(ProcessRow {
+                host: a.key.host.clone(),
+                pid: a.key.pid,
+                rank: a.p.identity.rank,
+                mode: a.p.identity.mode().name().to_string(),
+                layers: layer_names(a.p.layers_used())
+                    .split(',')
+                    .filter(|s| !s.is_empty())
+                    .map(str::to_string)
+                    .collect(),
+                tx_bps: r.tx_bps,
+                rx_bps: r.rx_bps,
+                ops_per_s: r.ops_per_s,
+                drops: a.drops.total_events_lost(),
+                exited: a.p.exited,
+            });
+        }
     }
-    for (row, e) in vm.endpoints.iter_mut().zip(&at.endpoints) {
-        fill_endpoint_row(row, &at, e);
+    if sections.endpoints {
+        vm.endpoints.truncate(at.endpoints.len());
+        while vm.endpoints.len() < at.endpoints.len() {
+            vm.endpoints.push(EndpointRow::default());
+        }
+        for (row, e) in vm.endpoints.iter_mut().zip(&at.endpoints) {
+            fill_endpoint_row(row, &at, e);
+        }
+    } else {
+        vm.endpoints.clear();
     }
-    vm.nodes = at
-        .nodes()
-        .into_iter()
-        .map(|n| NodeRow {
-            processes: at.procs.iter().filter(|a| a.key.host == n.host).count() as u32,
-            host: n.host,
-            state: String::new(),
-            egress_bps: n.egress_bps,
-            ingress_bps: n.ingress_bps,
-            egress_bytes: n.egress_bytes,
-            ingress_bytes: n.ingress_bytes,
-        })
-        .collect();
-    add_link_states(model, &mut vm.nodes);
-    vm.ranks = at
-        .ranks()
-        .into_iter()
-        .map(|r| RankRow {
-            rank: r.rank.unwrap_or_default(),
-            host: r.host,
-            egress_bps: r.egress_bps,
-            ingress_bps: r.ingress_bps,
-            egress_bytes: r.egress_bytes,
-            ingress_bytes: r.ingress_bytes,
-        })
-        .collect();
-    vm.gpus = at
-        .gpus()
-        .into_iter()
-        .map(|g| GpuRow {
-            host: g.host,
-            pid: g.pid,
-            rank: g.rank,
-            gpu: g.gpu,
-            bytes_per_s: g.bytes_per_s,
-            doorbells_per_s: g.doorbells_per_s,
-            opcode_mix: g
-                .opcode_mix
-                .iter()
-                .map(|(op, n)| (op_name(*op), *n))
-                .collect(),
-            inflight_wqes: 0,
-        })
-        .collect();
-    let m = at.matrices();
-    vm.matrices = Matrices {
-        rank: matrix(m.rank),
-        node: matrix(m.node),
-        gpu: matrix(m.gpu),
+    vm.nodes.clear();
+    vm.ranks.clear();
+    if sections.nodes {
+        let mut per_host = vec![0u32; at.groups.hosts.len()];
+        for pi in 0..at.procs.len() {
+            if let Some(n) = at
+                .groups
+                .host_of(pi as u32)
+                .and_then(|h| per_host.get_mut(h))
+            {
+                *n += 1;
+            }
+        }
+        vm.nodes = at
+            .nodes()
+            .into_iter()
+            .zip(per_host)
+            .map(|(n, processes)| NodeRow {
+                processes,
+                host: n.host,
+                state: String::new(),
+                egress_bps: n.egress_bps,
+                ingress_bps: n.ingress_bps,
+                egress_bytes: n.egress_bytes,
+                ingress_bytes: n.ingress_bytes,
+            })
+            .collect();
+        add_link_states(model, &mut vm.nodes);
+        vm.ranks = at
+            .ranks()
+            .into_iter()
+            .map(|r| RankRow {
+                rank: r.rank.unwrap_or_default(),
+                host: r.host,
+                egress_bps: r.egress_bps,
+                ingress_bps: r.ingress_bps,
+                egress_bytes: r.egress_bytes,
+                ingress_bytes: r.ingress_bytes,
+            })
+            .collect();
+    }
+    vm.gpus.clear();
+    if sections.gpus {
+        vm.gpus = at
+            .gpus()
+            .into_iter()
+            .map(|g| GpuRow {
+                host: g.host,
+                pid: g.pid,
+                rank: g.rank,
+                gpu: g.gpu,
+                bytes_per_s: g.bytes_per_s,
+                doorbells_per_s: g.doorbells_per_s,
+                opcode_mix: g
+                    .opcode_mix
+                    .iter()
+                    .map(|(op, n)| (op_name(*op), *n))
+                    .collect(),
+                inflight_wqes: 0,
+            })
+            .collect();
+    }
+    vm.matrices = if sections.matrices {
+        let m = at.matrices();
+        Matrices {
+            rank: matrix(m.rank),
+            node: matrix(m.node),
+            gpu: matrix(m.gpu),
+        }
+    } else {
+        Matrices::default()
     };
 
-    let times = history::sample_times(model, t);
-    vm.bandwidth_history = history::bandwidth(model, &times, &mut cache.history);
-    vm.doorbells = doorbells(model, &at, &times, core_window(opts.window));
+    let times = if sections.bandwidth || sections.doorbells {
+        history::sample_times(model, t)
+    } else {
+        Vec::new()
+    };
+    vm.bandwidth_history = if sections.bandwidth {
+        history::bandwidth(model, &times)
+    } else {
+        Vec::new()
+    };
+    vm.doorbells = if sections.doorbells {
+        doorbells(model, &at, &times, core_window(opts.window))
+    } else {
+        DoorbellModel::default()
+    };
 
     vm.status = StatusCounters {
         refused: at.rates.iter().map(|r| r.tot.refused).sum(),
@@ -195,7 +338,7 @@ pub fn build_view_into(
         })
         .collect();
     (vm.history_pos, vm.history_len) = history_position(model, opts.at);
-    vm.header = header(model, &at, opts, vm);
+    vm.header = header(model, &at, opts);
 }
 
 /// `attach HOST...`: each host's link state on its node row, and a row for each host that has
@@ -214,7 +357,7 @@ fn add_link_states(model: &Model, nodes: &mut Vec<NodeRow>) {
     }
 }
 
-fn header(model: &Model, at: &ModelAt, opts: &ViewOptions, vm: &ViewModel) -> Header {
+fn header(model: &Model, at: &ModelAt, opts: &ViewOptions) -> Header {
     let mut modes: Vec<&str> = at
         .procs
         .iter()
@@ -233,7 +376,7 @@ fn header(model: &Model, at: &ModelAt, opts: &ViewOptions, vm: &ViewModel) -> He
         nodes: at.groups.hosts.len() as u32,
         ranks: at.groups.ranks.len() as u32,
         processes: at.procs.len() as u32,
-        qps: vm.endpoints.iter().filter(|e| !e.unattributed).count() as u32,
+        qps: at.qps as u32,
         tx_bps,
         rx_bps,
         window: opts.window.label().to_string(),

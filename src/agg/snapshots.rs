@@ -1,0 +1,798 @@
+//! The snapshot history of one process, kept compact: a job of 2,048 processes × 64 QPs sends
+//! 262,144 counters every 250 ms, and keeping each snapshot as `OpCount`s (56 bytes each) would
+//! grow by 57 MB/s. The newest snapshot is kept decoded; every snapshot is one record of bytes:
+//!
+//! - a keyframe (the first kept, every `KEYFRAME_EVERY`-th, and whenever the list of
+//!   (endpoint, op) pairs changes) holds every counter as a varint, with the change of each from
+//!   the snapshot before (what the next records refer to);
+//! - a delta record (same list as the record before) holds, per counter, one mode byte (a second
+//!   when errors, refusals or posted receives moved) saying for each field: unchanged, changed by
+//!   the same amount as last time, or changed by a varint that follows. Counters of steady
+//!   traffic grow by similar amounts every 250 ms, which is what this compresses.
+//!
+//! Decoding is exact (wrapping arithmetic on u64): a snapshot read back equals the one pushed.
+//! Every record also carries the snapshot's own fields (drops, events, threads, layers), and the
+//! index holds what the views ask of every snapshot without decoding: its time, sequence number,
+//! cumulative tx and rx bytes, and how many non-monotone steps came before it.
+//!
+//! What is kept: at most `HISTORY` snapshots, fewer when the model's byte budget is spent, but
+//! never fewer than what the longest window needs at the newest time (see `Keep`).
+
+use std::borrow::Cow;
+use std::collections::{HashSet, VecDeque};
+
+use super::window::{EpMap, Sums};
+use crate::event::{DropCounters, OpCount, Snapshot};
+use crate::trace::codec::{get_varint, put_varint};
+
+/// Records from one keyframe to the next: decoding a snapshot in the middle of the history walks
+/// at most this many records.
+pub const KEYFRAME_EVERY: u32 = 64;
+
+const KEY: u8 = 0;
+const DELTA: u8 = 1;
+
+/// The counters of one `OpCount`, in record order.
+type Vals = [u64; 6];
+
+fn vals(c: &OpCount) -> Vals {
+    [
+        c.ops,
+        c.bytes,
+        c.errors,
+        c.refused,
+        c.posted,
+        c.posted_bytes,
+    ]
+}
+
+fn with_vals(ep: u32, op: u8, v: &Vals) -> OpCount {
+    OpCount {
+        ep,
+        op,
+        ops: v[0],
+        bytes: v[1],
+        errors: v[2],
+        refused: v[3],
+        posted: v[4],
+        posted_bytes: v[5],
+    }
+}
+
+/// How many snapshots a history keeps.
+#[derive(Clone, Copy, Debug)]
+pub struct Keep {
+    /// Never more snapshots than this.
+    pub max: usize,
+    /// Beyond this many bytes, the oldest snapshots go ...
+    pub bytes: usize,
+    /// ... except those a window of this length ending at the newest snapshot reads: the
+    /// snapshot at or before its start, and every later one.
+    pub floor_ns: u64,
+}
+
+/// The "now" figures of the newest snapshot against the one before it, computed once when it
+/// arrives (the same arithmetic as `ProcAt` over the two snapshots).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct NowRates {
+    /// Time between the two snapshots (> 0).
+    pub dt_ns: u64,
+    /// Sums over the endpoints, in endpoint order, of each one's bytes/s and operations/s.
+    pub tx_bps: f64,
+    pub rx_bps: f64,
+    pub ops_per_s: f64,
+}
+
+/// The index entry of one kept snapshot.
+#[derive(Clone, Debug)]
+struct Meta {
+    at_ns: u64,
+    seq: u64,
+    /// `Sums::tx` and `Sums::rx` of the whole snapshot.
+    tx: u64,
+    rx: u64,
+    /// Steps between consecutive snapshots, up to this one, after which some (endpoint, op)
+    /// counter was gone or smaller (or a pair appeared twice): over a run of monotone steps,
+    /// per-process differences equal the sums of per-endpoint differences.
+    breaks: u64,
+    rec: Box<[u8]>,
+}
+
+/// Bytes one kept snapshot costs besides its record: the index entry and the record's
+/// allocation.
+const PER_SNAPSHOT: usize = std::mem::size_of::<Meta>() + 16;
+
+/// The history of one process's cumulative snapshots, oldest first.
+#[derive(Clone, Debug, Default)]
+pub struct SnapshotHistory {
+    meta: VecDeque<Meta>,
+    /// The newest snapshot, decoded.
+    last: Option<Snapshot>,
+    /// Per counter of `last`: how much each field changed since the snapshot before it (wrapping;
+    /// zeros after a change of the counter list). The next delta record refers to these.
+    dels: Vec<Vals>,
+    /// The step to `last` kept the counter list: the snapshot before is `last - dels`.
+    same_layout: bool,
+    /// `last` lists some (endpoint, op) twice.
+    dup_keys: bool,
+    /// Records since the last keyframe was written.
+    since_key: u32,
+    /// Changes whenever the newest snapshot's list of (endpoint, op) differs from the one before.
+    layout: u64,
+    breaks: u64,
+    /// The sums of the whole newest snapshot.
+    last_sums: Sums,
+    /// Its "now" figures, when the history holds an earlier snapshot taken before it.
+    last_now: Option<NowRates>,
+    /// Bytes held: records plus `PER_SNAPSHOT` each.
+    bytes: usize,
+}
+
+/// The fields of a snapshot besides its counters (in every record).
+#[derive(Clone, Copy, Debug, Default)]
+struct Head {
+    drops: DropCounters,
+    events: u64,
+    threads: u32,
+    layers_used: u32,
+}
+
+impl Head {
+    fn of(s: &Snapshot) -> Head {
+        Head {
+            drops: s.drops,
+            events: s.events,
+            threads: s.threads,
+            layers_used: s.layers_used,
+        }
+    }
+
+    fn put(&self, out: &mut Vec<u8>) {
+        let d = &self.drops;
+        for v in [
+            self.events,
+            u64::from(self.threads),
+            u64::from(self.layers_used),
+            d.ring_full,
+            d.record_lost,
+            d.live_not_sent,
+            d.unattributed_ops,
+            d.coalesced_doorbells,
+            d.unparsable_wqes,
+            d.endpoint_overflow,
+            d.hook_failures,
+        ] {
+            put_varint(out, v);
+        }
+    }
+
+    fn get(rec: &[u8], pos: &mut usize) -> Option<Head> {
+        let mut v = [0u64; 11];
+        for x in &mut v {
+            *x = get_varint(rec, pos).ok()?;
+        }
+        Some(Head {
+            events: v[0],
+            threads: v[1] as u32,
+            layers_used: v[2] as u32,
+            drops: DropCounters {
+                ring_full: v[3],
+                record_lost: v[4],
+                live_not_sent: v[5],
+                unattributed_ops: v[6],
+                coalesced_doorbells: v[7],
+                unparsable_wqes: v[8],
+                endpoint_overflow: v[9],
+                hook_failures: v[10],
+            },
+        })
+    }
+}
+
+/// A decoded position: the counters and their last changes.
+struct State {
+    counts: Vec<OpCount>,
+    dels: Vec<Vals>,
+}
+
+fn mode(d: u64, prev: u64) -> u8 {
+    if d == 0 {
+        0
+    } else if d == prev {
+        1
+    } else if (d as i64) >= 0 {
+        2
+    } else {
+        3
+    }
+}
+
+fn put_change(out: &mut Vec<u8>, m: u8, d: u64) {
+    match m {
+        2 => put_varint(out, d),
+        3 => put_varint(out, d.wrapping_neg()),
+        _ => {}
+    }
+}
+
+fn get_change(rec: &[u8], pos: &mut usize, m: u8, prev: u64) -> Option<u64> {
+    Some(match m {
+        0 => 0,
+        1 => prev,
+        2 => get_varint(rec, pos).ok()?,
+        _ => get_varint(rec, pos).ok()?.wrapping_neg(),
+    })
+}
+
+/// A keyframe: the head, then every counter's (ep, op), values and last changes.
+fn encode_key(head: &Head, counts: &[OpCount], dels: &[Vals]) -> Box<[u8]> {
+    let mut out = Vec::with_capacity(16 + counts.len() * 24);
+    out.push(KEY);
+    head.put(&mut out);
+    put_varint(&mut out, counts.len() as u64);
+    for (c, d) in counts.iter().zip(dels) {
+        put_varint(&mut out, u64::from(c.ep));
+        out.push(c.op);
+        for v in vals(c) {
+            put_varint(&mut out, v);
+        }
+        for v in d {
+            put_varint(&mut out, *v);
+        }
+    }
+    out.into_boxed_slice()
+}
+
+/// A delta record: the head, then per counter its modes and the changes that are not implied.
+fn encode_delta(head: &Head, prev_dels: &[Vals], dels: &[Vals]) -> Box<[u8]> {
+    let mut out = Vec::with_capacity(16 + dels.len() * 2);
+    out.push(DELTA);
+    head.put(&mut out);
+    put_varint(&mut out, dels.len() as u64);
+    for (d, p) in dels.iter().zip(prev_dels) {
+        let m: [u8; 6] = std::array::from_fn(|f| mode(d[f], p[f]));
+        let rest = m[2] | m[3] << 2 | m[4] << 4 | m[5] << 6;
+        out.push(m[0] | m[1] << 2 | if rest != 0 { 16 } else { 0 });
+        if rest != 0 {
+            out.push(rest);
+        }
+        for f in 0..6 {
+            put_change(&mut out, m[f], d[f]);
+        }
+    }
+    out.into_boxed_slice()
+}
+
+fn decode_key(rec: &[u8]) -> Option<(State, Head)> {
+    let mut pos = 1;
+    let head = Head::get(rec, &mut pos)?;
+    let n = get_varint(rec, &mut pos).ok()? as usize;
+    // Each counter takes at least 14 bytes: a count beyond that is not ours.
+    if n > rec.len() / 14 {
+        return None;
+    }
+    let mut st = State {
+        counts: Vec::with_capacity(n),
+        dels: Vec::with_capacity(n),
+    };
+    for _ in 0..n {
+        let ep = get_varint(rec, &mut pos).ok()? as u32;
+        let op = *rec.get(pos)?;
+        pos += 1;
+        let mut v = [0u64; 6];
+        for x in &mut v {
+            *x = get_varint(rec, &mut pos).ok()?;
+        }
+        let mut d = [0u64; 6];
+        for x in &mut d {
+            *x = get_varint(rec, &mut pos).ok()?;
+        }
+        st.counts.push(with_vals(ep, op, &v));
+        st.dels.push(d);
+    }
+    Some((st, head))
+}
+
+fn apply_delta(rec: &[u8], st: &mut State) -> Option<Head> {
+    let mut pos = 1;
+    let head = Head::get(rec, &mut pos)?;
+    let n = get_varint(rec, &mut pos).ok()? as usize;
+    if n != st.counts.len() {
+        return None;
+    }
+    for (c, dl) in st.counts.iter_mut().zip(st.dels.iter_mut()) {
+        let b0 = *rec.get(pos)?;
+        pos += 1;
+        let rest = if b0 & 16 != 0 {
+            let b = *rec.get(pos)?;
+            pos += 1;
+            b
+        } else {
+            0
+        };
+        let m = [
+            b0 & 3,
+            (b0 >> 2) & 3,
+            rest & 3,
+            (rest >> 2) & 3,
+            (rest >> 4) & 3,
+            rest >> 6,
+        ];
+        let mut v = vals(c);
+        for f in 0..6 {
+            let d = get_change(rec, &mut pos, m[f], dl[f])?;
+            v[f] = v[f].wrapping_add(d);
+            dl[f] = d;
+        }
+        *c = with_vals(c.ep, c.op, &v);
+    }
+    Some(head)
+}
+
+/// Some (endpoint, op) is listed twice.
+fn has_dup_keys(counts: &[OpCount]) -> bool {
+    let mut seen = HashSet::with_capacity(counts.len());
+    counts.iter().any(|c| !seen.insert((c.ep, c.op)))
+}
+
+/// Every counter of `old` is in `new` (one each), none smaller in a field that `Sums` reads.
+fn grew_from(old: &[OpCount], new: &[OpCount]) -> bool {
+    let by_key: std::collections::HashMap<(u32, u8), &OpCount> =
+        new.iter().map(|c| ((c.ep, c.op), c)).collect();
+    old.iter().all(|o| {
+        by_key
+            .get(&(o.ep, o.op))
+            .is_some_and(|n| not_smaller(&vals(o), &vals(n)))
+    })
+}
+
+/// `new` ≥ `old` in ops, bytes, refused and posted (what `Sums` reads).
+fn not_smaller(old: &Vals, new: &Vals) -> bool {
+    new[0] >= old[0] && new[1] >= old[1] && new[3] >= old[3] && new[4] >= old[4]
+}
+
+impl SnapshotHistory {
+    pub fn len(&self) -> usize {
+        self.meta.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.meta.is_empty()
+    }
+
+    /// The newest snapshot.
+    pub fn last(&self) -> Option<&Snapshot> {
+        self.last.as_ref()
+    }
+
+    /// Sums of the whole newest snapshot.
+    pub fn last_sums(&self) -> Sums {
+        self.last_sums
+    }
+
+    /// The newest snapshot's "now" figures against the one before it (None when the history
+    /// holds no earlier snapshot, or the one before is not older).
+    pub fn last_now(&self) -> Option<NowRates> {
+        if self.meta.len() >= 2 {
+            self.last_now
+        } else {
+            None
+        }
+    }
+
+    /// Time of snapshot `i`.
+    pub fn at_ns(&self, i: usize) -> u64 {
+        self.meta[i].at_ns
+    }
+
+    /// Sequence number of snapshot `i`.
+    pub fn seq(&self, i: usize) -> u64 {
+        self.meta[i].seq
+    }
+
+    /// (`Sums::tx`, `Sums::rx`) of the whole snapshot `i`.
+    pub fn tx_rx(&self, i: usize) -> (u64, u64) {
+        (self.meta[i].tx, self.meta[i].rx)
+    }
+
+    /// Every step from snapshot `from` to snapshot `to` (`from` ≤ `to`) kept each (endpoint, op)
+    /// counter and grew it or left it: the per-process differences of `tx_rx` equal the sums of
+    /// each endpoint's differences.
+    pub fn monotone(&self, from: usize, to: usize) -> bool {
+        self.meta[from].breaks == self.meta[to].breaks
+    }
+
+    /// Number of snapshots at or before `t`.
+    pub fn partition_point(&self, t: u64) -> usize {
+        self.meta.partition_point(|m| m.at_ns <= t)
+    }
+
+    /// Times of snapshots `range`, oldest first.
+    pub fn times(&self, range: std::ops::Range<usize>) -> impl Iterator<Item = u64> + '_ {
+        self.meta.range(range).map(|m| m.at_ns)
+    }
+
+    /// A number that changes whenever the newest snapshot lists other (endpoint, op) pairs
+    /// than the one before it.
+    pub fn layout_generation(&self) -> u64 {
+        self.layout
+    }
+
+    /// Bytes this history holds (records and index).
+    pub fn bytes(&self) -> usize {
+        self.bytes
+    }
+
+    /// Snapshot `i`, decoded (the newest one is borrowed).
+    pub fn get(&self, i: usize) -> Option<Cow<'_, Snapshot>> {
+        let n = self.meta.len();
+        if i >= n {
+            return None;
+        }
+        if i + 1 == n {
+            return self.last.as_ref().map(Cow::Borrowed);
+        }
+        if i + 2 == n
+            && self.same_layout
+            && let Some(last) = &self.last
+        {
+            // The one before the newest: the newest less its last changes.
+            let mut pos = 1;
+            let head = Head::get(&self.meta[i].rec, &mut pos)?;
+            let counts = last
+                .counts
+                .iter()
+                .zip(&self.dels)
+                .map(|(c, d)| {
+                    let v = vals(c);
+                    with_vals(
+                        c.ep,
+                        c.op,
+                        &std::array::from_fn(|f| v[f].wrapping_sub(d[f])),
+                    )
+                })
+                .collect();
+            return Some(Cow::Owned(self.snapshot(i, counts, head)));
+        }
+        let (st, head) = self.decode(i)?;
+        Some(Cow::Owned(self.snapshot(i, st.counts, head)))
+    }
+
+    /// Walks snapshots `from..=to` in order, decoding each once: `f(i, counts)`.
+    pub fn walk(&self, from: usize, to: usize, mut f: impl FnMut(usize, &[OpCount])) {
+        let to = to.min(self.meta.len().saturating_sub(1));
+        if from > to || self.meta.is_empty() {
+            return;
+        }
+        let Some(k) = (0..=from).rev().find(|&j| self.meta[j].rec[0] == KEY) else {
+            return;
+        };
+        let Some((mut st, _)) = decode_key(&self.meta[k].rec) else {
+            return;
+        };
+        for j in k..=to {
+            if j > k {
+                let rec = &self.meta[j].rec;
+                let ok = if rec[0] == KEY {
+                    decode_key(rec).map(|(s, _)| st = s).is_some()
+                } else {
+                    apply_delta(rec, &mut st).is_some()
+                };
+                if !ok {
+                    debug_assert!(false, "a record this history wrote does not decode");
+                    return;
+                }
+            }
+            if j >= from {
+                f(j, &st.counts);
+            }
+        }
+    }
+
+    fn snapshot(&self, i: usize, counts: Vec<OpCount>, head: Head) -> Snapshot {
+        Snapshot {
+            at_ns: self.meta[i].at_ns,
+            seq: self.meta[i].seq,
+            counts,
+            drops: head.drops,
+            events: head.events,
+            threads: head.threads,
+            layers_used: head.layers_used,
+        }
+    }
+
+    /// The counters at position `i`, from the keyframe at or before it.
+    fn decode(&self, i: usize) -> Option<(State, Head)> {
+        let k = (0..=i).rev().find(|&j| self.meta[j].rec[0] == KEY)?;
+        let (mut st, mut head) = decode_key(&self.meta[k].rec)?;
+        for j in k + 1..=i {
+            let rec = &self.meta[j].rec;
+            if rec[0] == KEY {
+                (st, head) = decode_key(rec)?;
+            } else {
+                head = apply_delta(rec, &mut st)?;
+            }
+        }
+        Some((st, head))
+    }
+
+    /// Appends the newest snapshot; drops the oldest as `keep` says.
+    pub fn push(&mut self, s: Snapshot, keep: Keep) {
+        let head = Head::of(&s);
+        let same = self.last.as_ref().is_some_and(|l| {
+            l.counts.len() == s.counts.len()
+                && l.counts
+                    .iter()
+                    .zip(&s.counts)
+                    .all(|(a, b)| a.ep == b.ep && a.op == b.op)
+        });
+        let mut dels: Vec<Vals> = Vec::with_capacity(s.counts.len());
+        let monotone = match &self.last {
+            Some(l) if same => {
+                let mut grew = !self.dup_keys;
+                for (a, b) in l.counts.iter().zip(&s.counts) {
+                    let (va, vb) = (vals(a), vals(b));
+                    grew &= not_smaller(&va, &vb);
+                    dels.push(std::array::from_fn(|f| vb[f].wrapping_sub(va[f])));
+                }
+                grew
+            }
+            Some(l) => {
+                dels.resize(s.counts.len(), [0; 6]);
+                let dup = has_dup_keys(&s.counts);
+                let grew = !self.dup_keys && !dup && grew_from(&l.counts, &s.counts);
+                self.dup_keys = dup;
+                grew
+            }
+            None => {
+                dels.resize(s.counts.len(), [0; 6]);
+                self.dup_keys = has_dup_keys(&s.counts);
+                true
+            }
+        };
+        if !monotone {
+            self.breaks += 1;
+        }
+        if !same {
+            self.layout += 1;
+        }
+        let key = !same || self.meta.is_empty() || self.since_key + 1 >= KEYFRAME_EVERY;
+        let rec = if key {
+            self.since_key = 0;
+            encode_key(&head, &s.counts, &dels)
+        } else {
+            self.since_key += 1;
+            encode_delta(&head, &self.dels, &dels)
+        };
+        let mut eps = EpMap::of_snapshot(&s, false);
+        self.last_sums = eps.totals();
+        self.last_now = self.last.as_ref().and_then(|l| {
+            (s.at_ns > l.at_ns).then(|| {
+                eps.set_now(l);
+                let dt = s.at_ns - l.at_ns;
+                let (tx_bps, rx_bps, ops_per_s) = eps.now_rates(dt);
+                NowRates {
+                    dt_ns: dt,
+                    tx_bps,
+                    rx_bps,
+                    ops_per_s,
+                }
+            })
+        });
+        self.bytes += rec.len() + PER_SNAPSHOT;
+        self.meta.push_back(Meta {
+            at_ns: s.at_ns,
+            seq: s.seq,
+            tx: self.last_sums.tx,
+            rx: self.last_sums.rx,
+            breaks: self.breaks,
+            rec,
+        });
+        self.last = Some(s);
+        self.dels = dels;
+        self.same_layout = same;
+        self.trim(keep);
+    }
+
+    fn trim(&mut self, keep: Keep) {
+        while self.meta.len() > keep.max.max(1) {
+            self.pop_front();
+        }
+        let newest = self.meta.back().map_or(0, |m| m.at_ns);
+        while self.bytes > keep.bytes
+            && self
+                .meta
+                .get(1)
+                .is_some_and(|m| m.at_ns.saturating_add(keep.floor_ns) <= newest)
+        {
+            self.pop_front();
+        }
+    }
+
+    /// Drops the oldest snapshot; the next one becomes a keyframe so that the history still
+    /// decodes from its start.
+    fn pop_front(&mut self) {
+        if self.meta.len() >= 2 && self.meta[1].rec[0] == DELTA {
+            match self.decode(1) {
+                Some((st, head)) => {
+                    let rec = encode_key(&head, &st.counts, &st.dels);
+                    self.bytes = self.bytes + rec.len() - self.meta[1].rec.len();
+                    self.meta[1].rec = rec;
+                }
+                None => debug_assert!(false, "a record this history wrote does not decode"),
+            }
+        }
+        if let Some(m) = self.meta.pop_front() {
+            self.bytes -= m.rec.len() + PER_SNAPSHOT;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const ALL: Keep = Keep {
+        max: usize::MAX,
+        bytes: usize::MAX,
+        floor_ns: 0,
+    };
+
+    fn snap(i: u64, counts: Vec<OpCount>) -> Snapshot {
+        Snapshot {
+            at_ns: 1000 + i * 250,
+            seq: i,
+            counts,
+            drops: DropCounters {
+                ring_full: i / 3,
+                ..Default::default()
+            },
+            events: i * 7,
+            threads: 2,
+            layers_used: 5,
+        }
+    }
+
+    fn count(ep: u32, op: u8, ops: u64, bytes: u64) -> OpCount {
+        OpCount {
+            ep,
+            op,
+            ops,
+            bytes,
+            ..Default::default()
+        }
+    }
+
+    /// A pseudo-random sequence of snapshots: steady growth, jumps, decreases, wrap-around,
+    /// endpoints appearing and disappearing, duplicate pairs.
+    fn varied(n: u64) -> Vec<Snapshot> {
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        let mut rnd = move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        let mut counts = vec![count(1, 34, 0, 0), count(1, 39, 0, 0), count(2, 34, 0, 0)];
+        (0..n)
+            .map(|i| {
+                match rnd() % 40 {
+                    0 => counts.push(count(3 + (rnd() % 5) as u32, 2, 1, 10)),
+                    1 if counts.len() > 1 => {
+                        counts.remove((rnd() as usize) % counts.len());
+                    }
+                    2 => {
+                        let c = counts[0];
+                        counts.push(c)
+                    }
+                    _ => {}
+                }
+                for (k, c) in counts.iter_mut().enumerate() {
+                    match rnd() % 10 {
+                        0 => c.bytes = c.bytes.saturating_sub(rnd() % 1000),
+                        1 => c.bytes = rnd() >> 12,
+                        2..=6 => {
+                            c.ops += 10 + k as u64;
+                            c.bytes = c.bytes.wrapping_add(4096 * (10 + k as u64));
+                        }
+                        _ => {
+                            c.ops += rnd() % 100;
+                            c.bytes = c.bytes.wrapping_add(rnd() % 1_000_000);
+                            c.refused += rnd() % 2;
+                            c.posted += rnd() % 3;
+                            c.posted_bytes += rnd() % 3000;
+                            c.errors += rnd() % 2;
+                        }
+                    }
+                }
+                snap(i, counts.clone())
+            })
+            .collect()
+    }
+
+    #[test]
+    fn every_snapshot_reads_back_exactly() {
+        let all = varied(400);
+        let mut h = SnapshotHistory::default();
+        for s in &all {
+            h.push(s.clone(), ALL);
+        }
+        assert_eq!(h.len(), all.len());
+        for (i, s) in all.iter().enumerate() {
+            assert_eq!(h.get(i).as_deref(), Some(s), "snapshot {i}");
+            assert_eq!(h.at_ns(i), s.at_ns);
+            let sums = Sums::of_snapshot(s);
+            assert_eq!(h.tx_rx(i), (sums.tx, sums.rx));
+        }
+        let mut walked = 0;
+        h.walk(37, 301, |i, counts| {
+            assert_eq!(counts, &all[i].counts[..], "walk {i}");
+            walked += 1;
+        });
+        assert_eq!(walked, 265);
+    }
+
+    #[test]
+    fn trimming_keeps_exact_snapshots_and_the_floor() {
+        let all = varied(500);
+        let mut h = SnapshotHistory::default();
+        let keep = Keep {
+            max: 300,
+            bytes: 1000,
+            floor_ns: 10 * 250,
+        };
+        for (n, s) in all.iter().enumerate() {
+            h.push(s.clone(), keep);
+            let first = n + 1 - h.len();
+            for i in 0..h.len() {
+                assert_eq!(h.get(i).as_deref(), Some(&all[first + i]), "{n}: {i}");
+            }
+            // The snapshot at or before the window's start is still there.
+            let newest = all[n].at_ns;
+            assert!(h.at_ns(0) <= newest.saturating_sub(10 * 250) || first == 0);
+        }
+        assert_eq!(
+            h.len(),
+            11,
+            "the byte budget is spent: the floor is what is left"
+        );
+    }
+
+    #[test]
+    fn steady_counters_cost_a_byte_each() {
+        let mut h = SnapshotHistory::default();
+        for i in 0..(KEYFRAME_EVERY as u64 * 4) {
+            let counts = (1..=64)
+                .flat_map(|q| {
+                    [
+                        count(q, 34, i * 10, i * 250_000),
+                        count(q, 39, i * 10, i * 125_000),
+                    ]
+                })
+                .collect();
+            h.push(snap(i, counts), ALL);
+        }
+        let per_counter = h.bytes() as f64 / h.len() as f64 / 128.0;
+        assert!(per_counter < 2.5, "{per_counter} bytes per counter");
+    }
+
+    #[test]
+    fn monotone_runs_and_now_rates() {
+        let mut h = SnapshotHistory::default();
+        h.push(snap(0, vec![count(1, 34, 1, 100)]), ALL);
+        assert_eq!(h.last_now(), None);
+        h.push(snap(1, vec![count(1, 34, 2, 300)]), ALL);
+        let now = h.last_now().expect("now");
+        assert_eq!(now.dt_ns, 250);
+        assert_eq!(now.tx_bps, 200.0 * 1e9 / 250.0);
+        // A new endpoint keeps the run monotone; a smaller counter breaks it.
+        h.push(
+            snap(2, vec![count(1, 34, 3, 400), count(2, 39, 1, 50)]),
+            ALL,
+        );
+        assert!(h.monotone(0, 2));
+        h.push(snap(3, vec![count(1, 34, 3, 10), count(2, 39, 1, 50)]), ALL);
+        assert!(!h.monotone(2, 3));
+        assert!(h.monotone(3, 3));
+    }
+}
