@@ -122,36 +122,111 @@ impl Source for SyntheticRelays {
     }
 }
 
-/// The producer: hellos and endpoints first, then every 250 ms one snapshot per process.
-fn produce(tx: std::sync::mpsc::SyncSender<Vec<Vec<u8>>>, stop: Arc<AtomicBool>) {
-    let start = now_ns();
-    let key = |h: u32, p: u32| ProcKey {
+fn proc_key(h: u32, p: u32) -> ProcKey {
+    ProcKey {
         host: format!("node{h:03}"),
         pid: 10_000 + p,
         start_ns: 0,
-    };
-    let put = |out: &mut Vec<u8>, key: &ProcKey, frame: Frame| {
-        encode(
-            &RelayFrame::Proc {
-                key: key.clone(),
-                frame,
-            },
-            out,
-        )
-        .expect("encode");
-    };
-    let first: Vec<Vec<u8>> = (0..HOSTS)
+    }
+}
+
+fn put(out: &mut Vec<u8>, key: &ProcKey, frame: Frame) {
+    encode(
+        &RelayFrame::Proc {
+            key: key.clone(),
+            frame,
+        },
+        out,
+    )
+    .expect("encode");
+}
+
+/// What each relay sends first: its hello, and each process's hello and endpoints.
+fn first_tick(start: u64) -> Vec<Vec<u8>> {
+    (0..HOSTS)
         .map(|h| {
             let mut out = RelayHello::ours(&format!("node{h:03}")).line().into_bytes();
             for p in 0..PROCS {
-                let k = key(h, p);
+                let k = proc_key(h, p);
                 put(&mut out, &k, Frame::hello(identity(h, p, start)));
                 put(&mut out, &k, Frame::Endpoints(endpoints(h, p, start)));
             }
             out
         })
-        .collect();
-    if tx.send(first).is_err() {
+        .collect()
+}
+
+/// What each relay sends for tick `tick` (taken at `at`): per process a clock sample, a
+/// snapshot of every QP's cumulative counters and 16 sampled events.
+fn tick_bytes(tick: u64, at: u64) -> Vec<Vec<u8>> {
+    (0..HOSTS)
+        .map(|h| {
+            let mut out = Vec::with_capacity(PROCS as usize * 1400);
+            for p in 0..PROCS {
+                let k = proc_key(h, p);
+                put(
+                    &mut out,
+                    &k,
+                    Frame::Clock(ClockSample {
+                        tsc: at,
+                        mono_ns: at,
+                        real_ns: at,
+                    }),
+                );
+                let counts = (0..QPS)
+                    .flat_map(|q| {
+                        let rate = 1_000_000 * u64::from(1 + (h + p * 7 + q) % 5);
+                        let ops = tick * 10 * u64::from(1 + q % 3);
+                        [
+                            OpCount {
+                                ep: q + 1,
+                                op: Op::VerbsWrite as u8,
+                                ops,
+                                bytes: rate * tick / 4,
+                                errors: 0,
+                                ..OpCount::default()
+                            },
+                            OpCount {
+                                ep: q + 1,
+                                op: Op::VerbsRecv as u8,
+                                ops,
+                                bytes: rate * tick / 8,
+                                errors: 0,
+                                ..OpCount::default()
+                            },
+                        ]
+                    })
+                    .collect();
+                put(
+                    &mut out,
+                    &k,
+                    Frame::Snapshot(Snapshot {
+                        at_ns: at,
+                        seq: tick,
+                        counts,
+                        ..Default::default()
+                    }),
+                );
+                let evs = (0..16u32)
+                    .map(|i| Event {
+                        tsc: at + u64::from(i) * 1000,
+                        tid: 1,
+                        ep: 1 + i % QPS,
+                        op: Op::VerbsWrite as u8,
+                        bytes: 4096,
+                        ..Default::default()
+                    })
+                    .collect();
+                put(&mut out, &k, Frame::Events(evs));
+            }
+            out
+        })
+        .collect()
+}
+
+/// The producer: hellos and endpoints first, then every 250 ms one snapshot per process.
+fn produce(tx: std::sync::mpsc::SyncSender<Vec<Vec<u8>>>, stop: Arc<AtomicBool>) {
+    if tx.send(first_tick(now_ns())).is_err() {
         return;
     }
     let t0 = Instant::now();
@@ -162,74 +237,98 @@ fn produce(tx: std::sync::mpsc::SyncSender<Vec<Vec<u8>>>, stop: Arc<AtomicBool>)
         if let Some(w) = due.checked_duration_since(Instant::now()) {
             std::thread::sleep(w);
         }
-        let at = now_ns();
-        let batch: Vec<Vec<u8>> = (0..HOSTS)
-            .map(|h| {
-                let mut out = Vec::with_capacity(PROCS as usize * 1400);
-                for p in 0..PROCS {
-                    let k = key(h, p);
-                    put(
-                        &mut out,
-                        &k,
-                        Frame::Clock(ClockSample {
-                            tsc: at,
-                            mono_ns: at,
-                            real_ns: at,
-                        }),
-                    );
-                    let counts = (0..QPS)
-                        .flat_map(|q| {
-                            let rate = 1_000_000 * u64::from(1 + (h + p * 7 + q) % 5);
-                            let ops = tick * 10 * u64::from(1 + q % 3);
-                            [
-                                OpCount {
-                                    ep: q + 1,
-                                    op: Op::VerbsWrite as u8,
-                                    ops,
-                                    bytes: rate * tick / 4,
-                                    errors: 0,
-                                    ..OpCount::default()
-                                },
-                                OpCount {
-                                    ep: q + 1,
-                                    op: Op::VerbsRecv as u8,
-                                    ops,
-                                    bytes: rate * tick / 8,
-                                    errors: 0,
-                                    ..OpCount::default()
-                                },
-                            ]
-                        })
-                        .collect();
-                    put(
-                        &mut out,
-                        &k,
-                        Frame::Snapshot(Snapshot {
-                            at_ns: at,
-                            seq: tick,
-                            counts,
-                            ..Default::default()
-                        }),
-                    );
-                    let evs = (0..16u32)
-                        .map(|i| Event {
-                            tsc: at + u64::from(i) * 1000,
-                            tid: 1,
-                            ep: 1 + i % QPS,
-                            op: Op::VerbsWrite as u8,
-                            bytes: 4096,
-                            ..Default::default()
-                        })
-                        .collect();
-                    put(&mut out, &k, Frame::Events(evs));
-                }
-                out
-            })
-            .collect();
-        if tx.send(batch).is_err() {
+        if tx.send(tick_bytes(tick, now_ns())).is_err() {
             return;
         }
     }
+}
+
+/// Thread CPU seconds (CLOCK_THREAD_CPUTIME_ID).
+fn thread_cpu() -> f64 {
+    // SAFETY: timespec is plain old data, filled by clock_gettime.
+    let mut ts: libc::timespec = unsafe { std::mem::zeroed() };
+    // SAFETY: the pointer is valid for the call.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    ts.tv_sec as f64 + ts.tv_nsec as f64 / 1e9
+}
+
+/// The work of `merge_256_hosts_at_4hz` per 250 ms tick, without its clock: each tick of what
+/// the 256 relays send is encoded first (not measured), then the dashboard's source merges it
+/// into the model, the dashboard builds the Nodes view and draws it (each measured, thread CPU).
+/// The snapshots are stamped 250 ms apart from an hour ahead (the view time is their newest),
+/// so that `SIGMATOP_BENCH_TICKS` ticks (default 480: 120 s of data) take the history past its
+/// 60 s floor whatever the machine's load. Prints the mean per tick of every 40 ticks, as % of
+/// a core at 4 Hz, and the RSS.
+#[test]
+#[ignore]
+fn merge_256_hosts_cpu_per_tick() {
+    let ticks: u64 = std::env::var("SIGMATOP_BENCH_TICKS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(480);
+    let start = now_ns() + 3_600_000_000_000;
+    let (tx, rx) = sync_channel(1);
+    let names: Vec<String> = (0..HOSTS).map(|h| format!("node{h:03}")).collect();
+    let mut model = Model::new();
+    let merge = Merge::new(&names, &mut model);
+    let mut app = App::new(Theme::dark());
+    app.tab = Tab::Nodes;
+    let mut dash = Dashboard::new(SyntheticRelays { rx, merge }, app);
+    dash.model = model;
+    let null = std::fs::File::create("/dev/null").expect("/dev/null");
+    let mut term = Terminal::with_options(
+        CrosstermBackend::new(std::io::BufWriter::with_capacity(64 * 1024, null)),
+        TerminalOptions {
+            viewport: Viewport::Fixed(Rect::new(0, 0, 200, 60)),
+        },
+    )
+    .expect("terminal");
+    tx.send(first_tick(start)).expect("send");
+    dash.source.poll(&mut dash.model);
+    assert_eq!(dash.model.processes.len(), (HOSTS * PROCS) as usize);
+    let (mut merge_s, mut build_s, mut draw_s) = (0.0, 0.0, 0.0);
+    for tick in 1..=ticks {
+        tx.send(tick_bytes(tick, start + tick * 250_000_000))
+            .expect("send");
+        let c0 = thread_cpu();
+        dash.source.poll(&mut dash.model);
+        let c1 = thread_cpu();
+        dash.rebuild();
+        let c2 = thread_cpu();
+        dash.draw(&mut term).expect("draw");
+        let c3 = thread_cpu();
+        merge_s += c1 - c0;
+        build_s += c2 - c1;
+        draw_s += c3 - c2;
+        if tick % 40 == 0 {
+            let ms = |s: f64| s / 40.0 * 1e3;
+            println!(
+                "  ticks {:>3}-{tick:>3} ({:>3} s of data): per tick merge {:.2} ms, build {:.2} ms, \
+                 draw {:.2} ms = {:.1} % of a core at 4 Hz; RSS {:.0} MB",
+                tick - 39,
+                tick / 4,
+                ms(merge_s),
+                ms(build_s),
+                ms(draw_s),
+                (merge_s + build_s + draw_s) / 40.0 * 4.0 * 100.0,
+                rss_now_kib() as f64 / 1024.0
+            );
+            (merge_s, build_s, draw_s) = (0.0, 0.0, 0.0);
+        }
+    }
+    let kept: usize = dash.model.processes.values().map(|p| p.history.len()).sum();
+    let bytes: usize = dash
+        .model
+        .processes
+        .values()
+        .map(|p| p.history.bytes())
+        .sum();
+    println!(
+        "MERGE PER TICK {HOSTS} hosts x {PROCS} processes x {QPS} QPs, {ticks} ticks: history \
+         {kept} snapshots in {:.1} MB ({:.0} per process)",
+        bytes as f64 / 1e6,
+        kept as f64 / f64::from(HOSTS * PROCS)
+    );
 }
 
 #[test]

@@ -170,14 +170,19 @@ impl<S: Source> Dashboard<S> {
     /// true when the view changed (a draw is needed). A paused view stays frozen.
     pub fn tick(&mut self) -> bool {
         let applied = self.source.poll(&mut self.model);
-        let mark = ModelMark::of(&self.model);
-        if applied > 0 || mark != self.mark {
+        if applied > 0 {
             self.dirty = true;
-            self.mark = mark;
         }
         let due = self.last_build.is_none_or(|t| t.elapsed() >= REFRESH);
         if !due {
             return false;
+        }
+        // What a poll changed without applying frames matters only to the build that is due
+        // now (the mark walks every process: not 100 times a second).
+        let mark = ModelMark::of(&self.model);
+        if mark != self.mark {
+            self.dirty = true;
+            self.mark = mark;
         }
         if !self.app.paused {
             let second_moved = self.built_second.is_some_and(|s| {
