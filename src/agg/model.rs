@@ -21,6 +21,9 @@ pub const HISTORY_BYTES: usize = 64 << 20;
 /// The longest window the views offer (60 s): every process keeps what that window reads at its
 /// newest snapshot, whatever the budget.
 pub const WINDOW_FLOOR_NS: u64 = 60_000_000_000;
+/// How much older than its process's newest snapshot a sampled event may still arrive (the
+/// preload sends events every 250 ms): the clock samples that convert it are kept that long.
+pub const CLOCK_LATE_NS: u64 = 10_000_000_000;
 /// Sampled events kept per process for the event/doorbell views: the views read the doorbells
 /// and GPU WQEs among the latest `RECENT_EVENTS` events of each process.
 pub const RECENT_EVENTS: usize = 2000;
@@ -77,6 +80,27 @@ impl ProcessState {
 
     pub fn last(&self) -> Option<&Snapshot> {
         self.history.last()
+    }
+
+    /// Drops the clock samples nothing will convert with: those before the sample that
+    /// converts the oldest kept event and the events that may still come (stamped up to
+    /// `CLOCK_LATE_NS` before the newest snapshot). A live process sends one every 250 ms; a
+    /// replay loads all of them first, and keeps those after the replayed time.
+    fn forget_old_clock(&mut self) {
+        let samples = self.clock.samples();
+        if samples.len() < 64 {
+            return;
+        }
+        let Some(newest) = self.last().map(|s| s.at_ns) else {
+            return;
+        };
+        let cutoff = newest.saturating_sub(CLOCK_LATE_NS);
+        let before = samples.partition_point(|s| s.real_ns <= cutoff);
+        let Some(by_time) = before.checked_sub(1).map(|i| samples[i].tsc) else {
+            return;
+        };
+        let limit = self.recent.iter().map(|e| e.tsc).fold(by_time, u64::min);
+        self.clock.forget_before(limit);
     }
 
     /// The layers this process used (`Layer::bit()` set): what its latest snapshot says, with
@@ -234,7 +258,13 @@ impl Model {
             self.topology += 1;
         }
         let keep = self.keep();
-        let p = self.process_mut(key);
+        if !self.processes.contains_key(key) {
+            self.topology += 1;
+            self.processes.insert(key.clone(), ProcessState::default());
+        }
+        let Some(p) = self.processes.get_mut(key) else {
+            return;
+        };
         match frame {
             Frame::Hello { identity, .. } | Frame::Identity(identity) => p.identity = identity,
             Frame::Endpoints(defs) => {
@@ -261,8 +291,14 @@ impl Model {
                     p.ep_state.insert(u.id, u.state);
                 }
             }
-            Frame::Clock(c) => p.clock.push(c),
-            Frame::Snapshot(s) => p.history.push(s, keep),
+            Frame::Clock(c) => {
+                p.clock.push(c);
+                p.forget_old_clock();
+            }
+            Frame::Snapshot(s) => {
+                p.history.push(s, keep);
+                p.forget_old_clock();
+            }
             Frame::Events(evs) => {
                 for e in evs {
                     p.recent.push(e);

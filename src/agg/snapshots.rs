@@ -111,6 +111,8 @@ pub struct SnapshotHistory {
     /// Per counter of `last`: how much each field changed since the snapshot before it (wrapping;
     /// zeros after a change of the counter list). The next delta record refers to these.
     dels: Vec<Vals>,
+    /// The buffer delta records are written in before they are boxed.
+    scratch: Vec<u8>,
     /// The step to `last` kept the counter list: the snapshot before is `last - dels`.
     same_layout: bool,
     /// `last` lists some (endpoint, op) twice.
@@ -243,24 +245,19 @@ fn encode_key(head: &Head, counts: &[OpCount], dels: &[Vals]) -> Box<[u8]> {
     out.into_boxed_slice()
 }
 
-/// A delta record: the head, then per counter its modes and the changes that are not implied.
-fn encode_delta(head: &Head, prev_dels: &[Vals], dels: &[Vals]) -> Box<[u8]> {
-    let mut out = Vec::with_capacity(16 + dels.len() * 2);
-    out.push(DELTA);
-    head.put(&mut out);
-    put_varint(&mut out, dels.len() as u64);
-    for (d, p) in dels.iter().zip(prev_dels) {
-        let m: [u8; 6] = std::array::from_fn(|f| mode(d[f], p[f]));
-        let rest = m[2] | m[3] << 2 | m[4] << 4 | m[5] << 6;
-        out.push(m[0] | m[1] << 2 | if rest != 0 { 16 } else { 0 });
-        if rest != 0 {
-            out.push(rest);
-        }
-        for f in 0..6 {
-            put_change(&mut out, m[f], d[f]);
-        }
+/// One counter of a delta record: its modes (one byte, a second when errors, refusals or
+/// posted receives changed) and the changes that are not implied, `d` against the change
+/// before it `prev`.
+fn put_modes(out: &mut Vec<u8>, d: &Vals, prev: &Vals) {
+    let m: [u8; 6] = std::array::from_fn(|f| mode(d[f], prev[f]));
+    let rest = m[2] | m[3] << 2 | m[4] << 4 | m[5] << 6;
+    out.push(m[0] | m[1] << 2 | if rest != 0 { 16 } else { 0 });
+    if rest != 0 {
+        out.push(rest);
     }
-    out.into_boxed_slice()
+    for f in 0..6 {
+        put_change(out, m[f], d[f]);
+    }
 }
 
 fn decode_key(rec: &[u8]) -> Option<(State, Head)> {
@@ -526,26 +523,40 @@ impl SnapshotHistory {
                     .zip(&s.counts)
                     .all(|(a, b)| a.ep == b.ep && a.op == b.op)
         });
-        let mut dels: Vec<Vals> = Vec::with_capacity(s.counts.len());
+        let delta = same && !self.meta.is_empty() && self.since_key + 1 < KEYFRAME_EVERY;
+        if delta {
+            self.scratch.clear();
+            self.scratch.push(DELTA);
+            head.put(&mut self.scratch);
+            put_varint(&mut self.scratch, s.counts.len() as u64);
+        }
+        // The changes since the snapshot before replace the last ones in place, written into
+        // the delta record on the way (each one's mode refers to the change before it).
         let monotone = match &self.last {
             Some(l) if same => {
                 let mut grew = !self.dup_keys;
-                for (a, b) in l.counts.iter().zip(&s.counts) {
+                for ((a, b), dl) in l.counts.iter().zip(&s.counts).zip(self.dels.iter_mut()) {
                     let (va, vb) = (vals(a), vals(b));
                     grew &= not_smaller(&va, &vb);
-                    dels.push(std::array::from_fn(|f| vb[f].wrapping_sub(va[f])));
+                    let d: Vals = std::array::from_fn(|f| vb[f].wrapping_sub(va[f]));
+                    if delta {
+                        put_modes(&mut self.scratch, &d, dl);
+                    }
+                    *dl = d;
                 }
                 grew
             }
             Some(l) => {
-                dels.resize(s.counts.len(), [0; 6]);
+                self.dels.clear();
+                self.dels.resize(s.counts.len(), [0; 6]);
                 let dup = has_dup_keys(&s.counts);
                 let grew = !self.dup_keys && !dup && grew_from(&l.counts, &s.counts);
                 self.dup_keys = dup;
                 grew
             }
             None => {
-                dels.resize(s.counts.len(), [0; 6]);
+                self.dels.clear();
+                self.dels.resize(s.counts.len(), [0; 6]);
                 self.dup_keys = has_dup_keys(&s.counts);
                 true
             }
@@ -556,38 +567,45 @@ impl SnapshotHistory {
         if !same {
             self.layout += 1;
         }
-        let key = !same || self.meta.is_empty() || self.since_key + 1 >= KEYFRAME_EVERY;
-        let rec = if key {
-            self.since_key = 0;
-            encode_key(&head, &s.counts, &dels)
-        } else {
+        let rec = if delta {
             self.since_key += 1;
-            encode_delta(&head, &self.dels, &dels)
+            Box::from(&self.scratch[..])
+        } else {
+            self.since_key = 0;
+            encode_key(&head, &s.counts, &self.dels)
         };
         let later = self.last.as_ref().is_some_and(|l| s.at_ns > l.at_ns);
-        let eps = match &self.last {
-            // Counters that only grew, in the same list: each endpoint's change is the sum of
-            // its counters' changes (what `set_now` computes, in one pass).
-            Some(_) if later && same && monotone => EpMap::of_changes(&s, &dels),
-            Some(l) if later => {
+        let dt = self
+            .last
+            .as_ref()
+            .map_or(0, |l| s.at_ns.saturating_sub(l.at_ns));
+        // Counters that only grew, in the same list: each endpoint's change is the sum of its
+        // counters' changes (what `set_now` computes), in one pass when the counters come by
+        // endpoint in ascending order, as the preload lists them.
+        let quick = (later && same && monotone)
+            .then(|| Sums::of_changes(&s.counts, &self.dels, dt))
+            .flatten();
+        let (sums, now) = match quick {
+            Some(q) => q,
+            None => {
                 let mut eps = EpMap::of_snapshot(&s, false);
-                eps.set_now(l);
-                eps
+                let sums = eps.totals();
+                let now = match &self.last {
+                    Some(l) if later => {
+                        eps.set_now(l);
+                        eps.now_rates(dt)
+                    }
+                    _ => (0.0, 0.0, 0.0),
+                };
+                (sums, now)
             }
-            _ => EpMap::of_snapshot(&s, false),
         };
-        self.last_sums = eps.totals();
-        self.last_now = self.last.as_ref().and_then(|l| {
-            later.then(|| {
-                let dt = s.at_ns - l.at_ns;
-                let (tx_bps, rx_bps, ops_per_s) = eps.now_rates(dt);
-                NowRates {
-                    dt_ns: dt,
-                    tx_bps,
-                    rx_bps,
-                    ops_per_s,
-                }
-            })
+        self.last_sums = sums;
+        self.last_now = later.then_some(NowRates {
+            dt_ns: dt,
+            tx_bps: now.0,
+            rx_bps: now.1,
+            ops_per_s: now.2,
         });
         self.bytes += rec.len() + PER_SNAPSHOT;
         self.meta.push_back(Meta {
@@ -599,7 +617,6 @@ impl SnapshotHistory {
             rec,
         });
         self.last = Some(s);
-        self.dels = dels;
         self.same_layout = same;
         self.trim(keep);
     }

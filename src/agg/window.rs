@@ -193,6 +193,49 @@ impl Sums {
         }
     }
 
+    /// The sums of the counters `counts`, and the "now" rates over `dt_ns` of their `changes`
+    /// since the snapshot before (each endpoint's sums of tx bytes, rx bytes and operations as
+    /// bytes/s and operations/s, summed over endpoints in endpoint order: what
+    /// `EpMap::now_rates` gives). None unless the counters come by endpoint in ascending order.
+    pub fn of_changes(
+        counts: &[OpCount],
+        changes: &[[u64; 6]],
+        dt_ns: u64,
+    ) -> Option<(Sums, (f64, f64, f64))> {
+        let mut tot = Sums::default();
+        let mut rates = (0.0, 0.0, 0.0);
+        let mut run = Sums::default();
+        let mut ep = counts.first()?.ep;
+        let flush = |run: &Sums, rates: &mut (f64, f64, f64)| {
+            rates.0 += per_s(run.tx, dt_ns);
+            rates.1 += per_s(run.rx, dt_ns);
+            rates.2 += per_s(run.ops, dt_ns);
+        };
+        for (c, d) in counts.iter().zip(changes) {
+            if c.ep != ep {
+                if c.ep < ep {
+                    return None;
+                }
+                flush(&run, &mut rates);
+                run = Sums::default();
+                ep = c.ep;
+            }
+            tot.add(c);
+            run.add(&OpCount {
+                ep: c.ep,
+                op: c.op,
+                ops: d[0],
+                bytes: d[1],
+                errors: d[2],
+                refused: d[3],
+                posted: d[4],
+                posted_bytes: d[5],
+            });
+        }
+        flush(&run, &mut rates);
+        Some((tot, rates))
+    }
+
     /// The sums of a whole snapshot.
     pub fn of_snapshot(s: &Snapshot) -> Sums {
         let mut out = Sums::default();
@@ -316,28 +359,6 @@ impl EpMap {
             if ops && c.ops > 0 {
                 e.ops.add(c.op, c.ops);
             }
-        }
-        eps
-    }
-
-    /// The endpoints of snapshot `s1` with their totals, and as `now` the sums of `changes`: how
-    /// much each counter grew since the snapshot before, which listed the same counters, none
-    /// larger (then this equals `of_snapshot` followed by `set_now`).
-    pub fn of_changes(s1: &Snapshot, changes: &[[u64; 6]]) -> EpMap {
-        let mut eps = EpMap(Vec::with_capacity(s1.counts.len() / 2 + 1));
-        for (c, d) in s1.counts.iter().zip(changes) {
-            let e = eps.entry(c.ep);
-            e.tot.add(c);
-            e.now.add(&OpCount {
-                ep: c.ep,
-                op: c.op,
-                ops: d[0],
-                bytes: d[1],
-                errors: d[2],
-                refused: d[3],
-                posted: d[4],
-                posted_bytes: d[5],
-            });
         }
         eps
     }
@@ -575,5 +596,65 @@ impl<'a> ProcAt<'a> {
     /// The sums of every endpoint of the process.
     pub fn totals(&self) -> Sums {
         self.sums.tot
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `Sums` by op class adds and subtracts what the direction, receive and one-sided rules of
+    /// each op say, for every code (unknown codes: refusals and posted receives only).
+    #[test]
+    fn sums_follow_each_ops_rules() {
+        for code in 0..=255u8 {
+            let c = OpCount {
+                ep: 1,
+                op: code,
+                ops: 3,
+                bytes: 1000,
+                errors: 1,
+                refused: 2,
+                posted: 5,
+                posted_bytes: 7,
+            };
+            let mut want = Sums {
+                refused: 2,
+                posted: 5,
+                ..Default::default()
+            };
+            match Op::from_u8(code) {
+                Some(Op::GpuDoorbell) => want.doorbells = 3,
+                Some(o) => {
+                    if o.is_receive() {
+                        want.recvs = 3;
+                    }
+                    match o.dir() {
+                        Dir::Tx => (want.tx, want.ops) = (1000, 3),
+                        Dir::Rx => {
+                            (want.rx, want.ops) = (1000, 3);
+                            if toward_peer(o) == Some(false) {
+                                want.rx1 = 1000;
+                            }
+                        }
+                        Dir::None => {}
+                    }
+                }
+                None => {}
+            }
+            let mut s = Sums::default();
+            s.add(&c);
+            assert_eq!(format!("{s:?}"), format!("{want:?}"), "op {code}");
+            s.add(&c);
+            s.sub(&c);
+            assert_eq!(format!("{s:?}"), format!("{want:?}"), "op {code}");
+            s.sub(&c);
+            s.sub(&c);
+            assert_eq!(
+                format!("{s:?}"),
+                format!("{:?}", Sums::default()),
+                "op {code}"
+            );
+        }
     }
 }
