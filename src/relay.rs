@@ -9,6 +9,8 @@
 //! connection with one message naming the host ([`Merge::push`] returns the error), and nothing it
 //! sent can touch another host's processes.
 
+mod fast;
+
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
@@ -267,8 +269,12 @@ impl RelayDecoder {
             }
         };
         let len = body.len();
-        let frame: RelayFrame =
-            postcard::from_bytes(body).map_err(|e| format!("undecodable relay frame: {e}"))?;
+        let frame: RelayFrame = match fast::decode(body) {
+            Some(f) => f,
+            None => {
+                postcard::from_bytes(body).map_err(|e| format!("undecodable relay frame: {e}"))?
+            }
+        };
         self.buf.consume(4 + len);
         Ok(Some(RelayItem::Frame(frame)))
     }
@@ -527,7 +533,11 @@ mod tests {
     fn hello_lines_round_trip_and_name_both_versions() {
         let h = RelayHello::ours("node7");
         let line = h.line();
-        assert!(line.starts_with("SIGMATOP-RELAY relay=1 wire=1 sigmatop="));
+        let want = format!(
+            "SIGMATOP-RELAY relay=1 wire={} sigmatop=",
+            wire::PROTOCOL_VERSION
+        );
+        assert!(line.starts_with(&want), "{line}");
         assert_eq!(RelayHello::parse(line.trim_end()), Some(h));
         let other =
             RelayHello::parse("SIGMATOP-RELAY relay=9 wire=4 sigmatop=7.0.0 host=n future=1")
