@@ -259,25 +259,41 @@ impl RelayDecoder {
                 return Err(not_relay(line.as_bytes()));
             }
         }
-        let body = match self.buf.frame_body(MAX_RELAY_FRAME) {
-            Ok(Some(b)) => b,
-            Ok(None) => return Ok(None),
-            Err(len) => {
-                return Err(format!(
-                    "relay frame of {len} bytes exceeds the {MAX_RELAY_FRAME}-byte limit"
-                ));
+        match frame_at(self.buf.avail())? {
+            Some((frame, used)) => {
+                self.buf.consume(used);
+                Ok(Some(RelayItem::Frame(frame)))
             }
-        };
-        let len = body.len();
-        let frame: RelayFrame = match fast::decode(body) {
-            Some(f) => f,
-            None => {
-                postcard::from_bytes(body).map_err(|e| format!("undecodable relay frame: {e}"))?
-            }
-        };
-        self.buf.consume(4 + len);
-        Ok(Some(RelayItem::Frame(frame)))
+            None => Ok(None),
+        }
     }
+
+    /// Past the hello with nothing buffered: the frames of the next bytes can be read where
+    /// they lie (`frame_at`), and only an unfinished one pushed.
+    fn idle(&self) -> bool {
+        self.hello && self.buf.avail().is_empty()
+    }
+}
+
+/// The whole frame at the start of `bytes` and the bytes it takes, None when more are needed.
+fn frame_at(bytes: &[u8]) -> Result<Option<(RelayFrame, usize)>, String> {
+    let Some(head) = bytes.get(..4) else {
+        return Ok(None);
+    };
+    let len = u32::from_le_bytes([head[0], head[1], head[2], head[3]]) as usize;
+    if len > MAX_RELAY_FRAME {
+        return Err(format!(
+            "relay frame of {len} bytes exceeds the {MAX_RELAY_FRAME}-byte limit"
+        ));
+    }
+    let Some(body) = bytes.get(4..4 + len) else {
+        return Ok(None);
+    };
+    let frame: RelayFrame = match fast::decode(body) {
+        Some(f) => f,
+        None => postcard::from_bytes(body).map_err(|e| format!("undecodable relay frame: {e}"))?,
+    };
+    Ok(Some((frame, 4 + len)))
 }
 
 fn is_text(s: &str) -> bool {
@@ -359,8 +375,17 @@ impl Merge {
         let Some(s) = self.streams.get_mut(i) else {
             return Ok(0);
         };
-        s.decoder.push(bytes);
         let mut applied = 0;
+        let mut bytes = bytes;
+        if s.decoder.idle() {
+            // The usual case: whole frames read where they lie, not copied into the buffer.
+            while let Some((frame, used)) = frame_at(bytes)? {
+                bytes = &bytes[used..];
+                apply(i, &mut self.owner, frame, model)?;
+                applied += 1;
+            }
+        }
+        s.decoder.push(bytes);
         loop {
             let item = match s.decoder.next_item() {
                 Ok(Some(item)) => item,

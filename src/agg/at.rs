@@ -437,19 +437,32 @@ impl<'m> ModelAt<'m> {
 
     /// One row per rank, sorted by rank, with the host of its first process.
     pub fn ranks(&self) -> Vec<GroupRates> {
-        let mut rows: BTreeMap<u32, GroupRates> = BTreeMap::new();
-        for (a, r) in self.procs.iter().zip(&self.rates) {
-            if let Some(rank) = a.p.identity.rank {
-                rows.entry(rank)
-                    .or_insert_with(|| GroupRates {
-                        host: a.key.host.clone(),
-                        rank: Some(rank),
-                        ..Default::default()
-                    })
-                    .add(r);
+        self.rank_rows(true)
+    }
+
+    /// `ranks`, the host names left empty unless `hosts` (the skew rule needs none of them).
+    pub(crate) fn rank_rows(&self, hosts: bool) -> Vec<GroupRates> {
+        let mut rows: Vec<GroupRates> = self
+            .groups
+            .ranks
+            .iter()
+            .map(|&r| GroupRates {
+                rank: Some(r),
+                ..Default::default()
+            })
+            .collect();
+        let mut named = vec![false; rows.len()];
+        for (pi, (a, r)) in self.procs.iter().zip(&self.rates).enumerate() {
+            let Some(i) = self.groups.rank_of(pi as u32) else {
+                continue;
+            };
+            if hosts && !named[i] {
+                rows[i].host = a.key.host.clone();
+                named[i] = true;
             }
+            rows[i].add(r);
         }
-        rows.into_values().collect()
+        rows
     }
 
     /// The rank, node and GPU matrices over the window (bytes) and now (rates): from each
