@@ -156,9 +156,45 @@ fn first_tick(start: u64) -> Vec<Vec<u8>> {
         .collect()
 }
 
+/// Every QP's cumulative counters: (ops, bytes written, bytes received), by host, process, QP.
+struct Counters {
+    c: Vec<(u64, u64, u64)>,
+    /// Each QP moves a different amount every tick (±50 % around its rate) instead of the same.
+    jitter: bool,
+}
+
+impl Counters {
+    fn new() -> Counters {
+        Counters {
+            c: vec![(0, 0, 0); (HOSTS * PROCS * QPS) as usize],
+            jitter: std::env::var("SIGMATOP_BENCH_JITTER").is_ok_and(|v| v == "1"),
+        }
+    }
+
+    /// One tick more of QP `q` of process `p` of `host`: its counters now.
+    fn advance(&mut self, tick: u64, h: u32, p: u32, q: u32) -> (u64, u64, u64) {
+        let i = ((h * PROCS + p) * QPS + q) as usize;
+        let rate = 1_000_000 * u64::from(1 + (h + p * 7 + q) % 5);
+        let ops = 10 * u64::from(1 + q % 3);
+        let (d_ops, d_tx, d_rx) = if self.jitter {
+            let mut x = (tick << 32 | i as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+            x ^= x >> 29;
+            x = x.wrapping_mul(0xbf58_476d_1ce4_e5b9);
+            x ^= x >> 32;
+            let u = 512 + x % 1024; // 0.5 .. 1.5, in 1024ths
+            (ops * u / 1024, rate / 4 * u / 1024, rate / 8 * u / 1024)
+        } else {
+            (ops, rate / 4, rate / 8)
+        };
+        let c = &mut self.c[i];
+        *c = (c.0 + d_ops, c.1 + d_tx, c.2 + d_rx);
+        *c
+    }
+}
+
 /// What each relay sends for tick `tick` (taken at `at`): per process a clock sample, a
 /// snapshot of every QP's cumulative counters and 16 sampled events.
-fn tick_bytes(tick: u64, at: u64) -> Vec<Vec<u8>> {
+fn tick_bytes(tick: u64, at: u64, counters: &mut Counters) -> Vec<Vec<u8>> {
     (0..HOSTS)
         .map(|h| {
             let mut out = Vec::with_capacity(PROCS as usize * 1400);
@@ -175,14 +211,13 @@ fn tick_bytes(tick: u64, at: u64) -> Vec<Vec<u8>> {
                 );
                 let counts = (0..QPS)
                     .flat_map(|q| {
-                        let rate = 1_000_000 * u64::from(1 + (h + p * 7 + q) % 5);
-                        let ops = tick * 10 * u64::from(1 + q % 3);
+                        let (ops, tx, rx) = counters.advance(tick, h, p, q);
                         [
                             OpCount {
                                 ep: q + 1,
                                 op: Op::VerbsWrite as u8,
                                 ops,
-                                bytes: rate * tick / 4,
+                                bytes: tx,
                                 errors: 0,
                                 ..OpCount::default()
                             },
@@ -190,7 +225,7 @@ fn tick_bytes(tick: u64, at: u64) -> Vec<Vec<u8>> {
                                 ep: q + 1,
                                 op: Op::VerbsRecv as u8,
                                 ops,
-                                bytes: rate * tick / 8,
+                                bytes: rx,
                                 errors: 0,
                                 ..OpCount::default()
                             },
@@ -231,13 +266,14 @@ fn produce(tx: std::sync::mpsc::SyncSender<Vec<Vec<u8>>>, stop: Arc<AtomicBool>)
     }
     let t0 = Instant::now();
     let mut tick = 0u64;
+    let mut counters = Counters::new();
     while !stop.load(Ordering::Relaxed) {
         tick += 1;
         let due = t0 + Duration::from_millis(250 * tick);
         if let Some(w) = due.checked_duration_since(Instant::now()) {
             std::thread::sleep(w);
         }
-        if tx.send(tick_bytes(tick, now_ns())).is_err() {
+        if tx.send(tick_bytes(tick, now_ns(), &mut counters)).is_err() {
             return;
         }
     }
@@ -287,8 +323,9 @@ fn merge_256_hosts_cpu_per_tick() {
     dash.source.poll(&mut dash.model);
     assert_eq!(dash.model.processes.len(), (HOSTS * PROCS) as usize);
     let (mut merge_s, mut build_s, mut draw_s) = (0.0, 0.0, 0.0);
+    let mut counters = Counters::new();
     for tick in 1..=ticks {
-        tx.send(tick_bytes(tick, start + tick * 250_000_000))
+        tx.send(tick_bytes(tick, start + tick * 250_000_000, &mut counters))
             .expect("send");
         let c0 = thread_cpu();
         dash.source.poll(&mut dash.model);

@@ -22,7 +22,7 @@
 use std::borrow::Cow;
 use std::collections::{HashSet, VecDeque};
 
-use super::window::{EpMap, Sums};
+use super::window::{ChangeSums, EpMap, Sums};
 use crate::event::{DropCounters, OpCount, Snapshot};
 use crate::trace::codec::{get_varint, put_varint};
 
@@ -107,14 +107,16 @@ const PER_SNAPSHOT: usize = std::mem::size_of::<Meta>() + 16;
 #[derive(Clone, Debug, Default)]
 pub struct SnapshotHistory {
     meta: VecDeque<Meta>,
-    /// The newest snapshot, decoded.
+    /// The newest snapshot, decoded (what readers ask for; the encoder reads `state`).
     last: Option<Snapshot>,
-    /// Per counter of `last`: how much each field changed since the snapshot before it (wrapping;
-    /// zeros after a change of the counter list). The next delta record refers to these.
-    dels: Vec<Vals>,
+    /// The encoder's view of `last`, compact so that a push reads little besides the new
+    /// snapshot: its counters' keys, values and how much each changed since the snapshot before
+    /// (wrapping; zeros after a change of the counter list), which the next delta record refers
+    /// to.
+    state: EncState,
     /// The buffer delta records are written in before they are boxed.
     scratch: Vec<u8>,
-    /// The step to `last` kept the counter list: the snapshot before is `last - dels`.
+    /// The step to `last` kept the counter list: the snapshot before is `last` less its changes.
     same_layout: bool,
     /// `last` lists some (endpoint, op) twice.
     dup_keys: bool,
@@ -129,6 +131,54 @@ pub struct SnapshotHistory {
     last_now: Option<NowRates>,
     /// Bytes held: records plus `PER_SNAPSHOT` each.
     bytes: usize,
+}
+
+/// Per counter of the newest snapshot, in its order.
+#[derive(Clone, Debug, Default)]
+struct EncState {
+    /// (ep << 8 | op).
+    keys: Vec<u64>,
+    /// ops, bytes, and their last changes.
+    main: Vec<[u64; 4]>,
+    /// errors, refused, posted, posted bytes, and their last changes; empty while all are zero
+    /// (they usually are, besides the posted receives of verbs QPs).
+    rare: Vec<[u64; 8]>,
+}
+
+fn key_of(c: &OpCount) -> u64 {
+    u64::from(c.ep) << 8 | u64::from(c.op)
+}
+
+impl EncState {
+    /// The last changes of counter `k`, all fields.
+    fn dels(&self, k: usize) -> Vals {
+        let m = &self.main[k];
+        match self.rare.get(k) {
+            Some(r) => [m[2], m[3], r[4], r[5], r[6], r[7]],
+            None => [m[2], m[3], 0, 0, 0, 0],
+        }
+    }
+
+    /// Starts over from `counts` (a new list of counters): no changes known.
+    fn reset(&mut self, counts: &[OpCount]) {
+        self.keys.clear();
+        self.keys.extend(counts.iter().map(key_of));
+        self.main.clear();
+        self.main
+            .extend(counts.iter().map(|c| [c.ops, c.bytes, 0, 0]));
+        self.rare.clear();
+        if counts.iter().any(has_rare) {
+            self.rare.extend(
+                counts
+                    .iter()
+                    .map(|c| [c.errors, c.refused, c.posted, c.posted_bytes, 0, 0, 0, 0]),
+            );
+        }
+    }
+}
+
+fn has_rare(c: &OpCount) -> bool {
+    c.errors | c.refused | c.posted | c.posted_bytes != 0
 }
 
 /// The fields of a snapshot besides its counters (in every record).
@@ -489,9 +539,10 @@ impl SnapshotHistory {
             let counts = last
                 .counts
                 .iter()
-                .zip(&self.dels)
-                .map(|(c, d)| {
+                .enumerate()
+                .map(|(k, c)| {
                     let v = vals(c);
+                    let d = self.state.dels(k);
                     with_vals(
                         c.ep,
                         c.op,
@@ -566,14 +617,16 @@ impl SnapshotHistory {
     /// Appends the newest snapshot; drops the oldest as `keep` says.
     pub fn push(&mut self, s: Snapshot, keep: Keep) {
         let head = Head::of(&s);
-        let same = self.last.as_ref().is_some_and(|l| {
-            l.counts.len() == s.counts.len()
-                && l.counts
-                    .iter()
-                    .zip(&s.counts)
-                    .all(|(a, b)| a.ep == b.ep && a.op == b.op)
-        });
+        let st = &mut self.state;
+        let same = self.last.is_some()
+            && st.keys.len() == s.counts.len()
+            && st.keys.iter().zip(&s.counts).all(|(k, c)| *k == key_of(c));
         let delta = same && !self.meta.is_empty() && self.since_key + 1 < KEYFRAME_EVERY;
+        let later = self.last.as_ref().is_some_and(|l| s.at_ns > l.at_ns);
+        let dt = self
+            .last
+            .as_ref()
+            .map_or(0, |l| s.at_ns.saturating_sub(l.at_ns));
         let mut writer = DeltaWriter { run: (0, 0) };
         if delta {
             self.scratch.clear();
@@ -581,38 +634,58 @@ impl SnapshotHistory {
             head.put(&mut self.scratch);
             put_varint(&mut self.scratch, s.counts.len() as u64);
         }
-        // The changes since the snapshot before replace the last ones in place, written into
-        // the delta record on the way (each one's mode refers to the change before it).
-        let monotone = match &self.last {
-            Some(l) if same => {
-                let mut grew = !self.dup_keys;
-                for ((a, b), dl) in l.counts.iter().zip(&s.counts).zip(self.dels.iter_mut()) {
-                    let (va, vb) = (vals(a), vals(b));
-                    grew &= not_smaller(&va, &vb);
-                    let d: Vals = std::array::from_fn(|f| vb[f].wrapping_sub(va[f]));
-                    if delta {
-                        writer.count(&mut self.scratch, &d, dl);
+        // The process's sums and "now" rates, by endpoint runs, on the way.
+        let mut sums = ChangeSums::new(dt);
+        let monotone = if same {
+            if st.rare.is_empty() && s.counts.iter().any(has_rare) {
+                st.rare = vec![[0; 8]; s.counts.len()];
+            }
+            // The changes since the snapshot before replace the last ones in place, written into
+            // the delta record on the way (each one's mode refers to the change before it).
+            let mut grew = !self.dup_keys;
+            for (k, c) in s.counts.iter().enumerate() {
+                let m = &mut st.main[k];
+                grew &= c.ops >= m[0] && c.bytes >= m[1];
+                let mut d = [
+                    c.ops.wrapping_sub(m[0]),
+                    c.bytes.wrapping_sub(m[1]),
+                    0,
+                    0,
+                    0,
+                    0,
+                ];
+                let mut prev = [m[2], m[3], 0, 0, 0, 0];
+                *m = [c.ops, c.bytes, d[0], d[1]];
+                if let Some(r) = st.rare.get_mut(k) {
+                    grew &= c.refused >= r[1] && c.posted >= r[2];
+                    let now = [c.errors, c.refused, c.posted, c.posted_bytes];
+                    for f in 0..4 {
+                        d[2 + f] = now[f].wrapping_sub(r[f]);
+                        prev[2 + f] = r[4 + f];
+                        r[f] = now[f];
+                        r[4 + f] = d[2 + f];
                     }
-                    *dl = d;
                 }
-                grew
+                if delta {
+                    writer.count(&mut self.scratch, &d, &prev);
+                }
+                // Past a counter that shrank the sums are not used (its change wrapped).
+                if grew {
+                    sums.add(c, &d);
+                }
             }
-            Some(l) => {
-                self.dels.clear();
-                self.dels.resize(s.counts.len(), [0; 6]);
-                let dup = has_dup_keys(&s.counts);
-                let grew = !self.dup_keys && !dup && grew_from(&l.counts, &s.counts);
-                self.dup_keys = dup;
-                grew
-            }
-            None => {
-                self.dels.clear();
-                self.dels.resize(s.counts.len(), [0; 6]);
-                self.dup_keys = has_dup_keys(&s.counts);
-                true
-            }
+            grew
+        } else {
+            let dup = has_dup_keys(&s.counts);
+            let grew = match &self.last {
+                Some(l) => !self.dup_keys && !dup && grew_from(&l.counts, &s.counts),
+                None => true,
+            };
+            self.dup_keys = dup;
+            st.reset(&s.counts);
+            grew
         };
-        if !monotone {
+        if !monotone && self.last.is_some() {
             self.breaks += 1;
         }
         if !same {
@@ -624,19 +697,13 @@ impl SnapshotHistory {
             Box::from(&self.scratch[..])
         } else {
             self.since_key = 0;
-            encode_key(&head, &s.counts, &self.dels)
+            let dels: Vec<Vals> = (0..s.counts.len()).map(|k| st.dels(k)).collect();
+            encode_key(&head, &s.counts, &dels)
         };
-        let later = self.last.as_ref().is_some_and(|l| s.at_ns > l.at_ns);
-        let dt = self
-            .last
-            .as_ref()
-            .map_or(0, |l| s.at_ns.saturating_sub(l.at_ns));
         // Counters that only grew, in the same list: each endpoint's change is the sum of its
-        // counters' changes (what `set_now` computes), in one pass when the counters come by
-        // endpoint in ascending order, as the preload lists them.
-        let quick = (later && same && monotone)
-            .then(|| Sums::of_changes(&s.counts, &self.dels, dt))
-            .flatten();
+        // counters' changes (what `set_now` computes), when they come by endpoint in ascending
+        // order, as the preload lists them.
+        let quick = (later && same && monotone).then(|| sums.finish()).flatten();
         let (sums, now) = match quick {
             Some(q) => q,
             None => {

@@ -193,49 +193,6 @@ impl Sums {
         }
     }
 
-    /// The sums of the counters `counts`, and the "now" rates over `dt_ns` of their `changes`
-    /// since the snapshot before (each endpoint's sums of tx bytes, rx bytes and operations as
-    /// bytes/s and operations/s, summed over endpoints in endpoint order: what
-    /// `EpMap::now_rates` gives). None unless the counters come by endpoint in ascending order.
-    pub fn of_changes(
-        counts: &[OpCount],
-        changes: &[[u64; 6]],
-        dt_ns: u64,
-    ) -> Option<(Sums, (f64, f64, f64))> {
-        let mut tot = Sums::default();
-        let mut rates = (0.0, 0.0, 0.0);
-        let mut run = Sums::default();
-        let mut ep = counts.first()?.ep;
-        let flush = |run: &Sums, rates: &mut (f64, f64, f64)| {
-            rates.0 += per_s(run.tx, dt_ns);
-            rates.1 += per_s(run.rx, dt_ns);
-            rates.2 += per_s(run.ops, dt_ns);
-        };
-        for (c, d) in counts.iter().zip(changes) {
-            if c.ep != ep {
-                if c.ep < ep {
-                    return None;
-                }
-                flush(&run, &mut rates);
-                run = Sums::default();
-                ep = c.ep;
-            }
-            tot.add(c);
-            run.add(&OpCount {
-                ep: c.ep,
-                op: c.op,
-                ops: d[0],
-                bytes: d[1],
-                errors: d[2],
-                refused: d[3],
-                posted: d[4],
-                posted_bytes: d[5],
-            });
-        }
-        flush(&run, &mut rates);
-        Some((tot, rates))
-    }
-
     /// The sums of a whole snapshot.
     pub fn of_snapshot(s: &Snapshot) -> Sums {
         let mut out = Sums::default();
@@ -261,6 +218,72 @@ impl Sums {
     /// Receive buffers posted and not yet completed (None when none was ever posted).
     pub fn outstanding(&self) -> Option<u64> {
         (self.posted > 0).then(|| self.posted.saturating_sub(self.recvs))
+    }
+}
+
+/// The sums of a snapshot's counters, and the "now" rates over `dt_ns` of their changes since
+/// the snapshot before (each endpoint's sums of tx bytes, rx bytes and operations as bytes/s and
+/// operations/s, summed over endpoints in endpoint order: what `EpMap::now_rates` gives after
+/// `EpMap::set_now`, when the snapshot before listed the same counters, none larger), counter by
+/// counter. Valid when the counters come by endpoint in ascending order.
+pub struct ChangeSums {
+    dt_ns: u64,
+    tot: Sums,
+    rates: (f64, f64, f64),
+    /// The current endpoint and its changes so far.
+    ep: Option<u32>,
+    run: Sums,
+    ascending: bool,
+}
+
+impl ChangeSums {
+    pub fn new(dt_ns: u64) -> ChangeSums {
+        ChangeSums {
+            dt_ns,
+            tot: Sums::default(),
+            rates: (0.0, 0.0, 0.0),
+            ep: None,
+            run: Sums::default(),
+            ascending: true,
+        }
+    }
+
+    /// Counter `c`, which grew by `change` (ops, bytes, errors, refused, posted, posted bytes).
+    #[inline]
+    pub fn add(&mut self, c: &OpCount, change: &[u64; 6]) {
+        if self.ep != Some(c.ep) {
+            if self.ep.is_some_and(|e| c.ep < e) {
+                self.ascending = false;
+            }
+            self.flush();
+            self.ep = Some(c.ep);
+        }
+        self.tot.add(c);
+        self.run.add(&OpCount {
+            ep: c.ep,
+            op: c.op,
+            ops: change[0],
+            bytes: change[1],
+            errors: change[2],
+            refused: change[3],
+            posted: change[4],
+            posted_bytes: change[5],
+        });
+    }
+
+    fn flush(&mut self) {
+        if self.ep.is_some() {
+            self.rates.0 += per_s(self.run.tx, self.dt_ns);
+            self.rates.1 += per_s(self.run.rx, self.dt_ns);
+            self.rates.2 += per_s(self.run.ops, self.dt_ns);
+        }
+        self.run = Sums::default();
+    }
+
+    /// (totals, now rates), None when the counters did not come in ascending endpoint order.
+    pub fn finish(mut self) -> Option<(Sums, (f64, f64, f64))> {
+        self.flush();
+        self.ascending.then_some((self.tot, self.rates))
     }
 }
 
