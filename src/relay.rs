@@ -341,7 +341,37 @@ struct HostStream {
 pub struct Merge {
     streams: Vec<HostStream>,
     /// Which host serves each remote process.
-    owner: BTreeMap<ProcKey, usize>,
+    owner: Owners,
+}
+
+/// Which host serves each remote process, with the last answer at hand: a process's frames come
+/// in a row (clock, snapshot, events), thousands every 250 ms on a large job.
+#[derive(Default)]
+struct Owners {
+    map: BTreeMap<ProcKey, usize>,
+    last: Option<(ProcKey, usize)>,
+}
+
+impl Owners {
+    fn get(&mut self, key: &ProcKey) -> Option<usize> {
+        if let Some((k, o)) = &self.last
+            && k == key
+        {
+            return Some(*o);
+        }
+        let o = self.map.get(key).copied()?;
+        self.last = Some((key.clone(), o));
+        Some(o)
+    }
+
+    fn insert(&mut self, key: ProcKey, host: usize) {
+        self.last = None;
+        self.map.insert(key, host);
+    }
+
+    fn iter(&self) -> impl Iterator<Item = (&ProcKey, &usize)> {
+        self.map.iter()
+    }
 }
 
 impl Merge {
@@ -356,7 +386,7 @@ impl Merge {
             .collect();
         Merge {
             streams: destinations.iter().map(|_| HostStream::default()).collect(),
-            owner: BTreeMap::new(),
+            owner: Owners::default(),
         }
     }
 
@@ -436,12 +466,7 @@ impl Merge {
 }
 
 /// Applies one frame of host `i`, refusing what no honest relay sends.
-fn apply(
-    i: usize,
-    owner: &mut BTreeMap<ProcKey, usize>,
-    f: RelayFrame,
-    model: &mut Model,
-) -> Result<(), String> {
+fn apply(i: usize, owner: &mut Owners, f: RelayFrame, model: &mut Model) -> Result<(), String> {
     // Which host serves the process: looked up once per frame (a large job sends thousands
     // of frames every 250 ms).
     let claim = |owned: Option<usize>, key: &ProcKey, model: &Model| match owned {
@@ -458,7 +483,7 @@ fn apply(
     };
     match f {
         RelayFrame::Proc { key, frame } => {
-            let owned = owner.get(&key).copied();
+            let owned = owner.get(&key);
             claim(owned, &key, model)?;
             match &frame {
                 Frame::Hello {
@@ -503,7 +528,7 @@ fn apply(
             model.apply(&key, frame);
         }
         RelayFrame::Closed { key, problem } => {
-            let owned = owner.get(&key).copied();
+            let owned = owner.get(&key);
             claim(owned, &key, model)?;
             if owned.is_some() {
                 if let Some(p) = &problem {

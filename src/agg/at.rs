@@ -351,8 +351,8 @@ impl<'m> ModelAt<'m> {
                 qps += match topo.rows[pi] {
                     Some((l, n)) if l == layout => n,
                     _ => {
-                        let eps = p.last().map(|s| s.counts.iter().map(|c| c.ep));
-                        row_ids(&mut ids, eps.into_iter().flatten(), &topo.defined[pi], true);
+                        let eps = p.history.last_keys().map(|(ep, _)| ep);
+                        row_ids(&mut ids, eps, &topo.defined[pi], true);
                         let n = ids.iter().filter(|&&ep| ep != UNATTRIBUTED_EP).count();
                         topo.rows[pi] = Some((layout, n));
                         n

@@ -1,6 +1,7 @@
 //! The model of every traced process: live frames and recordings feed the same `Model`, which
 //! keeps identities, endpoints, a history of cumulative snapshots and the latest sampled events.
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap, VecDeque};
 
 use serde::{Deserialize, Serialize};
@@ -78,8 +79,57 @@ impl ProcessState {
         self.av.get(&ep).map_or(&[], |v| v)
     }
 
-    pub fn last(&self) -> Option<&Snapshot> {
+    /// The newest snapshot (its counters rebuilt from the history: for reports and scrapes).
+    pub fn last(&self) -> Option<Cow<'_, Snapshot>> {
         self.history.last()
+    }
+
+    /// Applies one frame of this process.
+    fn apply(&mut self, frame: Frame, keep: Keep) {
+        match frame {
+            Frame::Hello { identity, .. } | Frame::Identity(identity) => self.identity = identity,
+            Frame::Endpoints(defs) => {
+                for d in defs {
+                    self.endpoints.insert(d.id, d);
+                }
+            }
+            Frame::Updates(ups) => {
+                for u in ups {
+                    if u.state == "av" {
+                        if let Some(peer) = &u.peer {
+                            let hashes = self.av.entry(u.id).or_default();
+                            if !hashes.contains(&peer.addr_hash) {
+                                hashes.push(peer.addr_hash);
+                            }
+                        }
+                        continue;
+                    }
+                    if let Some(peer) = u.peer.clone()
+                        && let Some(d) = self.endpoints.get_mut(&u.id)
+                    {
+                        d.peer = peer;
+                    }
+                    self.ep_state.insert(u.id, u.state);
+                }
+            }
+            Frame::Clock(c) => {
+                self.clock.push(c);
+                self.forget_old_clock();
+            }
+            Frame::Snapshot(s) => {
+                self.history.push(s, keep);
+                self.forget_old_clock();
+            }
+            Frame::Events(evs) => {
+                for e in evs {
+                    self.recent.push(e);
+                }
+            }
+            Frame::Bye { .. } => {
+                self.said_bye = true;
+                self.exited = true;
+            }
+        }
     }
 
     /// Drops the clock samples nothing will convert with: those before the sample that
@@ -91,7 +141,7 @@ impl ProcessState {
         if samples.len() < 64 {
             return;
         }
-        let Some(newest) = self.last().map(|s| s.at_ns) else {
+        let Some(newest) = self.history.last_head().map(|s| s.at_ns) else {
             return;
         };
         let cutoff = newest.saturating_sub(CLOCK_LATE_NS);
@@ -107,16 +157,13 @@ impl ProcessState {
     /// the layers of its endpoints and counted operations (all a record of schema 1, which did
     /// not say, can tell). `identity.layers` is what was enabled.
     pub fn layers_used(&self) -> u32 {
-        let mut m = self.last().map_or(0, |s| s.layers_used);
+        let mut m = self.history.last_head().map_or(0, |s| s.layers_used);
         m |= self.endpoints.values().fold(0, |m, d| m | d.layer.bit());
-        if let Some(s) = self.last() {
-            m |= s
-                .counts
-                .iter()
-                .filter_map(|c| crate::event::Op::from_u8(c.op))
-                .fold(0, |m, op| m | op.layer().bit());
-        }
-        m
+        m | self
+            .history
+            .last_keys()
+            .filter_map(|(_, op)| Op::from_u8(op))
+            .fold(0, |m, op| m | op.layer().bit())
     }
 }
 
@@ -258,55 +305,15 @@ impl Model {
             self.topology += 1;
         }
         let keep = self.keep();
-        if !self.processes.contains_key(key) {
-            self.topology += 1;
-            self.processes.insert(key.clone(), ProcessState::default());
-        }
-        let Some(p) = self.processes.get_mut(key) else {
-            return;
-        };
-        match frame {
-            Frame::Hello { identity, .. } | Frame::Identity(identity) => p.identity = identity,
-            Frame::Endpoints(defs) => {
-                for d in defs {
-                    p.endpoints.insert(d.id, d);
-                }
-            }
-            Frame::Updates(ups) => {
-                for u in ups {
-                    if u.state == "av" {
-                        if let Some(peer) = &u.peer {
-                            let hashes = p.av.entry(u.id).or_default();
-                            if !hashes.contains(&peer.addr_hash) {
-                                hashes.push(peer.addr_hash);
-                            }
-                        }
-                        continue;
-                    }
-                    if let Some(peer) = u.peer.clone()
-                        && let Some(d) = p.endpoints.get_mut(&u.id)
-                    {
-                        d.peer = peer;
-                    }
-                    p.ep_state.insert(u.id, u.state);
-                }
-            }
-            Frame::Clock(c) => {
-                p.clock.push(c);
-                p.forget_old_clock();
-            }
-            Frame::Snapshot(s) => {
-                p.history.push(s, keep);
-                p.forget_old_clock();
-            }
-            Frame::Events(evs) => {
-                for e in evs {
-                    p.recent.push(e);
-                }
-            }
-            Frame::Bye { .. } => {
-                p.said_bye = true;
-                p.exited = true;
+        // One lookup for the frames of a process already known (a job sends thousands a second).
+        match self.processes.get_mut(key) {
+            Some(p) => p.apply(frame, keep),
+            None => {
+                self.topology += 1;
+                self.processes
+                    .entry(key.clone())
+                    .or_default()
+                    .apply(frame, keep);
             }
         }
     }
@@ -370,7 +377,7 @@ impl Model {
     pub fn latest_ns(&self) -> u64 {
         self.processes
             .values()
-            .filter_map(|p| p.last().map(|s| s.at_ns))
+            .filter_map(|p| p.history.last_head().map(|s| s.at_ns))
             .max()
             .unwrap_or(0)
     }
@@ -379,7 +386,7 @@ impl Model {
     pub fn drops(&self) -> DropCounters {
         let mut d = DropCounters::default();
         for p in self.processes.values() {
-            if let Some(s) = p.last() {
+            if let Some(s) = p.history.last_head() {
                 d.add(&s.drops);
             }
         }

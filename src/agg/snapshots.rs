@@ -107,7 +107,8 @@ const PER_SNAPSHOT: usize = std::mem::size_of::<Meta>() + 16;
 #[derive(Clone, Debug, Default)]
 pub struct SnapshotHistory {
     meta: VecDeque<Meta>,
-    /// The newest snapshot, decoded (what readers ask for; the encoder reads `state`).
+    /// The newest snapshot without its counters (those are in `state`): a push leaves the
+    /// counters it was given, so that the next snapshot decodes into memory still warm.
     last: Option<Snapshot>,
     /// The encoder's view of `last`, compact so that a push reads little besides the new
     /// snapshot: its counters' keys, values and how much each changed since the snapshot before
@@ -120,6 +121,9 @@ pub struct SnapshotHistory {
     same_layout: bool,
     /// `last` lists some (endpoint, op) twice.
     dup_keys: bool,
+    /// Some snapshot came with an earlier time than the one before it (a broken source): the
+    /// times are searched from the middle, not from where they say.
+    unsorted: bool,
     /// Records since the last keyframe was written.
     since_key: u32,
     /// Changes whenever the newest snapshot's list of (endpoint, op) differs from the one before.
@@ -157,6 +161,43 @@ impl EncState {
             Some(r) => [m[2], m[3], r[4], r[5], r[6], r[7]],
             None => [m[2], m[3], 0, 0, 0, 0],
         }
+    }
+
+    /// The counters, as the snapshot listed them.
+    fn counts(&self) -> Vec<OpCount> {
+        (0..self.keys.len()).map(|k| self.count(k)).collect()
+    }
+
+    fn count(&self, k: usize) -> OpCount {
+        let (key, m) = (self.keys[k], &self.main[k]);
+        let r = self.rare.get(k).copied().unwrap_or_default();
+        OpCount {
+            ep: (key >> 8) as u32,
+            op: key as u8,
+            ops: m[0],
+            bytes: m[1],
+            errors: r[0],
+            refused: r[1],
+            posted: r[2],
+            posted_bytes: r[3],
+        }
+    }
+
+    /// The counters of the snapshot before, when the last step kept the list: each less its
+    /// last change.
+    fn counts_before(&self) -> Vec<OpCount> {
+        (0..self.keys.len())
+            .map(|k| {
+                let v = vals(&self.count(k));
+                let d = self.dels(k);
+                let c = self.count(k);
+                with_vals(
+                    c.ep,
+                    c.op,
+                    &std::array::from_fn(|f| v[f].wrapping_sub(d[f])),
+                )
+            })
+            .collect()
     }
 
     /// Starts over from `counts` (a new list of counters): no changes known.
@@ -457,9 +498,24 @@ impl SnapshotHistory {
         self.meta.is_empty()
     }
 
-    /// The newest snapshot.
-    pub fn last(&self) -> Option<&Snapshot> {
+    /// The newest snapshot (its counters rebuilt: for reports and scrapes, not every frame).
+    pub fn last(&self) -> Option<Cow<'_, Snapshot>> {
+        let head = self.last.as_ref()?;
+        Some(Cow::Owned(Snapshot {
+            counts: self.state.counts(),
+            ..head.clone()
+        }))
+    }
+
+    /// The newest snapshot without its counters (`counts` is empty): its time, drops, events,
+    /// threads and layers.
+    pub fn last_head(&self) -> Option<&Snapshot> {
         self.last.as_ref()
+    }
+
+    /// (endpoint, op) of each counter of the newest snapshot, in its order.
+    pub fn last_keys(&self) -> impl Iterator<Item = (u32, u8)> + '_ {
+        self.state.keys.iter().map(|k| ((k >> 8) as u32, *k as u8))
     }
 
     /// Sums of the whole newest snapshot.
@@ -501,6 +557,36 @@ impl SnapshotHistory {
 
     /// Number of snapshots at or before `t`.
     pub fn partition_point(&self, t: u64) -> usize {
+        let n = self.meta.len();
+        if self.unsorted || n < 8 {
+            return self.meta.partition_point(|m| m.at_ns <= t);
+        }
+        let (first, last) = (self.meta[0].at_ns, self.meta[n - 1].at_ns);
+        if t >= last {
+            return n;
+        }
+        if t < first {
+            return 0;
+        }
+        // Snapshots come at a steady period: start where the times say (the views ask for the
+        // newest snapshot and one a window back, for thousands of processes), and walk.
+        let at = |i: usize| self.meta[i].at_ns;
+        let guess = (u128::from(t - first) * (n as u128 - 1) / u128::from(last - first)) as usize;
+        let mut i = guess.min(n - 1);
+        for _ in 0..8 {
+            if at(i) <= t {
+                // at(n - 1) > t: i + 1 exists.
+                if at(i + 1) > t {
+                    return i + 1;
+                }
+                i += 1;
+            } else {
+                if i == 0 || at(i - 1) <= t {
+                    return i;
+                }
+                i -= 1;
+            }
+        }
         self.meta.partition_point(|m| m.at_ns <= t)
     }
 
@@ -527,29 +613,13 @@ impl SnapshotHistory {
             return None;
         }
         if i + 1 == n {
-            return self.last.as_ref().map(Cow::Borrowed);
+            return self.last();
         }
-        if i + 2 == n
-            && self.same_layout
-            && let Some(last) = &self.last
-        {
+        if i + 2 == n && self.same_layout {
             // The one before the newest: the newest less its last changes.
             let mut pos = 1;
             let head = Head::get(&self.meta[i].rec, &mut pos)?;
-            let counts = last
-                .counts
-                .iter()
-                .enumerate()
-                .map(|(k, c)| {
-                    let v = vals(c);
-                    let d = self.state.dels(k);
-                    with_vals(
-                        c.ep,
-                        c.op,
-                        &std::array::from_fn(|f| v[f].wrapping_sub(d[f])),
-                    )
-                })
-                .collect();
+            let counts = self.state.counts_before();
             return Some(Cow::Owned(self.snapshot(i, counts, head)));
         }
         let (st, head) = self.decode(i)?;
@@ -623,6 +693,9 @@ impl SnapshotHistory {
             && st.keys.iter().zip(&s.counts).all(|(k, c)| *k == key_of(c));
         let delta = same && !self.meta.is_empty() && self.since_key + 1 < KEYFRAME_EVERY;
         let later = self.last.as_ref().is_some_and(|l| s.at_ns > l.at_ns);
+        if self.last.as_ref().is_some_and(|l| s.at_ns < l.at_ns) {
+            self.unsorted = true;
+        }
         let dt = self
             .last
             .as_ref()
@@ -636,6 +709,8 @@ impl SnapshotHistory {
         }
         // The process's sums and "now" rates, by endpoint runs, on the way.
         let mut sums = ChangeSums::new(dt);
+        // The counters before, when the list changed (read before the state starts over).
+        let mut before: Option<Vec<OpCount>> = None;
         let monotone = if same {
             if st.rare.is_empty() && s.counts.iter().any(has_rare) {
                 st.rare = vec![[0; 8]; s.counts.len()];
@@ -677,12 +752,12 @@ impl SnapshotHistory {
             grew
         } else {
             let dup = has_dup_keys(&s.counts);
-            let grew = match &self.last {
-                Some(l) => !self.dup_keys && !dup && grew_from(&l.counts, &s.counts),
-                None => true,
-            };
+            let old = st.counts();
+            let grew =
+                self.last.is_none() || (!self.dup_keys && !dup && grew_from(&old, &s.counts));
             self.dup_keys = dup;
             st.reset(&s.counts);
+            before = Some(old);
             grew
         };
         if !monotone && self.last.is_some() {
@@ -709,12 +784,14 @@ impl SnapshotHistory {
             None => {
                 let mut eps = EpMap::of_snapshot(&s, false);
                 let sums = eps.totals();
-                let now = match &self.last {
-                    Some(l) if later => {
-                        eps.set_now(l);
-                        eps.now_rates(dt)
-                    }
-                    _ => (0.0, 0.0, 0.0),
+                let now = if later {
+                    // The counters before: kept above when the list changed, else the new ones
+                    // less their changes.
+                    let before = before.unwrap_or_else(|| st.counts_before());
+                    eps.set_now(&before);
+                    eps.now_rates(dt)
+                } else {
+                    (0.0, 0.0, 0.0)
                 };
                 (sums, now)
             }
@@ -735,7 +812,10 @@ impl SnapshotHistory {
             breaks: self.breaks,
             rec,
         });
-        self.last = Some(s);
+        self.last = Some(Snapshot {
+            counts: Vec::new(),
+            ..s
+        });
         self.same_layout = same;
         self.trim(keep);
     }
@@ -929,6 +1009,33 @@ mod tests {
         // index entry.
         let per_snapshot = h.bytes() as f64 / h.len() as f64;
         assert!(per_snapshot < 150.0, "{per_snapshot} bytes per snapshot");
+    }
+
+    #[test]
+    fn searching_times_from_where_they_say_finds_what_a_binary_search_finds() {
+        let mut h = SnapshotHistory::default();
+        let mut times = Vec::new();
+        let mut t = 1000u64;
+        for i in 0..300u64 {
+            // Mostly 250 apart, with gaps and bursts.
+            t += match i % 37 {
+                0 => 10_000,
+                1..=3 => 1,
+                5 => 0,
+                _ => 250,
+            };
+            times.push(t);
+            let mut sn = snap(i, vec![count(1, 34, i, i)]);
+            sn.at_ns = t;
+            h.push(sn, ALL);
+        }
+        for q in (0..t + 2000).step_by(7).chain(times.iter().copied()) {
+            assert_eq!(
+                h.partition_point(q),
+                times.partition_point(|x| *x <= q),
+                "{q}"
+            );
+        }
     }
 
     #[test]

@@ -387,11 +387,11 @@ impl EpMap {
     }
 
     /// Each endpoint's `now`: its total less what snapshot `s0` counted for it.
-    pub fn set_now(&mut self, s0: &Snapshot) {
+    pub fn set_now(&mut self, s0: &[OpCount]) {
         for e in self.values_mut() {
             e.now = e.tot;
         }
-        for c in &s0.counts {
+        for c in s0 {
             if let Some(e) = self.get_mut(c.ep) {
                 e.now.sub(c);
             }
@@ -504,7 +504,7 @@ impl<'a> ProcAt<'a> {
             && i1 + 1 == h.len()
             && i1 > 0
             && j.is_none_or(|j| h.monotone(j, i1))
-            && let Some(last) = h.last()
+            && let Some(last) = h.last_head()
         {
             out.detailed = false;
             out.drops = last.drops;
@@ -540,7 +540,7 @@ impl<'a> ProcAt<'a> {
             if let Some(s0) = h.get(i1 - 1)
                 && s1.at_ns > s0.at_ns
             {
-                out.eps.set_now(&s0);
+                out.eps.set_now(&s0.counts);
                 out.now_ns = s1.at_ns - s0.at_ns;
             }
         } else if i1 == 0 && !stale && s1.seq == 0 && start > 0 && start < s1.at_ns {
