@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use super::matrix::{GpuKey, Groups, UNTRACED_LABEL, gpu_side_label, gpu_sides};
-use super::model::{Model, ProcKey};
+use super::model::Model;
 use super::peers::{EndpointPeer, Peers};
 use super::window::{ProcAt, Sums, Window, per_s, view_time};
 use crate::event::{EndpointDef, EndpointKind, Layer, Op, UNATTRIBUTED_EP};
@@ -190,7 +190,9 @@ pub struct AtCache {
 /// The derived tables of one list of processes at one topology generation.
 struct Topology {
     generation: u64,
-    procs: Vec<ProcKey>,
+    /// Processes in the model, and the positions of those listed (all of them when live).
+    total: usize,
+    included: Vec<u32>,
     groups: Arc<Groups>,
     /// Built when first needed.
     peers: Option<Arc<Peers>>,
@@ -205,7 +207,7 @@ struct Topology {
 }
 
 impl Topology {
-    fn new(model: &Model, procs: &[ProcAt]) -> Topology {
+    fn new(model: &Model, included: Vec<u32>, procs: &[ProcAt]) -> Topology {
         let groups = Groups::new(
             procs
                 .iter()
@@ -213,7 +215,8 @@ impl Topology {
         );
         Topology {
             generation: model.topology_generation(),
-            procs: procs.iter().map(|a| a.key.clone()).collect(),
+            total: model.processes.len(),
+            included,
             groups: Arc::new(groups),
             peers: None,
             gpu: procs
@@ -238,10 +241,12 @@ impl Topology {
         }
     }
 
-    fn fits(&self, model: &Model, procs: &[ProcAt]) -> bool {
+    /// The same processes, identities and endpoints: the generation moves with every process
+    /// added and every identity or endpoint change, the count with every process removed.
+    fn fits(&self, model: &Model, included: &[u32]) -> bool {
         self.generation == model.topology_generation()
-            && self.procs.len() == procs.len()
-            && self.procs.iter().zip(procs).all(|(k, a)| k == a.key)
+            && self.total == model.processes.len()
+            && self.included == included
     }
 
     fn peers(&mut self, procs: &[ProcAt]) -> Arc<Peers> {
@@ -301,20 +306,24 @@ impl<'m> ModelAt<'m> {
             (at, _) => view_time(model, at),
         };
         let every = opts.detail == Detail::Endpoints;
-        let mut procs: Vec<ProcAt> = model
-            .processes
-            .iter()
-            .filter(|(_, p)| {
-                opts.at.is_none() || p.identity.start_ns == 0 || p.identity.start_ns <= t
-            })
-            .map(|(k, p)| ProcAt::new(k, p, t, opts.window, every))
-            .collect();
-        if !cache.topo.as_ref().is_some_and(|c| c.fits(model, &procs)) {
+        let mut included: Vec<u32> = Vec::with_capacity(model.processes.len());
+        let mut procs: Vec<ProcAt> = Vec::with_capacity(model.processes.len());
+        for (i, (k, p)) in model.processes.iter().enumerate() {
+            if opts.at.is_none() || p.identity.start_ns == 0 || p.identity.start_ns <= t {
+                included.push(i as u32);
+                procs.push(ProcAt::new(k, p, t, opts.window, every));
+            }
+        }
+        if !cache
+            .topo
+            .as_ref()
+            .is_some_and(|c| c.fits(model, &included))
+        {
             cache.topo = None;
         }
         let topo = cache
             .topo
-            .get_or_insert_with(|| Topology::new(model, &procs));
+            .get_or_insert_with(|| Topology::new(model, included, &procs));
         // Which processes list their endpoints.
         let listed: Vec<bool> = procs
             .iter()
