@@ -352,8 +352,28 @@ struct DeltaWriter {
 }
 
 impl DeltaWriter {
-    /// Counter change `d`, against the change before it `prev`.
-    fn count(&mut self, out: &mut Vec<u8>, d: &Vals, prev: &Vals) {
+    /// Counter change `d`, against the change before it `prev`; `rare`: errors, refusals or
+    /// posted receives may have changed (else their changes are zero, and so were the last).
+    #[inline]
+    fn count(&mut self, out: &mut Vec<u8>, d: &Vals, prev: &Vals, rare: bool) {
+        if !rare {
+            let (m0, m1) = (mode(d[0], prev[0]), mode(d[1], prev[1]));
+            let b0 = m0 | m1 << 2;
+            if m0 < 2 && m1 < 2 {
+                if self.run.1 > 0 && self.run.0 == b0 {
+                    self.run.1 += 1;
+                    return;
+                }
+                self.finish(out);
+                self.run = (b0, 1);
+                return;
+            }
+            self.finish(out);
+            out.push(b0);
+            put_change(out, m0, d[0]);
+            put_change(out, m1, d[1]);
+            return;
+        }
         let m: [u8; 6] = std::array::from_fn(|f| mode(d[f], prev[f]));
         let rest = m[2] | m[3] << 2 | m[4] << 4 | m[5] << 6;
         let b0 = m[0] | m[1] << 2;
@@ -718,6 +738,7 @@ impl SnapshotHistory {
             // The changes since the snapshot before replace the last ones in place, written into
             // the delta record on the way (each one's mode refers to the change before it).
             let mut grew = !self.dup_keys;
+            let rare = !st.rare.is_empty();
             for (k, c) in s.counts.iter().enumerate() {
                 let m = &mut st.main[k];
                 grew &= c.ops >= m[0] && c.bytes >= m[1];
@@ -742,7 +763,7 @@ impl SnapshotHistory {
                     }
                 }
                 if delta {
-                    writer.count(&mut self.scratch, &d, &prev);
+                    writer.count(&mut self.scratch, &d, &prev, rare);
                 }
                 // Past a counter that shrank the sums are not used (its change wrapped).
                 if grew {
@@ -778,7 +799,9 @@ impl SnapshotHistory {
         // Counters that only grew, in the same list: each endpoint's change is the sum of its
         // counters' changes (what `set_now` computes), when they come by endpoint in ascending
         // order, as the preload lists them.
-        let quick = (later && same && monotone).then(|| sums.finish()).flatten();
+        let quick = (later && same && monotone)
+            .then(|| sums.finish(self.last_sums))
+            .flatten();
         let (sums, now) = match quick {
             Some(q) => q,
             None => {

@@ -224,11 +224,13 @@ impl Sums {
 /// The sums of a snapshot's counters, and the "now" rates over `dt_ns` of their changes since
 /// the snapshot before (each endpoint's sums of tx bytes, rx bytes and operations as bytes/s and
 /// operations/s, summed over endpoints in endpoint order: what `EpMap::now_rates` gives after
-/// `EpMap::set_now`, when the snapshot before listed the same counters, none larger), counter by
-/// counter. Valid when the counters come by endpoint in ascending order.
+/// `EpMap::set_now`), from the changes alone, counter by counter. Valid when the snapshot before
+/// listed the same counters, none larger, and they come by endpoint in ascending order: then the
+/// sums are those of the snapshot before plus those of the changes.
 pub struct ChangeSums {
     dt_ns: u64,
-    tot: Sums,
+    /// The sums of every change.
+    changes: Sums,
     rates: (f64, f64, f64),
     /// The current endpoint and its changes so far.
     ep: Option<u32>,
@@ -240,7 +242,7 @@ impl ChangeSums {
     pub fn new(dt_ns: u64) -> ChangeSums {
         ChangeSums {
             dt_ns,
-            tot: Sums::default(),
+            changes: Sums::default(),
             rates: (0.0, 0.0, 0.0),
             ep: None,
             run: Sums::default(),
@@ -258,7 +260,6 @@ impl ChangeSums {
             self.flush();
             self.ep = Some(c.ep);
         }
-        self.tot.add(c);
         self.run.add(&OpCount {
             ep: c.ep,
             op: c.op,
@@ -276,14 +277,17 @@ impl ChangeSums {
             self.rates.0 += per_s(self.run.tx, self.dt_ns);
             self.rates.1 += per_s(self.run.rx, self.dt_ns);
             self.rates.2 += per_s(self.run.ops, self.dt_ns);
+            self.changes = self.changes.plus(self.run);
         }
         self.run = Sums::default();
     }
 
-    /// (totals, now rates), None when the counters did not come in ascending endpoint order.
-    pub fn finish(mut self) -> Option<(Sums, (f64, f64, f64))> {
+    /// (totals: `before`, the sums of the snapshot before, plus the changes; now rates), None
+    /// when the counters did not come in ascending endpoint order.
+    pub fn finish(mut self, before: Sums) -> Option<(Sums, (f64, f64, f64))> {
         self.flush();
-        self.ascending.then_some((self.tot, self.rates))
+        self.ascending
+            .then_some((before.plus(self.changes), self.rates))
     }
 }
 
