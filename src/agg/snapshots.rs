@@ -96,17 +96,25 @@ struct Meta {
     /// counter was gone or smaller (or a pair appeared twice): over a run of monotone steps,
     /// per-process differences equal the sums of per-endpoint differences.
     breaks: u64,
-    rec: Box<[u8]>,
+    /// Where its record lies: in group `group` (counted since the history began), at `off`,
+    /// `len` bytes.
+    group: u64,
+    off: u32,
+    len: u32,
 }
 
-/// Bytes one kept snapshot costs besides its record: the index entry and the record's
-/// allocation.
-const PER_SNAPSHOT: usize = std::mem::size_of::<Meta>() + 16;
+/// Bytes one kept snapshot costs besides its record: the index entry.
+const PER_SNAPSHOT: usize = std::mem::size_of::<Meta>();
 
 /// The history of one process's cumulative snapshots, oldest first.
 #[derive(Clone, Debug, Default)]
 pub struct SnapshotHistory {
     meta: VecDeque<Meta>,
+    /// The records, one buffer per keyframe and the delta records after it (no allocation per
+    /// snapshot; the oldest group goes whole).
+    groups: VecDeque<Vec<u8>>,
+    /// The number of `groups[0]` since the history began.
+    first_group: u64,
     /// The newest snapshot without its counters (those are in `state`): a push leaves the
     /// counters it was given, so that the next snapshot decodes into memory still warm.
     last: Option<Snapshot>,
@@ -319,22 +327,20 @@ fn get_change(rec: &[u8], pos: &mut usize, m: u8, prev: u64) -> Option<u64> {
 }
 
 /// A keyframe: the head, then every counter's (ep, op), values and last changes.
-fn encode_key(head: &Head, counts: &[OpCount], dels: &[Vals]) -> Box<[u8]> {
-    let mut out = Vec::with_capacity(16 + counts.len() * 24);
+fn encode_key(out: &mut Vec<u8>, head: &Head, counts: &[OpCount], dels: &[Vals]) {
     out.push(KEY);
-    head.put(&mut out);
-    put_varint(&mut out, counts.len() as u64);
+    head.put(out);
+    put_varint(out, counts.len() as u64);
     for (c, d) in counts.iter().zip(dels) {
-        put_varint(&mut out, u64::from(c.ep));
+        put_varint(out, u64::from(c.ep));
         out.push(c.op);
         for v in vals(c) {
-            put_varint(&mut out, v);
+            put_varint(out, v);
         }
         for v in d {
-            put_varint(&mut out, *v);
+            put_varint(out, *v);
         }
     }
-    out.into_boxed_slice()
 }
 
 /// Bits of a delta record's mode byte: ops mode (0-1), bytes mode (2-3), a second byte follows
@@ -553,6 +559,13 @@ impl SnapshotHistory {
         }
     }
 
+    /// The record of snapshot `i`.
+    fn rec(&self, i: usize) -> &[u8] {
+        let m = &self.meta[i];
+        let g = &self.groups[(m.group - self.first_group) as usize];
+        &g[m.off as usize..(m.off + m.len) as usize]
+    }
+
     /// Time of snapshot `i`.
     pub fn at_ns(&self, i: usize) -> u64 {
         self.meta[i].at_ns
@@ -638,7 +651,7 @@ impl SnapshotHistory {
         if i + 2 == n && self.same_layout {
             // The one before the newest: the newest less its last changes.
             let mut pos = 1;
-            let head = Head::get(&self.meta[i].rec, &mut pos)?;
+            let head = Head::get(self.rec(i), &mut pos)?;
             let counts = self.state.counts_before();
             return Some(Cow::Owned(self.snapshot(i, counts, head)));
         }
@@ -652,15 +665,15 @@ impl SnapshotHistory {
         if from > to || self.meta.is_empty() {
             return;
         }
-        let Some(k) = (0..=from).rev().find(|&j| self.meta[j].rec[0] == KEY) else {
+        let Some(k) = (0..=from).rev().find(|&j| self.rec(j)[0] == KEY) else {
             return;
         };
-        let Some((mut st, _)) = decode_key(&self.meta[k].rec) else {
+        let Some((mut st, _)) = decode_key(self.rec(k)) else {
             return;
         };
         for j in k..=to {
             if j > k {
-                let rec = &self.meta[j].rec;
+                let rec = self.rec(j);
                 let ok = if rec[0] == KEY {
                     decode_key(rec).map(|(s, _)| st = s).is_some()
                 } else {
@@ -691,10 +704,10 @@ impl SnapshotHistory {
 
     /// The counters at position `i`, from the keyframe at or before it.
     fn decode(&self, i: usize) -> Option<(State, Head)> {
-        let k = (0..=i).rev().find(|&j| self.meta[j].rec[0] == KEY)?;
-        let (mut st, mut head) = decode_key(&self.meta[k].rec)?;
+        let k = (0..=i).rev().find(|&j| self.rec(j)[0] == KEY)?;
+        let (mut st, mut head) = decode_key(self.rec(k))?;
         for j in k + 1..=i {
-            let rec = &self.meta[j].rec;
+            let rec = self.rec(j);
             if rec[0] == KEY {
                 (st, head) = decode_key(rec)?;
             } else {
@@ -787,15 +800,15 @@ impl SnapshotHistory {
         if !same {
             self.layout += 1;
         }
-        let rec = if delta {
+        if delta {
             writer.finish(&mut self.scratch);
             self.since_key += 1;
-            Box::from(&self.scratch[..])
         } else {
             self.since_key = 0;
             let dels: Vec<Vals> = (0..s.counts.len()).map(|k| st.dels(k)).collect();
-            encode_key(&head, &s.counts, &dels)
-        };
+            self.scratch.clear();
+            encode_key(&mut self.scratch, &head, &s.counts, &dels);
+        }
         // Counters that only grew, in the same list: each endpoint's change is the sum of its
         // counters' changes (what `set_now` computes), when they come by endpoint in ascending
         // order, as the preload lists them.
@@ -826,14 +839,30 @@ impl SnapshotHistory {
             rx_bps: now.1,
             ops_per_s: now.2,
         });
-        self.bytes += rec.len() + PER_SNAPSHOT;
+        if !delta || self.groups.is_empty() {
+            // A keyframe starts a group; the one before is complete.
+            if let Some(g) = self.groups.back_mut() {
+                g.shrink_to_fit();
+            }
+            self.groups
+                .push_back(Vec::with_capacity(self.scratch.len() * 2));
+        }
+        let group = self.first_group + self.groups.len() as u64 - 1;
+        let mut off = 0;
+        if let Some(g) = self.groups.back_mut() {
+            off = g.len() as u32;
+            g.extend_from_slice(&self.scratch);
+        }
+        self.bytes += self.scratch.len() + PER_SNAPSHOT;
         self.meta.push_back(Meta {
             at_ns: s.at_ns,
             seq: s.seq,
             tx: self.last_sums.tx,
             rx: self.last_sums.rx,
             breaks: self.breaks,
-            rec,
+            group,
+            off,
+            len: self.scratch.len() as u32,
         });
         self.last = Some(Snapshot {
             counts: Vec::new(),
@@ -850,35 +879,66 @@ impl SnapshotHistory {
         // Over the budget, whole groups go, from the oldest keyframe to the next one: nothing is
         // re-encoded. The history then holds from the floor to a group (16 s at 4 Hz) more.
         let newest = self.meta.back().map_or(0, |m| m.at_ns);
-        while self.bytes > keep.bytes {
-            let Some(k) = (1..self.meta.len()).find(|&j| self.meta[j].rec[0] == KEY) else {
-                break;
-            };
-            if self.meta[k].at_ns.saturating_add(keep.floor_ns) > newest {
+        while self.bytes > keep.bytes && self.groups.len() > 1 {
+            let k = self
+                .meta
+                .iter()
+                .take_while(|m| m.group == self.first_group)
+                .count();
+            if self
+                .meta
+                .get(k)
+                .is_none_or(|m| m.at_ns.saturating_add(keep.floor_ns) > newest)
+            {
                 break;
             }
             for m in self.meta.drain(..k) {
-                self.bytes -= m.rec.len() + PER_SNAPSHOT;
+                self.bytes -= m.len as usize + PER_SNAPSHOT;
             }
+            self.groups.pop_front();
+            self.first_group += 1;
         }
     }
 
     /// Drops the oldest snapshot; the next one becomes a keyframe so that the history still
     /// decodes from its start.
     fn pop_front(&mut self) {
-        if self.meta.len() >= 2 && self.meta[1].rec[0] == DELTA {
-            match self.decode(1) {
-                Some((st, head)) => {
-                    let rec = encode_key(&head, &st.counts, &st.dels);
-                    self.bytes = self.bytes + rec.len() - self.meta[1].rec.len();
-                    self.meta[1].rec = rec;
+        let Some(first) = self.meta.front() else {
+            return;
+        };
+        let len = first.len as usize;
+        let alone = self.meta.get(1).is_none_or(|m| m.group != first.group);
+        if !alone {
+            // The next record becomes the group's keyframe: the group is written again from it.
+            let Some((st, head)) = self.decode(1) else {
+                debug_assert!(false, "a record this history wrote does not decode");
+                return;
+            };
+            let mut key = Vec::new();
+            encode_key(&mut key, &head, &st.counts, &st.dels);
+            // The group from here on: the new keyframe, then the records after the old one.
+            let (k_len, old_len) = (key.len() as u32, self.meta[1].len);
+            let old_end = self.meta[1].off + old_len;
+            let g = &mut self.groups[0];
+            key.extend_from_slice(&g[old_end as usize..]);
+            key.shrink_to_fit();
+            *g = key;
+            let group = self.meta[1].group;
+            for m in self.meta.iter_mut().skip(2) {
+                if m.group != group {
+                    break;
                 }
-                None => debug_assert!(false, "a record this history wrote does not decode"),
+                m.off = k_len + (m.off - old_end);
             }
+            self.meta[1].off = 0;
+            self.meta[1].len = k_len;
+            self.bytes = self.bytes + k_len as usize - old_len as usize;
+        } else {
+            self.groups.pop_front();
+            self.first_group += 1;
         }
-        if let Some(m) = self.meta.pop_front() {
-            self.bytes -= m.rec.len() + PER_SNAPSHOT;
-        }
+        self.meta.pop_front();
+        self.bytes -= len + PER_SNAPSHOT;
     }
 }
 
@@ -1012,6 +1072,27 @@ mod tests {
             "{}",
             h.len()
         );
+    }
+
+    #[test]
+    fn the_snapshot_cap_rewrites_the_front_group_exactly() {
+        let all = varied(400);
+        let mut h = SnapshotHistory::default();
+        let keep = Keep {
+            max: 50,
+            bytes: usize::MAX,
+            floor_ns: 0,
+        };
+        for (n, s) in all.iter().enumerate() {
+            h.push(s.clone(), keep);
+            assert_eq!(h.len(), (n + 1).min(50));
+            let first = n + 1 - h.len();
+            for i in 0..h.len() {
+                assert_eq!(h.get(i).as_deref(), Some(&all[first + i]), "{n}: {i}");
+            }
+        }
+        let records: usize = h.groups.iter().map(Vec::len).sum();
+        assert_eq!(h.bytes(), records + h.len() * PER_SNAPSHOT);
     }
 
     #[test]
