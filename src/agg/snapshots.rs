@@ -96,25 +96,17 @@ struct Meta {
     /// counter was gone or smaller (or a pair appeared twice): over a run of monotone steps,
     /// per-process differences equal the sums of per-endpoint differences.
     breaks: u64,
-    /// Where its record lies: in group `group` (counted since the history began), at `off`,
-    /// `len` bytes.
-    group: u64,
-    off: u32,
-    len: u32,
+    rec: Box<[u8]>,
 }
 
-/// Bytes one kept snapshot costs besides its record: the index entry.
-const PER_SNAPSHOT: usize = std::mem::size_of::<Meta>();
+/// Bytes one kept snapshot costs besides its record: the index entry and the record's
+/// allocation.
+const PER_SNAPSHOT: usize = std::mem::size_of::<Meta>() + 16;
 
 /// The history of one process's cumulative snapshots, oldest first.
 #[derive(Clone, Debug, Default)]
 pub struct SnapshotHistory {
     meta: VecDeque<Meta>,
-    /// The records, one buffer per keyframe and the delta records after it (no allocation per
-    /// snapshot; the oldest group goes whole).
-    groups: VecDeque<Vec<u8>>,
-    /// The number of `groups[0]` since the history began.
-    first_group: u64,
     /// The newest snapshot without its counters (those are in `state`): a push leaves the
     /// counters it was given, so that the next snapshot decodes into memory still warm.
     last: Option<Snapshot>,
@@ -327,20 +319,22 @@ fn get_change(rec: &[u8], pos: &mut usize, m: u8, prev: u64) -> Option<u64> {
 }
 
 /// A keyframe: the head, then every counter's (ep, op), values and last changes.
-fn encode_key(out: &mut Vec<u8>, head: &Head, counts: &[OpCount], dels: &[Vals]) {
+fn encode_key(head: &Head, counts: &[OpCount], dels: &[Vals]) -> Box<[u8]> {
+    let mut out = Vec::with_capacity(16 + counts.len() * 24);
     out.push(KEY);
-    head.put(out);
-    put_varint(out, counts.len() as u64);
+    head.put(&mut out);
+    put_varint(&mut out, counts.len() as u64);
     for (c, d) in counts.iter().zip(dels) {
-        put_varint(out, u64::from(c.ep));
+        put_varint(&mut out, u64::from(c.ep));
         out.push(c.op);
         for v in vals(c) {
-            put_varint(out, v);
+            put_varint(&mut out, v);
         }
         for v in d {
-            put_varint(out, *v);
+            put_varint(&mut out, *v);
         }
     }
+    out.into_boxed_slice()
 }
 
 /// Bits of a delta record's mode byte: ops mode (0-1), bytes mode (2-3), a second byte follows
@@ -559,13 +553,6 @@ impl SnapshotHistory {
         }
     }
 
-    /// The record of snapshot `i`.
-    fn rec(&self, i: usize) -> &[u8] {
-        let m = &self.meta[i];
-        let g = &self.groups[(m.group - self.first_group) as usize];
-        &g[m.off as usize..(m.off + m.len) as usize]
-    }
-
     /// Time of snapshot `i`.
     pub fn at_ns(&self, i: usize) -> u64 {
         self.meta[i].at_ns
@@ -651,7 +638,7 @@ impl SnapshotHistory {
         if i + 2 == n && self.same_layout {
             // The one before the newest: the newest less its last changes.
             let mut pos = 1;
-            let head = Head::get(self.rec(i), &mut pos)?;
+            let head = Head::get(&self.meta[i].rec, &mut pos)?;
             let counts = self.state.counts_before();
             return Some(Cow::Owned(self.snapshot(i, counts, head)));
         }
@@ -665,15 +652,15 @@ impl SnapshotHistory {
         if from > to || self.meta.is_empty() {
             return;
         }
-        let Some(k) = (0..=from).rev().find(|&j| self.rec(j)[0] == KEY) else {
+        let Some(k) = (0..=from).rev().find(|&j| self.meta[j].rec[0] == KEY) else {
             return;
         };
-        let Some((mut st, _)) = decode_key(self.rec(k)) else {
+        let Some((mut st, _)) = decode_key(&self.meta[k].rec) else {
             return;
         };
         for j in k..=to {
             if j > k {
-                let rec = self.rec(j);
+                let rec = &self.meta[j].rec;
                 let ok = if rec[0] == KEY {
                     decode_key(rec).map(|(s, _)| st = s).is_some()
                 } else {
@@ -704,10 +691,10 @@ impl SnapshotHistory {
 
     /// The counters at position `i`, from the keyframe at or before it.
     fn decode(&self, i: usize) -> Option<(State, Head)> {
-        let k = (0..=i).rev().find(|&j| self.rec(j)[0] == KEY)?;
-        let (mut st, mut head) = decode_key(self.rec(k))?;
+        let k = (0..=i).rev().find(|&j| self.meta[j].rec[0] == KEY)?;
+        let (mut st, mut head) = decode_key(&self.meta[k].rec)?;
         for j in k + 1..=i {
-            let rec = self.rec(j);
+            let rec = &self.meta[j].rec;
             if rec[0] == KEY {
                 (st, head) = decode_key(rec)?;
             } else {
@@ -800,15 +787,15 @@ impl SnapshotHistory {
         if !same {
             self.layout += 1;
         }
-        if delta {
+        let rec = if delta {
             writer.finish(&mut self.scratch);
             self.since_key += 1;
+            Box::from(&self.scratch[..])
         } else {
             self.since_key = 0;
             let dels: Vec<Vals> = (0..s.counts.len()).map(|k| st.dels(k)).collect();
-            self.scratch.clear();
-            encode_key(&mut self.scratch, &head, &s.counts, &dels);
-        }
+            encode_key(&head, &s.counts, &dels)
+        };
         // Counters that only grew, in the same list: each endpoint's change is the sum of its
         // counters' changes (what `set_now` computes), when they come by endpoint in ascending
         // order, as the preload lists them.
@@ -839,30 +826,14 @@ impl SnapshotHistory {
             rx_bps: now.1,
             ops_per_s: now.2,
         });
-        if !delta || self.groups.is_empty() {
-            // A keyframe starts a group; the one before is complete.
-            if let Some(g) = self.groups.back_mut() {
-                g.shrink_to_fit();
-            }
-            self.groups
-                .push_back(Vec::with_capacity(self.scratch.len() * 2));
-        }
-        let group = self.first_group + self.groups.len() as u64 - 1;
-        let mut off = 0;
-        if let Some(g) = self.groups.back_mut() {
-            off = g.len() as u32;
-            g.extend_from_slice(&self.scratch);
-        }
-        self.bytes += self.scratch.len() + PER_SNAPSHOT;
+        self.bytes += rec.len() + PER_SNAPSHOT;
         self.meta.push_back(Meta {
             at_ns: s.at_ns,
             seq: s.seq,
             tx: self.last_sums.tx,
             rx: self.last_sums.rx,
             breaks: self.breaks,
-            group,
-            off,
-            len: self.scratch.len() as u32,
+            rec,
         });
         self.last = Some(Snapshot {
             counts: Vec::new(),
@@ -879,66 +850,35 @@ impl SnapshotHistory {
         // Over the budget, whole groups go, from the oldest keyframe to the next one: nothing is
         // re-encoded. The history then holds from the floor to a group (16 s at 4 Hz) more.
         let newest = self.meta.back().map_or(0, |m| m.at_ns);
-        while self.bytes > keep.bytes && self.groups.len() > 1 {
-            let k = self
-                .meta
-                .iter()
-                .take_while(|m| m.group == self.first_group)
-                .count();
-            if self
-                .meta
-                .get(k)
-                .is_none_or(|m| m.at_ns.saturating_add(keep.floor_ns) > newest)
-            {
+        while self.bytes > keep.bytes {
+            let Some(k) = (1..self.meta.len()).find(|&j| self.meta[j].rec[0] == KEY) else {
+                break;
+            };
+            if self.meta[k].at_ns.saturating_add(keep.floor_ns) > newest {
                 break;
             }
             for m in self.meta.drain(..k) {
-                self.bytes -= m.len as usize + PER_SNAPSHOT;
+                self.bytes -= m.rec.len() + PER_SNAPSHOT;
             }
-            self.groups.pop_front();
-            self.first_group += 1;
         }
     }
 
     /// Drops the oldest snapshot; the next one becomes a keyframe so that the history still
     /// decodes from its start.
     fn pop_front(&mut self) {
-        let Some(first) = self.meta.front() else {
-            return;
-        };
-        let len = first.len as usize;
-        let alone = self.meta.get(1).is_none_or(|m| m.group != first.group);
-        if !alone {
-            // The next record becomes the group's keyframe: the group is written again from it.
-            let Some((st, head)) = self.decode(1) else {
-                debug_assert!(false, "a record this history wrote does not decode");
-                return;
-            };
-            let mut key = Vec::new();
-            encode_key(&mut key, &head, &st.counts, &st.dels);
-            // The group from here on: the new keyframe, then the records after the old one.
-            let (k_len, old_len) = (key.len() as u32, self.meta[1].len);
-            let old_end = self.meta[1].off + old_len;
-            let g = &mut self.groups[0];
-            key.extend_from_slice(&g[old_end as usize..]);
-            key.shrink_to_fit();
-            *g = key;
-            let group = self.meta[1].group;
-            for m in self.meta.iter_mut().skip(2) {
-                if m.group != group {
-                    break;
+        if self.meta.len() >= 2 && self.meta[1].rec[0] == DELTA {
+            match self.decode(1) {
+                Some((st, head)) => {
+                    let rec = encode_key(&head, &st.counts, &st.dels);
+                    self.bytes = self.bytes + rec.len() - self.meta[1].rec.len();
+                    self.meta[1].rec = rec;
                 }
-                m.off = k_len + (m.off - old_end);
+                None => debug_assert!(false, "a record this history wrote does not decode"),
             }
-            self.meta[1].off = 0;
-            self.meta[1].len = k_len;
-            self.bytes = self.bytes + k_len as usize - old_len as usize;
-        } else {
-            self.groups.pop_front();
-            self.first_group += 1;
         }
-        self.meta.pop_front();
-        self.bytes -= len + PER_SNAPSHOT;
+        if let Some(m) = self.meta.pop_front() {
+            self.bytes -= m.rec.len() + PER_SNAPSHOT;
+        }
     }
 }
 
@@ -1075,7 +1015,7 @@ mod tests {
     }
 
     #[test]
-    fn the_snapshot_cap_rewrites_the_front_group_exactly() {
+    fn the_snapshot_cap_makes_the_next_one_a_keyframe_exactly() {
         let all = varied(400);
         let mut h = SnapshotHistory::default();
         let keep = Keep {
@@ -1091,7 +1031,7 @@ mod tests {
                 assert_eq!(h.get(i).as_deref(), Some(&all[first + i]), "{n}: {i}");
             }
         }
-        let records: usize = h.groups.iter().map(Vec::len).sum();
+        let records: usize = h.meta.iter().map(|m| m.rec.len()).sum();
         assert_eq!(h.bytes(), records + h.len() * PER_SNAPSHOT);
     }
 
