@@ -5,7 +5,8 @@
 //! cargo build --release --workspace
 //! cargo test --release --test multihost_bench --no-run
 //! B=$(ls -t target/release/deps/multihost_bench-* | grep -v '\.d$' | head -1)
-//! for t in merge_256_hosts_at_4hz relay_bytes_per_process serve_64_processes; do
+//! for t in merge_256_hosts_at_4hz merge_256_hosts_cpu_per_tick relay_bytes_per_process \
+//!          serve_64_processes; do
 //!   $B --ignored --nocapture --exact $t     # one process per test, so peak RSS is per test
 //! done
 //! ```
@@ -14,8 +15,14 @@
 //!    256 hosts' relays send for 8 processes × 64 QPs each (a clock sample, a snapshot of every
 //!    QP's cumulative counters, 16 sampled events per process), in the relay protocol; the
 //!    dashboard's own loop (`Dashboard::tick`, `draw`, `wait`) merges it through `relay::Merge`
-//!    into the model and draws the Nodes view at 4 Hz, 200×60, into /dev/null, for 30 s. CPU of
-//!    the dashboard thread (RUSAGE_THREAD), peak RSS of the process, both sampled every 5 s.
+//!    into the model and draws the Nodes view at 4 Hz, 200×60, into /dev/null, for 30 s
+//!    (`SIGMATOP_BENCH_SECS`). CPU of the dashboard thread (RUSAGE_THREAD), peak RSS of the
+//!    process, both sampled every 5 s.
+//!    `merge_256_hosts_cpu_per_tick`: the same work without the clock, tick by tick (merge,
+//!    build, draw timed apart; `SIGMATOP_BENCH_TICKS`, default 480 ticks = 120 s of data, past
+//!    the 60 s the history keeps at least), so that a loaded machine slows it down without
+//!    changing what it measures. With `SIGMATOP_BENCH_JITTER=1` (either test) every QP moves a
+//!    different amount every tick (±50 %) instead of the same: the history's worst case.
 //! 2. `relay_bytes_per_process`: a real `sigmatop relay` over a real traced ucx_perftest tag_bw
 //!    pair (simple mode, default sampling), its stdout counted for 10 s.
 //! 3. `serve_64_processes`: 64 fake traced processes speak the real wire protocol on Unix
