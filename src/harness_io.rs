@@ -227,11 +227,23 @@ enum Stop {
     At(u64),
 }
 
+/// The schema version a file header names (0 when the file is too short to have one).
+fn schema_of(file: &[u8]) -> u16 {
+    file.get(10..12)
+        .map_or(0, |b| u16::from_le_bytes([b[0], b[1]]))
+}
+
 /// Reference chunk walk: calls `each` on every valid chunk payload (with its offset) until it
 /// returns false; reports where it stopped. Mirrors docs/FORMAT.md, not the reader's code.
 fn walk_chunks(file: &[u8], kind: FileKind, mut each: impl FnMut(u64, &[u8]) -> bool) -> Stop {
-    // Magic, versions and kind must match; the reserved bytes 13..16 are not checked.
-    if file.get(..13) != Some(&file_header(kind)[..13]) || file.len() < FILE_HEADER_LEN {
+    // Magic, format version and kind must match, the schema be one this sigmatop reads (1 or
+    // the current one); the reserved bytes 13..16 are not checked.
+    let want = file_header(kind);
+    if file.len() < FILE_HEADER_LEN
+        || file[..10] != want[..10]
+        || file[12] != want[12]
+        || !matches!(schema_of(file), 1 | crate::event::SCHEMA_VERSION)
+    {
         return Stop::Header;
     }
     let mut pos = FILE_HEADER_LEN;
@@ -380,8 +392,10 @@ struct ProcessCounts {
 /// that decodes round-trips through postcard.
 fn process_file(file: &[u8]) {
     let mut want = ProcessCounts::default();
+    // A schema-1 file's records are read as schema 1 wrote them (`trace::ProcessRecordV1`).
+    let schema = schema_of(file);
     let stop = walk_chunks(file, FileKind::Process, |_, payload| {
-        let Ok(rec) = postcard::from_bytes::<ProcessRecord>(payload) else {
+        let Ok(rec) = crate::trace::decode_record(schema, payload) else {
             return false;
         };
         let again = postcard::to_allocvec(&rec);

@@ -491,7 +491,11 @@ fn apply(i: usize, owner: &mut Owners, f: RelayFrame, model: &mut Model) -> Resu
                     version,
                     identity,
                 } => {
-                    if *magic != wire::HELLO_MAGIC || *version != wire::PROTOCOL_VERSION {
+                    // The relay decoded the process's frames and re-encoded them in its own
+                    // layout (the `wire` of its hello): any version its decoder reads is fine.
+                    if *magic != wire::HELLO_MAGIC
+                        || !(wire::OLDEST_READ..=wire::PROTOCOL_VERSION).contains(version)
+                    {
                         return Err(format!(
                             "process {} speaks live protocol {version}, this sigmatop {}",
                             key.pid,

@@ -7,8 +7,11 @@ use serde::{Deserialize, Serialize};
 use crate::event::{ClockSample, EndpointDef, EndpointUpdate, Event, Identity, Snapshot};
 
 /// Bumped on any incompatible change to `Frame`. 2: snapshots carry refusals, posted receives
-/// and the layers used (`event::SCHEMA_VERSION` 2); a stream of version 1 is still read.
-pub const PROTOCOL_VERSION: u16 = 2;
+/// and the layers used (`event::SCHEMA_VERSION` 2). 3: `Missed`, what a slow reader was not
+/// sent. Streams of versions 1 and 2 are still read (2 is 3 without `Missed`).
+pub const PROTOCOL_VERSION: u16 = 3;
+/// The oldest live protocol version a reader accepts.
+pub const OLDEST_READ: u16 = 1;
 /// Frame magic in the hello, to reject a socket that is not sigmatop's.
 pub const HELLO_MAGIC: [u8; 8] = *b"sigmatop";
 /// Largest frame a reader accepts; a bigger length prefix means a broken or hostile peer.
@@ -35,6 +38,13 @@ pub enum Frame {
     /// The process is shutting down cleanly; a closed socket without it means it died.
     Bye {
         at_ns: u64,
+    },
+    /// What this reader was not sent because it read too slowly (its queue in the traced process
+    /// was full), cumulative since it connected: `frames` frames, of which `events` sampled
+    /// events were in `Events` frames. Sent before the next frame that is queued for it.
+    Missed {
+        frames: u64,
+        events: u64,
     },
 }
 
@@ -224,7 +234,7 @@ impl Decoder {
                     if *magic != HELLO_MAGIC {
                         return Err(WireError::NotSigmatop);
                     }
-                    if *version != PROTOCOL_VERSION && *version != 1 {
+                    if !(OLDEST_READ..=PROTOCOL_VERSION).contains(version) {
                         return Err(WireError::Version {
                             theirs: *version,
                             ours: PROTOCOL_VERSION,
@@ -259,6 +269,48 @@ mod tests {
         }
         assert_eq!(got.len(), 2);
         assert_eq!(got[1], Frame::Bye { at_ns: 5 });
+    }
+
+    /// A version-2 stream (no `Missed` frames) reads as it was; `Missed`, the last variant, keeps
+    /// the indices of the others, and round-trips.
+    #[test]
+    fn reads_a_version_2_stream_and_missed_round_trips() {
+        let mut out = Vec::new();
+        encode(
+            &Frame::Hello {
+                magic: HELLO_MAGIC,
+                version: 2,
+                identity: Identity::default(),
+            },
+            &mut out,
+        )
+        .unwrap();
+        encode(&Frame::Bye { at_ns: 9 }, &mut out).unwrap();
+        // The Bye of version 2 is variant 7, as in version 3.
+        assert_eq!(out[out.len() - 2], 7);
+        encode(
+            &Frame::Missed {
+                frames: 38,
+                events: 77_824,
+            },
+            &mut out,
+        )
+        .unwrap();
+        let mut d = Decoder::new();
+        d.push(&out);
+        let mut got = Vec::new();
+        while let Some(f) = d.next_frame().unwrap() {
+            got.push(f);
+        }
+        assert_eq!(got.len(), 3);
+        assert_eq!(got[1], Frame::Bye { at_ns: 9 });
+        assert_eq!(
+            got[2],
+            Frame::Missed {
+                frames: 38,
+                events: 77_824
+            }
+        );
     }
 
     /// A version-1 stream (as a preload of schema 1 sent it: its snapshot counts had five

@@ -92,13 +92,18 @@ fn a_bad_host_leaves_the_others_working() {
     let bin = sigmatop_bin().display().to_string();
     // `{host}` picks what runs: the relay itself, nothing of sigmatop, a relay of another
     // version, garbage after a valid hello, or text that is no relay.
-    let template = "case {host} in \
-        good) {cmd} ;; \
+    // The garbage host's hello is of this sigmatop's versions, so the garbage after it is what
+    // fails.
+    let template = format!(
+        "case {{host}} in \
+        good) {{cmd}} ;; \
         missing) exec /nonexistent/sigmatop relay ;; \
         future) printf 'SIGMATOP-RELAY relay=99 wire=7 sigmatop=9.9.9 host=future\\n'; sleep 30 ;; \
-        garbage) printf 'SIGMATOP-RELAY relay=1 wire=1 sigmatop=0.1.0 host=garbage\\n\\377\\377\\377\\377'; sleep 30 ;; \
+        garbage) printf 'SIGMATOP-RELAY relay=1 wire={} sigmatop=0.1.0 host=garbage\\n\\377\\377\\377\\377'; sleep 30 ;; \
         shell) printf '\\001\\002 binary noise\\n'; sleep 30 ;; \
-        esac";
+        esac",
+        sigmatop::wire::PROTOCOL_VERSION
+    );
     let via = format!("--via={template}");
     let remote = format!("--remote-cmd={bin}");
     let o = attach(&[
@@ -170,9 +175,10 @@ fn a_silent_link_is_noticed() {
     use std::io::BufRead;
     let mut child = Command::new(sigmatop_bin())
         .args(["attach", "--json", "--interval-ms", "12500"])
-        .arg(
-            "--via=printf 'SIGMATOP-RELAY relay=1 wire=1 sigmatop=0.1.0 host=quiet\\n'; sleep 60; : {host}",
-        )
+        .arg(format!(
+            "--via=printf 'SIGMATOP-RELAY relay=1 wire={} sigmatop=0.1.0 host=quiet\\n'; sleep 60; : {{host}}",
+            sigmatop::wire::PROTOCOL_VERSION
+        ))
         .arg("quiet")
         .stdin(Stdio::null())
         .stdout(Stdio::piped())

@@ -57,7 +57,14 @@ fn until_status<S: Source>(dash: &mut Dashboard<S>, want: &str) -> String {
 fn live(dir: &Path) -> Dashboard<LiveFeed> {
     let mut live = LiveSource::new(dir.to_path_buf(), ProcessFilter::All);
     live.scan_every = Duration::from_millis(10);
-    Dashboard::new(LiveFeed { live, child: None }, App::new(Theme::dark()))
+    Dashboard::new(
+        LiveFeed {
+            live,
+            child: None,
+            finals: None,
+        },
+        App::new(Theme::dark()),
+    )
 }
 
 #[test]

@@ -339,7 +339,14 @@ fn events_1m_per_s() {
     live.scan_every = Duration::from_millis(50);
     let mut app = App::new(Theme::dark());
     app.tab = Tab::Doorbells;
-    let mut dash = Dashboard::new(LiveFeed { live, child: None }, app);
+    let mut dash = Dashboard::new(
+        LiveFeed {
+            live,
+            child: None,
+            finals: None,
+        },
+        app,
+    );
     let mut term = terminal();
     let (cpu0, _) = rusage(libc::RUSAGE_THREAD);
     let t0 = Instant::now();

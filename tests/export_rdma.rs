@@ -431,7 +431,7 @@ fn synthetic_one_sided_ops_are_attributed_to_the_region_owner() {
             op(14_000, 1, Op::VerbsWrite, 64, 0x9000_0000, 0x1_1234),
             // Peer unknown: found by search in C's regions.
             op(15_000, 2, Op::VerbsWrite, 2048, 0x9000_0000, 0x7_1234),
-            // Peer unknown, rkey16 0x1234 at an address in both B's and C's regions: ambiguous.
+            // Peer unknown, rkey 0x1_1234 at an address in both B's and C's regions: ambiguous.
             op(16_000, 2, Op::VerbsWrite, 32, 0x7000_0000, 0x1_1234),
         ],
     );
@@ -448,13 +448,15 @@ fn synthetic_one_sided_ops_are_attributed_to_the_region_owner() {
         ],
         vec![],
     );
-    // C: a region with rkey16 0x1234 covering 0x9000_0000 and 0x7000_0000.
+    // C: regions covering 0x9000_0000 and 0x7000_0000, the second with the very rkey of B's
+    // region there (another host's NIC can hand out the same key): with whole 32-bit rkeys in
+    // the events, only that makes the search ambiguous.
     write(
         "c",
         300,
         vec![
             ProcessRecord::MemRegion(mr(0x9000_0000, 0x100, 0x7_1234, true, 1_300)),
-            ProcessRecord::MemRegion(mr(0x7000_0000, 0x10, 0x9_1234, true, 1_300)),
+            ProcessRecord::MemRegion(mr(0x7000_0000, 0x10, 0x1_1234, true, 1_300)),
         ],
         vec![],
     );

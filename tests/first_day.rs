@@ -384,7 +384,12 @@ fn layers_as_the_readme_spells_them() {
     let v: serde_json::Value =
         serde_json::from_slice(&std::fs::read(&json).expect("summary written")).expect("JSON");
     let p = &v["processes"][0];
-    assert_eq!(p["layers"], "ucx,libfabric,ibverbs,mlx5", "all but cuda");
+    // `layers` is what the process used, `layers_enabled` what --layers left on.
+    assert_eq!(p["layers"], "ucx", "used");
+    assert_eq!(
+        p["layers_enabled"], "ucx,libfabric,ibverbs,mlx5",
+        "all but cuda"
+    );
     assert_eq!(p["tx_ops"].as_u64(), Some(n + 1));
     assert_eq!(p["tx_bytes"].as_u64(), Some((n + 1) * SIZE));
 
@@ -518,6 +523,136 @@ fn mpirun_over_ob1_says_why_nothing_was_traced_and_what_to_do() {
         .map(|p| op(&totals(p), "tag_send").1)
         .sum();
     assert_eq!(sent, 3000 + 4000);
+}
+
+/// `sigmatop run --headless -- mpirun ARGS...` with Open MPI's defaults here; `env` for the ranks
+/// (passed on with `-x`). Returns the output and its one `sigmatop:` line.
+fn run_mpirun(args: &[&str], env: &[(&str, &str)]) -> (Output, String) {
+    let dir = scratch("mpi-fails");
+    let mut cmd = Command::new(sigmatop_bin());
+    cmd.args(["run", "--headless", "--"])
+        .arg(require("mpirun"))
+        .args(["--allow-run-as-root", "--oversubscribe"]);
+    for (k, v) in env {
+        cmd.args(["-x", k]).env(k, v);
+    }
+    let out = cmd
+        .args(args)
+        .env("SIGMATOP_SOCKET_DIR", dir.join("sock"))
+        .env_remove("OMPI_MCA_pml")
+        .current_dir(&dir)
+        .stdin(Stdio::null())
+        .output()
+        .expect("sigmatop run -- mpirun");
+    let err = stderr_of(&out);
+    let lines: Vec<&str> = err
+        .lines()
+        .filter(|l| l.starts_with("sigmatop: "))
+        .collect();
+    assert_eq!(lines.len(), 1, "one message:\n{err}");
+    let line = lines[0].to_string();
+    (out, line)
+}
+
+/// A launcher that failed, or ran programs that are not MPI programs, is not blamed on Open MPI's
+/// ob1 PML (it was, in each case below, before): what sigmatop says is what it saw.
+#[test]
+fn a_failing_or_non_mpi_mpirun_is_not_blamed_on_ob1() {
+    let ob1_note = "add `--mca pml ucx`: Open MPI's default here, its ob1 PML, moves MPI messages where sigmatop does not see them";
+    // Programs that are not MPI programs, one failing, one not.
+    let (out, line) = run_mpirun(&["-np", "2", "false"], &[]);
+    assert_eq!(out.status.code(), Some(1), "mpirun's status, passed on");
+    assert_eq!(
+        line,
+        format!(
+            "sigmatop: nothing was traced: mpirun exited with status 1 and no rank was seen loading an MPI library or a library sigmatop traces; its output says why; when it runs, {ob1_note}"
+        )
+    );
+    let (out, line) = run_mpirun(&["-np", "2", "hostname"], &[]);
+    assert!(out.status.success());
+    assert_eq!(
+        line,
+        format!(
+            "sigmatop: nothing was traced: the programs mpirun started were not seen loading an MPI library or a library sigmatop traces (UCX, libfabric, ibverbs, mlx5); if they are MPI programs, {ob1_note}"
+        )
+    );
+    // An MPI program over UCX whose ranks give up (status 4) right after MPI_Init: traced, sent
+    // nothing, and the failure is theirs.
+    let prog = mpi_program();
+    let prog = prog.to_str().expect("a UTF-8 path");
+    let ucx = [
+        "--mca",
+        "pml",
+        "ucx",
+        "--mca",
+        "pml_ucx_tls",
+        "any",
+        "--mca",
+        "pml_ucx_devices",
+        "any",
+    ];
+    let mut args = vec!["-np", "2"];
+    args.extend(ucx);
+    args.push(prog);
+    let (out, line) = run_mpirun(&args, &[("MPI_PATTERN_EXIT", "4")]);
+    assert_eq!(out.status.code(), Some(4), "mpirun's status, passed on");
+    assert_eq!(
+        line,
+        "sigmatop: no MPI traffic was traced: mpirun exited with status 4 and its ranks were traced (ucx) but sent nothing; its output says why"
+    );
+    let err = stderr_of(&out);
+    assert!(
+        err.contains("total: ▲ 0 B in 0 ops, ▼ 0 B in 0 ops"),
+        "both ranks in the summary, nothing sent:\n{err}"
+    );
+    // The same over Open MPI's defaults (ob1): whatever was seen of the ranks, the failure is
+    // said, and ob1 is named as the reason only if a rank loaded it.
+    let (out, line) = run_mpirun(&["-np", "2", prog], &[("MPI_PATTERN_EXIT", "4")]);
+    assert_eq!(out.status.code(), Some(4));
+    assert!(
+        line.contains("mpirun") && line.contains("status 4"),
+        "{line}"
+    );
+    assert!(line.contains("its output says why"), "{line}");
+    assert!(
+        !line.contains("Open MPI chose its ob1 PML"),
+        "no guess about a run that failed: {line}"
+    );
+}
+
+/// A program that fails before any call sigmatop traces (a ucx_perftest client with no server:
+/// its own TCP connect is refused) is said to have failed, not to use no RDMA library.
+#[test]
+fn a_program_that_fails_before_tracing_is_said_to_have_failed() {
+    let dir = scratch("fails-early");
+    let out = Command::new(sigmatop_bin())
+        .args(["run", "--headless", "--"])
+        .arg(require("ucx_perftest"))
+        .args(["127.0.0.1", "-p", &port().to_string(), "-t", "tag_bw"])
+        .env("SIGMATOP_SOCKET_DIR", dir.join("sock"))
+        .env("UCX_TLS", "tcp")
+        .current_dir(&dir)
+        .stdin(Stdio::null())
+        .output()
+        .expect("sigmatop run -- ucx_perftest");
+    // ucx_perftest exits with status 255 (-1) when its connection is refused.
+    assert_eq!(
+        out.status.code(),
+        Some(255),
+        "ucx_perftest's status, passed on"
+    );
+    let err = stderr_of(&out);
+    let line = err
+        .lines()
+        .find(|l| l.starts_with("sigmatop: "))
+        .unwrap_or_else(|| panic!("no message:\n{err}"));
+    // Whether sigmatop saw it map libucp before it ended is a matter of milliseconds.
+    assert!(
+        line == "sigmatop: nothing was traced: ucx_perftest exited with status 255, not seen loading a library sigmatop traces (UCX, libfabric, ibverbs, mlx5)"
+            || line.starts_with("sigmatop: nothing was traced: ucx_perftest loaded libucp.so")
+                && line.ends_with("(layer ucx) but exited with status 255 before a call sigmatop traces; its output says why"),
+        "{line}"
+    );
 }
 
 // ---- Item 8: output scripts can use ----

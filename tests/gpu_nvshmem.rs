@@ -16,7 +16,7 @@
 //!   committed recording of one such run (fixtures/nvshmem, shmem_put_bw, NIC queues in GPU memory).
 //! - `nvshmem_records_match_the_nic`: the record check alone over the runs in `$NVSHMEM_RESULTS`
 //!   (the device script runs it with a built copy of this test binary): each traced process's GPU
-//!   WQE events (bytes, remote address, the rkey's low 16 bits, which is what an event carries)
+//!   WQE events (bytes, remote address, the whole 32-bit rkey in schema-2 records, its low 16 bits in the schema-1 fixture)
 //!   equal the NIC's log as multisets, sigmatop's WQE log (SIGMATOP_WQE_LOG, all 32 bits of the
 //!   rkey) equals it QP by QP in order, and each RC devx QP that carried WQEs has an RTR peer with
 //!   the NIC's GID and a QPN of the other process, mutually (the real device context's branch: an
@@ -382,8 +382,13 @@ fn check_records(work: &Path) -> usize {
                 );
             }
             eprintln!(
-                "{ctx}: PE{rank}: {} GPU WQE events = NIC log (op, bytes, raddr, rkey low 16 bits); WQE log = NIC log (32-bit rkey); RC peers matched with GID",
-                got.len()
+                "{ctx}: PE{rank}: {} GPU WQE events = NIC log (op, bytes, raddr, rkey {}); WQE log = NIC log (32-bit rkey); RC peers matched with GID",
+                got.len(),
+                if rkey_mask == u32::MAX {
+                    "all 32 bits"
+                } else {
+                    "low 16 bits (schema 1)"
+                }
             );
         }
         checked += 1;

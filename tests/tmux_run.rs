@@ -8,6 +8,10 @@
 //!    stops it; the terminal's Ctrl-C (the terminal is out of raw mode now) then stops it, 130.
 //! 3. A program that ignores SIGINT: the dashboard stays, and its status line says the SIGINT
 //!    was sent and what the keys do now; `q` leaves it running.
+//! 4. A hangup ends the dashboard.
+//! 5. A program that ends within milliseconds (tests/programs/ucx_life.c, `child N`: one UCP
+//!    context, N tagged messages of 64 B over shared memory) leaves its final totals on the
+//!    dashboard and, after `q`, in the summary sigmatop prints; so does a headless run.
 
 mod common;
 
@@ -200,4 +204,92 @@ fn a_hangup_ends_the_dashboard() {
         std::thread::sleep(Duration::from_millis(50));
     }
     assert!(!alive(pid), "sigmatop still runs 10 s after the hangup");
+}
+
+/// tests/programs/ucx_life.c.
+fn ucx_life() -> std::path::PathBuf {
+    static BIN: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
+    BIN.get_or_init(|| build_program("gcc", "ucx_life.c", "ucx_life", &["-lucp", "-lucs"]))
+        .clone()
+}
+
+/// (messages, their 64-B volume as the dashboard's columns write it, and as the summary does).
+const SHORT_RUNS: [(u64, &str, &str); 3] = [
+    (100, "6.40k", "6.40 kB"),
+    (150, "9.60k", "9.60 kB"),
+    (200, "12.8k", "12.80 kB"),
+];
+
+/// 5. Before, 2 of 3 such runs showed "(none yet)": the program had ended before the dashboard's
+///    next scan of the socket directory, and `q` printed no summary.
+#[test]
+fn a_short_program_leaves_its_totals_on_the_dashboard_and_in_the_summary() {
+    for (i, (n, column, human)) in SHORT_RUNS.into_iter().enumerate() {
+        let dir = scratch(&format!("run-short-{i}"));
+        let line = format!(
+            "SIGMATOP_SOCKET_DIR={} UCX_TLS=sm,self {} run -- {} child {n}",
+            dir.join("sock").display(),
+            sigmatop_bin().display(),
+            ucx_life().display()
+        );
+        let Some(t) = Tmux::start_in(&format!("run-short-{i}"), &line, Some(&dir)) else {
+            return;
+        };
+        // The process row: sent and received totals, exited.
+        let screen = t.wait_for("the program's totals after its end", LIMIT, |s| {
+            s.contains("ucx_life exited (status 0)")
+                && s.lines().any(|l| {
+                    let w: Vec<&str> = l.split_whitespace().collect();
+                    w.windows(2).any(|p| p == [column, column]) && w.last() == Some(&"exited")
+                })
+        });
+        assert!(screen.contains("▲ total B ▼ total B"), "{screen}");
+        t.keys(&["q"]);
+        let done = t.wait_for("sigmatop to exit", LIMIT, |s| s.contains("SIGMATOP-EXIT="));
+        assert!(done.contains("SIGMATOP-EXIT=0"), "{done}");
+        assert!(done.contains(&format!("tag_send {n}×{human}")), "{done}");
+        assert!(
+            done.contains(&format!("tag_recv {n}×{human} (posted {n}×{human})")),
+            "{done}"
+        );
+        assert!(
+            done.contains(&format!(
+                "total: ▲ {human} in {n} ops, ▼ {human} in {n} ops; events lost 0"
+            )),
+            "{done}"
+        );
+        // Nothing is left in the socket directory: no socket, no final state, no run directory.
+        let left: Vec<_> = std::fs::read_dir(dir.join("sock"))
+            .map(|rd| rd.flatten().map(|e| e.file_name()).collect())
+            .unwrap_or_default();
+        assert!(left.is_empty(), "left behind: {left:?}");
+    }
+}
+
+/// 5, headless: `ucx_life short N` (the same messages, then exit at once, nothing closed: its
+/// socket lives only during the final flush), `sigmatop run --headless`: the summary has them
+/// whole. The headless loop scans every 20 ms and usually connected in time before final states
+/// existed (5 of 5 runs here); the final state makes it certain.
+#[test]
+fn a_short_program_run_headless_has_its_summary() {
+    for (i, (n, _, human)) in SHORT_RUNS.into_iter().enumerate() {
+        let dir = scratch(&format!("run-short-headless-{i}"));
+        let out = std::process::Command::new(sigmatop_bin())
+            .args(["run", "--headless", "--"])
+            .arg(ucx_life())
+            .args(["short", &n.to_string()])
+            .env("SIGMATOP_SOCKET_DIR", dir.join("sock"))
+            .env("UCX_TLS", "sm,self")
+            .current_dir(&dir)
+            .output()
+            .expect("sigmatop run --headless");
+        let err = stderr_of(&out);
+        assert!(out.status.success(), "{err}");
+        assert!(
+            err.contains(&format!(
+                "total: ▲ {human} in {n} ops, ▼ {human} in {n} ops; events lost 0"
+            )),
+            "{err}"
+        );
+    }
 }

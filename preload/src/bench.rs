@@ -1,6 +1,7 @@
 //! Entry points for the benchmarks (benches/hotpath.c, benches/verbs_hotpath.c) and the test
 //! probes that drive the preload's runtime directly (tests/programs, tests/guest/verbs_fake.c).
-//! Built only with the `bench` feature: the shipped library exports none of them.
+//! Built only with the `bench` feature: the shipped library exports none of them, and has no
+//! `SIGMATOP_BENCH_*` variable either.
 
 use core::ffi::c_void;
 
@@ -50,6 +51,13 @@ pub extern "C" fn sigmatop_bench_setup(handle: *mut c_void) {
     crate::collector::ensure_started();
 }
 
+/// Which clock the hot path timestamps events with: 1 the TSC (`rdtsc`), 0 CLOCK_MONOTONIC. The
+/// benchmarks time that same clock in the same run, to state what the timestamp itself costs.
+#[unsafe(no_mangle)]
+pub extern "C" fn sigmatop_bench_clock_is_tsc() -> u32 {
+    crate::clock::uses_tsc() as u32
+}
+
 /// Events of the calling thread not yet drained by the collector.
 #[unsafe(no_mangle)]
 pub extern "C" fn sigmatop_bench_pending() -> u64 {
@@ -82,4 +90,48 @@ pub unsafe extern "C" fn sigmatop_bench_verbs_setup(
         crate::ibverbs::define_cq(cq);
     });
     crate::collector::ensure_started();
+}
+
+/// Events of the calling thread lost so far because its ring was full.
+#[unsafe(no_mangle)]
+pub extern "C" fn sigmatop_bench_ring_full() -> u64 {
+    crate::thread::current()
+        .map(|t| t.ring_full.load(core::sync::atomic::Ordering::Relaxed))
+        .unwrap_or(0)
+}
+
+/// `SIGMATOP_BENCH_RECORD_BPS`: a disk slower than the events, for benches/record_cost.py. The
+/// collector's record writes are held to this many bytes per second on average: after each
+/// chunk the collector sleeps until its bytes written so far fit the rate, as a `write` blocks on
+/// a disk whose page cache is full. (0 or unset: not throttled.)
+static RECORD_BPS: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+static RECORD_START: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+
+/// Reads `SIGMATOP_BENCH_RECORD_BPS` (constructor, with the other variables); a bad value warns.
+pub fn load() {
+    let bps = match std::env::var("SIGMATOP_BENCH_RECORD_BPS") {
+        Ok(v) if !v.trim().is_empty() => v.trim().parse::<u64>().unwrap_or_else(|_| {
+            crate::config::warn(format!(
+                "SIGMATOP_BENCH_RECORD_BPS={v} is not a number of bytes per second; not throttled"
+            ));
+            0
+        }),
+        _ => 0,
+    };
+    let _ = RECORD_BPS.set(bps);
+}
+
+/// Called by the collector after each chunk it wrote: sleeps while `bytes_written` is ahead of
+/// the throttled rate.
+pub fn throttle_record(bytes_written: u64) {
+    let bps = RECORD_BPS.get().copied().unwrap_or(0);
+    if bps == 0 {
+        return;
+    }
+    let start = *RECORD_START.get_or_init(std::time::Instant::now);
+    let due = std::time::Duration::from_secs_f64(bytes_written as f64 / bps as f64);
+    let elapsed = start.elapsed();
+    if due > elapsed {
+        std::thread::sleep(due - elapsed);
+    }
 }

@@ -5,6 +5,8 @@ use core::sync::atomic::{AtomicBool, Ordering};
 use sigmatop::event::ClockSample;
 
 static USE_TSC: AtomicBool = AtomicBool::new(false);
+/// The TSC is used and no hook fault is injected: [`hook_now`] is one `rdtsc`.
+static HOOK_TSC: AtomicBool = AtomicBool::new(false);
 
 /// Decides once whether the TSC can be used (x86_64 with invariant TSC). After `config::load`.
 pub fn init() {
@@ -19,6 +21,15 @@ pub fn init() {
     if crate::config::no_tsc() {
         USE_TSC.store(false, Ordering::Relaxed);
     }
+    HOOK_TSC.store(
+        USE_TSC.load(Ordering::Relaxed) && !crate::config::fault_hook(),
+        Ordering::Relaxed,
+    );
+}
+
+/// True when hot-path timestamps are TSC reads (false: CLOCK_MONOTONIC).
+pub fn uses_tsc() -> bool {
+    USE_TSC.load(Ordering::Relaxed)
 }
 
 #[inline]
@@ -40,6 +51,36 @@ pub fn now() -> u64 {
             return unsafe { core::arch::x86_64::_rdtsc() };
         }
     }
+    mono_ns_out_of_line()
+}
+
+/// The timestamp of an event a hook records: [`now`], and the place where the test-only hook
+/// fault (`SIGMATOP_TEST_FAULT=hook`) is raised, out of line, so that the event path tests one
+/// flag for both.
+#[inline(always)]
+pub fn hook_now() -> u64 {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if HOOK_TSC.load(Ordering::Relaxed) {
+            // SAFETY: rdtsc has no preconditions.
+            return unsafe { core::arch::x86_64::_rdtsc() };
+        }
+    }
+    hook_now_slow()
+}
+
+#[inline(never)]
+fn hook_now_slow() -> u64 {
+    if crate::config::fault_hook() {
+        crate::thread::injected_hook_fault();
+    }
+    now()
+}
+
+/// CLOCK_MONOTONIC for [`now`] where the TSC is not used: a call of its own, so that its
+/// `timespec` does not give every hook that inlines `now` a stack frame.
+#[inline(never)]
+fn mono_ns_out_of_line() -> u64 {
     mono_ns()
 }
 

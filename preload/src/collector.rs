@@ -21,6 +21,9 @@ const TICK: Duration = Duration::from_millis(5);
 const FLUSH_EVERY: Duration = Duration::from_millis(100);
 /// Events buffered per thread before a chunk is written regardless of time.
 const CHUNK_EVENTS: usize = 16 * 1024;
+/// A ring that held this many events at a drain (a quarter of it) has the collector drain again
+/// without sleeping: at the highest event rates a ring fills in less than a tick.
+const BUSY_RING: usize = thread::RING_CAP / 4;
 /// Sampled events sent live per snapshot interval, at most.
 const LIVE_EVENTS_PER_INTERVAL: usize = 4096;
 
@@ -38,6 +41,7 @@ static DONE: AtomicBool = AtomicBool::new(false);
 /// short grace period, so the common fork + exec leaves nothing behind: the exec'd image starts its
 /// own tracing if it uses RDMA.
 extern "C" fn after_fork_in_child() {
+    PROCESS_PID.store(crate::os::kernel_pid(), Ordering::Release);
     let was_running = STATE.load(Ordering::Acquire) == RUNNING;
     crate::thread::reset_after_fork();
     STATE.store(NOT_STARTED, Ordering::Release);
@@ -65,8 +69,26 @@ static CANCEL: AtomicBool = AtomicBool::new(false);
 /// record, Bye to live readers). A fork child whose collector has not begun yet (still in its
 /// grace period) is simply cancelled: nothing of it is created.
 pub fn before_exec() {
-    if STATE.load(Ordering::Acquire) != RUNNING {
+    // A vfork child's exec: the collector in this memory is the parent's, which goes on.
+    if memory_of_another_process() {
         return;
+    }
+    if end_now() {
+        STATE.store(STOPPED_FOR_EXEC, Ordering::Release);
+    }
+}
+
+/// Called by the `_exit`/`_Exit` hooks (crate::exit), where no destructor will run: the same
+/// final flush as at a normal exit, and the same cancellation of a fork child's collector that
+/// has not begun.
+pub fn before_exit() {
+    end_now();
+}
+
+/// Ends the collector now (before an exec or `_exit`): false when none was running.
+fn end_now() -> bool {
+    if STATE.load(Ordering::Acquire) != RUNNING {
+        return false;
     }
     if !RUN_BEGAN.load(Ordering::Acquire) && !crate::thread::any_registered() {
         // Still in its grace period and nothing traced since the fork: cancel it.
@@ -76,7 +98,30 @@ pub fn before_exec() {
         HURRY.store(true, Ordering::Release);
         shutdown();
     }
-    STATE.store(STOPPED_FOR_EXEC, Ordering::Release);
+    true
+}
+
+/// The process this memory belongs to: set in the constructor and, in a fork child, by the
+/// fork handler. A vfork child (or any `clone` child that shares or copies the memory without
+/// running fork handlers) sees its parent's pid here.
+static PROCESS_PID: core::sync::atomic::AtomicU32 = core::sync::atomic::AtomicU32::new(0);
+
+/// True when the calling process is not the one whose sigmatop state this memory holds: a vfork
+/// child, which shares its parent's memory and must leave the parent's collector and doorbell
+/// poller alone when it execs or exits (`_exit` is what it calls when its exec fails).
+pub fn memory_of_another_process() -> bool {
+    let pid = PROCESS_PID.load(Ordering::Acquire);
+    pid != 0 && pid != crate::os::kernel_pid()
+}
+
+/// The collector thread's kernel id (0 before it runs): an `_exit` from a signal handler that
+/// interrupted the collector itself must not wait for it.
+static COLLECTOR_TID: core::sync::atomic::AtomicU32 = core::sync::atomic::AtomicU32::new(0);
+
+/// True on the collector thread.
+pub fn on_collector_thread() -> bool {
+    let tid = COLLECTOR_TID.load(Ordering::Acquire);
+    tid != 0 && tid == crate::os::tid()
 }
 
 /// The exec failed: this image goes on, and so does tracing.
@@ -101,8 +146,9 @@ fn restart() {
     ensure_started();
 }
 
-/// Installs the fork handler. Constructor only.
+/// Notes this process's pid and installs the fork handler. Constructor only.
 pub fn init() {
+    PROCESS_PID.store(crate::os::kernel_pid(), Ordering::Release);
     crate::os::at_fork_child(after_fork_in_child);
 }
 
@@ -127,6 +173,7 @@ pub fn ensure_started() {
         .name("sigmatop".into())
         .stack_size(1 << 20)
         .spawn(|| {
+            COLLECTOR_TID.store(crate::os::tid(), Ordering::Release);
             let delay = START_DELAY_MS.swap(0, Ordering::AcqRel);
             let until = Instant::now() + Duration::from_millis(delay);
             while Instant::now() < until
@@ -312,7 +359,10 @@ impl Collector {
         if config::fault() == config::Fault::Disk && w.bytes_written > 4096 {
             return Err(std::io::Error::from_raw_os_error(libc::ENOSPC));
         }
-        w.write_events(tid, events)
+        let r = w.write_events(tid, events);
+        #[cfg(feature = "bench")]
+        crate::bench::throttle_record(w.bytes_written);
+        r
     }
 
     fn write_events(&mut self, tid: u32) {
@@ -341,11 +391,13 @@ impl Collector {
         }
     }
 
-    /// Drains every ring; returns true if any thread retired (its counters moved to totals).
-    fn drain(&mut self, force_flush: bool) {
+    /// Drains every ring (and retires threads that exited); returns the most events one ring
+    /// held.
+    fn drain(&mut self, force_flush: bool) -> usize {
         if config::fault() == config::Fault::Ring {
-            return;
+            return 0;
         }
+        let mut fullest = 0;
         let mut exited: Vec<&'static ThreadState> = Vec::new();
         // Without a record the rings hold only the events the hot path sampled for live viewers:
         // each goes out as it is; with one they hold every event, and one in `sample` goes out.
@@ -363,6 +415,7 @@ impl Collector {
             let was_exited = ts.exited.load(Ordering::Acquire);
             self.scratch.clear();
             let n = ts.drain(&mut self.scratch);
+            fullest = fullest.max(n);
             if n > 0 {
                 self.events_total += n as u64;
                 for e in &self.scratch {
@@ -410,6 +463,7 @@ impl Collector {
         for ts in exited {
             self.retire(ts);
         }
+        fullest
     }
 
     fn retire(&mut self, ts: &'static ThreadState) {
@@ -574,7 +628,7 @@ fn run() {
         let stopping = STOP.load(Ordering::Acquire);
         c.publish_definitions();
         let flush = stopping || last_flush.elapsed() >= FLUSH_EVERY;
-        c.drain(flush);
+        let fullest = c.drain(flush);
         if flush {
             last_flush = Instant::now();
         }
@@ -591,7 +645,13 @@ fn run() {
         if stopping {
             break;
         }
-        std::thread::sleep(TICK);
+        if fullest >= BUSY_RING {
+            // A thread fills its ring faster than one tick drains it: drain again at once
+            // instead of sleeping (the collector's CPU follows the event rate; idle, it ticks).
+            std::thread::yield_now();
+        } else {
+            std::thread::sleep(TICK);
+        }
     }
     // Final: every thread's remaining events, then the end marker.
     let tids: Vec<u32> = c.bufs.keys().copied().collect();
@@ -619,6 +679,9 @@ fn run() {
         drops: snap.drops,
     };
     c.record(&end);
+    if let Some(dir) = &config::paths().final_dir {
+        crate::final_state::write(dir, &c.identity, clock::sample(), &snap);
+    }
     if let Some(s) = c.server.as_mut() {
         s.broadcast(&Frame::Bye {
             at_ns: clock::real_ns(),

@@ -14,6 +14,9 @@ static EVENTS: AtomicU8 = AtomicU8::new(Events::Sampled as u8);
 static USED: AtomicU32 = AtomicU32::new(0);
 static LAYERS: AtomicU32 = AtomicU32::new(0);
 static SAMPLE: AtomicU32 = AtomicU32::new(DEFAULT_SAMPLE);
+/// Events a thread skips after each one it keeps: `SIGMATOP_SAMPLE` - 1 when only sampled events
+/// are kept, 0 when every one is (see `sample_skip`).
+static SAMPLE_SKIP: AtomicU32 = AtomicU32::new(DEFAULT_SAMPLE - 1);
 static INTERVAL_MS: AtomicU32 = AtomicU32::new(DEFAULT_INTERVAL_MS);
 static PATHS: OnceLock<Paths> = OnceLock::new();
 static WARNINGS: Mutex<Vec<String>> = Mutex::new(Vec::new());
@@ -113,6 +116,9 @@ pub struct Paths {
     pub record: Option<PathBuf>,
     pub socket_dir: PathBuf,
     pub socket_dir_from_env: bool,
+    /// `SIGMATOP_FINAL_DIR`: where `sigmatop run` wants the process's final state
+    /// (crate::final_state).
+    pub final_dir: Option<PathBuf>,
 }
 
 #[inline(always)]
@@ -141,6 +147,13 @@ pub fn events() -> Events {
         1 => Events::Sampled,
         _ => Events::All,
     }
+}
+
+/// True when the hot path keeps any event (simple and full mode): one byte tested, for the
+/// recording step's first branch.
+#[inline(always)]
+pub fn keeps_events() -> bool {
+    EVENTS.load(Ordering::Relaxed) != Events::None as u8
 }
 
 /// A layer was used: it defined an endpoint or took over an object of the program (the layers
@@ -185,6 +198,14 @@ pub fn sample() -> u32 {
     SAMPLE.load(Ordering::Relaxed)
 }
 
+/// How many events a thread passes over after each one it keeps, when it keeps events at all:
+/// `SIGMATOP_SAMPLE` - 1 without a record, 0 with one (every event kept). The recording step's
+/// countdown reloads from it, so that one test serves both cases.
+#[inline(always)]
+pub fn sample_skip() -> u32 {
+    SAMPLE_SKIP.load(Ordering::Relaxed)
+}
+
 pub fn interval_ms() -> u32 {
     INTERVAL_MS.load(Ordering::Relaxed)
 }
@@ -208,6 +229,7 @@ pub fn paths() -> &'static Paths {
         record: None,
         socket_dir: default_socket_dir(),
         socket_dir_from_env: false,
+        final_dir: None,
     })
 }
 
@@ -349,10 +371,16 @@ pub fn load() {
         Events::Sampled
     };
     EVENTS.store(events as u8, Ordering::Relaxed);
+    let skip = match events {
+        Events::Sampled => sample() - 1,
+        Events::None | Events::All => 0,
+    };
+    SAMPLE_SKIP.store(skip, Ordering::Relaxed);
     let _ = PATHS.set(Paths {
         record,
         socket_dir,
         socket_dir_from_env: from_env,
+        final_dir: env("SIGMATOP_FINAL_DIR").map(PathBuf::from),
     });
     // Set at all (even empty) is on, as these two always were.
     DEBUG.store(

@@ -163,6 +163,11 @@ impl Driver {
     /// True when `addr` is host memory the driver knows (pinned or registered with CUDA, so a
     /// GPU can reach it), as NVSHMEM's host-resident NIC queues are.
     pub fn is_mapped_host(&self, addr: u64) -> bool {
+        self.memory_type(addr) == Some(CU_MEMORYTYPE_HOST)
+    }
+
+    /// `CU_POINTER_ATTRIBUTE_MEMORY_TYPE` of `addr` (None: the driver does not know it).
+    fn memory_type(&self, addr: u64) -> Option<c_uint> {
         let mut mt: c_uint = 0;
         // SAFETY: out pointer of the attribute's type (unsigned int).
         let r = unsafe {
@@ -172,7 +177,7 @@ impl Driver {
                 addr,
             )
         };
-        r == CUDA_SUCCESS && mt == CU_MEMORYTYPE_HOST
+        (r == CUDA_SUCCESS).then_some(mt)
     }
 
     /// The device of the calling thread's current CUDA context.
@@ -187,16 +192,7 @@ impl Driver {
 
     /// The device ordinal owning `addr` when it is device memory, else None.
     pub fn device_of(&self, addr: u64) -> Option<u32> {
-        let mut mt: c_uint = 0;
-        // SAFETY: out pointer of the attribute's type (unsigned int).
-        let r = unsafe {
-            (self.pointer_get_attribute)(
-                &mut mt as *mut c_uint as *mut c_void,
-                CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
-                addr,
-            )
-        };
-        if r != CUDA_SUCCESS || mt != CU_MEMORYTYPE_DEVICE {
+        if self.memory_type(addr) != Some(CU_MEMORYTYPE_DEVICE) {
             return None;
         }
         let mut dev: c_int = 0;

@@ -21,7 +21,9 @@
 //! - `doorbell`: GPU doorbell shadow pages, the forwarding poller, WQE recovery.
 //! - `collector`: the collector thread: drains rings, snapshots, records, serves the socket.
 //! - `server`: the live Unix socket of the process.
+//! - `final_state`: the final state a process leaves for the `sigmatop run` that started it.
 //! - `process`: `exec*` hooks that end the record cleanly before the image is replaced.
+//! - `exit`: `_exit`/`_Exit` hooks that run the final flush no destructor will run.
 //! - `bench` (feature `bench`): entry points for the benchmarks and test probes.
 
 #![deny(clippy::undocumented_unsafe_blocks)]
@@ -36,6 +38,8 @@ pub mod cuda;
 pub mod cuda_driver;
 pub mod dl;
 pub mod doorbell;
+pub mod exit;
+pub mod final_state;
 pub mod hook;
 pub mod ibverbs;
 pub mod mlx5;
@@ -72,7 +76,10 @@ extern "C" fn sigmatop_init() {
     }));
     let ok = std::panic::catch_unwind(|| {
         dl::init();
+        exit::init();
         config::load();
+        #[cfg(feature = "bench")]
+        bench::load();
         clock::init();
         if config::fault() == config::Fault::Init {
             panic!("injected init fault (SIGMATOP_TEST_FAULT=init)");
@@ -87,6 +94,11 @@ extern "C" fn sigmatop_init() {
 }
 
 extern "C" fn sigmatop_fini() {
+    // A vfork child that calls exit() shares its parent's memory: the collector and poller it
+    // would stop are the parent's.
+    if collector::memory_of_another_process() {
+        return;
+    }
     // GPU doorbells: parse pending WQEs first, so the collector's last snapshot has them.
     let _ = std::panic::catch_unwind(doorbell::shutdown);
     let _ = std::panic::catch_unwind(collector::shutdown);

@@ -200,3 +200,18 @@ pub fn set_send_buffer(fd: RawFd, bytes: c_int) {
         )
     };
 }
+
+/// The raw process id from the kernel (a system call, never a cached value: in a vfork child it
+/// is the child's, while everything in memory is the parent's).
+pub fn kernel_pid() -> u32 {
+    // SAFETY: getpid has no preconditions.
+    unsafe { libc::syscall(libc::SYS_getpid) as u32 }
+}
+
+/// Ends the whole process with `status`, as `_exit` does, without any library call.
+pub fn exit_group(status: c_int) -> ! {
+    loop {
+        // SAFETY: exit_group takes a status and does not return.
+        unsafe { libc::syscall(libc::SYS_exit_group, status) };
+    }
+}

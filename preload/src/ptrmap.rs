@@ -103,7 +103,17 @@ impl<V: Value, const CAP: usize, const FRONT: bool> PtrMap<V, CAP, FRONT> {
             return Some(V::from_word(self.front_value.load(Ordering::Acquire)));
         }
         let mut i = Self::home(key);
-        for _ in 0..MAX_PROBE {
+        // The home slot is checked before the probe loop: it is where nearly every key lives, and
+        // the loop's counter then costs nothing on the hot path.
+        let k = self.keys[i].load(Ordering::Acquire);
+        if k == key {
+            return Some(V::from_word(self.values[i].load(Ordering::Acquire)));
+        }
+        if k == 0 {
+            return None;
+        }
+        for _ in 1..MAX_PROBE {
+            i = (i + 1) & (CAP - 1);
             let k = self.keys[i].load(Ordering::Acquire);
             if k == key {
                 return Some(V::from_word(self.values[i].load(Ordering::Acquire)));
@@ -111,7 +121,6 @@ impl<V: Value, const CAP: usize, const FRONT: bool> PtrMap<V, CAP, FRONT> {
             if k == 0 {
                 return None;
             }
-            i = (i + 1) & (CAP - 1);
         }
         None
     }

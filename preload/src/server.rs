@@ -1,6 +1,7 @@
 //! The live socket of one traced process: `<socket dir>/<host>-<pid>.sock`, directory 0700 owned by
 //! the user, socket 0600, peers of another uid refused (SO_PEERCRED). Non-blocking throughout: a
-//! slow reader loses frames (counted), it never slows the collector, let alone the program.
+//! slow reader loses frames, it never slows the collector, let alone the program; what it lost is
+//! counted per reader and sent to it (`Frame::Missed`) once it reads again.
 
 use std::io::{self, Write};
 use std::os::unix::fs::{DirBuilderExt, FileTypeExt, MetadataExt, PermissionsExt};
@@ -11,14 +12,22 @@ use std::path::{Path, PathBuf};
 use sigmatop::event::{Identity, Snapshot};
 use sigmatop::wire::{self, Frame};
 
-/// Bytes queued per client before further frames are dropped for it.
+/// Bytes queued per client before its `Events` and `Clock` frames are dropped.
 const CLIENT_BUFFER: usize = 8 << 20;
+/// Bytes queued per client before every frame is dropped. The other frames (snapshots,
+/// endpoints, identity, goodbye) are small and what a reader needs for exact totals, so they go
+/// on past `CLIENT_BUFFER`; this bounds the memory a reader that never reads can hold.
+const CLIENT_BUFFER_HARD: usize = 2 * CLIENT_BUFFER;
 
 struct Client {
     stream: UnixStream,
     out: Vec<u8>,
     sent: usize,
+    /// Frames not queued for this client, and the sampled events in them (cumulative).
     dropped: u64,
+    dropped_events: u64,
+    /// `dropped` as last told to the client (a `Missed` frame).
+    reported: u64,
 }
 
 pub struct Server {
@@ -133,14 +142,34 @@ impl Server {
         self.last_snapshot = Some(s);
     }
 
+    /// Queues `frame` for `c`, or drops and counts it when `c` reads too slowly. A frame queued
+    /// after drops is preceded by a `Missed` frame with the counts, so the reader learns what
+    /// it lost as soon as anything reaches it again.
     fn queue(c: &mut Client, frame: &Frame) -> bool {
-        if c.out.len() - c.sent > CLIENT_BUFFER {
+        let queued = c.out.len() - c.sent;
+        let limit = match frame {
+            Frame::Events(_) | Frame::Clock(_) => CLIENT_BUFFER,
+            _ => CLIENT_BUFFER_HARD,
+        };
+        if queued > limit {
             c.dropped += 1;
+            if let Frame::Events(e) = frame {
+                c.dropped_events += e.len() as u64;
+            }
             return false;
         }
         if c.sent > 0 && c.sent == c.out.len() {
             c.out.clear();
             c.sent = 0;
+        }
+        if c.dropped != c.reported {
+            let missed = Frame::Missed {
+                frames: c.dropped,
+                events: c.dropped_events,
+            };
+            if wire::encode(&missed, &mut c.out).is_ok() {
+                c.reported = c.dropped;
+            }
         }
         wire::encode(frame, &mut c.out).is_ok()
     }
@@ -173,6 +202,8 @@ impl Server {
                         out: Vec::with_capacity(1 << 16),
                         sent: 0,
                         dropped: 0,
+                        dropped_events: 0,
+                        reported: 0,
                     };
                     Self::queue(&mut c, &Frame::hello(self.identity.clone()));
                     let defs = crate::registry::all_defs();

@@ -112,11 +112,11 @@ impl Detail {
     }
 }
 
-/// The test-only hook fault (`SIGMATOP_TEST_FAULT=hook`): raised inside the recording step,
-/// events path only, so aggregate mode's hot path carries no check.
+/// The test-only hook fault (`SIGMATOP_TEST_FAULT=hook`): raised inside the recording step, where
+/// an event is timestamped (`clock::hook_now`), so aggregate mode's hot path carries no check.
 #[cold]
 #[inline(never)]
-fn injected_hook_fault() {
+pub fn injected_hook_fault() {
     panic!("injected hook fault (SIGMATOP_TEST_FAULT=hook)");
 }
 
@@ -173,6 +173,22 @@ impl RingSlot {
     }
 }
 
+/// The timestamp of one intercepted call whose operations are recorded one by one (a chain of
+/// work requests): read once, when the first event that needs it is kept. Every operation of the
+/// call carries the same time, the moment the call was recorded.
+#[derive(Default)]
+pub struct CallStamp(core::cell::Cell<u64>);
+
+impl CallStamp {
+    #[inline(always)]
+    fn get(&self) -> u64 {
+        if self.0.get() == 0 {
+            self.0.set(crate::clock::hook_now());
+        }
+        self.0.get()
+    }
+}
+
 pub struct ThreadState {
     pub tid: u32,
     /// Nesting depth of sigmatop hooks on this thread: a hook entered while another runs (a
@@ -182,8 +198,9 @@ pub struct ThreadState {
     /// (0: the next one is). Beside `depth`, which every call touches already.
     sample_countdown: AtomicU32,
     head: CachePadded<AtomicU64>,
-    /// Producer-side copy of `tail`, refreshed only when the ring looks full.
-    cached_tail: AtomicU64,
+    /// Producer side: `tail` + `RING_CAP` as last read, refreshed only when `head` reaches it (the
+    /// ring looks full). Zero at first, so the first push reads `tail`.
+    head_limit: AtomicU64,
     tail: CachePadded<AtomicU64>,
     ring: *mut RingSlot,
     pub chunks: [AtomicPtr<Chunk>; N_CHUNKS],
@@ -206,7 +223,30 @@ unsafe impl Send for ThreadState {}
 /// only the collector unlinks.
 pub static THREADS: AtomicPtr<ThreadState> = AtomicPtr::new(null_mut());
 
-const DEAD: *mut ThreadState = std::ptr::dangling_mut::<ThreadState>();
+/// The state of a thread that must trace nothing (it is exiting, or its registration failed):
+/// never registered, never written, with `depth` 1 for good, so that [`enter`]'s one depth check
+/// also turns such a thread away (no separate comparison on the hot path).
+static DEAD_STATE: ThreadState = ThreadState {
+    tid: 0,
+    depth: AtomicU32::new(1),
+    sample_countdown: AtomicU32::new(0),
+    head: CachePadded::new(AtomicU64::new(0)),
+    head_limit: AtomicU64::new(0),
+    tail: CachePadded::new(AtomicU64::new(0)),
+    ring: null_mut(),
+    chunks: [const { AtomicPtr::new(null_mut()) }; N_CHUNKS],
+    ring_full: AtomicU64::new(0),
+    endpoint_overflow: AtomicU64::new(0),
+    exited: AtomicBool::new(false),
+    retired: AtomicBool::new(false),
+    next: AtomicPtr::new(null_mut()),
+    name: [0; 16],
+};
+
+#[inline(always)]
+fn dead() -> *mut ThreadState {
+    core::ptr::addr_of!(DEAD_STATE) as *mut ThreadState
+}
 
 // The calling thread's state pointer lives in one 8-byte slot of static TLS, read with the
 // initial-exec model (`mov %fs:off`): the preload is loaded at start-up, so its TLS block is static,
@@ -269,7 +309,7 @@ mod tls {
     }
     #[inline(always)]
     pub fn get() -> *mut ThreadState {
-        CURRENT.try_with(|c| c.get()).unwrap_or(super::DEAD)
+        CURRENT.try_with(|c| c.get()).unwrap_or(super::dead())
     }
     #[inline(always)]
     pub fn set(p: *mut ThreadState) {
@@ -285,12 +325,12 @@ fn mmap_zeroed(len: usize) -> *mut u8 {
 
 unsafe extern "C" fn on_thread_exit(p: *mut core::ffi::c_void) {
     let ts = p as *mut ThreadState;
-    if !ts.is_null() && ts != DEAD {
+    if !ts.is_null() && ts != dead() {
         // SAFETY: the pointer was stored by register() and stays valid until retired.
         unsafe { (*ts).exited.store(true, Ordering::Release) };
     }
     // Hooks reached from later destructors on this thread pass through untraced.
-    tls::set(DEAD);
+    tls::set(dead());
 }
 
 /// Creates the key whose destructor tells the collector a thread ended. Constructor only.
@@ -306,7 +346,7 @@ fn register() -> *mut ThreadState {
     let mem = mmap_zeroed(size) as *mut ThreadState;
     let ring = mmap_zeroed(RING_CAP * core::mem::size_of::<RingSlot>()) as *mut RingSlot;
     if mem.is_null() || ring.is_null() {
-        return DEAD;
+        return dead();
     }
     let tid = crate::os::tid();
     let name = crate::os::thread_name();
@@ -343,17 +383,24 @@ pub fn current() -> Option<&'static ThreadState> {
         p = register();
         tls::set(p);
     }
-    if p == DEAD {
+    if p == dead() {
         return None;
     }
     // SAFETY: registered ThreadStates are never unmapped.
     Some(unsafe { &*p })
 }
 
-/// Entered hook: the thread's state, or None when this call must pass through untraced.
+/// Entered hook: the thread's state, or None when this call must pass through untraced (nested in
+/// another hook, or the thread is dead: its state's `depth` is 1 for good).
 #[inline(always)]
 pub fn enter() -> Option<&'static ThreadState> {
-    let ts = current()?;
+    let mut p = tls::get();
+    if p.is_null() {
+        p = register();
+        tls::set(p);
+    }
+    // SAFETY: registered ThreadStates are never unmapped, and `dead()` is a static.
+    let ts = unsafe { &*p };
     if ts.depth.load(Ordering::Relaxed) != 0 {
         return None;
     }
@@ -365,7 +412,7 @@ pub fn enter() -> Option<&'static ThreadState> {
 pub fn inside() -> bool {
     let p = tls::get();
     // SAFETY: see current().
-    !p.is_null() && p != DEAD && unsafe { (*p).depth.load(Ordering::Relaxed) } != 0
+    !p.is_null() && p != dead() && unsafe { (*p).depth.load(Ordering::Relaxed) } != 0
 }
 
 impl ThreadState {
@@ -437,8 +484,9 @@ impl ThreadState {
         self.count(ep, op, if ok { bytes } else { 0 }, outcome);
     }
 
-    /// Whether this event is one of the one-in-`SIGMATOP_SAMPLE` kept for live viewers (when
-    /// nothing records every event): a countdown on this thread.
+    /// Whether this event is kept: with a record every one, without one the one in
+    /// `SIGMATOP_SAMPLE` kept for live viewers. A countdown on this thread, reloaded with
+    /// `config::sample_skip()` (0 with a record, so that it stays 0 and every event is due).
     #[inline(always)]
     fn sample_due(&self) -> bool {
         let c = self.sample_countdown.load(Ordering::Relaxed);
@@ -447,7 +495,7 @@ impl ThreadState {
             return false;
         }
         self.sample_countdown
-            .store(crate::config::sample().saturating_sub(1), Ordering::Relaxed);
+            .store(crate::config::sample_skip(), Ordering::Relaxed);
         true
     }
 
@@ -455,9 +503,10 @@ impl ThreadState {
     #[inline(always)]
     pub fn push(&self, ev: RawEvent) {
         let h = self.head.load(Ordering::Relaxed);
-        if h.wrapping_sub(self.cached_tail.load(Ordering::Relaxed)) >= RING_CAP as u64 {
+        if h >= self.head_limit.load(Ordering::Relaxed) {
             let t = self.tail.load(Ordering::Acquire);
-            self.cached_tail.store(t, Ordering::Relaxed);
+            self.head_limit
+                .store(t + RING_CAP as u64, Ordering::Relaxed);
             if h.wrapping_sub(t) >= RING_CAP as u64 {
                 self.ring_full.store(
                     self.ring_full.load(Ordering::Relaxed) + 1,
@@ -487,12 +536,23 @@ impl ThreadState {
         outcome: Outcome,
         detail: impl FnOnce() -> Option<Detail>,
     ) {
-        self.keep(ep, op, bytes, outcome, detail, || {
-            if crate::config::fault_hook() {
-                injected_hook_fault();
-            }
-            crate::clock::now()
-        })
+        self.keep(ep, op, bytes, outcome, detail, crate::clock::hook_now)
+    }
+
+    /// As [`ThreadState::record`] for one of several operations a single call made (the work
+    /// requests of one verbs post): they share the call's one clock read, taken by the first of
+    /// them that keeps an event, instead of one read each.
+    #[inline(always)]
+    pub fn record_in_call(
+        &self,
+        stamp: &CallStamp,
+        ep: u32,
+        op: Op,
+        bytes: u64,
+        outcome: Outcome,
+        detail: impl FnOnce() -> Option<Detail>,
+    ) {
+        self.keep(ep, op, bytes, outcome, detail, || stamp.get())
     }
 
     /// As [`ThreadState::record`] for an operation that happened at `tsc`, not now (a GPU
@@ -520,15 +580,14 @@ impl ThreadState {
         detail: impl FnOnce() -> Option<Detail>,
         timestamp: impl FnOnce() -> u64,
     ) {
-        let keep = crate::config::events();
-        if keep == crate::config::Events::None {
+        if !crate::config::keeps_events() {
             // Aggregate mode: counters only. (Its own call, so that the compiler lays this path
-            // out apart from the event path.)
+            // out apart from the event path; and one byte tested, not the three-way `events()`.)
             self.count(ep, op, bytes, outcome);
             return;
         }
         self.count(ep, op, bytes, outcome);
-        if keep == crate::config::Events::Sampled && !self.sample_due() {
+        if !self.sample_due() {
             // Neither recorded nor sampled: no timestamp, no ring slot.
             return;
         }
@@ -602,7 +661,7 @@ impl ThreadState {
             return;
         }
         // SAFETY: the owning thread has exited (its exit destructor set `exited` and marked its
-        // thread-local DEAD), so nothing writes these mappings any more; each came from
+        // thread-local dead), so nothing writes these mappings any more; each came from
         // `mmap_zeroed` with this size.
         unsafe {
             crate::os::unmap(

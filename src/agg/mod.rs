@@ -30,5 +30,5 @@ pub use model::{
     HISTORY, HISTORY_BYTES, HostLink, LinkState, Model, OpTable, ProcKey, ProcessState,
     RECENT_EVENTS, RecentEvents, WINDOW_FLOOR_NS, clock_of,
 };
-pub use report::{EndpointReport, Flow, OpTotals, PeerRef, ProcessReport, Report};
+pub use report::{EndpointReport, Flow, LiveMissed, OpTotals, PeerRef, ProcessReport, Report};
 pub use window::Window;

@@ -71,6 +71,9 @@ pub struct ProcessState {
     pub exited: bool,
     /// The last problem with this source (bad frame, cut record).
     pub problem: Option<String>,
+    /// What the process could not send to this reader, which read too slowly (`Frame::Missed`):
+    /// (frames, sampled events in them), cumulative.
+    pub missed: (u64, u64),
 }
 
 impl ProcessState {
@@ -129,6 +132,7 @@ impl ProcessState {
                 self.said_bye = true;
                 self.exited = true;
             }
+            Frame::Missed { frames, events } => self.missed = (frames, events),
         }
     }
 
@@ -300,7 +304,11 @@ impl Model {
     pub fn apply(&mut self, key: &ProcKey, frame: Frame) {
         if !matches!(
             frame,
-            Frame::Clock(_) | Frame::Snapshot(_) | Frame::Events(_) | Frame::Bye { .. }
+            Frame::Clock(_)
+                | Frame::Snapshot(_)
+                | Frame::Events(_)
+                | Frame::Bye { .. }
+                | Frame::Missed { .. }
         ) {
             self.topology += 1;
         }
@@ -316,6 +324,14 @@ impl Model {
                     .apply(frame, keep);
             }
         }
+    }
+
+    /// Frames (and the sampled events in them) the processes could not send to this reader
+    /// because it read too slowly, summed over the processes.
+    pub fn missed(&self) -> (u64, u64) {
+        self.processes
+            .values()
+            .fold((0, 0), |a, p| (a.0 + p.missed.0, a.1 + p.missed.1))
     }
 
     /// Marks a process whose source ended.

@@ -215,6 +215,8 @@ impl Model {
             r.processes.push(pr);
         }
         r.drops = self.drops();
+        let (frames, events) = self.missed();
+        r.live_missed = LiveMissed { frames, events };
         let m = groups.fold(cells);
         r.rank_matrix = m.rank;
         r.node_matrix = m.node;
@@ -276,9 +278,28 @@ pub struct ProcessReport {
     pub problem: Option<String>,
     pub events: u64,
     pub drops: DropCounters,
+    /// Live only: frames the process could not send to this reader because it read too slowly
+    /// (`Frame::Missed`), and the sampled events in them. Written when not zero.
+    #[serde(skip_serializing_if = "LiveMissed::is_zero")]
+    pub live_missed: LiveMissed,
     #[serde(flatten)]
     pub flow: Flow,
     pub endpoints: Vec<EndpointReport>,
+}
+
+/// What a live reader was not sent because it read too slowly: frames, and the sampled events
+/// in them. Totals are never lost this way (snapshots are cumulative): resolution and sampled
+/// events are.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct LiveMissed {
+    pub frames: u64,
+    pub events: u64,
+}
+
+impl LiveMissed {
+    pub fn is_zero(&self) -> bool {
+        self.frames == 0 && self.events == 0
+    }
 }
 
 impl ProcessReport {
@@ -297,6 +318,10 @@ impl ProcessReport {
             },
             clean_exit: p.said_bye,
             problem: p.problem.clone(),
+            live_missed: LiveMissed {
+                frames: p.missed.0,
+                events: p.missed.1,
+            },
             ..Default::default()
         }
     }
@@ -308,6 +333,9 @@ pub struct Report {
     pub schema: u32,
     pub totals: Flow,
     pub drops: DropCounters,
+    /// Live only: summed `ProcessReport::live_missed`. Written when not zero.
+    #[serde(skip_serializing_if = "LiveMissed::is_zero")]
+    pub live_missed: LiveMissed,
     pub processes: Vec<ProcessReport>,
     pub rank_matrix: Matrix,
     pub node_matrix: Matrix,

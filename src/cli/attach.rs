@@ -126,6 +126,7 @@ pub fn attach(args: &AttachArgs) -> CliResult {
     let feed = LiveFeed {
         live: LiveSource::new(dir, filter_of(&pids)),
         child: None,
+        finals: None,
     };
     run(feed, args.theme.as_deref())
 }

@@ -27,6 +27,8 @@ const LAYER_LIBRARIES: [(Layer, &str); 7] = [
 /// Open MPI's point-to-point layer that carries MPI traffic over TCP and shared memory itself,
 /// through none of the libraries sigmatop traces.
 const OB1: &str = "mca_pml_ob1.so";
+/// MPI libraries (Open MPI's and MPICH's file names): a process that maps one is an MPI rank.
+const MPI_LIBRARIES: [&str; 2] = ["libmpi.so", "libmpich.so"];
 
 /// How long after the start the program's processes are looked at, and how often.
 const WATCH_FOR: Duration = Duration::from_secs(30);
@@ -44,6 +46,8 @@ pub struct LibraryWatch {
     pub layers: BTreeMap<u8, (usize, String)>,
     /// Some process loaded Open MPI's ob1 PML.
     pub ob1: bool,
+    /// The MPI library some process loaded (its file name), if any.
+    pub mpi: Option<String>,
 }
 
 /// `pid` and every process below it, through /proc/PID/task/TID/children.
@@ -78,6 +82,7 @@ impl LibraryWatch {
             last: None,
             layers: BTreeMap::new(),
             ob1: false,
+            mpi: None,
         }
     }
 
@@ -110,6 +115,9 @@ impl LibraryWatch {
                 .unwrap_or_default();
             if name == OB1 {
                 self.ob1 = true;
+            }
+            if self.mpi.is_none() && MPI_LIBRARIES.iter().any(|m| name.starts_with(m)) {
+                self.mpi = Some(name.to_string());
             }
             // Per layer, the library listed first above (libucp before libucs: the one a
             // program calls).
@@ -202,17 +210,28 @@ pub struct NothingTraced<'a> {
     pub layers_arg: Option<&'a str>,
     pub layers_on: u32,
     pub seen: &'a LibraryWatch,
+    /// How the program ended when it failed ("status 4", "signal 9"); None when it succeeded.
+    pub failed: Option<String>,
 }
 
 impl NothingTraced<'_> {
     /// For an MPI launcher whose ranks sent nothing sigmatop traces: why, and what to do.
-    pub fn mpi_hint(&self) -> Option<String> {
+    /// `traced`: some of its processes were traced but sent nothing; the layers they used
+    /// ("ucx").
+    ///
+    /// What is claimed is what was seen: Open MPI's ob1 PML is named as the reason only when a
+    /// rank loaded it, or when the ranks ran MPI, succeeded and Open MPI's defaults here pick it;
+    /// a launcher that failed is said to have failed, and programs that loaded no MPI library
+    /// (`mpirun -np 2 hostname`) are not called MPI ranks.
+    pub fn mpi_hint(&self, traced: Option<&str>) -> Option<String> {
         let prog = super::run::program_name(self.cmd);
         if !is_mpi_launcher(&prog) {
             return None;
         }
         let first = self.cmd.first().map(String::as_str).unwrap_or_default();
-        if is_open_mpi(first) && !asks_for_pml_ucx(self.cmd) {
+        let ob1_default = is_open_mpi(first) && !asks_for_pml_ucx(self.cmd);
+        let failed = self.failed.as_deref();
+        if self.seen.ob1 || (ob1_default && self.seen.mpi.is_some() && failed.is_none()) {
             let why = if self.seen.ob1 {
                 "the ranks loaded Open MPI's ob1 PML".to_string()
             } else {
@@ -225,8 +244,53 @@ impl NothingTraced<'_> {
                 let f: Vec<String> = conf.iter().map(|p| p.display().to_string()).collect();
                 format!(" ({} says `pml = ^ucx`)", f.join(", "))
             };
+            let also = failed.map_or(String::new(), |d| {
+                format!(" ({prog} also exited with {d}: its output says why)")
+            });
             return Some(format!(
-                "no MPI traffic was traced: {why}{conf}, which moves MPI messages over TCP and shared memory itself, through no library sigmatop traces. Send them through UCX: `mpirun --mca pml ucx ...`; on a host without an RDMA NIC also `--mca pml_ucx_tls any --mca pml_ucx_devices any`"
+                "no MPI traffic was traced: {why}{conf}, which moves MPI messages over TCP and shared memory itself, through no library sigmatop traces{also}. Send them through UCX: `mpirun --mca pml ucx ...`; on a host without an RDMA NIC also `--mca pml_ucx_tls any --mca pml_ucx_devices any`"
+            ));
+        }
+        // Open MPI's default would hide the traffic even once the program works: say so too.
+        let ob1_note = |when: &str| {
+            if ob1_default {
+                format!(
+                    "; {when}, add `--mca pml ucx`: Open MPI's default here, its ob1 PML, moves MPI messages where sigmatop does not see them"
+                )
+            } else {
+                String::new()
+            }
+        };
+        if let Some(d) = failed {
+            let who = if let Some(layers) = traced {
+                if layers.is_empty() {
+                    "its ranks were traced but sent nothing".to_string()
+                } else {
+                    format!("its ranks were traced ({layers}) but sent nothing")
+                }
+            } else if let Some(lib) = &self.seen.mpi {
+                format!("its ranks loaded {lib} but sent nothing through a library sigmatop traces")
+            } else {
+                "no rank was seen loading an MPI library or a library sigmatop traces".to_string()
+            };
+            let what = if traced.is_none() && self.seen.mpi.is_none() {
+                "nothing was traced"
+            } else {
+                "no MPI traffic was traced"
+            };
+            let then = if traced.is_some() {
+                String::new()
+            } else {
+                ob1_note("when it runs")
+            };
+            return Some(format!(
+                "{what}: {prog} exited with {d} and {who}; its output says why{then}"
+            ));
+        }
+        if traced.is_none() && self.seen.mpi.is_none() {
+            return Some(format!(
+                "nothing was traced: the programs {prog} started were not seen loading an MPI library or a library sigmatop traces (UCX, libfabric, ibverbs, mlx5){}",
+                ob1_note("if they are MPI programs")
             ));
         }
         Some(format!(
@@ -270,7 +334,7 @@ impl NothingTraced<'_> {
                 names.join(",")
             );
         }
-        if let Some(h) = self.mpi_hint() {
+        if let Some(h) = self.mpi_hint(None) {
             return h;
         }
         // A library of a layer that was on: the processes were traced but ended before
@@ -282,6 +346,12 @@ impl NothingTraced<'_> {
             .filter_map(|(l, (_, lib))| Layer::from_u8(*l).map(|l| (l, lib)))
             .find(|(l, _)| self.layers_on & l.bit() != 0)
         {
+            if let Some(d) = &self.failed {
+                return format!(
+                    "nothing was traced: {prog} loaded {lib} (layer {}) but exited with {d} before a call sigmatop traces; its output says why",
+                    l.name()
+                );
+            }
             return format!(
                 "nothing was traced live: {prog} loaded {lib} (layer {}), but its processes ended before sigmatop could connect to them; --record DIR keeps every process, however short-lived",
                 l.name()
@@ -296,9 +366,15 @@ impl NothingTraced<'_> {
                     layer_names(all & !self.layers_on)
                 )
             }
-            None => format!(
-                "{prog} used no RDMA library sigmatop traces (UCX, libfabric, ibverbs, mlx5): nothing was traced"
-            ),
+            None => match &self.failed {
+                // It may have failed before it got to one: say what was seen, not more.
+                Some(d) => format!(
+                    "nothing was traced: {prog} exited with {d}, not seen loading a library sigmatop traces (UCX, libfabric, ibverbs, mlx5)"
+                ),
+                None => format!(
+                    "{prog} used no RDMA library sigmatop traces (UCX, libfabric, ibverbs, mlx5): nothing was traced"
+                ),
+            },
         }
     }
 }
@@ -334,6 +410,7 @@ mod tests {
             layers_arg: Some("libfabric"),
             layers_on: Layer::Libfabric.bit(),
             seen: &seen,
+            failed: None,
         }
         .message();
         assert_eq!(
@@ -347,6 +424,7 @@ mod tests {
             layers_arg: Some("libfabric"),
             layers_on: Layer::Libfabric.bit(),
             seen: &none,
+            failed: None,
         }
         .message();
         assert!(
@@ -365,6 +443,7 @@ mod tests {
             layers_arg: None,
             layers_on: u32::MAX,
             seen: &seen,
+            failed: None,
         }
         .message();
         assert!(

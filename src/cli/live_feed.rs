@@ -6,6 +6,7 @@ use std::process::{Child, ExitStatus};
 
 use super::child::{describe, interrupt_group};
 use super::dashboard::Source;
+use super::final_state::FinalStates;
 use crate::agg::Model;
 use crate::live::LiveSource;
 
@@ -27,11 +28,16 @@ pub struct ChildWatch {
 pub struct LiveFeed {
     pub live: LiveSource,
     pub child: Option<ChildWatch>,
+    /// `sigmatop run`: the final states of processes too short-lived to connect to.
+    pub finals: Option<FinalStates>,
 }
 
 impl Source for LiveFeed {
     fn poll(&mut self, model: &mut Model) -> usize {
-        let n = self.live.poll(model);
+        let mut n = self.live.poll(model);
+        if let Some(f) = self.finals.as_mut() {
+            n += f.poll(model);
+        }
         if let Some(c) = self.child.as_mut()
             && c.status.is_none()
             && let Ok(Some(st)) = c.child.try_wait()

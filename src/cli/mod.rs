@@ -15,6 +15,7 @@
 //! - `runs`: choosing among several runs in one record directory (`--run N`).
 //! - `dashboard`: the terminal loop: a `Source`, the model, the view model, key handling.
 //! - `live_feed`: live sockets (and the launched program) as a dashboard `Source`.
+//! - `final_state`: the final states a run's processes leave, for those too short to connect to.
 //! - `view_model`: the model at a view time translated into the dashboard's `ViewModel`.
 //! - `table`: plain-text tables of reports and matrices.
 //! - `child`: exit codes and signals of the programs sigmatop starts.
@@ -26,6 +27,7 @@ pub mod child;
 pub mod dashboard;
 pub mod diagnose;
 pub mod export;
+pub mod final_state;
 pub mod hostlist;
 pub mod live_feed;
 pub mod preload;

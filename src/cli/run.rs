@@ -12,8 +12,9 @@ use std::time::{Duration, Instant};
 use sigmatop_tui::{App, Theme};
 
 use super::child::{describe, exit_code, forward_signals_to, ignore_interrupts};
-use super::dashboard::{Dashboard, run_terminal};
+use super::dashboard::{Dashboard, Source, run_terminal};
 use super::diagnose::{LibraryWatch, NothingTraced};
+use super::final_state::FinalStates;
 use super::live_feed::{ChildWatch, LiveFeed};
 use super::{CliResult, RunArgs, layers_mask, table};
 use crate::agg::Model;
@@ -118,11 +119,20 @@ impl JsonOut {
     }
 }
 
+/// The run's directory of final states (processes too short-lived to connect to), passed to the
+/// program; None (and nothing passed) when it cannot be created.
+fn final_states(cmd: &mut Command, socket_dir: &Path) -> Option<FinalStates> {
+    let f = FinalStates::create(socket_dir)?;
+    cmd.env("SIGMATOP_FINAL_DIR", f.dir());
+    Some(f)
+}
+
 /// `sigmatop run` without the dashboard, and `sigmatop --record DIR -- CMD`: runs the program,
 /// follows its processes live, prints a summary at the end, and exits with the program's status.
 pub fn run_headless(args: &RunArgs) -> CliResult {
     let socket_dir = default_socket_dir();
     let mut cmd = traced_command(args, &socket_dir)?;
+    let mut finals = final_states(&mut cmd, &socket_dir);
     let json = args.json.as_deref().map(JsonOut::open).transpose()?;
     if let Some(JsonOut::Stdout) = json {
         // stdout is the JSON's alone: the program writes its own output to stderr.
@@ -143,7 +153,10 @@ pub fn run_headless(args: &RunArgs) -> CliResult {
     let mut libraries = LibraryWatch::new(child.id());
     let status = loop {
         live.poll(&mut model);
-        if live.sockets_seen == 0 {
+        if let Some(f) = finals.as_mut() {
+            f.poll(&mut model);
+        }
+        if live.sockets_seen == 0 && model.processes.is_empty() {
             libraries.poll();
         }
         match child.try_wait() {
@@ -157,6 +170,10 @@ pub fn run_headless(args: &RunArgs) -> CliResult {
     while live.connected() > 0 && Instant::now() < deadline {
         live.poll(&mut model);
         std::thread::sleep(Duration::from_millis(5));
+    }
+    // Processes that ended before sigmatop could connect to them left their final state.
+    if let Some(f) = finals.as_mut() {
+        f.poll(&mut model);
     }
     let code = exit_code(status);
     // With a record the summary comes from disk: it includes processes too short-lived to attach to.
@@ -178,8 +195,10 @@ pub fn run_headless(args: &RunArgs) -> CliResult {
         layers_arg: args.layers.as_deref(),
         layers_on: args.layers.as_deref().map_or(Ok(u32::MAX), layers_mask)?,
         seen: &libraries,
+        failed: (!status.success()).then(|| describe(status)),
     };
     let nothing = report.processes.is_empty() && live.sockets_seen == 0;
+    drop(finals);
     if nothing {
         eprintln!("sigmatop: {}", why.message());
         if json.is_none() {
@@ -189,8 +208,10 @@ pub fn run_headless(args: &RunArgs) -> CliResult {
     }
     let t = &report.totals;
     // Processes traced, but not one operation: an MPI job over a transport sigmatop does not see.
+    let used = model.processes.values().fold(0, |m, p| m | p.layers_used());
+    let used = crate::event::layer_names(used);
     let idle_mpi = (!nothing && t.tx_ops + t.rx_ops + t.other_ops == 0)
-        .then(|| why.mpi_hint())
+        .then(|| why.mpi_hint(Some(&used)))
         .flatten();
     match json {
         Some(out) => {
@@ -269,6 +290,7 @@ pub fn run_cmd(args: &RunArgs) -> CliResult {
     let theme = Theme::from_env(args.theme.as_deref()).map_err(|e| e.to_string())?;
     let socket_dir = default_socket_dir();
     let mut cmd = traced_command(args, &socket_dir)?;
+    let finals = final_states(&mut cmd, &socket_dir);
     let (log, file) = open_log()?;
     let err = file
         .try_clone()
@@ -297,6 +319,7 @@ pub fn run_cmd(args: &RunArgs) -> CliResult {
             interrupts: 0,
             interrupt_error: None,
         }),
+        finals,
     };
     let result = run_terminal(Dashboard::new(feed, App::new(theme)));
     let mut dash = match result {
@@ -319,12 +342,33 @@ pub fn run_cmd(args: &RunArgs) -> CliResult {
                 "sigmatop: stopped watching; waiting for {name} (pid {pid}) to exit (output in {}); Ctrl-C sends it SIGINT",
                 log.display()
             );
-            // Signals to sigmatop (the terminal's Ctrl-C) go on to the program's group.
-            c.child
-                .wait()
-                .map_err(|e| format!("waiting for {name}: {e}"))?
+            // Signals to sigmatop (the terminal's Ctrl-C) go on to the program's group. The
+            // processes go on being followed, for the summary.
+            loop {
+                dash.source.poll(&mut dash.model);
+                match c.child.try_wait() {
+                    Ok(Some(st)) => break st,
+                    Ok(None) => std::thread::sleep(Duration::from_millis(20)),
+                    Err(e) => return Err(format!("waiting for {name}: {e}")),
+                }
+            }
         }
     };
+    // The last frames (final snapshots, goodbyes) and final states, then the summary: what the
+    // dashboard showed last, in a form that stays on the terminal.
+    let deadline = Instant::now() + Duration::from_millis(500);
+    loop {
+        dash.source.poll(&mut dash.model);
+        if dash.source.live.connected() == 0 || Instant::now() >= deadline {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let report = dash.model.report();
+    if !report.processes.is_empty() {
+        let mut out = io::stderr().lock();
+        let _ = write!(out, "{}", table::render(&report, Some(&dash.model)));
+    }
     say!(
         "sigmatop: {name} exited ({}); its output is in {}",
         describe(status),

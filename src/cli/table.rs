@@ -112,6 +112,14 @@ pub fn render(report: &Report, live: Option<&Model>) -> String {
         d.record_lost,
         d.unattributed_ops
     );
+    let m = &report.live_missed;
+    if !m.is_zero() {
+        let _ = writeln!(
+            s,
+            "live view: {} frames ({} sampled events) were not sent to this view, which read too slowly; totals are exact (snapshots are cumulative)",
+            m.frames, m.events
+        );
+    }
     if report.totals.refused > 0 {
         let _ = writeln!(
             s,

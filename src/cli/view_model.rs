@@ -206,6 +206,8 @@ pub fn build_sections_into(
                 tx_bps: r.tx_bps,
                 rx_bps: r.rx_bps,
                 ops_per_s: r.ops_per_s,
+                tx_bytes: r.tot.tx,
+                rx_bytes: r.tot.rx,
                 drops: a.drops.total_events_lost(),
                 exited: a.p.exited,
             });
@@ -316,11 +318,7 @@ pub fn build_sections_into(
         dropped_events: drops.total_events_lost(),
         coalesced_doorbells: drops.coalesced_doorbells,
         unparsable_wqes: drops.unparsable_wqes,
-        frames_lost: model
-            .processes
-            .values()
-            .filter(|p| p.problem.is_some() && !p.said_bye)
-            .count() as u64,
+        frames_lost: model.missed().0,
         message: model.messages.last().cloned().or_else(|| {
             model
                 .processes
@@ -537,7 +535,14 @@ pub fn warning_text(w: &warnings::Warning) -> String {
             if w.processes == 1 { "" } else { "s" }
         ),
         W::EventsDropped => format!("{} events dropped (ring full)", fmt::count(w.value as u64)),
-        W::FramesLost => format!("{} socket frames lost", fmt::count(w.value as u64)),
+        W::FramesLost => {
+            let n = w.value as u64;
+            format!(
+                "{} process{} ended without a goodbye",
+                fmt::count(n),
+                if n == 1 { "" } else { "es" }
+            )
+        }
         W::NodeSkew | W::RankSkew => format!("{} egress {:.2}× mean", w.subject, w.value),
         W::NodeIngressSkew | W::RankIngressSkew => {
             format!("{} ingress {:.2}× mean", w.subject, w.value)

@@ -17,11 +17,12 @@ placement it checks:
      timed iterations, blocks mapped to NVSHMEM's two RC QPs per peer by CTA id);
   3. traced: sigmatop recovered exactly the WQEs the NIC executed, QP by QP in order: QPN, index,
      opcode, opmod, length, remote address and all 32 bits of the rkey (the record's events carry
-     the rkey's low 16 bits: the Rust test gpu_nvshmem compares those);
+     the whole 32-bit rkey in schema-2 records: the Rust test gpu_nvshmem compares those);
   4. traced: sigmatop's per-QP counters (JSON) equal the NIC log's per-QP sums for writes, reads and
-     atomics; every RC QP's peer is the other process; the GPU x GPU matrix (NIC queues in GPU
-     memory) or the process matrix (host memory) holds exactly PE0->PE1 and PE1->PE0 as the NIC
-     log has them (writes and atomics issuer->target, reads target->issuer);
+     atomics; every RC QP's peer is the other process; the GPU x GPU matrix (queues in GPU memory
+     by the memory's GPU, in host memory by the registering context's GPU) and the process matrix
+     hold exactly PE0->PE1 and PE1->PE0 as the NIC log has them (writes and atomics
+     issuer->target, reads target->issuer);
   5. traced: sigmatop took its hardware branch: the UAR registrations were hijacked
      (SIGMATOP_GPU_STATS hijacks >= 1, hijack_failed 0, unparsable 0, unknown QP 0) and never
      reached the harness (lookups_wrapped=0 uar_retries=0); untraced, the harness let them through.
@@ -348,20 +349,21 @@ def check_traced(ctx, d, test, pp, nic):
         if not rc_peers or any(not e.get("peer") or e["peer"].get("pid") != pp[1 - rank] for e in rc_peers):
             fail(ctx, f"PE{rank}: RC QPs without the other PE as peer: "
                       f"{[(e['label'], e.get('peer')) for e in rc_peers if not e.get('peer') or e['peer'].get('pid') != pp[1 - rank]]}")
-    mem = ctx.split(".")[1]
-    if mem == "gpumem":
-        m = j["gpu_matrix"]
-        label = lambda r: f"r{r}:gpu0"
-        name = "GPU x GPU"
-    else:
-        # Host-memory queues: sigmatop places a QP on the GPU its work queue lives on, so the
-        # GPU matrix has none; the process matrix carries the same bytes.
-        m = j["process_matrix"]
-        lbl = {}
-        for r, pid in enumerate(pp):
-            lbl[r] = next((x for x in m["labels"] if f" {pid}@" in x), f"pid {pid}")
-        label = lambda r: lbl[r]
-        name = "process"
+    # Both placements drive the QPs from GPU 0: queues in GPU memory by the memory's device,
+    # host-resident queues (hostmem) by the CUDA context that registered them. The GPU matrix
+    # and the process matrix both carry exactly the NIC's bytes.
+    for name, m, label in gpu_and_process(j, pp):
+        compare_matrix(ctx, name, m, label, truth)
+
+
+def gpu_and_process(j, pp):
+    """The GPU x GPU and process matrices of an export, with a label function for PE r."""
+    pm = j["process_matrix"]
+    lbl = {r: next((x for x in pm["labels"] if f" {pid}@" in x), f"pid {pid}") for r, pid in enumerate(pp)}
+    return [("GPU x GPU", j["gpu_matrix"], lambda r: f"r{r}:gpu0"), ("process", pm, lambda r: lbl[r])]
+
+
+def compare_matrix(ctx, name, m, label, truth):
     cells = {}
     for i, li in enumerate(m["labels"]):
         for k, lk in enumerate(m["labels"]):

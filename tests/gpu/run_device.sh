@@ -59,6 +59,10 @@ done
 cat base_test.out
 if [ $FAILS -eq 0 ]; then echo "PROOF OK"; else echo "PROOF FAILED ($FAILS)"; fi
 tar czf "$OUTDIR/correctness.tgz" ./*.out ./*.err ./wlog_* ./list_* rec_* 2>/dev/null
+if [ "$ROUNDS" -eq 0 ]; then
+  echo "== bench skipped (rounds = 0)"
+  exit $((FAILS > 0))
+fi
 echo "== bench"
 for m in ${MODES:-bench-host bench}; do
 for r in $(seq "$ROUNDS"); do

@@ -3,7 +3,8 @@
 # rdma_cm on rxe1 over a dummy netdev, as verbs_batch.sh sets it up), once untraced and once
 # traced with every layer in simple mode. Regression check for the libfabric layer breaking the
 # verbs endpoint close (vrb_close_free_ep free()s ep->msg, which must be the provider's own table).
-# Writes OUT/<mode>/{server,client}.{out,err,rc} and OUT/<mode>/rec.
+# Writes OUT/<mode>/{server,client}.{out,err,rc} and OUT/<mode>/rec. tests/guest/verbs_batch.sh
+# runs it (workload fi_close) with rxe1 already set up; on its own it sets rxe1 up itself.
 #
 # usage: fi_pingpong_close.sh OUT PRELOAD [ITERS]
 set -u
@@ -15,14 +16,16 @@ mkdir -p "$OUT"
 mkdir -m 700 -p "$SOCK"
 exec > >(tee "$OUT/close.log") 2>&1
 
-modprobe rdma_rxe || exit 90
-modprobe ib_uverbs || exit 90
-ip link set lo up
-ip link add rxnet0 type dummy
-ip addr add 10.77.0.1/24 dev rxnet0
-ip link set rxnet0 up
-rdma link add rxe1 type rxe netdev rxnet0 || exit 91
-sleep 0.5
+if ! rdma link show 2>/dev/null | grep -q "^link rxe1/"; then
+    modprobe rdma_rxe || exit 90
+    modprobe ib_uverbs || exit 90
+    ip link set lo up
+    ip link add rxnet0 type dummy
+    ip addr add 10.77.0.1/24 dev rxnet0
+    ip link set rxnet0 up
+    rdma link add rxe1 type rxe netdev rxnet0 || exit 91
+    sleep 0.5
+fi
 A=10.77.0.1
 PORT=21000
 for mode in none simple; do
@@ -34,15 +37,18 @@ for mode in none simple; do
         envs=(LD_PRELOAD="$PRE" SIGMATOP_MODE="$mode" SIGMATOP_RECORD="$d/rec" SIGMATOP_SOCKET_DIR="$SOCK")
     fi
     PORT=$((PORT + 1))
-    (env "${envs[@]}" timeout -k 5 60 fi_pingpong -p verbs -e msg -B $PORT -I "$ITERS" -S 4096 \
+    (env "${envs[@]}" timeout -k 5 240 fi_pingpong -p verbs -e msg -B $PORT -I "$ITERS" -S 4096 \
         >"$d/server.out" 2>"$d/server.err" </dev/null
      echo $? >"$d/server.rc") &
     spid=$!
-    for ((i = 0; i < 100; i++)); do
-        rdma resource show cm_id 2>/dev/null | grep LISTEN | grep -Eq ":$PORT( |$)" && break
+    # The server listens on TCP first (its control channel, util/pingpong.c pp_ctrl_init), on
+    # rdma_cm only once the client is connected there.
+    hex=$(printf ':%04X ' $PORT)
+    for ((i = 0; i < 1200; i++)); do
+        awk 'NR>1 {print $2" "$4}' /proc/net/tcp /proc/net/tcp6 2>/dev/null | grep -q "${hex}0A" && break
         sleep 0.05
     done
-    env "${envs[@]}" timeout -k 5 45 fi_pingpong -p verbs -e msg -P $PORT -I "$ITERS" -S 4096 $A \
+    env "${envs[@]}" timeout -k 5 180 fi_pingpong -p verbs -e msg -P $PORT -I "$ITERS" -S 4096 $A \
         >"$d/client.out" 2>"$d/client.err" </dev/null
     echo $? >"$d/client.rc"
     wait $spid

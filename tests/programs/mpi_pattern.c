@@ -6,6 +6,10 @@
  * time in a fixed order (src ascending, then dst ascending), so nothing can deadlock and no
  * message is ever in flight next to another. The receiver checks the payload. Rank 0 prints one
  * line at the end. No collective is called between MPI_Init and MPI_Finalize.
+ *
+ * With MPI_PATTERN_EXIT=N in the environment every rank fails for its own reasons instead: right
+ * after MPI_Init it says so on stderr, calls MPI_Finalize and exits with status N, having sent
+ * nothing (tests/first_day.rs: what sigmatop says about such a run).
  */
 #include <mpi.h>
 #include <stdio.h>
@@ -24,6 +28,14 @@ int main(int argc, char **argv)
     MPI_Init(&argc, &argv);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &size);
+    if (getenv("MPI_PATTERN_EXIT") != NULL) {
+        int code = atoi(getenv("MPI_PATTERN_EXIT"));
+
+        fprintf(stderr, "mpi_pattern: rank %d gives up with status %d (MPI_PATTERN_EXIT)\n", rank,
+                code);
+        MPI_Finalize();
+        return code;
+    }
 
     for (src = 0; src < size; src++)
         for (dst = 0; dst < size; dst++)

@@ -29,6 +29,12 @@
  *   ucx_life vfork N          vfork + exec of `ucx_life child N`; the parent sends nothing
  *   ucx_life daemon N         double fork + setsid; the grandchild, once its parent is gone,
  *                             sends N messages of 64 B and exits
+ *   ucx_life _exit N          N messages of 64 B, then _exit(0) at once: nothing closed, no exit
+ *   ucx_life _Exit N          handler, no destructor (as _exit, through _Exit)
+ *   ucx_life vfork-amid N     N messages of 64 B; vfork + exec of `ucx_life child N`; vfork +
+ *                             exec of a path that does not exist, the child then _exit(127)s
+ *                             (as shells and Python's subprocess do); N more messages of 64 B
+ *                             on the same endpoint, everything closed
  * It prints one line saying what it did.
  *
  * Built with -DUCX_LIFE_LIBRARY -shared -fPIC it is instead a library with one entry,
@@ -360,6 +366,39 @@ int main(int argc, char **argv)
 		}
 		waitpid(c, NULL, 0);
 		printf("daemon started\n");
+	} else if (!strcmp(argv[1], "_exit") || !strcmp(argv[1], "_Exit")) {
+		struct pair p;
+
+		pair_open(&p);
+		pair_send(&p, n, 64, 64);
+		printf("%s %d sent %ld\n", argv[1], getpid(), n);
+		if (!strcmp(argv[1], "_exit"))
+			_exit(0);
+		_Exit(0);
+	} else if (!strcmp(argv[1], "vfork-amid")) {
+		struct pair p;
+		int st1 = 0, st2 = 0;
+		pid_t c1, c2;
+
+		pair_open(&p);
+		pair_send(&p, n, 64, 64);
+		c1 = vfork();
+		if (c1 == 0) {
+			execl("/proc/self/exe", argv[0], "child", argv[2], (char *)NULL);
+			_exit(126);
+		}
+		waitpid(c1, &st1, 0);
+		c2 = vfork();
+		if (c2 == 0) {
+			execl("/nonexistent/ucx_life", argv[0], (char *)NULL);
+			_exit(127);
+		}
+		waitpid(c2, &st2, 0);
+		pair_send(&p, n, 64, 64);
+		pair_close(&p);
+		printf("vfork-amid %d child %d status %d failed %d status %d\n", getpid(), c1,
+		       WEXITSTATUS(st1), c2, WEXITSTATUS(st2));
+		return WEXITSTATUS(st1) == 0 && WEXITSTATUS(st2) == 127 ? 0 : 1;
 	} else {
 		return 2;
 	}

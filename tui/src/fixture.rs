@@ -124,6 +124,9 @@ pub fn sample_view_model() -> ViewModel {
                 tx_bps: egress(r),
                 rx_bps: ingress(r),
                 ops_per_s: (egress(r) + ingress(r)) / message_size(layer),
+                // Ten minutes at these rates.
+                tx_bytes: (egress(r) * 600.0) as u64,
+                rx_bytes: (ingress(r) * 600.0) as u64,
                 drops: if r == 5 { 37 } else { 0 },
                 exited: false,
             }

@@ -82,6 +82,10 @@ pub struct ProcessRow {
     pub rx_bps: f64,
     /// Work requests (posted operations) per second.
     pub ops_per_s: f64,
+    /// Egress bytes since the start (for an exited process: its final total).
+    pub tx_bytes: u64,
+    /// Ingress bytes since the start.
+    pub rx_bytes: u64,
     /// Events dropped by this process's rings.
     pub drops: u64,
     /// The process has exited; its totals are kept.
@@ -312,7 +316,8 @@ pub struct StatusCounters {
     pub coalesced_doorbells: u64,
     /// WQEs that could not be decoded.
     pub unparsable_wqes: u64,
-    /// Socket frames lost or rejected.
+    /// Live frames the traced processes could not send to this viewer because it read too
+    /// slowly (their queue for it was full): resolution and sampled events lost, never totals.
     pub frames_lost: u64,
     /// Posts the providers refused (busy: `-FI_EAGAIN`, an error status, a verbs `bad_wr`): not
     /// operations, not losses either; shown when there are some.

@@ -15,7 +15,7 @@ use super::abi::{
 use super::context::{CtxState, ctx_state};
 use super::{SGE_MAX, WALK_MAX, untraced};
 use crate::hook::{self, Guard};
-use crate::thread::{Detail, Outcome, ThreadState};
+use crate::thread::{CallStamp, Detail, Outcome, ThreadState};
 
 #[inline(always)]
 pub fn send_op(opcode: u32) -> Op {
@@ -70,14 +70,19 @@ pub unsafe fn sge_bytes(sg: *const IbvSge, n: c_int) -> u64 {
 /// # Safety
 /// `p` is a WR the provider read.
 #[inline(always)]
-unsafe fn record_one_send(ts: &ThreadState, ep: u32, p: *const IbvSendWr) {
+unsafe fn record_one_send(
+    ts: &ThreadState,
+    ep: u32,
+    p: *const IbvSendWr,
+    stamp: Option<&CallStamp>,
+) {
     // SAFETY: caller's contract; only fields the provider itself reads.
     let (op, bytes) = unsafe {
         let op = send_op(core::ptr::addr_of!((*p).opcode).read());
         let sg = core::ptr::addr_of!((*p).sg_list).read();
         (op, sge_bytes(sg, core::ptr::addr_of!((*p).num_sge).read()))
     };
-    ts.record(ep, op, bytes, Outcome::Ok, || {
+    let detail = || {
         // SAFETY: as above. (The opcode is read again here, so that only the op lives through
         // aggregate mode's path.)
         unsafe {
@@ -100,7 +105,11 @@ unsafe fn record_one_send(ts: &ThreadState, ep: u32, p: *const IbvSendWr) {
                 aux: rkey,
             })
         }
-    })
+    };
+    match stamp {
+        Some(stamp) => ts.record_in_call(stamp, ep, op, bytes, Outcome::Ok, detail),
+        None => ts.record(ep, op, bytes, Outcome::Ok, detail),
+    }
 }
 
 /// A list of work requests linked by `next` (send or receive WRs).
@@ -189,15 +198,21 @@ unsafe fn record_send_chain(
     r: c_int,
     bad: *mut *mut IbvSendWr,
 ) {
+    // The WRs of one post share its one clock read.
+    let stamp = CallStamp::default();
     let refused = |p: Option<*const IbvSendWr>| {
         // SAFETY: the refused WR, which the provider read.
         let op = p.map_or(Op::VerbsOther, |p| unsafe {
             send_op(core::ptr::addr_of!((*p).opcode).read())
         });
-        ts.record(ep, op, 0, Outcome::Refused, || Some(Detail::NONE));
+        ts.record_in_call(&stamp, ep, op, 0, Outcome::Refused, || Some(Detail::NONE));
+    };
+    let accepted = |p| {
+        // SAFETY: a WR the provider read.
+        unsafe { record_one_send(ts, ep, p, Some(&stamp)) }
     };
     // SAFETY: the caller's contract; each accepted WR was read by the provider.
-    unsafe { walk_chain(wr, r, bad, |p| record_one_send(ts, ep, p), refused) }
+    unsafe { walk_chain(wr, r, bad, accepted, refused) }
 }
 
 /// Records the WRs of a post_recv or post_srq_recv chain as `op`: each one a posted receive
@@ -213,6 +228,8 @@ unsafe fn record_recv_chain(
     r: c_int,
     bad: *mut *mut IbvRecvWr,
 ) {
+    // The WRs of one post share its one clock read.
+    let stamp = CallStamp::default();
     let accepted = |p: *const IbvRecvWr| {
         // SAFETY: a WR the provider read.
         let bytes = unsafe {
@@ -221,9 +238,11 @@ unsafe fn record_recv_chain(
                 core::ptr::addr_of!((*p).num_sge).read(),
             )
         };
-        ts.record(ep, op, bytes, Outcome::Posted, || Some(Detail::NONE));
+        ts.record_in_call(&stamp, ep, op, bytes, Outcome::Posted, || {
+            Some(Detail::NONE)
+        });
     };
-    let refused = |_| ts.record(ep, op, 0, Outcome::Refused, || Some(Detail::NONE));
+    let refused = |_| ts.record_in_call(&stamp, ep, op, 0, Outcome::Refused, || Some(Detail::NONE));
     // SAFETY: the caller's contract.
     unsafe { walk_chain(wr, r, bad, accepted, refused) }
 }
@@ -251,7 +270,7 @@ pub unsafe extern "C" fn post_send_hook(
             // inline.
             unsafe {
                 if r == 0 && !wr.is_null() && IbvSendWr::next(wr).is_null() {
-                    record_one_send(ts, ep, wr);
+                    record_one_send(ts, ep, wr, None);
                 } else {
                     record_send_chain(ts, ep, wr, r, bad);
                 }
@@ -402,11 +421,7 @@ unsafe fn record_poll(
                             w.byte_len as u64
                         },
                     ),
-                    None => (
-                        crate::registry::lookup(cq as usize),
-                        Op::VerbsRecv,
-                        w.byte_len as u64,
-                    ),
+                    None => (cq_endpoint(cq), Op::VerbsRecv, w.byte_len as u64),
                 };
                 ts.arrived(ep, op, len, true);
             }
@@ -426,6 +441,15 @@ unsafe fn record_poll(
     ts.record(ep, Op::VerbsPollCq, r as u64, outcome, || {
         Some(Detail::at(bytes, aux as u32))
     });
+}
+
+/// The endpoint of a CQ whose completion names a QP sigmatop did not see created: out of line,
+/// so that the compiler does not hoist the CQ's lookup out of `record_poll`'s loop onto every
+/// poll.
+#[cold]
+#[inline(never)]
+fn cq_endpoint(cq: *mut c_void) -> u32 {
+    crate::registry::lookup(cq as usize)
 }
 
 /// `IBV_WC_RECV`: the bit every receive-side completion opcode has (RECV, RECV_RDMA_WITH_IMM).

@@ -83,11 +83,11 @@ pub(crate) fn draw_help(frame: &mut Frame, area: Rect, app: &App) {
         ]),
         Line::from(vec![
             k("Counters"),
-            t("drops: events lost to full rings · coalesced: doorbells".into()),
+            t("drops: events, ring full · frames lost: this view too slow".into()),
         ]),
         Line::from(vec![
             k(""),
-            t("seen as one · unparsable: WQEs that could not be decoded".into()),
+            t("coalesced: doorbells seen as one · unparsable: bad WQEs".into()),
         ]),
         Line::from(vec![
             k("Warnings"),

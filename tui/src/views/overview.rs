@@ -29,6 +29,7 @@ fn short_layers(layers: &[String]) -> String {
 
 fn process_cols(app: &App) -> Vec<Col<ProcessRow>> {
     let u = app.units.rate();
+    let v = app.units.volume();
     vec![
         Col {
             title: "host".into(),
@@ -92,6 +93,24 @@ fn process_cols(app: &App) -> Vec<Col<ProcessRow>> {
             mid: false,
             cell: |r, c| styled(units::rate(r.rx_bps, c.app.units), c.th.rx),
             key: |r| Key::Num(r.rx_bps),
+        },
+        Col {
+            title: format!("▲ total {v}"),
+            prio: 3,
+            right: true,
+            max: 10,
+            mid: false,
+            cell: |r, c| num(units::volume(r.tx_bytes as f64, c.app.units)),
+            key: |r| Key::Num(r.tx_bytes as f64),
+        },
+        Col {
+            title: format!("▼ total {v}"),
+            prio: 3,
+            right: true,
+            max: 10,
+            mid: false,
+            cell: |r, c| num(units::volume(r.rx_bytes as f64, c.app.units)),
+            key: |r| Key::Num(r.rx_bytes as f64),
         },
         Col {
             title: "ops/s".into(),

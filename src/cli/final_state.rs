@@ -1,0 +1,166 @@
+//! The final states the processes of one `sigmatop run` leave behind (preload/src/final_state.rs):
+//! a private directory per run, `<socket dir>/run-<sigmatop pid>/`, passed to the program as
+//! `SIGMATOP_FINAL_DIR`. A process too short-lived for the live view to connect to (it ended
+//! before the next scan) still reaches the dashboard and the summary with its final totals.
+//!
+//! A file is applied to the model only when the live stream did not already say goodbye for that
+//! process, and only once its live connection (if any) has closed, so snapshots stay in order.
+//! Files are untrusted input: read with the live protocol's decoder, bounded in size, and removed
+//! once read.
+
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+use crate::agg::{Model, ProcKey};
+use crate::wire::{Decoder, Frame, MAX_FRAME};
+
+/// The run's directory of final states; removed (with what is left in it) when dropped.
+pub struct FinalStates {
+    dir: PathBuf,
+}
+
+fn own_uid() -> u32 {
+    // SAFETY: getuid cannot fail.
+    unsafe { libc::getuid() }
+}
+
+/// Directories of runs whose sigmatop is gone (killed before it could remove its own).
+fn remove_stale_runs(socket_dir: &Path) {
+    let Ok(rd) = std::fs::read_dir(socket_dir) else {
+        return;
+    };
+    for e in rd.flatten() {
+        let name = e.file_name();
+        let Some(pid) = name
+            .to_str()
+            .and_then(|n| n.strip_prefix("run-"))
+            .and_then(|p| p.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        let ours = e
+            .metadata()
+            .is_ok_and(|m| m.is_dir() && m.uid() == own_uid());
+        if ours && !crate::live::process_exists(pid) {
+            let _ = std::fs::remove_dir_all(e.path());
+        }
+    }
+}
+
+impl FinalStates {
+    /// Creates the run's directory in `socket_dir` (which is created 0700 when missing, as the
+    /// preload would). None when it cannot be made: the run goes on without it.
+    pub fn create(socket_dir: &Path) -> Option<FinalStates> {
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(socket_dir)
+            .ok()?;
+        remove_stale_runs(socket_dir);
+        let dir = socket_dir.join(format!("run-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::DirBuilder::new().mode(0o700).create(&dir).ok()?;
+        let _ = std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700));
+        Some(FinalStates { dir })
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Applies the final states that arrived to `model`; returns how many were applied.
+    pub fn poll(&mut self, model: &mut Model) -> usize {
+        let Ok(rd) = std::fs::read_dir(&self.dir) else {
+            return 0;
+        };
+        let mut applied = 0;
+        for e in rd.flatten() {
+            let path = e.path();
+            if path.extension().is_none_or(|x| x != "final") {
+                continue;
+            }
+            match read(&path) {
+                Ok(frames) => match apply(model, frames) {
+                    Apply::Later => continue,
+                    Apply::Done(n) => applied += n,
+                },
+                Err(why) => model
+                    .messages
+                    .push(format!("final state {}: {why}", path.display())),
+            }
+            let _ = std::fs::remove_file(&path);
+        }
+        applied
+    }
+}
+
+impl Drop for FinalStates {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// The frames of one final-state file: a regular file of ours, at most one frame's size.
+fn read(path: &Path) -> Result<Vec<Frame>, String> {
+    let md = std::fs::symlink_metadata(path).map_err(|e| e.to_string())?;
+    if !md.is_file() || md.uid() != own_uid() {
+        return Err("not a regular file of yours; ignored".into());
+    }
+    if md.len() > MAX_FRAME as u64 {
+        return Err(format!("{} bytes, more than a final state holds", md.len()));
+    }
+    let bytes = std::fs::read(path).map_err(|e| e.to_string())?;
+    let mut d = Decoder::new();
+    d.push(&bytes);
+    let mut frames = Vec::new();
+    while let Some(f) = d.next_frame().map_err(|e| e.to_string())? {
+        frames.push(f);
+    }
+    if d.pending() > 0 {
+        return Err("ends inside a frame".into());
+    }
+    Ok(frames)
+}
+
+enum Apply {
+    /// The process is still connected live: its stream comes first.
+    Later,
+    /// Applied (1) or not needed (0: the live stream said goodbye).
+    Done(usize),
+}
+
+fn apply(model: &mut Model, frames: Vec<Frame>) -> Apply {
+    let Some(Frame::Hello { identity, .. }) = frames.first() else {
+        return Apply::Done(0);
+    };
+    let key = ProcKey::of(identity);
+    if let Some(p) = model.processes.get(&key) {
+        if p.said_bye {
+            return Apply::Done(0);
+        }
+        if !p.exited {
+            return Apply::Later;
+        }
+    }
+    // Snapshots in time order: one older than what the live stream gave is left out.
+    let newest = model
+        .processes
+        .get(&key)
+        .and_then(|p| p.last())
+        .map_or(0, |s| s.at_ns);
+    for f in frames {
+        if let Frame::Snapshot(s) = &f
+            && s.at_ns <= newest
+        {
+            continue;
+        }
+        model.apply(&key, f);
+    }
+    // A process that closed without a goodbye live, and whose final state came: it ended well.
+    if let Some(p) = model.processes.get_mut(&key)
+        && p.said_bye
+    {
+        p.problem = None;
+    }
+    Apply::Done(1)
+}
