@@ -411,6 +411,19 @@ impl TscClock {
     pub fn is_empty(&self) -> bool {
         self.samples.is_empty()
     }
+    /// The samples, by TSC.
+    pub fn samples(&self) -> &[ClockSample] {
+        &self.samples
+    }
+    /// Forgets the samples that converting a TSC value at or after `tsc` does not read: those
+    /// before the last sample at or before `tsc` (two samples always stay).
+    pub fn forget_before(&mut self, tsc: u64) {
+        let at_or_before = self.samples.partition_point(|s| s.tsc <= tsc);
+        let n = at_or_before
+            .saturating_sub(1)
+            .min(self.samples.len().saturating_sub(2));
+        self.samples.drain(..n);
+    }
     /// Ticks per ns estimated from the outermost samples (1.0 when unknown).
     pub fn ticks_per_ns(&self) -> f64 {
         match (self.samples.first(), self.samples.last()) {

@@ -9,6 +9,8 @@
 //! connection with one message naming the host ([`Merge::push`] returns the error), and nothing it
 //! sent can touch another host's processes.
 
+mod fast;
+
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
@@ -257,21 +259,41 @@ impl RelayDecoder {
                 return Err(not_relay(line.as_bytes()));
             }
         }
-        let body = match self.buf.frame_body(MAX_RELAY_FRAME) {
-            Ok(Some(b)) => b,
-            Ok(None) => return Ok(None),
-            Err(len) => {
-                return Err(format!(
-                    "relay frame of {len} bytes exceeds the {MAX_RELAY_FRAME}-byte limit"
-                ));
+        match frame_at(self.buf.avail())? {
+            Some((frame, used)) => {
+                self.buf.consume(used);
+                Ok(Some(RelayItem::Frame(frame)))
             }
-        };
-        let len = body.len();
-        let frame: RelayFrame =
-            postcard::from_bytes(body).map_err(|e| format!("undecodable relay frame: {e}"))?;
-        self.buf.consume(4 + len);
-        Ok(Some(RelayItem::Frame(frame)))
+            None => Ok(None),
+        }
     }
+
+    /// Past the hello with nothing buffered: the frames of the next bytes can be read where
+    /// they lie (`frame_at`), and only an unfinished one pushed.
+    fn idle(&self) -> bool {
+        self.hello && self.buf.avail().is_empty()
+    }
+}
+
+/// The whole frame at the start of `bytes` and the bytes it takes, None when more are needed.
+fn frame_at(bytes: &[u8]) -> Result<Option<(RelayFrame, usize)>, String> {
+    let Some(head) = bytes.get(..4) else {
+        return Ok(None);
+    };
+    let len = u32::from_le_bytes([head[0], head[1], head[2], head[3]]) as usize;
+    if len > MAX_RELAY_FRAME {
+        return Err(format!(
+            "relay frame of {len} bytes exceeds the {MAX_RELAY_FRAME}-byte limit"
+        ));
+    }
+    let Some(body) = bytes.get(4..4 + len) else {
+        return Ok(None);
+    };
+    let frame: RelayFrame = match fast::decode(body) {
+        Some(f) => f,
+        None => postcard::from_bytes(body).map_err(|e| format!("undecodable relay frame: {e}"))?,
+    };
+    Ok(Some((frame, 4 + len)))
 }
 
 fn is_text(s: &str) -> bool {
@@ -319,7 +341,37 @@ struct HostStream {
 pub struct Merge {
     streams: Vec<HostStream>,
     /// Which host serves each remote process.
-    owner: BTreeMap<ProcKey, usize>,
+    owner: Owners,
+}
+
+/// Which host serves each remote process, with the last answer at hand: a process's frames come
+/// in a row (clock, snapshot, events), thousands every 250 ms on a large job.
+#[derive(Default)]
+struct Owners {
+    map: BTreeMap<ProcKey, usize>,
+    last: Option<(ProcKey, usize)>,
+}
+
+impl Owners {
+    fn get(&mut self, key: &ProcKey) -> Option<usize> {
+        if let Some((k, o)) = &self.last
+            && k == key
+        {
+            return Some(*o);
+        }
+        let o = self.map.get(key).copied()?;
+        self.last = Some((key.clone(), o));
+        Some(o)
+    }
+
+    fn insert(&mut self, key: ProcKey, host: usize) {
+        self.last = None;
+        self.map.insert(key, host);
+    }
+
+    fn iter(&self) -> impl Iterator<Item = (&ProcKey, &usize)> {
+        self.map.iter()
+    }
 }
 
 impl Merge {
@@ -334,7 +386,7 @@ impl Merge {
             .collect();
         Merge {
             streams: destinations.iter().map(|_| HostStream::default()).collect(),
-            owner: BTreeMap::new(),
+            owner: Owners::default(),
         }
     }
 
@@ -353,8 +405,17 @@ impl Merge {
         let Some(s) = self.streams.get_mut(i) else {
             return Ok(0);
         };
-        s.decoder.push(bytes);
         let mut applied = 0;
+        let mut bytes = bytes;
+        if s.decoder.idle() {
+            // The usual case: whole frames read where they lie, not copied into the buffer.
+            while let Some((frame, used)) = frame_at(bytes)? {
+                bytes = &bytes[used..];
+                apply(i, &mut self.owner, frame, model)?;
+                applied += 1;
+            }
+        }
+        s.decoder.push(bytes);
         loop {
             let item = match s.decoder.next_item() {
                 Ok(Some(item)) => item,
@@ -405,29 +466,25 @@ impl Merge {
 }
 
 /// Applies one frame of host `i`, refusing what no honest relay sends.
-fn apply(
-    i: usize,
-    owner: &mut BTreeMap<ProcKey, usize>,
-    f: RelayFrame,
-    model: &mut Model,
-) -> Result<(), String> {
-    let claim = |owner: &BTreeMap<ProcKey, usize>, key: &ProcKey, model: &Model| match owner
-        .get(key)
-    {
-        Some(o) if *o != i => Err(format!(
+fn apply(i: usize, owner: &mut Owners, f: RelayFrame, model: &mut Model) -> Result<(), String> {
+    // Which host serves the process: looked up once per frame (a large job sends thousands
+    // of frames every 250 ms).
+    let claim = |owned: Option<usize>, key: &ProcKey, model: &Model| match owned {
+        Some(o) if o != i => Err(format!(
             "sent frames of process {} on {}, which {} already serves (the same host named twice?)",
             key.pid,
             key.host,
             model
                 .links
-                .get(*o)
+                .get(o)
                 .map_or("another host", |l| l.destination.as_str())
         )),
         _ => Ok(()),
     };
     match f {
         RelayFrame::Proc { key, frame } => {
-            claim(owner, &key, model)?;
+            let owned = owner.get(&key);
+            claim(owned, &key, model)?;
             match &frame {
                 Frame::Hello {
                     magic,
@@ -458,7 +515,7 @@ fn apply(
                     p.said_bye = false;
                     p.problem = None;
                 }
-                _ if !owner.contains_key(&key) => {
+                _ if owned.is_none() => {
                     return Err(format!(
                         "sent a frame of process {} on {} before its hello",
                         key.pid, key.host
@@ -475,8 +532,9 @@ fn apply(
             model.apply(&key, frame);
         }
         RelayFrame::Closed { key, problem } => {
-            claim(owner, &key, model)?;
-            if owner.contains_key(&key) {
+            let owned = owner.get(&key);
+            claim(owned, &key, model)?;
+            if owned.is_some() {
                 if let Some(p) = &problem {
                     model.messages.push(format!("{}: {p}", key.host));
                 }
@@ -529,10 +587,11 @@ mod tests {
     fn hello_lines_round_trip_and_name_both_versions() {
         let h = RelayHello::ours("node7");
         let line = h.line();
-        assert!(line.starts_with(&format!(
+        let want = format!(
             "SIGMATOP-RELAY relay=1 wire={} sigmatop=",
             wire::PROTOCOL_VERSION
-        )));
+        );
+        assert!(line.starts_with(&want), "{line}");
         assert_eq!(RelayHello::parse(line.trim_end()), Some(h));
         let other =
             RelayHello::parse("SIGMATOP-RELAY relay=9 wire=4 sigmatop=7.0.0 host=n future=1")

@@ -5,7 +5,8 @@
 //! cargo build --release --workspace
 //! cargo test --release --test multihost_bench --no-run
 //! B=$(ls -t target/release/deps/multihost_bench-* | grep -v '\.d$' | head -1)
-//! for t in merge_256_hosts_at_4hz relay_bytes_per_process serve_64_processes; do
+//! for t in merge_256_hosts_at_4hz merge_256_hosts_cpu_per_tick relay_bytes_per_process \
+//!          serve_64_processes; do
 //!   $B --ignored --nocapture --exact $t     # one process per test, so peak RSS is per test
 //! done
 //! ```
@@ -14,8 +15,14 @@
 //!    256 hosts' relays send for 8 processes × 64 QPs each (a clock sample, a snapshot of every
 //!    QP's cumulative counters, 16 sampled events per process), in the relay protocol; the
 //!    dashboard's own loop (`Dashboard::tick`, `draw`, `wait`) merges it through `relay::Merge`
-//!    into the model and draws the Nodes view at 4 Hz, 200×60, into /dev/null, for 30 s. CPU of
-//!    the dashboard thread (RUSAGE_THREAD), peak RSS of the process, both sampled every 5 s.
+//!    into the model and draws the Nodes view at 4 Hz, 200×60, into /dev/null, for 30 s
+//!    (`SIGMATOP_BENCH_SECS`). CPU of the dashboard thread (RUSAGE_THREAD), peak RSS of the
+//!    process, both sampled every 5 s.
+//!    `merge_256_hosts_cpu_per_tick`: the same work without the clock, tick by tick (merge,
+//!    build, draw timed apart; `SIGMATOP_BENCH_TICKS`, default 480 ticks = 120 s of data, past
+//!    the 60 s the history keeps at least), so that a loaded machine slows it down without
+//!    changing what it measures. With `SIGMATOP_BENCH_JITTER=1` (either test) every QP moves a
+//!    different amount every tick (±50 %) instead of the same: the history's worst case.
 //! 2. `relay_bytes_per_process`: a real `sigmatop relay` over a real traced ucx_perftest tag_bw
 //!    pair (simple mode, default sampling), its stdout counted for 10 s.
 //! 3. `serve_64_processes`: 64 fake traced processes speak the real wire protocol on Unix
@@ -122,114 +129,250 @@ impl Source for SyntheticRelays {
     }
 }
 
-/// The producer: hellos and endpoints first, then every 250 ms one snapshot per process.
-fn produce(tx: std::sync::mpsc::SyncSender<Vec<Vec<u8>>>, stop: Arc<AtomicBool>) {
-    let start = now_ns();
-    let key = |h: u32, p: u32| ProcKey {
+fn proc_key(h: u32, p: u32) -> ProcKey {
+    ProcKey {
         host: format!("node{h:03}"),
         pid: 10_000 + p,
         start_ns: 0,
-    };
-    let put = |out: &mut Vec<u8>, key: &ProcKey, frame: Frame| {
-        encode(
-            &RelayFrame::Proc {
-                key: key.clone(),
-                frame,
-            },
-            out,
-        )
-        .expect("encode");
-    };
-    let first: Vec<Vec<u8>> = (0..HOSTS)
+    }
+}
+
+fn put(out: &mut Vec<u8>, key: &ProcKey, frame: Frame) {
+    encode(
+        &RelayFrame::Proc {
+            key: key.clone(),
+            frame,
+        },
+        out,
+    )
+    .expect("encode");
+}
+
+/// What each relay sends first: its hello, and each process's hello and endpoints.
+fn first_tick(start: u64) -> Vec<Vec<u8>> {
+    (0..HOSTS)
         .map(|h| {
             let mut out = RelayHello::ours(&format!("node{h:03}")).line().into_bytes();
             for p in 0..PROCS {
-                let k = key(h, p);
+                let k = proc_key(h, p);
                 put(&mut out, &k, Frame::hello(identity(h, p, start)));
                 put(&mut out, &k, Frame::Endpoints(endpoints(h, p, start)));
             }
             out
         })
-        .collect();
-    if tx.send(first).is_err() {
+        .collect()
+}
+
+/// Every QP's cumulative counters: (ops, bytes written, bytes received), by host, process, QP.
+struct Counters {
+    c: Vec<(u64, u64, u64)>,
+    /// Each QP moves a different amount every tick (±50 % around its rate) instead of the same.
+    jitter: bool,
+}
+
+impl Counters {
+    fn new() -> Counters {
+        Counters {
+            c: vec![(0, 0, 0); (HOSTS * PROCS * QPS) as usize],
+            jitter: std::env::var("SIGMATOP_BENCH_JITTER").is_ok_and(|v| v == "1"),
+        }
+    }
+
+    /// One tick more of QP `q` of process `p` of `host`: its counters now.
+    fn advance(&mut self, tick: u64, h: u32, p: u32, q: u32) -> (u64, u64, u64) {
+        let i = ((h * PROCS + p) * QPS + q) as usize;
+        let rate = 1_000_000 * u64::from(1 + (h + p * 7 + q) % 5);
+        let ops = 10 * u64::from(1 + q % 3);
+        let (d_ops, d_tx, d_rx) = if self.jitter {
+            let mut x = (tick << 32 | i as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+            x ^= x >> 29;
+            x = x.wrapping_mul(0xbf58_476d_1ce4_e5b9);
+            x ^= x >> 32;
+            let u = 512 + x % 1024; // 0.5 .. 1.5, in 1024ths
+            (ops * u / 1024, rate / 4 * u / 1024, rate / 8 * u / 1024)
+        } else {
+            (ops, rate / 4, rate / 8)
+        };
+        let c = &mut self.c[i];
+        *c = (c.0 + d_ops, c.1 + d_tx, c.2 + d_rx);
+        *c
+    }
+}
+
+/// What each relay sends for tick `tick` (taken at `at`): per process a clock sample, a
+/// snapshot of every QP's cumulative counters and 16 sampled events.
+fn tick_bytes(tick: u64, at: u64, counters: &mut Counters) -> Vec<Vec<u8>> {
+    (0..HOSTS)
+        .map(|h| {
+            let mut out = Vec::with_capacity(PROCS as usize * 1400);
+            for p in 0..PROCS {
+                let k = proc_key(h, p);
+                put(
+                    &mut out,
+                    &k,
+                    Frame::Clock(ClockSample {
+                        tsc: at,
+                        mono_ns: at,
+                        real_ns: at,
+                    }),
+                );
+                let counts = (0..QPS)
+                    .flat_map(|q| {
+                        let (ops, tx, rx) = counters.advance(tick, h, p, q);
+                        [
+                            OpCount {
+                                ep: q + 1,
+                                op: Op::VerbsWrite as u8,
+                                ops,
+                                bytes: tx,
+                                errors: 0,
+                                ..OpCount::default()
+                            },
+                            OpCount {
+                                ep: q + 1,
+                                op: Op::VerbsRecv as u8,
+                                ops,
+                                bytes: rx,
+                                errors: 0,
+                                ..OpCount::default()
+                            },
+                        ]
+                    })
+                    .collect();
+                put(
+                    &mut out,
+                    &k,
+                    Frame::Snapshot(Snapshot {
+                        at_ns: at,
+                        seq: tick,
+                        counts,
+                        ..Default::default()
+                    }),
+                );
+                let evs = (0..16u32)
+                    .map(|i| Event {
+                        tsc: at + u64::from(i) * 1000,
+                        tid: 1,
+                        ep: 1 + i % QPS,
+                        op: Op::VerbsWrite as u8,
+                        bytes: 4096,
+                        ..Default::default()
+                    })
+                    .collect();
+                put(&mut out, &k, Frame::Events(evs));
+            }
+            out
+        })
+        .collect()
+}
+
+/// The producer: hellos and endpoints first, then every 250 ms one snapshot per process.
+fn produce(tx: std::sync::mpsc::SyncSender<Vec<Vec<u8>>>, stop: Arc<AtomicBool>) {
+    if tx.send(first_tick(now_ns())).is_err() {
         return;
     }
     let t0 = Instant::now();
     let mut tick = 0u64;
+    let mut counters = Counters::new();
     while !stop.load(Ordering::Relaxed) {
         tick += 1;
         let due = t0 + Duration::from_millis(250 * tick);
         if let Some(w) = due.checked_duration_since(Instant::now()) {
             std::thread::sleep(w);
         }
-        let at = now_ns();
-        let batch: Vec<Vec<u8>> = (0..HOSTS)
-            .map(|h| {
-                let mut out = Vec::with_capacity(PROCS as usize * 1400);
-                for p in 0..PROCS {
-                    let k = key(h, p);
-                    put(
-                        &mut out,
-                        &k,
-                        Frame::Clock(ClockSample {
-                            tsc: at,
-                            mono_ns: at,
-                            real_ns: at,
-                        }),
-                    );
-                    let counts = (0..QPS)
-                        .flat_map(|q| {
-                            let rate = 1_000_000 * u64::from(1 + (h + p * 7 + q) % 5);
-                            let ops = tick * 10 * u64::from(1 + q % 3);
-                            [
-                                OpCount {
-                                    ep: q + 1,
-                                    op: Op::VerbsWrite as u8,
-                                    ops,
-                                    bytes: rate * tick / 4,
-                                    errors: 0,
-                                    ..OpCount::default()
-                                },
-                                OpCount {
-                                    ep: q + 1,
-                                    op: Op::VerbsRecv as u8,
-                                    ops,
-                                    bytes: rate * tick / 8,
-                                    errors: 0,
-                                    ..OpCount::default()
-                                },
-                            ]
-                        })
-                        .collect();
-                    put(
-                        &mut out,
-                        &k,
-                        Frame::Snapshot(Snapshot {
-                            at_ns: at,
-                            seq: tick,
-                            counts,
-                            ..Default::default()
-                        }),
-                    );
-                    let evs = (0..16u32)
-                        .map(|i| Event {
-                            tsc: at + u64::from(i) * 1000,
-                            tid: 1,
-                            ep: 1 + i % QPS,
-                            op: Op::VerbsWrite as u8,
-                            bytes: 4096,
-                            ..Default::default()
-                        })
-                        .collect();
-                    put(&mut out, &k, Frame::Events(evs));
-                }
-                out
-            })
-            .collect();
-        if tx.send(batch).is_err() {
+        if tx.send(tick_bytes(tick, now_ns(), &mut counters)).is_err() {
             return;
         }
     }
+}
+
+/// Thread CPU seconds (CLOCK_THREAD_CPUTIME_ID).
+fn thread_cpu() -> f64 {
+    // SAFETY: timespec is plain old data, filled by clock_gettime.
+    let mut ts: libc::timespec = unsafe { std::mem::zeroed() };
+    // SAFETY: the pointer is valid for the call.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    ts.tv_sec as f64 + ts.tv_nsec as f64 / 1e9
+}
+
+/// The work of `merge_256_hosts_at_4hz` per 250 ms tick, without its clock: each tick of what
+/// the 256 relays send is encoded first (not measured), then the dashboard's source merges it
+/// into the model, the dashboard builds the Nodes view and draws it (each measured, thread CPU).
+/// The snapshots are stamped 250 ms apart from an hour ahead (the view time is their newest),
+/// so that `SIGMATOP_BENCH_TICKS` ticks (default 480: 120 s of data) take the history past its
+/// 60 s floor whatever the machine's load. Prints the mean per tick of every 40 ticks, as % of
+/// a core at 4 Hz, and the RSS.
+#[test]
+#[ignore]
+fn merge_256_hosts_cpu_per_tick() {
+    let ticks: u64 = std::env::var("SIGMATOP_BENCH_TICKS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(480);
+    let start = now_ns() + 3_600_000_000_000;
+    let (tx, rx) = sync_channel(1);
+    let names: Vec<String> = (0..HOSTS).map(|h| format!("node{h:03}")).collect();
+    let mut model = Model::new();
+    let merge = Merge::new(&names, &mut model);
+    let mut app = App::new(Theme::dark());
+    app.tab = Tab::Nodes;
+    let mut dash = Dashboard::new(SyntheticRelays { rx, merge }, app);
+    dash.model = model;
+    let null = std::fs::File::create("/dev/null").expect("/dev/null");
+    let mut term = Terminal::with_options(
+        CrosstermBackend::new(std::io::BufWriter::with_capacity(64 * 1024, null)),
+        TerminalOptions {
+            viewport: Viewport::Fixed(Rect::new(0, 0, 200, 60)),
+        },
+    )
+    .expect("terminal");
+    tx.send(first_tick(start)).expect("send");
+    dash.source.poll(&mut dash.model);
+    assert_eq!(dash.model.processes.len(), (HOSTS * PROCS) as usize);
+    let (mut merge_s, mut build_s, mut draw_s) = (0.0, 0.0, 0.0);
+    let mut counters = Counters::new();
+    for tick in 1..=ticks {
+        tx.send(tick_bytes(tick, start + tick * 250_000_000, &mut counters))
+            .expect("send");
+        let c0 = thread_cpu();
+        dash.source.poll(&mut dash.model);
+        let c1 = thread_cpu();
+        dash.rebuild();
+        let c2 = thread_cpu();
+        dash.draw(&mut term).expect("draw");
+        let c3 = thread_cpu();
+        merge_s += c1 - c0;
+        build_s += c2 - c1;
+        draw_s += c3 - c2;
+        if tick % 40 == 0 {
+            let ms = |s: f64| s / 40.0 * 1e3;
+            println!(
+                "  ticks {:>3}-{tick:>3} ({:>3} s of data): per tick merge {:.2} ms, build {:.2} ms, \
+                 draw {:.2} ms = {:.1} % of a core at 4 Hz; RSS {:.0} MB",
+                tick - 39,
+                tick / 4,
+                ms(merge_s),
+                ms(build_s),
+                ms(draw_s),
+                (merge_s + build_s + draw_s) / 40.0 * 4.0 * 100.0,
+                rss_now_kib() as f64 / 1024.0
+            );
+            (merge_s, build_s, draw_s) = (0.0, 0.0, 0.0);
+        }
+    }
+    let kept: usize = dash.model.processes.values().map(|p| p.history.len()).sum();
+    let bytes: usize = dash
+        .model
+        .processes
+        .values()
+        .map(|p| p.history.bytes())
+        .sum();
+    println!(
+        "MERGE PER TICK {HOSTS} hosts x {PROCS} processes x {QPS} QPs, {ticks} ticks: history \
+         {kept} snapshots in {:.1} MB ({:.0} per process)",
+        bytes as f64 / 1e6,
+        kept as f64 / f64::from(HOSTS * PROCS)
+    );
 }
 
 #[test]

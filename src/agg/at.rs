@@ -3,6 +3,7 @@
 //! GPU matrices, GPU rows). Live, replay, the dashboard and the warnings all read this one state.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use super::matrix::{GpuKey, Groups, UNTRACED_LABEL, gpu_side_label, gpu_sides};
 use super::model::Model;
@@ -19,6 +20,8 @@ pub struct AtOptions {
     /// Wall clock (ns, CLOCK_REALTIME) of a live view: when every process has gone quiet, the view
     /// time still moves on, so "now" rates fall to zero instead of freezing at their last value.
     pub now_ns: Option<u64>,
+    /// Which endpoints to list.
+    pub detail: Detail,
 }
 
 /// One endpoint at the view time, with its peer and rates.
@@ -152,14 +155,147 @@ pub struct ModelAt<'m> {
     pub procs: Vec<ProcAt<'m>>,
     /// Per process: its rates and totals.
     pub rates: Vec<ProcRates>,
-    /// Every endpoint shown, grouped by process in process order, by endpoint id within one.
+    /// Every endpoint shown, grouped by process in process order, by endpoint id within one
+    /// (with `Detail::Processes`, only those of the processes that need them, without peers).
     pub endpoints: Vec<EndpointAt<'m>>,
-    pub peers: Peers,
-    pub groups: Groups,
+    pub peers: Arc<Peers>,
+    pub groups: Arc<Groups>,
+    pub detail: Detail,
+    /// Endpoint rows other than the unattributed ones (every process, whatever `detail`).
+    pub qps: usize,
+}
+
+/// Which endpoints `ModelAt` lists.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Detail {
+    /// Every endpoint of every process, with its peer: the QP rows, the matrices.
+    #[default]
+    Endpoints,
+    /// The processes' own figures (rates, totals, node and rank rows) and only the endpoints the
+    /// warnings and GPU rows read (processes with GPU QPs, doorbells or posted receives), without
+    /// peers: what the Overview and Nodes views show, without a pass over every endpoint of a
+    /// large job.
+    Processes,
+}
+
+/// What `ModelAt` keeps between view times of one model: the node and rank rows, the owners of
+/// addresses and the endpoint lists change only when identities or endpoints do (the model's
+/// topology generation), not with every snapshot. Transparent: a `ModelAt` built with a cache
+/// equals one built without.
+#[derive(Default)]
+pub struct AtCache {
+    topo: Option<Topology>,
+}
+
+/// The derived tables of one list of processes at one topology generation.
+struct Topology {
+    generation: u64,
+    /// Processes in the model, and the positions of those listed (all of them when live).
+    total: usize,
+    included: Vec<u32>,
+    groups: Arc<Groups>,
+    /// Built when first needed.
+    peers: Option<Arc<Peers>>,
+    /// Per process: it has a GPU-driven QP.
+    gpu: Vec<bool>,
+    /// Per process: the endpoints defined with a row of their own (QPs, UCX and libfabric
+    /// endpoints), sorted.
+    defined: Vec<Vec<u32>>,
+    /// Per process: (layout generation of its newest snapshot, its endpoint rows less the
+    /// unattributed one).
+    rows: Vec<Option<(u64, usize)>>,
+}
+
+impl Topology {
+    fn new(model: &Model, included: Vec<u32>, procs: &[ProcAt]) -> Topology {
+        let groups = Groups::new(
+            procs
+                .iter()
+                .map(|a| (a.p.identity.rank, a.key.host.as_str())),
+        );
+        Topology {
+            generation: model.topology_generation(),
+            total: model.processes.len(),
+            included,
+            groups: Arc::new(groups),
+            peers: None,
+            gpu: procs
+                .iter()
+                .map(|a| {
+                    a.p.endpoints
+                        .values()
+                        .any(|d| d.kind == EndpointKind::DevxQp || d.gpu.is_some())
+                })
+                .collect(),
+            defined: procs
+                .iter()
+                .map(|a| {
+                    a.p.endpoints
+                        .iter()
+                        .filter(|(_, d)| has_row(d))
+                        .map(|(id, _)| *id)
+                        .collect()
+                })
+                .collect(),
+            rows: vec![None; procs.len()],
+        }
+    }
+
+    /// The same processes, identities and endpoints: the generation moves with every process
+    /// added and every identity or endpoint change, the count with every process removed.
+    fn fits(&self, model: &Model, included: &[u32]) -> bool {
+        self.generation == model.topology_generation()
+            && self.total == model.processes.len()
+            && self.included == included
+    }
+
+    fn peers(&mut self, procs: &[ProcAt]) -> Arc<Peers> {
+        self.peers
+            .get_or_insert_with(|| {
+                Arc::new(Peers::build(
+                    procs
+                        .iter()
+                        .map(|a| (&a.p.identity, a.p.endpoints.values())),
+                ))
+            })
+            .clone()
+    }
+}
+
+/// An endpoint of this kind has a row even before it moves anything.
+fn has_row(d: &EndpointDef) -> bool {
+    matches!(
+        d.kind,
+        EndpointKind::UcpEp | EndpointKind::FiEp | EndpointKind::VerbsQp | EndpointKind::DevxQp
+    )
+}
+
+/// The endpoint rows of one process: every endpoint with traffic (`with_data`, sorted), its
+/// defined QPs/endpoints that have none yet (idle), and its unattributed row when it reports,
+/// even when that is zero: totals never hide it.
+fn row_ids(
+    ids: &mut Vec<u32>,
+    with_data: impl Iterator<Item = u32>,
+    defined: &[u32],
+    has_data: bool,
+) {
+    ids.clear();
+    ids.extend(with_data);
+    if has_data {
+        ids.push(UNATTRIBUTED_EP);
+    }
+    ids.extend_from_slice(defined);
+    ids.sort_unstable();
+    ids.dedup();
 }
 
 impl<'m> ModelAt<'m> {
     pub fn new(model: &'m Model, opts: &AtOptions) -> ModelAt<'m> {
+        ModelAt::with_cache(model, opts, &mut AtCache::default())
+    }
+
+    /// `new`, with the tables kept from the previous view time of the same model.
+    pub fn with_cache(model: &'m Model, opts: &AtOptions, cache: &mut AtCache) -> ModelAt<'m> {
         let t = match (opts.at, opts.now_ns) {
             // A live view moves on with the wall clock while a process runs; once every process
             // has ended (the run is over) it stays on the last data, so that the views keep the
@@ -169,70 +305,94 @@ impl<'m> ModelAt<'m> {
             }
             (at, _) => view_time(model, at),
         };
-        let procs: Vec<ProcAt> = model
-            .processes
+        let every = opts.detail == Detail::Endpoints;
+        let mut included: Vec<u32> = Vec::with_capacity(model.processes.len());
+        let mut procs: Vec<ProcAt> = Vec::with_capacity(model.processes.len());
+        for (i, (k, p)) in model.processes.iter().enumerate() {
+            if opts.at.is_none() || p.identity.start_ns == 0 || p.identity.start_ns <= t {
+                included.push(i as u32);
+                procs.push(ProcAt::new(k, p, t, opts.window, every));
+            }
+        }
+        if !cache
+            .topo
+            .as_ref()
+            .is_some_and(|c| c.fits(model, &included))
+        {
+            cache.topo = None;
+        }
+        let topo = cache
+            .topo
+            .get_or_insert_with(|| Topology::new(model, included, &procs));
+        // Which processes list their endpoints.
+        let listed: Vec<bool> = procs
             .iter()
-            .filter(|(_, p)| {
-                opts.at.is_none() || p.identity.start_ns == 0 || p.identity.start_ns <= t
-            })
-            .map(|(k, p)| ProcAt::new(k, p, t, opts.window))
+            .zip(&topo.gpu)
+            .map(|(a, gpu)| every || *gpu || a.sums.tot.doorbells > 0 || a.sums.tot.posted > 0)
             .collect();
-        let peers = Peers::build(
-            procs
-                .iter()
-                .map(|a| (&a.p.identity, a.p.endpoints.values())),
-        );
-        let groups = Groups::new(
-            procs
-                .iter()
-                .map(|a| (a.p.identity.rank, a.key.host.as_str())),
-        );
+        for (a, l) in procs.iter_mut().zip(&listed) {
+            if *l && !a.detailed {
+                *a = ProcAt::new(a.key, a.p, t, opts.window, true);
+            }
+        }
+        let peers = if every {
+            topo.peers(&procs)
+        } else {
+            Arc::new(Peers::default())
+        };
         let mut endpoints = Vec::new();
         let mut rates = Vec::with_capacity(procs.len());
         let mut ids: Vec<u32> = Vec::new();
+        let mut qps = 0;
         for (pi, a) in procs.iter().enumerate() {
             let p = a.p;
-            // Every endpoint with traffic, defined QPs/endpoints that have none yet (idle), and the
-            // unattributed row of every reporting process, even when it is zero: totals never
-            // hide it.
-            ids.clear();
-            ids.extend(a.eps.iter().map(|(ep, _)| ep));
-            if a.has_data {
-                ids.push(UNATTRIBUTED_EP);
+            rates.push(ProcRates {
+                tx_bps: a.sums.tx_bps,
+                rx_bps: a.sums.rx_bps,
+                ops_per_s: a.sums.ops_per_s,
+                tx_bps_window: per_s(a.sums.win_tx, a.window_ns),
+                rx_bps_window: per_s(a.sums.win_rx, a.window_ns),
+                tot: a.sums.tot,
+            });
+            if !a.detailed {
+                // Rows of the newest snapshot: known while its list of counters stays.
+                let layout = p.history.layout_generation();
+                qps += match topo.rows[pi] {
+                    Some((l, n)) if l == layout => n,
+                    _ => {
+                        let eps = p.history.last_keys().map(|(ep, _)| ep);
+                        row_ids(&mut ids, eps, &topo.defined[pi], true);
+                        let n = ids.iter().filter(|&&ep| ep != UNATTRIBUTED_EP).count();
+                        topo.rows[pi] = Some((layout, n));
+                        n
+                    }
+                };
+                continue;
             }
-            for (id, d) in &p.endpoints {
-                if matches!(
-                    d.kind,
-                    EndpointKind::UcpEp
-                        | EndpointKind::FiEp
-                        | EndpointKind::VerbsQp
-                        | EndpointKind::DevxQp
-                ) {
-                    ids.push(*id);
-                }
+            row_ids(
+                &mut ids,
+                a.eps.iter().map(|(ep, _)| ep),
+                &topo.defined[pi],
+                a.has_data,
+            );
+            qps += ids.iter().filter(|&&ep| ep != UNATTRIBUTED_EP).count();
+            if !listed[pi] {
+                continue;
             }
-            ids.sort_unstable();
-            ids.dedup();
-            let mut r = ProcRates {
-                tot: a.totals(),
-                ..Default::default()
-            };
-            let (mut win_tx, mut win_rx) = (0u64, 0u64);
             for &ep in &ids {
                 let def = p.endpoints.get(&ep);
                 let (tot, win, now) = a
                     .eps
                     .get(ep)
                     .map_or_else(Default::default, |s| (s.tot, s.win, s.now));
-                win_tx += win.tx;
-                win_rx += win.rx;
-                let e = EndpointAt {
+                endpoints.push(EndpointAt {
                     proc: pi as u32,
                     ep,
                     def,
-                    peer: def.map_or_else(EndpointPeer::default, |d| {
-                        peers.of(pi as u32, d, p.av_of(ep))
-                    }),
+                    peer: match def {
+                        Some(d) if every => peers.of(pi as u32, d, p.av_of(ep)),
+                        _ => EndpointPeer::default(),
+                    },
                     tot,
                     win,
                     tx_bps: per_s(now.tx, a.now_ns),
@@ -242,15 +402,8 @@ impl<'m> ModelAt<'m> {
                     rx_bps_window: per_s(win.rx, a.window_ns),
                     ops_per_s: per_s(now.ops, a.now_ns),
                     doorbells_per_s: per_s(now.doorbells, a.now_ns),
-                };
-                r.tx_bps += e.tx_bps;
-                r.rx_bps += e.rx_bps;
-                r.ops_per_s += e.ops_per_s;
-                endpoints.push(e);
+                });
             }
-            r.tx_bps_window = per_s(win_tx, a.window_ns);
-            r.rx_bps_window = per_s(win_rx, a.window_ns);
-            rates.push(r);
         }
         ModelAt {
             model,
@@ -259,7 +412,9 @@ impl<'m> ModelAt<'m> {
             rates,
             endpoints,
             peers,
-            groups,
+            groups: topo.groups.clone(),
+            detail: opts.detail,
+            qps,
         }
     }
 
@@ -291,24 +446,41 @@ impl<'m> ModelAt<'m> {
 
     /// One row per rank, sorted by rank, with the host of its first process.
     pub fn ranks(&self) -> Vec<GroupRates> {
-        let mut rows: BTreeMap<u32, GroupRates> = BTreeMap::new();
-        for (a, r) in self.procs.iter().zip(&self.rates) {
-            if let Some(rank) = a.p.identity.rank {
-                rows.entry(rank)
-                    .or_insert_with(|| GroupRates {
-                        host: a.key.host.clone(),
-                        rank: Some(rank),
-                        ..Default::default()
-                    })
-                    .add(r);
+        self.rank_rows(true)
+    }
+
+    /// `ranks`, the host names left empty unless `hosts` (the skew rule needs none of them).
+    pub(crate) fn rank_rows(&self, hosts: bool) -> Vec<GroupRates> {
+        let mut rows: Vec<GroupRates> = self
+            .groups
+            .ranks
+            .iter()
+            .map(|&r| GroupRates {
+                rank: Some(r),
+                ..Default::default()
+            })
+            .collect();
+        let mut named = vec![false; rows.len()];
+        for (pi, (a, r)) in self.procs.iter().zip(&self.rates).enumerate() {
+            let Some(i) = self.groups.rank_of(pi as u32) else {
+                continue;
+            };
+            if hosts && !named[i] {
+                rows[i].host = a.key.host.clone();
+                named[i] = true;
             }
+            rows[i].add(r);
         }
-        rows.into_values().collect()
+        rows
     }
 
     /// The rank, node and GPU matrices over the window (bytes) and now (rates): from each
     /// endpoint to its peer (sends, writes) and from the peer to it (one-sided reads).
     pub fn matrices(&self) -> Matrices {
+        debug_assert!(
+            self.detail == Detail::Endpoints,
+            "matrices need every endpoint"
+        );
         let g = &self.groups;
         // The last row and column: peers that are not traced (dropped again when empty).
         let with_untraced = |mut l: Vec<String>| {

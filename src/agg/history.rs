@@ -7,50 +7,17 @@
 //! carry their bytes, remote address in `addr` and rkey in `aux`. Without such events the doorbell
 //! series have no interval distribution and no decoded doorbells.
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap};
 
 use super::at::is_gpu_wqe;
 use super::model::{Model, ProcKey};
-use super::window::{ProcAt, Sums, Window, idx_at, per_s, reference};
-use crate::event::{Event, Op, Snapshot};
+use super::window::{ProcAt, Window, idx_at, per_s, reference};
+use crate::event::{Event, Op};
 
 /// Samples in the bandwidth history and the doorbell rate history.
 pub const SPARK_SAMPLES: usize = 120;
 /// Latest decoded doorbells kept.
 pub const DOORBELL_RECORDS: usize = 200;
-
-/// Sums of snapshots already seen, so that the bandwidth history does not re-add every kept
-/// snapshot on each frame. Transparent: a history computed with a cache equals one without.
-#[derive(Default)]
-pub struct HistoryCache {
-    /// Per process (host hash, pid): its snapshots' sums, in history order.
-    sums: HashMap<(u64, u32), SnapSums>,
-}
-
-/// (seq, at_ns, tx bytes, rx bytes) of snapshots.
-type SnapSums = VecDeque<(u64, u64, u64, u64)>;
-
-impl HistoryCache {
-    /// Cumulative (tx, rx) of snapshot `s`, from the cache when it was seen before. `cur` is a
-    /// cursor into `list` for snapshots asked for in ascending time (one walk, no searches).
-    fn totals(list: &mut SnapSums, cur: &mut usize, s: &Snapshot) -> (u64, u64) {
-        while *cur < list.len() && list[*cur].1 < s.at_ns {
-            *cur += 1;
-        }
-        let found = *cur;
-        if let Some(e) = list.get(found)
-            && e.0 == s.seq
-            && e.1 == s.at_ns
-        {
-            return (e.2, e.3);
-        }
-        let x = Sums::of_snapshot(s);
-        if found == list.len() {
-            list.push_back((s.seq, s.at_ns, x.tx, x.rx));
-        }
-        (x.tx, x.rx)
-    }
-}
 
 /// Sample times of the reference timeline that end at `t` (at most SPARK_SAMPLES + 1).
 pub fn sample_times(model: &Model, t: u64) -> Vec<u64> {
@@ -61,54 +28,42 @@ pub fn sample_times(model: &Model, t: u64) -> Vec<u64> {
         return Vec::new();
     };
     let begin = end.saturating_sub(SPARK_SAMPLES);
-    r.history.range(begin..=end).map(|s| s.at_ns).collect()
+    r.history.times(begin..end + 1).collect()
 }
 
 /// Total (tx, rx) bytes/s between consecutive `times`, oldest first.
-pub fn bandwidth(model: &Model, times: &[u64], cache: &mut HistoryCache) -> Vec<(f64, f64)> {
+pub fn bandwidth(model: &Model, times: &[u64]) -> Vec<(f64, f64)> {
     if times.len() < 2 {
         return Vec::new();
     }
     let mut cum = vec![(0u64, 0u64); times.len()];
-    let mut keep = HashMap::with_capacity(model.processes.len());
-    for (k, p) in &model.processes {
-        let host = crate::event::fnv1a64(k.host.as_bytes());
-        let mut list = cache.sums.remove(&(host, k.pid)).unwrap_or_default();
+    for p in model.processes.values() {
+        let h = &p.history;
         // Walk the sample times and the history together (both ascending).
-        let mut i = idx_at(&p.history, times[0]).unwrap_or(0);
-        let mut last: Option<(usize, (u64, u64))> = None;
-        let mut cur = 0usize;
+        let mut i = idx_at(h, times[0]).unwrap_or(0);
+        let mut seen = false;
         for (j, tj) in times.iter().enumerate() {
-            while i + 1 < p.history.len() && p.history[i + 1].at_ns <= *tj {
+            while i + 1 < h.len() && h.at_ns(i + 1) <= *tj {
                 i += 1;
             }
-            let Some(snap) = p.history.get(i).filter(|s| s.at_ns <= *tj) else {
+            if i >= h.len() || h.at_ns(i) > *tj {
                 continue;
-            };
-            let s = match last {
-                Some((li, s)) if li == i => s,
-                _ => HistoryCache::totals(&mut list, &mut cur, snap),
-            };
+            }
+            let s = h.tx_rx(i);
             // The first sample of a process seen from its start (snapshot 0) counts from zero; one
             // first seen later (an attach to a running process) counts from itself: the bytes
             // before it moved over an interval nobody observed, and would make a spike.
-            if last.is_none() && snap.seq != 0 {
+            if !seen && h.seq(i) != 0 {
                 for c in &mut cum[..j] {
                     c.0 += s.0;
                     c.1 += s.1;
                 }
             }
-            last = Some((i, s));
+            seen = true;
             cum[j].0 += s.0;
             cum[j].1 += s.1;
         }
-        // Forget what fell out of the sample range.
-        while list.front().is_some_and(|e| e.1 < times[0]) {
-            list.pop_front();
-        }
-        keep.insert((host, k.pid), list);
     }
-    cache.sums = keep;
     (1..times.len())
         .map(|j| {
             let dt = times[j].saturating_sub(times[j - 1]);
@@ -219,14 +174,26 @@ pub fn doorbell_series(
             let Some(p) = model.processes.get(*key) else {
                 continue;
             };
-            for (j, tj) in times.iter().enumerate() {
-                if let Some(i) = idx_at(&p.history, *tj) {
-                    cum[j] += p.history[i]
-                        .counts
+            // The snapshot at each sample time, and the doorbells counted in each of those (one
+            // walk through the history).
+            let at: Vec<Option<usize>> = times.iter().map(|tj| idx_at(&p.history, *tj)).collect();
+            let (lo, hi) = at
+                .iter()
+                .flatten()
+                .fold((usize::MAX, 0), |(lo, hi), &i| (lo.min(i), hi.max(i)));
+            let mut rung = vec![0u64; hi.saturating_sub(lo) + 1];
+            if lo <= hi {
+                p.history.walk(lo, hi, |i, counts| {
+                    rung[i - lo] = counts
                         .iter()
                         .filter(|c| c.ep == *ep && c.op == db)
                         .map(|c| c.ops)
                         .sum::<u64>();
+                });
+            }
+            for (c, i) in cum.iter_mut().zip(&at) {
+                if let Some(i) = i {
+                    *c += rung[i - lo];
                 }
             }
             // Inter-doorbell intervals from the sampled events (at or before t).

@@ -9,6 +9,7 @@
 //! - `window`: time-window arithmetic: totals, rates now and over a window, history positions.
 //! - `at`: the whole model at one view time (endpoints with peers and rates, node and rank rows,
 //!   matrices, GPU rows).
+//! - `snapshots`: the compact snapshot history of one process.
 //! - `history`: bandwidth and doorbell series up to a view time.
 //! - `report`: cumulative totals per process, endpoint and operation (the JSON report).
 //! - `warnings`: rules over the state at a view time (skew, drops, doorbell storms).
@@ -19,13 +20,15 @@ pub mod matrix;
 pub mod model;
 pub mod peers;
 pub mod report;
+pub mod snapshots;
 pub mod warnings;
 pub mod window;
 
-pub use at::{AtOptions, ModelAt};
+pub use at::{AtCache, AtOptions, Detail, ModelAt};
 pub use matrix::Matrix;
 pub use model::{
-    HISTORY, HostLink, LinkState, Model, OpTable, ProcKey, ProcessState, RECENT_EVENTS, clock_of,
+    HISTORY, HISTORY_BYTES, HostLink, LinkState, Model, OpTable, ProcKey, ProcessState,
+    RECENT_EVENTS, RecentEvents, WINDOW_FLOOR_NS, clock_of,
 };
 pub use report::{EndpointReport, Flow, LiveMissed, OpTotals, PeerRef, ProcessReport, Report};
 pub use window::Window;

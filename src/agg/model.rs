@@ -1,16 +1,32 @@
 //! The model of every traced process: live frames and recordings feed the same `Model`, which
 //! keeps identities, endpoints, a history of cumulative snapshots and the latest sampled events.
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap, VecDeque};
 
 use serde::{Deserialize, Serialize};
 
-use crate::event::{ClockSample, DropCounters, EndpointDef, Event, Identity, Snapshot, TscClock};
+use super::snapshots::{Keep, SnapshotHistory};
+use crate::event::{
+    ClockSample, DropCounters, EndpointDef, Event, Identity, Layer, Op, Snapshot, TscClock,
+};
 use crate::wire::Frame;
 
 /// Snapshots kept per process for windows and stepping back (at 4 Hz: 10 minutes).
 pub const HISTORY: usize = 2400;
-/// Sampled events kept per process for the event/doorbell views.
+/// Bytes the snapshot histories of all processes may hold together (compact records,
+/// `agg::snapshots`): a job too large for `HISTORY` snapshots of every process within it keeps a
+/// shorter history, never shorter than `WINDOW_FLOOR_NS`. A host's processes (8 × 64 QPs) keep
+/// the whole `HISTORY` in a tenth of it.
+pub const HISTORY_BYTES: usize = 64 << 20;
+/// The longest window the views offer (60 s): every process keeps what that window reads at its
+/// newest snapshot, whatever the budget.
+pub const WINDOW_FLOOR_NS: u64 = 60_000_000_000;
+/// How much older than its process's newest snapshot a sampled event may still arrive (the
+/// preload sends events every 250 ms): the clock samples that convert it are kept that long.
+pub const CLOCK_LATE_NS: u64 = 10_000_000_000;
+/// Sampled events kept per process for the event/doorbell views: the views read the doorbells
+/// and GPU WQEs among the latest `RECENT_EVENTS` events of each process.
 pub const RECENT_EVENTS: usize = 2000;
 
 /// Identifies a traced process across hosts: its host, its pid and when its trace started. A
@@ -45,8 +61,9 @@ pub struct ProcessState {
     /// libfabric endpoints: the address hashes of the peers inserted in their address vector
     /// (the "av" updates), for endpoints that name their peer per operation.
     pub av: HashMap<u32, Vec<u64>>,
-    pub history: VecDeque<Snapshot>,
-    pub recent: VecDeque<Event>,
+    /// Cumulative snapshots, oldest first (compact: `agg::snapshots`).
+    pub history: SnapshotHistory,
+    pub recent: RecentEvents,
     pub clock: TscClock,
     /// The process said goodbye (clean exit).
     pub said_bye: bool,
@@ -65,41 +82,130 @@ impl ProcessState {
         self.av.get(&ep).map_or(&[], |v| v)
     }
 
-    pub fn last(&self) -> Option<&Snapshot> {
-        self.history.back()
+    /// The newest snapshot (its counters rebuilt from the history: for reports and scrapes).
+    pub fn last(&self) -> Option<Cow<'_, Snapshot>> {
+        self.history.last()
+    }
+
+    /// Applies one frame of this process.
+    fn apply(&mut self, frame: Frame, keep: Keep) {
+        match frame {
+            Frame::Hello { identity, .. } | Frame::Identity(identity) => self.identity = identity,
+            Frame::Endpoints(defs) => {
+                for d in defs {
+                    self.endpoints.insert(d.id, d);
+                }
+            }
+            Frame::Updates(ups) => {
+                for u in ups {
+                    if u.state == "av" {
+                        if let Some(peer) = &u.peer {
+                            let hashes = self.av.entry(u.id).or_default();
+                            if !hashes.contains(&peer.addr_hash) {
+                                hashes.push(peer.addr_hash);
+                            }
+                        }
+                        continue;
+                    }
+                    if let Some(peer) = u.peer.clone()
+                        && let Some(d) = self.endpoints.get_mut(&u.id)
+                    {
+                        d.peer = peer;
+                    }
+                    self.ep_state.insert(u.id, u.state);
+                }
+            }
+            Frame::Clock(c) => {
+                self.clock.push(c);
+                self.forget_old_clock();
+            }
+            Frame::Snapshot(s) => {
+                self.history.push(s, keep);
+                self.forget_old_clock();
+            }
+            Frame::Events(evs) => {
+                for e in evs {
+                    self.recent.push(e);
+                }
+            }
+            Frame::Bye { .. } => {
+                self.said_bye = true;
+                self.exited = true;
+            }
+            Frame::Missed { frames, events } => self.missed = (frames, events),
+        }
+    }
+
+    /// Drops the clock samples nothing will convert with: those before the sample that
+    /// converts the oldest kept event and the events that may still come (stamped up to
+    /// `CLOCK_LATE_NS` before the newest snapshot). A live process sends one every 250 ms; a
+    /// replay loads all of them first, and keeps those after the replayed time.
+    fn forget_old_clock(&mut self) {
+        let samples = self.clock.samples();
+        if samples.len() < 64 {
+            return;
+        }
+        let Some(newest) = self.history.last_head().map(|s| s.at_ns) else {
+            return;
+        };
+        let cutoff = newest.saturating_sub(CLOCK_LATE_NS);
+        let before = samples.partition_point(|s| s.real_ns <= cutoff);
+        let Some(by_time) = before.checked_sub(1).map(|i| samples[i].tsc) else {
+            return;
+        };
+        let limit = self.recent.iter().map(|e| e.tsc).fold(by_time, u64::min);
+        self.clock.forget_before(limit);
     }
 
     /// The layers this process used (`Layer::bit()` set): what its latest snapshot says, with
     /// the layers of its endpoints and counted operations (all a record of schema 1, which did
     /// not say, can tell). `identity.layers` is what was enabled.
     pub fn layers_used(&self) -> u32 {
-        let mut m = self.last().map_or(0, |s| s.layers_used);
+        let mut m = self.history.last_head().map_or(0, |s| s.layers_used);
         m |= self.endpoints.values().fold(0, |m, d| m | d.layer.bit());
-        if let Some(s) = self.last() {
-            m |= s
-                .counts
-                .iter()
-                .filter_map(|c| crate::event::Op::from_u8(c.op))
-                .fold(0, |m, op| m | op.layer().bit());
+        m | self
+            .history
+            .last_keys()
+            .filter_map(|(_, op)| Op::from_u8(op))
+            .fold(0, |m, op| m | op.layer().bit())
+    }
+}
+
+/// The sampled events of one process that the views read: the doorbells and the WQEs recovered
+/// behind them (mlx5-layer operations) among its latest `RECENT_EVENTS` events. The others are
+/// counted, not kept: a busy job sends thousands of them per second and nothing reads them.
+#[derive(Clone, Debug, Default)]
+pub struct RecentEvents {
+    /// (position among all events seen, event), oldest first.
+    kept: VecDeque<(u64, Event)>,
+    /// Events seen so far.
+    seen: u64,
+}
+
+impl RecentEvents {
+    pub fn push(&mut self, e: Event) {
+        self.seen += 1;
+        if Op::from_u8(e.op).is_some_and(|o| o.layer() == Layer::Mlx5) {
+            self.kept.push_back((self.seen, e));
         }
-        m
+        let first = self.seen.saturating_sub(RECENT_EVENTS as u64);
+        while self.kept.front().is_some_and(|(n, _)| *n <= first) {
+            self.kept.pop_front();
+        }
     }
 
-    fn push_snapshot(&mut self, s: Snapshot) {
-        if self.history.len() >= HISTORY {
-            self.history.pop_front();
-        }
-        self.history.push_back(s);
+    /// The kept events, oldest first.
+    pub fn iter(&self) -> impl DoubleEndedIterator<Item = &Event> + '_ {
+        self.kept.iter().map(|(_, e)| e)
     }
 
-    /// The snapshot at or before `at_ns` (the oldest kept when none is that old).
-    pub fn snapshot_at(&self, at_ns: u64) -> Option<&Snapshot> {
-        let idx = self.history.partition_point(|s| s.at_ns <= at_ns);
-        if idx == 0 {
-            self.history.front()
-        } else {
-            self.history.get(idx - 1)
-        }
+    /// Number of kept events.
+    pub fn len(&self) -> usize {
+        self.kept.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.kept.is_empty()
     }
 }
 
@@ -158,6 +264,10 @@ pub struct Model {
     pub messages: Vec<String>,
     /// Remote hosts in the order they were given (empty for a local attach, a run or a replay).
     pub links: Vec<HostLink>,
+    /// Changes with every frame that changes who is who (identities, endpoints, their peers,
+    /// new processes): what derived tables (owners of addresses, node and rank rows) are keyed
+    /// on.
+    topology: u64,
 }
 
 /// Counters of one endpoint over a period, by op code.
@@ -169,53 +279,50 @@ impl Model {
     }
 
     pub fn process_mut(&mut self, key: &ProcKey) -> &mut ProcessState {
+        if !self.processes.contains_key(key) {
+            self.topology += 1;
+        }
         self.processes.entry(key.clone()).or_default()
+    }
+
+    /// A number that changes whenever identities, endpoints, their peers or the set of
+    /// processes change through `apply` / `process_mut` (not when counters move).
+    pub fn topology_generation(&self) -> u64 {
+        self.topology
+    }
+
+    /// How many snapshots each process keeps now.
+    fn keep(&self) -> Keep {
+        Keep {
+            max: HISTORY,
+            bytes: HISTORY_BYTES / self.processes.len().max(1),
+            floor_ns: WINDOW_FLOOR_NS,
+        }
     }
 
     /// Applies one live frame from the process `key`.
     pub fn apply(&mut self, key: &ProcKey, frame: Frame) {
-        let p = self.process_mut(key);
-        match frame {
-            Frame::Hello { identity, .. } | Frame::Identity(identity) => p.identity = identity,
-            Frame::Endpoints(defs) => {
-                for d in defs {
-                    p.endpoints.insert(d.id, d);
-                }
+        if !matches!(
+            frame,
+            Frame::Clock(_)
+                | Frame::Snapshot(_)
+                | Frame::Events(_)
+                | Frame::Bye { .. }
+                | Frame::Missed { .. }
+        ) {
+            self.topology += 1;
+        }
+        let keep = self.keep();
+        // One lookup for the frames of a process already known (a job sends thousands a second).
+        match self.processes.get_mut(key) {
+            Some(p) => p.apply(frame, keep),
+            None => {
+                self.topology += 1;
+                self.processes
+                    .entry(key.clone())
+                    .or_default()
+                    .apply(frame, keep);
             }
-            Frame::Updates(ups) => {
-                for u in ups {
-                    if u.state == "av" {
-                        if let Some(peer) = &u.peer {
-                            let hashes = p.av.entry(u.id).or_default();
-                            if !hashes.contains(&peer.addr_hash) {
-                                hashes.push(peer.addr_hash);
-                            }
-                        }
-                        continue;
-                    }
-                    if let Some(peer) = u.peer.clone()
-                        && let Some(d) = p.endpoints.get_mut(&u.id)
-                    {
-                        d.peer = peer;
-                    }
-                    p.ep_state.insert(u.id, u.state);
-                }
-            }
-            Frame::Clock(c) => p.clock.push(c),
-            Frame::Snapshot(s) => p.push_snapshot(s),
-            Frame::Events(evs) => {
-                for e in evs {
-                    if p.recent.len() >= RECENT_EVENTS {
-                        p.recent.pop_front();
-                    }
-                    p.recent.push_back(e);
-                }
-            }
-            Frame::Bye { .. } => {
-                p.said_bye = true;
-                p.exited = true;
-            }
-            Frame::Missed { frames, events } => p.missed = (frames, events),
         }
     }
 
@@ -286,7 +393,7 @@ impl Model {
     pub fn latest_ns(&self) -> u64 {
         self.processes
             .values()
-            .filter_map(|p| p.last().map(|s| s.at_ns))
+            .filter_map(|p| p.history.last_head().map(|s| s.at_ns))
             .max()
             .unwrap_or(0)
     }
@@ -295,7 +402,7 @@ impl Model {
     pub fn drops(&self) -> DropCounters {
         let mut d = DropCounters::default();
         for p in self.processes.values() {
-            if let Some(s) = p.last() {
+            if let Some(s) = p.history.last_head() {
                 d.add(&s.drops);
             }
         }

@@ -163,14 +163,15 @@ impl Rule for Drops {
 impl Rule for Skew {
     fn check(&self, at: &ModelAt, cfg: &WarningConfig, out: &mut Vec<Warning>) {
         let nodes = at.nodes();
-        let ranks = at.ranks();
-        let mut skewed = |kind: WarningKind, names: &[String], values: Vec<f64>| {
+        let ranks = at.rank_rows(false);
+        // Names are written for the rows called out only (a job has thousands of ranks).
+        let mut skewed = |kind: WarningKind, values: Vec<f64>, name: &dyn Fn(usize) -> String| {
             if let Some(r) = ratios_to_mean(&values) {
-                for (name, ratio) in names.iter().zip(r) {
+                for (i, ratio) in r.into_iter().enumerate() {
                     if ratio >= cfg.skew_ratio {
                         out.push(Warning {
                             kind,
-                            subject: name.clone(),
+                            subject: name(i),
                             value: ratio,
                             processes: 0,
                         });
@@ -178,30 +179,27 @@ impl Rule for Skew {
                 }
             }
         };
-        let node_names: Vec<String> = nodes.iter().map(|n| n.host.clone()).collect();
-        let rank_names: Vec<String> = ranks
-            .iter()
-            .map(|r| format!("rank {}", r.rank.unwrap_or_default()))
-            .collect();
+        let node_name = |i: usize| nodes[i].host.clone();
+        let rank_name = |i: usize| format!("rank {}", ranks[i].rank.unwrap_or_default());
         skewed(
             WarningKind::NodeSkew,
-            &node_names,
             nodes.iter().map(|n| n.egress_bps).collect(),
+            &node_name,
         );
         skewed(
             WarningKind::NodeIngressSkew,
-            &node_names,
             nodes.iter().map(|n| n.ingress_bps).collect(),
+            &node_name,
         );
         skewed(
             WarningKind::RankSkew,
-            &rank_names,
             ranks.iter().map(|r| r.egress_bps).collect(),
+            &rank_name,
         );
         skewed(
             WarningKind::RankIngressSkew,
-            &rank_names,
             ranks.iter().map(|r| r.ingress_bps).collect(),
+            &rank_name,
         );
     }
 }

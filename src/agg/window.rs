@@ -11,9 +11,11 @@
 //! History positions follow the reference timeline: the snapshot times of the process with the
 //! longest kept history.
 
-use std::collections::VecDeque;
+use std::borrow::Cow;
+use std::sync::LazyLock;
 
 use super::model::{Model, ProcKey, ProcessState};
+use super::snapshots::SnapshotHistory;
 use crate::correlate::mr::toward_peer;
 use crate::event::{Dir, DropCounters, Op, OpCount, Snapshot};
 
@@ -49,8 +51,8 @@ pub fn reference(model: &Model) -> Option<&ProcessState> {
 }
 
 /// Index of the last snapshot at or before `t`.
-pub fn idx_at(hist: &VecDeque<Snapshot>, t: u64) -> Option<usize> {
-    hist.partition_point(|s| s.at_ns <= t).checked_sub(1)
+pub fn idx_at(hist: &SnapshotHistory, t: u64) -> Option<usize> {
+    hist.partition_point(t).checked_sub(1)
 }
 
 /// The view time for `at` (None: the newest data).
@@ -74,7 +76,7 @@ pub fn step(model: &Model, at: Option<u64>, d: i32) -> Option<u64> {
     if new + 1 == len {
         None
     } else {
-        Some(r.history[new].at_ns)
+        Some(r.history.at_ns(new))
     }
 }
 
@@ -116,60 +118,78 @@ pub struct Sums {
     pub recvs: u64,
 }
 
+/// What `Sums` does with an op code (bits of `CLASS`).
+const TX: u8 = 1;
+const RX: u8 = 2;
+/// Received bytes of a one-sided read (also `RX`).
+const RX1: u8 = 4;
+const RECV: u8 = 8;
+const DOORBELL: u8 = 16;
+
+/// Every op code's class, computed once from `Op`: `Sums::add` runs for every counter of every
+/// snapshot (262,144 counters every 250 ms on a job of 2,048 processes × 64 QPs).
+static CLASS: LazyLock<[u8; 256]> = LazyLock::new(|| {
+    let mut t = [0u8; 256];
+    for &o in Op::ALL {
+        t[o as usize] = if o == Op::GpuDoorbell {
+            DOORBELL
+        } else {
+            let recv = if o.is_receive() { RECV } else { 0 };
+            recv | match o.dir() {
+                Dir::Tx => TX,
+                Dir::Rx if toward_peer(o) == Some(false) => RX | RX1,
+                Dir::Rx => RX,
+                Dir::None => 0,
+            }
+        };
+    }
+    t
+});
+
 impl Sums {
     pub fn add(&mut self, c: &OpCount) {
+        let k = CLASS[c.op as usize];
         self.refused += c.refused;
         self.posted += c.posted;
-        match Op::from_u8(c.op) {
-            Some(Op::GpuDoorbell) => self.doorbells += c.ops,
-            Some(o) => {
-                if o.is_receive() {
-                    self.recvs += c.ops;
-                }
-                match o.dir() {
-                    Dir::Tx => {
-                        self.tx += c.bytes;
-                        self.ops += c.ops;
-                    }
-                    Dir::Rx => {
-                        self.rx += c.bytes;
-                        if toward_peer(o) == Some(false) {
-                            self.rx1 += c.bytes;
-                        }
-                        self.ops += c.ops;
-                    }
-                    Dir::None => {}
-                }
+        if k & DOORBELL != 0 {
+            self.doorbells += c.ops;
+        }
+        if k & RECV != 0 {
+            self.recvs += c.ops;
+        }
+        if k & TX != 0 {
+            self.tx += c.bytes;
+            self.ops += c.ops;
+        }
+        if k & RX != 0 {
+            self.rx += c.bytes;
+            if k & RX1 != 0 {
+                self.rx1 += c.bytes;
             }
-            None => {}
+            self.ops += c.ops;
         }
     }
 
     pub fn sub(&mut self, c: &OpCount) {
+        let k = CLASS[c.op as usize];
         self.refused = self.refused.saturating_sub(c.refused);
         self.posted = self.posted.saturating_sub(c.posted);
-        match Op::from_u8(c.op) {
-            Some(Op::GpuDoorbell) => self.doorbells = self.doorbells.saturating_sub(c.ops),
-            Some(o) => {
-                if o.is_receive() {
-                    self.recvs = self.recvs.saturating_sub(c.ops);
-                }
-                match o.dir() {
-                    Dir::Tx => {
-                        self.tx = self.tx.saturating_sub(c.bytes);
-                        self.ops = self.ops.saturating_sub(c.ops);
-                    }
-                    Dir::Rx => {
-                        self.rx = self.rx.saturating_sub(c.bytes);
-                        if toward_peer(o) == Some(false) {
-                            self.rx1 = self.rx1.saturating_sub(c.bytes);
-                        }
-                        self.ops = self.ops.saturating_sub(c.ops);
-                    }
-                    Dir::None => {}
-                }
+        if k & DOORBELL != 0 {
+            self.doorbells = self.doorbells.saturating_sub(c.ops);
+        }
+        if k & RECV != 0 {
+            self.recvs = self.recvs.saturating_sub(c.ops);
+        }
+        if k & TX != 0 {
+            self.tx = self.tx.saturating_sub(c.bytes);
+            self.ops = self.ops.saturating_sub(c.ops);
+        }
+        if k & RX != 0 {
+            self.rx = self.rx.saturating_sub(c.bytes);
+            if k & RX1 != 0 {
+                self.rx1 = self.rx1.saturating_sub(c.bytes);
             }
-            None => {}
+            self.ops = self.ops.saturating_sub(c.ops);
         }
     }
 
@@ -198,6 +218,76 @@ impl Sums {
     /// Receive buffers posted and not yet completed (None when none was ever posted).
     pub fn outstanding(&self) -> Option<u64> {
         (self.posted > 0).then(|| self.posted.saturating_sub(self.recvs))
+    }
+}
+
+/// The sums of a snapshot's counters, and the "now" rates over `dt_ns` of their changes since
+/// the snapshot before (each endpoint's sums of tx bytes, rx bytes and operations as bytes/s and
+/// operations/s, summed over endpoints in endpoint order: what `EpMap::now_rates` gives after
+/// `EpMap::set_now`), from the changes alone, counter by counter. Valid when the snapshot before
+/// listed the same counters, none larger, and they come by endpoint in ascending order: then the
+/// sums are those of the snapshot before plus those of the changes.
+pub struct ChangeSums {
+    dt_ns: u64,
+    /// The sums of every change.
+    changes: Sums,
+    rates: (f64, f64, f64),
+    /// The current endpoint and its changes so far.
+    ep: Option<u32>,
+    run: Sums,
+    ascending: bool,
+}
+
+impl ChangeSums {
+    pub fn new(dt_ns: u64) -> ChangeSums {
+        ChangeSums {
+            dt_ns,
+            changes: Sums::default(),
+            rates: (0.0, 0.0, 0.0),
+            ep: None,
+            run: Sums::default(),
+            ascending: true,
+        }
+    }
+
+    /// Counter `c`, which grew by `change` (ops, bytes, errors, refused, posted, posted bytes).
+    #[inline]
+    pub fn add(&mut self, c: &OpCount, change: &[u64; 6]) {
+        if self.ep != Some(c.ep) {
+            if self.ep.is_some_and(|e| c.ep < e) {
+                self.ascending = false;
+            }
+            self.flush();
+            self.ep = Some(c.ep);
+        }
+        self.run.add(&OpCount {
+            ep: c.ep,
+            op: c.op,
+            ops: change[0],
+            bytes: change[1],
+            errors: change[2],
+            refused: change[3],
+            posted: change[4],
+            posted_bytes: change[5],
+        });
+    }
+
+    fn flush(&mut self) {
+        if self.ep.is_some() {
+            self.rates.0 += per_s(self.run.tx, self.dt_ns);
+            self.rates.1 += per_s(self.run.rx, self.dt_ns);
+            self.rates.2 += per_s(self.run.ops, self.dt_ns);
+            self.changes = self.changes.plus(self.run);
+        }
+        self.run = Sums::default();
+    }
+
+    /// (totals: `before`, the sums of the snapshot before, plus the changes; now rates), None
+    /// when the counters did not come in ascending endpoint order.
+    pub fn finish(mut self, before: Sums) -> Option<(Sums, (f64, f64, f64))> {
+        self.flush();
+        self.ascending
+            .then_some((before.plus(self.changes), self.rates))
     }
 }
 
@@ -285,6 +375,66 @@ impl EpMap {
     pub fn iter(&self) -> impl Iterator<Item = (u32, &EpSums)> {
         self.0.iter().map(|e| (e.0, &e.1))
     }
+
+    /// The endpoints of snapshot `s1` with their totals since the start (and their operations
+    /// by code when `ops`).
+    pub fn of_snapshot(s1: &Snapshot, ops: bool) -> EpMap {
+        let mut eps = EpMap(Vec::with_capacity(s1.counts.len() / 2 + 1));
+        for c in &s1.counts {
+            let e = eps.entry(c.ep);
+            e.tot.add(c);
+            if ops && c.ops > 0 {
+                e.ops.add(c.op, c.ops);
+            }
+        }
+        eps
+    }
+
+    /// Each endpoint's `now`: its total less what snapshot `s0` counted for it.
+    pub fn set_now(&mut self, s0: &[OpCount]) {
+        for e in self.values_mut() {
+            e.now = e.tot;
+        }
+        for c in s0 {
+            if let Some(e) = self.get_mut(c.ep) {
+                e.now.sub(c);
+            }
+        }
+    }
+
+    /// Sums over the endpoints, in endpoint order, of each one's tx bytes/s, rx bytes/s and
+    /// operations/s of `now` over `dt_ns` (what the process's "now" rates are).
+    pub fn now_rates(&self, dt_ns: u64) -> (f64, f64, f64) {
+        self.0
+            .iter()
+            .fold((0.0, 0.0, 0.0), |(tx, rx, ops), (_, e)| {
+                (
+                    tx + per_s(e.now.tx, dt_ns),
+                    rx + per_s(e.now.rx, dt_ns),
+                    ops + per_s(e.now.ops, dt_ns),
+                )
+            })
+    }
+
+    /// The sums of every endpoint.
+    pub fn totals(&self) -> Sums {
+        self.0
+            .iter()
+            .map(|(_, e)| e.tot)
+            .fold(Sums::default(), Sums::plus)
+    }
+}
+
+/// What a process's rows and the node and rank rows read: its totals, its bytes over the
+/// window, and its "now" rates (sums of its endpoints' rates, in endpoint order).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ProcSums {
+    pub tot: Sums,
+    pub win_tx: u64,
+    pub win_rx: u64,
+    pub tx_bps: f64,
+    pub rx_bps: f64,
+    pub ops_per_s: f64,
 }
 
 /// Where one process stands at the view time.
@@ -292,63 +442,112 @@ impl EpMap {
 pub struct ProcAt<'a> {
     pub key: &'a ProcKey,
     pub p: &'a ProcessState,
+    /// Per endpoint: its sums. Empty when the process was read from its totals alone
+    /// (`detailed` false).
     pub eps: EpMap,
-    /// The snapshot at the view time and the window's base (None: zero at the process start).
-    pub s1: Option<&'a Snapshot>,
-    pub base: Option<&'a Snapshot>,
+    /// The snapshot at the view time and the window's base (None: zero at the process start);
+    /// both None when not `detailed`.
+    pub s1: Option<Cow<'a, Snapshot>>,
+    pub base: Option<Cow<'a, Snapshot>>,
     pub window_ns: u64,
     /// Distance of the last two snapshots (0: no "now" rate).
     pub now_ns: u64,
     pub drops: DropCounters,
     /// The process has a snapshot at or before the view time.
     pub has_data: bool,
+    /// The process's own figures (equal whether `detailed` or not).
+    pub sums: ProcSums,
+    /// `eps`, `s1` and `base` are filled.
+    pub detailed: bool,
 }
 
 impl<'a> ProcAt<'a> {
-    /// The state of process `p` at time `t` over `window`.
-    pub fn new(key: &'a ProcKey, p: &'a ProcessState, t: u64, window: Window) -> ProcAt<'a> {
+    /// The state of process `p` at time `t` over `window`. With `detail` false, a process whose
+    /// newest snapshot is the one at `t`, and whose counters only grew since the window's base,
+    /// is read from its per-snapshot totals (the same figures, without a pass over its
+    /// endpoints); otherwise, and always with `detail`, from its endpoints.
+    pub fn new(
+        key: &'a ProcKey,
+        p: &'a ProcessState,
+        t: u64,
+        window: Window,
+        detail: bool,
+    ) -> ProcAt<'a> {
         let mut out = ProcAt {
             key,
             p,
-            eps: EpMap(Vec::with_capacity(p.endpoints.len() + 1)),
+            eps: EpMap::default(),
             s1: None,
             base: None,
             window_ns: 0,
             now_ns: 0,
             drops: DropCounters::default(),
             has_data: false,
+            sums: ProcSums::default(),
+            detailed: true,
         };
-        let Some(i1) = idx_at(&p.history, t) else {
+        let h = &p.history;
+        let Some(i1) = idx_at(h, t) else {
             return out;
         };
-        let s1 = &p.history[i1];
-        out.s1 = Some(s1);
         out.has_data = true;
-        out.drops = s1.drops;
-        for c in &s1.counts {
-            let e = out.eps.entry(c.ep);
-            e.tot.add(c);
-            if c.ops > 0 {
-                e.ops.add(c.op, c.ops);
-            }
-        }
-        let prev = i1.checked_sub(1).map(|i| &p.history[i]);
-        let stale = t.saturating_sub(s1.at_ns) > STALE_NS;
+        let s1_at = h.at_ns(i1);
+        let stale = t.saturating_sub(s1_at) > STALE_NS;
         let start = p.identity.start_ns;
-        if let Some(s0) = prev
-            && !stale
-            && s1.at_ns > s0.at_ns
+        // Averages stop at the end of a process that exited; a live one that went quiet is
+        // averaged up to the view time.
+        let end_ns = if stale && !p.exited { t } else { s1_at };
+        let from = window
+            .seconds()
+            .map(|s| t.saturating_sub(s * 1_000_000_000));
+        // The baseline: zero at the process start when it started inside the window, else the
+        // snapshot at or before the window's start (the oldest kept one when none is that old).
+        let zero_base = start > 0 && start < s1_at && from.is_none_or(|f| f <= start);
+        let j = (!zero_base).then(|| from.and_then(|f| idx_at(h, f)).unwrap_or(0).min(i1));
+        if !detail
+            && i1 + 1 == h.len()
+            && i1 > 0
+            && j.is_none_or(|j| h.monotone(j, i1))
+            && let Some(last) = h.last_head()
         {
-            for e in out.eps.values_mut() {
-                e.now = e.tot;
+            out.detailed = false;
+            out.drops = last.drops;
+            let tot = h.last_sums();
+            out.sums.tot = tot;
+            if !stale && let Some(now) = h.last_now() {
+                out.now_ns = now.dt_ns;
+                out.sums.tx_bps = now.tx_bps;
+                out.sums.rx_bps = now.rx_bps;
+                out.sums.ops_per_s = now.ops_per_s;
             }
-            for c in &s0.counts {
-                if let Some(e) = out.eps.get_mut(c.ep) {
-                    e.now.sub(c);
+            match j {
+                None => {
+                    (out.sums.win_tx, out.sums.win_rx) = (tot.tx, tot.rx);
+                    out.window_ns = end_ns.saturating_sub(start);
                 }
+                Some(j) if h.at_ns(j) < end_ns => {
+                    let (tx, rx) = h.tx_rx(j);
+                    out.sums.win_tx = tot.tx.saturating_sub(tx);
+                    out.sums.win_rx = tot.rx.saturating_sub(rx);
+                    out.window_ns = end_ns - h.at_ns(j);
+                }
+                Some(_) => {}
             }
-            out.now_ns = s1.at_ns - s0.at_ns;
-        } else if prev.is_none() && !stale && s1.seq == 0 && start > 0 && start < s1.at_ns {
+            return out;
+        }
+        let Some(s1) = h.get(i1) else {
+            return out;
+        };
+        out.drops = s1.drops;
+        out.eps = EpMap::of_snapshot(&s1, true);
+        if i1 > 0 && !stale {
+            if let Some(s0) = h.get(i1 - 1)
+                && s1.at_ns > s0.at_ns
+            {
+                out.eps.set_now(&s0.counts);
+                out.now_ns = s1.at_ns - s0.at_ns;
+            }
+        } else if i1 == 0 && !stale && s1.seq == 0 && start > 0 && start < s1.at_ns {
             // The process's first snapshot: its counts since the start are the first rate (a
             // short run is not all zeros). A first snapshot seen later (an attach to a running
             // process) covers an interval nobody observed: no rate until the next one.
@@ -357,43 +556,52 @@ impl<'a> ProcAt<'a> {
             }
             out.now_ns = s1.at_ns - start;
         }
-        // Averages stop at the end of a process that exited; a live one that went quiet is
-        // averaged up to the view time.
-        let end_ns = if stale && !p.exited { t } else { s1.at_ns };
-        let from = window
-            .seconds()
-            .map(|s| t.saturating_sub(s * 1_000_000_000));
-        // The baseline: zero at the process start when it started inside the window, else the
-        // snapshot at or before the window's start (the oldest kept one when none is that old).
-        let zero_base = start > 0 && start < s1.at_ns && from.is_none_or(|f| f <= start);
-        if zero_base {
-            for e in out.eps.values_mut() {
-                e.win = e.tot;
-            }
-            out.window_ns = end_ns.saturating_sub(start);
-        } else {
-            let j = from.and_then(|f| idx_at(&p.history, f)).unwrap_or(0);
-            let base = &p.history[j.min(i1)];
-            if base.at_ns < end_ns {
+        match j {
+            None => {
                 for e in out.eps.values_mut() {
                     e.win = e.tot;
                 }
-                for c in &base.counts {
-                    if let Some(e) = out.eps.get_mut(c.ep) {
-                        e.win.sub(c);
+                out.window_ns = end_ns.saturating_sub(start);
+            }
+            Some(j) => {
+                if h.at_ns(j) < end_ns
+                    && let Some(base) = h.get(j)
+                {
+                    for e in out.eps.values_mut() {
+                        e.win = e.tot;
                     }
+                    for c in &base.counts {
+                        if let Some(e) = out.eps.get_mut(c.ep) {
+                            e.win.sub(c);
+                        }
+                    }
+                    out.window_ns = end_ns - base.at_ns;
+                    out.base = Some(base);
                 }
-                out.base = Some(base);
-                out.window_ns = end_ns - base.at_ns;
             }
         }
+        out.s1 = Some(s1);
+        let (tx_bps, rx_bps, ops_per_s) = out.eps.now_rates(out.now_ns);
+        out.sums = ProcSums {
+            tot: out.eps.totals(),
+            win_tx: out.eps.iter().map(|(_, e)| e.win.tx).sum(),
+            win_rx: out.eps.iter().map(|(_, e)| e.win.rx).sum(),
+            tx_bps,
+            rx_bps,
+            ops_per_s,
+        };
         out
     }
 
-    /// Operations by code over the window for one endpoint (the GPU opcode mix).
+    /// Operations by code over the window for one endpoint (the GPU opcode mix). Needs a
+    /// `detailed` state.
     pub fn window_ops(&self, ep: u32) -> Vec<(u8, u64)> {
+        debug_assert!(
+            self.detailed,
+            "window_ops of a process read from its totals"
+        );
         let mut out: Vec<(u8, u64)> = Vec::new();
-        let Some(s1) = self.s1 else {
+        let Some(s1) = self.s1.as_deref() else {
             return out;
         };
         for c in s1.counts.iter().filter(|c| c.ep == ep) {
@@ -402,7 +610,7 @@ impl<'a> ProcAt<'a> {
                 None => out.push((c.op, c.ops)),
             }
         }
-        if let Some(b) = self.base {
+        if let Some(b) = self.base.as_deref() {
             for c in b.counts.iter().filter(|c| c.ep == ep) {
                 if let Some(e) = out.iter_mut().find(|(o, _)| *o == c.op) {
                     e.1 = e.1.saturating_sub(c.ops);
@@ -414,9 +622,66 @@ impl<'a> ProcAt<'a> {
 
     /// The sums of every endpoint of the process.
     pub fn totals(&self) -> Sums {
-        self.eps
-            .iter()
-            .map(|(_, e)| e.tot)
-            .fold(Sums::default(), Sums::plus)
+        self.sums.tot
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `Sums` by op class adds and subtracts what the direction, receive and one-sided rules of
+    /// each op say, for every code (unknown codes: refusals and posted receives only).
+    #[test]
+    fn sums_follow_each_ops_rules() {
+        for code in 0..=255u8 {
+            let c = OpCount {
+                ep: 1,
+                op: code,
+                ops: 3,
+                bytes: 1000,
+                errors: 1,
+                refused: 2,
+                posted: 5,
+                posted_bytes: 7,
+            };
+            let mut want = Sums {
+                refused: 2,
+                posted: 5,
+                ..Default::default()
+            };
+            match Op::from_u8(code) {
+                Some(Op::GpuDoorbell) => want.doorbells = 3,
+                Some(o) => {
+                    if o.is_receive() {
+                        want.recvs = 3;
+                    }
+                    match o.dir() {
+                        Dir::Tx => (want.tx, want.ops) = (1000, 3),
+                        Dir::Rx => {
+                            (want.rx, want.ops) = (1000, 3);
+                            if toward_peer(o) == Some(false) {
+                                want.rx1 = 1000;
+                            }
+                        }
+                        Dir::None => {}
+                    }
+                }
+                None => {}
+            }
+            let mut s = Sums::default();
+            s.add(&c);
+            assert_eq!(format!("{s:?}"), format!("{want:?}"), "op {code}");
+            s.add(&c);
+            s.sub(&c);
+            assert_eq!(format!("{s:?}"), format!("{want:?}"), "op {code}");
+            s.sub(&c);
+            s.sub(&c);
+            assert_eq!(
+                format!("{s:?}"),
+                format!("{:?}", Sums::default()),
+                "op {code}"
+            );
+        }
     }
 }

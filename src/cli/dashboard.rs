@@ -16,7 +16,7 @@ use ratatui::backend::{Backend, CrosstermBackend};
 use sigmatop_tui::{Action, App, Theme, ViewModel};
 
 use super::CliResult;
-use super::view_model::{self, ClockStyle, ViewOptions};
+use super::view_model::{self, ClockStyle, Sections, ViewOptions};
 use crate::agg::Model;
 use crate::agg::window;
 
@@ -92,6 +92,8 @@ pub struct Dashboard<S: Source> {
     built_second: Option<u64>,
     /// The source's note as last shown (the status line's notice).
     note: Option<String>,
+    /// What the last build filled: the sections the tab shown then draws.
+    built: Sections,
 }
 
 /// A cheap fingerprint of what a poll can change besides applied frames: messages, processes
@@ -129,6 +131,7 @@ impl<S: Source> Dashboard<S> {
             mark: ModelMark::default(),
             built_second: None,
             note: None,
+            built: Sections::ALL,
         }
     }
 
@@ -143,10 +146,17 @@ impl<S: Source> Dashboard<S> {
         }
     }
 
-    /// Rebuilds the view model from the model now.
+    /// Rebuilds the view model from the model now: what the current tab draws.
     pub fn rebuild(&mut self) {
         let opts = self.options();
-        view_model::build_view_into(&self.model, &opts, &mut self.cache, &mut self.vm);
+        self.built = Sections::of_tab(self.app.tab);
+        view_model::build_sections_into(
+            &self.model,
+            &opts,
+            self.built,
+            &mut self.cache,
+            &mut self.vm,
+        );
         self.built_second = opts.now_ns.map(|n| n / 1_000_000_000);
         self.note = self.source.note();
         self.vm.status.notice = self.note.clone();
@@ -160,14 +170,19 @@ impl<S: Source> Dashboard<S> {
     /// true when the view changed (a draw is needed). A paused view stays frozen.
     pub fn tick(&mut self) -> bool {
         let applied = self.source.poll(&mut self.model);
-        let mark = ModelMark::of(&self.model);
-        if applied > 0 || mark != self.mark {
+        if applied > 0 {
             self.dirty = true;
-            self.mark = mark;
         }
         let due = self.last_build.is_none_or(|t| t.elapsed() >= REFRESH);
         if !due {
             return false;
+        }
+        // What a poll changed without applying frames matters only to the build that is due
+        // now (the mark walks every process: not 100 times a second).
+        let mark = ModelMark::of(&self.model);
+        if mark != self.mark {
+            self.dirty = true;
+            self.mark = mark;
         }
         if !self.app.paused {
             let second_moved = self.built_second.is_some_and(|s| {
@@ -222,7 +237,12 @@ impl<S: Source> Dashboard<S> {
                 self.vm.status.notice = self.note.clone();
                 self.app.interrupt_label = self.source.interrupt_label();
             }
-            Action::None | Action::Redraw => {}
+            Action::None | Action::Redraw => {
+                // Another tab draws other sections: build them before it is drawn.
+                if Sections::of_tab(self.app.tab) != self.built {
+                    self.rebuild();
+                }
+            }
             Action::SetWindow(_) => self.rebuild(),
             Action::StepHistory(d) => {
                 if d > 0 && self.at.is_none_or(|t| t >= self.model.latest_ns()) {

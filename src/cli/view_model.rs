@@ -7,12 +7,12 @@
 
 use sigmatop_tui::{
     DoorbellModel, DoorbellRecord, DoorbellSeries, EndpointRow, GpuRow, Header, Matrices, Matrix,
-    NodeRow, Percentiles, ProcessRow, RankRow, StatusCounters, ViewModel, Warning, WarningKind,
-    Window,
+    NodeRow, Percentiles, ProcessRow, RankRow, StatusCounters, Tab, ViewModel, Warning,
+    WarningKind, Window,
 };
 
-use crate::agg::at::{AtOptions, EndpointAt, ModelAt, RateMatrix, write_local_id};
-use crate::agg::history::{self, HistoryCache};
+use crate::agg::at::{AtCache, AtOptions, Detail, EndpointAt, ModelAt, RateMatrix, write_local_id};
+use crate::agg::history;
 use crate::agg::warnings::{self, WarningConfig};
 use crate::agg::window::{self, history_position};
 use crate::agg::{Model, ProcessState};
@@ -43,12 +43,96 @@ pub struct ViewOptions {
 }
 
 impl ViewOptions {
-    fn at_options(&self) -> AtOptions {
+    fn at_options(&self, detail: Detail) -> AtOptions {
         AtOptions {
             window: core_window(self.window),
             at: self.at,
             now_ns: self.now_ns,
+            detail,
         }
+    }
+}
+
+/// The parts of the view model a frame draws, besides the header, status line, warnings and
+/// history position (always built). The dashboard builds what its current tab shows: on a job of
+/// thousands of processes the QP rows and matrices cost far more than the rest.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Sections {
+    /// `processes` (Overview; the Matrix, GPUs and Doorbells views read them too).
+    pub processes: bool,
+    /// `endpoints` (QPs).
+    pub endpoints: bool,
+    /// `gpus` (GPUs).
+    pub gpus: bool,
+    /// `nodes` and `ranks` (Nodes).
+    pub nodes: bool,
+    /// `matrices` (Matrix).
+    pub matrices: bool,
+    /// `doorbells` (Doorbells).
+    pub doorbells: bool,
+    /// `bandwidth_history` (Overview).
+    pub bandwidth: bool,
+}
+
+impl Sections {
+    /// Everything (`build_view`).
+    pub const ALL: Sections = Sections {
+        processes: true,
+        endpoints: true,
+        gpus: true,
+        nodes: true,
+        matrices: true,
+        doorbells: true,
+        bandwidth: true,
+    };
+
+    /// What the views of `tab` read.
+    pub fn of_tab(tab: Tab) -> Sections {
+        let none = Sections {
+            processes: false,
+            endpoints: false,
+            gpus: false,
+            nodes: false,
+            matrices: false,
+            doorbells: false,
+            bandwidth: false,
+        };
+        match tab {
+            Tab::Overview => Sections {
+                processes: true,
+                bandwidth: true,
+                ..none
+            },
+            Tab::Qps => Sections {
+                endpoints: true,
+                ..none
+            },
+            Tab::Gpus => Sections {
+                processes: true,
+                gpus: true,
+                ..none
+            },
+            Tab::Nodes => Sections {
+                nodes: true,
+                ..none
+            },
+            Tab::Matrix => Sections {
+                processes: true,
+                matrices: true,
+                ..none
+            },
+            Tab::Doorbells => Sections {
+                processes: true,
+                doorbells: true,
+                ..none
+            },
+        }
+    }
+}
+
+impl Default for Sections {
+    fn default() -> Self {
+        Sections::ALL
     }
 }
 
@@ -60,11 +144,11 @@ pub fn core_window(w: Window) -> window::Window {
     }
 }
 
-/// What is kept between frames: sums of snapshots already seen. Transparent: a view built with a
-/// cache equals one built without.
+/// What is kept between frames: the tables that change only with the job's topology. Transparent:
+/// a view built with a cache equals one built without.
 #[derive(Default)]
 pub struct ViewCache {
-    history: HistoryCache,
+    at: AtCache,
 }
 
 /// Builds the whole view model. Pure: the same model and options give the same view.
@@ -83,92 +167,151 @@ pub fn build_view_into(
     cache: &mut ViewCache,
     vm: &mut ViewModel,
 ) {
-    let at = ModelAt::new(model, &opts.at_options());
+    build_sections_into(model, opts, Sections::ALL, cache, vm);
+}
+
+/// `build_view_into` of the `sections` a frame draws: the others are left empty. The sections
+/// built equal those of a whole build.
+pub fn build_sections_into(
+    model: &Model,
+    opts: &ViewOptions,
+    sections: Sections,
+    cache: &mut ViewCache,
+    vm: &mut ViewModel,
+) {
+    let detail = if sections.endpoints || sections.matrices {
+        Detail::Endpoints
+    } else {
+        Detail::Processes
+    };
+    let at = ModelAt::with_cache(model, &opts.at_options(detail), &mut cache.at);
     let t = at.t;
     let mut drops = DropCounters::default();
-    vm.processes.clear();
-    for (a, r) in at.procs.iter().zip(&at.rates) {
+    for a in &at.procs {
         drops.add(&a.drops);
-        vm.processes.push(ProcessRow {
-            host: a.key.host.clone(),
-            pid: a.key.pid,
-            rank: a.p.identity.rank,
-            mode: a.p.identity.mode().name().to_string(),
-            layers: layer_names(a.p.layers_used())
-                .split(',')
-                .filter(|s| !s.is_empty())
-                .map(str::to_string)
-                .collect(),
-            tx_bps: r.tx_bps,
-            rx_bps: r.rx_bps,
-            ops_per_s: r.ops_per_s,
-            tx_bytes: r.tot.tx,
-            rx_bytes: r.tot.rx,
-            drops: a.drops.total_events_lost(),
-            exited: a.p.exited,
-        });
     }
-    vm.endpoints.truncate(at.endpoints.len());
-    while vm.endpoints.len() < at.endpoints.len() {
-        vm.endpoints.push(EndpointRow::default());
+    vm.processes.clear();
+    if sections.processes {
+        for (a, r) in at.procs.iter().zip(&at.rates) {
+            vm.processes.push(ProcessRow {
+                host: a.key.host.clone(),
+                pid: a.key.pid,
+                rank: a.p.identity.rank,
+                mode: a.p.identity.mode().name().to_string(),
+                layers: layer_names(a.p.layers_used())
+                    .split(',')
+                    .filter(|s| !s.is_empty())
+                    .map(str::to_string)
+                    .collect(),
+                tx_bps: r.tx_bps,
+                rx_bps: r.rx_bps,
+                ops_per_s: r.ops_per_s,
+                tx_bytes: r.tot.tx,
+                rx_bytes: r.tot.rx,
+                drops: a.drops.total_events_lost(),
+                exited: a.p.exited,
+            });
+        }
     }
-    for (row, e) in vm.endpoints.iter_mut().zip(&at.endpoints) {
-        fill_endpoint_row(row, &at, e);
+    if sections.endpoints {
+        vm.endpoints.truncate(at.endpoints.len());
+        while vm.endpoints.len() < at.endpoints.len() {
+            vm.endpoints.push(EndpointRow::default());
+        }
+        for (row, e) in vm.endpoints.iter_mut().zip(&at.endpoints) {
+            fill_endpoint_row(row, &at, e);
+        }
+    } else {
+        vm.endpoints.clear();
     }
-    vm.nodes = at
-        .nodes()
-        .into_iter()
-        .map(|n| NodeRow {
-            processes: at.procs.iter().filter(|a| a.key.host == n.host).count() as u32,
-            host: n.host,
-            state: String::new(),
-            egress_bps: n.egress_bps,
-            ingress_bps: n.ingress_bps,
-            egress_bytes: n.egress_bytes,
-            ingress_bytes: n.ingress_bytes,
-        })
-        .collect();
-    add_link_states(model, &mut vm.nodes);
-    vm.ranks = at
-        .ranks()
-        .into_iter()
-        .map(|r| RankRow {
-            rank: r.rank.unwrap_or_default(),
-            host: r.host,
-            egress_bps: r.egress_bps,
-            ingress_bps: r.ingress_bps,
-            egress_bytes: r.egress_bytes,
-            ingress_bytes: r.ingress_bytes,
-        })
-        .collect();
-    vm.gpus = at
-        .gpus()
-        .into_iter()
-        .map(|g| GpuRow {
-            host: g.host,
-            pid: g.pid,
-            rank: g.rank,
-            gpu: g.gpu,
-            bytes_per_s: g.bytes_per_s,
-            doorbells_per_s: g.doorbells_per_s,
-            opcode_mix: g
-                .opcode_mix
-                .iter()
-                .map(|(op, n)| (op_name(*op), *n))
-                .collect(),
-            inflight_wqes: 0,
-        })
-        .collect();
-    let m = at.matrices();
-    vm.matrices = Matrices {
-        rank: matrix(m.rank),
-        node: matrix(m.node),
-        gpu: matrix(m.gpu),
+    vm.nodes.clear();
+    vm.ranks.clear();
+    if sections.nodes {
+        let mut per_host = vec![0u32; at.groups.hosts.len()];
+        for pi in 0..at.procs.len() {
+            if let Some(n) = at
+                .groups
+                .host_of(pi as u32)
+                .and_then(|h| per_host.get_mut(h))
+            {
+                *n += 1;
+            }
+        }
+        vm.nodes = at
+            .nodes()
+            .into_iter()
+            .zip(per_host)
+            .map(|(n, processes)| NodeRow {
+                processes,
+                host: n.host,
+                state: String::new(),
+                egress_bps: n.egress_bps,
+                ingress_bps: n.ingress_bps,
+                egress_bytes: n.egress_bytes,
+                ingress_bytes: n.ingress_bytes,
+            })
+            .collect();
+        add_link_states(model, &mut vm.nodes);
+        vm.ranks = at
+            .ranks()
+            .into_iter()
+            .map(|r| RankRow {
+                rank: r.rank.unwrap_or_default(),
+                host: r.host,
+                egress_bps: r.egress_bps,
+                ingress_bps: r.ingress_bps,
+                egress_bytes: r.egress_bytes,
+                ingress_bytes: r.ingress_bytes,
+            })
+            .collect();
+    }
+    vm.gpus.clear();
+    if sections.gpus {
+        vm.gpus = at
+            .gpus()
+            .into_iter()
+            .map(|g| GpuRow {
+                host: g.host,
+                pid: g.pid,
+                rank: g.rank,
+                gpu: g.gpu,
+                bytes_per_s: g.bytes_per_s,
+                doorbells_per_s: g.doorbells_per_s,
+                opcode_mix: g
+                    .opcode_mix
+                    .iter()
+                    .map(|(op, n)| (op_name(*op), *n))
+                    .collect(),
+                inflight_wqes: 0,
+            })
+            .collect();
+    }
+    vm.matrices = if sections.matrices {
+        let m = at.matrices();
+        Matrices {
+            rank: matrix(m.rank),
+            node: matrix(m.node),
+            gpu: matrix(m.gpu),
+        }
+    } else {
+        Matrices::default()
     };
 
-    let times = history::sample_times(model, t);
-    vm.bandwidth_history = history::bandwidth(model, &times, &mut cache.history);
-    vm.doorbells = doorbells(model, &at, &times, core_window(opts.window));
+    let times = if sections.bandwidth || sections.doorbells {
+        history::sample_times(model, t)
+    } else {
+        Vec::new()
+    };
+    vm.bandwidth_history = if sections.bandwidth {
+        history::bandwidth(model, &times)
+    } else {
+        Vec::new()
+    };
+    vm.doorbells = if sections.doorbells {
+        doorbells(model, &at, &times, core_window(opts.window))
+    } else {
+        DoorbellModel::default()
+    };
 
     vm.status = StatusCounters {
         refused: at.rates.iter().map(|r| r.tot.refused).sum(),
@@ -193,7 +336,7 @@ pub fn build_view_into(
         })
         .collect();
     (vm.history_pos, vm.history_len) = history_position(model, opts.at);
-    vm.header = header(model, &at, opts, vm);
+    vm.header = header(model, &at, opts);
 }
 
 /// `attach HOST...`: each host's link state on its node row, and a row for each host that has
@@ -212,7 +355,7 @@ fn add_link_states(model: &Model, nodes: &mut Vec<NodeRow>) {
     }
 }
 
-fn header(model: &Model, at: &ModelAt, opts: &ViewOptions, vm: &ViewModel) -> Header {
+fn header(model: &Model, at: &ModelAt, opts: &ViewOptions) -> Header {
     let mut modes: Vec<&str> = at
         .procs
         .iter()
@@ -231,7 +374,7 @@ fn header(model: &Model, at: &ModelAt, opts: &ViewOptions, vm: &ViewModel) -> He
         nodes: at.groups.hosts.len() as u32,
         ranks: at.groups.ranks.len() as u32,
         processes: at.procs.len() as u32,
-        qps: vm.endpoints.iter().filter(|e| !e.unattributed).count() as u32,
+        qps: at.qps as u32,
         tx_bps,
         rx_bps,
         window: opts.window.label().to_string(),
@@ -869,6 +1012,291 @@ mod tests {
                 "the average over its life, {later} s on"
             );
             assert_eq!(e.tx_bytes, 4_000_000);
+        }
+    }
+
+    /// A job of 7 processes on 3 hosts whose counters do what real ones do and some worse:
+    /// steady and bursty growth, endpoints and operations appearing mid-run, a counter that
+    /// shrinks (a reused endpoint slot, or a bad relay), a verbs QP holding posted receives, a
+    /// GPU QP ringing doorbells, a process attached late, one that goes quiet and one that
+    /// exits. Snapshots every 250 ms, `snaps` of them, applied through `Model::apply`;
+    /// `each(k, model)` after snapshot k.
+    fn varied_job(seed: u64, snaps: u64, mut each: impl FnMut(u64, &Model)) -> Model {
+        let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+        let mut rnd = move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        let q = S / 4;
+        let mut m = Model::new();
+        let n = 7u32;
+        let key = |i: u32| ProcKey {
+            host: format!("n{}", i % 3),
+            pid: 10 + i,
+            start_ns: 0,
+        };
+        let mut counts: Vec<Vec<OpCount>> = Vec::new();
+        for i in 0..n {
+            let k = key(i);
+            m.apply(
+                &k,
+                Frame::hello(ident(10 + i, i, &k.host, 0x100 + u64::from(i))),
+            );
+            let mut eps: Vec<EndpointDef> = (1..=3)
+                .map(|e| ep(e, 0x100 + u64::from((i + e) % n)))
+                .collect();
+            let mut qp = ep(9, 0x100 + u64::from((i + 1) % n));
+            qp.layer = Layer::Ibverbs;
+            qp.kind = EndpointKind::VerbsQp;
+            qp.qpn = Some(0x40 + i);
+            eps.push(qp);
+            if i == 5 {
+                let mut g = ep(12, 0);
+                g.layer = Layer::Mlx5;
+                g.kind = EndpointKind::DevxQp;
+                g.qpn = Some(0x2a40);
+                g.gpu = Some(0);
+                eps.push(g);
+            }
+            m.apply(&k, Frame::Endpoints(eps));
+            counts.push(vec![
+                OpCount {
+                    ep: 1,
+                    op: Op::UcxTagSend as u8,
+                    ..Default::default()
+                },
+                OpCount {
+                    ep: 2,
+                    op: Op::UcxTagRecv as u8,
+                    ..Default::default()
+                },
+            ]);
+        }
+        for k in 0..snaps {
+            for i in 0..n {
+                // Process 3 is attached 5 s in; process 4 stops reporting 4 s before the end;
+                // process 6 exits 8 s before the end.
+                if (i == 3 && k < 20) || (i == 4 && k + 16 > snaps) || (i == 6 && k + 32 > snaps) {
+                    continue;
+                }
+                let c = &mut counts[i as usize];
+                match rnd() % 97 {
+                    0 => c.push(OpCount {
+                        ep: 3,
+                        op: Op::UcxPut as u8,
+                        ..Default::default()
+                    }),
+                    1 => c.push(OpCount {
+                        ep: 0,
+                        op: Op::UcxTagSend as u8,
+                        ..Default::default()
+                    }),
+                    2 if c.len() > 1 => {
+                        c.pop();
+                    }
+                    3 => c[0].bytes /= 2,
+                    _ => {}
+                }
+                if k == 30 && i == 1 {
+                    c.push(OpCount {
+                        ep: 9,
+                        op: Op::VerbsRecv as u8,
+                        ..Default::default()
+                    });
+                }
+                if i == 5 && k == 10 {
+                    c.push(OpCount {
+                        ep: 12,
+                        op: Op::GpuDoorbell as u8,
+                        ..Default::default()
+                    });
+                }
+                let quiet = i == 2 && (40..60).contains(&k);
+                for (j, oc) in c.iter_mut().enumerate() {
+                    if quiet {
+                        continue;
+                    }
+                    let burst = if rnd() % 5 == 0 { 7 } else { 1 };
+                    let n_ops = (rnd() % 20 + j as u64) * burst;
+                    oc.ops += n_ops;
+                    oc.bytes += n_ops * 4096;
+                    if oc.op == Op::VerbsRecv as u8 {
+                        oc.posted += n_ops + 2;
+                    }
+                }
+                let at = T0 + k * q + u64::from(i) * 1000;
+                m.apply(
+                    &key(i),
+                    Frame::Snapshot(Snapshot {
+                        at_ns: at,
+                        seq: k,
+                        counts: c.clone(),
+                        ..Default::default()
+                    }),
+                );
+                if i == 6 && k + 33 == snaps {
+                    m.apply(&key(i), Frame::Bye { at_ns: at });
+                }
+            }
+            each(k, &m);
+        }
+        m
+    }
+
+    /// What the dashboard shows at many view times and windows, read from per-process totals,
+    /// equals what it shows read from every endpoint; and a frame of one tab equals those
+    /// sections of a whole build.
+    #[test]
+    fn figures_from_process_totals_equal_figures_from_endpoints() {
+        let windows = [Window::S1, Window::S10, Window::S60, Window::All];
+        let mut fast = 0;
+        for seed in 1..=5 {
+            let m = varied_job(seed, 320, |_, _| {});
+            let latest = m.latest_ns();
+            let times = [
+                (None, None),
+                (None, Some(latest + S / 10)),
+                (None, Some(latest + 3 * S)),
+                (Some(latest - S / 4), None),
+                (Some(latest - 7 * S), None),
+                (Some(T0 + 2 * S), None),
+            ];
+            for w in windows {
+                for (at, now_ns) in times {
+                    let o = AtOptions {
+                        window: core_window(w),
+                        at,
+                        now_ns,
+                        detail: Detail::Endpoints,
+                    };
+                    let all = ModelAt::new(&m, &o);
+                    let lite = ModelAt::new(
+                        &m,
+                        &AtOptions {
+                            detail: Detail::Processes,
+                            ..o
+                        },
+                    );
+                    let ctx = format!("seed {seed} {w:?} at {at:?} now {now_ns:?}");
+                    assert_eq!(
+                        format!("{:?}", all.rates),
+                        format!("{:?}", lite.rates),
+                        "{ctx}"
+                    );
+                    assert_eq!(all.qps, lite.qps, "{ctx}");
+                    assert_eq!(all.nodes(), lite.nodes(), "{ctx}");
+                    assert_eq!(all.ranks(), lite.ranks(), "{ctx}");
+                    assert_eq!(all.gpus(), lite.gpus(), "{ctx}");
+                    let cfg = WarningConfig::default();
+                    assert_eq!(
+                        warnings::warnings(&all, &cfg),
+                        warnings::warnings(&lite, &cfg),
+                        "{ctx}"
+                    );
+                    fast += lite.procs.iter().filter(|a| !a.detailed).count();
+                }
+            }
+            for tab in Tab::ALL {
+                for w in windows {
+                    let o = opts(w, None);
+                    let mut want = build_view(&m, &o);
+                    let sec = Sections::of_tab(tab);
+                    if !sec.processes {
+                        want.processes.clear();
+                    }
+                    if !sec.endpoints {
+                        want.endpoints.clear();
+                    }
+                    if !sec.gpus {
+                        want.gpus.clear();
+                    }
+                    if !sec.nodes {
+                        want.nodes.clear();
+                        want.ranks.clear();
+                    }
+                    if !sec.matrices {
+                        want.matrices = Matrices::default();
+                    }
+                    if !sec.doorbells {
+                        want.doorbells = DoorbellModel::default();
+                    }
+                    if !sec.bandwidth {
+                        want.bandwidth_history.clear();
+                    }
+                    let mut vm = ViewModel::default();
+                    build_sections_into(&m, &o, sec, &mut ViewCache::default(), &mut vm);
+                    assert_eq!(vm, want, "seed {seed} {tab:?} {w:?}");
+                }
+            }
+        }
+        assert!(fast > 150, "the totals path was taken {fast} times");
+    }
+
+    /// Frames built with the dashboard's cache while the job grows (endpoints, operations and
+    /// processes appear) equal fresh builds.
+    #[test]
+    fn frames_built_with_the_cache_equal_fresh_builds() {
+        let mut cache = ViewCache::default();
+        let mut vm = ViewModel::default();
+        let mut checked = 0;
+        varied_job(9, 200, |k, m| {
+            if k % 7 == 0 {
+                for (tab, w) in [(Tab::Nodes, Window::S10), (Tab::Qps, Window::S60)] {
+                    let o = opts(w, None);
+                    let sec = Sections::of_tab(tab);
+                    build_sections_into(m, &o, sec, &mut cache, &mut vm);
+                    let mut fresh = ViewModel::default();
+                    build_sections_into(m, &o, sec, &mut ViewCache::default(), &mut fresh);
+                    assert_eq!(vm, fresh, "snapshot {k} {tab:?}");
+                    checked += 1;
+                }
+            }
+        });
+        assert_eq!(checked, 58);
+    }
+
+    /// A history trimmed to the byte budget shows, at its newest snapshot, what the whole history
+    /// shows, for every window the views offer.
+    #[test]
+    fn a_trimmed_history_shows_the_same_live_figures() {
+        use crate::agg::snapshots::Keep;
+        use crate::agg::window::ProcAt;
+        let m = varied_job(3, 400, |_, _| {});
+        for (k, p) in &m.processes {
+            let mut small = p.clone();
+            small.history = Default::default();
+            let n = p.history.len();
+            for i in 0..n {
+                let s = p.history.get(i).expect("decodes").into_owned();
+                small.history.push(
+                    s,
+                    Keep {
+                        max: crate::agg::HISTORY,
+                        bytes: 0,
+                        floor_ns: crate::agg::WINDOW_FLOOR_NS,
+                    },
+                );
+            }
+            assert!(
+                small.history.len() < n || n < 241,
+                "{} of {n} kept",
+                small.history.len()
+            );
+            let t = p.history.at_ns(n - 1);
+            for w in [Window::S1, Window::S10, Window::S60] {
+                for detail in [false, true] {
+                    let a = ProcAt::new(k, p, t, core_window(w), detail);
+                    let b = ProcAt::new(k, &small, t, core_window(w), detail);
+                    assert_eq!(
+                        format!("{:?} {} {}", a.sums, a.window_ns, a.now_ns),
+                        format!("{:?} {} {}", b.sums, b.window_ns, b.now_ns),
+                        "{k:?} {w:?} {detail}"
+                    );
+                    assert_eq!(format!("{:?}", a.eps), format!("{:?}", b.eps));
+                }
+            }
         }
     }
 }

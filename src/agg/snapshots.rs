@@ -1,0 +1,1104 @@
+//! The snapshot history of one process, kept compact: a job of 2,048 processes × 64 QPs sends
+//! 262,144 counters every 250 ms, and keeping each snapshot as `OpCount`s (56 bytes each) would
+//! grow by 57 MB/s. The newest snapshot is kept decoded; every snapshot is one record of bytes:
+//!
+//! - a keyframe (the first kept, every `KEYFRAME_EVERY`-th, and whenever the list of
+//!   (endpoint, op) pairs changes) holds every counter as a varint, with the change of each from
+//!   the snapshot before (what the next records refer to);
+//! - a delta record (same list as the record before) holds, per counter, one mode byte (a second
+//!   when errors, refusals or posted receives moved) saying for each field: unchanged, changed by
+//!   the same amount as last time, or changed by a varint that follows; a run of counters with
+//!   the same modes and nothing to write (idle QPs, or QPs that moved as much as last time) is
+//!   one mode byte and its length.
+//!
+//! Decoding is exact (wrapping arithmetic on u64): a snapshot read back equals the one pushed.
+//! Every record also carries the snapshot's own fields (drops, events, threads, layers), and the
+//! index holds what the views ask of every snapshot without decoding: its time, sequence number,
+//! cumulative tx and rx bytes, and how many non-monotone steps came before it.
+//!
+//! What is kept: at most `HISTORY` snapshots, fewer when the model's byte budget is spent, but
+//! never fewer than what the longest window needs at the newest time (see `Keep`).
+
+use std::borrow::Cow;
+use std::collections::{HashSet, VecDeque};
+
+use super::window::{ChangeSums, EpMap, Sums};
+use crate::event::{DropCounters, OpCount, Snapshot};
+use crate::trace::codec::{get_varint, put_varint};
+
+/// Records from one keyframe to the next: decoding a snapshot in the middle of the history walks
+/// at most this many records.
+pub const KEYFRAME_EVERY: u32 = 64;
+
+const KEY: u8 = 0;
+const DELTA: u8 = 1;
+
+/// The counters of one `OpCount`, in record order.
+type Vals = [u64; 6];
+
+fn vals(c: &OpCount) -> Vals {
+    [
+        c.ops,
+        c.bytes,
+        c.errors,
+        c.refused,
+        c.posted,
+        c.posted_bytes,
+    ]
+}
+
+fn with_vals(ep: u32, op: u8, v: &Vals) -> OpCount {
+    OpCount {
+        ep,
+        op,
+        ops: v[0],
+        bytes: v[1],
+        errors: v[2],
+        refused: v[3],
+        posted: v[4],
+        posted_bytes: v[5],
+    }
+}
+
+/// How many snapshots a history keeps.
+#[derive(Clone, Copy, Debug)]
+pub struct Keep {
+    /// Never more snapshots than this.
+    pub max: usize,
+    /// Beyond this many bytes, the oldest snapshots go ...
+    pub bytes: usize,
+    /// ... except those a window of this length ending at the newest snapshot reads: the
+    /// snapshot at or before its start, and every later one.
+    pub floor_ns: u64,
+}
+
+/// The "now" figures of the newest snapshot against the one before it, computed once when it
+/// arrives (the same arithmetic as `ProcAt` over the two snapshots).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct NowRates {
+    /// Time between the two snapshots (> 0).
+    pub dt_ns: u64,
+    /// Sums over the endpoints, in endpoint order, of each one's bytes/s and operations/s.
+    pub tx_bps: f64,
+    pub rx_bps: f64,
+    pub ops_per_s: f64,
+}
+
+/// The index entry of one kept snapshot.
+#[derive(Clone, Debug)]
+struct Meta {
+    at_ns: u64,
+    seq: u64,
+    /// `Sums::tx` and `Sums::rx` of the whole snapshot.
+    tx: u64,
+    rx: u64,
+    /// Steps between consecutive snapshots, up to this one, after which some (endpoint, op)
+    /// counter was gone or smaller (or a pair appeared twice): over a run of monotone steps,
+    /// per-process differences equal the sums of per-endpoint differences.
+    breaks: u64,
+    rec: Box<[u8]>,
+}
+
+/// Bytes one kept snapshot costs besides its record: the index entry and the record's
+/// allocation.
+const PER_SNAPSHOT: usize = std::mem::size_of::<Meta>() + 16;
+
+/// The history of one process's cumulative snapshots, oldest first.
+#[derive(Clone, Debug, Default)]
+pub struct SnapshotHistory {
+    meta: VecDeque<Meta>,
+    /// The newest snapshot without its counters (those are in `state`): a push leaves the
+    /// counters it was given, so that the next snapshot decodes into memory still warm.
+    last: Option<Snapshot>,
+    /// The encoder's view of `last`, compact so that a push reads little besides the new
+    /// snapshot: its counters' keys, values and how much each changed since the snapshot before
+    /// (wrapping; zeros after a change of the counter list), which the next delta record refers
+    /// to.
+    state: EncState,
+    /// The buffer delta records are written in before they are boxed.
+    scratch: Vec<u8>,
+    /// The step to `last` kept the counter list: the snapshot before is `last` less its changes.
+    same_layout: bool,
+    /// `last` lists some (endpoint, op) twice.
+    dup_keys: bool,
+    /// Some snapshot came with an earlier time than the one before it (a broken source): the
+    /// times are searched from the middle, not from where they say.
+    unsorted: bool,
+    /// Records since the last keyframe was written.
+    since_key: u32,
+    /// Changes whenever the newest snapshot's list of (endpoint, op) differs from the one before.
+    layout: u64,
+    breaks: u64,
+    /// The sums of the whole newest snapshot.
+    last_sums: Sums,
+    /// Its "now" figures, when the history holds an earlier snapshot taken before it.
+    last_now: Option<NowRates>,
+    /// Bytes held: records plus `PER_SNAPSHOT` each.
+    bytes: usize,
+}
+
+/// Per counter of the newest snapshot, in its order.
+#[derive(Clone, Debug, Default)]
+struct EncState {
+    /// (ep << 8 | op).
+    keys: Vec<u64>,
+    /// ops, bytes, and their last changes.
+    main: Vec<[u64; 4]>,
+    /// errors, refused, posted, posted bytes, and their last changes; empty while all are zero
+    /// (they usually are, besides the posted receives of verbs QPs).
+    rare: Vec<[u64; 8]>,
+}
+
+fn key_of(c: &OpCount) -> u64 {
+    u64::from(c.ep) << 8 | u64::from(c.op)
+}
+
+impl EncState {
+    /// The last changes of counter `k`, all fields.
+    fn dels(&self, k: usize) -> Vals {
+        let m = &self.main[k];
+        match self.rare.get(k) {
+            Some(r) => [m[2], m[3], r[4], r[5], r[6], r[7]],
+            None => [m[2], m[3], 0, 0, 0, 0],
+        }
+    }
+
+    /// The counters, as the snapshot listed them.
+    fn counts(&self) -> Vec<OpCount> {
+        (0..self.keys.len()).map(|k| self.count(k)).collect()
+    }
+
+    fn count(&self, k: usize) -> OpCount {
+        let (key, m) = (self.keys[k], &self.main[k]);
+        let r = self.rare.get(k).copied().unwrap_or_default();
+        OpCount {
+            ep: (key >> 8) as u32,
+            op: key as u8,
+            ops: m[0],
+            bytes: m[1],
+            errors: r[0],
+            refused: r[1],
+            posted: r[2],
+            posted_bytes: r[3],
+        }
+    }
+
+    /// The counters of the snapshot before, when the last step kept the list: each less its
+    /// last change.
+    fn counts_before(&self) -> Vec<OpCount> {
+        (0..self.keys.len())
+            .map(|k| {
+                let v = vals(&self.count(k));
+                let d = self.dels(k);
+                let c = self.count(k);
+                with_vals(
+                    c.ep,
+                    c.op,
+                    &std::array::from_fn(|f| v[f].wrapping_sub(d[f])),
+                )
+            })
+            .collect()
+    }
+
+    /// Starts over from `counts` (a new list of counters): no changes known.
+    fn reset(&mut self, counts: &[OpCount]) {
+        self.keys.clear();
+        self.keys.extend(counts.iter().map(key_of));
+        self.main.clear();
+        self.main
+            .extend(counts.iter().map(|c| [c.ops, c.bytes, 0, 0]));
+        self.rare.clear();
+        if counts.iter().any(has_rare) {
+            self.rare.extend(
+                counts
+                    .iter()
+                    .map(|c| [c.errors, c.refused, c.posted, c.posted_bytes, 0, 0, 0, 0]),
+            );
+        }
+    }
+}
+
+fn has_rare(c: &OpCount) -> bool {
+    c.errors | c.refused | c.posted | c.posted_bytes != 0
+}
+
+/// The fields of a snapshot besides its counters (in every record).
+#[derive(Clone, Copy, Debug, Default)]
+struct Head {
+    drops: DropCounters,
+    events: u64,
+    threads: u32,
+    layers_used: u32,
+}
+
+impl Head {
+    fn of(s: &Snapshot) -> Head {
+        Head {
+            drops: s.drops,
+            events: s.events,
+            threads: s.threads,
+            layers_used: s.layers_used,
+        }
+    }
+
+    fn put(&self, out: &mut Vec<u8>) {
+        let d = &self.drops;
+        for v in [
+            self.events,
+            u64::from(self.threads),
+            u64::from(self.layers_used),
+            d.ring_full,
+            d.record_lost,
+            d.live_not_sent,
+            d.unattributed_ops,
+            d.coalesced_doorbells,
+            d.unparsable_wqes,
+            d.endpoint_overflow,
+            d.hook_failures,
+        ] {
+            put_varint(out, v);
+        }
+    }
+
+    fn get(rec: &[u8], pos: &mut usize) -> Option<Head> {
+        let mut v = [0u64; 11];
+        for x in &mut v {
+            *x = get_varint(rec, pos).ok()?;
+        }
+        Some(Head {
+            events: v[0],
+            threads: v[1] as u32,
+            layers_used: v[2] as u32,
+            drops: DropCounters {
+                ring_full: v[3],
+                record_lost: v[4],
+                live_not_sent: v[5],
+                unattributed_ops: v[6],
+                coalesced_doorbells: v[7],
+                unparsable_wqes: v[8],
+                endpoint_overflow: v[9],
+                hook_failures: v[10],
+            },
+        })
+    }
+}
+
+/// A decoded position: the counters and their last changes.
+struct State {
+    counts: Vec<OpCount>,
+    dels: Vec<Vals>,
+}
+
+fn mode(d: u64, prev: u64) -> u8 {
+    if d == 0 {
+        0
+    } else if d == prev {
+        1
+    } else if (d as i64) >= 0 {
+        2
+    } else {
+        3
+    }
+}
+
+fn put_change(out: &mut Vec<u8>, m: u8, d: u64) {
+    match m {
+        2 => put_varint(out, d),
+        3 => put_varint(out, d.wrapping_neg()),
+        _ => {}
+    }
+}
+
+fn get_change(rec: &[u8], pos: &mut usize, m: u8, prev: u64) -> Option<u64> {
+    Some(match m {
+        0 => 0,
+        1 => prev,
+        2 => get_varint(rec, pos).ok()?,
+        _ => get_varint(rec, pos).ok()?.wrapping_neg(),
+    })
+}
+
+/// A keyframe: the head, then every counter's (ep, op), values and last changes.
+fn encode_key(head: &Head, counts: &[OpCount], dels: &[Vals]) -> Box<[u8]> {
+    let mut out = Vec::with_capacity(16 + counts.len() * 24);
+    out.push(KEY);
+    head.put(&mut out);
+    put_varint(&mut out, counts.len() as u64);
+    for (c, d) in counts.iter().zip(dels) {
+        put_varint(&mut out, u64::from(c.ep));
+        out.push(c.op);
+        for v in vals(c) {
+            put_varint(&mut out, v);
+        }
+        for v in d {
+            put_varint(&mut out, *v);
+        }
+    }
+    out.into_boxed_slice()
+}
+
+/// Bits of a delta record's mode byte: ops mode (0-1), bytes mode (2-3), a second byte follows
+/// with the modes of errors, refused, posted and posted bytes (4), a run follows (5).
+const REST: u8 = 0x10;
+const RUN: u8 = 0x20;
+
+/// Writes the counters of a delta record: per counter its modes (one byte, a second when
+/// errors, refusals or posted receives changed) and the changes they do not imply. Counters in
+/// a row that need no change written and have the same modes (idle ones, or ones that grew as
+/// much as last time) are one mode byte with `RUN` and a varint: how many more follow.
+struct DeltaWriter {
+    /// The pending run: its mode byte and length.
+    run: (u8, u64),
+}
+
+impl DeltaWriter {
+    /// Counter change `d`, against the change before it `prev`; `rare`: errors, refusals or
+    /// posted receives may have changed (else their changes are zero, and so were the last).
+    #[inline]
+    fn count(&mut self, out: &mut Vec<u8>, d: &Vals, prev: &Vals, rare: bool) {
+        if !rare {
+            let (m0, m1) = (mode(d[0], prev[0]), mode(d[1], prev[1]));
+            let b0 = m0 | m1 << 2;
+            if m0 < 2 && m1 < 2 {
+                if self.run.1 > 0 && self.run.0 == b0 {
+                    self.run.1 += 1;
+                    return;
+                }
+                self.finish(out);
+                self.run = (b0, 1);
+                return;
+            }
+            self.finish(out);
+            out.push(b0);
+            put_change(out, m0, d[0]);
+            put_change(out, m1, d[1]);
+            return;
+        }
+        let m: [u8; 6] = std::array::from_fn(|f| mode(d[f], prev[f]));
+        let rest = m[2] | m[3] << 2 | m[4] << 4 | m[5] << 6;
+        let b0 = m[0] | m[1] << 2;
+        if rest == 0 && m[0] < 2 && m[1] < 2 {
+            if self.run.1 > 0 && self.run.0 == b0 {
+                self.run.1 += 1;
+                return;
+            }
+            self.finish(out);
+            self.run = (b0, 1);
+            return;
+        }
+        self.finish(out);
+        out.push(b0 | if rest != 0 { REST } else { 0 });
+        if rest != 0 {
+            out.push(rest);
+        }
+        for f in 0..6 {
+            put_change(out, m[f], d[f]);
+        }
+    }
+
+    /// Writes the pending run.
+    fn finish(&mut self, out: &mut Vec<u8>) {
+        match self.run.1 {
+            0 => {}
+            1 => out.push(self.run.0),
+            n => {
+                out.push(self.run.0 | RUN);
+                put_varint(out, n - 1);
+            }
+        }
+        self.run.1 = 0;
+    }
+}
+
+fn decode_key(rec: &[u8]) -> Option<(State, Head)> {
+    let mut pos = 1;
+    let head = Head::get(rec, &mut pos)?;
+    let n = get_varint(rec, &mut pos).ok()? as usize;
+    // Each counter takes at least 14 bytes: a count beyond that is not ours.
+    if n > rec.len() / 14 {
+        return None;
+    }
+    let mut st = State {
+        counts: Vec::with_capacity(n),
+        dels: Vec::with_capacity(n),
+    };
+    for _ in 0..n {
+        let ep = get_varint(rec, &mut pos).ok()? as u32;
+        let op = *rec.get(pos)?;
+        pos += 1;
+        let mut v = [0u64; 6];
+        for x in &mut v {
+            *x = get_varint(rec, &mut pos).ok()?;
+        }
+        let mut d = [0u64; 6];
+        for x in &mut d {
+            *x = get_varint(rec, &mut pos).ok()?;
+        }
+        st.counts.push(with_vals(ep, op, &v));
+        st.dels.push(d);
+    }
+    Some((st, head))
+}
+
+fn apply_delta(rec: &[u8], st: &mut State) -> Option<Head> {
+    let mut pos = 1;
+    let head = Head::get(rec, &mut pos)?;
+    let n = get_varint(rec, &mut pos).ok()? as usize;
+    if n != st.counts.len() {
+        return None;
+    }
+    // Counters left in the current run, and its mode byte.
+    let mut run = (0u8, 0u64);
+    for (c, dl) in st.counts.iter_mut().zip(st.dels.iter_mut()) {
+        let b0 = if run.1 > 0 {
+            run.1 -= 1;
+            run.0
+        } else {
+            let b = *rec.get(pos)?;
+            pos += 1;
+            if b & RUN != 0 {
+                run = (b & !RUN, get_varint(rec, &mut pos).ok()?);
+            }
+            b & !RUN
+        };
+        let rest = if b0 & REST != 0 {
+            let b = *rec.get(pos)?;
+            pos += 1;
+            b
+        } else {
+            0
+        };
+        let m = [
+            b0 & 3,
+            (b0 >> 2) & 3,
+            rest & 3,
+            (rest >> 2) & 3,
+            (rest >> 4) & 3,
+            rest >> 6,
+        ];
+        let mut v = vals(c);
+        for f in 0..6 {
+            let d = get_change(rec, &mut pos, m[f], dl[f])?;
+            v[f] = v[f].wrapping_add(d);
+            dl[f] = d;
+        }
+        *c = with_vals(c.ep, c.op, &v);
+    }
+    Some(head)
+}
+
+/// Some (endpoint, op) is listed twice.
+fn has_dup_keys(counts: &[OpCount]) -> bool {
+    let mut seen = HashSet::with_capacity(counts.len());
+    counts.iter().any(|c| !seen.insert((c.ep, c.op)))
+}
+
+/// Every counter of `old` is in `new` (one each), none smaller in a field that `Sums` reads.
+fn grew_from(old: &[OpCount], new: &[OpCount]) -> bool {
+    let by_key: std::collections::HashMap<(u32, u8), &OpCount> =
+        new.iter().map(|c| ((c.ep, c.op), c)).collect();
+    old.iter().all(|o| {
+        by_key
+            .get(&(o.ep, o.op))
+            .is_some_and(|n| not_smaller(&vals(o), &vals(n)))
+    })
+}
+
+/// `new` ≥ `old` in ops, bytes, refused and posted (what `Sums` reads).
+fn not_smaller(old: &Vals, new: &Vals) -> bool {
+    new[0] >= old[0] && new[1] >= old[1] && new[3] >= old[3] && new[4] >= old[4]
+}
+
+impl SnapshotHistory {
+    pub fn len(&self) -> usize {
+        self.meta.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.meta.is_empty()
+    }
+
+    /// The newest snapshot (its counters rebuilt: for reports and scrapes, not every frame).
+    pub fn last(&self) -> Option<Cow<'_, Snapshot>> {
+        let head = self.last.as_ref()?;
+        Some(Cow::Owned(Snapshot {
+            counts: self.state.counts(),
+            ..head.clone()
+        }))
+    }
+
+    /// The newest snapshot without its counters (`counts` is empty): its time, drops, events,
+    /// threads and layers.
+    pub fn last_head(&self) -> Option<&Snapshot> {
+        self.last.as_ref()
+    }
+
+    /// (endpoint, op) of each counter of the newest snapshot, in its order.
+    pub fn last_keys(&self) -> impl Iterator<Item = (u32, u8)> + '_ {
+        self.state.keys.iter().map(|k| ((k >> 8) as u32, *k as u8))
+    }
+
+    /// Sums of the whole newest snapshot.
+    pub fn last_sums(&self) -> Sums {
+        self.last_sums
+    }
+
+    /// The newest snapshot's "now" figures against the one before it (None when the history
+    /// holds no earlier snapshot, or the one before is not older).
+    pub fn last_now(&self) -> Option<NowRates> {
+        if self.meta.len() >= 2 {
+            self.last_now
+        } else {
+            None
+        }
+    }
+
+    /// Time of snapshot `i`.
+    pub fn at_ns(&self, i: usize) -> u64 {
+        self.meta[i].at_ns
+    }
+
+    /// Sequence number of snapshot `i`.
+    pub fn seq(&self, i: usize) -> u64 {
+        self.meta[i].seq
+    }
+
+    /// (`Sums::tx`, `Sums::rx`) of the whole snapshot `i`.
+    pub fn tx_rx(&self, i: usize) -> (u64, u64) {
+        (self.meta[i].tx, self.meta[i].rx)
+    }
+
+    /// Every step from snapshot `from` to snapshot `to` (`from` ≤ `to`) kept each (endpoint, op)
+    /// counter and grew it or left it: the per-process differences of `tx_rx` equal the sums of
+    /// each endpoint's differences.
+    pub fn monotone(&self, from: usize, to: usize) -> bool {
+        self.meta[from].breaks == self.meta[to].breaks
+    }
+
+    /// Number of snapshots at or before `t`.
+    pub fn partition_point(&self, t: u64) -> usize {
+        let n = self.meta.len();
+        if self.unsorted || n < 8 {
+            return self.meta.partition_point(|m| m.at_ns <= t);
+        }
+        let (first, last) = (self.meta[0].at_ns, self.meta[n - 1].at_ns);
+        if t >= last {
+            return n;
+        }
+        if t < first {
+            return 0;
+        }
+        // Snapshots come at a steady period: start where the times say (the views ask for the
+        // newest snapshot and one a window back, for thousands of processes), and walk.
+        let at = |i: usize| self.meta[i].at_ns;
+        let guess = (u128::from(t - first) * (n as u128 - 1) / u128::from(last - first)) as usize;
+        let mut i = guess.min(n - 1);
+        for _ in 0..8 {
+            if at(i) <= t {
+                // at(n - 1) > t: i + 1 exists.
+                if at(i + 1) > t {
+                    return i + 1;
+                }
+                i += 1;
+            } else {
+                if i == 0 || at(i - 1) <= t {
+                    return i;
+                }
+                i -= 1;
+            }
+        }
+        self.meta.partition_point(|m| m.at_ns <= t)
+    }
+
+    /// Times of snapshots `range`, oldest first.
+    pub fn times(&self, range: std::ops::Range<usize>) -> impl Iterator<Item = u64> + '_ {
+        self.meta.range(range).map(|m| m.at_ns)
+    }
+
+    /// A number that changes whenever the newest snapshot lists other (endpoint, op) pairs
+    /// than the one before it.
+    pub fn layout_generation(&self) -> u64 {
+        self.layout
+    }
+
+    /// Bytes this history holds (records and index).
+    pub fn bytes(&self) -> usize {
+        self.bytes
+    }
+
+    /// Snapshot `i`, decoded (the newest one is borrowed).
+    pub fn get(&self, i: usize) -> Option<Cow<'_, Snapshot>> {
+        let n = self.meta.len();
+        if i >= n {
+            return None;
+        }
+        if i + 1 == n {
+            return self.last();
+        }
+        if i + 2 == n && self.same_layout {
+            // The one before the newest: the newest less its last changes.
+            let mut pos = 1;
+            let head = Head::get(&self.meta[i].rec, &mut pos)?;
+            let counts = self.state.counts_before();
+            return Some(Cow::Owned(self.snapshot(i, counts, head)));
+        }
+        let (st, head) = self.decode(i)?;
+        Some(Cow::Owned(self.snapshot(i, st.counts, head)))
+    }
+
+    /// Walks snapshots `from..=to` in order, decoding each once: `f(i, counts)`.
+    pub fn walk(&self, from: usize, to: usize, mut f: impl FnMut(usize, &[OpCount])) {
+        let to = to.min(self.meta.len().saturating_sub(1));
+        if from > to || self.meta.is_empty() {
+            return;
+        }
+        let Some(k) = (0..=from).rev().find(|&j| self.meta[j].rec[0] == KEY) else {
+            return;
+        };
+        let Some((mut st, _)) = decode_key(&self.meta[k].rec) else {
+            return;
+        };
+        for j in k..=to {
+            if j > k {
+                let rec = &self.meta[j].rec;
+                let ok = if rec[0] == KEY {
+                    decode_key(rec).map(|(s, _)| st = s).is_some()
+                } else {
+                    apply_delta(rec, &mut st).is_some()
+                };
+                if !ok {
+                    debug_assert!(false, "a record this history wrote does not decode");
+                    return;
+                }
+            }
+            if j >= from {
+                f(j, &st.counts);
+            }
+        }
+    }
+
+    fn snapshot(&self, i: usize, counts: Vec<OpCount>, head: Head) -> Snapshot {
+        Snapshot {
+            at_ns: self.meta[i].at_ns,
+            seq: self.meta[i].seq,
+            counts,
+            drops: head.drops,
+            events: head.events,
+            threads: head.threads,
+            layers_used: head.layers_used,
+        }
+    }
+
+    /// The counters at position `i`, from the keyframe at or before it.
+    fn decode(&self, i: usize) -> Option<(State, Head)> {
+        let k = (0..=i).rev().find(|&j| self.meta[j].rec[0] == KEY)?;
+        let (mut st, mut head) = decode_key(&self.meta[k].rec)?;
+        for j in k + 1..=i {
+            let rec = &self.meta[j].rec;
+            if rec[0] == KEY {
+                (st, head) = decode_key(rec)?;
+            } else {
+                head = apply_delta(rec, &mut st)?;
+            }
+        }
+        Some((st, head))
+    }
+
+    /// Appends the newest snapshot; drops the oldest as `keep` says.
+    pub fn push(&mut self, s: Snapshot, keep: Keep) {
+        let head = Head::of(&s);
+        let st = &mut self.state;
+        let same = self.last.is_some()
+            && st.keys.len() == s.counts.len()
+            && st.keys.iter().zip(&s.counts).all(|(k, c)| *k == key_of(c));
+        let delta = same && !self.meta.is_empty() && self.since_key + 1 < KEYFRAME_EVERY;
+        let later = self.last.as_ref().is_some_and(|l| s.at_ns > l.at_ns);
+        if self.last.as_ref().is_some_and(|l| s.at_ns < l.at_ns) {
+            self.unsorted = true;
+        }
+        let dt = self
+            .last
+            .as_ref()
+            .map_or(0, |l| s.at_ns.saturating_sub(l.at_ns));
+        let mut writer = DeltaWriter { run: (0, 0) };
+        if delta {
+            self.scratch.clear();
+            self.scratch.push(DELTA);
+            head.put(&mut self.scratch);
+            put_varint(&mut self.scratch, s.counts.len() as u64);
+        }
+        // The process's sums and "now" rates, by endpoint runs, on the way.
+        let mut sums = ChangeSums::new(dt);
+        // The counters before, when the list changed (read before the state starts over).
+        let mut before: Option<Vec<OpCount>> = None;
+        let monotone = if same {
+            if st.rare.is_empty() && s.counts.iter().any(has_rare) {
+                st.rare = vec![[0; 8]; s.counts.len()];
+            }
+            // The changes since the snapshot before replace the last ones in place, written into
+            // the delta record on the way (each one's mode refers to the change before it).
+            let mut grew = !self.dup_keys;
+            let rare = !st.rare.is_empty();
+            for (k, c) in s.counts.iter().enumerate() {
+                let m = &mut st.main[k];
+                grew &= c.ops >= m[0] && c.bytes >= m[1];
+                let mut d = [
+                    c.ops.wrapping_sub(m[0]),
+                    c.bytes.wrapping_sub(m[1]),
+                    0,
+                    0,
+                    0,
+                    0,
+                ];
+                let mut prev = [m[2], m[3], 0, 0, 0, 0];
+                *m = [c.ops, c.bytes, d[0], d[1]];
+                if let Some(r) = st.rare.get_mut(k) {
+                    grew &= c.refused >= r[1] && c.posted >= r[2];
+                    let now = [c.errors, c.refused, c.posted, c.posted_bytes];
+                    for f in 0..4 {
+                        d[2 + f] = now[f].wrapping_sub(r[f]);
+                        prev[2 + f] = r[4 + f];
+                        r[f] = now[f];
+                        r[4 + f] = d[2 + f];
+                    }
+                }
+                if delta {
+                    writer.count(&mut self.scratch, &d, &prev, rare);
+                }
+                // Past a counter that shrank the sums are not used (its change wrapped).
+                if grew {
+                    sums.add(c, &d);
+                }
+            }
+            grew
+        } else {
+            let dup = has_dup_keys(&s.counts);
+            let old = st.counts();
+            let grew =
+                self.last.is_none() || (!self.dup_keys && !dup && grew_from(&old, &s.counts));
+            self.dup_keys = dup;
+            st.reset(&s.counts);
+            before = Some(old);
+            grew
+        };
+        if !monotone && self.last.is_some() {
+            self.breaks += 1;
+        }
+        if !same {
+            self.layout += 1;
+        }
+        let rec = if delta {
+            writer.finish(&mut self.scratch);
+            self.since_key += 1;
+            Box::from(&self.scratch[..])
+        } else {
+            self.since_key = 0;
+            let dels: Vec<Vals> = (0..s.counts.len()).map(|k| st.dels(k)).collect();
+            encode_key(&head, &s.counts, &dels)
+        };
+        // Counters that only grew, in the same list: each endpoint's change is the sum of its
+        // counters' changes (what `set_now` computes), when they come by endpoint in ascending
+        // order, as the preload lists them.
+        let quick = (later && same && monotone)
+            .then(|| sums.finish(self.last_sums))
+            .flatten();
+        let (sums, now) = match quick {
+            Some(q) => q,
+            None => {
+                let mut eps = EpMap::of_snapshot(&s, false);
+                let sums = eps.totals();
+                let now = if later {
+                    // The counters before: kept above when the list changed, else the new ones
+                    // less their changes.
+                    let before = before.unwrap_or_else(|| st.counts_before());
+                    eps.set_now(&before);
+                    eps.now_rates(dt)
+                } else {
+                    (0.0, 0.0, 0.0)
+                };
+                (sums, now)
+            }
+        };
+        self.last_sums = sums;
+        self.last_now = later.then_some(NowRates {
+            dt_ns: dt,
+            tx_bps: now.0,
+            rx_bps: now.1,
+            ops_per_s: now.2,
+        });
+        self.bytes += rec.len() + PER_SNAPSHOT;
+        self.meta.push_back(Meta {
+            at_ns: s.at_ns,
+            seq: s.seq,
+            tx: self.last_sums.tx,
+            rx: self.last_sums.rx,
+            breaks: self.breaks,
+            rec,
+        });
+        self.last = Some(Snapshot {
+            counts: Vec::new(),
+            ..s
+        });
+        self.same_layout = same;
+        self.trim(keep);
+    }
+
+    fn trim(&mut self, keep: Keep) {
+        while self.meta.len() > keep.max.max(1) {
+            self.pop_front();
+        }
+        // Over the budget, whole groups go, from the oldest keyframe to the next one: nothing is
+        // re-encoded. The history then holds from the floor to a group (16 s at 4 Hz) more.
+        let newest = self.meta.back().map_or(0, |m| m.at_ns);
+        while self.bytes > keep.bytes {
+            let Some(k) = (1..self.meta.len()).find(|&j| self.meta[j].rec[0] == KEY) else {
+                break;
+            };
+            if self.meta[k].at_ns.saturating_add(keep.floor_ns) > newest {
+                break;
+            }
+            for m in self.meta.drain(..k) {
+                self.bytes -= m.rec.len() + PER_SNAPSHOT;
+            }
+        }
+    }
+
+    /// Drops the oldest snapshot; the next one becomes a keyframe so that the history still
+    /// decodes from its start.
+    fn pop_front(&mut self) {
+        if self.meta.len() >= 2 && self.meta[1].rec[0] == DELTA {
+            match self.decode(1) {
+                Some((st, head)) => {
+                    let rec = encode_key(&head, &st.counts, &st.dels);
+                    self.bytes = self.bytes + rec.len() - self.meta[1].rec.len();
+                    self.meta[1].rec = rec;
+                }
+                None => debug_assert!(false, "a record this history wrote does not decode"),
+            }
+        }
+        if let Some(m) = self.meta.pop_front() {
+            self.bytes -= m.rec.len() + PER_SNAPSHOT;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const ALL: Keep = Keep {
+        max: usize::MAX,
+        bytes: usize::MAX,
+        floor_ns: 0,
+    };
+
+    fn snap(i: u64, counts: Vec<OpCount>) -> Snapshot {
+        Snapshot {
+            at_ns: 1000 + i * 250,
+            seq: i,
+            counts,
+            drops: DropCounters {
+                ring_full: i / 3,
+                ..Default::default()
+            },
+            events: i * 7,
+            threads: 2,
+            layers_used: 5,
+        }
+    }
+
+    fn count(ep: u32, op: u8, ops: u64, bytes: u64) -> OpCount {
+        OpCount {
+            ep,
+            op,
+            ops,
+            bytes,
+            ..Default::default()
+        }
+    }
+
+    /// A pseudo-random sequence of snapshots: steady growth, jumps, decreases, wrap-around,
+    /// endpoints appearing and disappearing, duplicate pairs.
+    fn varied(n: u64) -> Vec<Snapshot> {
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        let mut rnd = move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        let mut counts = vec![count(1, 34, 0, 0), count(1, 39, 0, 0), count(2, 34, 0, 0)];
+        (0..n)
+            .map(|i| {
+                match rnd() % 40 {
+                    0 => counts.push(count(3 + (rnd() % 5) as u32, 2, 1, 10)),
+                    1 if counts.len() > 1 => {
+                        counts.remove((rnd() as usize) % counts.len());
+                    }
+                    2 => {
+                        let c = counts[0];
+                        counts.push(c)
+                    }
+                    _ => {}
+                }
+                for (k, c) in counts.iter_mut().enumerate() {
+                    match rnd() % 10 {
+                        0 => c.bytes = c.bytes.saturating_sub(rnd() % 1000),
+                        1 => c.bytes = rnd() >> 12,
+                        7 => {}
+                        2..=6 => {
+                            c.ops += 10 + k as u64;
+                            c.bytes = c.bytes.wrapping_add(4096 * (10 + k as u64));
+                        }
+                        _ => {
+                            c.ops += rnd() % 100;
+                            c.bytes = c.bytes.wrapping_add(rnd() % 1_000_000);
+                            c.refused += rnd() % 2;
+                            c.posted += rnd() % 3;
+                            c.posted_bytes += rnd() % 3000;
+                            c.errors += rnd() % 2;
+                        }
+                    }
+                }
+                snap(i, counts.clone())
+            })
+            .collect()
+    }
+
+    #[test]
+    fn every_snapshot_reads_back_exactly() {
+        let all = varied(400);
+        let mut h = SnapshotHistory::default();
+        for s in &all {
+            h.push(s.clone(), ALL);
+        }
+        assert_eq!(h.len(), all.len());
+        for (i, s) in all.iter().enumerate() {
+            assert_eq!(h.get(i).as_deref(), Some(s), "snapshot {i}");
+            assert_eq!(h.at_ns(i), s.at_ns);
+            let sums = Sums::of_snapshot(s);
+            assert_eq!(h.tx_rx(i), (sums.tx, sums.rx));
+        }
+        let mut walked = 0;
+        h.walk(37, 301, |i, counts| {
+            assert_eq!(counts, &all[i].counts[..], "walk {i}");
+            walked += 1;
+        });
+        assert_eq!(walked, 265);
+    }
+
+    #[test]
+    fn trimming_keeps_exact_snapshots_and_the_floor() {
+        let all = varied(500);
+        let mut h = SnapshotHistory::default();
+        let keep = Keep {
+            max: 300,
+            bytes: 1000,
+            floor_ns: 10 * 250,
+        };
+        for (n, s) in all.iter().enumerate() {
+            h.push(s.clone(), keep);
+            let first = n + 1 - h.len();
+            for i in 0..h.len() {
+                assert_eq!(h.get(i).as_deref(), Some(&all[first + i]), "{n}: {i}");
+            }
+            // The snapshot at or before the window's start is still there.
+            let newest = all[n].at_ns;
+            assert!(h.at_ns(0) <= newest.saturating_sub(10 * 250) || first == 0);
+        }
+        // The byte budget is spent: the floor is what is left, and at most a group more.
+        assert!(
+            (11..11 + KEYFRAME_EVERY as usize).contains(&h.len()),
+            "{}",
+            h.len()
+        );
+    }
+
+    #[test]
+    fn the_snapshot_cap_makes_the_next_one_a_keyframe_exactly() {
+        let all = varied(400);
+        let mut h = SnapshotHistory::default();
+        let keep = Keep {
+            max: 50,
+            bytes: usize::MAX,
+            floor_ns: 0,
+        };
+        for (n, s) in all.iter().enumerate() {
+            h.push(s.clone(), keep);
+            assert_eq!(h.len(), (n + 1).min(50));
+            let first = n + 1 - h.len();
+            for i in 0..h.len() {
+                assert_eq!(h.get(i).as_deref(), Some(&all[first + i]), "{n}: {i}");
+            }
+        }
+        let records: usize = h.meta.iter().map(|m| m.rec.len()).sum();
+        assert_eq!(h.bytes(), records + h.len() * PER_SNAPSHOT);
+    }
+
+    #[test]
+    fn steady_counters_cost_a_few_bytes_a_snapshot() {
+        let mut h = SnapshotHistory::default();
+        for i in 0..(KEYFRAME_EVERY as u64 * 4) {
+            let counts = (1..=64)
+                .flat_map(|q| {
+                    [
+                        count(q, 34, i * 10, i * 250_000),
+                        count(q, 39, i * 10, i * 125_000),
+                    ]
+                })
+                .collect();
+            h.push(snap(i, counts), ALL);
+        }
+        // 128 counters growing as they did before: one run, a few bytes a snapshot besides the
+        // index entry.
+        let per_snapshot = h.bytes() as f64 / h.len() as f64;
+        assert!(per_snapshot < 150.0, "{per_snapshot} bytes per snapshot");
+    }
+
+    #[test]
+    fn searching_times_from_where_they_say_finds_what_a_binary_search_finds() {
+        let mut h = SnapshotHistory::default();
+        let mut times = Vec::new();
+        let mut t = 1000u64;
+        for i in 0..300u64 {
+            // Mostly 250 apart, with gaps and bursts.
+            t += match i % 37 {
+                0 => 10_000,
+                1..=3 => 1,
+                5 => 0,
+                _ => 250,
+            };
+            times.push(t);
+            let mut sn = snap(i, vec![count(1, 34, i, i)]);
+            sn.at_ns = t;
+            h.push(sn, ALL);
+        }
+        for q in (0..t + 2000).step_by(7).chain(times.iter().copied()) {
+            assert_eq!(
+                h.partition_point(q),
+                times.partition_point(|x| *x <= q),
+                "{q}"
+            );
+        }
+    }
+
+    #[test]
+    fn monotone_runs_and_now_rates() {
+        let mut h = SnapshotHistory::default();
+        h.push(snap(0, vec![count(1, 34, 1, 100)]), ALL);
+        assert_eq!(h.last_now(), None);
+        h.push(snap(1, vec![count(1, 34, 2, 300)]), ALL);
+        let now = h.last_now().expect("now");
+        assert_eq!(now.dt_ns, 250);
+        assert_eq!(now.tx_bps, 200.0 * 1e9 / 250.0);
+        // A new endpoint keeps the run monotone; a smaller counter breaks it.
+        h.push(
+            snap(2, vec![count(1, 34, 3, 400), count(2, 39, 1, 50)]),
+            ALL,
+        );
+        assert!(h.monotone(0, 2));
+        h.push(snap(3, vec![count(1, 34, 3, 10), count(2, 39, 1, 50)]), ALL);
+        assert!(!h.monotone(2, 3));
+        assert!(h.monotone(3, 3));
+    }
+}
