@@ -102,7 +102,7 @@ impl<V: Value, const CAP: usize, const FRONT: bool> PtrMap<V, CAP, FRONT> {
         if FRONT && self.front_key.load(Ordering::Acquire) == key {
             return Some(V::from_word(self.front_value.load(Ordering::Acquire)));
         }
-        let mut i = Self::home(key);
+        let i = Self::home(key);
         // The home slot is checked before the probe loop: it is where nearly every key lives, and
         // the loop's counter then costs nothing on the hot path.
         let k = self.keys[i].load(Ordering::Acquire);
@@ -112,6 +112,14 @@ impl<V: Value, const CAP: usize, const FRONT: bool> PtrMap<V, CAP, FRONT> {
         if k == 0 {
             return None;
         }
+        self.probe(key, i)
+    }
+
+    /// The rest of `get`'s probe sequence after the home slot `i`. Out of line: the loop made
+    /// every inlined lookup 20 instructions larger, enough to keep the hooks' bookkeeping
+    /// from being inlined into them (a collision is rare; a call for it is cheap).
+    #[inline(never)]
+    fn probe(&self, key: usize, mut i: usize) -> Option<V> {
         for _ in 1..MAX_PROBE {
             i = (i + 1) & (CAP - 1);
             let k = self.keys[i].load(Ordering::Acquire);
