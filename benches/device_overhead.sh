@@ -9,6 +9,9 @@
 #                     record, alternated in rounds; each line carries the clock's own cost, timed
 #                     in the same bursts
 #   hotpath.md        medians and spread of hotpath.txt per bench and configuration
+#   ucx_hotpath.txt   benches/ucx_hotpath.c (real UCX send, receive and completion on UCX_TLS=self,
+#                     target/ucx_hotpath built where UCX's headers are) untraced and traced in
+#                     every mode, alternated in rounds
 #   overhead.md/.csv  benches/overhead.py: tag_bw and put_bw 64 KiB over shm, fi_pingpong shm 64 KiB,
 #                     tag_lat 8 B; untraced / aggregate / simple / full, with and without a record
 #   tag_lat_calls.txt hooked calls per tag_lat iteration (sigmatop report of a recorded run)
@@ -27,7 +30,10 @@
 #   REPS=N      repetitions of each overhead configuration (default 5)
 #   HOT_ROUNDS=N rounds of the hot-path benches (default 3)
 #   DEBS=DIR    where the .debs are; USE_DEBS=1 uses them even where the programs are installed
-#   STEPS=LIST  which steps run, of clock,hot,overhead,record (default all of them)
+#   STEPS=LIST  which steps run, of clock,hot,ucxhot,overhead,record (default all of them)
+#   ONLY=TEXT   overhead.py's --only (the benchmarks whose name contains TEXT)
+#   PRELOAD_BEFORE=SO  a second library (an older build) that the ucxhot step and overhead.py
+#               (--compare) alternate with
 #   PIN=S:C     overhead.py's --pin (default 2,3:4,5 with 8 or more CPUs: each benchmark process on
 #               its own two CPUs, one for its polling thread and one for the collector; PIN=none
 #               leaves placement to the scheduler)
@@ -58,7 +64,7 @@ else
     CLOCK_PROBE_N=10000000; REC_SECONDS=3; REC_THREADS=1,4
 fi
 export HOTPATH_REPS VERBS_REPS CLOCK_PROBE_N
-STEPS=${STEPS:-clock,hot,overhead,record}
+STEPS=${STEPS:-clock,hot,ucxhot,overhead,record}
 step() { case ",$STEPS," in *",$1,"*) return 0 ;; *) return 1 ;; esac; }
 if [ -z "${PIN:-}" ]; then
     if [ "$(nproc)" -ge 8 ]; then PIN=2,3:4,5; else PIN=none; fi
@@ -153,13 +159,42 @@ python3 "$ROOT/benches/hotpath_table.py" "$OUT/hotpath.txt" > "$OUT/hotpath.md"
 cat "$OUT/hotpath.md" | tee -a "$LOG"
 fi
 
+# The real UCX hooks (tag send, tag receive, the receive's completion) against the same calls
+# untraced, on one worker talking to itself: no peer, no network, the same calls every iteration.
+if step ucxhot; then
+    if [ ! -x "$ROOT/target/ucx_hotpath" ]; then
+        log "ucx_hotpath NOT RUN: build target/ucx_hotpath first (gcc -O2 -o target/ucx_hotpath benches/ucx_hotpath.c -lucp -lucs)"
+    else
+        UCXHOT_PIN=""
+        [ "$PIN" != none ] && UCXHOT_PIN="taskset -c ${PIN%%:*}"
+        log "ucx_hotpath: $HOT_ROUNDS rounds ${UCXHOT_PIN:+(under $UCXHOT_PIN)}"
+        : > "$OUT/ucx_hotpath.txt"
+        libs="new:$PRELOAD"
+        [ -n "${PRELOAD_BEFORE:-}" ] && libs="$libs before:$PRELOAD_BEFORE"
+        for r in $(seq "$HOT_ROUNDS"); do
+            line=$(UCX_TLS=self timeout 120 $UCXHOT_PIN "$ROOT/target/ucx_hotpath" 2>&1 | tail -1)
+            echo "round=$r lib=none mode=untraced $line" | tee -a "$OUT/ucx_hotpath.txt" >> "$LOG"
+            for l in $libs; do
+                for mode in aggregate simple full; do
+                    line=$(UCX_TLS=self SIGMATOP_MODE=$mode SIGMATOP_SOCKET_DIR=$WORK/sock \
+                        LD_PRELOAD=${l#*:} timeout 120 $UCXHOT_PIN "$ROOT/target/ucx_hotpath" 2>&1 | tail -1)
+                    echo "round=$r lib=${l%%:*} mode=$mode $line" | tee -a "$OUT/ucx_hotpath.txt" >> "$LOG"
+                done
+            done
+        done
+    fi
+fi
+
 # --- end to end --------------------------------------------------------------------------------
 if ! step overhead; then
     :
 elif [ $ucx_ok = 1 ]; then
     log "overhead.py: $REPS repetitions of 7 configurations (scale $SCALE); fi_pingpong usable: $fi_ok"
+    ONLY_ARGS=()
+    [ -n "${ONLY:-}" ] && ONLY_ARGS=(--only "$ONLY")
+    [ -n "${PRELOAD_BEFORE:-}" ] && ONLY_ARGS+=(--compare "$PRELOAD_BEFORE")
     if [ $fi_ok = 1 ]; then
-        python3 "$ROOT/benches/overhead.py" --reps "$REPS" --scale "$SCALE" --preload "$PRELOAD" \
+        python3 "$ROOT/benches/overhead.py" "${ONLY_ARGS[@]}" --reps "$REPS" --scale "$SCALE" --preload "$PRELOAD" \
             "${PIN_ARGS[@]}" --record-dir "$WORK/overhead-rec" --csv "$OUT/overhead.csv" > "$OUT/overhead.md" 2>>"$LOG"
     else
         # Without libfabric's dependencies fi_pingpong cannot start: the UCX rows alone.

@@ -5,7 +5,7 @@ within one invocation (the order rotates every repetition), medians and spread o
 
 Usage: python3 benches/overhead.py [--reps 7] [--preload target/release/libsigmatop_preload.so]
            [--no-record] [--only NAME] [--scale 1.0] [--record-dir DIR] [--csv FILE]
-           [--pin SERVER_CPUS:CLIENT_CPUS]
+           [--pin SERVER_CPUS:CLIENT_CPUS] [--compare OTHER.so]
 Both sides of each pair are traced (as a job would be); with a record both write into one record
 root (one directory per process), removed after each run. --scale multiplies every benchmark's
 iteration count (for a quick trial). Prints a Markdown table for BENCHMARKS.md: per benchmark and
@@ -18,6 +18,10 @@ the overhead of a repetition is its configuration against the untraced run of th
 repetition (slow drifts of the machine cancel). Per cell: the median of those paired overheads
 and a 90 % bootstrap interval of that median; "met" when the whole interval is within the target,
 "not met" when the whole interval is above it, "not confirmed" when the interval straddles it.
+
+--compare OTHER.so adds aggregate / simple / full runs of a second library (an older build),
+labelled "[before]", alternated with the others in the same repetitions: a change is judged
+against its predecessor on the same machine in the same sitting.
 
 --pin runs the server and the client under `taskset -c` on the CPU lists given (for example
 2,3:4,5): each process keeps one CPU for its busy-polling thread and one for sigmatop's collector,
@@ -48,6 +52,9 @@ CONFIGS = [
 
 
 def env_for(mode, preload, tmp, record):
+    if "=" in mode:
+        # "MODE=PATH": a configuration of the --compare library.
+        mode, preload = mode.split("=", 1)
     e = dict(os.environ)
     for k in list(e):
         if k.startswith("SIGMATOP_"):
@@ -177,6 +184,7 @@ def main():
                     "temporary directory); each run's record is removed after it")
     ap.add_argument("--csv", default=None, help="also write every run's value here")
     ap.add_argument("--pin", default=None, help="SERVER_CPUS:CLIENT_CPUS for taskset -c")
+    ap.add_argument("--compare", default=None, help="a second preload library, run as [before]")
     a = ap.parse_args()
     if a.pin:
         parts = a.pin.split(":")
@@ -187,6 +195,12 @@ def main():
     if not os.path.isfile(preload):
         sys.exit("build first: cargo build --release --workspace (%s missing)" % preload)
     configs = [c for c in CONFIGS if not (a.no_record and c[2])]
+    if a.compare:
+        other = os.path.abspath(a.compare)
+        if not os.path.isfile(other):
+            sys.exit("--compare: %s does not exist" % other)
+        configs += [("%s [before]" % m, "%s=%s" % (m, other), False)
+                    for m in ("aggregate", "simple", "full")]
     csv = open(a.csv, "w") if a.csv else None
     if csv:
         csv.write("benchmark,configuration,rep,value\n")
@@ -256,9 +270,10 @@ def main():
             if len(pairs) < 3:
                 cells.append("too few pairs (%d)" % len(pairs))
                 continue
-            med, low, high, verdict = paired_verdict(pairs, TARGETS[mode], rng)
-            cells.append("%+.2f %% [%+.2f, %+.2f] ≤ %.1f %%: %s" % (med, low, high,
-                                                                   TARGETS[mode], verdict))
+            target = TARGETS[mode.split("=", 1)[0]]
+            med, low, high, verdict = paired_verdict(pairs, target, rng)
+            cells.append("%+.2f %% [%+.2f, %+.2f] ≤ %.1f %%: %s" % (med, low, high, target,
+                                                                   verdict))
         print("| %s | %s |" % (name, " | ".join(cells)), flush=True)
 
 
