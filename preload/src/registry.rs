@@ -32,6 +32,16 @@ pub fn lookup(handle: usize) -> u32 {
     }
 }
 
+/// As [`lookup`] for hooks whose bookkeeping must stay small to be inlined (UCX's; see
+/// `PtrMap::get_compact`): the probe past the home slot is a call.
+#[inline(always)]
+pub fn lookup_compact(handle: usize) -> u32 {
+    match MAP.get_compact(handle) {
+        Some(id) => id,
+        None => lookup_miss(),
+    }
+}
+
 #[cold]
 fn lookup_miss() -> u32 {
     UNATTRIBUTED.fetch_add(1, Ordering::Relaxed);

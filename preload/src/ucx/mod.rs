@@ -60,7 +60,7 @@ fn op<R: UcsResult>(
     bytes: impl FnOnce(R) -> u64,
 ) -> R {
     hook::around(Guard::Outermost(Layer::Ucx), call_real, |ts, r| {
-        let ep = crate::registry::lookup(handle as usize);
+        let ep = crate::registry::lookup_compact(handle as usize);
         ts.record(ep, op, bytes(r), r.outcome(), || Some(detail))
     })
 }
@@ -76,7 +76,7 @@ fn after_progress<R: Copy>(
     seen: impl FnOnce(R) -> (u64, Outcome, Option<Detail>),
 ) -> R {
     hook::around(Guard::AfterCall(Layer::Ucx), call_real, |ts, r| {
-        let ep = crate::registry::lookup(handle as usize);
+        let ep = crate::registry::lookup_compact(handle as usize);
         let (bytes, outcome, detail) = seen(r);
         ts.record(ep, op, bytes, outcome, || detail)
     })

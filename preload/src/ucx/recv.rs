@@ -402,7 +402,7 @@ unsafe fn tag_recv_nbx(
             if !traced {
                 return real(param);
             }
-            ep.set(crate::registry::lookup(worker as usize));
+            ep.set(crate::registry::lookup_compact(worker as usize));
             let imm_possible = !param.is_null()
                 // SAFETY: the program's parameters (non-NULL).
                 && unsafe { (*param).op_attr_mask } & OP_ATTR_FLAG_NO_IMM_CMPL == 0;
@@ -515,7 +515,7 @@ fn with_legacy_cb<R: UcsResult>(
             if !traced || cb.is_null() {
                 return real(cb);
             }
-            ep.set(crate::registry::lookup(handle as usize));
+            ep.set(crate::registry::lookup_compact(handle as usize));
             match ours(cb as usize, ep.get()) {
                 Some(f) => {
                     seen.set(true);
@@ -612,7 +612,7 @@ unsafe extern "C" fn ucp_tag_recv_nbr(
             let Some(nbx) = nbx.filter(|_| traced) else {
                 return plain();
             };
-            ep.set(crate::registry::lookup(worker as usize));
+            ep.set(crate::registry::lookup_compact(worker as usize));
             let Some(cb) = tag_cb(0, ep.get(), Op::UcxTagRecv) else {
                 return plain();
             };
@@ -683,7 +683,7 @@ unsafe extern "C" fn ucp_stream_recv_nbx(
             if !traced {
                 return call(param);
             }
-            id.set(crate::registry::lookup(ep as usize));
+            id.set(crate::registry::lookup_compact(ep as usize));
             let op = Op::UcxStreamRecv;
             // SAFETY: the program's parameters.
             match unsafe {
@@ -764,7 +764,7 @@ unsafe extern "C" fn ucp_am_recv_data_nbx(
         // SAFETY: the program's arguments, unchanged.
         || unsafe { real(worker, data_desc, buffer, count, param) },
         |ts, r| {
-            let ep = crate::registry::lookup(worker as usize);
+            let ep = crate::registry::lookup_compact(worker as usize);
             // SAFETY: the program's valid buffer and param.
             let posted = unsafe { nbx_bytes(param, buffer, count) };
             let outcome = if r.outcome() == Outcome::Refused {
@@ -847,7 +847,7 @@ fn am_ctx(worker: Ptr, cb: Ptr, arg: Ptr) -> Ptr {
     let ctx = Box::new(AmCtx {
         cb: cb as usize,
         arg,
-        ep: crate::registry::lookup(worker as usize),
+        ep: crate::registry::lookup_compact(worker as usize),
     });
     Box::into_raw(ctx) as Ptr
 }
