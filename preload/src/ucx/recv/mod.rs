@@ -28,29 +28,33 @@
 //! further receives keep the program's callback and are counted as posted only
 //! (`ARRIVALS_UNSEEN`). Status `UCS_OK` is a receive with its bytes; any other (cancelled,
 //! truncated) a failed one.
+//!
+//! Here: the tag and stream receive hooks. [`slots`]: sigmatop's completion callbacks and the
+//! parameter copy that carries them. [`am`]: active-message handlers and `ucp_am_recv_data_nbx`.
 
 use core::cell::Cell;
 use core::ffi::{c_int, c_uint, c_void};
-use core::mem::MaybeUninit;
-use core::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use core::sync::atomic::{AtomicU8, Ordering};
 
 use sigmatop::event::{Layer, Op, UNATTRIBUTED_EP, flags};
 
+mod am;
+mod slots;
+
+pub use slots::ARRIVALS_UNSEEN;
+
+use am::{ucp_am_recv_data_nbx, ucp_worker_set_am_handler, ucp_worker_set_am_recv_handler};
+use slots::{info_of, len_cb, tag_cb, unseen, with_callback};
+
 use super::SONAMES;
 use super::abi::{
-    AM_HANDLER_PARAM_FIELD_ARG, AM_HANDLER_PARAM_FIELD_CB, AmHandlerParam, OP_ATTR_FIELD_CALLBACK,
-    OP_ATTR_FIELD_DATATYPE, OP_ATTR_FIELD_RECV_INFO, OP_ATTR_FIELD_REQUEST,
+    AmHandlerParam, OP_ATTR_FIELD_CALLBACK, OP_ATTR_FIELD_DATATYPE, OP_ATTR_FIELD_REQUEST,
     OP_ATTR_FLAG_NO_IMM_CMPL, Ptr, RequestParam, Status, TagRecvInfo, UCS_ERR_UNSUPPORTED, UCS_OK,
     UcsResult, dt_bytes, nbx_bytes, unsupported_ptr,
 };
 use crate::dl::{hook_table, real_fns};
 use crate::hook;
 use crate::thread::{Detail, Outcome, ThreadState};
-
-type TagRecvCb = unsafe extern "C" fn(Ptr, Status, *const TagRecvInfo, Ptr);
-type LenRecvCb = unsafe extern "C" fn(Ptr, Status, usize, Ptr);
-type AmRecvCb = unsafe extern "C" fn(Ptr, *const c_void, usize, *mut c_void, usize, Ptr) -> Status;
-type AmLegacyCb = unsafe extern "C" fn(Ptr, *mut c_void, usize, Ptr, c_uint) -> Status;
 
 type TagRecvNbx =
     unsafe extern "C" fn(Ptr, *mut c_void, usize, u64, u64, *const RequestParam) -> Ptr;
@@ -113,226 +117,6 @@ fn probe_len(worker: Ptr, tag: u64, mask: u64) -> Option<u64> {
     // SAFETY: the program's worker; `info` is writable; remove = 0 leaves the message queued.
     let msg = unsafe { f(worker, tag, mask, 0, &mut info) };
     (!msg.is_null()).then_some(info.length as u64)
-}
-
-/// Receives whose completion sigmatop could not see (every callback slot taken, no parameters):
-/// counted as posted only.
-pub static ARRIVALS_UNSEEN: AtomicU64 = AtomicU64::new(0);
-
-/// Callback slots per kind (tag; stream): distinct (program callback, endpoint, op) triples.
-const SLOTS: usize = 128;
-
-/// What one of sigmatop's completion callbacks stands for.
-struct CbSlot {
-    /// The program's callback (0: none; sigmatop's only counts).
-    cb: AtomicUsize,
-    ep: AtomicU32,
-    op: AtomicU8,
-    ready: AtomicBool,
-}
-
-/// The slots of one callback kind; slots are taken for good, never freed.
-struct CbTable {
-    slots: [CbSlot; SLOTS],
-    taken: AtomicUsize,
-}
-
-impl CbTable {
-    const fn new() -> CbTable {
-        CbTable {
-            slots: [const {
-                CbSlot {
-                    cb: AtomicUsize::new(0),
-                    ep: AtomicU32::new(0),
-                    op: AtomicU8::new(0),
-                    ready: AtomicBool::new(false),
-                }
-            }; SLOTS],
-            taken: AtomicUsize::new(0),
-        }
-    }
-
-    /// The slot of (`cb`, `ep`, `op`), taking a free one on first sight; None when all are taken.
-    /// Lock-free: two threads that race for the same triple may each take a slot, and both
-    /// count the same way.
-    #[inline]
-    fn slot(&self, cb: usize, ep: u32, op: Op) -> Option<usize> {
-        let n = self.taken.load(Ordering::Acquire).min(SLOTS);
-        for (i, s) in self.slots[..n].iter().enumerate() {
-            if s.ready.load(Ordering::Acquire)
-                && s.cb.load(Ordering::Relaxed) == cb
-                && s.ep.load(Ordering::Relaxed) == ep
-                && s.op.load(Ordering::Relaxed) == op as u8
-            {
-                return Some(i);
-            }
-        }
-        self.take(cb, ep, op)
-    }
-
-    #[cold]
-    fn take(&self, cb: usize, ep: u32, op: Op) -> Option<usize> {
-        if self.taken.load(Ordering::Relaxed) >= SLOTS {
-            return None;
-        }
-        let i = self.taken.fetch_add(1, Ordering::AcqRel);
-        let s = self.slots.get(i)?;
-        s.cb.store(cb, Ordering::Relaxed);
-        s.ep.store(ep, Ordering::Relaxed);
-        s.op.store(op as u8, Ordering::Relaxed);
-        s.ready.store(true, Ordering::Release);
-        Some(i)
-    }
-}
-
-static TAG: CbTable = CbTable::new();
-static LEN: CbTable = CbTable::new();
-
-macro_rules! trampolines {
-    ($f:ident as $t:ty; $($i:literal)*) => { [$($f::<$i> as $t,)*] };
-}
-
-/// sigmatop's tag-receive callbacks, one per slot of `TAG`.
-static TAG_CBS: [TagRecvCb; SLOTS] = trampolines!(tag_done as TagRecvCb;
-    0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20 21 22 23 24 25 26 27 28 29 30 31 32 33
-    34 35 36 37 38 39 40 41 42 43 44 45 46 47 48 49 50 51 52 53 54 55 56 57 58 59 60 61 62 63 64
-    65 66 67 68 69 70 71 72 73 74 75 76 77 78 79 80 81 82 83 84 85 86 87 88 89 90 91 92 93 94 95
-    96 97 98 99 100 101 102 103 104 105 106 107 108 109 110 111 112 113 114 115 116 117 118 119
-    120 121 122 123 124 125 126 127
-);
-/// sigmatop's length callbacks (stream receives), one per slot of `LEN`.
-static LEN_CBS: [LenRecvCb; SLOTS] = trampolines!(len_done as LenRecvCb;
-    0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20 21 22 23 24 25 26 27 28 29 30 31 32 33
-    34 35 36 37 38 39 40 41 42 43 44 45 46 47 48 49 50 51 52 53 54 55 56 57 58 59 60 61 62 63 64
-    65 66 67 68 69 70 71 72 73 74 75 76 77 78 79 80 81 82 83 84 85 86 87 88 89 90 91 92 93 94 95
-    96 97 98 99 100 101 102 103 104 105 106 107 108 109 110 111 112 113 114 115 116 117 118 119
-    120 121 122 123 124 125 126 127
-);
-
-/// Counts a receive that completed with `status`: its bytes on `UCS_OK`, a failed receive
-/// otherwise. Counted whatever hook runs on this thread (the callback may run inside one).
-#[inline(always)]
-fn count_arrival(s: &CbSlot, status: Status, len: u64) {
-    if !crate::config::layer_enabled(Layer::Ucx) {
-        return;
-    }
-    hook::guarded((), || {
-        if let Some(ts) = crate::thread::current() {
-            let op = Op::from_u8(s.op.load(Ordering::Relaxed)).unwrap_or(Op::UcxTagRecv);
-            ts.arrived(s.ep.load(Ordering::Relaxed), op, len, status == UCS_OK);
-        }
-    });
-}
-
-/// sigmatop's tag-receive callback of slot `I`: counts, then calls the program's.
-unsafe extern "C" fn tag_done<const I: usize>(
-    req: Ptr,
-    status: Status,
-    info: *const TagRecvInfo,
-    user_data: Ptr,
-) {
-    // SAFETY: UCX's arguments, forwarded.
-    unsafe { tag_complete(&TAG.slots[I], req, status, info, user_data) }
-}
-
-/// # Safety
-/// UCX's callback arguments: `info` NULL or valid.
-#[inline(never)]
-unsafe fn tag_complete(s: &CbSlot, req: Ptr, status: Status, info: *const TagRecvInfo, ud: Ptr) {
-    let len = if info.is_null() {
-        0
-    } else {
-        // SAFETY: UCX passes the receive's info (valid during the call).
-        unsafe { (*info).length }
-    };
-    count_arrival(s, status, len as u64);
-    let cb = s.cb.load(Ordering::Relaxed);
-    if cb != 0 {
-        // SAFETY: the program's callback of this kind, with UCX's arguments (a legacy
-        // three-argument callback ignores `ud`, as it does when UCX calls it itself).
-        unsafe { core::mem::transmute::<usize, TagRecvCb>(cb)(req, status, info, ud) }
-    }
-}
-
-/// sigmatop's stream-receive callback of slot `I`.
-unsafe extern "C" fn len_done<const I: usize>(req: Ptr, status: Status, len: usize, ud: Ptr) {
-    let s = &LEN.slots[I];
-    count_arrival(s, status, len as u64);
-    let cb = s.cb.load(Ordering::Relaxed);
-    if cb != 0 {
-        // SAFETY: the program's callback of this kind, with UCX's arguments.
-        unsafe { core::mem::transmute::<usize, LenRecvCb>(cb)(req, status, len, ud) }
-    }
-}
-
-/// The callback of a tag receive on `ep` whose program callback is `cb` (0: none).
-fn tag_cb(cb: usize, ep: u32, op: Op) -> Option<TagRecvCb> {
-    let i = TAG.slot(cb, ep, op);
-    i.map(|i| TAG_CBS[i])
-}
-
-/// The callback of a stream receive on `ep` whose program callback is `cb` (0: none).
-fn len_cb(cb: usize, ep: u32, op: Op) -> Option<LenRecvCb> {
-    LEN.slot(cb, ep, op).map(|i| LEN_CBS[i])
-}
-
-#[cold]
-fn unseen() {
-    ARRIVALS_UNSEEN.fetch_add(1, Ordering::Relaxed);
-}
-
-/// A copy of the program's parameters with sigmatop's completion callback (and, for a tag
-/// receive without one, sigmatop's receive info), or None when the completion cannot be seen.
-///
-/// # Safety
-/// `param` is NULL or the program's valid `ucp_request_param_t`; `info` is writable.
-unsafe fn with_callback(
-    param: *const RequestParam,
-    cb: impl FnOnce(usize) -> Option<Ptr>,
-    info: Option<*mut TagRecvInfo>,
-) -> Option<MaybeUninit<RequestParam>> {
-    if param.is_null() {
-        return None;
-    }
-    let mut p = MaybeUninit::<RequestParam>::uninit();
-    let q = p.as_mut_ptr();
-    // SAFETY: a byte copy of the program's 72 bytes (fields it did not set are never read as
-    // values); then only fields sigmatop sets or the mask names are touched.
-    unsafe {
-        core::ptr::copy_nonoverlapping(param, q, 1);
-        let mask = (*param).op_attr_mask;
-        let theirs = if mask & OP_ATTR_FIELD_CALLBACK != 0 {
-            (*param).cb as usize
-        } else {
-            0
-        };
-        let ours = cb(theirs)?;
-        core::ptr::addr_of_mut!((*q).cb).write(ours);
-        let mut m = mask | OP_ATTR_FIELD_CALLBACK;
-        if let Some(info) = info
-            && mask & OP_ATTR_FIELD_RECV_INFO == 0
-        {
-            core::ptr::addr_of_mut!((*q).recv_info).write(info as Ptr);
-            m |= OP_ATTR_FIELD_RECV_INFO;
-        }
-        core::ptr::addr_of_mut!((*q).op_attr_mask).write(m);
-    }
-    Some(p)
-}
-
-/// The receive info an immediate completion of `param` (or of sigmatop's copy) was written to.
-///
-/// # Safety
-/// As `with_callback`.
-unsafe fn info_of(param: *const RequestParam, ours: *mut TagRecvInfo) -> *const TagRecvInfo {
-    // SAFETY: the mask and, when it names it, the program's recv_info pointer.
-    unsafe {
-        if !param.is_null() && (*param).op_attr_mask & OP_ATTR_FIELD_RECV_INFO != 0 {
-            (*param).recv_info as *const TagRecvInfo
-        } else {
-            ours
-        }
-    }
 }
 
 /// The recording step of a receive post: refused (no bytes), or posted with its buffer size;
@@ -746,186 +530,6 @@ unsafe extern "C" fn ucp_stream_recv_nb(
     )
 }
 
-/// Hook of `ucp_am_recv_data_nbx`: the buffer a program gives an active message's data, counted
-/// as posted (the message itself was counted by its handler, with its length).
-#[unsafe(no_mangle)]
-unsafe extern "C" fn ucp_am_recv_data_nbx(
-    worker: Ptr,
-    data_desc: *mut c_void,
-    buffer: *mut c_void,
-    count: usize,
-    param: *const RequestParam,
-) -> Ptr {
-    let Some(real) = AM_RECV_DATA_NBX.get() else {
-        return unsupported_ptr();
-    };
-    hook::around(
-        hook::Guard::Outermost(Layer::Ucx),
-        // SAFETY: the program's arguments, unchanged.
-        || unsafe { real(worker, data_desc, buffer, count, param) },
-        |ts, r| {
-            let ep = crate::registry::lookup_compact(worker as usize);
-            // SAFETY: the program's valid buffer and param.
-            let posted = unsafe { nbx_bytes(param, buffer, count) };
-            let outcome = if r.outcome() == Outcome::Refused {
-                Outcome::Refused
-            } else {
-                Outcome::Posted
-            };
-            ts.record(ep, Op::UcxAmRecvData, posted, outcome, || {
-                Some(Detail::NONE)
-            })
-        },
-    )
-}
-
-/// What sigmatop's AM handler stands for: the program's handler and argument, and the worker's
-/// endpoint. Leaked (a handler can run until the worker is gone; re-registrations are rare).
-struct AmCtx {
-    cb: usize,
-    arg: Ptr,
-    ep: u32,
-}
-
-/// Counts an active message that reached its handler: `length` bytes on the worker.
-#[inline(always)]
-fn count_am(ep: u32, length: usize) {
-    if !crate::config::layer_enabled(Layer::Ucx) {
-        return;
-    }
-    hook::guarded((), || {
-        if let Some(ts) = crate::thread::current() {
-            ts.arrived(ep, Op::UcxAmRecvData, length as u64, true);
-        }
-    });
-}
-
-/// sigmatop's `ucp_am_recv_callback_t`: counts, then calls the program's handler.
-unsafe extern "C" fn am_recv_handler(
-    arg: Ptr,
-    header: *const c_void,
-    header_length: usize,
-    data: *mut c_void,
-    length: usize,
-    param: Ptr,
-) -> Status {
-    // SAFETY: `arg` is the AmCtx sigmatop registered this handler with.
-    let ctx = unsafe { &*(arg as *const AmCtx) };
-    count_am(ctx.ep, length);
-    // SAFETY: the program's handler of this kind, with its argument and UCX's others.
-    unsafe {
-        core::mem::transmute::<usize, AmRecvCb>(ctx.cb)(
-            ctx.arg,
-            header,
-            header_length,
-            data,
-            length,
-            param,
-        )
-    }
-}
-
-/// sigmatop's legacy `ucp_am_callback_t`.
-unsafe extern "C" fn am_legacy_handler(
-    arg: Ptr,
-    data: *mut c_void,
-    length: usize,
-    reply_ep: Ptr,
-    fl: c_uint,
-) -> Status {
-    // SAFETY: `arg` is the AmCtx sigmatop registered this handler with.
-    let ctx = unsafe { &*(arg as *const AmCtx) };
-    count_am(ctx.ep, length);
-    // SAFETY: the program's handler of this kind.
-    unsafe {
-        core::mem::transmute::<usize, AmLegacyCb>(ctx.cb)(ctx.arg, data, length, reply_ep, fl)
-    }
-}
-
-/// A leaked context for a handler registration (control path).
-fn am_ctx(worker: Ptr, cb: Ptr, arg: Ptr) -> Ptr {
-    let ctx = Box::new(AmCtx {
-        cb: cb as usize,
-        arg,
-        ep: crate::registry::lookup_compact(worker as usize),
-    });
-    Box::into_raw(ctx) as Ptr
-}
-
-/// Hook of `ucp_worker_set_am_recv_handler`: the program's handler is registered behind
-/// sigmatop's, which counts every message it gets.
-#[unsafe(no_mangle)]
-unsafe extern "C" fn ucp_worker_set_am_recv_handler(
-    worker: Ptr,
-    param: *const AmHandlerParam,
-) -> Status {
-    let Some(real) = SET_AM_RECV_HANDLER.get() else {
-        return UCS_ERR_UNSUPPORTED;
-    };
-    // SAFETY: the program's parameters (NULL or valid).
-    let mine = unsafe { param.as_ref() }
-        .filter(|p| p.field_mask & AM_HANDLER_PARAM_FIELD_CB != 0 && !p.cb.is_null());
-    hook::around_traced(
-        Layer::Ucx,
-        |traced| {
-            let Some(p) = mine.filter(|_| traced) else {
-                // SAFETY: the program's arguments, unchanged.
-                return unsafe { real(worker, param) };
-            };
-            let arg = if p.field_mask & AM_HANDLER_PARAM_FIELD_ARG != 0 {
-                p.arg
-            } else {
-                core::ptr::null_mut()
-            };
-            let Some(ctx) = hook::guarded(None, || Some(am_ctx(worker, p.cb, arg))) else {
-                // SAFETY: as above.
-                return unsafe { real(worker, param) };
-            };
-            let ours = AmHandlerParam {
-                field_mask: p.field_mask | AM_HANDLER_PARAM_FIELD_ARG,
-                cb: am_recv_handler as AmRecvCb as Ptr,
-                arg: ctx,
-                ..*p
-            };
-            // SAFETY: the program's worker and parameters, handler and argument sigmatop's.
-            unsafe { real(worker, &ours) }
-        },
-        |_, _| {},
-    )
-}
-
-/// Hook of the legacy `ucp_worker_set_am_handler`; as `ucp_worker_set_am_recv_handler`.
-#[unsafe(no_mangle)]
-unsafe extern "C" fn ucp_worker_set_am_handler(
-    worker: Ptr,
-    id: u16,
-    cb: Ptr,
-    arg: Ptr,
-    fl: u32,
-) -> Status {
-    let Some(real) = SET_AM_HANDLER.get() else {
-        return UCS_ERR_UNSUPPORTED;
-    };
-    hook::around_traced(
-        Layer::Ucx,
-        |traced| {
-            if !traced || cb.is_null() {
-                // SAFETY: the program's arguments, unchanged.
-                return unsafe { real(worker, id, cb, arg, fl) };
-            }
-            match hook::guarded(None, || Some(am_ctx(worker, cb, arg))) {
-                // SAFETY: the program's worker, id and flags; handler and argument sigmatop's.
-                Some(ctx) => unsafe {
-                    real(worker, id, am_legacy_handler as AmLegacyCb as Ptr, ctx, fl)
-                },
-                // SAFETY: as above.
-                None => unsafe { real(worker, id, cb, arg, fl) },
-            }
-        },
-        |_, _| {},
-    )
-}
-
 pub(super) fn hooks() -> Vec<crate::dl::Hook> {
     hook_table![Layer::Ucx;
         ucp_tag_recv_nbx => TAG_RECV_NBX,
@@ -939,36 +543,4 @@ pub(super) fn hooks() -> Vec<crate::dl::Hook> {
         ucp_worker_set_am_recv_handler => SET_AM_RECV_HANDLER,
         ucp_worker_set_am_handler => SET_AM_HANDLER,
     ]
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_slot_per_callback_endpoint_and_op_until_none_is_left() {
-        let t = CbTable::new();
-        assert_eq!(t.slot(0x1000, 1, Op::UcxTagRecv), Some(0));
-        assert_eq!(t.slot(0x1000, 1, Op::UcxTagRecv), Some(0));
-        assert_eq!(t.slot(0x1000, 2, Op::UcxTagRecv), Some(1));
-        assert_eq!(t.slot(0, 1, Op::UcxTagRecv), Some(2));
-        assert_eq!(t.slot(0x1000, 1, Op::UcxStreamRecv), Some(3));
-        for i in 4..SLOTS {
-            assert_eq!(t.slot(0x2000, i as u32, Op::UcxTagRecv), Some(i));
-        }
-        assert_eq!(t.slot(0x3000, 1, Op::UcxTagRecv), None);
-        assert_eq!(t.slot(0x1000, 2, Op::UcxTagRecv), Some(1));
-    }
-
-    #[test]
-    fn each_trampoline_stands_for_its_slot() {
-        let mut seen = std::collections::HashSet::new();
-        for f in TAG_CBS
-            .iter()
-            .map(|f| *f as usize)
-            .chain(LEN_CBS.iter().map(|f| *f as usize))
-        {
-            assert!(seen.insert(f), "two slots share a trampoline");
-        }
-    }
 }
