@@ -34,6 +34,7 @@
 
 use core::cell::Cell;
 use core::ffi::{c_int, c_uint, c_void};
+use core::mem::MaybeUninit;
 use core::sync::atomic::{AtomicU8, Ordering};
 
 use sigmatop::event::{Layer, Op, UNATTRIBUTED_EP, flags};
@@ -198,15 +199,14 @@ unsafe fn tag_recv_nbx(
                 }
             }
             let info = info_reported.get().then_some(own);
-            // SAFETY: the program's parameters; `own` lives through the call.
-            match unsafe {
-                with_callback(param, |cb| tag_cb(cb, ep.get(), op).map(|f| f as Ptr), info)
-            } {
-                Some(p) => {
-                    seen.set(true);
-                    real(p.as_ptr())
-                }
-                None => real(param),
+            let mut copy = MaybeUninit::<RequestParam>::uninit();
+            let cb = |cb| tag_cb(cb, ep.get(), op).map(|f| f as Ptr);
+            // SAFETY: the program's parameters; `own` and `copy` live through the call.
+            if unsafe { with_callback(param, cb, info, &mut copy) } {
+                seen.set(true);
+                real(copy.as_ptr())
+            } else {
+                real(param)
             }
         },
         |ts, r| {
@@ -469,15 +469,14 @@ unsafe extern "C" fn ucp_stream_recv_nbx(
             }
             id.set(crate::registry::lookup_compact(ep as usize));
             let op = Op::UcxStreamRecv;
-            // SAFETY: the program's parameters.
-            match unsafe {
-                with_callback(param, |cb| len_cb(cb, id.get(), op).map(|f| f as Ptr), None)
-            } {
-                Some(p) => {
-                    seen.set(true);
-                    call(p.as_ptr())
-                }
-                None => call(param),
+            let mut copy = MaybeUninit::<RequestParam>::uninit();
+            let cb = |cb| len_cb(cb, id.get(), op).map(|f| f as Ptr);
+            // SAFETY: the program's parameters; `copy` lives through the call.
+            if unsafe { with_callback(param, cb, None, &mut copy) } {
+                seen.set(true);
+                call(copy.as_ptr())
+            } else {
+                call(param)
             }
         },
         |ts, r| {

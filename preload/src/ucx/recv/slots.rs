@@ -183,32 +183,39 @@ pub(super) fn unseen() {
     ARRIVALS_UNSEEN.fetch_add(1, Ordering::Relaxed);
 }
 
-/// A copy of the program's parameters with sigmatop's completion callback (and, for a tag
-/// receive without one, sigmatop's receive info), or None when the completion cannot be seen.
+/// Writes into `out` a copy of the program's parameters with sigmatop's completion callback
+/// (and, for a tag receive without one, sigmatop's receive info); false when the completion
+/// cannot be seen (no parameters, or no callback slot left), `out` then unused. The copy is
+/// written where the caller keeps it, not returned: returning 72 bytes by value cost two more
+/// copies of them on every receive.
 ///
 /// # Safety
 /// `param` is NULL or the program's valid `ucp_request_param_t`; `info` is writable.
+#[inline(always)]
 pub(super) unsafe fn with_callback(
     param: *const RequestParam,
     cb: impl FnOnce(usize) -> Option<Ptr>,
     info: Option<*mut TagRecvInfo>,
-) -> Option<MaybeUninit<RequestParam>> {
+    out: &mut MaybeUninit<RequestParam>,
+) -> bool {
     if param.is_null() {
-        return None;
+        return false;
     }
-    let mut p = MaybeUninit::<RequestParam>::uninit();
-    let q = p.as_mut_ptr();
-    // SAFETY: a byte copy of the program's 72 bytes (fields it did not set are never read as
-    // values); then only fields sigmatop sets or the mask names are touched.
+    let q = out.as_mut_ptr();
+    // SAFETY: the program's parameters (non-NULL, valid per the caller); `q` is writable.
     unsafe {
-        core::ptr::copy_nonoverlapping(param, q, 1);
         let mask = (*param).op_attr_mask;
         let theirs = if mask & OP_ATTR_FIELD_CALLBACK != 0 {
             (*param).cb as usize
         } else {
             0
         };
-        let ours = cb(theirs)?;
+        let Some(ours) = cb(theirs) else {
+            return false;
+        };
+        // A byte copy of the program's 72 bytes (fields it did not set are never read as
+        // values); then only fields sigmatop sets or the mask names are touched.
+        core::ptr::copy_nonoverlapping(param, q, 1);
         core::ptr::addr_of_mut!((*q).cb).write(ours);
         let mut m = mask | OP_ATTR_FIELD_CALLBACK;
         if let Some(info) = info
@@ -219,7 +226,7 @@ pub(super) unsafe fn with_callback(
         }
         core::ptr::addr_of_mut!((*q).op_attr_mask).write(m);
     }
-    Some(p)
+    true
 }
 
 /// The receive info an immediate completion of `param` (or of sigmatop's copy) was written to.
