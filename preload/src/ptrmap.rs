@@ -99,57 +99,53 @@ impl<V: Value, const CAP: usize, const FRONT: bool> PtrMap<V, CAP, FRONT> {
     /// Lock-free; safe against concurrent writers.
     #[inline(always)]
     pub fn get(&self, key: usize) -> Option<V> {
-        if FRONT && self.front_key.load(Ordering::Acquire) == key {
-            return Some(V::from_word(self.front_value.load(Ordering::Acquire)));
+        match self.at_home(key) {
+            Ok(v) => v,
+            Err(i) => self.probe_from(key, i),
         }
-        let mut i = Self::home(key);
-        // The home slot is checked before the probe loop: it is where nearly every key lives, and
-        // the loop's counter then costs nothing on the hot path.
-        let k = self.keys[i].load(Ordering::Acquire);
-        if k == key {
-            return Some(V::from_word(self.values[i].load(Ordering::Acquire)));
-        }
-        if k == 0 {
-            return None;
-        }
-        for _ in 1..MAX_PROBE {
-            i = (i + 1) & (CAP - 1);
-            let k = self.keys[i].load(Ordering::Acquire);
-            if k == key {
-                return Some(V::from_word(self.values[i].load(Ordering::Acquire)));
-            }
-            if k == 0 {
-                return None;
-            }
-        }
-        None
     }
 
     /// As [`PtrMap::get`], with the probe past the home slot out of line: for a hook whose
     /// bookkeeping must stay small enough to be inlined into it (the UCX hooks: with the loop
     /// inlined, their record path in simple mode with a record compiled to a call with every
-    /// capture spilled, +833 instructions per send + receive against +440). Where the lookup sits
-    /// inside a loop (the verbs completion and WR loops) the plain `get` is cheaper: a call there
-    /// costs registers on every iteration.
+    /// capture spilled). Where the lookup sits inside a loop (the verbs completion and WR loops)
+    /// the plain `get` is cheaper: a call there costs registers on every iteration.
     #[inline(always)]
     pub fn get_compact(&self, key: usize) -> Option<V> {
+        match self.at_home(key) {
+            Ok(v) => v,
+            Err(i) => self.probe(key, i),
+        }
+    }
+
+    /// The front slot and the home slot: `Ok` with the answer, or `Err(home)` when another key
+    /// holds the home slot and the probe must go on. The home slot is checked before any probe
+    /// loop: it is where nearly every key lives, and the loop's counter then costs nothing on the
+    /// hot path.
+    #[inline(always)]
+    fn at_home(&self, key: usize) -> Result<Option<V>, usize> {
         if FRONT && self.front_key.load(Ordering::Acquire) == key {
-            return Some(V::from_word(self.front_value.load(Ordering::Acquire)));
+            return Ok(Some(V::from_word(self.front_value.load(Ordering::Acquire))));
         }
         let i = Self::home(key);
         let k = self.keys[i].load(Ordering::Acquire);
         if k == key {
-            return Some(V::from_word(self.values[i].load(Ordering::Acquire)));
+            return Ok(Some(V::from_word(self.values[i].load(Ordering::Acquire))));
         }
         if k == 0 {
-            return None;
+            return Ok(None);
         }
-        self.probe(key, i)
+        Err(i)
     }
 
-    /// The rest of a probe sequence after the home slot `i` (a collision: rare).
+    /// The rest of a probe sequence after the home slot `i` (a collision: rare), out of line.
     #[inline(never)]
-    fn probe(&self, key: usize, mut i: usize) -> Option<V> {
+    fn probe(&self, key: usize, i: usize) -> Option<V> {
+        self.probe_from(key, i)
+    }
+
+    #[inline(always)]
+    fn probe_from(&self, key: usize, mut i: usize) -> Option<V> {
         for _ in 1..MAX_PROBE {
             i = (i + 1) & (CAP - 1);
             let k = self.keys[i].load(Ordering::Acquire);

@@ -591,20 +591,6 @@ impl ThreadState {
             // Neither recorded nor sampled: no timestamp, no ring slot.
             return;
         }
-        self.keep_event(ep, op, bytes, outcome, detail, timestamp);
-    }
-
-    /// The event of a call that keeps one: its detail, its timestamp, its ring slot.
-    #[inline(always)]
-    fn keep_event(
-        &self,
-        ep: u32,
-        op: Op,
-        bytes: u64,
-        outcome: Outcome,
-        detail: impl FnOnce() -> Option<Detail>,
-        timestamp: impl FnOnce() -> u64,
-    ) {
         if let Some(d) = detail() {
             self.push(RawEvent {
                 tsc: timestamp(),
