@@ -11,17 +11,24 @@
 
 mod fast;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 use serde::{Deserialize, Serialize};
 
+use crate::agg::snapshots::{Keep, NowRates, SnapshotHistory, Totals};
+use crate::agg::window::Sums;
 use crate::agg::{HostLink, LinkState, Model, ProcKey};
+use crate::event::DropCounters;
 use crate::live::LiveSink;
 use crate::wire::{self, Frame};
 
 /// Bumped on any incompatible change to the relay stream (the hello line, `RelayFrame`, or the
-/// embedded `wire::Frame`, whose version the hello names too).
-pub const RELAY_PROTOCOL: u16 = 1;
+/// embedded `wire::Frame`, whose version the hello names too). 2: `RelayFrame::Totals`, and
+/// the relay reads `qp-every N` lines on its stdin.
+pub const RELAY_PROTOCOL: u16 = 2;
+/// The most ticks a relay may leave between two snapshots of a process with all its counters
+/// (`--qp-every`, `qp-every N` on its stdin).
+pub const MAX_QP_EVERY: u32 = 16;
 /// First word of the hello line.
 pub const HELLO_PREFIX: &str = "SIGMATOP-RELAY";
 /// Longest hello line accepted.
@@ -33,6 +40,22 @@ pub const MAX_PREAMBLE: usize = 8192;
 pub const MAX_RELAY_FRAME: usize = wire::MAX_FRAME + 4096;
 /// The relay sends a heartbeat at least this often, so a reader notices a dead link.
 pub const HEARTBEAT_MS: u64 = 1000;
+
+/// Counters a dashboard reads every tick before it asks the relays to send every QP's counters
+/// less often (`qp_every_for`): 2,048 processes × 64 QPs are 262,144 counters a tick, and
+/// reading and keeping one costs ~60–90 ns on a 2-core guest (BENCHMARKS.md, "Many hosts").
+pub const COUNTERS_PER_TICK: usize = 32_768;
+
+/// The `qp-every` a dashboard that follows `counters` counters (every process's newest whole
+/// snapshot) asks of its relays: 1 up to `COUNTERS_PER_TICK`, then the power of two that brings
+/// what a tick carries under it, at most `MAX_QP_EVERY`.
+pub fn qp_every_for(counters: usize) -> u32 {
+    let mut n = 1u32;
+    while n < MAX_QP_EVERY && counters > COUNTERS_PER_TICK * n as usize {
+        n *= 2;
+    }
+    n
+}
 
 /// The first line of a relay stream:
 /// `SIGMATOP-RELAY relay=1 wire=1 sigmatop=0.1.0 host=node7`. Text, so that any two versions
@@ -145,6 +168,89 @@ pub enum RelayFrame {
     Message(String),
     /// Nothing else to say: the link is alive. `processes` is how many the relay follows.
     Heartbeat { at_ns: u64, processes: u32 },
+    /// (relay 2) The totals of process `key`'s latest snapshot, when the relay sends its whole
+    /// counters only every Nth snapshot (`qp-every N`): right after that snapshot's
+    /// `Proc{Snapshot}` when it was sent whole, alone otherwise.
+    Totals { key: ProcKey, totals: ProcTotals },
+}
+
+/// The figures of one snapshot of a process without its counters (`RelayFrame::Totals`),
+/// computed by the relay from the whole snapshot exactly as the dashboard would
+/// (`agg::snapshots::SnapshotHistory::push`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ProcTotals {
+    pub at_ns: u64,
+    pub seq: u64,
+    pub drops: DropCounters,
+    pub events: u64,
+    pub threads: u32,
+    pub layers_used: u32,
+    /// `Sums` of every counter: tx, rx, rx1, ops, doorbells, refused, posted, recvs.
+    pub sums: [u64; 8],
+    /// The step from the snapshot before kept every counter and none shrank.
+    pub monotone: bool,
+    /// "Now" against the snapshot before: (dt_ns, tx bytes/s, rx bytes/s, operations/s).
+    pub now: Option<(u64, f64, f64, f64)>,
+}
+
+impl From<&Totals> for ProcTotals {
+    fn from(t: &Totals) -> ProcTotals {
+        let s = &t.sums;
+        ProcTotals {
+            at_ns: t.at_ns,
+            seq: t.seq,
+            drops: t.drops,
+            events: t.events,
+            threads: t.threads,
+            layers_used: t.layers_used,
+            sums: [
+                s.tx,
+                s.rx,
+                s.rx1,
+                s.ops,
+                s.doorbells,
+                s.refused,
+                s.posted,
+                s.recvs,
+            ],
+            monotone: t.monotone,
+            now: t.now.map(|n| (n.dt_ns, n.tx_bps, n.rx_bps, n.ops_per_s)),
+        }
+    }
+}
+
+impl ProcTotals {
+    /// The model's form. Rates that are not finite numbers (never from a relay of ours) are
+    /// read as zero.
+    pub fn to_totals(&self) -> Totals {
+        let s = &self.sums;
+        let f = |x: f64| if x.is_finite() { x } else { 0.0 };
+        Totals {
+            at_ns: self.at_ns,
+            seq: self.seq,
+            drops: self.drops,
+            events: self.events,
+            threads: self.threads,
+            layers_used: self.layers_used,
+            sums: Sums {
+                tx: s[0],
+                rx: s[1],
+                rx1: s[2],
+                ops: s[3],
+                doorbells: s[4],
+                refused: s[5],
+                posted: s[6],
+                recvs: s[7],
+            },
+            monotone: self.monotone,
+            now: self.now.map(|(dt_ns, tx, rx, ops)| NowRates {
+                dt_ns,
+                tx_bps: f(tx),
+                rx_bps: f(rx),
+                ops_per_s: f(ops),
+            }),
+        }
+    }
 }
 
 /// Appends a framed `RelayFrame` (4-byte little-endian length, then postcard) to `out`.
@@ -154,14 +260,107 @@ pub fn encode(frame: &RelayFrame, out: &mut Vec<u8>) -> Result<(), postcard::Err
 
 /// The relay's side: a `LiveSink` that encodes what the sockets give into the relay stream.
 /// The relay writes `out` to stdout and clears it.
-#[derive(Default)]
+///
+/// With `qp_every` N > 1 (the dashboard follows many QPs and said so), each process's snapshot
+/// goes whole (every counter) only every Nth time, phase-shifted across the processes so that
+/// each tick carries 1/N of them, and whole whenever its list of counters changes; every
+/// snapshot is followed by its `Totals`, which the relay computes from the whole snapshot with
+/// the dashboard's own arithmetic (a two-snapshot `SnapshotHistory` per process).
 pub struct RelayEncoder {
     pub out: Vec<u8>,
     /// Processes whose connection is open.
     pub open: usize,
+    qp_every: u32,
+    procs: HashMap<ProcKey, Reduced>,
+    /// The phase the next process gets.
+    next_phase: u32,
 }
 
+impl Default for RelayEncoder {
+    fn default() -> Self {
+        RelayEncoder {
+            out: Vec::new(),
+            open: 0,
+            qp_every: 1,
+            procs: HashMap::new(),
+            next_phase: 0,
+        }
+    }
+}
+
+/// One process's state at a relay that sends its counters every Nth snapshot.
+struct Reduced {
+    /// Its last two snapshots (their totals, "now" and monotony are read from here).
+    hist: SnapshotHistory,
+    /// Snapshots seen, and this process's offset among the N ticks.
+    seen: u64,
+    phase: u32,
+}
+
+/// What the relay keeps per process: the last two snapshots.
+const TWO: Keep = Keep {
+    max: 2,
+    bytes: usize::MAX,
+    floor_ns: 0,
+};
+
 impl RelayEncoder {
+    /// Sends every process's counters every `n`th snapshot (1: every snapshot, as a relay of
+    /// protocol 1 did). Clamped to 1..=`MAX_QP_EVERY`.
+    pub fn set_qp_every(&mut self, n: u32) {
+        let n = n.clamp(1, MAX_QP_EVERY);
+        if n == 1 {
+            self.procs.clear();
+        }
+        self.qp_every = n;
+    }
+
+    pub fn qp_every(&self) -> u32 {
+        self.qp_every
+    }
+
+    /// A snapshot of process `key` at `qp_every` > 1.
+    fn reduced_snapshot(&mut self, key: &ProcKey, s: crate::event::Snapshot) {
+        let n = u64::from(self.qp_every);
+        let r = match self.procs.get_mut(key) {
+            Some(r) => r,
+            None => {
+                let phase = self.next_phase;
+                self.next_phase = self.next_phase.wrapping_add(1);
+                self.procs.entry(key.clone()).or_insert(Reduced {
+                    hist: SnapshotHistory::default(),
+                    seen: 0,
+                    phase,
+                })
+            }
+        };
+        // The whole snapshot is what the dashboard needs to read the next one's counters:
+        // the first one, one with another list of counters, and every Nth.
+        let whole = r.seen == 0
+            || (r.seen + u64::from(r.phase)) % n == 0
+            || !r
+                .hist
+                .last_keys()
+                .eq(s.counts.iter().map(|c| (c.ep, c.op)));
+        r.seen += 1;
+        let sent = whole.then(|| s.clone());
+        r.hist.push(s, TWO);
+        let Some(t) = r.hist.totals() else {
+            return;
+        };
+        let totals = ProcTotals::from(&t);
+        if let Some(s) = sent {
+            self.put(&RelayFrame::Proc {
+                key: key.clone(),
+                frame: Frame::Snapshot(s),
+            });
+        }
+        self.put(&RelayFrame::Totals {
+            key: key.clone(),
+            totals,
+        });
+    }
+
     fn put(&mut self, f: &RelayFrame) {
         // A frame that cannot be encoded (never happens for these types) is left out rather
         // than breaking the stream's framing.
@@ -183,6 +382,13 @@ impl LiveSink for RelayEncoder {
     fn frame(&mut self, key: &ProcKey, frame: Frame) {
         if matches!(frame, Frame::Hello { .. }) {
             self.open += 1;
+            // A process (seen again): its next snapshot goes whole.
+            self.procs.remove(key);
+        }
+        if self.qp_every > 1
+            && let Frame::Snapshot(s) = frame
+        {
+            return self.reduced_snapshot(key, s);
         }
         self.put(&RelayFrame::Proc {
             key: key.clone(),
@@ -192,6 +398,7 @@ impl LiveSink for RelayEncoder {
 
     fn closed(&mut self, key: &ProcKey, problem: Option<String>) {
         self.open = self.open.saturating_sub(1);
+        self.procs.remove(key);
         self.put(&RelayFrame::Closed {
             key: key.clone(),
             problem,
@@ -550,6 +757,24 @@ fn apply(i: usize, owner: &mut Owners, f: RelayFrame, model: &mut Model) -> Resu
             model.messages.push(format!("{name}: {m}"));
         }
         RelayFrame::Heartbeat { .. } => {}
+        RelayFrame::Totals { key, totals } => {
+            let owned = owner.get(&key);
+            claim(owned, &key, model)?;
+            if owned.is_none() {
+                return Err(format!(
+                    "sent totals of process {} on {} before its hello",
+                    key.pid, key.host
+                ));
+            }
+            if !model.apply_totals(&key, &totals.to_totals()) {
+                return Err(format!(
+                    "sent totals of process {} on {} without a snapshot of its counters before them (or more than {} in a row)",
+                    key.pid,
+                    key.host,
+                    crate::agg::snapshots::MAX_TOTALS_RUN
+                ));
+            }
+        }
     }
     Ok(())
 }

@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, HashMap, VecDeque};
 
 use serde::{Deserialize, Serialize};
 
-use super::snapshots::{Keep, SnapshotHistory};
+use super::snapshots::{Keep, SnapshotHistory, Totals};
 use crate::event::{
     ClockSample, DropCounters, EndpointDef, Event, Identity, Layer, Op, Snapshot, TscClock,
 };
@@ -324,6 +324,35 @@ impl Model {
                     .apply(frame, keep);
             }
         }
+    }
+
+    /// Applies the totals of one snapshot of process `key` that a relay sent without its
+    /// counters (or with the whole snapshot just applied: then only its "now" is taken). False
+    /// when the process has no whole snapshot yet, or too many came as totals in a row
+    /// (`snapshots::MAX_TOTALS_RUN`): no honest relay sends that.
+    pub fn apply_totals(&mut self, key: &ProcKey, t: &Totals) -> bool {
+        let keep = self.keep();
+        let Some(p) = self.processes.get_mut(key) else {
+            return false;
+        };
+        if p.history.companion(t) {
+            return true;
+        }
+        if !p.history.push_totals(t, keep) {
+            return false;
+        }
+        p.forget_old_clock();
+        true
+    }
+
+    /// Counters of the newest whole snapshot of every process: what a relay sends each tick
+    /// when it sends every QP's counters.
+    pub fn counters(&self) -> usize {
+        self.processes
+            .values()
+            .filter(|p| !p.exited)
+            .map(|p| p.history.last_counters())
+            .sum()
     }
 
     /// Frames (and the sampled events in them) the processes could not send to this reader
