@@ -813,7 +813,7 @@ mod tests {
         let h = RelayHello::ours("node7");
         let line = h.line();
         let want = format!(
-            "SIGMATOP-RELAY relay=1 wire={} sigmatop=",
+            "SIGMATOP-RELAY relay=2 wire={} sigmatop=",
             wire::PROTOCOL_VERSION
         );
         assert!(line.starts_with(&want), "{line}");
@@ -909,6 +909,24 @@ mod tests {
             e.permanent && e.reason.contains("sigmatop 0.2.0 there"),
             "{e:?}"
         );
+        // A relay of the protocol before (1: no totals frames, no requests on stdin): the one
+        // line names both sigmatop versions and both relay protocols.
+        let mut m4 = Model::new();
+        let mut merge4 = Merge::new(&["z".into()], &mut m4);
+        let old = format!(
+            "SIGMATOP-RELAY relay=1 wire={} sigmatop=0.1.0-old host=z\n",
+            wire::PROTOCOL_VERSION
+        );
+        let e = merge4.push(0, old.as_bytes(), &mut m4).unwrap_err();
+        assert!(e.permanent, "{e:?}");
+        assert!(
+            e.reason.starts_with(&format!(
+                "sigmatop 0.1.0-old there speaks relay protocol 1 (live protocol {w}), this sigmatop {} speaks relay protocol 2 (live protocol {w})",
+                env!("CARGO_PKG_VERSION"),
+                w = wire::PROTOCOL_VERSION
+            )),
+            "{e:?}"
+        );
     }
 
     #[test]
@@ -925,5 +943,298 @@ mod tests {
         let e = merge.push(0, &s, &mut m).unwrap_err().reason;
         assert!(e.contains("before its hello"), "{e}");
         assert!(m.processes.is_empty());
+    }
+
+    /// Snapshot `tick` of process `p` (of 4) of host "na": 8 QPs, each a write and a receive
+    /// counter moving a different amount every tick; process 1's QP 3 write counter goes back
+    /// at tick 9 (a counter reset: a step that is not monotone), process 2 gains a QP at tick
+    /// 6 (another list of counters), and process 3 sends no receive at tick 0 (its first list).
+    fn snap(p: u32, tick: u64) -> crate::event::Snapshot {
+        use crate::event::{Op, OpCount};
+        let qps = if p == 2 && tick >= 6 { 9 } else { 8 };
+        let mut counts = Vec::new();
+        for q in 1..=qps {
+            let k = u64::from(p * 16 + q);
+            let mut w = (tick + 1) * k * 1000 + tick * tick * 7 * k;
+            if p == 1 && q == 3 && tick >= 9 {
+                w /= 3;
+            }
+            counts.push(OpCount {
+                ep: q,
+                op: Op::VerbsWrite as u8,
+                ops: (tick + 1) * k,
+                bytes: w,
+                ..Default::default()
+            });
+            if !(p == 3 && tick == 0) {
+                counts.push(OpCount {
+                    ep: q,
+                    op: Op::VerbsRecv as u8,
+                    ops: tick * k,
+                    bytes: tick * k * 512 + tick % 3,
+                    ..Default::default()
+                });
+            }
+        }
+        crate::event::Snapshot {
+            at_ns: 1_000_000_000 + tick * 250_000_000,
+            seq: tick,
+            counts,
+            events: tick * 3,
+            threads: 2,
+            ..Default::default()
+        }
+    }
+
+    /// What one relay sends for 4 processes × `ticks` snapshots at `qp_every`, per tick.
+    fn relay_ticks(qp_every: u32, ticks: u64) -> Vec<Vec<u8>> {
+        let mut enc = RelayEncoder::default();
+        enc.set_qp_every(qp_every);
+        enc.out
+            .extend_from_slice(RelayHello::ours("na").line().as_bytes());
+        for p in 0..4 {
+            let mut id = ident("na", p);
+            id.start_ns = 900_000_000;
+            enc.frame(&key("na", p), Frame::hello(id));
+            let eps = (1..=9)
+                .map(|q| crate::event::EndpointDef {
+                    id: q,
+                    layer: crate::event::Layer::Ibverbs,
+                    kind: crate::event::EndpointKind::VerbsQp,
+                    label: format!("qp {q}"),
+                    transport: "RC".into(),
+                    peer: Default::default(),
+                    qpn: Some(0x100 + q),
+                    gpu: None,
+                    created_ns: 900_000_000,
+                })
+                .collect();
+            enc.frame(&key("na", p), Frame::Endpoints(eps));
+        }
+        let mut out = vec![std::mem::take(&mut enc.out)];
+        for tick in 0..ticks {
+            for p in 0..4 {
+                enc.frame(&key("na", p), Frame::Snapshot(snap(p, tick)));
+            }
+            out.push(std::mem::take(&mut enc.out));
+        }
+        out
+    }
+
+    fn frames_of(bytes: &[u8]) -> Vec<RelayFrame> {
+        let mut d = RelayDecoder::new();
+        d.push(bytes);
+        let mut out = Vec::new();
+        while let Some(item) = d.next_item().unwrap() {
+            if let RelayItem::Frame(f) = item {
+                out.push(f);
+            }
+        }
+        out
+    }
+
+    /// At qp-every 4 a relay sends every process's totals every tick and its counters every
+    /// fourth tick (one process of four a tick, phase-shifted), and at once when its list of
+    /// counters changes; the dashboard fed that stream shows the same per-process figures at
+    /// every tick as one fed every snapshot (bit for bit), and per QP the figures of the newest
+    /// whole snapshot, equal to the full stream's at that time.
+    #[test]
+    fn qp_every_sends_totals_and_keeps_process_figures_exact() {
+        use crate::agg::window::{ProcAt, Window};
+        const TICKS: u64 = 16;
+        let full = relay_ticks(1, TICKS);
+        let reduced = relay_ticks(4, TICKS);
+        // What each tick carries: (whole snapshots, totals) by process.
+        let mut wholes = Vec::new();
+        for (tick, bytes) in reduced.iter().enumerate().skip(1) {
+            // The hello line first (the first piece has no snapshot).
+            let frames = frames_of(&[&reduced[0][..], bytes].concat());
+            let whole: Vec<u32> = frames
+                .iter()
+                .filter_map(|f| match f {
+                    RelayFrame::Proc {
+                        key,
+                        frame: Frame::Snapshot(_),
+                    } => Some(key.pid),
+                    _ => None,
+                })
+                .collect();
+            let totals = frames
+                .iter()
+                .filter(|f| matches!(f, RelayFrame::Totals { .. }))
+                .count();
+            assert_eq!(totals, 4, "tick {tick}");
+            wholes.push(whole);
+        }
+        // Tick 0: every process's first snapshot. Then process p is whole when (seen + p) % 4
+        // is 0: seen 1 → p 3, 2 → p 2, 3 → p 1, 4 → p 0, ...; process 2's new QP at tick 6
+        // sends it whole at once; process 1's counter reset needs no whole snapshot.
+        let want: Vec<Vec<u32>> = (0..TICKS)
+            .map(|t| {
+                if t == 0 {
+                    return vec![0, 1, 2, 3];
+                }
+                (0..4u32)
+                    .filter(|p| (t + u64::from(*p)) % 4 == 0 || (*p == 2 && t == 6))
+                    .collect()
+            })
+            .collect();
+        assert_eq!(wholes, want);
+        // Totals are smaller than the snapshots they replace (16 counters here; 128 a process
+        // of 64 QPs): at most 96 bytes framed.
+        let size = |v: &[Vec<u8>]| v[1..].iter().map(Vec::len).sum::<usize>();
+        assert!(size(&reduced) < size(&full), "{} vs {}", size(&reduced), size(&full));
+        for f in frames_of(&[&reduced[0][..], &reduced[TICKS as usize]].concat()) {
+            if let RelayFrame::Totals { .. } = f {
+                let mut b = Vec::new();
+                encode(&f, &mut b).unwrap();
+                assert!(b.len() <= 96, "{} bytes: {f:?}", b.len());
+            }
+        }
+        let (mut m1, mut m4) = (Model::new(), Model::new());
+        let mut merge1 = Merge::new(&["a".into()], &mut m1);
+        let mut merge4 = Merge::new(&["a".into()], &mut m4);
+        for (tick, (b1, b4)) in full.iter().zip(&reduced).enumerate() {
+            merge1.push(0, b1, &mut m1).unwrap();
+            merge4.push(0, b4, &mut m4).unwrap();
+            if tick == 0 {
+                continue;
+            }
+            let t = m1.latest_ns();
+            assert_eq!(m4.latest_ns(), t);
+            for p in 0..4 {
+                let k = key("na", p);
+                let (p1, p4) = (&m1.processes[&k], &m4.processes[&k]);
+                let (h1, h4) = (&p1.history, &p4.history);
+                assert_eq!(h1.len(), h4.len());
+                for i in 0..h1.len() {
+                    assert_eq!(
+                        (h1.at_ns(i), h1.seq(i), h1.tx_rx(i)),
+                        (h4.at_ns(i), h4.seq(i), h4.tx_rx(i))
+                    );
+                    assert_eq!(h1.monotone(0, i), h4.monotone(0, i), "p{p} {i}");
+                }
+                assert_eq!(
+                    format!("{:?}", h1.totals()),
+                    format!("{:?}", h4.totals()),
+                    "tick {tick} process {p}"
+                );
+                // What the Nodes view and the process rows read: the same, bit for bit.
+                for w in [Window::Seconds(1), Window::All] {
+                    let a1 = ProcAt::new(&k, p1, t, w, false);
+                    let a4 = ProcAt::new(&k, p4, t, w, false);
+                    assert_eq!(a1.detailed, a4.detailed, "p{p} tick {tick}");
+                    let n = h4.len();
+                    if a1.detailed && n >= 2 && !(h4.is_full(n - 1) && h4.is_full(n - 2)) {
+                        // Read from endpoints (a step that was not monotone: process 1 at tick
+                        // 9 and in the window after it), the reduced stream's at its newest
+                        // whole snapshot, "now" from the whole one before: compared below.
+                        assert!(p == 1 && tick >= 9, "p{p} tick {tick}");
+                        continue;
+                    }
+                    assert_eq!(
+                        format!("{:?}", a1.sums),
+                        format!("{:?}", a4.sums),
+                        "tick {tick} process {p}"
+                    );
+                    assert_eq!(a1.drops, a4.drops);
+                }
+                // Per QP: the newest whole snapshot, as the full stream had it at that time,
+                // and "now" over the step from the whole one before.
+                let f = h4.full_at(h4.len() - 1).unwrap();
+                let tf = h4.at_ns(f);
+                let d4 = ProcAt::new(&k, p4, t, Window::All, true);
+                let d1 = ProcAt::new(&k, p1, tf, Window::All, true);
+                assert_eq!(
+                    format!("{:?}", (d1.sums.tot, d1.sums.win_tx, d1.window_ns)),
+                    format!("{:?}", (d4.sums.tot, d4.sums.win_tx, d4.window_ns)),
+                    "tick {tick} process {p}"
+                );
+                let tot = |a: &ProcAt| -> Vec<(u32, u64, u64, u64)> {
+                    a.eps
+                        .iter()
+                        .map(|(ep, e)| (ep, e.tot.tx, e.tot.rx, e.tot.ops))
+                        .collect()
+                };
+                assert_eq!(tot(&d1), tot(&d4));
+                if let Some(f0) = f.checked_sub(1).and_then(|i| h4.full_at(i)) {
+                    let tf0 = h4.at_ns(f0);
+                    let before = tot(&ProcAt::new(&k, p1, tf0, Window::All, true));
+                    assert_eq!(d4.now_ns, tf - tf0);
+                    let now: Vec<(u32, u64, u64, u64)> = d4
+                        .eps
+                        .iter()
+                        .map(|(ep, e)| (ep, e.now.tx, e.now.rx, e.now.ops))
+                        .collect();
+                    let want: Vec<(u32, u64, u64, u64)> = tot(&d1)
+                        .iter()
+                        .map(|&(ep, tx, rx, ops)| {
+                            let b = before.iter().find(|b| b.0 == ep).map_or((0, 0, 0), |b| {
+                                (b.1, b.2, b.3)
+                            });
+                            // A counter that went back counts from zero (process 1, QP 3).
+                            (ep, tx.saturating_sub(b.0), rx - b.1, ops - b.2)
+                        })
+                        .collect();
+                    if !(p == 1 && tf0 < snap(1, 9).at_ns && tf >= snap(1, 9).at_ns) {
+                        assert_eq!(now, want, "tick {tick} process {p}");
+                    }
+                }
+                assert_eq!(h4.get(h4.len() - 1).unwrap().at_ns, tf);
+                assert_eq!(h4.last().unwrap().into_owned(), snap(p, h4.seq(f)));
+            }
+        }
+        // Every 4th snapshot of a process whole: process 0's were ticks 0, 4, 8, 12.
+        let h = &m4.processes[&key("na", 0)].history;
+        let whole: Vec<u64> = (0..h.len()).filter(|&i| h.is_full(i)).map(|i| h.seq(i)).collect();
+        assert_eq!(whole, [0, 4, 8, 12]);
+    }
+
+    #[test]
+    fn totals_without_a_snapshot_before_are_refused() {
+        let mut m = Model::new();
+        let mut merge = Merge::new(&["a".into()], &mut m);
+        let t = ProcTotals::from(&crate::agg::snapshots::Totals::default());
+        let s = stream(
+            "na",
+            &[RelayFrame::Totals {
+                key: key("na", 5),
+                totals: t.clone(),
+            }],
+        );
+        let e = merge.push(0, &s, &mut m).unwrap_err().reason;
+        assert!(e.contains("sent totals of process 5 on na before its hello"), "{e}");
+        let mut m = Model::new();
+        let mut merge = Merge::new(&["a".into()], &mut m);
+        let s = stream(
+            "na",
+            &[
+                RelayFrame::Proc {
+                    key: key("na", 5),
+                    frame: Frame::hello(ident("na", 5)),
+                },
+                RelayFrame::Totals {
+                    key: key("na", 5),
+                    totals: t,
+                },
+            ],
+        );
+        let e = merge.push(0, &s, &mut m).unwrap_err().reason;
+        assert!(
+            e.contains("without a snapshot of its counters before them"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn qp_every_follows_the_counters() {
+        assert_eq!(qp_every_for(0), 1);
+        // One host: 8 processes × 64 QPs × 2 counters.
+        assert_eq!(qp_every_for(1024), 1);
+        assert_eq!(qp_every_for(COUNTERS_PER_TICK), 1);
+        assert_eq!(qp_every_for(COUNTERS_PER_TICK + 1), 2);
+        // 256 hosts × 8 processes × 64 QPs × 2 counters.
+        assert_eq!(qp_every_for(262_144), 8);
+        assert_eq!(qp_every_for(usize::MAX), MAX_QP_EVERY);
     }
 }

@@ -649,8 +649,14 @@ impl SnapshotHistory {
             return false;
         }
         self.last_now = t.now;
-        if !t.monotone && (n < 2 || self.monotone(n - 2, n - 1)) {
-            self.breaks += 1;
+        // Whether the step from the entry before kept every counter: the relay saw it; the
+        // push compared with the whole snapshot before, which may be several steps back.
+        if n >= 2 && self.monotone(n - 2, n - 1) != t.monotone {
+            if t.monotone {
+                self.breaks -= 1;
+            } else {
+                self.breaks += 1;
+            }
             if let Some(m) = self.meta.back_mut() {
                 m.breaks = self.breaks;
             }
@@ -1268,5 +1274,76 @@ mod tests {
         h.push(snap(3, vec![count(1, 34, 3, 10), count(2, 39, 1, 50)]), ALL);
         assert!(!h.monotone(2, 3));
         assert!(h.monotone(3, 3));
+    }
+
+    /// Snapshots known by their totals alone between whole ones (as a relay at qp-every 3
+    /// sends them, whole ones also when the counter list changes): every entry reads back as
+    /// the whole snapshot at or before it, exactly, through `get` and `walk`, also after the cap
+    /// and the byte budget dropped the oldest; totals are refused without a whole snapshot
+    /// before them and after `MAX_TOTALS_RUN` in a row.
+    #[test]
+    fn totals_entries_read_as_the_whole_snapshot_before_them() {
+        let snaps = varied(400);
+        for (cap, budget) in [(usize::MAX, usize::MAX), (37, usize::MAX), (usize::MAX, 6000)] {
+            let keep = Keep {
+                max: cap,
+                bytes: budget,
+                floor_ns: 2000,
+            };
+            let mut relay = SnapshotHistory::default();
+            let mut h = SnapshotHistory::default();
+            assert!(!h.push_totals(&Totals::default(), keep));
+            // (seq of the entry, seq of the whole snapshot it reads as)
+            let mut want: Vec<(u64, u64)> = Vec::new();
+            let mut last_full = 0;
+            for (i, s) in snaps.iter().enumerate() {
+                let changed = relay.last_keys().ne(s.counts.iter().map(|c| (c.ep, c.op)));
+                relay.push(s.clone(), ALL);
+                let t = relay.totals().unwrap();
+                if i % 3 == 0 || changed {
+                    h.push(s.clone(), keep);
+                    assert!(h.companion(&t));
+                    last_full = s.seq;
+                } else {
+                    assert!(h.push_totals(&t, keep));
+                }
+                want.push((s.seq, last_full));
+                // The process's own figures are the relay's, whole or not.
+                assert_eq!(format!("{:?}", h.totals()), format!("{:?}", Some(t)));
+            }
+            let first = want.len() - h.len();
+            let mut walked = Vec::new();
+            h.walk(0, h.len() - 1, |i, counts| walked.push((i, counts.to_vec())));
+            let mut got_walk = walked.into_iter();
+            for i in 0..h.len() {
+                let (seq, full) = want[first + i];
+                assert_eq!(h.seq(i), seq);
+                match h.get(i) {
+                    Some(g) => {
+                        assert_eq!(*g, snaps[full as usize], "entry {i} (cap {cap})");
+                        let (j, c) = got_walk.next().unwrap();
+                        assert_eq!((j, c), (i, snaps[full as usize].counts.clone()));
+                    }
+                    // Entries before the oldest whole snapshot kept read as nothing.
+                    None => assert!((0..=i).all(|j| !h.is_full(j)), "entry {i}"),
+                }
+            }
+            if cap == 37 {
+                assert_eq!(h.len(), 37);
+            }
+            if budget == 6000 {
+                assert!(h.len() < 200, "{}", h.len());
+            }
+        }
+        // A run of totals is bounded.
+        let mut h = SnapshotHistory::default();
+        h.push(snaps[0].clone(), ALL);
+        let mut t = Totals::default();
+        for k in 0..MAX_TOTALS_RUN {
+            t.at_ns = 2000 + u64::from(k);
+            assert!(h.push_totals(&t, ALL));
+        }
+        assert!(!h.push_totals(&t, ALL));
+        assert_eq!(h.len(), 1 + MAX_TOTALS_RUN as usize);
     }
 }
