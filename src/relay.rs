@@ -172,6 +172,14 @@ pub enum RelayFrame {
     /// counters only every Nth snapshot (`qp-every N`): right after that snapshot's
     /// `Proc{Snapshot}` when it was sent whole, alone otherwise.
     Totals { key: ProcKey, totals: ProcTotals },
+    /// (relay 2) At `qp-every` N > 1, in place of `Proc{Events}`: of the process's `total`
+    /// sampled events, those the dashboard keeps (`agg::model::event_kept`: doorbells and WQEs),
+    /// each with its index among the `total`.
+    Events {
+        key: ProcKey,
+        kept: Vec<(u32, crate::event::Event)>,
+        total: u32,
+    },
 }
 
 /// The figures of one snapshot of a process without its counters (`RelayFrame::Totals`),
@@ -297,11 +305,13 @@ struct Reduced {
     phase: u32,
 }
 
-/// What the relay keeps per process: the last two snapshots.
+/// What the relay keeps per process: the snapshots since the keyframe before the newest (at
+/// least the last two: "now" and monotony read them), dropped a group at a time, never
+/// re-encoded (a cap of two would rewrite a keyframe at every snapshot).
 const TWO: Keep = Keep {
-    max: 2,
-    bytes: usize::MAX,
-    floor_ns: 0,
+    max: usize::MAX,
+    bytes: 0,
+    floor_ns: 1,
 };
 
 impl RelayEncoder {
@@ -338,10 +348,7 @@ impl RelayEncoder {
         // the first one, one with another list of counters, and every Nth.
         let whole = r.seen == 0
             || (r.seen + u64::from(r.phase)) % n == 0
-            || !r
-                .hist
-                .last_keys()
-                .eq(s.counts.iter().map(|c| (c.ep, c.op)));
+            || !r.hist.last_keys().eq(s.counts.iter().map(|c| (c.ep, c.op)));
         r.seen += 1;
         let sent = whole.then(|| s.clone());
         r.hist.push(s, TWO);
@@ -385,10 +392,31 @@ impl LiveSink for RelayEncoder {
             // A process (seen again): its next snapshot goes whole.
             self.procs.remove(key);
         }
-        if self.qp_every > 1
-            && let Frame::Snapshot(s) = frame
-        {
-            return self.reduced_snapshot(key, s);
+        if self.qp_every > 1 {
+            match frame {
+                Frame::Snapshot(s) => return self.reduced_snapshot(key, s),
+                Frame::Events(evs) => {
+                    // At scale only the events a view reads travel; the others are counted.
+                    let total = evs.len() as u32;
+                    let kept = evs
+                        .into_iter()
+                        .enumerate()
+                        .filter(|(_, e)| crate::agg::model::event_kept(e))
+                        .map(|(i, e)| (i as u32, e))
+                        .collect();
+                    return self.put(&RelayFrame::Events {
+                        key: key.clone(),
+                        kept,
+                        total,
+                    });
+                }
+                frame => {
+                    return self.put(&RelayFrame::Proc {
+                        key: key.clone(),
+                        frame,
+                    });
+                }
+            }
         }
         self.put(&RelayFrame::Proc {
             key: key.clone(),
@@ -757,6 +785,17 @@ fn apply(i: usize, owner: &mut Owners, f: RelayFrame, model: &mut Model) -> Resu
             model.messages.push(format!("{name}: {m}"));
         }
         RelayFrame::Heartbeat { .. } => {}
+        RelayFrame::Events { key, kept, total } => {
+            let owned = owner.get(&key);
+            claim(owned, &key, model)?;
+            if owned.is_none() {
+                return Err(format!(
+                    "sent events of process {} on {} before its hello",
+                    key.pid, key.host
+                ));
+            }
+            model.apply_events(&key, kept, total);
+        }
         RelayFrame::Totals { key, totals } => {
             let owned = owner.get(&key);
             claim(owned, &key, model)?;
@@ -986,6 +1025,27 @@ mod tests {
         }
     }
 
+    /// Sampled events of process `p` at `tick`: 150 of them (so that 16 ticks pass the 2,000
+    /// the dashboard keeps), a verbs write, except every 7th (process 0: every event from
+    /// tick 3 on), a doorbell; process 3 sends none at tick 5.
+    fn events(p: u32, tick: u64) -> Vec<crate::event::Event> {
+        use crate::event::{Event, Op};
+        let n = if p == 3 && tick == 5 { 0 } else { 150 };
+        (0..n)
+            .map(|i| Event {
+                tsc: tick * 1000 + i,
+                ep: 1 + (i % 8) as u32,
+                op: if i % 7 == 3 || (p == 0 && tick >= 3) {
+                    Op::GpuDoorbell as u8
+                } else {
+                    Op::VerbsWrite as u8
+                },
+                bytes: i,
+                ..Default::default()
+            })
+            .collect()
+    }
+
     /// What one relay sends for 4 processes × `ticks` snapshots at `qp_every`, per tick.
     fn relay_ticks(qp_every: u32, ticks: u64) -> Vec<Vec<u8>> {
         let mut enc = RelayEncoder::default();
@@ -1015,6 +1075,7 @@ mod tests {
         for tick in 0..ticks {
             for p in 0..4 {
                 enc.frame(&key("na", p), Frame::Snapshot(snap(p, tick)));
+                enc.frame(&key("na", p), Frame::Events(events(p, tick)));
             }
             out.push(std::mem::take(&mut enc.out));
         }
@@ -1064,6 +1125,34 @@ mod tests {
                 .filter(|f| matches!(f, RelayFrame::Totals { .. }))
                 .count();
             assert_eq!(totals, 4, "tick {tick}");
+            // Events: only the doorbells travel, with their indexes (every 7th from 3: 21 of
+            // 150; process 0 from tick 3 on: all 150).
+            for f in &frames {
+                match f {
+                    RelayFrame::Events { key, kept, total } => {
+                        let t = tick as u64 - 1;
+                        let all = key.pid == 0 && t >= 3;
+                        let want = match (key.pid, t) {
+                            (3, 5) => 0,
+                            _ if all => 150,
+                            _ => 21,
+                        };
+                        assert_eq!(
+                            (kept.len(), *total),
+                            (want, if want == 0 { 0 } else { 150 })
+                        );
+                        if !all && want > 0 {
+                            assert_eq!(kept[0].0, 3);
+                            assert_eq!(kept[20].0, 143);
+                        }
+                    }
+                    RelayFrame::Proc {
+                        frame: Frame::Events(_),
+                        ..
+                    } => panic!("whole events at qp-every 4"),
+                    _ => {}
+                }
+            }
             wholes.push(whole);
         }
         // Tick 0: every process's first snapshot. Then process p is whole when (seen + p) % 4
@@ -1083,7 +1172,12 @@ mod tests {
         // Totals are smaller than the snapshots they replace (16 counters here; 128 a process
         // of 64 QPs): at most 96 bytes framed.
         let size = |v: &[Vec<u8>]| v[1..].iter().map(Vec::len).sum::<usize>();
-        assert!(size(&reduced) < size(&full), "{} vs {}", size(&reduced), size(&full));
+        assert!(
+            size(&reduced) < size(&full),
+            "{} vs {}",
+            size(&reduced),
+            size(&full)
+        );
         for f in frames_of(&[&reduced[0][..], &reduced[TICKS as usize]].concat()) {
             if let RelayFrame::Totals { .. } = f {
                 let mut b = Vec::new();
@@ -1169,9 +1263,10 @@ mod tests {
                     let want: Vec<(u32, u64, u64, u64)> = tot(&d1)
                         .iter()
                         .map(|&(ep, tx, rx, ops)| {
-                            let b = before.iter().find(|b| b.0 == ep).map_or((0, 0, 0), |b| {
-                                (b.1, b.2, b.3)
-                            });
+                            let b = before
+                                .iter()
+                                .find(|b| b.0 == ep)
+                                .map_or((0, 0, 0), |b| (b.1, b.2, b.3));
                             // A counter that went back counts from zero (process 1, QP 3).
                             (ep, tx.saturating_sub(b.0), rx - b.1, ops - b.2)
                         })
@@ -1181,12 +1276,21 @@ mod tests {
                     }
                 }
                 assert_eq!(h4.get(h4.len() - 1).unwrap().at_ns, tf);
+                // The sampled events the views read: the same, though only doorbells travel.
+                let ev = |p: &crate::agg::ProcessState| -> Vec<(u64, u64)> {
+                    p.recent.iter().map(|e| (e.tsc, e.bytes)).collect()
+                };
+                assert_eq!(ev(p1), ev(p4), "tick {tick} process {p}");
+                assert!(!p4.recent.is_empty());
                 assert_eq!(h4.last().unwrap().into_owned(), snap(p, h4.seq(f)));
             }
         }
         // Every 4th snapshot of a process whole: process 0's were ticks 0, 4, 8, 12.
         let h = &m4.processes[&key("na", 0)].history;
-        let whole: Vec<u64> = (0..h.len()).filter(|&i| h.is_full(i)).map(|i| h.seq(i)).collect();
+        let whole: Vec<u64> = (0..h.len())
+            .filter(|&i| h.is_full(i))
+            .map(|i| h.seq(i))
+            .collect();
         assert_eq!(whole, [0, 4, 8, 12]);
     }
 
@@ -1203,7 +1307,10 @@ mod tests {
             }],
         );
         let e = merge.push(0, &s, &mut m).unwrap_err().reason;
-        assert!(e.contains("sent totals of process 5 on na before its hello"), "{e}");
+        assert!(
+            e.contains("sent totals of process 5 on na before its hello"),
+            "{e}"
+        );
         let mut m = Model::new();
         let mut merge = Merge::new(&["a".into()], &mut m);
         let s = stream(

@@ -182,12 +182,43 @@ pub struct RecentEvents {
     seen: u64,
 }
 
+/// Is `e` one of the sampled events the views read (a doorbell or a WQE behind it: an
+/// mlx5-layer operation)? The others are counted, not kept.
+pub fn event_kept(e: &Event) -> bool {
+    Op::from_u8(e.op).is_some_and(|o| o.layer() == Layer::Mlx5)
+}
+
 impl RecentEvents {
     pub fn push(&mut self, e: Event) {
         self.seen += 1;
-        if Op::from_u8(e.op).is_some_and(|o| o.layer() == Layer::Mlx5) {
+        if event_kept(&e) {
             self.kept.push_back((self.seen, e));
         }
+        self.forget();
+    }
+
+    /// A batch of `total` events of which only `kept` were sent, each with its index in the
+    /// batch (ascending; the others were not `event_kept`): the same as pushing all of them.
+    /// Indexes out of order or past `total` end the batch there.
+    pub fn push_some(&mut self, kept: Vec<(u32, Event)>, total: u32) {
+        let base = self.seen;
+        let mut next = 0u64;
+        for (i, e) in kept {
+            let i = u64::from(i);
+            if i < next || i >= u64::from(total) {
+                break;
+            }
+            next = i + 1;
+            self.seen = base + next;
+            if event_kept(&e) {
+                self.kept.push_back((self.seen, e));
+            }
+        }
+        self.seen = base + u64::from(total);
+        self.forget();
+    }
+
+    fn forget(&mut self) {
         let first = self.seen.saturating_sub(RECENT_EVENTS as u64);
         while self.kept.front().is_some_and(|(n, _)| *n <= first) {
             self.kept.pop_front();
@@ -342,6 +373,16 @@ impl Model {
             return false;
         }
         p.forget_old_clock();
+        true
+    }
+
+    /// Sampled events of process `key` that a relay sent in part (`relay::RelayFrame::Events`):
+    /// false when the process is not known.
+    pub fn apply_events(&mut self, key: &ProcKey, kept: Vec<(u32, Event)>, total: u32) -> bool {
+        let Some(p) = self.processes.get_mut(key) else {
+            return false;
+        };
+        p.recent.push_some(kept, total);
         true
     }
 

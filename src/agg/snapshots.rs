@@ -33,8 +33,10 @@ use super::window::{ChangeSums, EpMap, Sums};
 use crate::event::{DropCounters, OpCount, Snapshot};
 use crate::trace::codec::{get_varint, put_varint};
 
-/// Records from one keyframe to the next: decoding a snapshot in the middle of the history walks
-/// at most this many records.
+/// Entries from one keyframe to the next: decoding a snapshot in the middle of the history walks
+/// at most this many records, and the oldest group the byte budget drops is this long (entries
+/// known by their totals alone count: a group stays ~16 s at 4 Hz whatever the relay's
+/// `qp-every`).
 pub const KEYFRAME_EVERY: u32 = 64;
 
 const KEY: u8 = 0;
@@ -157,7 +159,7 @@ pub struct SnapshotHistory {
     /// Some snapshot came with an earlier time than the one before it (a broken source): the
     /// times are searched from the middle, not from where they say.
     unsorted: bool,
-    /// Records since the last keyframe was written.
+    /// Entries since the last keyframe was written.
     since_key: u32,
     /// Changes whenever the newest snapshot's list of (endpoint, op) differs from the one before.
     layout: u64,
@@ -630,6 +632,7 @@ impl SnapshotHistory {
             layers_used: t.layers_used,
         });
         self.since_full += 1;
+        self.since_key = self.since_key.saturating_add(1);
         self.trim(keep);
         true
     }
@@ -1284,7 +1287,11 @@ mod tests {
     #[test]
     fn totals_entries_read_as_the_whole_snapshot_before_them() {
         let snaps = varied(400);
-        for (cap, budget) in [(usize::MAX, usize::MAX), (37, usize::MAX), (usize::MAX, 6000)] {
+        for (cap, budget) in [
+            (usize::MAX, usize::MAX),
+            (37, usize::MAX),
+            (usize::MAX, 6000),
+        ] {
             let keep = Keep {
                 max: cap,
                 bytes: budget,
@@ -1313,7 +1320,9 @@ mod tests {
             }
             let first = want.len() - h.len();
             let mut walked = Vec::new();
-            h.walk(0, h.len() - 1, |i, counts| walked.push((i, counts.to_vec())));
+            h.walk(0, h.len() - 1, |i, counts| {
+                walked.push((i, counts.to_vec()))
+            });
             let mut got_walk = walked.into_iter();
             for i in 0..h.len() {
                 let (seq, full) = want[first + i];
