@@ -199,6 +199,12 @@ pub struct ProcTotals {
     pub monotone: bool,
     /// "Now" against the snapshot before: (dt_ns, tx bytes/s, rx bytes/s, operations/s).
     pub now: Option<(u64, f64, f64, f64)>,
+    /// The clock sample the process sent before this snapshot, when it was not sent alone
+    /// (applied before the totals).
+    pub clock: Option<crate::event::ClockSample>,
+    /// Sampled events the process sent since the last frame that carried any, none of them
+    /// one the dashboard keeps (counted before the clock).
+    pub unsent_events: u32,
 }
 
 impl From<&Totals> for ProcTotals {
@@ -223,6 +229,8 @@ impl From<&Totals> for ProcTotals {
             ],
             monotone: t.monotone,
             now: t.now.map(|n| (n.dt_ns, n.tx_bps, n.rx_bps, n.ops_per_s)),
+            clock: None,
+            unsent_events: 0,
         }
     }
 }
@@ -303,6 +311,12 @@ struct Reduced {
     /// Snapshots seen, and this process's offset among the N ticks.
     seen: u64,
     phase: u32,
+    /// The clock sample that came before the next snapshot: it travels in that snapshot's
+    /// `Totals`.
+    clock: Option<crate::event::ClockSample>,
+    /// Sampled events counted, not sent, none kept by the dashboard: they travel as a count in
+    /// the next frame that carries events or totals.
+    skipped: u32,
 }
 
 /// What the relay keeps per process: the snapshots since the keyframe before the newest (at
@@ -329,21 +343,117 @@ impl RelayEncoder {
         self.qp_every
     }
 
-    /// A snapshot of process `key` at `qp_every` > 1.
-    fn reduced_snapshot(&mut self, key: &ProcKey, s: crate::event::Snapshot) {
-        let n = u64::from(self.qp_every);
-        let r = match self.procs.get_mut(key) {
-            Some(r) => r,
-            None => {
-                let phase = self.next_phase;
-                self.next_phase = self.next_phase.wrapping_add(1);
-                self.procs.entry(key.clone()).or_insert(Reduced {
+    /// The state of process `key` at `qp_every` > 1 (made at its first frame: its phase is
+    /// its order of arrival).
+    fn reduced(&mut self, key: &ProcKey) -> &mut Reduced {
+        if !self.procs.contains_key(key) {
+            let phase = self.next_phase;
+            self.next_phase = self.next_phase.wrapping_add(1);
+            self.procs.insert(
+                key.clone(),
+                Reduced {
                     hist: SnapshotHistory::default(),
                     seen: 0,
                     phase,
-                })
-            }
+                    clock: None,
+                    skipped: 0,
+                },
+            );
+        }
+        self.procs.get_mut(key).expect("inserted above")
+    }
+
+    /// Sends what waits for process `key` (its clock sample, its count of events not sent),
+    /// before a frame of another kind.
+    fn flush(&mut self, key: &ProcKey) {
+        let Some(r) = self.procs.get_mut(key) else {
+            return;
         };
+        let (clock, skipped) = (r.clock.take(), std::mem::take(&mut r.skipped));
+        if skipped > 0 {
+            self.put(&RelayFrame::Events {
+                key: key.clone(),
+                kept: Vec::new(),
+                total: skipped,
+            });
+        }
+        if let Some(c) = clock {
+            self.put(&RelayFrame::Proc {
+                key: key.clone(),
+                frame: Frame::Clock(c),
+            });
+        }
+    }
+
+    /// A frame of process `key` at `qp_every` > 1.
+    fn reduced_frame(&mut self, key: &ProcKey, frame: Frame) {
+        match frame {
+            Frame::Snapshot(s) => self.reduced_snapshot(key, s),
+            Frame::Clock(c) => {
+                if self.reduced(key).clock.is_some() {
+                    self.flush(key);
+                }
+                self.reduced(key).clock = Some(c);
+            }
+            Frame::Events(evs) => {
+                // At scale only the events a view reads travel; the others are counted.
+                let total = evs.len() as u32;
+                let kept: Vec<(u32, crate::event::Event)> = evs
+                    .into_iter()
+                    .enumerate()
+                    .filter(|(_, e)| crate::agg::model::event_kept(e))
+                    .map(|(i, e)| (i as u32, e))
+                    .collect();
+                let r = self.reduced(key);
+                if kept.is_empty()
+                    && let Some(n) = r.skipped.checked_add(total)
+                {
+                    r.skipped = n;
+                    return;
+                }
+                // The events counted before these go with them, first.
+                let before = std::mem::take(&mut r.skipped);
+                let clock = r.clock.take();
+                if let Some(c) = clock {
+                    self.put(&RelayFrame::Proc {
+                        key: key.clone(),
+                        frame: Frame::Clock(c),
+                    });
+                }
+                match before.checked_add(total) {
+                    Some(all) => self.put(&RelayFrame::Events {
+                        key: key.clone(),
+                        kept: kept.into_iter().map(|(i, e)| (i + before, e)).collect(),
+                        total: all,
+                    }),
+                    None => {
+                        self.put(&RelayFrame::Events {
+                            key: key.clone(),
+                            kept: Vec::new(),
+                            total: before,
+                        });
+                        self.put(&RelayFrame::Events {
+                            key: key.clone(),
+                            kept,
+                            total,
+                        });
+                    }
+                }
+            }
+            frame => {
+                self.flush(key);
+                self.put(&RelayFrame::Proc {
+                    key: key.clone(),
+                    frame,
+                });
+            }
+        }
+    }
+
+    /// A snapshot of process `key` at `qp_every` > 1.
+    fn reduced_snapshot(&mut self, key: &ProcKey, s: crate::event::Snapshot) {
+        let n = u64::from(self.qp_every);
+        let r = self.reduced(key);
         // The whole snapshot is what the dashboard needs to read the next one's counters:
         // the first one, one with another list of counters, and every Nth.
         let whole = r.seen == 0
@@ -355,12 +465,22 @@ impl RelayEncoder {
         let Some(t) = r.hist.totals() else {
             return;
         };
-        let totals = ProcTotals::from(&t);
+        let mut totals = ProcTotals::from(&t);
+        totals.unsent_events = std::mem::take(&mut r.skipped);
         if let Some(s) = sent {
+            // Its clock sample first, alone, as the process sent it.
+            if let Some(c) = r.clock.take() {
+                self.put(&RelayFrame::Proc {
+                    key: key.clone(),
+                    frame: Frame::Clock(c),
+                });
+            }
             self.put(&RelayFrame::Proc {
                 key: key.clone(),
                 frame: Frame::Snapshot(s),
             });
+        } else {
+            totals.clock = r.clock.take();
         }
         self.put(&RelayFrame::Totals {
             key: key.clone(),
@@ -389,34 +509,12 @@ impl LiveSink for RelayEncoder {
     fn frame(&mut self, key: &ProcKey, frame: Frame) {
         if matches!(frame, Frame::Hello { .. }) {
             self.open += 1;
-            // A process (seen again): its next snapshot goes whole.
+            // A process (seen again): what waited goes first, and its next snapshot whole.
+            self.flush(key);
             self.procs.remove(key);
         }
         if self.qp_every > 1 {
-            match frame {
-                Frame::Snapshot(s) => return self.reduced_snapshot(key, s),
-                Frame::Events(evs) => {
-                    // At scale only the events a view reads travel; the others are counted.
-                    let total = evs.len() as u32;
-                    let kept = evs
-                        .into_iter()
-                        .enumerate()
-                        .filter(|(_, e)| crate::agg::model::event_kept(e))
-                        .map(|(i, e)| (i as u32, e))
-                        .collect();
-                    return self.put(&RelayFrame::Events {
-                        key: key.clone(),
-                        kept,
-                        total,
-                    });
-                }
-                frame => {
-                    return self.put(&RelayFrame::Proc {
-                        key: key.clone(),
-                        frame,
-                    });
-                }
-            }
+            return self.reduced_frame(key, frame);
         }
         self.put(&RelayFrame::Proc {
             key: key.clone(),
@@ -426,6 +524,7 @@ impl LiveSink for RelayEncoder {
 
     fn closed(&mut self, key: &ProcKey, problem: Option<String>) {
         self.open = self.open.saturating_sub(1);
+        self.flush(key);
         self.procs.remove(key);
         self.put(&RelayFrame::Closed {
             key: key.clone(),
@@ -805,6 +904,13 @@ fn apply(i: usize, owner: &mut Owners, f: RelayFrame, model: &mut Model) -> Resu
                     key.pid, key.host
                 ));
             }
+            // In the order the process sent them: events, its clock sample, the snapshot.
+            if totals.unsent_events > 0 {
+                model.apply_events(&key, Vec::new(), totals.unsent_events);
+            }
+            if let Some(c) = totals.clock {
+                model.apply(&key, Frame::Clock(c));
+            }
             if !model.apply_totals(&key, &totals.to_totals()) {
                 return Err(format!(
                     "sent totals of process {} on {} without a snapshot of its counters before them (or more than {} in a row)",
@@ -1027,7 +1133,7 @@ mod tests {
 
     /// Sampled events of process `p` at `tick`: 150 of them (so that 16 ticks pass the 2,000
     /// the dashboard keeps), a verbs write, except every 7th (process 0: every event from
-    /// tick 3 on), a doorbell; process 3 sends none at tick 5.
+    /// tick 3 on), a doorbell; process 3 sends none at tick 5, and no doorbell from tick 10 on.
     fn events(p: u32, tick: u64) -> Vec<crate::event::Event> {
         use crate::event::{Event, Op};
         let n = if p == 3 && tick == 5 { 0 } else { 150 };
@@ -1035,7 +1141,7 @@ mod tests {
             .map(|i| Event {
                 tsc: tick * 1000 + i,
                 ep: 1 + (i % 8) as u32,
-                op: if i % 7 == 3 || (p == 0 && tick >= 3) {
+                op: if (i % 7 == 3 && !(p == 3 && tick >= 10)) || (p == 0 && tick >= 3) {
                     Op::GpuDoorbell as u8
                 } else {
                     Op::VerbsWrite as u8
@@ -1074,6 +1180,15 @@ mod tests {
         let mut out = vec![std::mem::take(&mut enc.out)];
         for tick in 0..ticks {
             for p in 0..4 {
+                let at = snap(p, tick).at_ns;
+                enc.frame(
+                    &key("na", p),
+                    Frame::Clock(crate::event::ClockSample {
+                        tsc: tick * 1000,
+                        mono_ns: at - 5,
+                        real_ns: at - 5 + u64::from(p),
+                    }),
+                );
                 enc.frame(&key("na", p), Frame::Snapshot(snap(p, tick)));
                 enc.frame(&key("na", p), Frame::Events(events(p, tick)));
             }
@@ -1134,6 +1249,7 @@ mod tests {
                         let all = key.pid == 0 && t >= 3;
                         let want = match (key.pid, t) {
                             (3, 5) => 0,
+                            (3, 10..) => panic!("no doorbell: its events travel as a count"),
                             _ if all => 150,
                             _ => 21,
                         };
@@ -1280,7 +1396,23 @@ mod tests {
                 let ev = |p: &crate::agg::ProcessState| -> Vec<(u64, u64)> {
                     p.recent.iter().map(|e| (e.tsc, e.bytes)).collect()
                 };
-                assert_eq!(ev(p1), ev(p4), "tick {tick} process {p}");
+                let (e1, e4) = (ev(p1), ev(p4));
+                if p == 3 && tick >= 11 {
+                    // Its events of the last tick, none a doorbell, are still a count at the
+                    // relay (it travels with the next totals): the window of the latest events
+                    // moves 250 ms later, by one batch (21 doorbells of an old one).
+                    assert!(
+                        e4.ends_with(&e1) && e4.len() - e1.len() <= 21,
+                        "tick {tick}"
+                    );
+                } else {
+                    assert_eq!(e1, e4, "tick {tick} process {p}");
+                }
+                assert_eq!(
+                    p1.clock.samples(),
+                    p4.clock.samples(),
+                    "tick {tick} process {p}"
+                );
                 assert!(!p4.recent.is_empty());
                 assert_eq!(h4.last().unwrap().into_owned(), snap(p, h4.seq(f)));
             }

@@ -161,6 +161,8 @@ pub struct SnapshotHistory {
     unsorted: bool,
     /// Entries since the last keyframe was written.
     since_key: u32,
+    /// `second_key`'s answer, 0 when not known (cleared when the front moves).
+    key2: usize,
     /// Changes whenever the newest snapshot's list of (endpoint, op) differs from the one before.
     layout: u64,
     breaks: u64,
@@ -1024,7 +1026,7 @@ impl SnapshotHistory {
         // re-encoded. The history then holds from the floor to a group (16 s at 4 Hz) more.
         let newest = self.meta.back().map_or(0, |m| m.at_ns);
         while self.bytes > keep.bytes {
-            let Some(k) = (1..self.meta.len()).find(|&j| self.kind(j) == KEY) else {
+            let Some(k) = self.second_key() else {
                 break;
             };
             if self.meta[k].at_ns.saturating_add(keep.floor_ns) > newest {
@@ -1033,7 +1035,19 @@ impl SnapshotHistory {
             for m in self.meta.drain(..k) {
                 self.bytes -= m.rec.len() + PER_SNAPSHOT;
             }
+            self.key2 = 0;
         }
+    }
+
+    /// The first keyframe after the oldest entry (where the oldest group ends). Remembered:
+    /// over the budget every push asks, and keyframes only come at the back.
+    fn second_key(&mut self) -> Option<usize> {
+        if self.key2 == 0 || self.key2 >= self.meta.len() || self.kind(self.key2) != KEY {
+            self.key2 = (1..self.meta.len())
+                .find(|&j| self.kind(j) == KEY)
+                .unwrap_or(0);
+        }
+        (self.key2 != 0).then_some(self.key2)
     }
 
     /// Drops the oldest snapshot; the next whole one becomes a keyframe so that the history
@@ -1056,6 +1070,7 @@ impl SnapshotHistory {
         if let Some(m) = self.meta.pop_front() {
             self.bytes -= m.rec.len() + PER_SNAPSHOT;
         }
+        self.key2 = 0;
     }
 }
 
