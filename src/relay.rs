@@ -11,7 +11,7 @@
 
 mod fast;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 
 use serde::{Deserialize, Serialize};
 
@@ -682,7 +682,7 @@ pub struct Merge {
 /// in a row (clock, snapshot, events), thousands every 250 ms on a large job.
 #[derive(Default)]
 struct Owners {
-    map: BTreeMap<ProcKey, usize>,
+    map: HashMap<ProcKey, usize>,
     last: Option<(ProcKey, usize)>,
 }
 
@@ -905,13 +905,12 @@ fn apply(i: usize, owner: &mut Owners, f: RelayFrame, model: &mut Model) -> Resu
                 ));
             }
             // In the order the process sent them: events, its clock sample, the snapshot.
-            if totals.unsent_events > 0 {
-                model.apply_events(&key, Vec::new(), totals.unsent_events);
-            }
-            if let Some(c) = totals.clock {
-                model.apply(&key, Frame::Clock(c));
-            }
-            if !model.apply_totals(&key, &totals.to_totals()) {
+            if !model.apply_totals_with(
+                &key,
+                totals.unsent_events,
+                totals.clock,
+                &totals.to_totals(),
+            ) {
                 return Err(format!(
                     "sent totals of process {} on {} without a snapshot of its counters before them (or more than {} in a row)",
                     key.pid,

@@ -362,10 +362,29 @@ impl Model {
     /// when the process has no whole snapshot yet, or too many came as totals in a row
     /// (`snapshots::MAX_TOTALS_RUN`): no honest relay sends that.
     pub fn apply_totals(&mut self, key: &ProcKey, t: &Totals) -> bool {
+        self.apply_totals_with(key, 0, None, t)
+    }
+
+    /// `apply_totals`, after `unsent_events` sampled events that were counted, not sent
+    /// (`RecentEvents::push_some`), and a clock sample (as `Frame::Clock`): what a relay's
+    /// `Totals` frame carries, with one look-up of the process.
+    pub fn apply_totals_with(
+        &mut self,
+        key: &ProcKey,
+        unsent_events: u32,
+        clock: Option<ClockSample>,
+        t: &Totals,
+    ) -> bool {
         let keep = self.keep();
         let Some(p) = self.processes.get_mut(key) else {
             return false;
         };
+        if unsent_events > 0 {
+            p.recent.push_some(Vec::new(), unsent_events);
+        }
+        if let Some(c) = clock {
+            p.apply(Frame::Clock(c), keep);
+        }
         if p.history.companion(t) {
             return true;
         }
