@@ -319,13 +319,13 @@ struct Reduced {
     skipped: u32,
 }
 
-/// What the relay keeps per process: the snapshots since the keyframe before the newest (at
-/// least the last two: "now" and monotony read them), dropped a group at a time, never
-/// re-encoded (a cap of two would rewrite a keyframe at every snapshot).
+/// What the relay keeps per process: the last two snapshots ("now" and monotony read them).
+/// Dropping the older one rewrites the newer as a keyframe when it is a delta (a few µs for
+/// 128 counters); the relay's memory stays ~10 KB a process whatever the counters do.
 const TWO: Keep = Keep {
-    max: usize::MAX,
-    bytes: 0,
-    floor_ns: 1,
+    max: 2,
+    bytes: usize::MAX,
+    floor_ns: 0,
 };
 
 impl RelayEncoder {
