@@ -1475,4 +1475,56 @@ mod tests {
         assert_eq!(qp_every_for(262_144), 8);
         assert_eq!(qp_every_for(usize::MAX), MAX_QP_EVERY);
     }
+
+    /// A GPU QP that rings 100 doorbells every 250 ms: at qp-every 4 the doorbell view's rate
+    /// is 400/s at every sample once two whole snapshots are in (held between them), as at
+    /// qp-every 1, not 0, 0, 0, 1,600.
+    #[test]
+    fn doorbell_rates_hold_between_whole_snapshots() {
+        use crate::agg::history::{doorbell_series, sample_times};
+        use crate::agg::window::{ProcAt, Window};
+        use crate::event::{Op, OpCount};
+        let rates = |n: u32| -> Vec<f64> {
+            let mut enc = RelayEncoder::default();
+            enc.set_qp_every(n);
+            enc.out
+                .extend_from_slice(RelayHello::ours("na").line().as_bytes());
+            let k = key("na", 1);
+            enc.frame(&k, Frame::hello(ident("na", 1)));
+            for tick in 0..24u64 {
+                enc.frame(
+                    &k,
+                    Frame::Snapshot(crate::event::Snapshot {
+                        at_ns: 1_000_000_000 + tick * 250_000_000,
+                        seq: tick,
+                        counts: vec![OpCount {
+                            ep: 1,
+                            op: Op::GpuDoorbell as u8,
+                            ops: 100 * (tick + 1),
+                            ..Default::default()
+                        }],
+                        ..Default::default()
+                    }),
+                );
+            }
+            let mut m = Model::new();
+            let mut merge = Merge::new(&["a".into()], &mut m);
+            merge.push(0, &enc.out, &mut m).unwrap();
+            let t = m.latest_ns();
+            let p = &m.processes[&k];
+            let procs = vec![ProcAt::new(&k, p, t, Window::All, true)];
+            let times = sample_times(&m, t);
+            let s = doorbell_series(&m, &procs, t, &times, Window::All);
+            assert_eq!(s.len(), 1);
+            s[0].rate_history.clone()
+        };
+        let full = rates(1);
+        assert_eq!(full.len(), 23);
+        assert!(full.iter().all(|r| *r == 400.0), "{full:?}");
+        let reduced = rates(4);
+        assert_eq!(reduced.len(), 23);
+        // Whole snapshots at ticks 0, 4, 8, ...: nothing known before the second one.
+        assert!(reduced[..3].iter().all(|r| *r == 0.0), "{reduced:?}");
+        assert!(reduced[3..].iter().all(|r| *r == 400.0), "{reduced:?}");
+    }
 }

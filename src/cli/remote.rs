@@ -688,6 +688,47 @@ mod tests {
     }
 
     #[test]
+    fn the_status_line_says_how_often_qp_detail_comes() {
+        assert_eq!(
+            qp_detail_note(8),
+            "QP detail every 2 s at this scale (process totals every 250 ms)"
+        );
+        assert_eq!(
+            qp_detail_note(2),
+            "QP detail every 500 ms at this scale (process totals every 250 ms)"
+        );
+        let mut m = Model::new();
+        let mut r = Remote::new(
+            vec!["a".into(), "b".into()],
+            Transport::Via {
+                template: "true {host}".into(),
+                remote: "sigmatop relay".into(),
+            },
+            &mut m,
+        );
+        assert_eq!(
+            r.note(&m).as_deref(),
+            Some("0 of 2 hosts up · the Nodes view (4) says why")
+        );
+        r.qp_every = 4;
+        assert_eq!(
+            r.note(&m).as_deref(),
+            Some(
+                "0 of 2 hosts up · the Nodes view (4) says why · QP detail every 1 s at this scale (process totals every 250 ms)"
+            )
+        );
+        for l in &mut m.links {
+            l.state = LinkState::Up;
+        }
+        assert_eq!(
+            r.note(&m).as_deref(),
+            Some("QP detail every 1 s at this scale (process totals every 250 ms)")
+        );
+        r.qp_every = 1;
+        assert_eq!(r.note(&m), None);
+    }
+
+    #[test]
     fn quoting() {
         assert_eq!(shell_quote("sigmatop"), "sigmatop");
         assert_eq!(shell_quote("it's"), "'it'\\''s'");
