@@ -171,7 +171,10 @@ pub enum RelayFrame {
     /// (relay 2) The totals of process `key`'s latest snapshot, when the relay sends its whole
     /// counters only every Nth snapshot (`qp-every N`): right after that snapshot's
     /// `Proc{Snapshot}` when it was sent whole, alone otherwise.
-    Totals { key: ProcKey, totals: ProcTotals },
+    Totals {
+        key: ProcKey,
+        totals: Box<ProcTotals>,
+    },
     /// (relay 2) At `qp-every` N > 1, in place of `Proc{Events}`: of the process's `total`
     /// sampled events, those the dashboard keeps (`agg::model::event_kept`: doorbells and WQEs),
     /// each with its index among the `total`.
@@ -457,7 +460,7 @@ impl RelayEncoder {
         // The whole snapshot is what the dashboard needs to read the next one's counters:
         // the first one, one with another list of counters, and every Nth.
         let whole = r.seen == 0
-            || (r.seen + u64::from(r.phase)) % n == 0
+            || (r.seen + u64::from(r.phase)).is_multiple_of(n)
             || !r.hist.last_keys().eq(s.counts.iter().map(|c| (c.ep, c.op)));
         r.seen += 1;
         let sent = whole.then(|| s.clone());
@@ -484,7 +487,7 @@ impl RelayEncoder {
         }
         self.put(&RelayFrame::Totals {
             key: key.clone(),
-            totals,
+            totals: Box::new(totals),
         });
     }
 
@@ -1434,7 +1437,7 @@ mod tests {
             "na",
             &[RelayFrame::Totals {
                 key: key("na", 5),
-                totals: t.clone(),
+                totals: Box::new(t.clone()),
             }],
         );
         let e = merge.push(0, &s, &mut m).unwrap_err().reason;
@@ -1453,7 +1456,7 @@ mod tests {
                 },
                 RelayFrame::Totals {
                     key: key("na", 5),
-                    totals: t,
+                    totals: Box::new(t),
                 },
             ],
         );

@@ -130,7 +130,7 @@ pub(super) fn decode(body: &[u8]) -> Option<RelayFrame> {
     if variant == TOTALS {
         return Some(RelayFrame::Totals {
             key,
-            totals: totals(&mut r)?,
+            totals: Box::new(totals(&mut r)?),
         });
     }
     let frame = match r.u32()? {
@@ -315,7 +315,7 @@ mod tests {
             },
             1 => RelayFrame::Totals {
                 key,
-                totals: ProcTotals {
+                totals: Box::new(ProcTotals {
                     at_ns: g.val(),
                     seq: g.val(),
                     drops: DropCounters {
@@ -327,8 +327,8 @@ mod tests {
                     threads: g.val() as u32,
                     layers_used: g.val() as u32,
                     sums: std::array::from_fn(|_| g.val()),
-                    monotone: g.next() % 2 == 0,
-                    now: (g.next() % 3 != 0).then(|| {
+                    monotone: g.next().is_multiple_of(2),
+                    now: (!g.next().is_multiple_of(3)).then(|| {
                         (
                             g.val(),
                             g.val() as f64 / 3.0,
@@ -336,13 +336,13 @@ mod tests {
                             -(g.val() as f64),
                         )
                     }),
-                    clock: (g.next() % 2 == 0).then(|| ClockSample {
+                    clock: g.next().is_multiple_of(2).then(|| ClockSample {
                         tsc: g.val(),
                         mono_ns: g.val(),
                         real_ns: g.val(),
                     }),
                     unsent_events: g.val() as u32,
-                },
+                }),
             },
             _ => RelayFrame::Proc { key, frame },
         }
