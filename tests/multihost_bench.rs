@@ -11,9 +11,11 @@
 //! done
 //! ```
 //!
-//! 1. `merge_256_hosts_at_4hz`: a synthetic relay: a producer thread encodes, every 250 ms, what
-//!    256 hosts' relays send for 8 processes × 64 QPs each (a clock sample, a snapshot of every
-//!    QP's cumulative counters, 16 sampled events per process), in the relay protocol; the
+//! 1. `merge_256_hosts_at_4hz`: a synthetic relay: a producer thread makes, every 250 ms, what
+//!    256 hosts' traced processes send their relays for 8 processes × 64 QPs each (a clock
+//!    sample, a snapshot of every QP's cumulative counters, 16 sampled events per process) and
+//!    encodes it with the real relay's encoder at the `qp-every` the dashboard asks for that
+//!    many counters (8; `SIGMATOP_BENCH_QP_EVERY` overrides it); the
 //!    dashboard's own loop (`Dashboard::tick`, `draw`, `wait`) merges it through `relay::Merge`
 //!    into the model and draws the Nodes view at 4 Hz, 200×60, into /dev/null, for 30 s
 //!    (`SIGMATOP_BENCH_SECS`). CPU of the dashboard thread (RUSAGE_THREAD), peak RSS of the
