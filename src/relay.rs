@@ -337,6 +337,11 @@ impl RelayEncoder {
     pub fn set_qp_every(&mut self, n: u32) {
         let n = n.clamp(1, MAX_QP_EVERY);
         if n == 1 {
+            // What waits (clock samples, counts of events) goes now, in the stream of N = 1.
+            let keys: Vec<ProcKey> = self.procs.keys().cloned().collect();
+            for k in &keys {
+                self.flush(k);
+            }
             self.procs.clear();
         }
         self.qp_every = n;
@@ -1529,5 +1534,48 @@ mod tests {
         // Whole snapshots at ticks 0, 4, 8, ...: nothing known before the second one.
         assert!(reduced[..3].iter().all(|r| *r == 0.0), "{reduced:?}");
         assert!(reduced[3..].iter().all(|r| *r == 400.0), "{reduced:?}");
+    }
+
+    /// Back to qp-every 1 (the job shrank): the clock sample and the count of events that
+    /// waited for the next snapshot are sent at once, and the stream is protocol 1's again.
+    #[test]
+    fn back_to_every_snapshot_sends_what_waited() {
+        let mut enc = RelayEncoder::default();
+        enc.set_qp_every(4);
+        enc.out
+            .extend_from_slice(RelayHello::ours("na").line().as_bytes());
+        let k = key("na", 1);
+        enc.frame(&k, Frame::hello(ident("na", 1)));
+        enc.frame(&k, Frame::Snapshot(snap(0, 0)));
+        enc.frame(&k, Frame::Events(events(3, 12)));
+        let c = crate::event::ClockSample {
+            tsc: 7,
+            mono_ns: 8,
+            real_ns: 9,
+        };
+        enc.frame(&k, Frame::Clock(c));
+        let before = frames_of(&enc.out).len();
+        enc.set_qp_every(1);
+        enc.frame(&k, Frame::Snapshot(snap(0, 1)));
+        let frames = frames_of(&enc.out);
+        let tail: Vec<&RelayFrame> = frames[before..].iter().collect();
+        assert_eq!(
+            tail,
+            [
+                &RelayFrame::Events {
+                    key: k.clone(),
+                    kept: Vec::new(),
+                    total: 150
+                },
+                &RelayFrame::Proc {
+                    key: k.clone(),
+                    frame: Frame::Clock(c)
+                },
+                &RelayFrame::Proc {
+                    key: k.clone(),
+                    frame: Frame::Snapshot(snap(0, 1))
+                },
+            ]
+        );
     }
 }
