@@ -99,9 +99,10 @@ fn a_bad_host_leaves_the_others_working() {
         good) {{cmd}} ;; \
         missing) exec /nonexistent/sigmatop relay ;; \
         future) printf 'SIGMATOP-RELAY relay=99 wire=7 sigmatop=9.9.9 host=future\\n'; sleep 30 ;; \
-        garbage) printf 'SIGMATOP-RELAY relay=1 wire={} sigmatop=0.1.0 host=garbage\\n\\377\\377\\377\\377'; sleep 30 ;; \
+        garbage) printf 'SIGMATOP-RELAY relay={} wire={} sigmatop=0.1.0 host=garbage\\n\\377\\377\\377\\377'; sleep 30 ;; \
         shell) printf '\\001\\002 binary noise\\n'; sleep 30 ;; \
         esac",
+        sigmatop::relay::RELAY_PROTOCOL,
         sigmatop::wire::PROTOCOL_VERSION
     );
     let via = format!("--via={template}");
@@ -176,7 +177,8 @@ fn a_silent_link_is_noticed() {
     let mut child = Command::new(sigmatop_bin())
         .args(["attach", "--json", "--interval-ms", "12500"])
         .arg(format!(
-            "--via=printf 'SIGMATOP-RELAY relay=1 wire={} sigmatop=0.1.0 host=quiet\\n'; sleep 60; : {{host}}",
+            "--via=printf 'SIGMATOP-RELAY relay={} wire={} sigmatop=0.1.0 host=quiet\\n'; sleep 60; : {{host}}",
+            sigmatop::relay::RELAY_PROTOCOL,
             sigmatop::wire::PROTOCOL_VERSION
         ))
         .arg("quiet")

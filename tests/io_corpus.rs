@@ -244,11 +244,16 @@ fn seeds() -> Vec<(&'static str, String, Vec<u8>)> {
 }
 
 /// The relay stream of `host` serving the demo processes `dirs` (renamed to that host), as
-/// `sigmatop relay` sends it: the hello line, then each process's frames.
-fn relay_stream(host: &str, dirs: &[PathBuf]) -> Vec<u8> {
+/// `sigmatop relay` sends it (its encoder, at `qp_every`): the hello line, then each process's
+/// frames (at qp-every 2 the second snapshot comes as its totals alone).
+fn relay_stream(host: &str, dirs: &[PathBuf], qp_every: u32) -> Vec<u8> {
     use sigmatop::agg::ProcKey;
-    use sigmatop::relay::{RelayFrame, RelayHello, encode};
-    let mut out = RelayHello::ours(host).line().into_bytes();
+    use sigmatop::live::LiveSink;
+    use sigmatop::relay::{RelayEncoder, RelayHello};
+    let mut enc = RelayEncoder::default();
+    enc.set_qp_every(qp_every);
+    enc.out
+        .extend_from_slice(RelayHello::ours(host).line().as_bytes());
     for dir in dirs {
         let rec = ProcessRecording::open(dir).unwrap();
         let mut identity = rec.identity.clone();
@@ -263,38 +268,16 @@ fn relay_stream(host: &str, dirs: &[PathBuf]) -> Vec<u8> {
             Frame::Endpoints(rec.endpoints.clone()),
         ];
         frames.extend(rec.clocks.iter().take(1).map(|c| Frame::Clock(*c)));
-        frames.extend(
-            rec.snapshots
-                .iter()
-                .rev()
-                .take(2)
-                .map(|s| Frame::Snapshot(s.clone())),
-        );
+        let mut last: Vec<_> = rec.snapshots.iter().rev().take(2).cloned().collect();
+        last.reverse();
+        frames.extend(last.into_iter().map(Frame::Snapshot));
         for frame in frames {
-            encode(
-                &RelayFrame::Proc {
-                    key: key.clone(),
-                    frame,
-                },
-                &mut out,
-            )
-            .unwrap();
+            enc.frame(&key, frame);
         }
-        encode(
-            &RelayFrame::Heartbeat {
-                at_ns: 1,
-                processes: 1,
-            },
-            &mut out,
-        )
-        .unwrap();
+        enc.heartbeat(1);
     }
-    encode(
-        &RelayFrame::Message("a socket of uid 7, not you".into()),
-        &mut out,
-    )
-    .unwrap();
-    out
+    enc.message("a socket of uid 7, not you".into());
+    enc.out
 }
 
 /// relay_merge: `[hosts-1, (host, len, bytes)...]`: two hosts' streams cut in pieces and
@@ -302,10 +285,10 @@ fn relay_stream(host: &str, dirs: &[PathBuf]) -> Vec<u8> {
 fn relay_seeds() -> Vec<(&'static str, String, Vec<u8>)> {
     let dirs = demo_dirs();
     let mut banner = b"Welcome to nc\n".to_vec();
-    banner.extend(relay_stream("nc", &dirs[3..4]));
+    banner.extend(relay_stream("nc", &dirs[3..4], 1));
     let streams = [
-        relay_stream("na", &dirs[0..2]),
-        relay_stream("nb", &dirs[2..3]),
+        relay_stream("na", &dirs[0..2], 1),
+        relay_stream("nb", &dirs[2..3], 2),
         banner,
     ];
     let mut out = Vec::new();

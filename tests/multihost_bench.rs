@@ -11,9 +11,11 @@
 //! done
 //! ```
 //!
-//! 1. `merge_256_hosts_at_4hz`: a synthetic relay: a producer thread encodes, every 250 ms, what
-//!    256 hosts' relays send for 8 processes × 64 QPs each (a clock sample, a snapshot of every
-//!    QP's cumulative counters, 16 sampled events per process), in the relay protocol; the
+//! 1. `merge_256_hosts_at_4hz`: a synthetic relay: a producer thread makes, every 250 ms, what
+//!    256 hosts' traced processes send their relays for 8 processes × 64 QPs each (a clock
+//!    sample, a snapshot of every QP's cumulative counters, 16 sampled events per process) and
+//!    encodes it with the real relay's encoder at the `qp-every` the dashboard asks for that
+//!    many counters (8; `SIGMATOP_BENCH_QP_EVERY` overrides it); the
 //!    dashboard's own loop (`Dashboard::tick`, `draw`, `wait`) merges it through `relay::Merge`
 //!    into the model and draws the Nodes view at 4 Hz, 200×60, into /dev/null, for 30 s
 //!    (`SIGMATOP_BENCH_SECS`). CPU of the dashboard thread (RUSAGE_THREAD), peak RSS of the
@@ -49,7 +51,8 @@ use sigmatop::cli::dashboard::{Dashboard, Source};
 use sigmatop::event::{
     ClockSample, EndpointDef, EndpointKind, Event, Identity, Layer, Op, OpCount, Peer, Snapshot,
 };
-use sigmatop::relay::{Merge, RelayFrame, RelayHello, encode};
+use sigmatop::live::LiveSink;
+use sigmatop::relay::{Merge, RelayEncoder, RelayHello, qp_every_for};
 use sigmatop::wire::{self, Frame};
 use sigmatop_tui::{App, Tab, Theme};
 
@@ -137,30 +140,121 @@ fn proc_key(h: u32, p: u32) -> ProcKey {
     }
 }
 
-fn put(out: &mut Vec<u8>, key: &ProcKey, frame: Frame) {
-    encode(
-        &RelayFrame::Proc {
-            key: key.clone(),
-            frame,
-        },
-        out,
-    )
-    .expect("encode");
+/// The 256 relays: each host's frames go through the real relay's encoder (`RelayEncoder`, the
+/// `LiveSink` that `sigmatop relay` feeds from the sockets), so the stream is what a real relay
+/// sends: at `qp_every` N > 1 every process's totals every tick and its whole snapshot every
+/// Nth tick, phase-shifted. N is what the dashboard asks of its relays for this many counters
+/// (`relay::qp_every_for`; a real dashboard asks after its first second, at N = 1), unless
+/// `SIGMATOP_BENCH_QP_EVERY` says otherwise (1: every snapshot whole, as relay protocol 1 did).
+struct Relays {
+    enc: Vec<RelayEncoder>,
+    /// Thread CPU seconds spent in the encoders: the relay's own work.
+    cpu_s: f64,
 }
 
-/// What each relay sends first: its hello, and each process's hello and endpoints.
-fn first_tick(start: u64) -> Vec<Vec<u8>> {
-    (0..HOSTS)
-        .map(|h| {
-            let mut out = RelayHello::ours(&format!("node{h:03}")).line().into_bytes();
-            for p in 0..PROCS {
-                let k = proc_key(h, p);
-                put(&mut out, &k, Frame::hello(identity(h, p, start)));
-                put(&mut out, &k, Frame::Endpoints(endpoints(h, p, start)));
-            }
-            out
-        })
-        .collect()
+fn qp_every() -> u32 {
+    std::env::var("SIGMATOP_BENCH_QP_EVERY")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| qp_every_for((HOSTS * PROCS * QPS * 2) as usize))
+}
+
+impl Relays {
+    fn new(qp_every: u32) -> Relays {
+        Relays {
+            enc: (0..HOSTS)
+                .map(|_| {
+                    let mut e = RelayEncoder::default();
+                    e.set_qp_every(qp_every);
+                    e
+                })
+                .collect(),
+            cpu_s: 0.0,
+        }
+    }
+
+    /// What each relay sends first: its hello, and each process's hello and endpoints.
+    fn first_tick(&mut self, start: u64) -> Vec<Vec<u8>> {
+        (0..HOSTS)
+            .map(|h| {
+                let e = &mut self.enc[h as usize];
+                e.out
+                    .extend_from_slice(RelayHello::ours(&format!("node{h:03}")).line().as_bytes());
+                for p in 0..PROCS {
+                    let k = proc_key(h, p);
+                    e.frame(&k, Frame::hello(identity(h, p, start)));
+                    e.frame(&k, Frame::Endpoints(endpoints(h, p, start)));
+                }
+                std::mem::take(&mut e.out)
+            })
+            .collect()
+    }
+
+    /// What each relay sends for tick `tick` (taken at `at`): per process a clock sample, a
+    /// snapshot of every QP's cumulative counters and 16 sampled events, as the process sends
+    /// them to the relay.
+    fn tick(&mut self, tick: u64, at: u64, counters: &mut Counters) -> Vec<Vec<u8>> {
+        (0..HOSTS)
+            .map(|h| {
+                let e = &mut self.enc[h as usize];
+                for p in 0..PROCS {
+                    let k = proc_key(h, p);
+                    let counts = (0..QPS)
+                        .flat_map(|q| {
+                            let (ops, tx, rx) = counters.advance(tick, h, p, q);
+                            [
+                                OpCount {
+                                    ep: q + 1,
+                                    op: Op::VerbsWrite as u8,
+                                    ops,
+                                    bytes: tx,
+                                    errors: 0,
+                                    ..OpCount::default()
+                                },
+                                OpCount {
+                                    ep: q + 1,
+                                    op: Op::VerbsRecv as u8,
+                                    ops,
+                                    bytes: rx,
+                                    errors: 0,
+                                    ..OpCount::default()
+                                },
+                            ]
+                        })
+                        .collect();
+                    let snapshot = Snapshot {
+                        at_ns: at,
+                        seq: tick,
+                        counts,
+                        ..Default::default()
+                    };
+                    let evs = (0..16u32)
+                        .map(|i| Event {
+                            tsc: at + u64::from(i) * 1000,
+                            tid: 1,
+                            ep: 1 + i % QPS,
+                            op: Op::VerbsWrite as u8,
+                            bytes: 4096,
+                            ..Default::default()
+                        })
+                        .collect();
+                    let c0 = thread_cpu();
+                    e.frame(
+                        &k,
+                        Frame::Clock(ClockSample {
+                            tsc: at,
+                            mono_ns: at,
+                            real_ns: at,
+                        }),
+                    );
+                    e.frame(&k, Frame::Snapshot(snapshot));
+                    e.frame(&k, Frame::Events(evs));
+                    self.cpu_s += thread_cpu() - c0;
+                }
+                std::mem::take(&mut e.out)
+            })
+            .collect()
+    }
 }
 
 /// Every QP's cumulative counters: (ops, bytes written, bytes received), by host, process, QP.
@@ -199,76 +293,10 @@ impl Counters {
     }
 }
 
-/// What each relay sends for tick `tick` (taken at `at`): per process a clock sample, a
-/// snapshot of every QP's cumulative counters and 16 sampled events.
-fn tick_bytes(tick: u64, at: u64, counters: &mut Counters) -> Vec<Vec<u8>> {
-    (0..HOSTS)
-        .map(|h| {
-            let mut out = Vec::with_capacity(PROCS as usize * 1400);
-            for p in 0..PROCS {
-                let k = proc_key(h, p);
-                put(
-                    &mut out,
-                    &k,
-                    Frame::Clock(ClockSample {
-                        tsc: at,
-                        mono_ns: at,
-                        real_ns: at,
-                    }),
-                );
-                let counts = (0..QPS)
-                    .flat_map(|q| {
-                        let (ops, tx, rx) = counters.advance(tick, h, p, q);
-                        [
-                            OpCount {
-                                ep: q + 1,
-                                op: Op::VerbsWrite as u8,
-                                ops,
-                                bytes: tx,
-                                errors: 0,
-                                ..OpCount::default()
-                            },
-                            OpCount {
-                                ep: q + 1,
-                                op: Op::VerbsRecv as u8,
-                                ops,
-                                bytes: rx,
-                                errors: 0,
-                                ..OpCount::default()
-                            },
-                        ]
-                    })
-                    .collect();
-                put(
-                    &mut out,
-                    &k,
-                    Frame::Snapshot(Snapshot {
-                        at_ns: at,
-                        seq: tick,
-                        counts,
-                        ..Default::default()
-                    }),
-                );
-                let evs = (0..16u32)
-                    .map(|i| Event {
-                        tsc: at + u64::from(i) * 1000,
-                        tid: 1,
-                        ep: 1 + i % QPS,
-                        op: Op::VerbsWrite as u8,
-                        bytes: 4096,
-                        ..Default::default()
-                    })
-                    .collect();
-                put(&mut out, &k, Frame::Events(evs));
-            }
-            out
-        })
-        .collect()
-}
-
 /// The producer: hellos and endpoints first, then every 250 ms one snapshot per process.
 fn produce(tx: std::sync::mpsc::SyncSender<Vec<Vec<u8>>>, stop: Arc<AtomicBool>) {
-    if tx.send(first_tick(now_ns())).is_err() {
+    let mut relays = Relays::new(qp_every());
+    if tx.send(relays.first_tick(now_ns())).is_err() {
         return;
     }
     let t0 = Instant::now();
@@ -280,7 +308,7 @@ fn produce(tx: std::sync::mpsc::SyncSender<Vec<Vec<u8>>>, stop: Arc<AtomicBool>)
         if let Some(w) = due.checked_duration_since(Instant::now()) {
             std::thread::sleep(w);
         }
-        if tx.send(tick_bytes(tick, now_ns(), &mut counters)).is_err() {
+        if tx.send(relays.tick(tick, now_ns(), &mut counters)).is_err() {
             return;
         }
     }
@@ -326,14 +354,19 @@ fn merge_256_hosts_cpu_per_tick() {
         },
     )
     .expect("terminal");
-    tx.send(first_tick(start)).expect("send");
+    let n = qp_every();
+    let mut relays = Relays::new(n);
+    tx.send(relays.first_tick(start)).expect("send");
     dash.source.poll(&mut dash.model);
     assert_eq!(dash.model.processes.len(), (HOSTS * PROCS) as usize);
     let (mut merge_s, mut build_s, mut draw_s) = (0.0, 0.0, 0.0);
     let mut counters = Counters::new();
+    let mut relay_bytes = 0usize;
+    println!("  qp-every {n}: every QP's counters every {} ms", 250 * n);
     for tick in 1..=ticks {
-        tx.send(tick_bytes(tick, start + tick * 250_000_000, &mut counters))
-            .expect("send");
+        let bytes = relays.tick(tick, start + tick * 250_000_000, &mut counters);
+        relay_bytes += bytes.iter().map(Vec::len).sum::<usize>();
+        tx.send(bytes).expect("send");
         let c0 = thread_cpu();
         dash.source.poll(&mut dash.model);
         let c1 = thread_cpu();
@@ -367,11 +400,17 @@ fn merge_256_hosts_cpu_per_tick() {
         .values()
         .map(|p| p.history.bytes())
         .sum();
+    let procs = f64::from(HOSTS * PROCS);
     println!(
-        "MERGE PER TICK {HOSTS} hosts x {PROCS} processes x {QPS} QPs, {ticks} ticks: history \
-         {kept} snapshots in {:.1} MB ({:.0} per process)",
+        "MERGE PER TICK {HOSTS} hosts x {PROCS} processes x {QPS} QPs, qp-every {n}, {ticks} \
+         ticks: history {kept} snapshots in {:.1} MB ({:.0} per process); relay stream {:.0} \
+         bytes per process per second; relay encoder {:.1} us CPU per process per tick \
+         ({:.4} % of a core per process at 4 Hz)",
         bytes as f64 / 1e6,
-        kept as f64 / f64::from(HOSTS * PROCS)
+        kept as f64 / procs,
+        relay_bytes as f64 / procs / (ticks as f64 / 4.0),
+        relays.cpu_s / ticks as f64 / procs * 1e6,
+        relays.cpu_s / ticks as f64 / procs * 4.0 * 100.0
     );
 }
 

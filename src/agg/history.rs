@@ -169,6 +169,12 @@ pub fn doorbell_series(
     for ((host, gpu, qpn), members) in groups {
         // Cumulative doorbells at each sample time.
         let mut cum = vec![0u64; times.len()];
+        // When a relay sends the counters every few ticks (entries known by their totals
+        // alone), the counters at a sample are those of the whole snapshot before it: the time
+        // of that snapshot at each sample (the latest among the members), and whether any
+        // member was read so.
+        let mut whole_ns = vec![0u64; times.len()];
+        let mut reduced = false;
         let mut intervals = hdrhistogram::Histogram::<u64>::new(3).ok();
         for (key, ep) in &members {
             let Some(p) = model.processes.get(*key) else {
@@ -196,6 +202,14 @@ pub fn doorbell_series(
                     *c += rung[i - lo];
                 }
             }
+            for (w, i) in whole_ns.iter_mut().zip(&at) {
+                if let Some(i) = *i {
+                    reduced |= !p.history.is_full(i);
+                    if let Some(f) = p.history.full_at(i) {
+                        *w = (*w).max(p.history.at_ns(f));
+                    }
+                }
+            }
             // Inter-doorbell intervals from the sampled events (at or before t).
             let mut prev: Option<u64> = None;
             for e in p.recent.iter().filter(|e| e.ep == *ep && e.op == db) {
@@ -211,14 +225,31 @@ pub fn doorbell_series(
                 prev = Some(ns);
             }
         }
-        let rate_history: Vec<f64> = (1..times.len())
-            .map(|j| {
-                per_s(
-                    cum[j].saturating_sub(cum[j - 1]),
-                    times[j].saturating_sub(times[j - 1]),
-                )
-            })
-            .collect();
+        let rate_history: Vec<f64> = if reduced {
+            // The rate over each step between whole snapshots, held until the next one (not
+            // nothing, then all of it in one sample).
+            let mut last = 0.0;
+            (1..times.len())
+                .map(|j| {
+                    if whole_ns[j] > whole_ns[j - 1] {
+                        last = per_s(
+                            cum[j].saturating_sub(cum[j - 1]),
+                            whole_ns[j] - whole_ns[j - 1],
+                        );
+                    }
+                    last
+                })
+                .collect()
+        } else {
+            (1..times.len())
+                .map(|j| {
+                    per_s(
+                        cum[j].saturating_sub(cum[j - 1]),
+                        times[j].saturating_sub(times[j - 1]),
+                    )
+                })
+                .collect()
+        };
         let mut rates = hdrhistogram::Histogram::<u64>::new(3).ok();
         if let Some(h) = rates.as_mut() {
             for j in 1..times.len() {

@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, HashMap, VecDeque};
 
 use serde::{Deserialize, Serialize};
 
-use super::snapshots::{Keep, SnapshotHistory};
+use super::snapshots::{Keep, SnapshotHistory, Totals};
 use crate::event::{
     ClockSample, DropCounters, EndpointDef, Event, Identity, Layer, Op, Snapshot, TscClock,
 };
@@ -182,12 +182,43 @@ pub struct RecentEvents {
     seen: u64,
 }
 
+/// Is `e` one of the sampled events the views read (a doorbell or a WQE behind it: an
+/// mlx5-layer operation)? The others are counted, not kept.
+pub fn event_kept(e: &Event) -> bool {
+    Op::from_u8(e.op).is_some_and(|o| o.layer() == Layer::Mlx5)
+}
+
 impl RecentEvents {
     pub fn push(&mut self, e: Event) {
         self.seen += 1;
-        if Op::from_u8(e.op).is_some_and(|o| o.layer() == Layer::Mlx5) {
+        if event_kept(&e) {
             self.kept.push_back((self.seen, e));
         }
+        self.forget();
+    }
+
+    /// A batch of `total` events of which only `kept` were sent, each with its index in the
+    /// batch (ascending; the others were not `event_kept`): the same as pushing all of them.
+    /// Indexes out of order or past `total` end the batch there.
+    pub fn push_some(&mut self, kept: Vec<(u32, Event)>, total: u32) {
+        let base = self.seen;
+        let mut next = 0u64;
+        for (i, e) in kept {
+            let i = u64::from(i);
+            if i < next || i >= u64::from(total) {
+                break;
+            }
+            next = i + 1;
+            self.seen = base + next;
+            if event_kept(&e) {
+                self.kept.push_back((self.seen, e));
+            }
+        }
+        self.seen = base + u64::from(total);
+        self.forget();
+    }
+
+    fn forget(&mut self) {
         let first = self.seen.saturating_sub(RECENT_EVENTS as u64);
         while self.kept.front().is_some_and(|(n, _)| *n <= first) {
             self.kept.pop_front();
@@ -324,6 +355,64 @@ impl Model {
                     .apply(frame, keep);
             }
         }
+    }
+
+    /// Applies the totals of one snapshot of process `key` that a relay sent without its
+    /// counters (or with the whole snapshot just applied: then only its "now" is taken). False
+    /// when the process has no whole snapshot yet, or too many came as totals in a row
+    /// (`snapshots::MAX_TOTALS_RUN`): no honest relay sends that.
+    pub fn apply_totals(&mut self, key: &ProcKey, t: &Totals) -> bool {
+        self.apply_totals_with(key, 0, None, t)
+    }
+
+    /// `apply_totals`, after `unsent_events` sampled events that were counted, not sent
+    /// (`RecentEvents::push_some`), and a clock sample (as `Frame::Clock`): what a relay's
+    /// `Totals` frame carries, with one look-up of the process.
+    pub fn apply_totals_with(
+        &mut self,
+        key: &ProcKey,
+        unsent_events: u32,
+        clock: Option<ClockSample>,
+        t: &Totals,
+    ) -> bool {
+        let keep = self.keep();
+        let Some(p) = self.processes.get_mut(key) else {
+            return false;
+        };
+        if unsent_events > 0 {
+            p.recent.push_some(Vec::new(), unsent_events);
+        }
+        if let Some(c) = clock {
+            p.apply(Frame::Clock(c), keep);
+        }
+        if p.history.companion(t) {
+            return true;
+        }
+        if !p.history.push_totals(t, keep) {
+            return false;
+        }
+        p.forget_old_clock();
+        true
+    }
+
+    /// Sampled events of process `key` that a relay sent in part (`relay::RelayFrame::Events`):
+    /// false when the process is not known.
+    pub fn apply_events(&mut self, key: &ProcKey, kept: Vec<(u32, Event)>, total: u32) -> bool {
+        let Some(p) = self.processes.get_mut(key) else {
+            return false;
+        };
+        p.recent.push_some(kept, total);
+        true
+    }
+
+    /// Counters of the newest whole snapshot of every process: what a relay sends each tick
+    /// when it sends every QP's counters.
+    pub fn counters(&self) -> usize {
+        self.processes
+            .values()
+            .filter(|p| !p.exited)
+            .map(|p| p.history.last_counters())
+            .sum()
     }
 
     /// Frames (and the sampled events in them) the processes could not send to this reader

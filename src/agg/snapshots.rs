@@ -18,6 +18,13 @@
 //!
 //! What is kept: at most `HISTORY` snapshots, fewer when the model's byte budget is spent, but
 //! never fewer than what the longest window needs at the newest time (see `Keep`).
+//!
+//! A relay at scale sends most snapshots of a process as its totals alone (`Totals`: the
+//! process's sums, "now" rates and drops, computed by the relay from the whole snapshot), and its
+//! whole counters every few ticks. Such a snapshot is an entry of the index without a record:
+//! the per-process figures (`tx_rx`, `last_sums`, `last_now`, `monotone`) are there at every
+//! entry, and the counters of an entry are those of the newest whole snapshot at or before it
+//! (`full_at`), which is what `get` and `walk` give.
 
 use std::borrow::Cow;
 use std::collections::{HashSet, VecDeque};
@@ -26,12 +33,40 @@ use super::window::{ChangeSums, EpMap, Sums};
 use crate::event::{DropCounters, OpCount, Snapshot};
 use crate::trace::codec::{get_varint, put_varint};
 
-/// Records from one keyframe to the next: decoding a snapshot in the middle of the history walks
-/// at most this many records.
+/// Entries from one keyframe to the next: decoding a snapshot in the middle of the history walks
+/// at most this many records, and the oldest group the byte budget drops is this long (entries
+/// known by their totals alone count: a group stays ~16 s at 4 Hz whatever the relay's
+/// `qp-every`).
 pub const KEYFRAME_EVERY: u32 = 64;
 
 const KEY: u8 = 0;
 const DELTA: u8 = 1;
+/// The kind of an entry without a record: a snapshot known by its totals alone.
+const TOTALS: u8 = 2;
+
+/// Snapshots known by their totals alone that may follow a whole one: a relay sends a process's
+/// counters at least every 16 ticks; more than this in a row is refused (`push_totals`), so that
+/// finding the whole snapshot behind an entry is a short walk.
+pub const MAX_TOTALS_RUN: u32 = 64;
+
+/// The figures of one snapshot without its counters: what a relay at scale sends on most ticks
+/// (`relay::RelayFrame::Totals`), computed from the whole snapshot with the same arithmetic as
+/// `SnapshotHistory::push`.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Totals {
+    pub at_ns: u64,
+    pub seq: u64,
+    pub drops: DropCounters,
+    pub events: u64,
+    pub threads: u32,
+    pub layers_used: u32,
+    /// The sums of the whole snapshot.
+    pub sums: Sums,
+    /// The step from the snapshot before kept every (endpoint, op) counter and none shrank.
+    pub monotone: bool,
+    /// Its "now" figures against the snapshot before (None: no earlier one, or not older).
+    pub now: Option<NowRates>,
+}
 
 /// The counters of one `OpCount`, in record order.
 type Vals = [u64; 6];
@@ -124,8 +159,10 @@ pub struct SnapshotHistory {
     /// Some snapshot came with an earlier time than the one before it (a broken source): the
     /// times are searched from the middle, not from where they say.
     unsorted: bool,
-    /// Records since the last keyframe was written.
+    /// Entries since the last keyframe was written.
     since_key: u32,
+    /// `second_key`'s answer, 0 when not known (cleared when the front moves).
+    key2: usize,
     /// Changes whenever the newest snapshot's list of (endpoint, op) differs from the one before.
     layout: u64,
     breaks: u64,
@@ -135,6 +172,12 @@ pub struct SnapshotHistory {
     last_now: Option<NowRates>,
     /// Bytes held: records plus `PER_SNAPSHOT` each.
     bytes: usize,
+    /// Entries known by their totals alone after the newest whole snapshot.
+    since_full: u32,
+    /// The time and sums of the newest whole snapshot (what `state` holds): the next whole
+    /// snapshot's changes are against it.
+    full_at_ns: u64,
+    full_sums: Sums,
 }
 
 /// Per counter of the newest snapshot, in its order.
@@ -514,17 +557,141 @@ impl SnapshotHistory {
         self.meta.len()
     }
 
+    /// KEY, DELTA or TOTALS: the kind of entry `j`.
+    fn kind(&self, j: usize) -> u8 {
+        self.meta[j].rec.first().copied().unwrap_or(TOTALS)
+    }
+
+    /// Index of the newest whole snapshot (one with its counters) at or before entry `i`: the
+    /// counters entry `i` is read with. None when `i` is out of range or no whole snapshot is
+    /// kept at or before it.
+    pub fn full_at(&self, i: usize) -> Option<usize> {
+        if i >= self.meta.len() {
+            return None;
+        }
+        (0..=i).rev().find(|&j| !self.meta[j].rec.is_empty())
+    }
+
+    /// Entry `i` has its counters (it is not known by its totals alone).
+    pub fn is_full(&self, i: usize) -> bool {
+        self.meta.get(i).is_some_and(|m| !m.rec.is_empty())
+    }
+
+    /// The newest whole snapshot's index.
+    fn newest_full(&self) -> Option<usize> {
+        (self.meta.len() > self.since_full as usize)
+            .then(|| self.meta.len() - 1 - self.since_full as usize)
+    }
+
+    /// The totals of the newest snapshot (what a relay sends in place of the snapshot).
+    pub fn totals(&self) -> Option<Totals> {
+        let h = self.last.as_ref()?;
+        let n = self.meta.len();
+        Some(Totals {
+            at_ns: h.at_ns,
+            seq: h.seq,
+            drops: h.drops,
+            events: h.events,
+            threads: h.threads,
+            layers_used: h.layers_used,
+            sums: self.last_sums,
+            monotone: n < 2 || self.monotone(n - 2, n - 1),
+            now: self.last_now(),
+        })
+    }
+
+    /// Appends a snapshot known by its totals alone (its counters are those of the newest whole
+    /// snapshot, for `get` and `walk`). Refused (false) when no whole snapshot is kept yet or
+    /// `MAX_TOTALS_RUN` came in a row.
+    pub fn push_totals(&mut self, t: &Totals, keep: Keep) -> bool {
+        if self.newest_full().is_none() || self.since_full >= MAX_TOTALS_RUN {
+            return false;
+        }
+        if self.last.as_ref().is_some_and(|l| t.at_ns < l.at_ns) {
+            self.unsorted = true;
+        }
+        if !t.monotone {
+            self.breaks += 1;
+        }
+        self.last_sums = t.sums;
+        self.last_now = t.now;
+        self.bytes += PER_SNAPSHOT;
+        self.meta.push_back(Meta {
+            at_ns: t.at_ns,
+            seq: t.seq,
+            tx: t.sums.tx,
+            rx: t.sums.rx,
+            breaks: self.breaks,
+            rec: Box::default(),
+        });
+        self.last = Some(Snapshot {
+            at_ns: t.at_ns,
+            seq: t.seq,
+            counts: Vec::new(),
+            drops: t.drops,
+            events: t.events,
+            threads: t.threads,
+            layers_used: t.layers_used,
+        });
+        self.since_full += 1;
+        self.since_key = self.since_key.saturating_add(1);
+        self.trim(keep);
+        true
+    }
+
+    /// The totals a relay sent with the whole snapshot just pushed (the same time and
+    /// sequence number): its "now" is against the snapshot right before (known by its totals
+    /// alone here), not against the whole one before. False when `t` is not of the newest
+    /// snapshot or that one is not whole.
+    pub fn companion(&mut self, t: &Totals) -> bool {
+        let n = self.meta.len();
+        if self.since_full != 0
+            || !self
+                .last
+                .as_ref()
+                .is_some_and(|l| l.at_ns == t.at_ns && l.seq == t.seq)
+        {
+            return false;
+        }
+        self.last_now = t.now;
+        // Whether the step from the entry before kept every counter: the relay saw it; the
+        // push compared with the whole snapshot before, which may be several steps back.
+        if n >= 2 && self.monotone(n - 2, n - 1) != t.monotone {
+            if t.monotone {
+                self.breaks -= 1;
+            } else {
+                self.breaks += 1;
+            }
+            if let Some(m) = self.meta.back_mut() {
+                m.breaks = self.breaks;
+            }
+        }
+        true
+    }
+
+    /// Counters of the newest whole snapshot.
+    pub fn last_counters(&self) -> usize {
+        self.state.keys.len()
+    }
+
     pub fn is_empty(&self) -> bool {
         self.meta.is_empty()
     }
 
-    /// The newest snapshot (its counters rebuilt: for reports and scrapes, not every frame).
+    /// The newest whole snapshot (its counters rebuilt: for reports and scrapes, not every
+    /// frame). It is the newest snapshot unless later ones came as totals alone.
     pub fn last(&self) -> Option<Cow<'_, Snapshot>> {
         let head = self.last.as_ref()?;
-        Some(Cow::Owned(Snapshot {
-            counts: self.state.counts(),
-            ..head.clone()
-        }))
+        if self.since_full == 0 {
+            return Some(Cow::Owned(Snapshot {
+                counts: self.state.counts(),
+                ..head.clone()
+            }));
+        }
+        let f = self.newest_full()?;
+        let mut pos = 1;
+        let h = Head::get(&self.meta[f].rec, &mut pos)?;
+        Some(Cow::Owned(self.snapshot(f, self.state.counts(), h)))
     }
 
     /// The newest snapshot without its counters (`counts` is empty): its time, drops, events,
@@ -626,17 +793,16 @@ impl SnapshotHistory {
         self.bytes
     }
 
-    /// Snapshot `i`, decoded (the newest one is borrowed).
+    /// Snapshot `i`, decoded; for an entry known by its totals alone, the whole snapshot at or
+    /// before it (`full_at`: its own time and sequence number).
     pub fn get(&self, i: usize) -> Option<Cow<'_, Snapshot>> {
-        let n = self.meta.len();
-        if i >= n {
-            return None;
-        }
-        if i + 1 == n {
+        let i = self.full_at(i)?;
+        let nf = self.newest_full()?;
+        if i == nf {
             return self.last();
         }
-        if i + 2 == n && self.same_layout {
-            // The one before the newest: the newest less its last changes.
+        if self.same_layout && nf > 0 && self.full_at(nf - 1) == Some(i) {
+            // The whole one before the newest whole one: the newest less its last changes.
             let mut pos = 1;
             let head = Head::get(&self.meta[i].rec, &mut pos)?;
             let counts = self.state.counts_before();
@@ -646,13 +812,14 @@ impl SnapshotHistory {
         Some(Cow::Owned(self.snapshot(i, st.counts, head)))
     }
 
-    /// Walks snapshots `from..=to` in order, decoding each once: `f(i, counts)`.
+    /// Walks snapshots `from..=to` in order, decoding each once: `f(i, counts)` (an entry known
+    /// by its totals alone gets the counters of the whole snapshot before it).
     pub fn walk(&self, from: usize, to: usize, mut f: impl FnMut(usize, &[OpCount])) {
         let to = to.min(self.meta.len().saturating_sub(1));
         if from > to || self.meta.is_empty() {
             return;
         }
-        let Some(k) = (0..=from).rev().find(|&j| self.meta[j].rec[0] == KEY) else {
+        let Some(k) = (0..=from).rev().find(|&j| self.kind(j) == KEY) else {
             return;
         };
         let Some((mut st, _)) = decode_key(&self.meta[k].rec) else {
@@ -661,10 +828,10 @@ impl SnapshotHistory {
         for j in k..=to {
             if j > k {
                 let rec = &self.meta[j].rec;
-                let ok = if rec[0] == KEY {
-                    decode_key(rec).map(|(s, _)| st = s).is_some()
-                } else {
-                    apply_delta(rec, &mut st).is_some()
+                let ok = match self.kind(j) {
+                    KEY => decode_key(rec).map(|(s, _)| st = s).is_some(),
+                    DELTA => apply_delta(rec, &mut st).is_some(),
+                    _ => true,
                 };
                 if !ok {
                     debug_assert!(false, "a record this history wrote does not decode");
@@ -689,16 +856,16 @@ impl SnapshotHistory {
         }
     }
 
-    /// The counters at position `i`, from the keyframe at or before it.
+    /// The counters at position `i` (a whole snapshot), from the keyframe at or before it.
     fn decode(&self, i: usize) -> Option<(State, Head)> {
-        let k = (0..=i).rev().find(|&j| self.meta[j].rec[0] == KEY)?;
+        let k = (0..=i).rev().find(|&j| self.kind(j) == KEY)?;
         let (mut st, mut head) = decode_key(&self.meta[k].rec)?;
         for j in k + 1..=i {
             let rec = &self.meta[j].rec;
-            if rec[0] == KEY {
-                (st, head) = decode_key(rec)?;
-            } else {
-                head = apply_delta(rec, &mut st)?;
+            match self.kind(j) {
+                KEY => (st, head) = decode_key(rec)?,
+                DELTA => head = apply_delta(rec, &mut st)?,
+                _ => {}
             }
         }
         Some((st, head))
@@ -707,19 +874,24 @@ impl SnapshotHistory {
     /// Appends the newest snapshot; drops the oldest as `keep` says.
     pub fn push(&mut self, s: Snapshot, keep: Keep) {
         let head = Head::of(&s);
+        let has_full = self.newest_full().is_some();
         let st = &mut self.state;
         let same = self.last.is_some()
             && st.keys.len() == s.counts.len()
             && st.keys.iter().zip(&s.counts).all(|(k, c)| *k == key_of(c));
-        let delta = same && !self.meta.is_empty() && self.since_key + 1 < KEYFRAME_EVERY;
-        let later = self.last.as_ref().is_some_and(|l| s.at_ns > l.at_ns);
+        // Deltas refer to the newest whole snapshot (`state`), which must still be kept.
+        let delta = same && has_full && self.since_key + 1 < KEYFRAME_EVERY;
+        // Changes, sums and "now" are against the newest whole snapshot (the one before, unless
+        // snapshots known by their totals alone came in between).
+        let later = self.last.is_some() && s.at_ns > self.full_at_ns;
         if self.last.as_ref().is_some_and(|l| s.at_ns < l.at_ns) {
             self.unsorted = true;
         }
-        let dt = self
-            .last
-            .as_ref()
-            .map_or(0, |l| s.at_ns.saturating_sub(l.at_ns));
+        let dt = if self.last.is_some() {
+            s.at_ns.saturating_sub(self.full_at_ns)
+        } else {
+            0
+        };
         let mut writer = DeltaWriter { run: (0, 0) };
         if delta {
             self.scratch.clear();
@@ -800,7 +972,7 @@ impl SnapshotHistory {
         // counters' changes (what `set_now` computes), when they come by endpoint in ascending
         // order, as the preload lists them.
         let quick = (later && same && monotone)
-            .then(|| sums.finish(self.last_sums))
+            .then(|| sums.finish(self.full_sums))
             .flatten();
         let (sums, now) = match quick {
             Some(q) => q,
@@ -820,6 +992,9 @@ impl SnapshotHistory {
             }
         };
         self.last_sums = sums;
+        self.full_sums = sums;
+        self.full_at_ns = s.at_ns;
+        self.since_full = 0;
         self.last_now = later.then_some(NowRates {
             dt_ns: dt,
             tx_bps: now.0,
@@ -851,7 +1026,7 @@ impl SnapshotHistory {
         // re-encoded. The history then holds from the floor to a group (16 s at 4 Hz) more.
         let newest = self.meta.back().map_or(0, |m| m.at_ns);
         while self.bytes > keep.bytes {
-            let Some(k) = (1..self.meta.len()).find(|&j| self.meta[j].rec[0] == KEY) else {
+            let Some(k) = self.second_key() else {
                 break;
             };
             if self.meta[k].at_ns.saturating_add(keep.floor_ns) > newest {
@@ -860,18 +1035,34 @@ impl SnapshotHistory {
             for m in self.meta.drain(..k) {
                 self.bytes -= m.rec.len() + PER_SNAPSHOT;
             }
+            self.key2 = 0;
         }
     }
 
-    /// Drops the oldest snapshot; the next one becomes a keyframe so that the history still
-    /// decodes from its start.
+    /// The first keyframe after the oldest entry (where the oldest group ends). Remembered:
+    /// over the budget every push asks, and keyframes only come at the back.
+    fn second_key(&mut self) -> Option<usize> {
+        if self.key2 == 0 || self.key2 >= self.meta.len() || self.kind(self.key2) != KEY {
+            self.key2 = (1..self.meta.len())
+                .find(|&j| self.kind(j) == KEY)
+                .unwrap_or(0);
+        }
+        (self.key2 != 0).then_some(self.key2)
+    }
+
+    /// Drops the oldest snapshot; the next whole one becomes a keyframe so that the history
+    /// still decodes from its start.
     fn pop_front(&mut self) {
-        if self.meta.len() >= 2 && self.meta[1].rec[0] == DELTA {
-            match self.decode(1) {
+        let next = (1..self.meta.len()).find(|&j| self.kind(j) != TOTALS);
+        if self.kind(0) != TOTALS
+            && let Some(j) = next
+            && self.kind(j) == DELTA
+        {
+            match self.decode(j) {
                 Some((st, head)) => {
                     let rec = encode_key(&head, &st.counts, &st.dels);
-                    self.bytes = self.bytes + rec.len() - self.meta[1].rec.len();
-                    self.meta[1].rec = rec;
+                    self.bytes = self.bytes + rec.len() - self.meta[j].rec.len();
+                    self.meta[j].rec = rec;
                 }
                 None => debug_assert!(false, "a record this history wrote does not decode"),
             }
@@ -879,6 +1070,7 @@ impl SnapshotHistory {
         if let Some(m) = self.meta.pop_front() {
             self.bytes -= m.rec.len() + PER_SNAPSHOT;
         }
+        self.key2 = 0;
     }
 }
 
@@ -1100,5 +1292,82 @@ mod tests {
         h.push(snap(3, vec![count(1, 34, 3, 10), count(2, 39, 1, 50)]), ALL);
         assert!(!h.monotone(2, 3));
         assert!(h.monotone(3, 3));
+    }
+
+    /// Snapshots known by their totals alone between whole ones (as a relay at qp-every 3
+    /// sends them, whole ones also when the counter list changes): every entry reads back as
+    /// the whole snapshot at or before it, exactly, through `get` and `walk`, also after the cap
+    /// and the byte budget dropped the oldest; totals are refused without a whole snapshot
+    /// before them and after `MAX_TOTALS_RUN` in a row.
+    #[test]
+    fn totals_entries_read_as_the_whole_snapshot_before_them() {
+        let snaps = varied(400);
+        for (cap, budget) in [
+            (usize::MAX, usize::MAX),
+            (37, usize::MAX),
+            (usize::MAX, 6000),
+        ] {
+            let keep = Keep {
+                max: cap,
+                bytes: budget,
+                floor_ns: 2000,
+            };
+            let mut relay = SnapshotHistory::default();
+            let mut h = SnapshotHistory::default();
+            assert!(!h.push_totals(&Totals::default(), keep));
+            // (seq of the entry, seq of the whole snapshot it reads as)
+            let mut want: Vec<(u64, u64)> = Vec::new();
+            let mut last_full = 0;
+            for (i, s) in snaps.iter().enumerate() {
+                let changed = relay.last_keys().ne(s.counts.iter().map(|c| (c.ep, c.op)));
+                relay.push(s.clone(), ALL);
+                let t = relay.totals().unwrap();
+                if i % 3 == 0 || changed {
+                    h.push(s.clone(), keep);
+                    assert!(h.companion(&t));
+                    last_full = s.seq;
+                } else {
+                    assert!(h.push_totals(&t, keep));
+                }
+                want.push((s.seq, last_full));
+                // The process's own figures are the relay's, whole or not.
+                assert_eq!(format!("{:?}", h.totals()), format!("{:?}", Some(t)));
+            }
+            let first = want.len() - h.len();
+            let mut walked = Vec::new();
+            h.walk(0, h.len() - 1, |i, counts| {
+                walked.push((i, counts.to_vec()))
+            });
+            let mut got_walk = walked.into_iter();
+            for i in 0..h.len() {
+                let (seq, full) = want[first + i];
+                assert_eq!(h.seq(i), seq);
+                match h.get(i) {
+                    Some(g) => {
+                        assert_eq!(*g, snaps[full as usize], "entry {i} (cap {cap})");
+                        let (j, c) = got_walk.next().unwrap();
+                        assert_eq!((j, c), (i, snaps[full as usize].counts.clone()));
+                    }
+                    // Entries before the oldest whole snapshot kept read as nothing.
+                    None => assert!((0..=i).all(|j| !h.is_full(j)), "entry {i}"),
+                }
+            }
+            if cap == 37 {
+                assert_eq!(h.len(), 37);
+            }
+            if budget == 6000 {
+                assert!(h.len() < 200, "{}", h.len());
+            }
+        }
+        // A run of totals is bounded.
+        let mut h = SnapshotHistory::default();
+        h.push(snaps[0].clone(), ALL);
+        let mut t = Totals::default();
+        for k in 0..MAX_TOTALS_RUN {
+            t.at_ns = 2000 + u64::from(k);
+            assert!(h.push_totals(&t, ALL));
+        }
+        assert!(!h.push_totals(&t, ALL));
+        assert_eq!(h.len(), 1 + MAX_TOTALS_RUN as usize);
     }
 }

@@ -535,19 +535,26 @@ impl<'a> ProcAt<'a> {
             }
             return out;
         }
-        let Some(s1) = h.get(i1) else {
+        // Per endpoint, the process is read at its newest whole snapshot at or before `t` (a
+        // relay at scale sends a process's counters every few ticks and its totals alone on the
+        // others): exact figures of that time, "now" over the step from the whole one before.
+        let Some(f1) = h.full_at(i1) else {
             return out;
         };
+        let Some(s1) = h.get(f1) else {
+            return out;
+        };
+        let end_ns = if f1 == i1 { end_ns } else { s1.at_ns };
         out.drops = s1.drops;
         out.eps = EpMap::of_snapshot(&s1, true);
-        if i1 > 0 && !stale {
-            if let Some(s0) = h.get(i1 - 1)
+        if f1 > 0 && !stale {
+            if let Some(s0) = h.full_at(f1 - 1).and_then(|f0| h.get(f0))
                 && s1.at_ns > s0.at_ns
             {
                 out.eps.set_now(&s0.counts);
                 out.now_ns = s1.at_ns - s0.at_ns;
             }
-        } else if i1 == 0 && !stale && s1.seq == 0 && start > 0 && start < s1.at_ns {
+        } else if f1 == 0 && !stale && s1.seq == 0 && start > 0 && start < s1.at_ns {
             // The process's first snapshot: its counts since the start are the first rate (a
             // short run is not all zeros). A first snapshot seen later (an attach to a running
             // process) covers an interval nobody observed: no rate until the next one.
@@ -564,6 +571,12 @@ impl<'a> ProcAt<'a> {
                 out.window_ns = end_ns.saturating_sub(start);
             }
             Some(j) => {
+                // The whole snapshot at or before the window's start (the oldest whole one when
+                // none is kept that old).
+                let j = h
+                    .full_at(j)
+                    .or_else(|| (j..=f1).find(|&x| h.is_full(x)))
+                    .unwrap_or(f1);
                 if h.at_ns(j) < end_ns
                     && let Some(base) = h.get(j)
                 {

@@ -261,6 +261,10 @@ pub struct RelayArgs {
     /// Where traced processes put their sockets (default as for attach).
     #[arg(long, value_name = "DIR")]
     pub socket_dir: Option<PathBuf>,
+    /// Send each process's counters of every QP every Nth snapshot only, and its totals every
+    /// snapshot (1..=16; the dashboard sets it on the relay's stdin when it follows many QPs).
+    #[arg(long, default_value = "1", value_name = "N", value_parser = clap::value_parser!(u32).range(1..=16))]
+    pub qp_every: u32,
 }
 
 #[derive(Args, Debug, Clone)]

@@ -4,17 +4,17 @@
 //! marked lost with the transport's own last line (ssh's stderr) and retried with backoff; the
 //! others carry on.
 
-use std::io::{self, Read};
+use std::io::{self, Read, Write};
 use std::os::fd::AsRawFd;
 use std::os::unix::process::CommandExt;
-use std::process::{Child, ChildStderr, ChildStdout, Command, Stdio};
+use std::process::{Child, ChildStderr, ChildStdin, ChildStdout, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use super::AttachArgs;
 use super::dashboard::Source;
 use super::hostlist;
 use crate::agg::{LinkState, Model};
-use crate::relay::{HEARTBEAT_MS, Merge};
+use crate::relay::{HEARTBEAT_MS, Merge, qp_every_for};
 
 /// First retry after a failure; doubled on each failure up to `MAX_BACKOFF`.
 pub const FIRST_BACKOFF: Duration = Duration::from_secs(1);
@@ -221,6 +221,10 @@ pub fn destinations(hosts: &[String]) -> Result<Vec<String>, String> {
 /// A running transport.
 struct Running {
     child: Child,
+    /// The relay's stdin: the dashboard's requests (`qp-every N`).
+    stdin: Option<ChildStdin>,
+    /// The `qp-every` this relay was told (1: what it starts with).
+    told: u32,
     stdout: ChildStdout,
     stderr: ChildStderr,
     /// The transport's stderr so far (its last line is the reason when it fails).
@@ -326,10 +330,17 @@ fn drain(r: &mut impl Read, buf: &mut [u8], mut sink: impl FnMut(&[u8])) -> io::
     }
 }
 
+/// How often the dashboard looks at how many counters it follows.
+const QP_EVERY_CHECK: Duration = Duration::from_secs(1);
+
 /// Every remote host's link, merged into one model.
 pub struct Remote {
     /// Failed links are tried again (with backoff); off for `--once`, which reports them.
     pub retry: bool,
+    /// The relays send every QP's counters every `qp_every`th snapshot (`relay::qp_every_for`
+    /// of the counters followed), and every process's totals every snapshot.
+    pub qp_every: u32,
+    checked: Instant,
     transport: Transport,
     merge: Merge,
     links: Vec<Link>,
@@ -343,6 +354,8 @@ impl Remote {
         let now = Instant::now();
         Remote {
             retry: true,
+            qp_every: 1,
+            checked: now,
             transport,
             merge,
             links: dests
@@ -391,7 +404,7 @@ impl Remote {
         let dest = self.links[i].dest.clone();
         self.merge.connecting(i, model);
         let mut cmd = self.transport.command(&dest);
-        cmd.stdin(Stdio::null())
+        cmd.stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .process_group(0);
@@ -403,12 +416,17 @@ impl Remote {
             }
         };
         let mut child = child;
+        let stdin = child.stdin.take();
         let (Some(stdout), Some(stderr)) = (child.stdout.take(), child.stderr.take()) else {
             let _ = child.kill();
             let _ = child.wait();
             return self.fail(i, "no pipes to the transport".into(), false, model);
         };
-        if let Err(e) = set_nonblocking(&stdout).and_then(|_| set_nonblocking(&stderr)) {
+        let piped = stdin.as_ref().map_or(Ok(()), set_nonblocking);
+        if let Err(e) = set_nonblocking(&stdout)
+            .and_then(|_| set_nonblocking(&stderr))
+            .and(piped)
+        {
             let _ = child.kill();
             let _ = child.wait();
             return self.fail(i, format!("cannot set up its pipes: {e}"), false, model);
@@ -416,6 +434,8 @@ impl Remote {
         let now = Instant::now();
         self.links[i].run = Some(Running {
             child,
+            stdin,
+            told: 1,
             stdout,
             stderr,
             err: Vec::new(),
@@ -424,9 +444,37 @@ impl Remote {
         });
     }
 
+    /// Tells every relay that is up the `qp-every` the counters followed call for, when it
+    /// was told another (a relay that cannot take it now is told at a later poll).
+    fn tell_qp_every(&mut self, model: &Model) {
+        for (l, shown) in self.links.iter_mut().zip(&model.links) {
+            let Some(r) = l.run.as_mut() else {
+                continue;
+            };
+            if r.told == self.qp_every || shown.state != LinkState::Up {
+                continue;
+            }
+            let Some(stdin) = r.stdin.as_mut() else {
+                continue;
+            };
+            // The line is far shorter than a pipe's atomic write: all of it or nothing.
+            match stdin.write(format!("qp-every {}\n", self.qp_every).as_bytes()) {
+                Ok(_) => r.told = self.qp_every,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                // The relay's stdin is gone: its stdout's end will say why.
+                Err(_) => r.stdin = None,
+            }
+        }
+    }
+
     /// Starts due links, reads every running one into `model`. Returns frames applied.
     pub fn poll(&mut self, model: &mut Model) -> usize {
         let now = Instant::now();
+        if now.duration_since(self.checked) >= QP_EVERY_CHECK {
+            self.checked = now;
+            self.qp_every = qp_every_for(model.counters());
+        }
+        self.tell_qp_every(model);
         let mut applied = 0;
         for i in 0..self.links.len() {
             let l = &self.links[i];
@@ -501,20 +549,38 @@ impl Remote {
         applied
     }
 
-    /// "2 of 3 hosts up" for the status line; None when all are up.
+    /// "2 of 3 hosts up" and "QP detail every 2 s at this scale" for the status line; None
+    /// when all are up and every QP comes every snapshot.
     pub fn note(&self, model: &Model) -> Option<String> {
         let up = model
             .links
             .iter()
             .filter(|l| l.state == LinkState::Up)
             .count();
-        (up < model.links.len()).then(|| {
+        let hosts = (up < model.links.len()).then(|| {
             format!(
                 "{up} of {} hosts up · the Nodes view (4) says why",
                 model.links.len()
             )
-        })
+        });
+        let detail = (self.qp_every > 1).then(|| qp_detail_note(self.qp_every));
+        match (hosts, detail) {
+            (Some(h), Some(d)) => Some(format!("{h} · {d}")),
+            (h, d) => h.or(d),
+        }
     }
+}
+
+/// "QP detail every 2 s at this scale": what the views of QPs, matrices and peers show when the
+/// relays send every QP's counters every `n`th snapshot (4 Hz snapshots).
+pub fn qp_detail_note(n: u32) -> String {
+    let ms = 250 * u64::from(n);
+    let every = if ms % 1000 == 0 {
+        format!("{} s", ms / 1000)
+    } else {
+        format!("{ms} ms")
+    };
+    format!("QP detail every {every} at this scale (process totals every 250 ms)")
 }
 
 /// Remote hosts as a dashboard `Source`.
@@ -619,6 +685,47 @@ mod tests {
         let d = destinations(&["n[1-2]".into(), "user@m".into(), "n1".into()]).unwrap();
         assert_eq!(d, ["n1", "n2", "user@m"]);
         assert!(destinations(&["-oProxyCommand=x".into()]).is_err());
+    }
+
+    #[test]
+    fn the_status_line_says_how_often_qp_detail_comes() {
+        assert_eq!(
+            qp_detail_note(8),
+            "QP detail every 2 s at this scale (process totals every 250 ms)"
+        );
+        assert_eq!(
+            qp_detail_note(2),
+            "QP detail every 500 ms at this scale (process totals every 250 ms)"
+        );
+        let mut m = Model::new();
+        let mut r = Remote::new(
+            vec!["a".into(), "b".into()],
+            Transport::Via {
+                template: "true {host}".into(),
+                remote: "sigmatop relay".into(),
+            },
+            &mut m,
+        );
+        assert_eq!(
+            r.note(&m).as_deref(),
+            Some("0 of 2 hosts up · the Nodes view (4) says why")
+        );
+        r.qp_every = 4;
+        assert_eq!(
+            r.note(&m).as_deref(),
+            Some(
+                "0 of 2 hosts up · the Nodes view (4) says why · QP detail every 1 s at this scale (process totals every 250 ms)"
+            )
+        );
+        for l in &mut m.links {
+            l.state = LinkState::Up;
+        }
+        assert_eq!(
+            r.note(&m).as_deref(),
+            Some("QP detail every 1 s at this scale (process totals every 250 ms)")
+        );
+        r.qp_every = 1;
+        assert_eq!(r.note(&m), None);
     }
 
     #[test]

@@ -1,18 +1,21 @@
 //! A direct reader of the relay frames a large job sends most: `RelayFrame::Proc` carrying a
 //! clock sample, a snapshot or sampled events (a job of 2,048 processes × 64 QPs sends 6,144 of
-//! them, with 262,144 counters, every 250 ms). It reads postcard's format for these types
+//! them, with 262,144 counters, every 250 ms, at `qp-every` 1), and `RelayFrame::Totals` (one
+//! per process every 250 ms at `qp-every` N > 1). It reads postcard's format for these types
 //! (varints with postcard's bounds, strings checked as UTF-8, fields in declaration order)
 //! without serde's visitors, about three times faster. Every other frame, and any frame it does
 //! not take, goes to postcard; a frame it takes decodes to what postcard gives (the tests compare
 //! both on random and corrupted frames).
 
-use super::RelayFrame;
+use super::{ProcTotals, RelayFrame};
 use crate::agg::ProcKey;
 use crate::event::{ClockSample, DropCounters, Event, OpCount, Snapshot};
 use crate::wire::Frame;
 
-/// Index of `RelayFrame::Proc`.
+/// Index of `RelayFrame::Proc`, and of `RelayFrame::Totals` (what a relay at `qp-every` N > 1
+/// sends for most processes every tick).
 const PROC: u32 = 0;
+const TOTALS: u32 = 4;
 /// Indexes of `Frame::Clock`, `Frame::Snapshot`, `Frame::Events`.
 const CLOCK: u32 = 3;
 const SNAPSHOT: u32 = 4;
@@ -72,6 +75,40 @@ impl Reader<'_> {
         Some(s.to_string())
     }
 
+    /// A bool: one byte, 0 or 1.
+    fn bool(&mut self) -> Option<bool> {
+        match self.byte()? {
+            0 => Some(false),
+            1 => Some(true),
+            _ => None,
+        }
+    }
+
+    /// An `Option` tag: one byte, 0 (None) or 1 (Some).
+    fn some(&mut self) -> Option<bool> {
+        self.bool()
+    }
+
+    fn f64(&mut self) -> Option<f64> {
+        let end = self.pos.checked_add(8)?;
+        let b: [u8; 8] = self.b.get(self.pos..end)?.try_into().ok()?;
+        self.pos = end;
+        Some(f64::from_le_bytes(b))
+    }
+
+    fn drops(&mut self) -> Option<DropCounters> {
+        Some(DropCounters {
+            ring_full: self.u64()?,
+            record_lost: self.u64()?,
+            live_not_sent: self.u64()?,
+            unattributed_ops: self.u64()?,
+            coalesced_doorbells: self.u64()?,
+            unparsable_wqes: self.u64()?,
+            endpoint_overflow: self.u64()?,
+            hook_failures: self.u64()?,
+        })
+    }
+
     /// Room for `n` items of at least `min` bytes each in what is left (a length is untrusted).
     fn capacity(&self, n: usize, min: usize) -> usize {
         n.min((self.b.len() - self.pos) / min)
@@ -81,7 +118,8 @@ impl Reader<'_> {
 /// The frame in `body`, when it is one this reader takes.
 pub(super) fn decode(body: &[u8]) -> Option<RelayFrame> {
     let mut r = Reader { b: body, pos: 0 };
-    if r.u32()? != PROC {
+    let variant = r.u32()?;
+    if variant != PROC && variant != TOTALS {
         return None;
     }
     let key = ProcKey {
@@ -89,6 +127,12 @@ pub(super) fn decode(body: &[u8]) -> Option<RelayFrame> {
         pid: r.u32()?,
         start_ns: r.u64()?,
     };
+    if variant == TOTALS {
+        return Some(RelayFrame::Totals {
+            key,
+            totals: Box::new(totals(&mut r)?),
+        });
+    }
     let frame = match r.u32()? {
         CLOCK => Frame::Clock(ClockSample {
             tsc: r.u64()?,
@@ -116,6 +160,43 @@ pub(super) fn decode(body: &[u8]) -> Option<RelayFrame> {
         _ => return None,
     };
     Some(RelayFrame::Proc { key, frame })
+}
+
+fn totals(r: &mut Reader) -> Option<ProcTotals> {
+    Some(ProcTotals {
+        at_ns: r.u64()?,
+        seq: r.u64()?,
+        drops: r.drops()?,
+        events: r.u64()?,
+        threads: r.u32()?,
+        layers_used: r.u32()?,
+        sums: [
+            r.u64()?,
+            r.u64()?,
+            r.u64()?,
+            r.u64()?,
+            r.u64()?,
+            r.u64()?,
+            r.u64()?,
+            r.u64()?,
+        ],
+        monotone: r.bool()?,
+        now: if r.some()? {
+            Some((r.u64()?, r.f64()?, r.f64()?, r.f64()?))
+        } else {
+            None
+        },
+        clock: if r.some()? {
+            Some(ClockSample {
+                tsc: r.u64()?,
+                mono_ns: r.u64()?,
+                real_ns: r.u64()?,
+            })
+        } else {
+            None
+        },
+        unsent_events: r.u32()?,
+    })
 }
 
 fn snapshot(r: &mut Reader) -> Option<Snapshot> {
@@ -227,10 +308,41 @@ mod tests {
             ),
             _ => Frame::Bye { at_ns: g.val() },
         };
-        match g.next() % 6 {
+        match g.next() % 7 {
             0 => RelayFrame::Heartbeat {
                 at_ns: g.val(),
                 processes: g.val() as u32,
+            },
+            1 => RelayFrame::Totals {
+                key,
+                totals: Box::new(ProcTotals {
+                    at_ns: g.val(),
+                    seq: g.val(),
+                    drops: DropCounters {
+                        live_not_sent: g.val(),
+                        endpoint_overflow: g.val(),
+                        ..Default::default()
+                    },
+                    events: g.val(),
+                    threads: g.val() as u32,
+                    layers_used: g.val() as u32,
+                    sums: std::array::from_fn(|_| g.val()),
+                    monotone: g.next().is_multiple_of(2),
+                    now: (!g.next().is_multiple_of(3)).then(|| {
+                        (
+                            g.val(),
+                            g.val() as f64 / 3.0,
+                            f64::from_bits(g.next() >> 2),
+                            -(g.val() as f64),
+                        )
+                    }),
+                    clock: g.next().is_multiple_of(2).then(|| ClockSample {
+                        tsc: g.val(),
+                        mono_ns: g.val(),
+                        real_ns: g.val(),
+                    }),
+                    unsent_events: g.val() as u32,
+                }),
             },
             _ => RelayFrame::Proc { key, frame },
         }
@@ -251,7 +363,7 @@ mod tests {
                 RelayFrame::Proc {
                     frame: Frame::Clock(_) | Frame::Snapshot(_) | Frame::Events(_),
                     ..
-                }
+                } | RelayFrame::Totals { .. }
             );
             assert_eq!(fast.is_some(), hot, "{f:?}");
             if let Some(x) = fast {
@@ -276,7 +388,13 @@ mod tests {
             }
             if let Some(x) = decode(&bad) {
                 let p: RelayFrame = postcard::from_bytes(&bad).expect("postcard takes it too");
-                assert_eq!(x, p, "{bad:?}");
+                // Compared as bytes: a changed byte may make a rate NaN, which is not equal
+                // to itself.
+                assert_eq!(
+                    postcard::to_allocvec(&x).expect("encode"),
+                    postcard::to_allocvec(&p).expect("encode"),
+                    "{bad:?}"
+                );
                 corrupt_taken += 1;
             }
         }

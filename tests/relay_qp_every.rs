@@ -1,0 +1,168 @@
+//! A real `sigmatop relay` asked for `qp-every N` (relay protocol 2): on its command line, then
+//! on its stdin as the dashboard asks. A fake traced process speaks the real wire protocol on a
+//! Unix socket (one snapshot of 4 QPs every 50 ms); the relay's stdout is decoded and checked
+//! frame by frame: at N = 1 every snapshot whole and no totals; at N = 4 every snapshot's
+//! totals, whole snapshots exactly every 4th one, and no sampled verbs event.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::net::UnixListener;
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use sigmatop::event::{Event, Identity, Op, OpCount, Snapshot};
+use sigmatop::relay::{RelayDecoder, RelayFrame, RelayItem};
+use sigmatop::wire::{self, Frame};
+
+/// Serves one fake traced process on `dir`: hello, then every 50 ms a snapshot (seq 0, 1, ...)
+/// and two verbs events, until `stop`.
+fn fake_process(dir: &std::path::Path, stop: Arc<AtomicBool>) -> std::thread::JoinHandle<()> {
+    let listener = UnixListener::bind(dir.join("relaytest-4242.sock")).expect("bind");
+    std::thread::spawn(move || {
+        let Ok((mut conn, _)) = listener.accept() else {
+            return;
+        };
+        let mut buf = Vec::new();
+        let id = Identity {
+            host: "relaytest".into(),
+            pid: 4242,
+            start_ns: common::now_ns(),
+            ..Default::default()
+        };
+        wire::encode(&Frame::hello(id), &mut buf).expect("encode");
+        let mut seq = 0u64;
+        while !stop.load(Ordering::Relaxed) {
+            let counts = (1..=4)
+                .map(|q| OpCount {
+                    ep: q,
+                    op: Op::VerbsWrite as u8,
+                    ops: (seq + 1) * u64::from(q),
+                    bytes: (seq + 1) * 4096 * u64::from(q),
+                    ..Default::default()
+                })
+                .collect();
+            let at = common::now_ns();
+            wire::encode(
+                &Frame::Snapshot(Snapshot {
+                    at_ns: at,
+                    seq,
+                    counts,
+                    ..Default::default()
+                }),
+                &mut buf,
+            )
+            .expect("encode");
+            let evs = vec![
+                Event {
+                    tsc: seq,
+                    op: Op::VerbsWrite as u8,
+                    ..Default::default()
+                };
+                2
+            ];
+            wire::encode(&Frame::Events(evs), &mut buf).expect("encode");
+            if conn.write_all(&buf).is_err() {
+                return;
+            }
+            buf.clear();
+            seq += 1;
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    })
+}
+
+/// What the relay sent for the process, in order: ('S', seq) a whole snapshot, ('T', seq)
+/// totals, ('E', total) events as a count or a frame of kept ones, ('V', n) whole events.
+fn read_relay(d: &mut RelayDecoder, out: &mut impl Read, until: Instant) -> Vec<(char, u64)> {
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    while Instant::now() < until {
+        let n = out.read(&mut buf).expect("read");
+        if n == 0 {
+            break;
+        }
+        d.push(&buf[..n]);
+        while let Some(item) = d.next_item().expect("a relay stream") {
+            match item {
+                RelayItem::Frame(RelayFrame::Proc {
+                    frame: Frame::Snapshot(s),
+                    ..
+                }) => got.push(('S', s.seq)),
+                RelayItem::Frame(RelayFrame::Proc {
+                    frame: Frame::Events(e),
+                    ..
+                }) => got.push(('V', e.len() as u64)),
+                RelayItem::Frame(RelayFrame::Totals { totals, .. }) => got.push(('T', totals.seq)),
+                RelayItem::Frame(RelayFrame::Events { total, .. }) => {
+                    got.push(('E', u64::from(total)))
+                }
+                _ => {}
+            }
+        }
+    }
+    got
+}
+
+#[test]
+fn relay_sends_every_qp_every_nth_snapshot_when_asked() {
+    let dir = common::scratch("relay-qp-every");
+    let sock = dir.join("sock");
+    std::fs::create_dir_all(&sock).expect("sock");
+    std::fs::set_permissions(&sock, std::fs::Permissions::from_mode(0o700)).expect("chmod");
+    let stop = Arc::new(AtomicBool::new(false));
+    let producer = fake_process(&sock, stop.clone());
+    let mut relay = Command::new(common::sigmatop_bin())
+        .args(["relay", "--socket-dir"])
+        .arg(&sock)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("relay");
+    let mut out = relay.stdout.take().expect("stdout");
+    let mut input = relay.stdin.take().expect("stdin");
+    // qp-every 1 (the start): whole snapshots and events, no totals.
+    let mut d = RelayDecoder::new();
+    let first = read_relay(
+        &mut d,
+        &mut out,
+        Instant::now() + Duration::from_millis(600),
+    );
+    let _ = input.write_all(b"qp-every 4\n");
+    let _ = input.flush();
+    let second = read_relay(
+        &mut d,
+        &mut out,
+        Instant::now() + Duration::from_millis(2500),
+    );
+    stop.store(true, Ordering::Relaxed);
+    let _ = relay.kill();
+    let _ = relay.wait();
+    let _ = producer.join();
+    assert!(
+        first.iter().filter(|f| f.0 == 'S').count() >= 5,
+        "{first:?}"
+    );
+    assert!(first.iter().all(|f| f.0 == 'S' || f.0 == 'V'), "{first:?}");
+    // After the request: every snapshot's totals, in order; whole ones every 4th from the
+    // first snapshot after the switch; verbs events only as counts (2 a snapshot).
+    let t: Vec<u64> = second.iter().filter(|f| f.0 == 'T').map(|f| f.1).collect();
+    let from = t.first().copied().expect("totals after the request");
+    assert!(t.len() >= 20, "{second:?}");
+    assert_eq!(t, (from..from + t.len() as u64).collect::<Vec<_>>());
+    let whole: Vec<u64> = second
+        .iter()
+        .filter(|f| f.0 == 'S' && f.1 >= from)
+        .map(|f| f.1)
+        .collect();
+    let want: Vec<u64> = (from..from + t.len() as u64).step_by(4).collect();
+    assert_eq!(whole, want, "{second:?}");
+    let after: Vec<&(char, u64)> = second.iter().skip_while(|f| f.1 < from).collect();
+    assert!(after.iter().all(|f| f.0 != 'V'), "{second:?}");
+    // The events of each snapshot travel as a count (in the next totals, not as frames here):
+    // no Events frame either, since none is a doorbell.
+    assert!(after.iter().all(|f| f.0 != 'E'), "{second:?}");
+}
