@@ -315,6 +315,29 @@ fn produce(tx: std::sync::mpsc::SyncSender<Vec<Vec<u8>>>, stop: Arc<AtomicBool>)
 }
 
 /// Thread CPU seconds (CLOCK_THREAD_CPUTIME_ID).
+/// The dashboard of 256 hosts on the Nodes tab, fed by `rx`, and a 200×60 terminal that draws
+/// into /dev/null.
+fn nodes_dashboard(rx: Receiver<Vec<Vec<u8>>>) -> (Dashboard<SyntheticRelays>, NullTerminal) {
+    let names: Vec<String> = (0..HOSTS).map(|h| format!("node{h:03}")).collect();
+    let mut model = Model::new();
+    let merge = Merge::new(&names, &mut model);
+    let mut app = App::new(Theme::dark());
+    app.tab = Tab::Nodes;
+    let mut dash = Dashboard::new(SyntheticRelays { rx, merge }, app);
+    dash.model = model;
+    let null = std::fs::File::create("/dev/null").expect("/dev/null");
+    let term = Terminal::with_options(
+        CrosstermBackend::new(std::io::BufWriter::with_capacity(64 * 1024, null)),
+        TerminalOptions {
+            viewport: Viewport::Fixed(Rect::new(0, 0, 200, 60)),
+        },
+    )
+    .expect("terminal");
+    (dash, term)
+}
+
+type NullTerminal = Terminal<CrosstermBackend<std::io::BufWriter<std::fs::File>>>;
+
 fn thread_cpu() -> f64 {
     // SAFETY: timespec is plain old data, filled by clock_gettime.
     let mut ts: libc::timespec = unsafe { std::mem::zeroed() };
@@ -339,21 +362,7 @@ fn merge_256_hosts_cpu_per_tick() {
         .unwrap_or(480);
     let start = now_ns() + 3_600_000_000_000;
     let (tx, rx) = sync_channel(1);
-    let names: Vec<String> = (0..HOSTS).map(|h| format!("node{h:03}")).collect();
-    let mut model = Model::new();
-    let merge = Merge::new(&names, &mut model);
-    let mut app = App::new(Theme::dark());
-    app.tab = Tab::Nodes;
-    let mut dash = Dashboard::new(SyntheticRelays { rx, merge }, app);
-    dash.model = model;
-    let null = std::fs::File::create("/dev/null").expect("/dev/null");
-    let mut term = Terminal::with_options(
-        CrosstermBackend::new(std::io::BufWriter::with_capacity(64 * 1024, null)),
-        TerminalOptions {
-            viewport: Viewport::Fixed(Rect::new(0, 0, 200, 60)),
-        },
-    )
-    .expect("terminal");
+    let (mut dash, mut term) = nodes_dashboard(rx);
     let n = qp_every();
     let mut relays = Relays::new(n);
     tx.send(relays.first_tick(start)).expect("send");
@@ -421,21 +430,7 @@ fn merge_256_hosts_at_4hz() {
     let stop = Arc::new(AtomicBool::new(false));
     let stop2 = stop.clone();
     let producer = std::thread::spawn(move || produce(tx, stop2));
-    let names: Vec<String> = (0..HOSTS).map(|h| format!("node{h:03}")).collect();
-    let mut model = Model::new();
-    let merge = Merge::new(&names, &mut model);
-    let mut app = App::new(Theme::dark());
-    app.tab = Tab::Nodes;
-    let mut dash = Dashboard::new(SyntheticRelays { rx, merge }, app);
-    dash.model = model;
-    let null = std::fs::File::create("/dev/null").expect("/dev/null");
-    let mut term = Terminal::with_options(
-        CrosstermBackend::new(std::io::BufWriter::with_capacity(64 * 1024, null)),
-        TerminalOptions {
-            viewport: Viewport::Fixed(Rect::new(0, 0, 200, 60)),
-        },
-    )
-    .expect("terminal");
+    let (mut dash, mut term) = nodes_dashboard(rx);
     let secs = std::env::var("SIGMATOP_BENCH_SECS")
         .ok()
         .and_then(|v| v.parse().ok())
