@@ -233,6 +233,14 @@ pub fn paths() -> &'static Paths {
     })
 }
 
+/// The warnings' lock, held across a fork (`registry::lock_for_fork`).
+pub type WarningsGuard = std::sync::MutexGuard<'static, Vec<String>>;
+
+/// Takes the warnings' lock (None when poisoned).
+pub fn lock_warnings() -> Option<WarningsGuard> {
+    WARNINGS.lock().ok()
+}
+
 /// Queues a warning; printed once the process starts tracing (so processes that never touch RDMA
 /// stay silent).
 pub fn warn(msg: String) {

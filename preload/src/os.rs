@@ -160,6 +160,13 @@ pub fn set_thread_exit_value(key: u32, value: usize) {
     unsafe { libc::pthread_setspecific(key, value as *const c_void) };
 }
 
+/// Runs `prepare` before every fork (in the forking thread), `parent` after it in the parent and
+/// `child` after it in the child.
+pub fn at_fork(prepare: extern "C" fn(), parent: extern "C" fn(), child: extern "C" fn()) {
+    // SAFETY: registers plain functions as the three handlers.
+    unsafe { libc::pthread_atfork(Some(prepare), Some(parent), Some(child)) };
+}
+
 /// Runs `child` in the child process after every fork.
 pub fn at_fork_child(child: extern "C" fn()) {
     // SAFETY: registers a plain function as the child handler.

@@ -159,6 +159,12 @@ impl<V: Value, const CAP: usize, const FRONT: bool> PtrMap<V, CAP, FRONT> {
         None
     }
 
+    /// Takes the writers' lock (held across a fork: `registry::lock_for_fork`); None when
+    /// poisoned.
+    pub fn lock_writers(&self) -> Option<std::sync::MutexGuard<'_, ()>> {
+        self.writers.lock().ok()
+    }
+
     /// Maps `key` (non-zero) to `value` (non-zero), replacing what it had. False when the map
     /// has no room for it near its home slot.
     pub fn insert(&self, key: usize, value: V) -> bool {

@@ -2,7 +2,7 @@
 //! library's handle (ucp_ep_h, qp pointer...) to sigmatop's endpoint id (hot path, reads only).
 
 use core::sync::atomic::{AtomicU32, AtomicU64, Ordering};
-use std::sync::Mutex;
+use std::sync::{Mutex, MutexGuard};
 
 use sigmatop::event::{
     EndpointDef, EndpointKind, EndpointUpdate, Layer, MemRegion, Peer, UNATTRIBUTED_EP,
@@ -55,6 +55,54 @@ pub fn bind(handle: usize, id: u32) {
             "endpoint map is full: traffic of further endpoints is unattributed".into(),
         );
     }
+}
+
+/// The registry's locks, held by the forking thread across `fork()`: registered with
+/// `pthread_atfork` (prepare: take them all; parent and child: release them). Without it a fork
+/// while another thread held one (the collector copying the definitions, a program thread
+/// defining an endpoint) left it locked for good in the child, whose first endpoint update then
+/// waited forever (seen: `ucx_life fork` hung in `ucp_ep_close_nbx` → `registry::update`).
+/// Each of these locks is a leaf (nothing else is taken while one is held: `bind` warns about a
+/// full map after releasing the map's lock), so taking them all here cannot deadlock.
+struct HeldForFork {
+    _defs: Option<MutexGuard<'static, Vec<EndpointDef>>>,
+    _updates: Option<MutexGuard<'static, Vec<EndpointUpdate>>>,
+    _addrs: Option<MutexGuard<'static, Vec<u64>>>,
+    _mrs: Option<MutexGuard<'static, Vec<MemRegion>>>,
+    _warnings: Option<crate::config::WarningsGuard>,
+    _map_writers: Option<MutexGuard<'static, ()>>,
+}
+
+thread_local! {
+    static HELD_FOR_FORK: core::cell::RefCell<Option<HeldForFork>> =
+        const { core::cell::RefCell::new(None) };
+}
+
+/// `pthread_atfork` prepare handler: takes the registry's locks (a poisoned one is skipped: its
+/// data is not read again).
+pub extern "C" fn lock_for_fork() {
+    let held = HeldForFork {
+        _defs: DEFS.lock().ok(),
+        _updates: UPDATES.lock().ok(),
+        _addrs: OWN_ADDRS.lock().ok(),
+        _mrs: MRS.lock().ok(),
+        _warnings: crate::config::lock_warnings(),
+        _map_writers: MAP.lock_writers(),
+    };
+    let _ = HELD_FOR_FORK.try_with(|h| {
+        if let Ok(mut h) = h.try_borrow_mut() {
+            *h = Some(held);
+        }
+    });
+}
+
+/// `pthread_atfork` parent and child handler: releases what `lock_for_fork` took.
+pub extern "C" fn unlock_after_fork() {
+    let _ = HELD_FOR_FORK.try_with(|h| {
+        if let Ok(mut h) = h.try_borrow_mut() {
+            h.take();
+        }
+    });
 }
 
 /// Defines a new endpoint and returns its id.
