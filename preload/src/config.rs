@@ -236,9 +236,9 @@ pub fn paths() -> &'static Paths {
 /// The warnings' lock, held across a fork (`registry::lock_for_fork`).
 pub type WarningsGuard = std::sync::MutexGuard<'static, Vec<String>>;
 
-/// Takes the warnings' lock (None when poisoned).
-pub fn lock_warnings() -> Option<WarningsGuard> {
-    WARNINGS.lock().ok()
+/// Tries the warnings' lock (`registry::lock_for_fork`).
+pub fn try_lock_warnings() -> std::sync::TryLockResult<WarningsGuard> {
+    WARNINGS.try_lock()
 }
 
 /// Queues a warning; printed once the process starts tracing (so processes that never touch RDMA

@@ -159,10 +159,9 @@ impl<V: Value, const CAP: usize, const FRONT: bool> PtrMap<V, CAP, FRONT> {
         None
     }
 
-    /// Takes the writers' lock (held across a fork: `registry::lock_for_fork`); None when
-    /// poisoned.
-    pub fn lock_writers(&self) -> Option<std::sync::MutexGuard<'_, ()>> {
-        self.writers.lock().ok()
+    /// Tries the writers' lock (held across a fork: `registry::lock_for_fork`).
+    pub fn try_lock_writers(&self) -> std::sync::TryLockResult<std::sync::MutexGuard<'_, ()>> {
+        self.writers.try_lock()
     }
 
     /// Maps `key` (non-zero) to `value` (non-zero), replacing what it had. False when the map

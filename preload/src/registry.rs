@@ -79,21 +79,41 @@ thread_local! {
 }
 
 /// `pthread_atfork` prepare handler: takes the registry's locks (a poisoned one is skipped: its
-/// data is not read again).
+/// data is not read again; see `take_for_fork`).
 pub extern "C" fn lock_for_fork() {
     let held = HeldForFork {
-        _defs: DEFS.lock().ok(),
-        _updates: UPDATES.lock().ok(),
-        _addrs: OWN_ADDRS.lock().ok(),
-        _mrs: MRS.lock().ok(),
-        _warnings: crate::config::lock_warnings(),
-        _map_writers: MAP.lock_writers(),
+        _defs: take_for_fork(|| DEFS.try_lock()),
+        _updates: take_for_fork(|| UPDATES.try_lock()),
+        _addrs: take_for_fork(|| OWN_ADDRS.try_lock()),
+        _mrs: take_for_fork(|| MRS.try_lock()),
+        _warnings: take_for_fork(crate::config::try_lock_warnings),
+        _map_writers: take_for_fork(|| MAP.try_lock_writers()),
     };
     let _ = HELD_FOR_FORK.try_with(|h| {
         if let Ok(mut h) = h.try_borrow_mut() {
             *h = Some(held);
         }
     });
+}
+
+/// One lock for `lock_for_fork`: retried while another thread holds it (for microseconds: these
+/// are leaf locks), given up after 100 ms so that a fork made while the forking thread itself
+/// holds it (a fork from a signal handler that interrupted sigmatop) cannot wait for ever; None
+/// when poisoned or given up.
+fn take_for_fork<G>(mut try_lock: impl FnMut() -> std::sync::TryLockResult<G>) -> Option<G> {
+    let start = std::time::Instant::now();
+    loop {
+        match try_lock() {
+            Ok(g) => return Some(g),
+            Err(std::sync::TryLockError::Poisoned(_)) => return None,
+            Err(std::sync::TryLockError::WouldBlock) => {
+                if start.elapsed() > std::time::Duration::from_millis(100) {
+                    return None;
+                }
+                std::thread::yield_now();
+            }
+        }
+    }
 }
 
 /// `pthread_atfork` parent and child handler: releases what `lock_for_fork` took.
