@@ -661,12 +661,30 @@ pub struct Refusal {
 }
 
 impl From<String> for Refusal {
+    /// A refusal's text often quotes what the remote host sent (its host names, its problems):
+    /// control characters in it are escaped, so the reason stays one line.
     fn from(reason: String) -> Refusal {
         Refusal {
-            reason,
+            reason: one_line(&reason),
             permanent: false,
         }
     }
+}
+
+/// `s` with its control characters (a newline a remote host put in a name) escaped: one line.
+pub fn one_line(s: &str) -> String {
+    if !s.chars().any(char::is_control) {
+        return s.to_string();
+    }
+    s.chars()
+        .map(|c| {
+            if c.is_control() {
+                c.escape_default().to_string()
+            } else {
+                c.to_string()
+            }
+        })
+        .collect()
 }
 
 /// One host's stream as the merge sees it.
@@ -767,7 +785,7 @@ impl Merge {
             match item {
                 RelayItem::Hello(h) => {
                     h.check().map_err(|reason| Refusal {
-                        reason,
+                        reason: one_line(&reason),
                         permanent: true,
                     })?;
                     if let Some(l) = model.links.get_mut(i) {
@@ -878,7 +896,7 @@ fn apply(i: usize, owner: &mut Owners, f: RelayFrame, model: &mut Model) -> Resu
             claim(owned, &key, model)?;
             if owned.is_some() {
                 if let Some(p) = &problem {
-                    model.messages.push(format!("{}: {p}", key.host));
+                    model.messages.push(one_line(&format!("{}: {p}", key.host)));
                 }
                 model.source_closed(&key, problem);
             }
@@ -889,7 +907,7 @@ fn apply(i: usize, owner: &mut Owners, f: RelayFrame, model: &mut Model) -> Resu
                 .get(i)
                 .map(|l| l.name().to_string())
                 .unwrap_or_default();
-            model.messages.push(format!("{name}: {m}"));
+            model.messages.push(one_line(&format!("{name}: {m}")));
         }
         RelayFrame::Heartbeat { .. } => {}
         RelayFrame::Events { key, kept, total } => {
