@@ -840,6 +840,37 @@ fn stalled_reader_capacity() -> usize {
     2 * max.min(4 << 20)
 }
 
+/// A real UCX program for the live-reader tests: one thread, rounds of `n` tagged messages over
+/// shared memory, every event sent live (`SIGMATOP_SAMPLE=1`) every 10 ms; it waits for the file
+/// `go` once its collector listens, and ends after its current round once `stop` exists.
+struct LiveUcx {
+    n: u64,
+    trace: Trace,
+    go: PathBuf,
+    stop: PathBuf,
+    child: Reaped,
+}
+
+fn live_ucx(name: &str) -> LiveUcx {
+    let n = 100_000u64;
+    let dir = common::scratch(name);
+    let trace = Trace::new("simple", &dir);
+    let (go, stop) = (dir.join("go"), dir.join("stop"));
+    let mut cmd = ucx_cmd(&trace, "sm,self", &["threads", "1", &n.to_string()]);
+    cmd.env("LIFE_GO", &go)
+        .env("LIFE_STOP", &stop)
+        .env("SIGMATOP_SAMPLE", "1")
+        .env("SIGMATOP_INTERVAL_MS", "10");
+    let child = Reaped(common::spawn(&mut cmd));
+    LiveUcx {
+        n,
+        trace,
+        go,
+        stop,
+        child,
+    }
+}
+
 #[test]
 fn stalled_and_vanishing_readers_never_block_the_program() {
     // A real UCX program, one thread sending rounds of 100,000 tagged messages over shared
@@ -848,16 +879,13 @@ fn stalled_and_vanishing_readers_never_block_the_program() {
     // reads everything. The program is told to stop (after its current round) once the stream
     // has outgrown what the stalled reader can hold by 1 MiB: from then on the collector could
     // only have gone on by not waiting for that reader.
-    let n = 100_000u64;
-    let dir = common::scratch("stalled-reader");
-    let trace = Trace::new("simple", &dir);
-    let (go, stop) = (dir.join("go"), dir.join("stop"));
-    let mut cmd = ucx_cmd(&trace, "sm,self", &["threads", "1", &n.to_string()]);
-    cmd.env("LIFE_GO", &go)
-        .env("LIFE_STOP", &stop)
-        .env("SIGMATOP_SAMPLE", "1")
-        .env("SIGMATOP_INTERVAL_MS", "10");
-    let mut child = Reaped(common::spawn(&mut cmd));
+    let LiveUcx {
+        n,
+        trace,
+        go,
+        stop,
+        mut child,
+    } = live_ucx("stalled-reader");
     // The program's thread opened its context (so the collector started and listens) and waits
     // for `go`: connect the readers first.
     let sock = socket_of(&trace, &mut child.0);
@@ -1074,16 +1102,13 @@ fn frames_dropped_for_a_slow_reader_reach_that_reader() {
     // more MiB. Frames dropped for them must reach them (`Frame::Missed`), exactly: what the raw
     // reader received and what it was told it missed add up to what the healthy reader received;
     // `attach --json` shows the count, and the dashboard's status line shows it.
-    let n = 100_000u64;
-    let dir = common::scratch("slow-reader-told");
-    let trace = Trace::new("simple", &dir);
-    let (go, stop) = (dir.join("go"), dir.join("stop"));
-    let mut cmd = ucx_cmd(&trace, "sm,self", &["threads", "1", &n.to_string()]);
-    cmd.env("LIFE_GO", &go)
-        .env("LIFE_STOP", &stop)
-        .env("SIGMATOP_SAMPLE", "1")
-        .env("SIGMATOP_INTERVAL_MS", "10");
-    let mut child = Reaped(common::spawn(&mut cmd));
+    let LiveUcx {
+        n,
+        trace,
+        go,
+        stop,
+        mut child,
+    } = live_ucx("slow-reader-told");
     let sock = socket_of(&trace, &mut child.0);
     let pid = child.0.id();
 
