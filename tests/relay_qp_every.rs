@@ -161,7 +161,10 @@ fn relay_sends_every_qp_every_nth_snapshot_when_asked() {
     let want: Vec<u64> = (from..from + t.len() as u64).step_by(4).collect();
     assert_eq!(whole, want, "{second:?}");
     // The frames from the request on (the stream's frames are in snapshot order).
-    let first = second.iter().position(|f| f.1 >= from).unwrap_or(second.len());
+    let first = second
+        .iter()
+        .position(|f| f.1 >= from)
+        .unwrap_or(second.len());
     let after = &second[first..];
     assert!(after.iter().all(|f| f.0 != 'V'), "{second:?}");
     // The events of each snapshot travel as a count (in the next totals, not as frames here):
