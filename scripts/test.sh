@@ -40,6 +40,8 @@ export CI=true
 # The preload's sigmatop_bench_* entry points (feature `bench`) are what the benchmark probes and
 # tests/guest/verbs_fake.c drive the runtime through; the shipped library has none. Both cargo
 # commands name the feature, so the test build does not rebuild the preload without it.
+# CI builds once: no incremental state (it was ~5 GB of target/ on a disk CI shares).
+export CARGO_INCREMENTAL=${CARGO_INCREMENTAL:-0}
 cargo build --workspace --all-targets --features sigmatop-preload/bench
 # The software mlx5 NIC (tests/testnic) the testnic_* tests run rdma-core's programs on.
 bash scripts/with-testnic.sh true

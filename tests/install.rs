@@ -159,4 +159,6 @@ fn installed_tree_and_lone_binary_run_programs() {
         "{}",
         stderr_of(&o)
     );
+    // The installed trees and copies are ~300 MB a run; gone once the test has passed.
+    let _ = std::fs::remove_dir_all(&dir);
 }
