@@ -175,8 +175,13 @@ static uint8_t poll_cq(const uint8_t *cqe, uint16_t idx)
 	struct timespec t0, t;
 	clock_gettime(CLOCK_MONOTONIC, &t0);
 	for (;;) {
-		uint8_t op_own = __atomic_load_n(&cqe[63], __ATOMIC_ACQUIRE);
-		uint16_t wc = (uint16_t)(cqe[60] << 8 | cqe[61]);
+		/* wqe_counter and op_own in one load: on this collapsed CQ a new entry overwrites the
+		 * last, and two loads could pair the old op_own with the new counter. */
+		uint64_t tail = __atomic_load_n((const uint64_t *)(const void *)(cqe + 56), __ATOMIC_ACQUIRE);
+		uint8_t b[8];
+		memcpy(b, &tail, 8);
+		uint8_t op_own = b[7];
+		uint16_t wc = (uint16_t)(b[4] << 8 | b[5]);
 		if ((op_own >> 4) != 0xf && wc == idx)
 			return op_own;
 		clock_gettime(CLOCK_MONOTONIC, &t);

@@ -318,11 +318,20 @@ void tn_cqe_write(struct tn_hcq *cq, uint8_t opcode, uint8_t synd, uint32_t qpn,
 	uint8_t owner = cq->collapsed ? 0 : ((cq->pi >> cq->log_cnt) & 1);
 	uint8_t op_own = (uint8_t)(opcode << 4 | (se ? 2 : 0) | owner);
 	uint8_t *dst = cq->buf + (size_t)slot * 64;
+	/* The entry's last 8 bytes (opcode and QPN, wqe_counter, signature, op_own) go last and in
+	 * one aligned store, as a NIC's one 64-byte write lands: a poller never sees a half-written
+	 * entry, and on a collapsed CQ (one entry, no owner bit) never an old op_own beside a new
+	 * wqe_counter. */
+	e[63] = op_own;
+	uint64_t tail;
+	memcpy(&tail, e + 56, 8);
 	if (cq->gpu) {
-		/* The owner byte goes last, so a GPU poller never sees a half-written entry. */
-		tn_copy(dst, 1, e, 0, 63);
-		tn_copy(dst + 63, 1, &op_own, 0, 1);
-	} else {
+		tn_copy(dst, 1, e, 0, 56);
+		tn_copy(dst + 56, 1, &tail, 0, 8);
+	} else if (((uintptr_t)dst & 7) == 0) {
+		memcpy(dst, e, 56);
+		__atomic_store_n((uint64_t *)(void *)(dst + 56), tail, __ATOMIC_RELEASE);
+	} else { /* a misaligned CQ buffer (no NIC takes one): owner byte last */
 		memcpy(dst, e, 63);
 		__atomic_store_n(dst + 63, op_own, __ATOMIC_RELEASE);
 	}
