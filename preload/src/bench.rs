@@ -92,6 +92,20 @@ pub unsafe extern "C" fn sigmatop_bench_verbs_setup(
     crate::collector::ensure_started();
 }
 
+/// Takes every lock that `fork::prepare` takes across a fork (waiting for each as long as it takes
+/// when `blocking` is non-zero), holds them for `spin` busy-loop iterations and releases them;
+/// returns how many it took. The threads of tests/programs/fork_locks.c hammer every lock with
+/// it, and each child calls it blocking: a child that inherited a lock held by another thread
+/// hangs here.
+#[unsafe(no_mangle)]
+pub extern "C" fn sigmatop_bench_hold_locks(spin: u32, blocking: u32) -> u32 {
+    let held = crate::fork::hold_all(blocking != 0);
+    for _ in 0..spin {
+        core::hint::spin_loop();
+    }
+    held.len() as u32
+}
+
 /// Events of the calling thread lost so far because its ring was full.
 #[unsafe(no_mangle)]
 pub extern "C" fn sigmatop_bench_ring_full() -> u64 {

@@ -149,12 +149,12 @@ fn restart() {
 /// Notes this process's pid and installs the fork handler. Constructor only.
 pub fn init() {
     PROCESS_PID.store(crate::os::kernel_pid(), Ordering::Release);
-    // The registry's locks first: child handlers run in registration order, so they are free
+    // sigmatop's locks first: child handlers run in registration order, so they are free
     // before the child's collector is started.
     crate::os::at_fork(
-        crate::registry::lock_for_fork,
-        crate::registry::unlock_after_fork,
-        crate::registry::unlock_after_fork,
+        crate::fork::prepare,
+        crate::fork::release,
+        crate::fork::release,
     );
     crate::os::at_fork_child(after_fork_in_child);
 }

@@ -233,12 +233,9 @@ pub fn paths() -> &'static Paths {
     })
 }
 
-/// The warnings' lock, held across a fork (`registry::lock_for_fork`).
-pub type WarningsGuard = std::sync::MutexGuard<'static, Vec<String>>;
-
-/// Tries the warnings' lock (`registry::lock_for_fork`).
-pub fn try_lock_warnings() -> std::sync::TryLockResult<WarningsGuard> {
-    WARNINGS.try_lock()
+/// The warnings' lock, for `fork::prepare`: taken last (`warn` is called with other locks held).
+pub fn hold_for_fork(h: &mut crate::fork::Held) {
+    h.lock(&WARNINGS);
 }
 
 /// Queues a warning; printed once the process starts tracing (so processes that never touch RDMA

@@ -59,6 +59,11 @@ real_fns! { SONAMES;
 /// dma-buf fds handed out by `cuMemGetHandleForAddressRange`: fd -> (device pointer, size).
 static DMABUF: Mutex<Vec<(c_int, u64, u64)>> = Mutex::new(Vec::new());
 
+/// The dma-buf table's lock, for `fork::prepare` (a leaf).
+pub fn hold_for_fork(h: &mut crate::fork::Held) {
+    h.lock(&DMABUF);
+}
+
 /// The device range behind a dma-buf fd that `cuMemGetHandleForAddressRange` returned.
 pub fn dmabuf_range(fd: c_int) -> Option<(u64, u64)> {
     DMABUF

@@ -24,6 +24,7 @@
 //! - `final_state`: the final state a process leaves for the `sigmatop run` that started it.
 //! - `process`: `exec*` hooks that end the record cleanly before the image is replaced.
 //! - `exit`: `_exit`/`_Exit` hooks that run the final flush no destructor will run.
+//! - `fork`: every lock of sigmatop's held by the forking thread across `fork()`.
 //! - `bench` (feature `bench`): entry points for the benchmarks and test probes.
 
 #![deny(clippy::undocumented_unsafe_blocks)]
@@ -40,6 +41,7 @@ pub mod dl;
 pub mod doorbell;
 pub mod exit;
 pub mod final_state;
+pub mod fork;
 pub mod hook;
 pub mod ibverbs;
 pub mod mlx5;

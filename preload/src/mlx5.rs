@@ -87,6 +87,12 @@ struct Obj {
 static UMEMS: Mutex<Vec<Umem>> = Mutex::new(Vec::new());
 static OBJS: Mutex<Vec<Obj>> = Mutex::new(Vec::new());
 
+/// The devx tables' locks, for `fork::prepare` (leaves).
+pub fn hold_for_fork(h: &mut crate::fork::Held) {
+    h.lock(&OBJS);
+    h.lock(&UMEMS);
+}
+
 /// The body of the hooks that observe a created object: the real call, then `note` with what it
 /// returned, under the guard, when the mlx5 layer is on.
 #[inline(always)]

@@ -159,7 +159,7 @@ impl<V: Value, const CAP: usize, const FRONT: bool> PtrMap<V, CAP, FRONT> {
         None
     }
 
-    /// Tries the writers' lock (held across a fork: `registry::lock_for_fork`).
+    /// Tries the writers' lock (held across a fork: `fork::prepare`).
     pub fn try_lock_writers(&self) -> std::sync::TryLockResult<std::sync::MutexGuard<'_, ()>> {
         self.writers.try_lock()
     }
@@ -207,6 +207,18 @@ impl<V: Value, const CAP: usize, const FRONT: bool> PtrMap<V, CAP, FRONT> {
         self.values[i].store(value, Ordering::Release);
         self.keys[i].store(key, Ordering::Release);
         true
+    }
+
+    /// Every value present now (cleared keys' zero words left out). Control path: a scan of the
+    /// whole map.
+    pub fn values(&self) -> impl Iterator<Item = V> + '_ {
+        let front = FRONT
+            .then(|| self.front_value.load(Ordering::Acquire))
+            .into_iter();
+        front
+            .chain(self.values.iter().map(|v| v.load(Ordering::Acquire)))
+            .filter(|&w| w != 0)
+            .map(V::from_word)
     }
 
     /// Forgets the value of `key` (the object is gone).

@@ -2,7 +2,7 @@
 //! library's handle (ucp_ep_h, qp pointer...) to sigmatop's endpoint id (hot path, reads only).
 
 use core::sync::atomic::{AtomicU32, AtomicU64, Ordering};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::Mutex;
 
 use sigmatop::event::{
     EndpointDef, EndpointKind, EndpointUpdate, Layer, MemRegion, Peer, UNATTRIBUTED_EP,
@@ -57,72 +57,14 @@ pub fn bind(handle: usize, id: u32) {
     }
 }
 
-/// The registry's locks, held by the forking thread across `fork()`: registered with
-/// `pthread_atfork` (prepare: take them all; parent and child: release them). Without it a fork
-/// while another thread held one (the collector copying the definitions, a program thread
-/// defining an endpoint) left it locked for good in the child, whose first endpoint update then
-/// waited forever (seen: `ucx_life fork` hung in `ucp_ep_close_nbx` → `registry::update`).
-/// Each of these locks is a leaf (nothing else is taken while one is held: `bind` warns about a
-/// full map after releasing the map's lock), so taking them all here cannot deadlock.
-struct HeldForFork {
-    _defs: Option<MutexGuard<'static, Vec<EndpointDef>>>,
-    _updates: Option<MutexGuard<'static, Vec<EndpointUpdate>>>,
-    _addrs: Option<MutexGuard<'static, Vec<u64>>>,
-    _mrs: Option<MutexGuard<'static, Vec<MemRegion>>>,
-    _warnings: Option<crate::config::WarningsGuard>,
-    _map_writers: Option<MutexGuard<'static, ()>>,
-}
-
-thread_local! {
-    static HELD_FOR_FORK: core::cell::RefCell<Option<HeldForFork>> =
-        const { core::cell::RefCell::new(None) };
-}
-
-/// `pthread_atfork` prepare handler: takes the registry's locks (a poisoned one is skipped: its
-/// data is not read again; see `take_for_fork`).
-pub extern "C" fn lock_for_fork() {
-    let held = HeldForFork {
-        _defs: take_for_fork(|| DEFS.try_lock()),
-        _updates: take_for_fork(|| UPDATES.try_lock()),
-        _addrs: take_for_fork(|| OWN_ADDRS.try_lock()),
-        _mrs: take_for_fork(|| MRS.try_lock()),
-        _warnings: take_for_fork(crate::config::try_lock_warnings),
-        _map_writers: take_for_fork(|| MAP.try_lock_writers()),
-    };
-    let _ = HELD_FOR_FORK.try_with(|h| {
-        if let Ok(mut h) = h.try_borrow_mut() {
-            *h = Some(held);
-        }
-    });
-}
-
-/// One lock for `lock_for_fork`: retried while another thread holds it (for microseconds: these
-/// are leaf locks), given up after 100 ms so that a fork made while the forking thread itself
-/// holds it (a fork from a signal handler that interrupted sigmatop) cannot wait for ever; None
-/// when poisoned or given up.
-fn take_for_fork<G>(mut try_lock: impl FnMut() -> std::sync::TryLockResult<G>) -> Option<G> {
-    let start = std::time::Instant::now();
-    loop {
-        match try_lock() {
-            Ok(g) => return Some(g),
-            Err(std::sync::TryLockError::Poisoned(_)) => return None,
-            Err(std::sync::TryLockError::WouldBlock) => {
-                if start.elapsed() > std::time::Duration::from_millis(100) {
-                    return None;
-                }
-                std::thread::yield_now();
-            }
-        }
-    }
-}
-
-/// `pthread_atfork` parent and child handler: releases what `lock_for_fork` took.
-pub extern "C" fn unlock_after_fork() {
-    let _ = HELD_FOR_FORK.try_with(|h| {
-        if let Ok(mut h) = h.try_borrow_mut() {
-            h.take();
-        }
-    });
+/// The registry's locks, for `fork::prepare`. Each is a leaf (nothing else is taken while one is
+/// held: `bind` warns about a full map after releasing the map's lock).
+pub fn hold_for_fork(h: &mut crate::fork::Held) {
+    h.lock(&DEFS);
+    h.lock(&UPDATES);
+    h.lock(&OWN_ADDRS);
+    h.lock(&MRS);
+    h.with(|| MAP.try_lock_writers());
 }
 
 /// Defines a new endpoint and returns its id.

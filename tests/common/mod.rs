@@ -237,13 +237,23 @@ impl Trace {
     }
 }
 
-/// Waits for a child with a timeout, killing it when the time is up.
+/// Waits for a child with a timeout, killing it when the time is up: its whole process group when
+/// it leads one ([`spawn`]'s children do), so that a hung grandchild holding the output pipes
+/// (a forked child that never exits) cannot keep the test waiting past the limit.
 pub fn wait_timeout(mut child: Child, limit: Duration) -> Output {
     let start = Instant::now();
     loop {
         match child.try_wait() {
             Ok(Some(_)) => return child.wait_with_output().expect("collect output"),
             Ok(None) if start.elapsed() > limit => {
+                let pid = child.id() as libc::pid_t;
+                // SAFETY: plain syscalls on the child's pid; killing the group only when the
+                // child leads it (never the test's own group).
+                unsafe {
+                    if libc::getpgid(pid) == pid {
+                        libc::kill(-pid, libc::SIGKILL);
+                    }
+                }
                 let _ = child.kill();
                 let out = child.wait_with_output().expect("collect output");
                 panic!(
@@ -258,8 +268,11 @@ pub fn wait_timeout(mut child: Child, limit: Duration) -> Output {
     }
 }
 
+/// Starts `cmd` with its output piped, in a process group of its own (see [`wait_timeout`]).
 pub fn spawn(cmd: &mut Command) -> Child {
-    cmd.stdin(Stdio::null())
+    use std::os::unix::process::CommandExt;
+    cmd.process_group(0)
+        .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()

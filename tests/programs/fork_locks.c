@@ -1,9 +1,11 @@
-/* Forks while other threads keep defining endpoints: every child defines one endpoint of its
- * own (the preload's registry lock) and exits. A child that inherited the registry's lock held
- * by another thread at the moment of fork() waits forever: the parent reports it as hung.
+/* Forks while other threads keep defining endpoints and taking every other lock of the preload's
+ * (sigmatop_bench_hold_locks: the doorbell state, the devx, verbs, libfabric and CUDA tables, the
+ * registry, the warnings): every child takes all of them, waiting as long as it takes, defines one
+ * endpoint of its own and exits. A child that inherited a lock held by another thread at the
+ * moment of fork() waits forever: the parent reports it as hung.
  *
  * Usage: fork_locks FORKS   (run under the preload built with its `bench` feature)
- * Prints: forks=N hung=H; exits 1 when a child hung or the entry points are missing. */
+ * Prints: locks=L forks=N hung=H (L: how many locks the preload holds across a fork); exits 1 when a child hung or the entry points are missing. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <pthread.h>
@@ -15,7 +17,9 @@
 #include <unistd.h>
 
 typedef void (*setup_fn)(void *);
+typedef unsigned (*hold_fn)(unsigned spin, unsigned blocking);
 static setup_fn setup;
+static hold_fn hold;
 static volatile int stop;
 
 #define DEFINERS 4
@@ -25,8 +29,13 @@ static void *definer(void *arg)
     unsigned long base = 0x100000UL + (unsigned long)(size_t)arg * 0x1000000UL;
     /* Distinct handles, all threads together fewer than the endpoint map holds (a full map
      * would make every child print its warning). */
-    for (unsigned long i = 0; i < 7000 && !stop; i++)
+    for (unsigned long i = 0; i < 7000 && !stop; i++) {
         setup((void *)(base + i * 64));
+        hold(200, 0);
+    }
+    /* The endpoints are defined: go on holding the other locks until the forks are done. */
+    while (!stop)
+        hold(200, 0);
     return NULL;
 }
 
@@ -34,10 +43,13 @@ int main(int argc, char **argv)
 {
     int forks = argc > 1 ? atoi(argv[1]) : 200;
     setup = (setup_fn)dlsym(RTLD_DEFAULT, "sigmatop_bench_setup");
-    if (!setup) {
-        fprintf(stderr, "fork_locks: sigmatop_bench_setup not found (preload with `bench`?)\n");
+    hold = (hold_fn)dlsym(RTLD_DEFAULT, "sigmatop_bench_hold_locks");
+    if (!setup || !hold) {
+        fprintf(stderr, "fork_locks: sigmatop_bench_setup or sigmatop_bench_hold_locks not found"
+                        " (preload with `bench`?)\n");
         return 1;
     }
+    unsigned locks = hold(0, 1);
     pthread_t t[DEFINERS];
     for (long i = 0; i < DEFINERS; i++)
         pthread_create(&t[i], NULL, definer, (void *)i);
@@ -45,6 +57,7 @@ int main(int argc, char **argv)
     for (int k = 0; k < forks; k++) {
         pid_t pid = fork();
         if (pid == 0) {
+            hold(0, 1);
             setup((void *)(0x900000000UL + (unsigned long)k * 64));
             _exit(0);
         }
@@ -71,6 +84,6 @@ int main(int argc, char **argv)
     stop = 1;
     for (int i = 0; i < DEFINERS; i++)
         pthread_join(t[i], NULL);
-    printf("forks=%d hung=%d\n", done, hung);
+    printf("locks=%u forks=%d hung=%d\n", locks, done, hung);
     return hung ? 1 : 0;
 }

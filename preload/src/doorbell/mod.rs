@@ -113,6 +113,12 @@ static STATE: Mutex<State> = Mutex::new(State {
     qps: Vec::new(),
     ctx: None,
 });
+/// The doorbell state's lock, for `fork::prepare`: first of all (it is held across CUDA driver
+/// calls and while a warning is queued).
+pub fn hold_for_fork(h: &mut crate::fork::Held) {
+    h.lock(&STATE);
+}
+
 /// Bumped on every change the poller must see; the poller stores what it has applied in ACK.
 static GEN: AtomicU64 = AtomicU64::new(0);
 static ACK: AtomicU64 = AtomicU64::new(0);

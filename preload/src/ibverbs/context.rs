@@ -130,6 +130,19 @@ pub struct DevInfo {
 
 static DEVS: Mutex<Option<HashMap<usize, DevInfo>>> = Mutex::new(None);
 
+/// The device table's, the context map's and every context's QP-number map's locks, for
+/// `fork::prepare` (leaves).
+pub(super) fn hold_for_fork(h: &mut crate::fork::Held) {
+    h.lock(&DEVS);
+    h.with(|| CTXS.try_lock_writers());
+    for st in CTXS.values() {
+        // SAFETY: context states are leaked, never freed.
+        if let Some(st) = unsafe { st.as_ref() } {
+            h.with(|| st.qpns.try_lock_writers());
+        }
+    }
+}
+
 pub fn dev_info(ctx: *mut IbvContext) -> DevInfo {
     DEVS.lock()
         .ok()

@@ -34,6 +34,11 @@ struct QpCtl {
 }
 
 static QPS: Mutex<Option<HashMap<usize, QpCtl>>> = Mutex::new(None);
+
+/// The QP table's lock, for `fork::prepare` (a leaf).
+pub(super) fn hold_for_fork(h: &mut crate::fork::Held) {
+    h.lock(&QPS);
+}
 static NEXT_CQ: AtomicU64 = AtomicU64::new(0);
 static NEXT_SRQ: AtomicU64 = AtomicU64::new(0);
 

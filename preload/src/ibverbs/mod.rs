@@ -70,6 +70,13 @@ pub use exports::hooks;
 
 const SONAMES: &[&CStr] = &[c"libibverbs.so.1", c"libibverbs.so"];
 
+/// The verbs layer's locks, for `fork::prepare`.
+pub fn hold_for_fork(h: &mut crate::fork::Held) {
+    control::hold_for_fork(h);
+    context::hold_for_fork(h);
+    qp_ex::hold_for_fork(h);
+}
+
 /// WRs walked per post call at most; the rest of a longer chain is counted in `UNTRACED`.
 pub const WALK_MAX: usize = 4096;
 /// SGEs summed per WR at most.

@@ -47,6 +47,11 @@ unsafe impl Sync for QpxState {}
 /// `ibv_qp_ex` pointers → their state (leaked, never freed).
 static QPXS: PtrMap<*const QpxState, 4096> = PtrMap::new();
 
+/// The map's writers' lock, for `fork::prepare`.
+pub(super) fn hold_for_fork(h: &mut crate::fork::Held) {
+    h.with(|| QPXS.try_lock_writers());
+}
+
 #[inline(always)]
 fn qpx_state(qpx: Qx) -> Option<&'static QpxState> {
     let p = QPXS.get(qpx as usize)?;

@@ -51,6 +51,12 @@ use crate::dl::{hook_table, real_fns};
 use crate::hook::{self, Guard};
 use abi::{FI_ENOSYS, FiFabricAttr, FiInfo, FidFabric};
 
+/// The libfabric layer's lock (the address-vector books), for `fork::prepare`. Taken before the
+/// registry's: `addr::av_book` runs its closure with it held.
+pub fn hold_for_fork(h: &mut crate::fork::Held) {
+    h.lock(&addr::AV_BOOKS);
+}
+
 /// Objects whose tables sigmatop could not wrap (their calls go through untraced). Also counted
 /// in `HOOK_FAILURES`, which the drop counters report.
 pub static UNWRAPPED: AtomicU64 = AtomicU64::new(0);
