@@ -294,3 +294,28 @@ fn totals_entries_read_as_the_whole_snapshot_before_them() {
     assert!(!h.push_totals(&t, ALL));
     assert_eq!(h.len(), 1 + MAX_TOTALS_RUN as usize);
 }
+
+/// The relay's history (two snapshots) writes keyframes only: a delta there would be decoded and
+/// written again as a keyframe on the next push. Both snapshots still read back exactly.
+#[test]
+fn a_history_of_two_keeps_keyframes_only() {
+    let all = varied(100);
+    let mut h = SnapshotHistory::default();
+    let two = Keep {
+        max: 2,
+        bytes: usize::MAX,
+        floor_ns: 0,
+    };
+    for (n, s) in all.iter().enumerate() {
+        h.push(s.clone(), two);
+        assert_eq!(h.len(), (n + 1).min(2));
+        for i in 0..h.len() {
+            assert_eq!(h.kind(i), KEY, "{n}: {i}");
+            assert_eq!(
+                h.get(i).as_deref(),
+                Some(&all[n + 1 - h.len() + i]),
+                "{n}: {i}"
+            );
+        }
+    }
+}
