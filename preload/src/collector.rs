@@ -44,6 +44,7 @@ extern "C" fn after_fork_in_child() {
     PROCESS_PID.store(crate::os::kernel_pid(), Ordering::Release);
     let was_running = STATE.load(Ordering::Acquire) == RUNNING;
     crate::thread::reset_after_fork();
+    crate::doorbell::forget_poller_after_fork();
     STATE.store(NOT_STARTED, Ordering::Release);
     STOP.store(false, Ordering::Release);
     DONE.store(false, Ordering::Release);

@@ -9,6 +9,9 @@
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <pthread.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "scenario.h"
 
@@ -146,6 +149,23 @@ int main(int argc, char **argv) {
     pthread_create(&th[t], NULL, batch_thread, (void *)t);
   for (int t = 0; t < THREADS; t++)
     pthread_join(th[t], NULL);
+
+  /* DEVX_CPU_FORK=1: a fork child that exits at once, as a forked worker of a GPU process
+   * does; its exit time is printed (the preload's doorbell poller is the parent's alone). */
+  const char *fk = getenv("DEVX_CPU_FORK");
+  if (fk && *fk == '1') {
+    struct timespec a, b;
+    clock_gettime(CLOCK_MONOTONIC, &a);
+    pid_t pid = fork();
+    if (pid == 0)
+      _exit(0);
+    int status = 0;
+    if (pid < 0 || waitpid(pid, &status, 0) != pid || !WIFEXITED(status) || WEXITSTATUS(status))
+      die("fork child");
+    clock_gettime(CLOCK_MONOTONIC, &b);
+    printf("FORK child_exit_ms=%ld\n",
+           (long)((b.tv_sec - a.tv_sec) * 1000 + (b.tv_nsec - a.tv_nsec) / 1000000));
+  }
 
   nic_stop(&n);
   printf("RESULT local=%016llx remote=%016llx\n", (unsigned long long)fnv(W->L, BUF_BYTES),

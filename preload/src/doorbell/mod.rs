@@ -327,6 +327,16 @@ pub fn remove_qp(qpn: u32) {
     wait_ack(g);
 }
 
+/// In a fork child: the parent's poller thread is not in this process. Without this the child
+/// believed it ran, and waited for it at exit (500 ms for every forked worker of a GPU process
+/// that exits, a PyTorch DataLoader's say) and at every UAR or registration change (200 ms). A
+/// child that sets up doorbells of its own starts its own poller.
+pub fn forget_poller_after_fork() {
+    POLLER_RUNNING.store(false, Ordering::Release);
+    POLLER_STARTED.store(false, Ordering::Release);
+    STOP.store(false, Ordering::Release);
+}
+
 /// Parses everything pending and stops the poller (process exit; bounded).
 pub fn shutdown() {
     if !POLLER_RUNNING.load(Ordering::Acquire) {
