@@ -80,102 +80,82 @@ pub(super) fn series_line(app: &App, s: &DoorbellSeries, width: usize, pct: bool
 
 fn doorbell_cols() -> Vec<Col<DoorbellRecord>> {
     vec![
-        Col {
-            title: "time s".into(),
-            prio: 0,
-            right: true,
-            max: 14,
-            mid: false,
-            cell: |r, _| num(format!("{:.9}", r.time_s)),
-            key: |r| Key::Num(r.time_s),
-        },
-        Col {
-            title: "host".into(),
-            prio: 6,
-            right: false,
-            max: 12,
-            mid: false,
-            cell: |r, _| Span::raw(r.host.clone()),
-            key: |r| Key::Str(&r.host),
-        },
-        Col {
-            title: "gpu".into(),
-            prio: 0,
-            right: true,
-            max: 3,
-            mid: false,
-            cell: |r, _| num(r.gpu.to_string()),
-            key: |r| Key::Num(f64::from(r.gpu)),
-        },
-        Col {
-            title: "qpn".into(),
-            prio: 0,
-            right: false,
-            max: 8,
-            mid: false,
-            cell: |r, _| Span::raw(format!("0x{:x}", r.qpn)),
-            key: |r| Key::Num(f64::from(r.qpn)),
-        },
-        Col {
-            title: "pi".into(),
-            prio: 2,
-            right: false,
-            max: 6,
-            mid: false,
-            cell: |r, _| Span::raw(format!("0x{:04x}", r.pi)),
-            key: |r| Key::Num(f64::from(r.pi)),
-        },
-        Col {
-            title: "opcode".into(),
-            prio: 0,
-            right: false,
-            max: 14,
-            mid: false,
-            cell: |r, c| {
+        Col::right(
+            "time s",
+            0,
+            14,
+            |r, _| num(format!("{:.9}", r.time_s)),
+            |r| Key::Num(r.time_s),
+        ),
+        Col::left(
+            "host",
+            6,
+            12,
+            |r, _| Span::raw(r.host.clone()),
+            |r| Key::Str(&r.host),
+        ),
+        Col::right(
+            "gpu",
+            0,
+            3,
+            |r, _| num(r.gpu.to_string()),
+            |r| Key::Num(f64::from(r.gpu)),
+        ),
+        Col::left(
+            "qpn",
+            0,
+            8,
+            |r, _| Span::raw(format!("0x{:x}", r.qpn)),
+            |r| Key::Num(f64::from(r.qpn)),
+        ),
+        Col::left(
+            "pi",
+            2,
+            6,
+            |r, _| Span::raw(format!("0x{:04x}", r.pi)),
+            |r| Key::Num(f64::from(r.pi)),
+        ),
+        Col::left(
+            "opcode",
+            0,
+            14,
+            |r, c| {
                 if r.opcode == "?" {
                     styled("? unparsable".into(), c.th.warn)
                 } else {
                     Span::raw(r.opcode.clone())
                 }
             },
-            key: |r| Key::Str(&r.opcode),
-        },
-        Col {
-            title: "len B".into(),
-            prio: 1,
-            right: true,
-            max: 10,
-            mid: false,
-            cell: |r, _| num(r.bytes.to_string()),
-            key: |r| Key::Num(r.bytes as f64),
-        },
-        Col {
-            title: "raddr".into(),
-            prio: 3,
-            right: false,
-            max: 22,
-            mid: false,
-            cell: |r, _| Span::raw(units::addr(r.raddr)),
-            key: |r| Key::Num(r.raddr as f64),
-        },
-        Col {
-            title: "rkey".into(),
-            prio: 4,
-            right: false,
-            max: 10,
-            mid: false,
-            cell: |r, _| Span::raw(format!("0x{:x}", r.rkey)),
-            key: |r| Key::Num(f64::from(r.rkey)),
-        },
-        Col {
-            title: "WQEs".into(),
-            prio: 1,
-            right: true,
-            max: 5,
-            mid: false,
-            cell: |r, _| num(r.wqes.to_string()),
-            key: |r| Key::Num(f64::from(r.wqes)),
-        },
+            |r| Key::Str(&r.opcode),
+        ),
+        Col::right(
+            "len B",
+            1,
+            10,
+            |r, _| num(r.bytes.to_string()),
+            |r| Key::Num(r.bytes as f64),
+        ),
+        Col::left(
+            "raddr",
+            3,
+            22,
+            |r, _| Span::raw(units::addr(r.raddr)),
+            |r| Key::Num(r.raddr as f64),
+        ),
+        Col::left(
+            "rkey",
+            4,
+            10,
+            |r, _| Span::raw(format!("0x{:x}", r.rkey)),
+            |r| Key::Num(f64::from(r.rkey)),
+        ),
+        Col::right(
+            "WQEs",
+            1,
+            5,
+            |r, _| num(r.wqes.to_string()),
+            |r| Key::Num(f64::from(r.wqes)),
+        ),
     ]
 }
 

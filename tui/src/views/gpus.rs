@@ -18,87 +18,71 @@ fn gpu_cols(app: &App) -> Vec<Col<GpuRow>> {
     let u = app.units.rate();
     let v = app.units.volume();
     vec![
-        Col {
-            title: "host".into(),
-            prio: 0,
-            right: false,
-            max: 16,
-            mid: false,
-            cell: |r, _| Span::raw(r.host.clone()),
-            key: |r| Key::Str(&r.host),
-        },
-        Col {
-            title: "proc".into(),
-            prio: 1,
-            right: false,
-            max: 10,
-            mid: false,
-            cell: |r, _| Span::raw(r.process_label()),
-            key: |r| Key::Num(r.rank.map_or(1e12 + f64::from(r.pid), f64::from)),
-        },
-        Col {
-            title: "GPU".into(),
-            prio: 0,
-            right: true,
-            max: 4,
-            mid: false,
-            cell: |r, _| num(r.gpu.to_string()),
-            key: |r| Key::Num(f64::from(r.gpu)),
-        },
-        Col {
-            title: format!("▲▼ WQE {u}"),
-            prio: 0,
-            right: true,
-            max: 12,
-            mid: false,
-            cell: |r, c| styled(units::rate(r.bytes_per_s, c.app.units), c.th.tx),
-            key: |r| Key::Num(r.bytes_per_s),
-        },
-        Col {
-            title: "db/s".into(),
-            prio: 0,
-            right: true,
-            max: 8,
-            mid: false,
-            cell: |r, _| num(units::si(r.doorbells_per_s)),
-            key: |r| Key::Num(r.doorbells_per_s),
-        },
-        Col {
-            title: format!("{v}/db"),
-            prio: 3,
-            right: true,
-            max: 8,
-            mid: false,
-            cell: |r, c| {
+        Col::left(
+            "host",
+            0,
+            16,
+            |r, _| Span::raw(r.host.clone()),
+            |r| Key::Str(&r.host),
+        ),
+        Col::left(
+            "proc",
+            1,
+            10,
+            |r, _| Span::raw(r.process_label()),
+            |r| Key::Num(r.rank.map_or(1e12 + f64::from(r.pid), f64::from)),
+        ),
+        Col::right(
+            "GPU",
+            0,
+            4,
+            |r, _| num(r.gpu.to_string()),
+            |r| Key::Num(f64::from(r.gpu)),
+        ),
+        Col::right(
+            format!("▲▼ WQE {u}"),
+            0,
+            12,
+            |r, c| styled(units::rate(r.bytes_per_s, c.app.units), c.th.tx),
+            |r| Key::Num(r.bytes_per_s),
+        ),
+        Col::right(
+            "db/s",
+            0,
+            8,
+            |r, _| num(units::si(r.doorbells_per_s)),
+            |r| Key::Num(r.doorbells_per_s),
+        ),
+        Col::right(
+            format!("{v}/db"),
+            3,
+            8,
+            |r, c| {
                 num(if r.doorbells_per_s > 0.0 {
                     units::volume(r.bytes_per_s / r.doorbells_per_s, c.app.units)
                 } else {
                     "—".into()
                 })
             },
-            key: |r| Key::Num(r.bytes_per_s / r.doorbells_per_s.max(1e-9)),
-        },
-        Col {
-            title: "in-flight WQE".into(),
-            prio: 1,
-            right: true,
-            max: 13,
-            mid: false,
-            cell: |r, _| num(units::count(r.inflight_wqes)),
-            key: |r| Key::Num(r.inflight_wqes as f64),
-        },
-        Col {
-            title: "WQE opcode mix".into(),
-            prio: 2,
-            right: false,
-            max: 40,
-            mid: false,
-            cell: |r, _| Span::raw(units::mix(&r.opcode_mix, 4)),
-            key: |r| {
+            |r| Key::Num(r.bytes_per_s / r.doorbells_per_s.max(1e-9)),
+        ),
+        Col::right(
+            "in-flight WQE",
+            1,
+            13,
+            |r, _| num(units::count(r.inflight_wqes)),
+            |r| Key::Num(r.inflight_wqes as f64),
+        ),
+        Col::left(
+            "WQE opcode mix",
+            2,
+            40,
+            |r, _| Span::raw(units::mix(&r.opcode_mix, 4)),
+            |r| {
                 let top = r.opcode_mix.iter().max_by_key(|o| o.1);
                 Key::Text(top.map(|o| o.0.clone()).unwrap_or_default())
             },
-        },
+        ),
     ]
 }
 

@@ -21,8 +21,9 @@ pub(crate) use help::draw_help;
 
 use crate::app::{App, Tab};
 use crate::model::ViewModel;
+use crate::units;
 use crate::warnings::Warning;
-use crate::widgets::table::Ctx;
+use crate::widgets::table::{Col, Ctx, Key};
 use ratatui::Frame;
 use ratatui::layout::Rect;
 use ratatui::text::Span;
@@ -43,6 +44,34 @@ pub(crate) fn draw_body(
         Tab::Matrix => matrix::draw(frame, area, app, vm),
         Tab::Doorbells => doorbells::draw(frame, area, app, vm),
     }
+}
+
+/// What a table row has moved since the start, sent and received (a process, an endpoint, a node,
+/// a rank): what the two "total" columns read.
+pub(super) trait Totals {
+    fn sent(&self) -> u64;
+    fn received(&self) -> u64;
+}
+
+/// The "▲ total" and "▼ total" columns of every table that has them, both at priority `prio`.
+pub(super) fn total_cols<R: Totals>(app: &App, prio: u8) -> [Col<R>; 2] {
+    let v = app.units.volume();
+    [
+        Col::right(
+            format!("▲ total {v}"),
+            prio,
+            10,
+            |r, c| num(units::volume(r.sent() as f64, c.app.units)),
+            |r| Key::Num(r.sent() as f64),
+        ),
+        Col::right(
+            format!("▼ total {v}"),
+            prio,
+            10,
+            |r, c| num(units::volume(r.received() as f64, c.app.units)),
+            |r| Key::Num(r.received() as f64),
+        ),
+    ]
 }
 
 pub(super) fn ctx(app: &App) -> Ctx<'_> {

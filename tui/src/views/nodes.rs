@@ -40,11 +40,9 @@ fn ratio_of(v: f64, mean: f64, c: &Ctx) -> Span<'static> {
 const BAR_W: usize = 20;
 
 /// What a node row and a rank row both have: traffic out and in, now and since the start.
-trait Flow {
+trait Flow: super::Totals {
     fn egress_bps(&self) -> f64;
     fn ingress_bps(&self) -> f64;
-    fn egress_bytes(&self) -> u64;
-    fn ingress_bytes(&self) -> u64;
 }
 
 macro_rules! flow {
@@ -56,10 +54,12 @@ macro_rules! flow {
             fn ingress_bps(&self) -> f64 {
                 self.ingress_bps
             }
-            fn egress_bytes(&self) -> u64 {
+        }
+        impl super::Totals for $row {
+            fn sent(&self) -> u64 {
                 self.egress_bytes
             }
-            fn ingress_bytes(&self) -> u64 {
+            fn received(&self) -> u64 {
                 self.ingress_bytes
             }
         }
@@ -72,71 +72,45 @@ flow!(RankRow);
 /// mean, totals out and in, and a bar of the rate out.
 fn flow_cols<R: Flow>(app: &App) -> Vec<Col<R>> {
     let u = app.units.rate();
-    let v = app.units.volume();
+    let [sent_total, received_total] = super::total_cols(app, 2);
     vec![
-        Col {
-            title: format!("▲ egress {u}"),
-            prio: 0,
-            right: true,
-            max: 12,
-            mid: false,
-            cell: |r, c| styled(units::rate(r.egress_bps(), c.app.units), c.th.tx),
-            key: |r| Key::Num(r.egress_bps()),
-        },
-        Col {
-            title: format!("▼ ingress {u}"),
-            prio: 0,
-            right: true,
-            max: 13,
-            mid: false,
-            cell: |r, c| styled(units::rate(r.ingress_bps(), c.app.units), c.th.rx),
-            key: |r| Key::Num(r.ingress_bps()),
-        },
-        Col {
-            title: "▲ ×mean".into(),
-            prio: 0,
-            right: true,
-            max: 8,
-            mid: false,
-            cell: |r, c| ratio_cell(r.egress_bps(), c),
-            key: |r| Key::Num(r.egress_bps()),
-        },
-        Col {
-            title: "▼ ×mean".into(),
-            prio: 0,
-            right: true,
-            max: 8,
-            mid: false,
-            cell: |r, c| ratio_in_cell(r.ingress_bps(), c),
-            key: |r| Key::Num(r.ingress_bps()),
-        },
-        Col {
-            title: format!("▲ total {v}"),
-            prio: 2,
-            right: true,
-            max: 10,
-            mid: false,
-            cell: |r, c| num(units::volume(r.egress_bytes() as f64, c.app.units)),
-            key: |r| Key::Num(r.egress_bytes() as f64),
-        },
-        Col {
-            title: format!("▼ total {v}"),
-            prio: 2,
-            right: true,
-            max: 10,
-            mid: false,
-            cell: |r, c| num(units::volume(r.ingress_bytes() as f64, c.app.units)),
-            key: |r| Key::Num(r.ingress_bytes() as f64),
-        },
-        Col {
-            title: "▲ egress".into(),
-            prio: 1,
-            right: false,
-            max: BAR_W as u16,
-            mid: false,
-            cell: |r, c| styled(bar(r.egress_bps() / c.max.max(1e-9), BAR_W), c.th.tx),
-            key: |r| Key::Num(r.egress_bps()),
-        },
+        Col::right(
+            format!("▲ egress {u}"),
+            0,
+            12,
+            |r, c| styled(units::rate(r.egress_bps(), c.app.units), c.th.tx),
+            |r| Key::Num(r.egress_bps()),
+        ),
+        Col::right(
+            format!("▼ ingress {u}"),
+            0,
+            13,
+            |r, c| styled(units::rate(r.ingress_bps(), c.app.units), c.th.rx),
+            |r| Key::Num(r.ingress_bps()),
+        ),
+        Col::right(
+            "▲ ×mean",
+            0,
+            8,
+            |r, c| ratio_cell(r.egress_bps(), c),
+            |r| Key::Num(r.egress_bps()),
+        ),
+        Col::right(
+            "▼ ×mean",
+            0,
+            8,
+            |r, c| ratio_in_cell(r.ingress_bps(), c),
+            |r| Key::Num(r.ingress_bps()),
+        ),
+        sent_total,
+        received_total,
+        Col::left(
+            "▲ egress",
+            1,
+            BAR_W as u16,
+            |r, c| styled(bar(r.egress_bps() / c.max.max(1e-9), BAR_W), c.th.tx),
+            |r| Key::Num(r.egress_bps()),
+        ),
     ]
 }
 
@@ -156,59 +130,45 @@ fn state_cell(r: &NodeRow, c: &Ctx) -> Span<'static> {
 /// the state column comes right after the name (its reason is the widest cell, so it is last to
 /// be cut).
 fn node_cols(app: &App, links: bool) -> Vec<Col<NodeRow>> {
-    let mut cols: Vec<Col<NodeRow>> = vec![Col {
-        title: "node".into(),
-        prio: 0,
-        right: false,
-        max: 16,
-        mid: false,
-        cell: |r, _| Span::raw(r.host.clone()),
-        key: |r| Key::Str(&r.host),
-    }];
+    let mut cols: Vec<Col<NodeRow>> = vec![Col::left(
+        "node",
+        0,
+        16,
+        |r, _| Span::raw(r.host.clone()),
+        |r| Key::Str(&r.host),
+    )];
     if links {
-        cols.push(Col {
-            title: "state".into(),
-            prio: 0,
-            right: false,
-            max: 44,
-            mid: false,
-            cell: state_cell,
-            key: |r| Key::Str(&r.state),
-        });
-        cols.push(Col {
-            title: "procs".into(),
-            prio: 0,
-            right: true,
-            max: 5,
-            mid: false,
-            cell: |r, _| num(r.processes.to_string()),
-            key: |r| Key::Num(f64::from(r.processes)),
-        });
+        cols.push(Col::left("state", 0, 44, state_cell, |r| {
+            Key::Str(&r.state)
+        }));
+        cols.push(Col::right(
+            "procs",
+            0,
+            5,
+            |r, _| num(r.processes.to_string()),
+            |r| Key::Num(f64::from(r.processes)),
+        ));
     }
     cols.extend(flow_cols(app));
     cols
 }
 
 fn rank_cols(app: &App) -> Vec<Col<RankRow>> {
-    let mut cols: Vec<Col<RankRow>> = vec![Col {
-        title: "rank".into(),
-        prio: 0,
-        right: true,
-        max: 6,
-        mid: false,
-        cell: |r, _| num(r.rank.to_string()),
-        key: |r| Key::Num(f64::from(r.rank)),
-    }];
+    let mut cols: Vec<Col<RankRow>> = vec![Col::right(
+        "rank",
+        0,
+        6,
+        |r, _| num(r.rank.to_string()),
+        |r| Key::Num(f64::from(r.rank)),
+    )];
     cols.extend(flow_cols(app));
-    cols.push(Col {
-        title: "host".into(),
-        prio: 1,
-        right: false,
-        max: 16,
-        mid: false,
-        cell: |r, _| Span::raw(r.host.clone()),
-        key: |r| Key::Str(&r.host),
-    });
+    cols.push(Col::left(
+        "host",
+        1,
+        16,
+        |r, _| Span::raw(r.host.clone()),
+        |r| Key::Str(&r.host),
+    ));
     cols
 }
 

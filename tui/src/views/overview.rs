@@ -14,6 +14,15 @@ use ratatui::layout::{Constraint, Layout, Rect};
 use ratatui::text::{Line, Span};
 use ratatui::widgets::{Paragraph, Sparkline};
 
+impl super::Totals for ProcessRow {
+    fn sent(&self) -> u64 {
+        self.tx_bytes
+    }
+    fn received(&self) -> u64 {
+        self.rx_bytes
+    }
+}
+
 /// "ibverbs,libfabric" → "ib,ofi": the layer names as the QPs tab spells them.
 fn short_layers(layers: &[String]) -> String {
     layers
@@ -29,127 +38,91 @@ fn short_layers(layers: &[String]) -> String {
 
 fn process_cols(app: &App) -> Vec<Col<ProcessRow>> {
     let u = app.units.rate();
-    let v = app.units.volume();
+    let [sent_total, received_total] = super::total_cols(app, 3);
     vec![
-        Col {
-            title: "host".into(),
-            prio: 0,
-            right: false,
-            max: 16,
-            mid: false,
-            cell: |r, _| Span::raw(r.host.clone()),
-            key: |r| Key::Str(&r.host),
-        },
-        Col {
-            title: "pid".into(),
-            prio: 3,
-            right: true,
-            max: 8,
-            mid: false,
-            cell: |r, _| num(r.pid.to_string()),
-            key: |r| Key::Num(f64::from(r.pid)),
-        },
-        Col {
-            title: "rank".into(),
-            prio: 0,
-            right: true,
-            max: 6,
-            mid: false,
-            cell: |r, _| num(opt_rank(r.rank)),
-            key: |r| Key::Num(r.rank.map(f64::from).unwrap_or(f64::MAX)),
-        },
-        Col {
-            title: "mode".into(),
-            prio: 4,
-            right: false,
-            max: 9,
-            mid: false,
-            cell: |r, _| Span::raw(r.mode.clone()),
-            key: |r| Key::Str(&r.mode),
-        },
-        Col {
-            title: "layers".into(),
-            prio: 5,
-            right: false,
-            max: 28,
-            mid: false,
-            cell: |r, _| Span::raw(short_layers(&r.layers)),
-            key: |r| Key::Text(short_layers(&r.layers)),
-        },
-        Col {
-            title: format!("▲ tx {u}"),
-            prio: 0,
-            right: true,
-            max: 10,
-            mid: false,
-            cell: |r, c| styled(units::rate(r.tx_bps, c.app.units), c.th.tx),
-            key: |r| Key::Num(r.tx_bps),
-        },
-        Col {
-            title: format!("▼ rx {u}"),
-            prio: 0,
-            right: true,
-            max: 10,
-            mid: false,
-            cell: |r, c| styled(units::rate(r.rx_bps, c.app.units), c.th.rx),
-            key: |r| Key::Num(r.rx_bps),
-        },
-        Col {
-            title: format!("▲ total {v}"),
-            prio: 3,
-            right: true,
-            max: 10,
-            mid: false,
-            cell: |r, c| num(units::volume(r.tx_bytes as f64, c.app.units)),
-            key: |r| Key::Num(r.tx_bytes as f64),
-        },
-        Col {
-            title: format!("▼ total {v}"),
-            prio: 3,
-            right: true,
-            max: 10,
-            mid: false,
-            cell: |r, c| num(units::volume(r.rx_bytes as f64, c.app.units)),
-            key: |r| Key::Num(r.rx_bytes as f64),
-        },
-        Col {
-            title: "ops/s".into(),
-            prio: 1,
-            right: true,
-            max: 8,
-            mid: false,
-            cell: |r, _| num(units::si(r.ops_per_s)),
-            key: |r| Key::Num(r.ops_per_s),
-        },
-        Col {
-            title: "drops".into(),
-            prio: 2,
-            right: true,
-            max: 9,
-            mid: false,
-            cell: |r, c| {
+        Col::left(
+            "host",
+            0,
+            16,
+            |r, _| Span::raw(r.host.clone()),
+            |r| Key::Str(&r.host),
+        ),
+        Col::right(
+            "pid",
+            3,
+            8,
+            |r, _| num(r.pid.to_string()),
+            |r| Key::Num(f64::from(r.pid)),
+        ),
+        Col::right(
+            "rank",
+            0,
+            6,
+            |r, _| num(opt_rank(r.rank)),
+            |r| Key::Num(r.rank.map(f64::from).unwrap_or(f64::MAX)),
+        ),
+        Col::left(
+            "mode",
+            4,
+            9,
+            |r, _| Span::raw(r.mode.clone()),
+            |r| Key::Str(&r.mode),
+        ),
+        Col::left(
+            "layers",
+            5,
+            28,
+            |r, _| Span::raw(short_layers(&r.layers)),
+            |r| Key::Text(short_layers(&r.layers)),
+        ),
+        Col::right(
+            format!("▲ tx {u}"),
+            0,
+            10,
+            |r, c| styled(units::rate(r.tx_bps, c.app.units), c.th.tx),
+            |r| Key::Num(r.tx_bps),
+        ),
+        Col::right(
+            format!("▼ rx {u}"),
+            0,
+            10,
+            |r, c| styled(units::rate(r.rx_bps, c.app.units), c.th.rx),
+            |r| Key::Num(r.rx_bps),
+        ),
+        sent_total,
+        received_total,
+        Col::right(
+            "ops/s",
+            1,
+            8,
+            |r, _| num(units::si(r.ops_per_s)),
+            |r| Key::Num(r.ops_per_s),
+        ),
+        Col::right(
+            "drops",
+            2,
+            9,
+            |r, c| {
                 styled(
                     units::count(r.drops),
                     if r.drops > 0 { c.th.warn } else { c.th.dim },
                 )
             },
-            key: |r| Key::Num(r.drops as f64),
-        },
-        Col {
-            title: "state".into(),
-            prio: 1,
-            right: false,
-            max: 7,
-            mid: false,
-            cell: |r, c| {
+            |r| Key::Num(r.drops as f64),
+        ),
+        Col::left(
+            "state",
+            1,
+            7,
+            |r, c| {
                 if r.exited {
                     styled("exited".into(), c.th.dim)
                 } else {
                     styled("up".into(), c.th.ok)
                 }
             },
-            key: |r| Key::Num(if r.exited { 1.0 } else { 0.0 }),
-        },
+            |r| Key::Num(if r.exited { 1.0 } else { 0.0 }),
+        ),
     ]
 }
 

@@ -13,199 +13,159 @@ use ratatui::layout::{Constraint, Layout, Rect};
 use ratatui::text::{Line, Span};
 use ratatui::widgets::Paragraph;
 
+impl super::Totals for EndpointRow {
+    fn sent(&self) -> u64 {
+        self.tx_bytes
+    }
+    fn received(&self) -> u64 {
+        self.rx_bytes
+    }
+}
+
 fn endpoint_cols(app: &App) -> Vec<Col<EndpointRow>> {
     let u = app.units.rate();
-    let v = app.units.volume();
+    let [sent_total, received_total] = super::total_cols(app, 7);
     let w = app.window.label();
     vec![
-        Col {
-            title: "host".into(),
-            prio: 0,
-            right: false,
-            max: 14,
-            mid: false,
-            cell: |r, _| Span::raw(r.host.clone()),
-            key: |r| Key::Str(&r.host),
-        },
-        Col {
-            title: "rank".into(),
-            prio: 1,
-            right: true,
-            max: 5,
-            mid: false,
-            cell: |r, _| num(opt_rank(r.rank)),
-            key: |r| Key::Num(r.rank.map(f64::from).unwrap_or(f64::MAX)),
-        },
-        Col {
-            title: "pid".into(),
-            prio: 6,
-            right: true,
-            max: 8,
-            mid: false,
+        Col::left(
+            "host",
+            0,
+            14,
+            |r, _| Span::raw(r.host.clone()),
+            |r| Key::Str(&r.host),
+        ),
+        Col::right(
+            "rank",
+            1,
+            5,
+            |r, _| num(opt_rank(r.rank)),
+            |r| Key::Num(r.rank.map(f64::from).unwrap_or(f64::MAX)),
+        ),
+        Col::right(
+            "pid",
+            6,
+            8,
             // The unattributed row is its process's too: its pid tells two of them apart.
-            cell: |r, _| num(r.pid.to_string()),
-            key: |r| Key::Num(f64::from(r.pid)),
-        },
-        Col {
-            title: "layer".into(),
-            prio: 1,
-            right: false,
-            max: 6,
-            mid: false,
-            cell: |r, _| Span::raw(r.layer.clone()),
-            key: |r| Key::Str(&r.layer),
-        },
-        Col {
-            title: "QPN/ep".into(),
-            prio: 0,
-            right: false,
-            max: 14,
-            mid: true,
+            |r, _| num(r.pid.to_string()),
+            |r| Key::Num(f64::from(r.pid)),
+        ),
+        Col::left(
+            "layer",
+            1,
+            6,
+            |r, _| Span::raw(r.layer.clone()),
+            |r| Key::Str(&r.layer),
+        ),
+        Col::<EndpointRow>::left(
+            "QPN/ep",
+            0,
+            14,
             // Whose unattributed traffic it is, also where the pid column does not fit.
-            cell: |r, c| {
+            |r, c| {
                 if r.unattributed {
                     styled(format!("pid {}", r.pid), c.th.warn)
                 } else {
                     Span::raw(r.local_id.clone())
                 }
             },
-            key: |r| Key::Str(&r.local_id),
-        },
-        Col {
-            title: "peer".into(),
-            prio: 2,
-            right: false,
-            max: 22,
-            mid: false,
-            cell: |r, c| {
+            |r| Key::Str(&r.local_id),
+        )
+        .mid(),
+        Col::left(
+            "peer",
+            2,
+            22,
+            |r, c| {
                 if r.unattributed {
                     styled("(unattributed)".into(), c.th.warn)
                 } else {
                     Span::raw(r.peer.label())
                 }
             },
-            key: |r| Key::Text(r.peer.label()),
-        },
-        Col {
-            title: "type".into(),
-            prio: 4,
-            right: false,
-            max: 10,
-            mid: false,
-            cell: |r, _| Span::raw(dash_if_empty(&r.transport)),
-            key: |r| Key::Str(&r.transport),
-        },
-        Col {
-            title: "state".into(),
-            prio: 5,
-            right: false,
-            max: 6,
-            mid: false,
-            cell: |r, _| Span::raw(dash_if_empty(&r.state)),
-            key: |r| Key::Str(&r.state),
-        },
-        Col {
-            title: format!("▲ tx {u}"),
-            prio: 0,
-            right: true,
-            max: 10,
-            mid: false,
-            cell: |r, c| styled(units::rate(r.tx_bps, c.app.units), c.th.tx),
-            key: |r| Key::Num(r.tx_bps),
-        },
-        Col {
-            title: format!("▼ rx {u}"),
-            prio: 0,
-            right: true,
-            max: 10,
-            mid: false,
-            cell: |r, c| styled(units::rate(r.rx_bps, c.app.units), c.th.rx),
-            key: |r| Key::Num(r.rx_bps),
-        },
-        Col {
-            title: format!("▲ {w} {u}"),
-            prio: 6,
-            right: true,
-            max: 11,
-            mid: false,
-            cell: |r, c| styled(units::rate(r.tx_bps_window, c.app.units), c.th.tx),
-            key: |r| Key::Num(r.tx_bps_window),
-        },
-        Col {
-            title: format!("▼ {w} {u}"),
-            prio: 6,
-            right: true,
-            max: 11,
-            mid: false,
-            cell: |r, c| styled(units::rate(r.rx_bps_window, c.app.units), c.th.rx),
-            key: |r| Key::Num(r.rx_bps_window),
-        },
-        Col {
-            title: format!("▲ total {v}"),
-            prio: 7,
-            right: true,
-            max: 10,
-            mid: false,
-            cell: |r, c| num(units::volume(r.tx_bytes as f64, c.app.units)),
-            key: |r| Key::Num(r.tx_bytes as f64),
-        },
-        Col {
-            title: format!("▼ total {v}"),
-            prio: 7,
-            right: true,
-            max: 10,
-            mid: false,
-            cell: |r, c| num(units::volume(r.rx_bytes as f64, c.app.units)),
-            key: |r| Key::Num(r.rx_bytes as f64),
-        },
-        Col {
-            title: "ops/s".into(),
-            prio: 1,
-            right: true,
-            max: 7,
-            mid: false,
-            cell: |r, _| num(units::si(r.ops_per_s)),
-            key: |r| Key::Num(r.ops_per_s),
-        },
-        Col {
-            title: "ops by opcode".into(),
-            prio: 8,
-            right: false,
-            max: 30,
-            mid: false,
-            cell: |r, _| Span::raw(units::mix(&r.ops_by_opcode, 3)),
-            key: |r| Key::Num(r.ops_by_opcode.iter().map(|o| o.1 as f64).sum()),
-        },
-        Col {
-            title: "db/s".into(),
-            prio: 2,
-            right: true,
-            max: 7,
-            mid: false,
-            cell: |r, _| {
+            |r| Key::Text(r.peer.label()),
+        ),
+        Col::left(
+            "type",
+            4,
+            10,
+            |r, _| Span::raw(dash_if_empty(&r.transport)),
+            |r| Key::Str(&r.transport),
+        ),
+        Col::left(
+            "state",
+            5,
+            6,
+            |r, _| Span::raw(dash_if_empty(&r.state)),
+            |r| Key::Str(&r.state),
+        ),
+        Col::right(
+            format!("▲ tx {u}"),
+            0,
+            10,
+            |r, c| styled(units::rate(r.tx_bps, c.app.units), c.th.tx),
+            |r| Key::Num(r.tx_bps),
+        ),
+        Col::right(
+            format!("▼ rx {u}"),
+            0,
+            10,
+            |r, c| styled(units::rate(r.rx_bps, c.app.units), c.th.rx),
+            |r| Key::Num(r.rx_bps),
+        ),
+        Col::right(
+            format!("▲ {w} {u}"),
+            6,
+            11,
+            |r, c| styled(units::rate(r.tx_bps_window, c.app.units), c.th.tx),
+            |r| Key::Num(r.tx_bps_window),
+        ),
+        Col::right(
+            format!("▼ {w} {u}"),
+            6,
+            11,
+            |r, c| styled(units::rate(r.rx_bps_window, c.app.units), c.th.rx),
+            |r| Key::Num(r.rx_bps_window),
+        ),
+        sent_total,
+        received_total,
+        Col::right(
+            "ops/s",
+            1,
+            7,
+            |r, _| num(units::si(r.ops_per_s)),
+            |r| Key::Num(r.ops_per_s),
+        ),
+        Col::left(
+            "ops by opcode",
+            8,
+            30,
+            |r, _| Span::raw(units::mix(&r.ops_by_opcode, 3)),
+            |r| Key::Num(r.ops_by_opcode.iter().map(|o| o.1 as f64).sum()),
+        ),
+        Col::right(
+            "db/s",
+            2,
+            7,
+            |r, _| {
                 num(r
                     .doorbells_per_s
                     .map(units::si)
                     .unwrap_or_else(|| "—".into()))
             },
-            key: |r| Key::Num(r.doorbells_per_s.unwrap_or(-1.0)),
-        },
-        Col {
-            title: "posted WR".into(),
-            prio: 3,
-            right: true,
-            max: 9,
-            mid: false,
-            cell: |r, _| num(r.posted.map(units::count).unwrap_or_else(|| "—".into())),
-            key: |r| Key::Num(r.posted.map(|p| p as f64).unwrap_or(-1.0)),
-        },
-        Col {
-            title: "".into(),
-            prio: 0,
-            right: false,
-            max: 7,
-            mid: false,
-            cell: |r, c| {
+            |r| Key::Num(r.doorbells_per_s.unwrap_or(-1.0)),
+        ),
+        Col::right(
+            "posted WR",
+            3,
+            9,
+            |r, _| num(r.posted.map(units::count).unwrap_or_else(|| "—".into())),
+            |r| Key::Num(r.posted.map(|p| p as f64).unwrap_or(-1.0)),
+        ),
+        Col::left(
+            "",
+            0,
+            7,
+            |r, c| {
                 let idle = r.posted.unwrap_or(0) > 0
                     && !r.unattributed
                     && r.tx_bps == 0.0
@@ -217,8 +177,8 @@ fn endpoint_cols(app: &App) -> Vec<Col<EndpointRow>> {
                     Span::raw("")
                 }
             },
-            key: |r| Key::Num(r.posted.unwrap_or(0) as f64),
-        },
+            |r| Key::Num(r.posted.unwrap_or(0) as f64),
+        ),
     ]
 }
 

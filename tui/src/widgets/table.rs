@@ -104,6 +104,46 @@ pub(crate) struct Col<R> {
     pub key: fn(&R) -> Key<'_>,
 }
 
+impl<R> Col<R> {
+    /// A column whose cells are left-aligned (names, lists).
+    pub fn left(
+        title: impl Into<String>,
+        prio: u8,
+        max: u16,
+        cell: fn(&R, &Ctx) -> Span<'static>,
+        key: fn(&R) -> Key<'_>,
+    ) -> Col<R> {
+        Col {
+            title: title.into(),
+            prio,
+            right: false,
+            max,
+            mid: false,
+            cell,
+            key,
+        }
+    }
+
+    /// A column whose cells are right-aligned (figures).
+    pub fn right(
+        title: impl Into<String>,
+        prio: u8,
+        max: u16,
+        cell: fn(&R, &Ctx) -> Span<'static>,
+        key: fn(&R) -> Key<'_>,
+    ) -> Col<R> {
+        Col {
+            right: true,
+            ..Col::left(title, prio, max, cell, key)
+        }
+    }
+
+    /// Too-long cells are cut in the middle (see `mid`).
+    pub fn mid(self) -> Col<R> {
+        Col { mid: true, ..self }
+    }
+}
+
 /// Sorts rows by a column (stable; ties keep the source order).
 pub(crate) fn sort_rows<R>(rows: &mut [&R], cols: &[Col<R>], column: usize, descending: bool) {
     sort_rows_front(rows, cols, column, descending, usize::MAX);
