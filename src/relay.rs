@@ -720,7 +720,22 @@ impl Owners {
             return Some(*o);
         }
         let o = self.map.get(key).copied()?;
-        self.last = Some((key.clone(), o));
+        // Reuses the last key's host string: no allocation per process per tick.
+        match &mut self.last {
+            Some((k, last)) => {
+                // Every field named: a new one must be copied here too.
+                let ProcKey {
+                    host,
+                    pid,
+                    start_ns,
+                } = key;
+                k.host.clone_from(host);
+                k.pid = *pid;
+                k.start_ns = *start_ns;
+                *last = o;
+            }
+            None => self.last = Some((key.clone(), o)),
+        }
         Some(o)
     }
 

@@ -29,13 +29,21 @@ static void *definer(void *arg)
     unsigned long base = 0x100000UL + (unsigned long)(size_t)arg * 0x1000000UL;
     /* Distinct handles, all threads together fewer than the endpoint map holds (a full map
      * would make every child print its warning). */
+    /* Each round holds every lock for a moment and then leaves them free for ~50 us, as a
+     * program's threads take them now and then: a fork lands while one is held often enough,
+     * and the forking thread is not starved of them (four threads holding all of them all the
+     * time kept it waiting past its 100 ms on a loaded machine). */
+    struct timespec pause = {0, 20000};
     for (unsigned long i = 0; i < 7000 && !stop; i++) {
         setup((void *)(base + i * 64));
         hold(200, 0);
+        nanosleep(&pause, NULL);
     }
-    /* The endpoints are defined: go on holding the other locks until the forks are done. */
-    while (!stop)
+    /* The endpoints are defined: go on taking the other locks until the forks are done. */
+    while (!stop) {
         hold(200, 0);
+        nanosleep(&pause, NULL);
+    }
     return NULL;
 }
 
