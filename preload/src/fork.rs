@@ -9,7 +9,7 @@
 //! driver calls, and a PyTorch DataLoader forks its workers from a process whose other threads
 //! are setting up GPU QPs.
 //!
-//! Each module names its own locks in a `hold_for_fork` function; [`prepare`] calls them outer
+//! Each module names its own locks in a `hold_for_fork` function; [`hold_all`] calls them outer
 //! locks first (a lock that is held while another is taken comes before it: the doorbell state
 //! before the warnings it may queue, every layer before the registry it defines endpoints in), so
 //! taking them cannot deadlock against a thread that nests two of them.
