@@ -27,8 +27,8 @@ fn perftest_server(
     for (k, v) in extra_env {
         cmd.env(k, v);
     }
-    let child = common::spawn(&mut cmd);
-    common::wait_listening(port, Duration::from_secs(20));
+    let mut child = common::spawn(&mut cmd);
+    common::wait_server(&mut child, port, Duration::from_secs(20));
     (child, port)
 }
 

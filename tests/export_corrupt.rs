@@ -61,8 +61,8 @@ fn corrupt_and_truncated_files_are_named_and_the_rest_is_exported() {
     c.args(["-P", &port.to_string(), "127.0.0.1"]);
     t.apply(&mut s);
     t.apply(&mut c);
-    let server = spawn(&mut s);
-    wait_listening(port, Duration::from_secs(20));
+    let mut server = spawn(&mut s);
+    wait_server(&mut server, port, Duration::from_secs(20));
     let client = wait_timeout(spawn(&mut c), Duration::from_secs(120));
     let server = wait_timeout(server, Duration::from_secs(120));
     assert!(server.status.success() && client.status.success());

@@ -36,8 +36,8 @@ fn record_pingpong(dir: &std::path::Path) -> Trace {
     c.args(["-P", &port.to_string(), "127.0.0.1"]);
     t.apply(&mut s);
     t.apply(&mut c);
-    let server = spawn(&mut s);
-    wait_listening(port, Duration::from_secs(20));
+    let mut server = spawn(&mut s);
+    wait_server(&mut server, port, Duration::from_secs(20));
     let client = wait_timeout(spawn(&mut c), Duration::from_secs(60));
     let server = wait_timeout(server, Duration::from_secs(60));
     for o in [&server, &client] {
@@ -88,8 +88,8 @@ fn ucx_perftest_tag_bw_exports_valid_perfetto_with_paired_flows() {
         .env("UCX_TLS", "tcp");
     t.apply(&mut s);
     t.apply(&mut c);
-    let server = spawn(&mut s);
-    wait_listening(port, Duration::from_secs(20));
+    let mut server = spawn(&mut s);
+    wait_server(&mut server, port, Duration::from_secs(20));
     let client = wait_timeout(spawn(&mut c), Duration::from_secs(60));
     let server = wait_timeout(server, Duration::from_secs(60));
     for o in [&server, &client] {

@@ -38,8 +38,8 @@ fn server(sock: &Path, traced: bool) -> (Child, u16) {
             .env("SIGMATOP_SOCKET_DIR", sock)
             .env_remove("SIGMATOP_RECORD");
     }
-    let child = spawn(&mut cmd);
-    wait_listening(port, Duration::from_secs(20));
+    let mut child = spawn(&mut cmd);
+    wait_server(&mut child, port, Duration::from_secs(20));
     (child, port)
 }
 
@@ -727,8 +727,8 @@ fn recorded_pair(name: &str, n: u64) -> (PathBuf, PathBuf) {
     let port = port();
     s.args(["-p", &port.to_string()]).env("UCX_TLS", "tcp");
     trace.apply(&mut s);
-    let srv = spawn(&mut s);
-    wait_listening(port, Duration::from_secs(20));
+    let mut srv = spawn(&mut s);
+    wait_server(&mut srv, port, Duration::from_secs(20));
     let mut c = Command::new(require("ucx_perftest"));
     c.args(client_args(port, n)).env("UCX_TLS", "tcp");
     trace.apply(&mut c);

@@ -146,8 +146,8 @@ fn prometheus_scrapes_exact_totals_and_the_rank_matrix() {
         .env("UCX_TLS", "tcp");
     trace.apply(&mut server);
     trace.apply(&mut client);
-    let s = common::spawn(&mut server);
-    common::wait_listening(ucx_port, Duration::from_secs(20));
+    let mut s = common::spawn(&mut server);
+    common::wait_server(&mut s, ucx_port, Duration::from_secs(20));
     let c = common::spawn(&mut client);
     let (co, so) = (
         common::wait_timeout(c, Duration::from_secs(60)),

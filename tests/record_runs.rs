@@ -26,8 +26,8 @@ fn pair(trace: &Trace, n: u64) {
         .env("UCX_TLS", "tcp");
     trace.apply(&mut server);
     trace.apply(&mut client);
-    let s = common::spawn(&mut server);
-    common::wait_listening(port, Duration::from_secs(20));
+    let mut s = common::spawn(&mut server);
+    common::wait_server(&mut s, port, Duration::from_secs(20));
     let c = common::spawn(&mut client);
     for o in [
         common::wait_timeout(c, Duration::from_secs(60)),

@@ -73,8 +73,8 @@ fn pingpong(
             c.env(k, v);
         }
     }
-    let s = common::spawn(&mut server);
-    common::wait_listening(port, Duration::from_secs(20));
+    let mut s = common::spawn(&mut server);
+    common::wait_server(&mut s, port, Duration::from_secs(20));
     let c = common::wait_timeout(common::spawn(&mut client), LIMIT);
     let s = common::wait_timeout(s, LIMIT);
     (s, c)

@@ -75,8 +75,8 @@ fn run_pair(prog: &str, args: &[String], mode: Option<&'static str>) -> Run {
         }
         with_testnic(&a)
     };
-    let s = common::spawn(&mut side(false));
-    common::wait_listening(port, Duration::from_secs(30));
+    let mut s = common::spawn(&mut side(false));
+    common::wait_server(&mut s, port, Duration::from_secs(30));
     let c = common::spawn(&mut side(true));
     let (cpid, spid) = (c.id(), s.id());
     let co = common::wait_timeout(c, LIMIT);

@@ -29,8 +29,8 @@ fn server() -> (Child, u16) {
     let port = port();
     let mut cmd = std::process::Command::new(require("ucx_perftest"));
     cmd.args(["-p", &port.to_string()]).env("UCX_TLS", "tcp");
-    let child = spawn(&mut cmd);
-    wait_listening(port, Duration::from_secs(20));
+    let mut child = spawn(&mut cmd);
+    wait_server(&mut child, port, Duration::from_secs(20));
     (child, port)
 }
 

@@ -74,8 +74,8 @@ fn run_pair(tls: &str, test: &str, n: u64, size: u64, mode: Option<&'static str>
         s.apply(&mut server);
         c.apply(&mut client);
     }
-    let s = common::spawn(&mut server);
-    common::wait_listening(port, Duration::from_secs(20));
+    let mut s = common::spawn(&mut server);
+    common::wait_server(&mut s, port, Duration::from_secs(20));
     let c = common::spawn(&mut client);
     let co = common::wait_timeout(c, LIMIT);
     let so = common::wait_timeout(s, LIMIT);

@@ -31,8 +31,8 @@ fn egress_to_an_untraced_server_is_egress_everywhere() {
         .args(["-n", &N.to_string(), "-s", &SIZE.to_string(), "-w", "1"])
         .env("UCX_TLS", "tcp");
     trace.apply(&mut client);
-    let s = common::spawn(&mut server);
-    common::wait_listening(port, Duration::from_secs(20));
+    let mut s = common::spawn(&mut server);
+    common::wait_server(&mut s, port, Duration::from_secs(20));
     let c = common::spawn(&mut client);
     for o in [
         common::wait_timeout(c, Duration::from_secs(60)),

@@ -342,23 +342,64 @@ pub fn stderr_of(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
 }
 
+/// As [`wait_listening`], for a server this test started: when it ends before it listens, the
+/// panic says so at once, with its exit status and what it printed (instead of a bare timeout).
+pub fn wait_server(server: &mut Child, port: u16, limit: Duration) {
+    let start = Instant::now();
+    loop {
+        if listening(port) {
+            return;
+        }
+        if let Ok(Some(status)) = server.try_wait() {
+            let mut text = String::new();
+            for pipe in [
+                server
+                    .stdout
+                    .take()
+                    .map(|p| Box::new(p) as Box<dyn std::io::Read>),
+                server
+                    .stderr
+                    .take()
+                    .map(|p| Box::new(p) as Box<dyn std::io::Read>),
+            ]
+            .into_iter()
+            .flatten()
+            {
+                let mut pipe = pipe;
+                let _ = std::io::Read::read_to_string(&mut pipe, &mut text);
+            }
+            panic!("the server ended ({status}) before it listened on port {port}:\n{text}");
+        }
+        assert!(
+            start.elapsed() < limit,
+            "nothing listens on port {port} after {limit:?}"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// Whether some process listens on TCP `port` now.
+fn listening(port: u16) -> bool {
+    let want = format!(":{port:04X} ");
+    ["/proc/net/tcp", "/proc/net/tcp6"].iter().any(|f| {
+        let text = std::fs::read_to_string(f).unwrap_or_default();
+        // Columns: sl local_address rem_address st ...; st 0A = LISTEN.
+        text.lines().skip(1).any(|l| {
+            let mut c = l.split_whitespace().skip(1);
+            let local = c.next().unwrap_or("");
+            let st = c.nth(1).unwrap_or("");
+            format!("{local} ").ends_with(&want) && st == "0A"
+        })
+    })
+}
+
 /// Waits until some process listens on TCP `port` (read from /proc/net/tcp{,6}, so the check
 /// itself never connects), panicking after `limit`.
 pub fn wait_listening(port: u16, limit: Duration) {
     let start = Instant::now();
-    let want = format!(":{port:04X} ");
     loop {
-        for f in ["/proc/net/tcp", "/proc/net/tcp6"] {
-            let text = std::fs::read_to_string(f).unwrap_or_default();
-            // Columns: sl local_address rem_address st ...; st 0A = LISTEN.
-            if text.lines().skip(1).any(|l| {
-                let mut c = l.split_whitespace().skip(1);
-                let local = c.next().unwrap_or("");
-                let st = c.nth(1).unwrap_or("");
-                format!("{local} ").ends_with(&want) && st == "0A"
-            }) {
-                return;
-            }
+        if listening(port) {
+            return;
         }
         assert!(
             start.elapsed() < limit,
