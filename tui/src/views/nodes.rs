@@ -70,21 +70,26 @@ flow!(RankRow);
 
 /// The columns the node and rank tables share, in this order: rate out and in, each against its
 /// mean, totals out and in, and a bar of the rate out.
+///
+/// The rates are over the window, titled as the QPs tab's window columns ("▲ 10s B/s": ▲ egress,
+/// ▼ ingress, as the skew lines above the tables say), not the header's "now": skew is read on
+/// them, and a node's rate then does not jump with every snapshot.
 fn flow_cols<R: Flow>(app: &App) -> Vec<Col<R>> {
     let u = app.units.rate();
+    let w = app.window.label();
     let [sent_total, received_total] = super::total_cols(app, 2);
     vec![
         Col::right(
-            format!("▲ egress {u}"),
+            format!("▲ {w} {u}"),
             0,
-            12,
+            11,
             |r, c| styled(units::rate(r.egress_bps(), c.app.units), c.th.tx),
             |r| Key::Num(r.egress_bps()),
         ),
         Col::right(
-            format!("▼ ingress {u}"),
+            format!("▼ {w} {u}"),
             0,
-            13,
+            11,
             |r, c| styled(units::rate(r.ingress_bps(), c.app.units), c.th.rx),
             |r| Key::Num(r.ingress_bps()),
         ),
