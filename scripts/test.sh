@@ -22,7 +22,7 @@ if [ ${#missing[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
 fi
 
-# The soft-RoCE guest (tests/verbs_guest.rs) boots with virtme-ng, from PyPI, in a venv under target/.
+# The soft-RoCE guest (tests/verbs_guest/) boots with virtme-ng, from PyPI, in a venv under target/.
 if [ ! -x target/vng-venv/bin/vng ]; then
   echo "scripts/test.sh: installing virtme-ng==1.42 into target/vng-venv"
   python3 -m venv target/vng-venv

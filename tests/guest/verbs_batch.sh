@@ -1,5 +1,5 @@
 #!/bin/bash
-# Runs inside the soft-RoCE guest (tests/verbs_guest.rs boots it with virtme-ng): sets up rxe0 on
+# Runs inside the soft-RoCE guest (tests/verbs_guest/ boots it with virtme-ng): sets up rxe0 on
 # loopback and rxe1 on a dummy netdev, then runs each real rdma-core / perftest / librdmacm /
 # libfabric / UCX workload once untraced ("none") and once per sigmatop mode, server and client,
 # each writing its stdout, stderr and exit status (and the traced runs their record) under
@@ -8,7 +8,7 @@
 #
 # usage: verbs_batch.sh OUT PRELOAD "MODES" "WORKLOADS" "PARAMS"
 #   MODES e.g. "none aggregate simple full"; PARAMS: NAME=VALUE words setting the iterations and
-#   sizes below (tests/verbs_guest.rs passes its own and computes every expected count from them).
+#   sizes below (tests/verbs_guest/ passes its own and computes every expected count from them).
 set -u
 OUT=$1
 PRE=$2

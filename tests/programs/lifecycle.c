@@ -1,4 +1,4 @@
-/* lifecycle dlcycle: for tests/reliability.rs. Loads libfabric with dlopen(RTLD_LOCAL), resolves
+/* lifecycle dlcycle: for tests/reliability/. Loads libfabric with dlopen(RTLD_LOCAL), resolves
  * fi_getinfo with dlsym (as plugins do), lists providers, dlcloses it; twice (the second load may
  * land at another address). Prints one line per round.
  */

@@ -1,5 +1,5 @@
 /* ofi_threads: a multi-threaded libfabric program for sigmatop's reliability tests
- * (tests/reliability.rs). Usage: ofi_threads PROVIDER T N (PROVIDER e.g. "tcp;ofi_rxm" or "shm").
+ * (tests/reliability/). Usage: ofi_threads PROVIDER T N (PROVIDER e.g. "tcp;ofi_rxm" or "shm").
  *
  * T threads; thread i opens its own fabric, domain, completion queues, address vector and two RDM
  * endpoints A and B (B's address inserted in A's AV and A's in B's), waits for all the others (a

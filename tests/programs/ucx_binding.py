@@ -1,5 +1,5 @@
 """A small UCX binding of sigmatop's tests, over ctypes, and a multiprocessing driver for it
-(tests/reliability.rs runs it with `python3 -c`).
+(tests/reliability/ runs it with `python3 -c`).
 
 The library is tests/programs/ucx_life.c built with -DUCX_LIFE_LIBRARY: ucx_life_messages(n,
 size) opens a UCP context with two workers and an endpoint, sends n real tagged messages of

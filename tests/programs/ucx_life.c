@@ -1,4 +1,4 @@
-/* ucx_life: a real UCP program for sigmatop's lifecycle tests (tests/reliability.rs). Every
+/* ucx_life: a real UCP program for sigmatop's lifecycle tests (tests/reliability/). Every
  * "message" below is a real tagged message: a UCP context with two workers (a sender and a
  * receiver) and an endpoint from one to the other over the transports UCX_TLS names (shared
  * memory or tcp); the receiver posts ucp_tag_recv_nbx, the sender ucp_tag_send_nbx, both are
