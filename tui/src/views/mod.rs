@@ -24,6 +24,7 @@ use crate::model::ViewModel;
 use crate::units;
 use crate::warnings::Warning;
 use crate::widgets::table::{Col, Ctx, Key};
+use crate::widgets::text::styled;
 use ratatui::Frame;
 use ratatui::layout::Rect;
 use ratatui::text::Span;
@@ -51,6 +52,92 @@ pub(crate) fn draw_body(
 pub(super) trait Totals {
     fn sent(&self) -> u64;
     fn received(&self) -> u64;
+}
+
+/// A row's rates "now" (between the last two snapshots): the "▲ tx" / "▼ rx" columns.
+pub(super) trait NowRates {
+    fn tx_now(&self) -> f64;
+    fn rx_now(&self) -> f64;
+}
+
+/// A row's rates over the window: the "▲ 10s" / "▼ 10s" columns.
+pub(super) trait WindowRates {
+    fn tx_window(&self) -> f64;
+    fn rx_window(&self) -> f64;
+}
+
+/// Implements [`Totals`], and [`NowRates`] / [`WindowRates`] where named, from a row's fields.
+macro_rules! traffic {
+    ($row:ty, totals($sent:ident, $received:ident) $(, now($tx:ident, $rx:ident))? $(, window($wtx:ident, $wrx:ident))?) => {
+        impl $crate::views::Totals for $row {
+            fn sent(&self) -> u64 {
+                self.$sent
+            }
+            fn received(&self) -> u64 {
+                self.$received
+            }
+        }
+        $(impl $crate::views::NowRates for $row {
+            fn tx_now(&self) -> f64 {
+                self.$tx
+            }
+            fn rx_now(&self) -> f64 {
+                self.$rx
+            }
+        })?
+        $(impl $crate::views::WindowRates for $row {
+            fn tx_window(&self) -> f64 {
+                self.$wtx
+            }
+            fn rx_window(&self) -> f64 {
+                self.$wrx
+            }
+        })?
+    };
+}
+pub(super) use traffic;
+
+/// The "▲ tx" and "▼ rx" columns: rates now, never dropped.
+pub(super) fn now_rate_cols<R: NowRates>(app: &App) -> [Col<R>; 2] {
+    let u = app.units.rate();
+    [
+        Col::right(
+            format!("▲ tx {u}"),
+            0,
+            10,
+            |r, c| styled(units::rate(r.tx_now(), c.app.units), c.th.tx),
+            |r| Key::Num(r.tx_now()),
+        ),
+        Col::right(
+            format!("▼ rx {u}"),
+            0,
+            10,
+            |r, c| styled(units::rate(r.rx_now(), c.app.units), c.th.rx),
+            |r| Key::Num(r.rx_now()),
+        ),
+    ]
+}
+
+/// The "▲ 10s" and "▼ 10s" columns (the window's label): rates over the window, at `prio`.
+pub(super) fn window_rate_cols<R: WindowRates>(app: &App, prio: u8) -> [Col<R>; 2] {
+    let u = app.units.rate();
+    let w = app.window.label();
+    [
+        Col::right(
+            format!("▲ {w} {u}"),
+            prio,
+            11,
+            |r, c| styled(units::rate(r.tx_window(), c.app.units), c.th.tx),
+            |r| Key::Num(r.tx_window()),
+        ),
+        Col::right(
+            format!("▼ {w} {u}"),
+            prio,
+            11,
+            |r, c| styled(units::rate(r.rx_window(), c.app.units), c.th.rx),
+            |r| Key::Num(r.rx_window()),
+        ),
+    ]
 }
 
 /// The "▲ total" and "▼ total" columns of every table that has them, both at priority `prio`.

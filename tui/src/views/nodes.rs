@@ -3,10 +3,9 @@
 //! link (up / connecting / lost: the reason) and its number of processes, hosts that cannot be
 //! reached included.
 
-use super::{ctx, num};
+use super::{Totals, WindowRates, ctx, num};
 use crate::app::{App, Tab};
 use crate::model::{NodeRow, RankRow, ViewModel};
-use crate::units;
 use crate::warnings::skew;
 use crate::widgets::bar::bar;
 use crate::widgets::section::{section, title_line};
@@ -39,34 +38,16 @@ fn ratio_of(v: f64, mean: f64, c: &Ctx) -> Span<'static> {
 
 const BAR_W: usize = 20;
 
-/// What a node row and a rank row both have: traffic out and in, now and since the start.
-trait Flow: super::Totals {
-    fn egress_bps(&self) -> f64;
-    fn ingress_bps(&self) -> f64;
-}
-
-macro_rules! flow {
-    ($row:ty) => {
-        impl Flow for $row {
-            fn egress_bps(&self) -> f64 {
-                self.egress_bps
-            }
-            fn ingress_bps(&self) -> f64 {
-                self.ingress_bps
-            }
-        }
-        impl super::Totals for $row {
-            fn sent(&self) -> u64 {
-                self.egress_bytes
-            }
-            fn received(&self) -> u64 {
-                self.ingress_bytes
-            }
-        }
-    };
-}
-flow!(NodeRow);
-flow!(RankRow);
+super::traffic!(
+    NodeRow,
+    totals(egress_bytes, ingress_bytes),
+    window(egress_bps, ingress_bps)
+);
+super::traffic!(
+    RankRow,
+    totals(egress_bytes, ingress_bytes),
+    window(egress_bps, ingress_bps)
+);
 
 /// The columns the node and rank tables share, in this order: rate out and in, each against its
 /// mean, totals out and in, and a bar of the rate out.
@@ -74,38 +55,25 @@ flow!(RankRow);
 /// The rates are over the window, titled as the QPs tab's window columns ("▲ 10s B/s": ▲ egress,
 /// ▼ ingress, as the skew lines above the tables say), not the header's "now": skew is read on
 /// them, and a node's rate then does not jump with every snapshot.
-fn flow_cols<R: Flow>(app: &App) -> Vec<Col<R>> {
-    let u = app.units.rate();
-    let w = app.window.label();
+fn flow_cols<R: WindowRates + Totals>(app: &App) -> Vec<Col<R>> {
+    let [tx_window, rx_window] = super::window_rate_cols(app, 0);
     let [sent_total, received_total] = super::total_cols(app, 2);
     vec![
-        Col::right(
-            format!("▲ {w} {u}"),
-            0,
-            11,
-            |r, c| styled(units::rate(r.egress_bps(), c.app.units), c.th.tx),
-            |r| Key::Num(r.egress_bps()),
-        ),
-        Col::right(
-            format!("▼ {w} {u}"),
-            0,
-            11,
-            |r, c| styled(units::rate(r.ingress_bps(), c.app.units), c.th.rx),
-            |r| Key::Num(r.ingress_bps()),
-        ),
+        tx_window,
+        rx_window,
         Col::right(
             "▲ ×mean",
             0,
             8,
-            |r, c| ratio_cell(r.egress_bps(), c),
-            |r| Key::Num(r.egress_bps()),
+            |r, c| ratio_cell(r.tx_window(), c),
+            |r| Key::Num(r.tx_window()),
         ),
         Col::right(
             "▼ ×mean",
             0,
             8,
-            |r, c| ratio_in_cell(r.ingress_bps(), c),
-            |r| Key::Num(r.ingress_bps()),
+            |r, c| ratio_in_cell(r.rx_window(), c),
+            |r| Key::Num(r.rx_window()),
         ),
         sent_total,
         received_total,
@@ -113,8 +81,8 @@ fn flow_cols<R: Flow>(app: &App) -> Vec<Col<R>> {
             "▲ egress",
             1,
             BAR_W as u16,
-            |r, c| styled(bar(r.egress_bps() / c.max.max(1e-9), BAR_W), c.th.tx),
-            |r| Key::Num(r.egress_bps()),
+            |r, c| styled(bar(r.tx_window() / c.max.max(1e-9), BAR_W), c.th.tx),
+            |r| Key::Num(r.tx_window()),
         ),
     ]
 }

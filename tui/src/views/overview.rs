@@ -14,14 +14,7 @@ use ratatui::layout::{Constraint, Layout, Rect};
 use ratatui::text::{Line, Span};
 use ratatui::widgets::{Paragraph, Sparkline};
 
-impl super::Totals for ProcessRow {
-    fn sent(&self) -> u64 {
-        self.tx_bytes
-    }
-    fn received(&self) -> u64 {
-        self.rx_bytes
-    }
-}
+super::traffic!(ProcessRow, totals(tx_bytes, rx_bytes), now(tx_bps, rx_bps));
 
 /// "ibverbs,libfabric" → "ib,ofi": the layer names as the QPs tab spells them.
 fn short_layers(layers: &[String]) -> String {
@@ -37,7 +30,7 @@ fn short_layers(layers: &[String]) -> String {
 }
 
 fn process_cols(app: &App) -> Vec<Col<ProcessRow>> {
-    let u = app.units.rate();
+    let [tx_now, rx_now] = super::now_rate_cols(app);
     let [sent_total, received_total] = super::total_cols(app, 3);
     vec![
         Col::left(
@@ -75,20 +68,8 @@ fn process_cols(app: &App) -> Vec<Col<ProcessRow>> {
             |r, _| Span::raw(short_layers(&r.layers)),
             |r| Key::Text(short_layers(&r.layers)),
         ),
-        Col::right(
-            format!("▲ tx {u}"),
-            0,
-            10,
-            |r, c| styled(units::rate(r.tx_bps, c.app.units), c.th.tx),
-            |r| Key::Num(r.tx_bps),
-        ),
-        Col::right(
-            format!("▼ rx {u}"),
-            0,
-            10,
-            |r, c| styled(units::rate(r.rx_bps, c.app.units), c.th.rx),
-            |r| Key::Num(r.rx_bps),
-        ),
+        tx_now,
+        rx_now,
         sent_total,
         received_total,
         Col::right(

@@ -13,19 +13,17 @@ use ratatui::layout::{Constraint, Layout, Rect};
 use ratatui::text::{Line, Span};
 use ratatui::widgets::Paragraph;
 
-impl super::Totals for EndpointRow {
-    fn sent(&self) -> u64 {
-        self.tx_bytes
-    }
-    fn received(&self) -> u64 {
-        self.rx_bytes
-    }
-}
+super::traffic!(
+    EndpointRow,
+    totals(tx_bytes, rx_bytes),
+    now(tx_bps, rx_bps),
+    window(tx_bps_window, rx_bps_window)
+);
 
 fn endpoint_cols(app: &App) -> Vec<Col<EndpointRow>> {
-    let u = app.units.rate();
+    let [tx_now, rx_now] = super::now_rate_cols(app);
+    let [tx_window, rx_window] = super::window_rate_cols(app, 6);
     let [sent_total, received_total] = super::total_cols(app, 7);
-    let w = app.window.label();
     vec![
         Col::left(
             "host",
@@ -98,34 +96,10 @@ fn endpoint_cols(app: &App) -> Vec<Col<EndpointRow>> {
             |r, _| Span::raw(dash_if_empty(&r.state)),
             |r| Key::Str(&r.state),
         ),
-        Col::right(
-            format!("▲ tx {u}"),
-            0,
-            10,
-            |r, c| styled(units::rate(r.tx_bps, c.app.units), c.th.tx),
-            |r| Key::Num(r.tx_bps),
-        ),
-        Col::right(
-            format!("▼ rx {u}"),
-            0,
-            10,
-            |r, c| styled(units::rate(r.rx_bps, c.app.units), c.th.rx),
-            |r| Key::Num(r.rx_bps),
-        ),
-        Col::right(
-            format!("▲ {w} {u}"),
-            6,
-            11,
-            |r, c| styled(units::rate(r.tx_bps_window, c.app.units), c.th.tx),
-            |r| Key::Num(r.tx_bps_window),
-        ),
-        Col::right(
-            format!("▼ {w} {u}"),
-            6,
-            11,
-            |r, c| styled(units::rate(r.rx_bps_window, c.app.units), c.th.rx),
-            |r| Key::Num(r.rx_bps_window),
-        ),
+        tx_now,
+        rx_now,
+        tx_window,
+        rx_window,
         sent_total,
         received_total,
         Col::right(
