@@ -202,29 +202,8 @@ fn stalled_and_vanishing_readers_never_block_the_program() {
     drop(vanishing);
     std::fs::write(&go, b"go").unwrap();
     let start = Instant::now();
-    let status = loop {
-        if let Some(st) = child.0.try_wait().expect("wait") {
-            break st;
-        }
-        assert!(
-            start.elapsed() < Duration::from_secs(120),
-            "the program did not finish"
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    };
+    let (status, text, err) = child.finish(Duration::from_secs(120));
     let took = start.elapsed();
-    let mut text = String::new();
-    let mut err = String::new();
-    let _ = child
-        .0
-        .stdout
-        .take()
-        .map(|mut o| o.read_to_string(&mut text));
-    let _ = child
-        .0
-        .stderr
-        .take()
-        .map(|mut e| e.read_to_string(&mut err));
     assert!(status.success(), "{status:?}: {err}");
     // Only now, with the program gone, does the stalled reader read what it was sent.
     let stalled_bytes = read_all(&mut stalled, Duration::from_secs(10));
@@ -453,25 +432,7 @@ fn frames_dropped_for_a_slow_reader_reach_that_reader() {
     assert_eq!(unsafe { libc::kill(attach_pid, libc::SIGCONT) }, 0);
     let stalled_bytes = read_all(&mut stalled, Duration::from_secs(120));
     let healthy_bytes = reader.join().expect("healthy reader");
-    let start = Instant::now();
-    let status = loop {
-        if let Some(st) = child.0.try_wait().expect("wait") {
-            break st;
-        }
-        assert!(start.elapsed() < LIMIT, "the program did not finish");
-        std::thread::sleep(Duration::from_millis(10));
-    };
-    let (mut text, mut err) = (String::new(), String::new());
-    let _ = child
-        .0
-        .stdout
-        .take()
-        .map(|mut o| o.read_to_string(&mut text));
-    let _ = child
-        .0
-        .stderr
-        .take()
-        .map(|mut e| e.read_to_string(&mut err));
+    let (status, text, err) = child.finish(LIMIT);
     assert!(status.success(), "{status:?}: {err}");
     let rounds: u64 = text
         .trim()

@@ -270,6 +270,28 @@ impl Drop for Reaped {
     }
 }
 
+impl Reaped {
+    /// Waits for the program to end (failing past `limit`): its status, stdout and stderr.
+    fn finish(&mut self, limit: Duration) -> (std::process::ExitStatus, String, String) {
+        let start = Instant::now();
+        let status = loop {
+            if let Some(st) = self.0.try_wait().expect("wait") {
+                break st;
+            }
+            assert!(start.elapsed() < limit, "the program did not finish");
+            std::thread::sleep(Duration::from_millis(10));
+        };
+        let (mut text, mut err) = (String::new(), String::new());
+        if let Some(mut o) = self.0.stdout.take() {
+            let _ = o.read_to_string(&mut text);
+        }
+        if let Some(mut e) = self.0.stderr.take() {
+            let _ = e.read_to_string(&mut err);
+        }
+        (status, text, err)
+    }
+}
+
 /// Starts `ucx_life stay N` (traced) and returns it once it printed "ready" (all N messages
 /// done), its stdout drained by a thread so the pipe never fills.
 fn staying(trace: &Trace, n: u64) -> Reaped {
