@@ -32,7 +32,7 @@ use std::path::PathBuf;
 use std::process::{Command, Output};
 use std::time::Duration;
 
-use common::Trace;
+use common::{Trace, number_before, perftest_row};
 use sigmatop::event::{EndpointKind, Op};
 use sigmatop::trace::reader::ProcessRecording;
 
@@ -118,37 +118,6 @@ fn perftest_qpn(out: &str, which: &str) -> u32 {
         .and_then(|r| r.split_whitespace().next())
         .map(|q| hex(q) as u32)
         .unwrap_or_else(|| panic!("no '{which} ... QPN' in:\n{out}"))
-}
-
-/// The number before `word` ("<n> iters in").
-fn number_before(out: &str, word: &str) -> u64 {
-    out.lines()
-        .find_map(|l| {
-            let t: Vec<&str> = l.split_whitespace().collect();
-            let i = t.iter().position(|w| *w == word)?;
-            t.get(i.checked_sub(1)?)?.parse().ok()
-        })
-        .unwrap_or_else(|| panic!("no '<n> {word}' in:\n{out}"))
-}
-
-/// perftest's result row after the "#bytes #iterations" header: (bytes, iterations).
-fn perftest_row(out: &str) -> (u64, u64) {
-    let mut lines = out.lines();
-    while let Some(l) = lines.next() {
-        if l.contains("#bytes") && l.contains("#iterations") {
-            let v: Vec<u64> = lines
-                .next()
-                .unwrap_or_default()
-                .split_whitespace()
-                .take(2)
-                .filter_map(|t| t.parse().ok())
-                .collect();
-            if v.len() == 2 {
-                return (v[0], v[1]);
-            }
-        }
-    }
-    panic!("no perftest result row in:\n{out}");
 }
 
 /// NIC-logged WQEs of one process: per (qpn, op): (count, bytes); checks consecutive indices.

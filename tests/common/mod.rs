@@ -561,3 +561,35 @@ pub fn kill_tree(root: u32) {
         }
     }
 }
+
+/// The number printed just before `word` on the first line that has one ("24 pings", "... 3000
+/// iterations"), for the tests of programs that print their progress (perftest, rping).
+pub fn number_before(out: &str, word: &str) -> u64 {
+    out.lines()
+        .find_map(|l| {
+            let t: Vec<&str> = l.split_whitespace().collect();
+            let i = t.iter().position(|w| *w == word)?;
+            t.get(i.checked_sub(1)?)?.parse().ok()
+        })
+        .unwrap_or_else(|| panic!("no '<n> {word}' in:\n{out}"))
+}
+
+/// perftest's result row after the "#bytes #iterations" header: (bytes, iterations).
+pub fn perftest_row(out: &str) -> (u64, u64) {
+    let mut lines = out.lines();
+    while let Some(l) = lines.next() {
+        if l.contains("#bytes") && l.contains("#iterations") {
+            let v: Vec<u64> = lines
+                .next()
+                .unwrap_or_default()
+                .split_whitespace()
+                .take(2)
+                .filter_map(|t| t.parse().ok())
+                .collect();
+            if v.len() == 2 {
+                return (v[0], v[1]);
+            }
+        }
+    }
+    panic!("no perftest result row in:\n{out}");
+}

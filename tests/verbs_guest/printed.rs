@@ -3,25 +3,6 @@
 
 use super::*;
 
-/// Numbers in the row that follows the perftest results header ("#bytes #iterations ...").
-pub(crate) fn perftest_row(out: &str) -> (u64, u64) {
-    let mut lines = out.lines();
-    while let Some(l) = lines.next() {
-        if l.contains("#bytes") && l.contains("#iterations") {
-            let row = lines.next().unwrap_or_default();
-            let v: Vec<u64> = row
-                .split_whitespace()
-                .take(2)
-                .filter_map(|t| t.parse().ok())
-                .collect();
-            if v.len() == 2 {
-                return (v[0], v[1]);
-            }
-        }
-    }
-    panic!("no perftest result row in:\n{out}");
-}
-
 /// ucx_perftest's iterations: the second column of its "Final:" row.
 pub(crate) fn ucx_perftest_iterations(out: &str) -> u64 {
     out.lines()
@@ -33,18 +14,6 @@ pub(crate) fn ucx_perftest_iterations(out: &str) -> u64 {
 /// rping -v: one "ping data:" line per ping.
 pub(crate) fn rping_pings(out: &str) -> u64 {
     out.lines().filter(|l| l.contains("ping data:")).count() as u64
-}
-
-pub(crate) fn number_before(out: &str, word: &str) -> u64 {
-    out.lines()
-        .find_map(|l| {
-            let t: Vec<&str> = l.split_whitespace().collect();
-            t.iter()
-                .position(|w| *w == word)
-                .and_then(|i| i.checked_sub(1))
-                .and_then(|i| t[i].parse().ok())
-        })
-        .unwrap_or_else(|| panic!("no '<n> {word}' in:\n{out}"))
 }
 
 /// What the programs print agrees with what they were asked to do (a run that did less would
