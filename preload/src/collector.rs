@@ -211,6 +211,11 @@ pub fn ensure_started() {
     }
 }
 
+/// No collector was ever started in this image: nothing was traced.
+pub fn never_started() -> bool {
+    STATE.load(Ordering::Acquire) == NOT_STARTED
+}
+
 pub fn running() -> bool {
     STATE.load(Ordering::Acquire) == RUNNING && !DONE.load(Ordering::Acquire)
 }

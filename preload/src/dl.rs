@@ -146,6 +146,32 @@ fn find_in_libc(want: &'static [u8]) -> *mut c_void {
     found.addr
 }
 
+/// Appends the path of every object the dynamic linker has loaded (the program, its libraries,
+/// what it opened with dlopen), one per line, to `out`. Exit-time diagnosis only.
+pub fn loaded_objects(out: &mut Vec<u8>) {
+    unsafe extern "C" fn each(
+        info: *mut libc::dl_phdr_info,
+        _size: libc::size_t,
+        data: *mut c_void,
+    ) -> c_int {
+        // SAFETY: dl_iterate_phdr passes a valid info struct and our own `data` pointer.
+        let (info, out) = unsafe { (&*info, &mut *(data as *mut Vec<u8>)) };
+        if !info.dlpi_name.is_null() {
+            // SAFETY: dlpi_name is a NUL-terminated string owned by the dynamic linker.
+            let name = unsafe { CStr::from_ptr(info.dlpi_name) }.to_bytes();
+            if !name.is_empty() && !name.contains(&b'\n') {
+                out.extend_from_slice(name);
+                out.push(b'\n');
+            }
+        }
+        0
+    }
+    // SAFETY: the callback only reads loader data and appends to `out`, which outlives the call.
+    unsafe {
+        libc::dl_iterate_phdr(Some(each), out as *mut Vec<u8> as *mut c_void);
+    }
+}
+
 /// Resolves the real dlsym/dlvsym once. Safe to call from any thread, any time.
 pub fn init() {
     if REAL_DLSYM.load(Ordering::Acquire).is_null() {

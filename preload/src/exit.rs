@@ -40,6 +40,7 @@ fn before_exit() {
         {
             crate::doorbell::shutdown();
             crate::collector::before_exit();
+            crate::final_state::write_loaded_objects_if_untraced();
         }
     });
 }

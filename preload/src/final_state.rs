@@ -10,6 +10,12 @@
 //! The directory must already exist, be a real directory owned by this user and closed to others
 //! (`sigmatop run` creates it 0700); otherwise nothing is written: a run that is gone has nobody
 //! to read it, and this process must not create directories for nobody.
+//!
+//! A process that traced nothing (no collector ever started: a switched-off layer installs no
+//! hooks) leaves instead the list of the objects it had loaded, `<dir>/<pid>.libs`, so that
+//! `sigmatop run` can say which library of a switched-off layer it used, however short it lived
+//! (src/cli/diagnose.rs; its look at /proc/PID/maps every 100 ms misses a program that ends
+//! between two looks).
 
 use std::io::Write;
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
@@ -21,10 +27,7 @@ use sigmatop::wire::{self, Frame};
 /// Writes the final state of this process into `dir` (best effort: a failure is silent, since
 /// the live view and the record are unaffected and the program must not hear of it).
 pub fn write(dir: &Path, identity: &Identity, clock: ClockSample, snapshot: &Snapshot) {
-    let Ok(md) = std::fs::symlink_metadata(dir) else {
-        return;
-    };
-    if !md.is_dir() || md.uid() != crate::os::uid() || md.permissions().mode() & 0o077 != 0 {
+    if !private_dir(dir) {
         return;
     }
     let mut out = Vec::with_capacity(4096);
@@ -53,6 +56,35 @@ pub fn write(dir: &Path, identity: &Identity, clock: ClockSample, snapshot: &Sna
         identity.pid,
         identity.start_ns
     );
+    put(dir, &name, &out);
+}
+
+/// At exit of a process whose collector never started, under a `sigmatop run` that asked for
+/// final states: the objects it had loaded (best effort, silent on failure).
+pub fn write_loaded_objects_if_untraced() {
+    if !crate::collector::never_started() {
+        return;
+    }
+    let Some(dir) = &crate::config::paths().final_dir else {
+        return;
+    };
+    if !private_dir(dir) {
+        return;
+    }
+    let mut out = Vec::with_capacity(4096);
+    crate::dl::loaded_objects(&mut out);
+    put(dir, &format!("{}.libs", crate::os::kernel_pid()), &out);
+}
+
+/// `dir` is a real directory of this user's, closed to others.
+fn private_dir(dir: &Path) -> bool {
+    std::fs::symlink_metadata(dir).is_ok_and(|md| {
+        md.is_dir() && md.uid() == crate::os::uid() && md.permissions().mode() & 0o077 == 0
+    })
+}
+
+/// Writes `bytes` as `dir/name`, under a temporary name first so a reader never sees half a file.
+fn put(dir: &Path, name: &str, bytes: &[u8]) {
     let tmp = dir.join(format!(".{name}.tmp"));
     let written = std::fs::OpenOptions::new()
         .write(true)
@@ -60,8 +92,8 @@ pub fn write(dir: &Path, identity: &Identity, clock: ClockSample, snapshot: &Sna
         .mode(0o600)
         .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
         .open(&tmp)
-        .and_then(|mut f| f.write_all(&out));
-    if written.is_err() || std::fs::rename(&tmp, dir.join(&name)).is_err() {
+        .and_then(|mut f| f.write_all(bytes));
+    if written.is_err() || std::fs::rename(&tmp, dir.join(name)).is_err() {
         let _ = std::fs::remove_file(&tmp);
     }
 }

@@ -104,6 +104,7 @@ extern "C" fn sigmatop_fini() {
     // GPU doorbells: parse pending WQEs first, so the collector's last snapshot has them.
     let _ = std::panic::catch_unwind(doorbell::shutdown);
     let _ = std::panic::catch_unwind(collector::shutdown);
+    let _ = std::panic::catch_unwind(final_state::write_loaded_objects_if_untraced);
 }
 
 #[used]

@@ -5,7 +5,10 @@
 //! The preload of a switched-off layer installs no hooks, and a process that makes no traced call
 //! starts no collector and opens no socket: it reports nothing. So what the program loaded is
 //! learnt here, from outside: the memory maps of the program's processes (`/proc/PID/maps`),
-//! read while nothing has been traced yet, during its first seconds.
+//! read while nothing has been traced yet, during its first seconds, and from the lists of loaded
+//! objects that its processes which traced nothing leave at exit in the run's final-state
+//! directory (`<pid>.libs`, preload/src/final_state.rs): those cover a program too short-lived
+//! for a look.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -106,30 +109,59 @@ impl LibraryWatch {
     /// Notes the libraries named in the text of a /proc/PID/maps.
     pub fn note_maps(&mut self, maps: &str) {
         for line in maps.lines() {
-            let Some(path) = line.split_whitespace().nth(5) else {
+            if let Some(path) = line.split_whitespace().nth(5) {
+                self.note_library(path);
+            }
+        }
+    }
+
+    /// Notes the lists of loaded objects (`<pid>.libs`, one path per line) that the program's
+    /// untraced processes left in the run's directory `dir`. Each is untrusted input: a regular
+    /// file of this user's, at most 1 MiB, read as text.
+    pub fn note_left_lists(&mut self, dir: &Path) {
+        let Ok(rd) = std::fs::read_dir(dir) else {
+            return;
+        };
+        for e in rd.flatten() {
+            let path = e.path();
+            if path.extension().is_none_or(|x| x != "libs") {
                 continue;
-            };
-            let name = Path::new(path)
-                .file_name()
-                .map(|n| n.to_string_lossy())
-                .unwrap_or_default();
-            if name == OB1 {
-                self.ob1 = true;
             }
-            if self.mpi.is_none() && MPI_LIBRARIES.iter().any(|m| name.starts_with(m)) {
-                self.mpi = Some(name.to_string());
+            let ours = std::fs::symlink_metadata(&path).is_ok_and(|m| {
+                use std::os::unix::fs::MetadataExt;
+                // SAFETY: getuid cannot fail.
+                m.is_file() && m.uid() == unsafe { libc::getuid() } && m.len() <= 1 << 20
+            });
+            if let (true, Ok(bytes)) = (ours, std::fs::read(&path)) {
+                for line in String::from_utf8_lossy(&bytes).lines() {
+                    self.note_library(line);
+                }
             }
-            // Per layer, the library listed first above (libucp before libucs: the one a
-            // program calls).
-            for (rank, (layer, prefix)) in LAYER_LIBRARIES.iter().enumerate() {
-                if name.starts_with(prefix) {
-                    let e = self
-                        .layers
-                        .entry(*layer as u8)
-                        .or_insert((usize::MAX, String::new()));
-                    if rank < e.0 {
-                        *e = (rank, name.to_string());
-                    }
+        }
+    }
+
+    /// Notes one loaded object, by its path.
+    fn note_library(&mut self, path: &str) {
+        let name = Path::new(path)
+            .file_name()
+            .map(|n| n.to_string_lossy())
+            .unwrap_or_default();
+        if name == OB1 {
+            self.ob1 = true;
+        }
+        if self.mpi.is_none() && MPI_LIBRARIES.iter().any(|m| name.starts_with(m)) {
+            self.mpi = Some(name.to_string());
+        }
+        // Per layer, the library listed first above (libucp before libucs: the one a program
+        // calls).
+        for (rank, (layer, prefix)) in LAYER_LIBRARIES.iter().enumerate() {
+            if name.starts_with(prefix) {
+                let e = self
+                    .layers
+                    .entry(*layer as u8)
+                    .or_insert((usize::MAX, String::new()));
+                if rank < e.0 {
+                    *e = (rank, name.to_string());
                 }
             }
         }

@@ -190,6 +190,9 @@ pub fn run_headless(args: &RunArgs) -> CliResult {
         }
     }
     let report = model.report();
+    if let Some(f) = &finals {
+        libraries.note_left_lists(f.dir());
+    }
     let why = NothingTraced {
         cmd: &args.cmd,
         layers_arg: args.layers.as_deref(),
