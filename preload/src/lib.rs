@@ -83,6 +83,10 @@ extern "C" fn sigmatop_init() {
         #[cfg(feature = "bench")]
         bench::load();
         clock::init();
+        // Built here, before the program can have threads: a lazy first build in a dlsym
+        // wrapper could be under way in one thread while another forks, and the child's table
+        // would then stay "being built" for good (its next dlsym would wait forever).
+        hooks_table();
         if config::fault() == config::Fault::Init {
             panic!("injected init fault (SIGMATOP_TEST_FAULT=init)");
         }
