@@ -321,7 +321,41 @@ fn error_completions_with_and_without_sigmatop() {
         );
         if let Some(t) = &trace {
             // The record of the process that died without cleanup still reads.
-            assert!(!common::processes(t).is_empty(), "{ctx}: nothing recorded");
+            let procs = common::processes(t);
+            assert!(!procs.is_empty(), "{ctx}: nothing recorded");
+            check_error_counts(&ctx, &procs);
         }
     }
+}
+
+/// The errors counted, from each process's last snapshot: A (the parent) polled 8 error
+/// completions (bad_rkey, bounds, no_right, too_long, rnr, bad_lkey, malformed, peer_death) and
+/// 1 flush; B polled 1 (too_long_receiver) and 3 flushes. A flush is not an error; each error
+/// counts once, on the QP it names (every case has a QP of its own), and is no operation.
+fn check_error_counts(ctx: &str, procs: &[sigmatop::trace::reader::ProcessRecording]) {
+    let mut totals = Vec::new();
+    for p in procs {
+        let Some(last) = p.snapshots.last() else {
+            continue;
+        };
+        let mut per_ep = std::collections::BTreeMap::<u32, u64>::new();
+        for c in last.counts.iter().filter(|c| c.errors > 0) {
+            *per_ep.entry(c.ep).or_default() += c.errors;
+            assert_eq!(c.op, sigmatop::event::Op::VerbsOther as u8, "{ctx}: {c:?}");
+            assert_eq!(
+                c.ops, 0,
+                "{ctx}: an error completion is no operation: {c:?}"
+            );
+        }
+        for (ep, n) in &per_ep {
+            let def = p.endpoints.iter().find(|d| d.id == *ep);
+            assert!(
+                *n == 1 && def.is_some_and(|d| d.kind == sigmatop::event::EndpointKind::VerbsQp),
+                "{ctx}: endpoint {ep} ({def:?}) has {n} errors, want 1 on a QP"
+            );
+        }
+        totals.push(per_ep.values().sum::<u64>());
+    }
+    totals.sort();
+    assert_eq!(totals, [1, 8], "{ctx}: errors per process");
 }

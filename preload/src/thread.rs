@@ -37,6 +37,7 @@ impl Slot {
     /// True when some counter is non-zero.
     pub fn is_used(&self) -> bool {
         self.ops.load(Ordering::Relaxed) != 0
+            || self.errors.load(Ordering::Relaxed) != 0
             || self.refused.load(Ordering::Relaxed) != 0
             || self.posted.load(Ordering::Relaxed) != 0
     }
@@ -482,6 +483,16 @@ impl ThreadState {
     pub fn arrived(&self, ep: u32, op: Op, bytes: u64, ok: bool) {
         let outcome = if ok { Outcome::Ok } else { Outcome::Failed };
         self.count(ep, op, if ok { bytes } else { 0 }, outcome);
+    }
+
+    /// A work completion that reported an error for an operation counted when it was posted
+    /// (a verbs send, write, read or atomic, or a receive): one more error on (`ep`, `op`), not
+    /// one more operation.
+    #[inline(always)]
+    pub fn failed(&self, ep: u32, op: Op) {
+        if let Some(s) = self.slot(ep, op as u8) {
+            bump(&s.errors, 1);
+        }
     }
 
     /// Whether this event is kept: with a record every one, without one the one in

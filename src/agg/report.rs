@@ -30,6 +30,11 @@ pub struct Flow {
     /// was busy; not in the operations above.
     #[serde(skip_serializing_if = "is_zero")]
     pub refused: u64,
+    /// Operations that failed: error completions (verbs work completions other than flushes,
+    /// failed UCX or libfabric receives), failed calls. Counted in the operations above too,
+    /// except verbs error completions, whose operation was counted when it was posted.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub errors: u64,
     /// Receive buffers posted, and their bytes.
     #[serde(skip_serializing_if = "is_zero")]
     pub posted: u64,
@@ -42,6 +47,7 @@ impl Flow {
     pub fn add_count(&mut self, c: &OpCount) {
         self.add_op(c.op, c.ops, c.bytes);
         self.refused += c.refused;
+        self.errors += c.errors;
         self.posted += c.posted;
         self.posted_bytes += c.posted_bytes;
     }
@@ -66,6 +72,7 @@ impl Flow {
         self.rx_ops += o.rx_ops;
         self.other_ops += o.other_ops;
         self.refused += o.refused;
+        self.errors += o.errors;
         self.posted += o.posted;
         self.posted_bytes += o.posted_bytes;
     }
@@ -205,6 +212,7 @@ impl Model {
                     e.ops += c.ops;
                     e.bytes += c.bytes;
                     e.refused += c.refused;
+                    e.errors += c.errors;
                     e.posted += c.posted;
                     e.posted_bytes += c.posted_bytes;
                 }
@@ -232,6 +240,8 @@ pub struct OpTotals {
     pub bytes: u64,
     #[serde(skip_serializing_if = "is_zero")]
     pub refused: u64,
+    #[serde(skip_serializing_if = "is_zero")]
+    pub errors: u64,
     #[serde(skip_serializing_if = "is_zero")]
     pub posted: u64,
     #[serde(skip_serializing_if = "is_zero")]

@@ -59,6 +59,13 @@ pub fn render(report: &Report, live: Option<&Model>) -> String {
                 p.flow.refused
             );
         }
+        if p.flow.errors > 0 {
+            let _ = writeln!(
+                s,
+                "    failed: {} (error completions and failed calls; flushed work requests and cancelled receives are not counted)",
+                p.flow.errors
+            );
+        }
         for e in &p.endpoints {
             let peer = match &e.peer {
                 Some(pr) => format!(
@@ -74,6 +81,10 @@ pub fn render(report: &Report, live: Option<&Model>) -> String {
                 .ops
                 .iter()
                 .map(|(k, v)| {
+                    if v.ops == 0 && v.bytes == 0 && v.posted == 0 && v.refused == 0 {
+                        // Error completions alone (verbs: their opcode is not defined).
+                        return format!("{} failed", v.errors);
+                    }
                     let mut t = format!("{k} {}×{}", v.ops, human_bytes(v.bytes as f64));
                     if v.posted > 0 {
                         let _ = write!(
@@ -85,6 +96,9 @@ pub fn render(report: &Report, live: Option<&Model>) -> String {
                     }
                     if v.refused > 0 {
                         let _ = write!(t, " ({} refused)", v.refused);
+                    }
+                    if v.errors > 0 {
+                        let _ = write!(t, " ({} failed)", v.errors);
                     }
                     t
                 })
@@ -125,6 +139,13 @@ pub fn render(report: &Report, live: Option<&Model>) -> String {
             s,
             "provider busy: {} refused in all (not operations: each was retried or given up)",
             report.totals.refused
+        );
+    }
+    if report.totals.errors > 0 {
+        let _ = writeln!(
+            s,
+            "failed: {} operations reported an error in all (see each process above)",
+            report.totals.errors
         );
     }
     let n_cut = report.processes.iter().filter(|p| cut(p, live)).count();

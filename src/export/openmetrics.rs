@@ -66,6 +66,7 @@ pub fn encode_model(model: &Model, opts: MetricsOptions) -> Result<String, std::
     let rx_bytes = counters();
     let tx_ops = counters();
     let rx_ops = counters();
+    let errors = counters();
     let peer_tx = counters();
     let doorbells = counters();
     let wqes = counters();
@@ -89,12 +90,13 @@ pub fn encode_model(model: &Model, opts: MetricsOptions) -> Result<String, std::
         .set(1);
         let Some(last) = p.last() else { continue };
         // Per layer: the layer of each operation.
-        let mut per_layer: BTreeMap<&str, [u64; 4]> = BTreeMap::new();
+        let mut per_layer: BTreeMap<&str, [u64; 5]> = BTreeMap::new();
         for c in &last.counts {
             let Some(op) = Op::from_u8(c.op) else {
                 continue;
             };
             let e = per_layer.entry(op.layer().name()).or_default();
+            e[4] += c.errors;
             match op.dir() {
                 Dir::Tx => {
                     e[0] += c.bytes;
@@ -142,12 +144,13 @@ pub fn encode_model(model: &Model, opts: MetricsOptions) -> Result<String, std::
                 };
             }
         }
-        for (layer, [tb, rb, to, ro]) in per_layer {
+        for (layer, [tb, rb, to, ro, er]) in per_layer {
             let l = with(base.clone(), &[("layer", layer.to_string())]);
             tx_bytes.get_or_create(&l).inc_by(tb);
             rx_bytes.get_or_create(&l).inc_by(rb);
             tx_ops.get_or_create(&l).inc_by(to);
             rx_ops.get_or_create(&l).inc_by(ro);
+            errors.get_or_create(&l).inc_by(er);
         }
         let d = &last.drops;
         for (reason, n) in [
@@ -216,6 +219,11 @@ pub fn encode_model(model: &Model, opts: MetricsOptions) -> Result<String, std::
         "sigmatop_rx_ops",
         "Receive-side operations (receives, reads), per RDMA layer",
         rx_ops,
+    );
+    reg.register(
+        "sigmatop_errors",
+        "Operations that failed (error completions other than flushes, failed calls), per RDMA layer",
+        errors,
     );
     reg.register(
         "sigmatop_peer_tx_bytes",

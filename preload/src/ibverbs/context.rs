@@ -34,17 +34,29 @@ pub struct RecvTarget {
     pub ep: u32,
     pub srq: bool,
     pub ud: bool,
+    /// The QP's own endpoint, where its error completions count (`ep` is its SRQ's when it has
+    /// one); 0 when unknown (an id past `QP_ID_LIMIT`).
+    pub qp: u32,
 }
+
+/// Endpoint ids that fit the 29 bits a `RecvTarget` keeps for its QP.
+const QP_ID_LIMIT: u32 = 1 << 29;
 
 impl RecvTarget {
     fn pack(self) -> u64 {
-        self.ep as u64 | (self.srq as u64) << 32 | (self.ud as u64) << 33 | 1 << 34
+        let qp = if self.qp < QP_ID_LIMIT { self.qp } else { 0 };
+        self.ep as u64
+            | (self.srq as u64) << 32
+            | (self.ud as u64) << 33
+            | 1 << 34
+            | (qp as u64) << 35
     }
     fn unpack(v: u64) -> Option<RecvTarget> {
         (v != 0).then_some(RecvTarget {
             ep: v as u32,
             srq: v & 1 << 32 != 0,
             ud: v & 1 << 33 != 0,
+            qp: (v >> 35) as u32,
         })
     }
 }

@@ -102,12 +102,14 @@ pub(super) unsafe fn on_qp_created(qp: *mut IbvQp, ex_ops: bool) {
             ep: id,
             srq: false,
             ud: qpt == QPT_UD,
+            qp: id,
         }
     } else {
         RecvTarget {
             ep: crate::registry::lookup(srq as usize),
             srq: true,
             ud: qpt == QPT_UD,
+            qp: id,
         }
     };
     note_qp(ctx, qpn, target);

@@ -404,6 +404,9 @@ unsafe fn record_poll(
         let w = unsafe { &*wc.add(i) };
         if w.status != 0 {
             errs = errs.saturating_add(1);
+            if w.status != WC_WR_FLUSH_ERR {
+                failed_completion(ts, st, cq, w.qp_num);
+            }
         } else {
             bytes += w.byte_len as u64;
             if w.opcode & WC_RECV != 0 {
@@ -432,15 +435,31 @@ unsafe fn record_poll(
         return;
     }
     let ep = crate::registry::lookup(cq as usize);
-    let outcome = if errs > 0 {
-        Outcome::Failed
-    } else {
-        Outcome::Ok
-    };
     let aux = (classes << 8) | errs.min(255);
-    ts.record(ep, Op::VerbsPollCq, r as u64, outcome, || {
-        Some(Detail::at(bytes, aux as u32))
+    // The errors themselves were counted on their QPs: the poll is one operation (not a failed
+    // one, which would count them twice) whose event says how many it returned, in `aux`, and
+    // carries the error flag.
+    let error = if errs > 0 { flags::ERROR } else { 0 };
+    ts.record(ep, Op::VerbsPollCq, r as u64, Outcome::Ok, || {
+        Some(Detail {
+            flags: error,
+            ..Detail::at(bytes, aux as u32)
+        })
     });
+}
+
+/// An error completion (not a flush): one error on its QP, under `OTHER` (an error completion's
+/// opcode is not defined). A flush (`IBV_WC_WR_FLUSH_ERR`) is not counted: it follows a QP's move
+/// to the error state (an earlier error, or a program tearing the QP down) and reports WRs that
+/// were never executed. Out of line: error completions are rare.
+#[cold]
+#[inline(never)]
+fn failed_completion(ts: &ThreadState, st: &CtxState, cq: *mut c_void, qpn: u32) {
+    let ep = match st.recv_target(qpn) {
+        Some(t) if t.qp != 0 => t.qp,
+        _ => cq_endpoint(cq),
+    };
+    ts.failed(ep, Op::VerbsOther);
 }
 
 /// The endpoint of a CQ whose completion names a QP sigmatop did not see created: out of line,
@@ -452,6 +471,8 @@ fn cq_endpoint(cq: *mut c_void) -> u32 {
     crate::registry::lookup(cq as usize)
 }
 
+/// `IBV_WC_WR_FLUSH_ERR`: a work request flushed by a QP in the error state.
+const WC_WR_FLUSH_ERR: u32 = 5;
 /// `IBV_WC_RECV`: the bit every receive-side completion opcode has (RECV, RECV_RDMA_WITH_IMM).
 const WC_RECV: u32 = 1 << 7;
 /// The GRH area a UD receive buffer starts with (counted in `byte_len`).

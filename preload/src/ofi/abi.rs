@@ -49,7 +49,17 @@ pub struct FiCqErrHead {
     pub op_context: *mut c_void,
     pub flags: u64,
     pub len: usize,
+    pub buf: *mut c_void,
+    pub data: u64,
+    pub tag: u64,
+    pub olen: usize,
+    /// The error, a positive errno (`FI_ECANCELED`: the operation was cancelled).
+    pub err: c_int,
 }
+
+/// `FI_ECANCELED` (errno's ECANCELED): a cancelled operation's error entry.
+pub const FI_ECANCELED: c_int = libc::ECANCELED;
+const _: () = assert!(core::mem::offset_of!(FiCqErrHead, err) == 56);
 
 const _: () = assert!(core::mem::size_of::<FiCqAttr>() == 40);
 const _: () = assert!(core::mem::size_of::<FiCqMsgEntry>() == 24);

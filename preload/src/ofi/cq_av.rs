@@ -23,9 +23,9 @@ use core::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use sigmatop::event::{EndpointKind, Layer, Op, Peer};
 
 use super::abi::{
-    Ctx, FI_ADDR_UNSPEC, FI_CQ_FORMAT_CONTEXT, FI_CQ_FORMAT_MSG, FI_EAGAIN, FI_ENOSYS, FI_RECV,
-    FI_TAGGED, FiCqErrHead, FiCqMsgEntry, FiOps, FiOpsAv, FiOpsCq, Fid, FidAv, FidCq, OpsTable,
-    cq_entry_size,
+    Ctx, FI_ADDR_UNSPEC, FI_CQ_FORMAT_CONTEXT, FI_CQ_FORMAT_MSG, FI_EAGAIN, FI_ECANCELED,
+    FI_ENOSYS, FI_RECV, FI_TAGGED, FiCqErrHead, FiCqMsgEntry, FiOps, FiOpsAv, FiOpsCq, Fid, FidAv,
+    FidCq, OpsTable, cq_entry_size,
 };
 use super::addr::{ADDR_MAX, AV_BOOKS, AddrInfo, addr_hash, announce, av_book};
 use super::table::{Wrapped, copy_table, free_box, try_box, wrap_slot, zeroed_wrapped};
@@ -403,7 +403,8 @@ unsafe extern "C" fn cq_sreadfrom(
     })
 }
 
-/// `readerr`: an error completion of a receive (cancelled, truncated, ...) is a failed receive.
+/// `readerr`: an error completion of a receive (truncated, ...) is a failed receive; a cancelled
+/// one is not counted.
 unsafe extern "C" fn cq_readerr(cq: *mut FidCq, err: *mut FiCqErrHead, fl: u64) -> isize {
     // SAFETY: installed only in the copy cq->ops points at.
     let (w, provider) = unsafe { Wrapped::of((*cq).ops) };
@@ -419,8 +420,10 @@ unsafe extern "C" fn cq_readerr(cq: *mut FidCq, err: *mut FiCqErrHead, fl: u64) 
                 return;
             }
             // SAFETY: the provider wrote one error entry.
-            let flags = unsafe { (*err).flags };
-            if flags & FI_RECV != 0 {
+            let (flags, error) = unsafe { ((*err).flags, (*err).err) };
+            // A cancelled receive (`fi_cancel`) neither arrived nor failed: its buffer was
+            // counted as posted, and that is all.
+            if flags & FI_RECV != 0 && error != FI_ECANCELED {
                 let st = cq_state(w);
                 let ep = match st.recv_ep.load(Ordering::Acquire) {
                     0 | SEVERAL => w.id,

@@ -28,6 +28,8 @@ pub const OP_ATTR_FLAG_NO_IMM_CMPL: u32 = 1 << 16;
 
 /// `UCS_OK`: a completion that succeeded.
 pub const UCS_OK: Status = 0;
+/// `UCS_ERR_CANCELED`: a request completed by `ucp_request_cancel`.
+pub const UCS_ERR_CANCELED: Status = -16;
 
 // ucp_am_handler_param_t::field_mask bits, and the AM receive attribute of a rendezvous message.
 pub const AM_HANDLER_PARAM_FIELD_CB: u64 = 1 << 2;

@@ -8,7 +8,8 @@ use core::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, AtomicU64, AtomicUsize
 use sigmatop::event::{Layer, Op};
 
 use super::super::abi::{
-    OP_ATTR_FIELD_CALLBACK, OP_ATTR_FIELD_RECV_INFO, Ptr, RequestParam, Status, TagRecvInfo, UCS_OK,
+    OP_ATTR_FIELD_CALLBACK, OP_ATTR_FIELD_RECV_INFO, Ptr, RequestParam, Status, TagRecvInfo,
+    UCS_ERR_CANCELED, UCS_OK,
 };
 use crate::hook;
 
@@ -112,10 +113,12 @@ static LEN_CBS: [LenRecvCb; SLOTS] = trampolines!(len_done as LenRecvCb;
 );
 
 /// Counts a receive that completed with `status`: its bytes on `UCS_OK`, a failed receive
-/// otherwise. Counted whatever hook runs on this thread (the callback may run inside one).
+/// otherwise, nothing when it was cancelled (`ucp_request_cancel`: no message arrived and
+/// nothing failed; its buffer was counted as posted). Counted whatever hook runs on this thread
+/// (the callback may run inside one).
 #[inline(always)]
 fn count_arrival(s: &CbSlot, status: Status, len: u64) {
-    if !crate::config::layer_enabled(Layer::Ucx) {
+    if !crate::config::layer_enabled(Layer::Ucx) || status == UCS_ERR_CANCELED {
         return;
     }
     hook::guarded((), || {
