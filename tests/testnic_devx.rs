@@ -324,6 +324,23 @@ fn error_completions_with_and_without_sigmatop() {
             let procs = common::processes(t);
             assert!(!procs.is_empty(), "{ctx}: nothing recorded");
             check_error_counts(&ctx, &procs);
+            // What `report` says of them, and the JSON's totals.
+            let out = std::process::Command::new(common::sigmatop_bin())
+                .arg("report")
+                .arg(&t.record)
+                .output()
+                .expect("sigmatop report");
+            let text = common::stdout_of(&out);
+            for n in [8, 1] {
+                assert!(
+                    text.contains(&format!("    failed: {n} (error completions")),
+                    "{ctx}: report:\n{text}"
+                );
+            }
+            assert!(
+                text.contains("failed: 9 operations reported an error in all"),
+                "{ctx}: {text}"
+            );
         }
     }
 }

@@ -333,6 +333,9 @@ pub struct EpSums {
     pub win: Sums,
     pub now: Sums,
     pub ops: OpTally,
+    /// Operations that failed since the start (`OpCount::errors`; not in `Sums`, which the
+    /// relay protocol carries as it is).
+    pub errors: u64,
 }
 
 /// Endpoint → sums, kept sorted by endpoint id in a vector: snapshots list their counts grouped by
@@ -383,6 +386,7 @@ impl EpMap {
         for c in &s1.counts {
             let e = eps.entry(c.ep);
             e.tot.add(c);
+            e.errors += c.errors;
             if ops && c.ops > 0 {
                 e.ops.add(c.op, c.ops);
             }

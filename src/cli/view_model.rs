@@ -315,6 +315,11 @@ pub fn build_sections_into(
 
     vm.status = StatusCounters {
         refused: at.rates.iter().map(|r| r.tot.refused).sum(),
+        errors: at
+            .procs
+            .iter()
+            .flat_map(|a| a.eps.iter().map(|(_, e)| e.errors))
+            .sum(),
         dropped_events: drops.total_events_lost(),
         coalesced_doorbells: drops.coalesced_doorbells,
         unparsable_wqes: drops.unparsable_wqes,
@@ -448,6 +453,7 @@ fn fill_endpoint_row(row: &mut EndpointRow, at: &ModelAt, e: &EndpointAt) {
     row.doorbells_per_s = (e.is_gpu_qp() || e.tot.doorbells > 0).then_some(e.doorbells_per_s);
     row.posted = e.tot.outstanding();
     row.refused = e.tot.refused;
+    row.errors = a.eps.get(e.ep).map_or(0, |s| s.errors);
     row.unattributed = e.unattributed();
 }
 

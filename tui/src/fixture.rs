@@ -184,6 +184,7 @@ pub fn sample_view_model() -> ViewModel {
                 doorbells_per_s: has_db.then(|| (ops / 1.6).round()),
                 posted: has_db.then_some(((k * 7) % 24) as u64),
                 refused: 0,
+                errors: 0,
                 unattributed: false,
             });
         }
@@ -399,6 +400,7 @@ pub fn sample_view_model() -> ViewModel {
             unparsable_wqes: 3,
             frames_lost: 0,
             refused: 0,
+            errors: 0,
             message: None,
             notice: None,
         },

@@ -162,6 +162,10 @@ pub struct EndpointRow {
     pub posted: Option<u64>,
     /// Posts the library refused since the start (provider busy): not operations.
     pub refused: u64,
+    /// Operations that failed since the start (error completions other than flushes, failed
+    /// calls).
+    #[serde(default)]
+    pub errors: u64,
     /// Traffic seen but not attributable to a QP or endpoint.
     pub unattributed: bool,
 }
@@ -322,6 +326,10 @@ pub struct StatusCounters {
     /// Posts the providers refused (busy: `-FI_EAGAIN`, an error status, a verbs `bad_wr`): not
     /// operations, not losses either; shown when there are some.
     pub refused: u64,
+    /// Operations that failed (error completions other than flushes, failed calls), summed
+    /// over the processes read in detail; shown when there are some.
+    #[serde(default)]
+    pub errors: u64,
     /// Latest error, e.g. "socket /run/…/4121.sock: bad frame" (shown with ✗).
     pub message: Option<String>,
     /// What the source is doing, a neutral note: "playing 1× · 2.3/6.2s", "replay finished",

@@ -675,3 +675,33 @@ fn the_program_log_path_is_whole_at_120_columns() {
     let app = App::new(Theme::dark());
     insta::assert_snapshot!("first_day_run_notice_120x35", render(&app, &vm, 120, 35));
 }
+
+/// Failed operations: the status line counts them, and the selected QP's detail pane says how
+/// many of its operations reported an error (at both sizes).
+#[test]
+fn failed_operations_in_the_status_line_and_the_qp_detail() {
+    let mut vm = sample_view_model();
+    for e in &mut vm.endpoints {
+        e.errors = 3;
+    }
+    vm.status.errors = 5;
+    for (w, h) in SIZES {
+        let mut app = App::new(Theme::dark());
+        render(&app, &vm, w, h);
+        keys(&mut app, "2");
+        let backend = render(&app, &vm, w, h);
+        let screen: String = backend
+            .buffer()
+            .content()
+            .chunks(w as usize)
+            .map(|row| row.iter().map(|c| c.symbol()).collect::<String>() + "\n")
+            .collect();
+        assert!(screen.contains("5 failed"), "{w}x{h}:\n{screen}");
+        if h >= 60 {
+            assert!(
+                screen.contains("failed: 3 operations reported an error"),
+                "{w}x{h}:\n{screen}"
+            );
+        }
+    }
+}

@@ -186,6 +186,36 @@ fn unattributed_row_and_matrices() {
     assert!(vm.doorbells.series.is_empty());
 }
 
+/// Errors in a process's snapshots reach its endpoint's row and the status line, as of the view
+/// time: 2 at t+10 s, 5 at the end; none before the first.
+#[test]
+fn failed_operations_per_endpoint_and_in_the_status_line() {
+    let mut m = model();
+    let b = ProcKey {
+        host: "n1".into(),
+        pid: 20,
+        start_ns: 0,
+    };
+    for (i, errors) in [(31u64, 2u64), (32, 5)] {
+        let mut s = snap(T0 + i * S, i, &[(1, Op::UcxTagRecv, i, 100_000_000)]);
+        s.counts[0].errors = errors;
+        m.apply(&b, Frame::Snapshot(s));
+    }
+    let vm = build_view(&m, &opts(Window::S10, None));
+    let row = |vm: &ViewModel| {
+        vm.endpoints
+            .iter()
+            .find(|e| e.pid == 20 && e.local_id == "ep#1")
+            .map(|e| e.errors)
+    };
+    assert_eq!(row(&vm), Some(5));
+    assert_eq!(vm.status.errors, 5);
+    let then = build_view(&m, &opts(Window::S10, Some(T0 + 31 * S)));
+    assert_eq!((row(&then), then.status.errors), (Some(2), 2));
+    let before = build_view(&m, &opts(Window::S10, Some(T0 + 30 * S)));
+    assert_eq!((row(&before), before.status.errors), (Some(0), 0));
+}
+
 #[test]
 fn history_positions_and_sparkline() {
     let m = model();

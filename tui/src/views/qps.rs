@@ -306,6 +306,16 @@ fn endpoint_detail(frame: &mut Frame, area: Rect, app: &App, r: &EndpointRow) {
         Span::styled("   receives posted, not completed ", th.dim),
         Span::raw(r.posted.map(units::count).unwrap_or_else(|| "—".into())),
     ]));
+    if r.errors > 0 {
+        lines.push(Line::from(vec![
+            Span::styled(" failed: ", th.dim),
+            Span::styled(units::count(r.errors), th.error),
+            Span::styled(
+                " operations reported an error (error completions other than flushes, failed calls)",
+                th.dim,
+            ),
+        ]));
+    }
     if r.refused > 0 {
         lines.push(Line::from(vec![
             Span::styled(" provider busy: ", th.dim),

@@ -29,6 +29,11 @@ fn counters<'a>(th: &Theme, vm: &ViewModel, wide: bool) -> Vec<Span<'a>> {
         v.push(Span::styled(" · ", th.dim));
         v.extend(item("frames lost", s.frames_lost));
     }
+    if s.errors > 0 {
+        v.push(Span::styled(" · ", th.dim));
+        v.push(Span::styled(units::count(s.errors), th.error));
+        v.push(Span::styled(" failed", th.dim));
+    }
     if s.refused > 0 {
         v.push(Span::styled(" · ", th.dim));
         v.push(Span::styled("provider busy: ", th.dim));
