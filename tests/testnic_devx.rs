@@ -341,6 +341,18 @@ fn error_completions_with_and_without_sigmatop() {
                 text.contains("failed: 9 operations reported an error in all"),
                 "{ctx}: {text}"
             );
+            // The warnings (the dashboard's, printed by `replay --headless`): one per failing QP.
+            let out = std::process::Command::new(common::sigmatop_bin())
+                .args(["replay", "--headless"])
+                .arg(&t.record)
+                .output()
+                .expect("sigmatop replay --headless");
+            let text = common::stdout_of(&out);
+            let failing = text
+                .lines()
+                .filter(|l| l.starts_with("warning: QP 0x") && l.ends_with(": 1 failed operation"))
+                .count();
+            assert_eq!(failing, 9, "{ctx}: {text}");
         }
     }
 }

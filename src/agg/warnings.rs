@@ -26,6 +26,9 @@ impl Default for WarningConfig {
 /// What a warning is about, most important first.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub enum WarningKind {
+    /// An endpoint's operations failed (error completions other than flushes, failed calls):
+    /// `count` since the start.
+    FailedOperations,
     /// Events were lost (ring overflow): `count` events, in `processes` processes.
     EventsDropped,
     /// Sources that ended with a problem before saying goodbye (lost socket frames): `count`.
@@ -71,9 +74,40 @@ pub struct Skew;
 pub struct DoorbellStorm;
 /// Verbs QPs and SRQs of running processes with receive WRs posted and no traffic now.
 pub struct IdleWithPosted;
+/// Endpoints whose operations failed.
+pub struct Failed;
 
 /// Every rule, in the order their warnings are listed (then sorted by kind).
-pub const RULES: &[&dyn Rule] = &[&Drops, &Skew, &IdleWithPosted, &DoorbellStorm];
+pub const RULES: &[&dyn Rule] = &[&Failed, &Drops, &Skew, &IdleWithPosted, &DoorbellStorm];
+
+impl Rule for Failed {
+    fn check(&self, at: &ModelAt, _cfg: &WarningConfig, out: &mut Vec<Warning>) {
+        for a in &at.procs {
+            for (ep, e) in a.eps.iter().filter(|(_, e)| e.errors > 0) {
+                let def = a.p.endpoints.get(&ep);
+                let mut id = String::new();
+                write_local_id(&mut id, def, ep);
+                let qp = def.is_some_and(|d| {
+                    matches!(
+                        d.kind,
+                        crate::event::EndpointKind::VerbsQp | crate::event::EndpointKind::DevxQp
+                    )
+                });
+                out.push(Warning {
+                    kind: WarningKind::FailedOperations,
+                    subject: format!(
+                        "{}{id} ({} pid {})",
+                        if qp { "QP " } else { "" },
+                        a.key.host,
+                        a.key.pid
+                    ),
+                    value: e.errors as f64,
+                    processes: 0,
+                });
+            }
+        }
+    }
+}
 
 impl Rule for IdleWithPosted {
     fn check(&self, at: &ModelAt, _cfg: &WarningConfig, out: &mut Vec<Warning>) {

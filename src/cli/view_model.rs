@@ -526,6 +526,7 @@ fn warning_kind(k: warnings::WarningKind) -> WarningKind {
         W::RankIngressSkew => WarningKind::RankIngressSkew,
         W::IdleWithPosted => WarningKind::IdleWithPosted,
         W::DoorbellStorm => WarningKind::DoorbellStorm,
+        W::FailedOperations => WarningKind::FailedOperations,
     }
 }
 
@@ -559,6 +560,15 @@ pub fn warning_text(w: &warnings::Warning) -> String {
             fmt::count(w.value as u64)
         ),
         W::DoorbellStorm => format!("{} doorbell storm {}/s", w.subject, fmt::si(w.value)),
+        W::FailedOperations => {
+            let n = w.value as u64;
+            format!(
+                "{}: {} failed operation{}",
+                w.subject,
+                fmt::count(n),
+                if n == 1 { "" } else { "s" }
+            )
+        }
     }
 }
 

@@ -40,6 +40,8 @@ pub enum WarningKind {
     IdleWithPosted,
     /// A GPU or QP rings doorbells faster than the threshold.
     DoorbellStorm,
+    /// An endpoint's operations failed (error completions, failed calls).
+    FailedOperations,
 }
 
 /// One warning line.
