@@ -200,6 +200,7 @@ ops! {
     UcxEpFlush = 10, "ep_flush", None, Ucx;
     UcxWorkerFlush = 11, "worker_flush", None, Ucx;
     UcxProgress = 12, "progress", None, Ucx;
+    UcxEpError = 13, "ep_error", None, Ucx;
     OfiRead = 16, "read", Rx, Libfabric;
     OfiWrite = 17, "write", Tx, Libfabric;
     OfiSend = 18, "send", Tx, Libfabric;

@@ -47,6 +47,7 @@ const IOV_WALK_MAX: usize = 1 << 16;
 
 // ucp_ep_params_t::field_mask bits.
 pub const EP_PARAM_FIELD_REMOTE_ADDRESS: u64 = 1 << 0;
+pub const EP_PARAM_FIELD_ERR_HANDLER: u64 = 1 << 2;
 pub const EP_PARAM_FIELD_SOCK_ADDR: u64 = 1 << 4;
 pub const EP_PARAM_FIELD_CONN_REQUEST: u64 = 1 << 6;
 // ucp_worker_attr_t::field_mask bit.
@@ -103,7 +104,8 @@ pub struct EpParams {
     pub field_mask: u64,
     pub address: *const u8,
     err_mode: c_int,
-    err_handler: [Ptr; 2],
+    /// `ucp_err_handler_t`: the callback and its argument.
+    pub err_handler: [Ptr; 2],
     user_data: Ptr,
     flags: c_uint,
     pub sockaddr: SockAddr,
@@ -127,6 +129,14 @@ const _: () = assert!(core::mem::offset_of!(RequestParam, recv_info) == 56);
 const _: () = assert!(core::mem::size_of::<AmHandlerParam>() == 32);
 const _: () = assert!(core::mem::size_of::<EpParams>() == 104);
 const _: () = assert!(core::mem::offset_of!(EpParams, sockaddr) == 56);
+// The field ends `ep_error::FIELD_END` copies up to (UCX 1.13's ucp_ep_params_t).
+const _: () = assert!(core::mem::offset_of!(EpParams, err_mode) == 16);
+const _: () = assert!(core::mem::offset_of!(EpParams, err_handler) == 24);
+const _: () = assert!(core::mem::offset_of!(EpParams, user_data) == 40);
+const _: () = assert!(core::mem::offset_of!(EpParams, flags) == 48);
+const _: () = assert!(core::mem::offset_of!(EpParams, conn_request) == 72);
+const _: () = assert!(core::mem::offset_of!(EpParams, name) == 80);
+const _: () = assert!(core::mem::offset_of!(EpParams, local_sockaddr) == 88);
 const _: () = assert!(core::mem::offset_of!(WorkerAttrHead, address_length) == 24);
 
 /// What a UCP call's result says about the operation.

@@ -194,9 +194,18 @@ unsafe extern "C" fn ucp_ep_create(worker: Ptr, params: *const EpParams, ep_p: *
     let Some(real) = EP_CREATE.get() else {
         return UCS_ERR_UNSUPPORTED;
     };
+    // The program's error handler behind a trampoline of sigmatop's (super::ep_error).
+    let wrapped = if params.is_null() || !crate::config::layer_enabled(Layer::Ucx) {
+        None
+    } else {
+        // SAFETY: the program's valid ucp_ep_params_t.
+        unsafe { super::ep_error::wrap(params) }
+    };
+    let given = wrapped.as_ref().map_or(params, |c| c as *const EpParams);
     control(
-        // SAFETY: the program's arguments, unchanged.
-        || unsafe { real(worker, params, ep_p) },
+        // SAFETY: the program's arguments, or a copy of its parameters that differs only in the
+        // error handler.
+        || unsafe { real(worker, given, ep_p) },
         |r| {
             if r != 0 || ep_p.is_null() || params.is_null() {
                 return;

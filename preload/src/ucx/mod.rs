@@ -32,6 +32,7 @@
 
 mod abi;
 mod control;
+mod ep_error;
 mod legacy;
 mod nbx;
 mod recv;
