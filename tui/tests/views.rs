@@ -697,6 +697,7 @@ fn failed_operations_in_the_status_line_and_the_qp_detail() {
             .map(|row| row.iter().map(|c| c.symbol()).collect::<String>() + "\n")
             .collect();
         assert!(screen.contains("5 failed"), "{w}x{h}:\n{screen}");
+        assert!(!screen.contains("no errors"), "{w}x{h}:\n{screen}");
         if h >= 60 {
             assert!(
                 screen.contains("failed: 3 operations reported an error"),

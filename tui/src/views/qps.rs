@@ -311,7 +311,11 @@ fn endpoint_detail(frame: &mut Frame, area: Rect, app: &App, r: &EndpointRow) {
             Span::styled(" failed: ", th.dim),
             Span::styled(units::count(r.errors), th.error),
             Span::styled(
-                " operations reported an error (error completions other than flushes, failed calls)",
+                if r.errors == 1 {
+                    " operation reported an error (an error completion, a failed call or endpoint)"
+                } else {
+                    " operations reported an error (error completions, failed calls or endpoints)"
+                },
                 th.dim,
             ),
         ]));

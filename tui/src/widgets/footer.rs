@@ -107,6 +107,17 @@ pub(crate) fn status_line<'a>(
                 ]
             }
         }
+    } else if vm.status.errors > 0 {
+        // Not "no errors" while operations failed (the warnings above say which).
+        all_clear = true;
+        vec![Span::styled(
+            format!(
+                " ✗ {} failed operation{}",
+                units::count(vm.status.errors),
+                if vm.status.errors == 1 { "" } else { "s" }
+            ),
+            th.error,
+        )]
     } else {
         all_clear = true;
         vec![Span::styled(" ✓ no errors", th.ok)]
