@@ -3,11 +3,25 @@
 //! the server ends without closing anything, as a crashed rank does. UCX calls the client's
 //! endpoint error handler; under `sigmatop run` the program's handler still runs (it prints
 //! UCX's words), and the summary marks that endpoint `failed: <the same words>` with exactly one
-//! error (`ep_error`), while its one send stays counted and the server has no error.
+//! error (`ep_error`), while its one send stays counted and the server has no error. In tmux, as
+//! a person sees it: the warning names the endpoint, the QPs tab shows its state and the failed
+//! operation, and the summary after `q` says `failed: 1`.
 
 mod common;
 
+use std::time::Duration;
+
+use common::tmux::Tmux;
 use common::{build_program, port, scratch, sigmatop_bin, stderr_of, stdout_of};
+
+fn program() -> std::path::PathBuf {
+    build_program(
+        "gcc",
+        "ucx_peer_fail.c",
+        "ucx_peer_fail",
+        &["-lucp", "-lucs"],
+    )
+}
 
 #[test]
 fn a_dead_peer_marks_the_endpoint_failed_with_one_error() {
@@ -65,4 +79,41 @@ fn a_dead_peer_marks_the_endpoint_failed_with_one_error() {
     assert_eq!(ep["ops"]["ep_error"]["ops"], 0, "{v}");
     assert_eq!(ep["ops"]["tag_send"]["ops"], 1, "{v}");
     assert_eq!(ep["ops"]["tag_send"]["bytes"], 64, "{v}");
+}
+
+#[test]
+fn the_dashboard_names_the_failed_endpoint() {
+    let prog = program();
+    let dir = scratch("ucx-endpoint-failure-tmux");
+    let line = format!(
+        "SIGMATOP_SOCKET_DIR={} UCX_TLS=tcp {} run -- {} {}",
+        dir.join("sock").display(),
+        sigmatop_bin().display(),
+        prog.display(),
+        port()
+    );
+    let Some(t) = Tmux::start_in("endpoint-failure", &line, Some(&dir)) else {
+        return;
+    };
+    let limit = Duration::from_secs(40);
+    let screen = t.wait_for("the failed endpoint's warning", limit, |s| {
+        s.contains("ucx_peer_fail exited") && s.contains(": 1 failed operation")
+    });
+    assert!(screen.contains("1 failed"), "the status counter:\n{screen}");
+    t.keys(&["2"]);
+    let qps = t.wait_for("the QPs tab's detail", limit, |s| {
+        s.contains("failed: 1 operation reported an error")
+    });
+    assert!(
+        qps.contains("tcp failed: Connection reset by remote peer")
+            || qps.contains("tcp failed: Endpoint timeout"),
+        "the endpoint's state:\n{qps}"
+    );
+    t.keys(&["q"]);
+    let done = t.wait_for("sigmatop to exit", limit, |s| s.contains("SIGMATOP-EXIT="));
+    assert!(done.contains("SIGMATOP-EXIT=0"), "{done}");
+    assert!(
+        done.contains("    failed: 1 (error completions"),
+        "the summary:\n{done}"
+    );
 }

@@ -62,7 +62,7 @@ pub fn render(report: &Report, live: Option<&Model>) -> String {
         if p.flow.errors > 0 {
             let _ = writeln!(
                 s,
-                "    failed: {} (error completions and failed calls; flushed work requests and cancelled receives are not counted)",
+                "    failed: {} (error completions, failed calls and endpoints; flushed work requests and cancelled receives are not counted)",
                 p.flow.errors
             );
         }
