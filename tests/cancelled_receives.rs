@@ -8,34 +8,18 @@ mod common;
 
 use std::path::Path;
 
-use common::{build_program, scratch, sigmatop_bin, stderr_of, stdout_of};
+use common::{build_program, run_json, scratch, stdout_of};
 
 const N: u64 = 7;
 
 /// Runs `prog args` under `sigmatop run --json` and checks its one process's summary.
 fn check(name: &str, prog: &Path, args: &[&str]) {
-    let dir = scratch(name);
-    let json = dir.join("summary.json");
-    let out = std::process::Command::new(sigmatop_bin())
-        .arg("run")
-        .arg("--json")
-        .arg(&json)
-        .arg("--")
-        .arg(prog)
-        .args(args)
-        .env("UCX_TLS", "tcp")
-        .env("SIGMATOP_SOCKET_DIR", dir.join("sock"))
-        .stdin(std::process::Stdio::null())
-        .output()
-        .expect("sigmatop run");
-    assert!(out.status.success(), "{name}: {}", stderr_of(&out));
+    let (out, v) = run_json(&scratch(name), prog, args);
     assert!(
         stdout_of(&out).contains(&format!(" {N} cancelled")),
         "{name}: {}",
         stdout_of(&out)
     );
-    let v: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(&json).expect("summary written")).expect("JSON");
     let p = &v["processes"][0];
     assert_eq!(p["posted"].as_u64(), Some(N), "{name}: {v}");
     assert_eq!(p["posted_bytes"].as_u64(), Some(N * 4096), "{name}: {v}");

@@ -12,7 +12,7 @@ mod common;
 use std::time::Duration;
 
 use common::tmux::Tmux;
-use common::{build_program, port, scratch, sigmatop_bin, stderr_of, stdout_of};
+use common::{build_program, port, run_json, scratch, sigmatop_bin, stdout_of};
 
 fn program() -> std::path::PathBuf {
     build_program(
@@ -31,29 +31,17 @@ fn a_dead_peer_marks_the_endpoint_failed_with_one_error() {
         "ucx_peer_fail",
         &["-lucp", "-lucs"],
     );
-    let dir = scratch("ucx-endpoint-failure");
-    let json = dir.join("summary.json");
-    let out = std::process::Command::new(sigmatop_bin())
-        .arg("run")
-        .arg("--json")
-        .arg(&json)
-        .arg("--")
-        .arg(&prog)
-        .arg(port().to_string())
-        .env("UCX_TLS", "tcp")
-        .env("SIGMATOP_SOCKET_DIR", dir.join("sock"))
-        .stdin(std::process::Stdio::null())
-        .output()
-        .expect("sigmatop run");
+    let (out, v) = run_json(
+        &scratch("ucx-endpoint-failure"),
+        &prog,
+        &[&port().to_string()],
+    );
     let said = stdout_of(&out);
-    assert!(out.status.success(), "{said}\n{}", stderr_of(&out));
     let words = said
         .lines()
         .find_map(|l| l.strip_prefix("ucx_peer_fail handler "))
         .unwrap_or_else(|| panic!("the program's handler did not run: {said}"))
         .to_string();
-    let v: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(&json).expect("summary written")).expect("JSON");
     let procs = v["processes"].as_array().expect("processes");
     assert_eq!(procs.len(), 2, "{v}");
     let client = procs

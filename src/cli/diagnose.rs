@@ -115,33 +115,9 @@ impl LibraryWatch {
         }
     }
 
-    /// Notes the lists of loaded objects (`<pid>.libs`, one path per line) that the program's
-    /// untraced processes left in the run's directory `dir`. Each is untrusted input: a regular
-    /// file of this user's, at most 1 MiB, read as text.
-    pub fn note_left_lists(&mut self, dir: &Path) {
-        let Ok(rd) = std::fs::read_dir(dir) else {
-            return;
-        };
-        for e in rd.flatten() {
-            let path = e.path();
-            if path.extension().is_none_or(|x| x != "libs") {
-                continue;
-            }
-            let ours = std::fs::symlink_metadata(&path).is_ok_and(|m| {
-                use std::os::unix::fs::MetadataExt;
-                // SAFETY: getuid cannot fail.
-                m.is_file() && m.uid() == unsafe { libc::getuid() } && m.len() <= 1 << 20
-            });
-            if let (true, Ok(bytes)) = (ours, std::fs::read(&path)) {
-                for line in String::from_utf8_lossy(&bytes).lines() {
-                    self.note_library(line);
-                }
-            }
-        }
-    }
-
-    /// Notes one loaded object, by its path.
-    fn note_library(&mut self, path: &str) {
+    /// Notes one loaded object, by its path (a line of /proc/PID/maps, or of the lists the
+    /// program's untraced processes leave: `FinalStates::loaded_objects`).
+    pub fn note_library(&mut self, path: &str) {
         let name = Path::new(path)
             .file_name()
             .map(|n| n.to_string_lossy())

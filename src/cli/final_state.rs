@@ -6,7 +6,8 @@
 //! A file is applied to the model only when the live stream did not already say goodbye for that
 //! process, and only once its live connection (if any) has closed, so snapshots stay in order.
 //! Files are untrusted input: read with the live protocol's decoder, bounded in size, and removed
-//! once read.
+//! once read. Processes that traced nothing leave instead the list of objects they had loaded
+//! (`<pid>.libs`, one path per line), which the end-of-run diagnosis reads (`cli::diagnose`).
 
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
@@ -94,22 +95,48 @@ impl FinalStates {
     }
 }
 
+impl FinalStates {
+    /// The paths in the lists of loaded objects the program's untraced processes left (at most
+    /// 1 MiB each, read as text).
+    pub fn loaded_objects(&self) -> Vec<String> {
+        let Ok(rd) = std::fs::read_dir(&self.dir) else {
+            return Vec::new();
+        };
+        let mut out = Vec::new();
+        for e in rd.flatten() {
+            let path = e.path();
+            if path.extension().is_none_or(|x| x != "libs") {
+                continue;
+            }
+            if let Ok(bytes) = own_file(&path, 1 << 20, "a list of loaded objects") {
+                out.extend(String::from_utf8_lossy(&bytes).lines().map(String::from));
+            }
+        }
+        out
+    }
+}
+
 impl Drop for FinalStates {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
 
-/// The frames of one final-state file: a regular file of ours, at most one frame's size.
-fn read(path: &Path) -> Result<Vec<Frame>, String> {
+/// The bytes of `path` when it is a regular file of ours of at most `max` bytes (`what` holds).
+fn own_file(path: &Path, max: u64, what: &str) -> Result<Vec<u8>, String> {
     let md = std::fs::symlink_metadata(path).map_err(|e| e.to_string())?;
     if !md.is_file() || md.uid() != own_uid() {
         return Err("not a regular file of yours; ignored".into());
     }
-    if md.len() > MAX_FRAME as u64 {
-        return Err(format!("{} bytes, more than a final state holds", md.len()));
+    if md.len() > max {
+        return Err(format!("{} bytes, more than {what} holds", md.len()));
     }
-    let bytes = std::fs::read(path).map_err(|e| e.to_string())?;
+    std::fs::read(path).map_err(|e| e.to_string())
+}
+
+/// The frames of one final-state file: a regular file of ours, at most one frame's size.
+fn read(path: &Path) -> Result<Vec<Frame>, String> {
+    let bytes = own_file(path, MAX_FRAME as u64, "a final state")?;
     let mut d = Decoder::new();
     d.push(&bytes);
     let mut frames = Vec::new();

@@ -191,7 +191,9 @@ pub fn run_headless(args: &RunArgs) -> CliResult {
     }
     let report = model.report();
     if let Some(f) = &finals {
-        libraries.note_left_lists(f.dir());
+        for path in f.loaded_objects() {
+            libraries.note_library(&path);
+        }
     }
     let why = NothingTraced {
         cmd: &args.cmd,

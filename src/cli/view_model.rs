@@ -420,7 +420,8 @@ fn fill_endpoint_row(row: &mut EndpointRow, at: &ModelAt, e: &EndpointAt) {
     }
     // Operations by code, most first (ties by name).
     let empty = Default::default();
-    let ops = a.eps.get(e.ep).map_or(&empty, |s| &s.ops);
+    let sums = a.eps.get(e.ep);
+    let ops = sums.map_or(&empty, |s| &s.ops);
     let n_ops = ops.count();
     row.ops_by_opcode.truncate(n_ops);
     while row.ops_by_opcode.len() < n_ops {
@@ -453,7 +454,7 @@ fn fill_endpoint_row(row: &mut EndpointRow, at: &ModelAt, e: &EndpointAt) {
     row.doorbells_per_s = (e.is_gpu_qp() || e.tot.doorbells > 0).then_some(e.doorbells_per_s);
     row.posted = e.tot.outstanding();
     row.refused = e.tot.refused;
-    row.errors = a.eps.get(e.ep).map_or(0, |s| s.errors);
+    row.errors = sums.map_or(0, |s| s.errors);
     row.unattributed = e.unattributed();
 }
 

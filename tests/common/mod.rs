@@ -409,6 +409,34 @@ pub fn wait_listening(port: u16, limit: Duration) {
     }
 }
 
+/// `sigmatop run --json FILE -- PROGRAM ARGS` in `dir` (sockets in `dir/sock`, UCX over tcp):
+/// the run's output and the summary it wrote, which must be valid JSON.
+pub fn run_json(dir: &Path, program: &Path, args: &[&str]) -> (Output, serde_json::Value) {
+    let json = dir.join("summary.json");
+    let out = Command::new(sigmatop_bin())
+        .arg("run")
+        .arg("--json")
+        .arg(&json)
+        .arg("--")
+        .arg(program)
+        .args(args)
+        .env("UCX_TLS", "tcp")
+        .env("SIGMATOP_SOCKET_DIR", dir.join("sock"))
+        .stdin(Stdio::null())
+        .output()
+        .expect("sigmatop run");
+    assert!(
+        out.status.success(),
+        "{}\n{}",
+        stdout_of(&out),
+        stderr_of(&out)
+    );
+    let bytes = std::fs::read(&json)
+        .unwrap_or_else(|e| panic!("{}: {e}\n{}", json.display(), stderr_of(&out)));
+    let v = serde_json::from_slice(&bytes).expect("the summary is JSON");
+    (out, v)
+}
+
 /// The shape of a program's output: every run of digits (with '.' and ',' inside numbers)
 /// becomes '#' and runs of spaces one space, so runs that differ only in figures compare equal.
 pub fn output_shape(text: &str) -> Vec<String> {

@@ -34,16 +34,7 @@ unsafe extern "C" fn trampoline<const I: usize>(arg: Ptr, ep: Ptr, status: Statu
     }
 }
 
-static TRAMPOLINES: [ErrHandler; SLOTS] = [
-    trampoline::<0>,
-    trampoline::<1>,
-    trampoline::<2>,
-    trampoline::<3>,
-    trampoline::<4>,
-    trampoline::<5>,
-    trampoline::<6>,
-    trampoline::<7>,
-];
+static TRAMPOLINES: [ErrHandler; SLOTS] = trampolines!(trampoline as ErrHandler; 0 1 2 3 4 5 6 7);
 
 /// The endpoint `ep` failed with `status`: its state says so, and one error is counted on it.
 fn note(ep: Ptr, status: Status) {

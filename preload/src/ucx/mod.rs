@@ -30,6 +30,13 @@
 //! `Peer::addr_hash`. `ucp_ep_create` gets the peer's blob without its length, so hashing a prefix
 //! of fixed size is also the only safe choice (any valid address has at least these 9 bytes).
 
+/// An array of the instances `f::<I>` of a const-generic trampoline, one per listed `I`, as `t`:
+/// the callbacks sigmatop hands UCX in place of a program's (receive completions, endpoint
+/// errors), each of which finds its own slot by its `I`.
+macro_rules! trampolines {
+    ($f:ident as $t:ty; $($i:literal)*) => { [$($f::<$i> as $t,)*] };
+}
+
 mod abi;
 mod control;
 mod ep_error;

@@ -11,6 +11,15 @@ use crate::wire::Frame;
 const S: u64 = 1_000_000_000;
 const T0: u64 = 1_700_000_000 * S;
 
+/// The key of process `pid` on `host` (its trace start unknown).
+fn key(host: &str, pid: u32) -> ProcKey {
+    ProcKey {
+        host: host.into(),
+        pid,
+        start_ns: 0,
+    }
+}
+
 fn ident(pid: u32, rank: u32, host: &str, own: u64) -> Identity {
     Identity {
         host: host.into(),
@@ -63,16 +72,8 @@ fn snap(at: u64, seq: u64, counts: &[(u32, Op, u64, u64)]) -> Snapshot {
 /// some unattributed receives.
 fn model() -> Model {
     let mut m = Model::new();
-    let a = ProcKey {
-        host: "n0".into(),
-        pid: 10,
-        start_ns: 0,
-    };
-    let b = ProcKey {
-        host: "n1".into(),
-        pid: 20,
-        start_ns: 0,
-    };
+    let a = key("n0", 10);
+    let b = key("n1", 20);
     m.apply(&a, Frame::hello(ident(10, 0, "n0", 0xa)));
     m.apply(&b, Frame::hello(ident(20, 1, "n1", 0xb)));
     m.apply(&a, Frame::Endpoints(vec![ep(1, 0xb)]));
@@ -143,11 +144,7 @@ fn building_into_a_previous_view_equals_a_fresh_build() {
     let mut vm = ViewModel::default();
     // A bigger view first (doorbells, GPU rows, more endpoints), then smaller ones into it.
     let mut big = model();
-    let k = ProcKey {
-        host: "n2".into(),
-        pid: 30,
-        start_ns: 0,
-    };
+    let k = key("n2", 30);
     big.apply(&k, Frame::hello(ident(30, 2, "n2", 0xc)));
     big.apply(&k, Frame::Endpoints((1..=5).map(|i| ep(i, 0xa)).collect()));
     build_view_into(&big, &opts(Window::All, None), &mut cache, &mut vm);
@@ -187,15 +184,11 @@ fn unattributed_row_and_matrices() {
 }
 
 /// Errors in a process's snapshots reach its endpoint's row and the status line, as of the view
-/// time: 2 at t+10 s, 5 at the end; none before the first.
+/// time: 2 at t+31 s, 5 at t+32 s (the end); none at t+30 s, before the first.
 #[test]
 fn failed_operations_per_endpoint_and_in_the_status_line() {
     let mut m = model();
-    let b = ProcKey {
-        host: "n1".into(),
-        pid: 20,
-        start_ns: 0,
-    };
+    let b = key("n1", 20);
     for (i, errors) in [(31u64, 2u64), (32, 5)] {
         let mut s = snap(T0 + i * S, i, &[(1, Op::UcxTagRecv, i, 100_000_000)]);
         s.counts[0].errors = errors;
@@ -245,18 +238,10 @@ fn history_positions_and_sparkline() {
 #[test]
 fn exited_process_keeps_totals_and_goes_quiet() {
     let mut m = model();
-    let a = ProcKey {
-        host: "n0".into(),
-        pid: 10,
-        start_ns: 0,
-    };
+    let a = key("n0", 10);
     m.apply(&a, Frame::Bye { at_ns: T0 + 30 * S });
     // The other process reports for 5 more seconds.
-    let b = ProcKey {
-        host: "n1".into(),
-        pid: 20,
-        start_ns: 0,
-    };
+    let b = key("n1", 20);
     for i in 31..=35u64 {
         m.apply(&b, Frame::Snapshot(snap(T0 + i * S, i, &[])));
     }
@@ -292,11 +277,7 @@ fn live_now_rates_fall_to_zero_when_everyone_is_quiet() {
 #[test]
 fn doorbells_from_sampled_events() {
     let mut m = Model::new();
-    let k = ProcKey {
-        host: "g".into(),
-        pid: 1,
-        start_ns: 0,
-    };
+    let k = key("g", 1);
     m.apply(&k, Frame::hello(ident(1, 0, "g", 0)));
     let mut d = ep(5, 0);
     d.layer = Layer::Mlx5;
@@ -368,11 +349,7 @@ fn doorbells_from_sampled_events() {
 /// (cumulative), numbered from `first_seq`.
 fn one_sender(secs: &[u64], first_seq: u64, rate: u64) -> (Model, ProcKey) {
     let mut m = Model::new();
-    let a = ProcKey {
-        host: "n0".into(),
-        pid: 10,
-        start_ns: 0,
-    };
+    let a = key("n0", 10);
     m.apply(&a, Frame::hello(ident(10, 0, "n0", 0xa)));
     m.apply(&a, Frame::Endpoints(vec![ep(1, 0xb)]));
     for (k, s) in secs.iter().enumerate() {
@@ -408,11 +385,7 @@ fn attaching_mid_run_shows_no_rate_over_an_unobserved_interval() {
     // A second, idle process traced since T0 makes the history's timeline; the sender is
     // first seen at 31 s with 31 MB already sent.
     let (mut m, _) = one_sender(&[31, 32, 33], 31, 1_000_000);
-    let b = ProcKey {
-        host: "n1".into(),
-        pid: 20,
-        start_ns: 0,
-    };
+    let b = key("n1", 20);
     m.apply(&b, Frame::hello(ident(20, 1, "n1", 0xb)));
     for i in 1..=33u64 {
         m.apply(&b, Frame::Snapshot(snap(T0 + i * S, i - 1, &[])));
@@ -461,14 +434,10 @@ fn varied_job(seed: u64, snaps: u64, mut each: impl FnMut(u64, &Model)) -> Model
     let q = S / 4;
     let mut m = Model::new();
     let n = 7u32;
-    let key = |i: u32| ProcKey {
-        host: format!("n{}", i % 3),
-        pid: 10 + i,
-        start_ns: 0,
-    };
+    let proc_key = |i: u32| key(&format!("n{}", i % 3), 10 + i);
     let mut counts: Vec<Vec<OpCount>> = Vec::new();
     for i in 0..n {
-        let k = key(i);
+        let k = proc_key(i);
         m.apply(
             &k,
             Frame::hello(ident(10 + i, i, &k.host, 0x100 + u64::from(i))),
@@ -557,7 +526,7 @@ fn varied_job(seed: u64, snaps: u64, mut each: impl FnMut(u64, &Model)) -> Model
             }
             let at = T0 + k * q + u64::from(i) * 1000;
             m.apply(
-                &key(i),
+                &proc_key(i),
                 Frame::Snapshot(Snapshot {
                     at_ns: at,
                     seq: k,
@@ -566,7 +535,7 @@ fn varied_job(seed: u64, snaps: u64, mut each: impl FnMut(u64, &Model)) -> Model
                 }),
             );
             if i == 6 && k + 33 == snaps {
-                m.apply(&key(i), Frame::Bye { at_ns: at });
+                m.apply(&proc_key(i), Frame::Bye { at_ns: at });
             }
         }
         each(k, &m);

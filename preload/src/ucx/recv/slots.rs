@@ -91,10 +91,6 @@ impl CbTable {
 static TAG: CbTable = CbTable::new();
 static LEN: CbTable = CbTable::new();
 
-macro_rules! trampolines {
-    ($f:ident as $t:ty; $($i:literal)*) => { [$($f::<$i> as $t,)*] };
-}
-
 /// sigmatop's tag-receive callbacks, one per slot of `TAG`.
 static TAG_CBS: [TagRecvCb; SLOTS] = trampolines!(tag_done as TagRecvCb;
     0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20 21 22 23 24 25 26 27 28 29 30 31 32 33
