@@ -9,6 +9,8 @@
 #                     record, alternated in rounds; each line carries the clock's own cost, timed
 #                     in the same bursts
 #   hotpath.md        medians and spread of hotpath.txt per bench and configuration
+#   floor.md          benches/hotpath_floor.sh: the aggregate hook against reference interposers
+#                     of one feature more each (the floor under "<= 3 ns"), FLOOR_ROUNDS rounds
 #   ucx_hotpath.txt   benches/ucx_hotpath.c (real UCX send, receive and completion on UCX_TLS=self,
 #                     target/ucx_hotpath built where UCX's headers are) untraced and traced in
 #                     every mode, alternated in rounds
@@ -30,7 +32,7 @@
 #   REPS=N      repetitions of each overhead configuration (default 5)
 #   HOT_ROUNDS=N rounds of the hot-path benches (default 3)
 #   DEBS=DIR    where the .debs are; USE_DEBS=1 uses them even where the programs are installed
-#   STEPS=LIST  which steps run, of clock,hot,ucxhot,overhead,record (default all of them)
+#   STEPS=LIST  which steps run, of clock,hot,floor,ucxhot,overhead,record (default all of them)
 #   ONLY=TEXT   overhead.py's --only (the benchmarks whose name contains TEXT)
 #   PRELOAD_BEFORE=SO  a second library (an older build) that the ucxhot step and overhead.py
 #               (--compare) alternate with
@@ -64,7 +66,7 @@ else
     CLOCK_PROBE_N=10000000; REC_SECONDS=3; REC_THREADS=1,4
 fi
 export HOTPATH_REPS VERBS_REPS CLOCK_PROBE_N
-STEPS=${STEPS:-clock,hot,ucxhot,overhead,record}
+STEPS=${STEPS:-clock,hot,floor,ucxhot,overhead,record}
 step() { case ",$STEPS," in *",$1,"*) return 0 ;; *) return 1 ;; esac; }
 if [ -z "${PIN:-}" ]; then
     if [ "$(nproc)" -ge 8 ]; then PIN=2,3:4,5; else PIN=none; fi
@@ -157,6 +159,15 @@ done
 rm -rf "$WORK/hotrec"
 python3 "$ROOT/benches/hotpath_table.py" "$OUT/hotpath.txt" > "$OUT/hotpath.md"
 cat "$OUT/hotpath.md" | tee -a "$LOG"
+fi
+
+# The floor under the aggregate hook: reference interposers of one feature more each.
+if step floor; then
+log "floor: ${FLOOR_ROUNDS:-9} rounds of hotpath against benches/hotpath_floor.c's four levels and the preload"
+SIGMATOP_SOCKET_DIR=$WORK/sock timeout 600 bash "$ROOT/benches/hotpath_floor.sh" "$PRELOAD" \
+    "${FLOOR_ROUNDS:-9}" "$B/hotpath" > "$OUT/floor.txt" 2>&1
+grep -v '^round=' "$OUT/floor.txt" > "$OUT/floor.md"
+cat "$OUT/floor.md" | tee -a "$LOG"
 fi
 
 # The real UCX hooks (tag send, tag receive, the receive's completion) against the same calls

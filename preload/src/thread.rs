@@ -1,6 +1,7 @@
 //! Per-thread state on the hot path: counters per endpoint and op (all modes) and a single-producer
 //! single-consumer event ring (simple/full). One thread-local access per intercepted call, no lock,
-//! no syscall; memory comes from mmap once per thread (and once per 16 new endpoints it touches).
+//! no syscall; memory comes from mmap once per thread (the ring, and the counters of the first 256
+//! endpoints) and once per 16 further endpoints it touches.
 //!
 //! Which events are kept (`config::events`): with a record, every one; without one, the only
 //! reader is a live viewer that gets one event in `SIGMATOP_SAMPLE`, so a per-thread countdown
@@ -20,6 +21,12 @@ const RING_MASK: u64 = (RING_CAP - 1) as u64;
 pub const EPS_PER_CHUNK: usize = 16;
 pub const N_CHUNKS: usize = 1024;
 pub const MAX_EPS: u32 = (EPS_PER_CHUNK * N_CHUNKS) as u32;
+/// Chunks mapped with the thread's state, in one mapping: the counters of endpoints below
+/// `NEAR_EPS` are found without reading a chunk pointer or testing it (issue 15: the aggregate
+/// hook's last dependent load). 768 KiB of address space per thread (the ring takes 2 MiB); pages
+/// are touched only as endpoints are used, as in any chunk.
+const NEAR_CHUNKS: usize = 16;
+const NEAR_EPS: u32 = (NEAR_CHUNKS * EPS_PER_CHUNK) as u32;
 
 /// Counters of one (endpoint, op) on one thread (`OpCount` says what each means). Single writer
 /// (the thread), read by the collector.
@@ -204,6 +211,8 @@ pub struct ThreadState {
     head_limit: AtomicU64,
     tail: CachePadded<AtomicU64>,
     ring: *mut RingSlot,
+    /// The `NEAR_CHUNKS` chunks mapped at registration, contiguous (`chunks` points into it too).
+    near: *mut Chunk,
     pub chunks: [AtomicPtr<Chunk>; N_CHUNKS],
     pub ring_full: AtomicU64,
     pub endpoint_overflow: AtomicU64,
@@ -235,6 +244,7 @@ static DEAD_STATE: ThreadState = ThreadState {
     head_limit: AtomicU64::new(0),
     tail: CachePadded::new(AtomicU64::new(0)),
     ring: null_mut(),
+    near: null_mut(),
     chunks: [const { AtomicPtr::new(null_mut()) }; N_CHUNKS],
     ring_full: AtomicU64::new(0),
     endpoint_overflow: AtomicU64::new(0),
@@ -346,7 +356,8 @@ fn register() -> *mut ThreadState {
     let size = core::mem::size_of::<ThreadState>();
     let mem = mmap_zeroed(size) as *mut ThreadState;
     let ring = mmap_zeroed(RING_CAP * core::mem::size_of::<RingSlot>()) as *mut RingSlot;
-    if mem.is_null() || ring.is_null() {
+    let near = mmap_zeroed(NEAR_CHUNKS * core::mem::size_of::<Chunk>()) as *mut Chunk;
+    if mem.is_null() || ring.is_null() || near.is_null() {
         return dead();
     }
     let tid = crate::os::tid();
@@ -357,7 +368,11 @@ fn register() -> *mut ThreadState {
         let ts = &mut *mem;
         core::ptr::addr_of_mut!(ts.tid).write(tid);
         core::ptr::addr_of_mut!(ts.ring).write(ring);
+        core::ptr::addr_of_mut!(ts.near).write(near);
         core::ptr::addr_of_mut!(ts.name).write(name);
+        for ci in 0..NEAR_CHUNKS {
+            ts.chunks[ci].store(near.add(ci), Ordering::Relaxed);
+        }
     }
     let mut head = THREADS.load(Ordering::Acquire);
     loop {
@@ -424,6 +439,26 @@ impl ThreadState {
 
     #[inline(always)]
     fn slot(&self, ep: u32, op: u8) -> Option<&Slot> {
+        if ep < NEAR_EPS {
+            // A chunk is `[[Slot; OP_SLOTS]; EPS_PER_CHUNK]` without padding, so endpoint `ep`'s
+            // slots are the `ep`-th run of OP_SLOTS from the start of the near chunks. (Counted
+            // in bytes: `ep * 3072` is one `lea` and one shift, where the index `ep * 64 + op`
+            // scaled by 48 took three.)
+            const EP_BYTES: usize = OP_SLOTS * core::mem::size_of::<Slot>();
+            let at = ep as usize * EP_BYTES
+                + (op as usize & (OP_SLOTS - 1)) * core::mem::size_of::<Slot>();
+            // SAFETY: `near` maps NEAR_CHUNKS contiguous chunks on every registered thread, and
+            // `at` lies inside them (ep < NEAR_EPS, op masked); the dead state, whose `near` is
+            // null, is never counted on (`enter` and `current` turn it away).
+            return Some(unsafe { &*((self.near as *const u8).add(at) as *const Slot) });
+        }
+        self.far_slot(ep, op)
+    }
+
+    /// The slot of an endpoint past the near chunks: its chunk is mapped on first use. (Inlined:
+    /// out of line, its call made every hook save one more register.)
+    #[inline(always)]
+    fn far_slot(&self, ep: u32, op: u8) -> Option<&Slot> {
         let mut ep = ep;
         if ep >= MAX_EPS {
             self.endpoint_overflow.store(
@@ -679,11 +714,23 @@ impl ThreadState {
                 self.ring as *mut u8,
                 RING_CAP * core::mem::size_of::<RingSlot>(),
             );
-            for c in &self.chunks {
+            for c in &self.chunks[NEAR_CHUNKS..] {
                 let p = c.swap(null_mut(), Ordering::AcqRel);
                 if !p.is_null() {
                     crate::os::unmap(p as *mut u8, core::mem::size_of::<Chunk>());
                 }
+            }
+            // The near chunks are one mapping, `near`: unmapped once (the first pointer says
+            // whether it still is mapped).
+            let near_mapped = !self.chunks[0].load(Ordering::Acquire).is_null();
+            for c in &self.chunks[..NEAR_CHUNKS] {
+                c.store(null_mut(), Ordering::Release);
+            }
+            if near_mapped {
+                crate::os::unmap(
+                    self.near as *mut u8,
+                    NEAR_CHUNKS * core::mem::size_of::<Chunk>(),
+                );
             }
         }
         // The ring pointer is left dangling on purpose only after head==tail; make drains no-ops.
@@ -749,5 +796,57 @@ mod tests {
                 ..e
             }
         );
+    }
+
+    #[test]
+    fn near_far_and_overflowing_endpoints_count_where_they_belong() {
+        // Endpoints below NEAR_EPS live in the mapping made at registration, the others in
+        // chunks mapped on first use; past MAX_EPS they are counted as unattributed.
+        let eps = [
+            1,
+            NEAR_EPS - 1,
+            NEAR_EPS,
+            NEAR_EPS + EPS_PER_CHUNK as u32,
+            MAX_EPS - 1,
+        ];
+        let ts = std::thread::spawn(move || {
+            let ts = current().expect("a registered thread");
+            for (i, &ep) in eps.iter().enumerate() {
+                for _ in 0..=i {
+                    ts.count(ep, Op::UcxTagSend, 100, Outcome::Ok);
+                }
+                ts.count(ep, Op::UcxTagRecv, 7, Outcome::Posted);
+            }
+            ts.count(MAX_EPS + 5, Op::UcxPut, 64, Outcome::Ok);
+            ts
+        })
+        .join()
+        .expect("the counting thread");
+        let mut seen = std::collections::BTreeMap::new();
+        ts.for_each_counter(|ep, op, s| {
+            seen.insert(
+                (ep, op),
+                (
+                    s.ops.load(Ordering::Relaxed),
+                    s.bytes.load(Ordering::Relaxed),
+                    s.posted.load(Ordering::Relaxed),
+                    s.posted_bytes.load(Ordering::Relaxed),
+                ),
+            );
+        });
+        let mut want = std::collections::BTreeMap::new();
+        for (i, &ep) in eps.iter().enumerate() {
+            let n = i as u64 + 1;
+            want.insert((ep, Op::UcxTagSend as u8), (n, 100 * n, 0, 0));
+            want.insert((ep, Op::UcxTagRecv as u8), (0, 0, 1, 7));
+        }
+        want.insert((UNATTRIBUTED_EP, Op::UcxPut as u8), (1, 64, 0, 0));
+        assert_eq!(seen, want);
+        assert_eq!(ts.endpoint_overflow.load(Ordering::Relaxed), 1);
+        // The thread has ended: its memory goes, and no counter is left to read.
+        ts.release_memory();
+        let mut left = 0;
+        ts.for_each_counter(|_, _, _| left += 1);
+        assert_eq!(left, 0);
     }
 }

@@ -398,41 +398,24 @@ unsafe fn record_poll(
         }
         return;
     }
+    // SAFETY: the provider wrote `r` completions at wc.
+    let wcs = unsafe { core::slice::from_raw_parts(wc, r.min(n.max(0)) as usize) };
+    if !full {
+        // Counters only: receives and errors (the poll's own summary is full mode's).
+        for w in wcs {
+            count_completion(ts, st, cq, w);
+        }
+        return;
+    }
     let (mut bytes, mut errs, mut classes) = (0u64, 0u16, 0u16);
-    for i in 0..r.min(n.max(0)) as usize {
-        // SAFETY: the provider wrote `r` completions at wc.
-        let w = unsafe { &*wc.add(i) };
+    for w in wcs {
+        count_completion(ts, st, cq, w);
         if w.status != 0 {
             errs = errs.saturating_add(1);
-            if w.status != WC_WR_FLUSH_ERR {
-                failed_completion(ts, st, cq, w.qp_num);
-            }
         } else {
             bytes += w.byte_len as u64;
-            if w.opcode & WC_RECV != 0 {
-                let (ep, op, len) = match st.recv_target(w.qp_num) {
-                    Some(t) => (
-                        t.ep,
-                        if t.srq {
-                            Op::VerbsSrqRecv
-                        } else {
-                            Op::VerbsRecv
-                        },
-                        if t.ud {
-                            (w.byte_len as u64).saturating_sub(UD_GRH)
-                        } else {
-                            w.byte_len as u64
-                        },
-                    ),
-                    None => (cq_endpoint(cq), Op::VerbsRecv, w.byte_len as u64),
-                };
-                ts.arrived(ep, op, len, true);
-            }
         }
         classes |= wc_class(w.opcode);
-    }
-    if !full {
-        return;
     }
     let ep = crate::registry::lookup(cq as usize);
     let aux = (classes << 8) | errs.min(255);
@@ -446,6 +429,39 @@ unsafe fn record_poll(
             ..Detail::at(bytes, aux as u32)
         })
     });
+}
+
+/// Counts what one completion says in every mode: a successful receive (opcode RECV or
+/// RECV_RDMA_WITH_IMM) as a receive of its QP (or the QP's SRQ) with the bytes that arrived, an
+/// error other than a flush as one error on its QP.
+#[inline(always)]
+fn count_completion(ts: &ThreadState, st: &CtxState, cq: *mut c_void, w: &IbvWc) {
+    if w.status != 0 {
+        if w.status != WC_WR_FLUSH_ERR {
+            failed_completion(ts, st, cq, w.qp_num);
+        }
+        return;
+    }
+    if w.opcode & WC_RECV == 0 {
+        return;
+    }
+    let (ep, op, len) = match st.recv_target(w.qp_num) {
+        Some(t) => (
+            t.ep,
+            if t.srq {
+                Op::VerbsSrqRecv
+            } else {
+                Op::VerbsRecv
+            },
+            if t.ud {
+                (w.byte_len as u64).saturating_sub(UD_GRH)
+            } else {
+                w.byte_len as u64
+            },
+        ),
+        None => (cq_endpoint(cq), Op::VerbsRecv, w.byte_len as u64),
+    };
+    ts.arrived(ep, op, len, true);
 }
 
 /// An error completion (not a flush): one error on its QP, under `OTHER` (an error completion's
