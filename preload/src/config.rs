@@ -377,7 +377,8 @@ pub fn load() {
     };
     EVENTS.store(events as u8, Ordering::Relaxed);
     let skip = match events {
-        Events::Sampled => sample() - 1,
+        // (At most i32::MAX: the hot path's countdown tests its sign.)
+        Events::Sampled => (sample() - 1).min(i32::MAX as u32),
         Events::None | Events::All => 0,
     };
     SAMPLE_SKIP.store(skip, Ordering::Relaxed);

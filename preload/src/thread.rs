@@ -535,9 +535,15 @@ impl ThreadState {
     /// `config::sample_skip()` (0 with a record, so that it stays 0 and every event is due).
     #[inline(always)]
     fn sample_due(&self) -> bool {
-        let c = self.sample_countdown.load(Ordering::Relaxed);
-        if c != 0 {
-            self.sample_countdown.store(c - 1, Ordering::Relaxed);
+        // Decrement first, then test the sign: one decrement of memory and a branch on its flag,
+        // where testing for zero before decrementing took a load, a test and a store. The skip
+        // is at most i32::MAX, so the countdown goes negative only from 0.
+        let c = self
+            .sample_countdown
+            .load(Ordering::Relaxed)
+            .wrapping_sub(1);
+        self.sample_countdown.store(c, Ordering::Relaxed);
+        if (c as i32) >= 0 {
             return false;
         }
         self.sample_countdown
@@ -796,6 +802,25 @@ mod tests {
                 ..e
             }
         );
+    }
+
+    #[test]
+    fn without_a_record_one_event_in_sigmatop_sample_is_due_the_first_included() {
+        // The countdown reloads with `SIGMATOP_SAMPLE` - 1 (its default here: no environment is
+        // read in these tests).
+        let n = crate::config::sample_skip() as usize + 1;
+        assert_eq!(n, crate::config::DEFAULT_SAMPLE as usize);
+        let due = std::thread::spawn(move || {
+            let ts = current().expect("a registered thread");
+            (0..3 * n).filter(|_| ts.sample_due()).count()
+        })
+        .join()
+        .expect("the sampling thread");
+        assert_eq!(due, 3);
+        let first = std::thread::spawn(|| current().expect("registered").sample_due())
+            .join()
+            .expect("the sampling thread");
+        assert!(first, "a thread's first event is kept");
     }
 
     #[test]
