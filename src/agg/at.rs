@@ -89,6 +89,11 @@ pub struct RateMatrix {
     pub rates: Vec<Vec<f64>>,
     /// The last row and column are the untraced peers.
     pub untraced: bool,
+    /// Bytes (tx and rx, in the window) of endpoints that talk to several traced processes and
+    /// count them together (libfabric RDM endpoints): no cell can hold them.
+    pub left_out_bytes: f64,
+    /// How many such endpoints moved bytes in the window.
+    pub left_out_endpoints: u32,
 }
 
 impl RateMatrix {
@@ -120,7 +125,7 @@ impl RateMatrix {
             labels,
             bytes: vec![vec![0.0; n]; n],
             rates: vec![vec![0.0; n]; n],
-            untraced: false,
+            ..Default::default()
         }
     }
 }
@@ -491,11 +496,20 @@ impl<'m> ModelAt<'m> {
         let mut node = RateMatrix::square(with_untraced(g.hosts.clone()));
         let (ur, un) = (g.ranks.len(), g.hosts.len());
         let mut gpu_cells: BTreeMap<(GpuKey, GpuKey), (f64, f64)> = BTreeMap::new();
+        let (mut left_out_bytes, mut left_out_endpoints) = (0.0, 0u32);
         for e in &self.endpoints {
-            // A multi-peer endpoint's counters cannot say which peer got what: no cell.
+            // A multi-peer endpoint's counters cannot say which peer got what: no cell, but
+            // counted as left out, so that an empty matrix is not read as "nothing moved".
             let other = match e.peer.process {
                 Some(pp) => Some((g.rank_of(pp), g.host_of(pp))),
-                None if e.peer.several => None,
+                None if e.peer.several => {
+                    let b = (e.win.tx + e.win.rx1) as f64;
+                    if b > 0.0 {
+                        left_out_bytes += b;
+                        left_out_endpoints += 1;
+                    }
+                    None
+                }
                 None => Some((Some(ur), Some(un))),
             };
             if let Some((peer_rank, peer_host)) = other {
@@ -540,6 +554,10 @@ impl<'m> ModelAt<'m> {
         }
         rank.drop_empty_last();
         node.drop_empty_last();
+        for m in [&mut rank, &mut node] {
+            m.left_out_bytes = left_out_bytes;
+            m.left_out_endpoints = left_out_endpoints;
+        }
         Matrices {
             rank,
             node,

@@ -464,6 +464,8 @@ fn matrix(m: RateMatrix) -> Matrix {
         labels: m.labels,
         bytes: m.bytes,
         rates: m.rates,
+        left_out_bytes: m.left_out_bytes,
+        left_out_endpoints: m.left_out_endpoints,
     }
 }
 

@@ -153,6 +153,11 @@ pub struct Export {
     pub report: Report,
     /// How the rank / node / process matrices were built.
     pub matrices_source: String,
+    /// Bytes sent, written or read on endpoints with several traced peers (libfabric RDM
+    /// endpoints of processes whose events are not all on disk): in no matrix cell.
+    pub matrix_left_out_bytes: u64,
+    /// How many endpoints those bytes are on.
+    pub matrix_left_out_endpoints: usize,
     pub process_matrix: Matrix,
     /// GPU × GPU bytes: per process and CUDA device ordinal ("r3:gpu0"), with the host memory
     /// of a process whose QP talks to a GPU as "r3:cpu" (correlate/gpu.rs).
@@ -221,6 +226,9 @@ pub fn build(c: &Correlation, a: &Analysis, mut report: Report) -> Export {
     let mut pm = vec![vec![0u64; np + 1]; np + 1];
     let mut from_events = 0;
     let mut from_snapshots = 0;
+    // Bytes of endpoints with several traced peers, which no cell can hold, and those endpoints.
+    let mut left_out_bytes = 0u64;
+    let mut left_out_eps = std::collections::BTreeSet::new();
     for (i, p) in procs.iter().enumerate() {
         let produced = p.last_snapshot().map_or(0, |s| s.events);
         let on_disk = a.proc_events.get(i).copied().unwrap_or(0);
@@ -251,7 +259,13 @@ pub fn build(c: &Correlation, a: &Analysis, mut report: Report) -> Export {
                 let d = match c.topo.ep(i as u32, cnt.ep) {
                     Some(e) => match e.single_peer() {
                         Some(d) => side(d),
-                        None if e.several_peers() => None,
+                        None if e.several_peers() => {
+                            if cnt.bytes > 0 {
+                                left_out_bytes += cnt.bytes;
+                                left_out_eps.insert((i, cnt.ep));
+                            }
+                            None
+                        }
                         None => Some(np),
                     },
                     None => Some(np),
@@ -273,9 +287,18 @@ pub fn build(c: &Correlation, a: &Analysis, mut report: Report) -> Export {
             r.pop();
         }
     }
-    let matrices_source = format!(
+    let mut matrices_source = format!(
         "{from_events} process(es) from events (per-operation peers), {from_snapshots} from snapshots (per-endpoint peers)"
     );
+    if !left_out_eps.is_empty() {
+        use std::fmt::Write as _;
+        let _ = write!(
+            matrices_source,
+            "; {left_out_bytes} B on {} endpoint(s) with several peers left out (their counters \
+             do not say which peer; a record in simple mode has each operation's peer)",
+            left_out_eps.len()
+        );
+    }
     let mut plabels: Vec<String> = (0..np).map(|i| c.proc_label(i as u32)).collect();
     if untraced {
         plabels.push(UNTRACED_LABEL.into());
@@ -409,6 +432,8 @@ pub fn build(c: &Correlation, a: &Analysis, mut report: Report) -> Export {
 
     Export {
         matrices_source,
+        matrix_left_out_bytes: left_out_bytes,
+        matrix_left_out_endpoints: left_out_eps.len(),
         process_matrix: Matrix {
             labels: plabels.clone(),
             bytes: pm,

@@ -97,7 +97,7 @@ fn matrix(labels: Vec<String>, rate: impl Fn(usize, usize) -> f64) -> Matrix {
         labels,
         bytes,
         rates,
-        untraced: false,
+        ..Default::default()
     }
 }
 

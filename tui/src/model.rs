@@ -240,6 +240,11 @@ pub struct Matrix {
     pub rates: Vec<Vec<f64>>,
     /// The last row and column stand for peers that are not traced (labelled "untraced").
     pub untraced: bool,
+    /// Bytes of endpoints that talk to several peers and count them together (libfabric RDM
+    /// endpoints outside a record's per-operation peers): in no cell.
+    pub left_out_bytes: f64,
+    /// How many endpoints those bytes are on.
+    pub left_out_endpoints: u32,
 }
 
 /// The three communication matrices.

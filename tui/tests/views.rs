@@ -383,7 +383,7 @@ fn matrix_scrolls_columns() {
             })
             .collect(),
         rates: vec![vec![0.0; n]; n],
-        untraced: false,
+        ..Default::default()
     };
     let text = |b: &TestBackend| {
         let buf = b.buffer();
@@ -434,6 +434,7 @@ fn matrix_with_an_untraced_peer() {
         bytes: vec![vec![0.0, 3.2e9], vec![0.0, 0.0]],
         rates: vec![vec![0.0, 52.7e6], vec![0.0, 0.0]],
         untraced: true,
+        ..Default::default()
     };
     vm.warnings.clear();
     let mut app = App::new(Theme::dark());
@@ -442,6 +443,41 @@ fn matrix_with_an_untraced_peer() {
     assert!(s.contains("untraced"), "{s}");
     assert!(!s.contains("◀"), "no skew marks for one traced node:\n{s}");
     insta::assert_snapshot!("matrix_untraced_80x24", s);
+}
+
+/// Endpoints that talk to several peers (libfabric RDM in aggregate mode) count them together:
+/// their bytes are in no cell, and the matrix says how many it leaves out, so that a matrix of
+/// zeros is not read as "nothing moved" (at 80 and 200 columns; not in the rate view, whose
+/// cells are rates).
+#[test]
+fn matrix_says_what_it_leaves_out() {
+    let mut vm = sample_view_model();
+    vm.matrices.rank = sigmatop_tui::Matrix {
+        labels: vec!["r0".into(), "r1".into(), "r2".into()],
+        bytes: vec![vec![0.0; 3]; 3],
+        rates: vec![vec![0.0; 3]; 3],
+        left_out_bytes: 34_000.0,
+        left_out_endpoints: 3,
+        ..Default::default()
+    };
+    // The node matrix (the one shown first with several nodes) has the same figures beside the
+    // cells of its other endpoints, as the model gives both.
+    vm.matrices.node.left_out_bytes = 34_000.0;
+    vm.matrices.node.left_out_endpoints = 3;
+    let mut app = App::new(Theme::dark());
+    keys(&mut app, "5");
+    for (w, h) in [(80, 24), (200, 60)] {
+        let s = text(&render(&app, &vm, w, h));
+        assert!(s.contains("node × node"), "{w}×{h}:\n{s}");
+        assert!(
+            s.contains("⚠ 34.0k on 3 endpoints with several peers not in the matrix"),
+            "{w}×{h}:\n{s}"
+        );
+        insta::assert_snapshot!(format!("matrix_left_out_{w}x{h}"), s);
+    }
+    keys(&mut app, "r");
+    let s = text(&render(&app, &vm, 200, 60));
+    assert!(!s.contains("not in the matrix"), "rate view:\n{s}");
 }
 
 // ---- The rough edges of a first day (issue 16, item 9) ----

@@ -134,7 +134,9 @@ pub(super) fn draw(frame: &mut Frame, area: Rect, app: &App, vm: &ViewModel) {
     head.push(Span::styled(more.clone(), th.dim));
     head.push(Span::styled(format!("{:>EGRESS_W$}", "▲ egress"), hdr));
 
-    let rows_h = (inner.height as usize).saturating_sub(3); // header, ingress, legend
+    // Header, ingress, legend, and the left-out line when there is one.
+    let left_out_line = usize::from(m.left_out_endpoints > 0 && !app.matrix_rate);
+    let rows_h = (inner.height as usize).saturating_sub(3 + left_out_line);
     app.seen(n, rows_h);
     let sel = app.selected[t].min(n - 1);
     let offset = sel.saturating_sub(rows_h.saturating_sub(1));
@@ -209,5 +211,19 @@ pub(super) fn draw(frame: &mut Frame, area: Rect, app: &App, vm: &ViewModel) {
         ));
     }
     lines.push(Line::from(legend));
+    if m.left_out_endpoints > 0 && !app.matrix_rate {
+        // An empty or thin matrix must not read as "nothing moved": say what is not in it.
+        let msg = format!(
+            " ⚠ {} on {} endpoint{} with several peers not in the matrix (their counters do not \
+             say which peer; a --record in simple mode has each operation's peer)",
+            val(m.left_out_bytes),
+            m.left_out_endpoints,
+            if m.left_out_endpoints == 1 { "" } else { "s" },
+        );
+        lines.push(Line::from(Span::styled(
+            truncate(&msg, inner.width as usize),
+            th.warn,
+        )));
+    }
     frame.render_widget(Paragraph::new(lines), inner);
 }
