@@ -40,35 +40,21 @@ fn want_matrix() -> Vec<Vec<u64>> {
 /// Runs mpi_pattern on NP ranks over pml cm / mtl ofi (tcp;ofi_rxm), traced as `trace` says.
 fn mpirun(trace: &Trace, ctx: &str) {
     let prog = common::build_program("mpicc", "mpi_pattern.c", "mpi_pattern", &[]);
-    let mut cmd = Command::new(common::require("mpirun"));
-    cmd.args([
-        "--allow-run-as-root",
-        "--oversubscribe",
-        "-np",
-        &NP.to_string(),
-    ])
-    .args(["--mca", "pml", "cm", "--mca", "mtl", "ofi"])
-    .args(["--mca", "mtl_ofi_provider_include", "tcp;ofi_rxm"])
-    .args(["--mca", "osc", "pt2pt"])
-    .args([
-        "-x",
-        "LD_PRELOAD",
-        "-x",
-        "SIGMATOP_MODE",
-        "-x",
-        "SIGMATOP_RECORD",
-    ])
-    .args(["-x", "SIGMATOP_SOCKET_DIR"])
-    .arg(&prog);
-    trace.apply(&mut cmd);
-    let out = common::wait_timeout(common::spawn(&mut cmd), Duration::from_secs(120));
-    assert!(
-        out.status.success(),
-        "{ctx}: mpirun failed: {:?}\nstdout:\n{}\nstderr:\n{}",
-        out.status,
-        common::stdout_of(&out),
-        common::stderr_of(&out)
-    );
+    let mca = [
+        "--mca",
+        "pml",
+        "cm",
+        "--mca",
+        "mtl",
+        "ofi",
+        "--mca",
+        "mtl_ofi_provider_include",
+        "tcp;ofi_rxm",
+        "--mca",
+        "osc",
+        "pt2pt",
+    ];
+    let out = common::mpirun_traced(trace, NP, &mca, None, &prog, ctx);
     assert_eq!(
         common::stdout_of(&out).trim(),
         format!("mpi_pattern: {NP} ranks done"),

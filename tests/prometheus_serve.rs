@@ -101,7 +101,7 @@ fn mpi_program(dir: &Path) -> PathBuf {
 fn prometheus_scrapes_exact_totals_and_the_rank_matrix() {
     let prometheus = common::require("prometheus");
     let perftest = common::require("ucx_perftest");
-    let mpirun = common::require("mpirun");
+    common::require("mpirun"); // before anything starts: a missing prerequisite fails at once
     let dir = common::scratch("prometheus");
     let trace = Trace::new("aggregate", &dir);
     let (serve_port, prom_port, ucx_port) = (common::port(), common::port(), common::port());
@@ -160,29 +160,14 @@ fn prometheus_scrapes_exact_totals_and_the_rank_matrix() {
     let client_pid = co_pid(&trace, "tag_send");
 
     // The MPI job.
-    let mut mpi = Command::new(mpirun);
-    mpi.args([
-        "--allow-run-as-root",
-        "--oversubscribe",
-        "-np",
-        &RANKS.to_string(),
-    ])
-    .args(["--mca", "pml", "ucx", "--mca", "pml_ucx_tls", "any"])
-    .args(["--mca", "pml_ucx_devices", "any", "--mca", "osc", "ucx"])
-    .args([
-        "-x",
-        "LD_PRELOAD",
-        "-x",
-        "SIGMATOP_MODE",
-        "-x",
-        "SIGMATOP_RECORD",
-    ])
-    .args(["-x", "SIGMATOP_SOCKET_DIR", "-x", "UCX_TLS"])
-    .arg(mpi_program(&dir))
-    .env("UCX_TLS", "tcp,self");
-    trace.apply(&mut mpi);
-    let o = common::wait_timeout(common::spawn(&mut mpi), Duration::from_secs(120));
-    assert!(o.status.success(), "mpirun: {}", common::stderr_of(&o));
+    common::mpirun_traced(
+        &trace,
+        RANKS as usize,
+        common::MPI_OVER_UCX,
+        Some("tcp,self"),
+        &mpi_program(&dir),
+        "the MPI job",
+    );
 
     let sent = (N + 1) * SIZE;
     let checks: Vec<(String, u64)> = {

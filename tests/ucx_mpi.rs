@@ -20,8 +20,6 @@ mod common;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::Command;
-use std::time::Duration;
 
 use common::Trace;
 use sigmatop::event::{EndpointKind, Op};
@@ -47,35 +45,7 @@ fn compile(name: &str) -> PathBuf {
 
 /// Runs `prog` on `np` ranks over pml ucx with `tls`, traced in `mode`; returns its stdout.
 fn mpirun(prog: &Path, np: usize, tls: &str, trace: &Trace, ctx: &str) -> String {
-    let mut cmd = Command::new(common::require("mpirun"));
-    cmd.args([
-        "--allow-run-as-root",
-        "--oversubscribe",
-        "-np",
-        &np.to_string(),
-    ])
-    .args(["--mca", "pml", "ucx", "--mca", "pml_ucx_tls", "any"])
-    .args(["--mca", "pml_ucx_devices", "any", "--mca", "osc", "ucx"])
-    .args([
-        "-x",
-        "LD_PRELOAD",
-        "-x",
-        "SIGMATOP_MODE",
-        "-x",
-        "SIGMATOP_RECORD",
-    ])
-    .args(["-x", "SIGMATOP_SOCKET_DIR", "-x", "UCX_TLS"])
-    .arg(prog)
-    .env("UCX_TLS", tls);
-    trace.apply(&mut cmd);
-    let out = common::wait_timeout(common::spawn(&mut cmd), Duration::from_secs(120));
-    assert!(
-        out.status.success(),
-        "{ctx}: mpirun failed: {:?}\nstdout:\n{}\nstderr:\n{}",
-        out.status,
-        common::stdout_of(&out),
-        common::stderr_of(&out)
-    );
+    let out = common::mpirun_traced(trace, np, common::MPI_OVER_UCX, Some(tls), prog, ctx);
     assert!(
         !common::stderr_of(&out).contains("sigmatop"),
         "{ctx}: a sigmatop warning:\n{}",

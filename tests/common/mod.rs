@@ -409,6 +409,67 @@ pub fn wait_listening(port: u16, limit: Duration) {
     }
 }
 
+/// Open MPI's point-to-point layer over UCX, any transport (`UCX_TLS` chooses): the flags a host
+/// without an RDMA NIC needs (../shared/reference/workloads.md).
+pub const MPI_OVER_UCX: &[&str] = &[
+    "--mca",
+    "pml",
+    "ucx",
+    "--mca",
+    "pml_ucx_tls",
+    "any",
+    "--mca",
+    "pml_ucx_devices",
+    "any",
+    "--mca",
+    "osc",
+    "ucx",
+];
+
+/// `mpirun` of `prog` on `np` ranks with `mca` (and `UCX_TLS=tls` when given), traced as `trace`
+/// says: its variables reach every rank (`-x`). Fails with mpirun's status and output unless it
+/// ended well within 120 s; returns its output.
+pub fn mpirun_traced(
+    trace: &Trace,
+    np: usize,
+    mca: &[&str],
+    tls: Option<&str>,
+    prog: &Path,
+    ctx: &str,
+) -> Output {
+    let mut cmd = Command::new(require("mpirun"));
+    cmd.args([
+        "--allow-run-as-root",
+        "--oversubscribe",
+        "-np",
+        &np.to_string(),
+    ])
+    .args(mca)
+    .args([
+        "-x",
+        "LD_PRELOAD",
+        "-x",
+        "SIGMATOP_MODE",
+        "-x",
+        "SIGMATOP_RECORD",
+    ])
+    .args(["-x", "SIGMATOP_SOCKET_DIR"]);
+    if let Some(tls) = tls {
+        cmd.args(["-x", "UCX_TLS"]).env("UCX_TLS", tls);
+    }
+    cmd.arg(prog);
+    trace.apply(&mut cmd);
+    let out = wait_timeout(spawn(&mut cmd), Duration::from_secs(120));
+    assert!(
+        out.status.success(),
+        "{ctx}: mpirun failed: {:?}\nstdout:\n{}\nstderr:\n{}",
+        out.status,
+        stdout_of(&out),
+        stderr_of(&out)
+    );
+    out
+}
+
 /// `sigmatop run --json FILE -- PROGRAM ARGS` in `dir` (sockets in `dir/sock`, UCX over tcp):
 /// the run's output and the summary it wrote, which must be valid JSON.
 pub fn run_json(dir: &Path, program: &Path, args: &[&str]) -> (Output, serde_json::Value) {
