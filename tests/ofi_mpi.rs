@@ -13,7 +13,7 @@
 //!   out (34,000 B on 3 endpoints), instead of showing an empty matrix as if nothing moved.
 mod common;
 
-use std::path::Path;
+use std::path::PathBuf;
 use std::process::Command;
 use std::time::Duration;
 
@@ -84,17 +84,14 @@ fn check_rank_totals(trace: &Trace, ctx: &str) {
     }
 }
 
-fn export_json(record: &Path, ctx: &str) -> serde_json::Value {
-    let out = Command::new(common::sigmatop_bin())
-        .args(["export", &record.display().to_string(), "--json", "-"])
-        .output()
-        .expect("sigmatop export");
-    assert!(
-        out.status.success(),
-        "{ctx}: export: {}",
-        common::stderr_of(&out)
-    );
-    serde_json::from_slice(&out.stdout).expect("export JSON")
+/// mpi_pattern traced in `mode` (in a scratch directory of its own), its ranks' totals checked:
+/// the directory and the trace.
+fn traced_pattern(mode: &'static str, ctx: &str) -> (PathBuf, Trace) {
+    let dir = common::scratch(&format!("ofi-mpi-{mode}"));
+    let trace = Trace::new(mode, &dir);
+    mpirun(&trace, ctx);
+    check_rank_totals(&trace, ctx);
+    (dir, trace)
 }
 
 fn rank_matrix(v: &serde_json::Value) -> Vec<Vec<u64>> {
@@ -104,11 +101,8 @@ fn rank_matrix(v: &serde_json::Value) -> Vec<Vec<u64>> {
 #[test]
 fn mpi_over_libfabric_exact_per_rank_and_in_the_matrix() {
     let ctx = "simple mode with a record";
-    let dir = common::scratch("ofi-mpi-simple");
-    let trace = Trace::new("simple", &dir);
-    mpirun(&trace, ctx);
-    check_rank_totals(&trace, ctx);
-    let v = export_json(&trace.record, ctx);
+    let (_, trace) = traced_pattern("simple", ctx);
+    let v = common::export_json(&trace.record, ctx);
     assert_eq!(rank_matrix(&v), want_matrix(), "{ctx}: rank × rank bytes");
     assert_eq!(v["matrix_left_out_bytes"], 0, "{ctx}: nothing left out");
     for p in v["processes"].as_array().expect("processes") {
@@ -119,12 +113,9 @@ fn mpi_over_libfabric_exact_per_rank_and_in_the_matrix() {
 #[test]
 fn aggregate_mode_says_what_its_matrix_leaves_out() {
     let ctx = "aggregate mode";
-    let dir = common::scratch("ofi-mpi-aggregate");
-    let trace = Trace::new("aggregate", &dir);
-    mpirun(&trace, ctx);
-    check_rank_totals(&trace, ctx);
+    let (dir, trace) = traced_pattern("aggregate", ctx);
     let total: u64 = want_matrix().iter().flatten().sum();
-    let v = export_json(&trace.record, ctx);
+    let v = common::export_json(&trace.record, ctx);
     assert_eq!(
         rank_matrix(&v),
         vec![vec![0; NP]; NP],

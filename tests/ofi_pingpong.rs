@@ -393,12 +393,7 @@ fn tcp_rdm_larger_receives() {
         "the busy provider refused some sends (-FI_EAGAIN); none seen in this run"
     );
     // The client's sends are the server's receives, and the correlator pairs every one.
-    let out = std::process::Command::new(sigmatop_bin())
-        .args(["export", &trace.record.display().to_string(), "--json", "-"])
-        .output()
-        .expect("sigmatop export");
-    assert!(out.status.success(), "export: {}", stderr_of(&out));
-    let json: serde_json::Value = serde_json::from_slice(&out.stdout).expect("export JSON");
+    let json = export_json(&trace.record, "tcp rdm");
     let flows = &json["flows"];
     assert_eq!(flows["sends"], 2 * messages, "sends of both sides: {flows}");
     assert_eq!(

@@ -216,16 +216,7 @@ fn larger_receives(np: usize, tls: &str, mode: &'static str) {
         );
     }
     // The JSON report says the same: each rank's rx_bytes is its ingress from the other ranks.
-    let json = std::process::Command::new(common::sigmatop_bin())
-        .args(["export", &trace.record.display().to_string(), "--json", "-"])
-        .output()
-        .expect("sigmatop export");
-    assert!(
-        json.status.success(),
-        "{ctx}: export: {}",
-        common::stderr_of(&json)
-    );
-    let v: serde_json::Value = serde_json::from_slice(&json.stdout).expect("export JSON");
+    let v = common::export_json(&trace.record, &ctx);
     // The layers each rank used (issue 12 item 7a): UCX alone, though every layer was enabled.
     for p in v["processes"].as_array().expect("processes") {
         assert_eq!(p["layers"], "ucx", "{ctx}: layers used: {}", p["pid"]);

@@ -733,13 +733,12 @@ impl ThreadState {
                     crate::os::unmap(p as *mut u8, core::mem::size_of::<Chunk>());
                 }
             }
-            // The near chunks are one mapping, `near`: unmapped once (the first pointer says
-            // whether it still is mapped).
-            let near_mapped = !self.chunks[0].load(Ordering::Acquire).is_null();
-            for c in &self.chunks[..NEAR_CHUNKS] {
+            // The near chunks are one mapping, `near`, unmapped once: the first chunk's pointer
+            // says whether it still is mapped.
+            for c in &self.chunks[1..NEAR_CHUNKS] {
                 c.store(null_mut(), Ordering::Release);
             }
-            if near_mapped {
+            if !self.chunks[0].swap(null_mut(), Ordering::AcqRel).is_null() {
                 crate::os::unmap(
                     self.near as *mut u8,
                     NEAR_CHUNKS * core::mem::size_of::<Chunk>(),

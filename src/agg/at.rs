@@ -89,11 +89,6 @@ pub struct RateMatrix {
     pub rates: Vec<Vec<f64>>,
     /// The last row and column are the untraced peers.
     pub untraced: bool,
-    /// Bytes (tx and rx, in the window) of endpoints that talk to several traced processes and
-    /// count them together (libfabric RDM endpoints): no cell can hold them.
-    pub left_out_bytes: f64,
-    /// How many such endpoints moved bytes in the window.
-    pub left_out_endpoints: u32,
 }
 
 impl RateMatrix {
@@ -136,6 +131,12 @@ pub struct Matrices {
     pub rank: RateMatrix,
     pub node: RateMatrix,
     pub gpu: RateMatrix,
+    /// Bytes (tx and rx, in the window) of endpoints that talk to several traced processes and
+    /// count them together (libfabric RDM endpoints): no cell of the rank or node matrix can
+    /// hold them.
+    pub left_out_bytes: f64,
+    /// How many such endpoints moved bytes in the window.
+    pub left_out_endpoints: u32,
 }
 
 /// One GPU of one process that drives QPs.
@@ -554,14 +555,12 @@ impl<'m> ModelAt<'m> {
         }
         rank.drop_empty_last();
         node.drop_empty_last();
-        for m in [&mut rank, &mut node] {
-            m.left_out_bytes = left_out_bytes;
-            m.left_out_endpoints = left_out_endpoints;
-        }
         Matrices {
             rank,
             node,
             gpu: self.gpu_matrix(&gpu_cells),
+            left_out_bytes,
+            left_out_endpoints,
         }
     }
 

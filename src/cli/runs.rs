@@ -21,7 +21,7 @@ pub fn open_one(dirs: &[PathBuf], run: Option<usize>) -> Result<Recording, Strin
             "--run {n}: {} holds {} run{}; give 1 to {}",
             dirs_label(dirs),
             len.max(1),
-            if len == 1 { "" } else { "s" },
+            sigmatop_tui::units::plural(len as u64),
             len.max(1)
         )),
         (None, len) => Err(format!(

@@ -292,6 +292,8 @@ pub fn build_sections_into(
             rank: matrix(m.rank),
             node: matrix(m.node),
             gpu: matrix(m.gpu),
+            left_out_bytes: m.left_out_bytes,
+            left_out_endpoints: m.left_out_endpoints,
         }
     } else {
         Matrices::default()
@@ -464,8 +466,6 @@ fn matrix(m: RateMatrix) -> Matrix {
         labels: m.labels,
         bytes: m.bytes,
         rates: m.rates,
-        left_out_bytes: m.left_out_bytes,
-        left_out_endpoints: m.left_out_endpoints,
     }
 }
 
@@ -542,7 +542,7 @@ pub fn warning_text(w: &warnings::Warning) -> String {
             "{} events dropped (ring full, {} proc{})",
             fmt::count(w.value as u64),
             w.processes,
-            if w.processes == 1 { "" } else { "s" }
+            fmt::plural(w.processes)
         ),
         W::EventsDropped => format!("{} events dropped (ring full)", fmt::count(w.value as u64)),
         W::FramesLost => {
@@ -569,7 +569,7 @@ pub fn warning_text(w: &warnings::Warning) -> String {
                 "{}: {} failed operation{}",
                 w.subject,
                 fmt::count(n),
-                if n == 1 { "" } else { "s" }
+                fmt::plural(n)
             )
         }
     }

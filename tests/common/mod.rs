@@ -470,6 +470,16 @@ pub fn mpirun_traced(
     out
 }
 
+/// `sigmatop export RECORD --json -`: the recording's JSON export, which must succeed.
+pub fn export_json(record: &Path, ctx: &str) -> serde_json::Value {
+    let out = Command::new(sigmatop_bin())
+        .args(["export", &record.display().to_string(), "--json", "-"])
+        .output()
+        .expect("sigmatop export");
+    assert!(out.status.success(), "{ctx}: export: {}", stderr_of(&out));
+    serde_json::from_slice(&out.stdout).expect("export JSON")
+}
+
 /// `sigmatop run --json FILE -- PROGRAM ARGS` in `dir` (sockets in `dir/sock`, UCX over tcp):
 /// the run's output and the summary it wrote, which must be valid JSON.
 pub fn run_json(dir: &Path, program: &Path, args: &[&str]) -> (Output, serde_json::Value) {

@@ -54,7 +54,7 @@ pub fn draw(frame: &mut Frame, app: &App, vm: &ViewModel) {
                 format!(
                     " ⚠ {} warning{}, listed above",
                     warns.len(),
-                    if warns.len() == 1 { "" } else { "s" }
+                    crate::units::plural(warns.len() as u64)
                 ),
                 th.warn,
             ))

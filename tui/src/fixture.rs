@@ -290,6 +290,7 @@ pub fn sample_view_model() -> ViewModel {
             }
             s
         }),
+        ..Default::default()
     };
 
     const SHAPE: [u32; 16] = [2, 3, 5, 8, 7, 5, 3, 2, 1, 1, 2, 6, 8, 7, 5, 2];

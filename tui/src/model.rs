@@ -240,11 +240,6 @@ pub struct Matrix {
     pub rates: Vec<Vec<f64>>,
     /// The last row and column stand for peers that are not traced (labelled "untraced").
     pub untraced: bool,
-    /// Bytes of endpoints that talk to several peers and count them together (libfabric RDM
-    /// endpoints outside a record's per-operation peers): in no cell.
-    pub left_out_bytes: f64,
-    /// How many endpoints those bytes are on.
-    pub left_out_endpoints: u32,
 }
 
 /// The three communication matrices.
@@ -254,6 +249,11 @@ pub struct Matrices {
     pub rank: Matrix,
     pub gpu: Matrix,
     pub node: Matrix,
+    /// Bytes of endpoints that talk to several peers and count them together (libfabric RDM
+    /// endpoints outside a record's per-operation peers): in no cell of the rank or node matrix.
+    pub left_out_bytes: f64,
+    /// How many endpoints those bytes are on.
+    pub left_out_endpoints: u32,
 }
 
 /// Percentiles of a distribution (HdrHistogram output).

@@ -114,6 +114,11 @@ fn split_prefix(s: &str) -> (&str, &str) {
     }
 }
 
+/// The plural ending of a noun counted `n` times: "" for one, "s" otherwise.
+pub fn plural(n: u64) -> &'static str {
+    if n == 1 { "" } else { "s" }
+}
+
 /// A count with thousands separators: "1,204".
 pub fn count(n: u64) -> String {
     let digits = n.to_string();

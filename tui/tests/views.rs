@@ -434,7 +434,6 @@ fn matrix_with_an_untraced_peer() {
         bytes: vec![vec![0.0, 3.2e9], vec![0.0, 0.0]],
         rates: vec![vec![0.0, 52.7e6], vec![0.0, 0.0]],
         untraced: true,
-        ..Default::default()
     };
     vm.warnings.clear();
     let mut app = App::new(Theme::dark());
@@ -456,14 +455,12 @@ fn matrix_says_what_it_leaves_out() {
         labels: vec!["r0".into(), "r1".into(), "r2".into()],
         bytes: vec![vec![0.0; 3]; 3],
         rates: vec![vec![0.0; 3]; 3],
-        left_out_bytes: 34_000.0,
-        left_out_endpoints: 3,
         ..Default::default()
     };
-    // The node matrix (the one shown first with several nodes) has the same figures beside the
-    // cells of its other endpoints, as the model gives both.
-    vm.matrices.node.left_out_bytes = 34_000.0;
-    vm.matrices.node.left_out_endpoints = 3;
+    // The node matrix (the one shown first with several nodes) shows them too, beside the cells
+    // of its other endpoints.
+    vm.matrices.left_out_bytes = 34_000.0;
+    vm.matrices.left_out_endpoints = 3;
     let mut app = App::new(Theme::dark());
     keys(&mut app, "5");
     for (w, h) in [(80, 24), (200, 60)] {

@@ -41,17 +41,15 @@ fn note(ep: Ptr, status: Status) {
     if !crate::config::layer_enabled(Layer::Ucx) {
         return;
     }
-    let _ = std::panic::catch_unwind(|| {
+    hook::guarded((), || {
         let id = crate::registry::lookup(ep as usize);
         if id == UNATTRIBUTED_EP {
             return;
         }
         crate::registry::update(id, &format!("failed: {}", status_text(status)), None);
-        hook::guarded((), || {
-            if let Some(ts) = crate::thread::current() {
-                ts.failed(id, Op::UcxEpError);
-            }
-        });
+        if let Some(ts) = crate::thread::current() {
+            ts.failed(id, Op::UcxEpError);
+        }
     });
 }
 

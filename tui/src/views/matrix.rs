@@ -22,6 +22,11 @@ pub(super) fn draw(frame: &mut Frame, area: Rect, app: &App, vm: &ViewModel) {
         vm.matrices.rank.labels.len(),
         vm.matrices.gpu.labels.len(),
     );
+    // Endpoints with several peers are in no rank or node cell (never GPU ones).
+    let left_out = match kind {
+        MatrixKind::Gpu => 0,
+        MatrixKind::Rank | MatrixKind::Node => vm.matrices.left_out_endpoints,
+    };
     let m = match kind {
         MatrixKind::Rank => &vm.matrices.rank,
         MatrixKind::Gpu => &vm.matrices.gpu,
@@ -134,9 +139,10 @@ pub(super) fn draw(frame: &mut Frame, area: Rect, app: &App, vm: &ViewModel) {
     head.push(Span::styled(more.clone(), th.dim));
     head.push(Span::styled(format!("{:>EGRESS_W$}", "▲ egress"), hdr));
 
-    // Header, ingress, legend, and the left-out line when there is one.
-    let left_out_line = usize::from(m.left_out_endpoints > 0 && !app.matrix_rate);
-    let rows_h = (inner.height as usize).saturating_sub(3 + left_out_line);
+    // Header, ingress, legend, and the left-out line when there is one (not in the rate view,
+    // whose cells are rates).
+    let left_out_line = left_out > 0 && !app.matrix_rate;
+    let rows_h = (inner.height as usize).saturating_sub(3 + usize::from(left_out_line));
     app.seen(n, rows_h);
     let sel = app.selected[t].min(n - 1);
     let offset = sel.saturating_sub(rows_h.saturating_sub(1));
@@ -211,14 +217,13 @@ pub(super) fn draw(frame: &mut Frame, area: Rect, app: &App, vm: &ViewModel) {
         ));
     }
     lines.push(Line::from(legend));
-    if m.left_out_endpoints > 0 && !app.matrix_rate {
+    if left_out_line {
         // An empty or thin matrix must not read as "nothing moved": say what is not in it.
         let msg = format!(
-            " ⚠ {} on {} endpoint{} with several peers not in the matrix (their counters do not \
-             say which peer; a --record in simple mode has each operation's peer)",
-            val(m.left_out_bytes),
-            m.left_out_endpoints,
-            if m.left_out_endpoints == 1 { "" } else { "s" },
+            " ⚠ {} on {left_out} endpoint{} with several peers not in the matrix (their counters \
+             do not say which peer; a --record in simple mode has each operation's peer)",
+            val(vm.matrices.left_out_bytes),
+            units::plural(u64::from(left_out)),
         );
         lines.push(Line::from(Span::styled(
             truncate(&msg, inner.width as usize),

@@ -191,10 +191,10 @@ pub(super) fn draw(frame: &mut Frame, area: Rect, app: &App, vm: &ViewModel) {
         .sum();
     let extra = match (unattr_rows, unattr > 0.0) {
         (0, _) => String::new(),
-        (n, false) => format!("+ {n} unattributed row{} (last)", plural(n)),
+        (n, false) => format!("+ {n} unattributed row{} (last)", units::plural(n as u64)),
         (n, true) => format!(
             "+ {n} unattributed row{} (last): {}",
-            plural(n),
+            units::plural(n as u64),
             units::rate_unit(unattr, app.units)
         ),
     };
@@ -222,10 +222,6 @@ pub(super) fn draw(frame: &mut Frame, area: Rect, app: &App, vm: &ViewModel) {
             endpoint_detail(frame, bottom, app, r);
         }
     }
-}
-
-fn plural(n: usize) -> &'static str {
-    if n == 1 { "" } else { "s" }
 }
 
 fn endpoint_detail(frame: &mut Frame, area: Rect, app: &App, r: &EndpointRow) {

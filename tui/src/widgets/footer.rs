@@ -87,11 +87,7 @@ pub(crate) fn status_line<'a>(
         match first {
             None => vec![Span::styled(" ✓ no warnings", th.ok)],
             Some(_) if notice_w > 0 && full_w + notice_w > room => vec![Span::styled(
-                format!(
-                    " ⚠ {} warning{}",
-                    ws.len(),
-                    if ws.len() == 1 { "" } else { "s" }
-                ),
+                format!(" ⚠ {} warning{}", ws.len(), units::plural(ws.len() as u64)),
                 th.warn,
             )],
             Some(first) => {
@@ -114,7 +110,7 @@ pub(crate) fn status_line<'a>(
             format!(
                 " ✗ {} failed operation{}",
                 units::count(vm.status.errors),
-                if vm.status.errors == 1 { "" } else { "s" }
+                units::plural(vm.status.errors)
             ),
             th.error,
         )]
