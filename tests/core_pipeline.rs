@@ -14,22 +14,15 @@ use common::Trace;
 const LIMIT: Duration = Duration::from_secs(60);
 
 /// Starts a ucx_perftest server traced with `trace` (if given) and returns it with its port.
-fn perftest_server(
-    trace: Option<&Trace>,
-    extra_env: &[(&str, &str)],
-) -> (std::process::Child, u16) {
-    let port = common::port();
-    let mut cmd = Command::new(common::require("ucx_perftest"));
-    cmd.args(["-p", &port.to_string()]).env("UCX_TLS", "tcp");
-    if let Some(t) = trace {
-        t.apply(&mut cmd);
-    }
-    for (k, v) in extra_env {
-        cmd.env(k, v);
-    }
-    let mut child = common::spawn(&mut cmd);
-    common::wait_server(&mut child, port, Duration::from_secs(20));
-    (child, port)
+fn perftest_server(trace: Option<&Trace>, extra_env: &[(&str, &str)]) -> (common::Proc, u16) {
+    common::ucx_perftest_server("tcp", |cmd| {
+        if let Some(t) = trace {
+            t.apply(cmd);
+        }
+        for (k, v) in extra_env {
+            cmd.env(k, v);
+        }
+    })
 }
 
 fn perftest_client(port: u16, n: u64) -> Command {

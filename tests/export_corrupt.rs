@@ -11,7 +11,6 @@ mod common;
 mod util;
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::Duration;
 
 use common::*;
@@ -48,24 +47,12 @@ fn thread_files(rec: &Path) -> Vec<PathBuf> {
 fn corrupt_and_truncated_files_are_named_and_the_rest_is_exported() {
     let dir = scratch("export-corrupt");
     let t = Trace::new("simple", &dir);
-    let bin = require("fi_pingpong");
-    let port = port();
-    let args = |c: &mut Command| {
-        c.args(["-p", "tcp", "-e", "rdm", "-I", "3000", "-S", "64"]);
-    };
-    let mut s = Command::new(&bin);
-    args(&mut s);
-    s.args(["-B", &port.to_string()]);
-    let mut c = Command::new(&bin);
-    args(&mut c);
-    c.args(["-P", &port.to_string(), "127.0.0.1"]);
-    t.apply(&mut s);
-    t.apply(&mut c);
-    let mut server = spawn(&mut s);
-    wait_server(&mut server, port, Duration::from_secs(20));
-    let client = wait_timeout(spawn(&mut c), Duration::from_secs(120));
-    let server = wait_timeout(server, Duration::from_secs(120));
-    assert!(server.status.success() && client.status.success());
+    let pp = fi_pingpong(
+        &["-p", "tcp", "-e", "rdm", "-I", "3000", "-S", "64"],
+        |c| t.apply(c),
+        Duration::from_secs(120),
+    );
+    assert!(pp.server.status.success() && pp.client.status.success());
     let rec = t.record.clone();
     let files = thread_files(&rec);
     assert_eq!(files.len(), 2, "{files:?}");

@@ -22,25 +22,13 @@ const SIZE: u64 = 1024;
 
 fn record_pingpong(dir: &std::path::Path) -> Trace {
     let t = Trace::new("simple", dir);
-    let bin = require("fi_pingpong");
-    let port = port();
-    let args = |c: &mut Command| {
-        c.args(["-p", "tcp", "-e", "rdm", "-I", &ITERS.to_string(), "-S"])
-            .arg(SIZE.to_string());
-    };
-    let mut s = Command::new(&bin);
-    args(&mut s);
-    s.args(["-B", &port.to_string()]);
-    let mut c = Command::new(&bin);
-    args(&mut c);
-    c.args(["-P", &port.to_string(), "127.0.0.1"]);
-    t.apply(&mut s);
-    t.apply(&mut c);
-    let mut server = spawn(&mut s);
-    wait_server(&mut server, port, Duration::from_secs(20));
-    let client = wait_timeout(spawn(&mut c), Duration::from_secs(60));
-    let server = wait_timeout(server, Duration::from_secs(60));
-    for o in [&server, &client] {
+    let (iters, size) = (ITERS.to_string(), SIZE.to_string());
+    let pp = fi_pingpong(
+        &["-p", "tcp", "-e", "rdm", "-I", &iters, "-S", &size],
+        |c| t.apply(c),
+        Duration::from_secs(60),
+    );
+    for o in [&pp.server, &pp.client] {
         assert!(o.status.success(), "fi_pingpong failed: {}", stderr_of(o));
     }
     t
@@ -77,19 +65,14 @@ fn ucx_perftest_tag_bw_exports_valid_perfetto_with_paired_flows() {
     let bin = require("ucx_perftest");
     let dir = scratch("export-ucx");
     let t = Trace::new("simple", &dir);
-    let port = common::port();
     let n: u64 = 3000;
     let size: u64 = 4096;
-    let mut s = Command::new(&bin);
-    s.args(["-p", &port.to_string()]).env("UCX_TLS", "tcp");
+    let (server, port) = ucx_perftest_server("tcp", |s| t.apply(s));
     let mut c = Command::new(&bin);
     c.args(["127.0.0.1", "-p", &port.to_string(), "-t", "tag_bw"])
         .args(["-n", &n.to_string(), "-s", &size.to_string(), "-w", "1"])
         .env("UCX_TLS", "tcp");
-    t.apply(&mut s);
     t.apply(&mut c);
-    let mut server = spawn(&mut s);
-    wait_server(&mut server, port, Duration::from_secs(20));
     let client = wait_timeout(spawn(&mut c), Duration::from_secs(60));
     let server = wait_timeout(server, Duration::from_secs(60));
     for o in [&server, &client] {

@@ -19,7 +19,7 @@ mod common;
 
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use common::*;
@@ -28,19 +28,15 @@ const LIMIT: Duration = Duration::from_secs(90);
 const SIZE: u64 = 4096;
 
 /// A ucx_perftest server over tcp, traced into `sock` (live only) when `traced`.
-fn server(sock: &Path, traced: bool) -> (Child, u16) {
-    let port = port();
-    let mut cmd = Command::new(require("ucx_perftest"));
-    cmd.args(["-p", &port.to_string()]).env("UCX_TLS", "tcp");
-    if traced {
-        cmd.env("LD_PRELOAD", preload())
-            .env("SIGMATOP_MODE", "simple")
-            .env("SIGMATOP_SOCKET_DIR", sock)
-            .env_remove("SIGMATOP_RECORD");
-    }
-    let mut child = spawn(&mut cmd);
-    wait_server(&mut child, port, Duration::from_secs(20));
-    (child, port)
+fn server(sock: &Path, traced: bool) -> (Proc, u16) {
+    ucx_perftest_server("tcp", |cmd| {
+        if traced {
+            cmd.env("LD_PRELOAD", preload())
+                .env("SIGMATOP_MODE", "simple")
+                .env("SIGMATOP_SOCKET_DIR", sock)
+                .env_remove("SIGMATOP_RECORD");
+        }
+    })
 }
 
 /// The arguments of a tag_bw client of `n` iterations.
@@ -83,9 +79,9 @@ fn sigmatop(args: &[&str]) -> Output {
         .expect("sigmatop runs")
 }
 
-fn finish(mut c: Child) {
-    let _ = c.kill();
-    let _ = c.wait();
+/// Ends a process the test started (and all it started).
+fn finish(c: Proc) {
+    drop(c);
 }
 
 /// A pid that no process has: a child that has exited and been reaped.
@@ -280,7 +276,7 @@ fn attach_to_a_missing_or_an_untraced_pid_says_so() {
         );
     }
     // Running but not traced: --once says so; without --once, once it exits, sigmatop stops.
-    let mut sleeper = Command::new("sleep").arg("2").spawn().expect("sleep");
+    let mut sleeper = guard(Command::new("sleep").arg("2").spawn().expect("sleep"));
     let pid = sleeper.id().to_string();
     let out = sigmatop(&["attach", "--once", "--socket-dir", sock_arg, &pid]);
     assert_eq!(out.status.code(), Some(2));
@@ -292,20 +288,14 @@ fn attach_to_a_missing_or_an_untraced_pid_says_so() {
         stderr_of(&out)
     );
     let start = Instant::now();
-    let follow = Command::new(sigmatop_bin())
-        .args([
-            "attach",
-            "--interval-ms",
-            "100",
-            "--socket-dir",
-            sock_arg,
-            &pid,
-        ])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("attach");
+    let follow = spawn(Command::new(sigmatop_bin()).args([
+        "attach",
+        "--interval-ms",
+        "100",
+        "--socket-dir",
+        sock_arg,
+        &pid,
+    ]));
     let _ = sleeper.wait();
     let out = wait_timeout(follow, Duration::from_secs(20));
     assert!(start.elapsed() < Duration::from_secs(15));
@@ -330,25 +320,25 @@ fn headless_attach_with_nothing_traced_says_so_once_and_prints_no_tables() {
     let dir = scratch("attach-nothing");
     let sock = dir.join("sock");
     std::fs::create_dir_all(&sock).expect("socket dir");
-    let mut attach = Command::new(sigmatop_bin())
-        .args(["attach", "--interval-ms", "100", "--socket-dir"])
-        .arg(&sock)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("attach");
-    std::thread::sleep(Duration::from_millis(1500));
-    let _ = attach.kill();
-    let out = attach.wait_with_output().expect("output");
-    assert_eq!(stdout_of(&out), "", "no empty tables");
-    assert_eq!(
-        stderr_of(&out),
-        format!(
-            "sigmatop: no traced process found in {} (start one with `sigmatop run -- CMD`, or set --socket-dir); waiting for one (Ctrl-C stops)\n",
-            sock.display()
-        )
+    let mut attach = spawn(
+        Command::new(sigmatop_bin())
+            .args(["attach", "--interval-ms", "100", "--socket-dir"])
+            .arg(&sock),
     );
+    let want = format!(
+        "sigmatop: no traced process found in {} (start one with `sigmatop run -- CMD`, or set --socket-dir); waiting for one (Ctrl-C stops)\n",
+        sock.display()
+    );
+    // The line, once it has come (however slow the machine), then ten more looks (100 ms
+    // each) that must add nothing: no empty table, no second line.
+    let err = PipeReader::new(attach.stderr.take().expect("stderr"));
+    let out = PipeReader::new(attach.stdout.take().expect("stdout"));
+    err.wait_for(&want, LIMIT);
+    std::thread::sleep(Duration::from_millis(1000));
+    let _ = attach.kill();
+    let _ = attach.wait();
+    assert_eq!(out.finish(), "", "no empty tables");
+    assert_eq!(err.finish(), want);
 }
 
 // ---- Item 7: layers and launchers ----
@@ -747,12 +737,7 @@ fn run_json_goes_to_a_file_or_alone_to_stdout() {
 fn recorded_pair(name: &str, n: u64) -> (PathBuf, PathBuf) {
     let dir = scratch(name);
     let trace = Trace::new("simple", &dir);
-    let mut s = Command::new(require("ucx_perftest"));
-    let port = port();
-    s.args(["-p", &port.to_string()]).env("UCX_TLS", "tcp");
-    trace.apply(&mut s);
-    let mut srv = spawn(&mut s);
-    wait_server(&mut srv, port, Duration::from_secs(20));
+    let (srv, port) = ucx_perftest_server("tcp", |s| trace.apply(s));
     let mut c = Command::new(require("ucx_perftest"));
     c.args(client_args(port, n)).env("UCX_TLS", "tcp");
     trace.apply(&mut c);

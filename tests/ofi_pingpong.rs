@@ -33,7 +33,7 @@
 
 mod common;
 
-use std::process::{Command, Output};
+use std::process::Output;
 use std::time::Duration;
 
 use common::*;
@@ -51,42 +51,21 @@ struct Run {
 }
 
 fn pingpong(prov: &str, ep: &str, trace: Option<&Trace>) -> Run {
-    let bin = require("fi_pingpong");
-    let port = port();
-    let args = |c: &mut Command| {
-        c.args([
-            "-p",
-            prov,
-            "-e",
-            ep,
-            "-I",
-            &ITERS.to_string(),
-            "-S",
-            &SIZE.to_string(),
-        ]);
-    };
-    let mut s = Command::new(&bin);
-    args(&mut s);
-    s.args(["-B", &port.to_string()]);
-    let mut c = Command::new(&bin);
-    args(&mut c);
-    c.args(["-P", &port.to_string(), "127.0.0.1"]);
-    if let Some(t) = trace {
-        t.apply(&mut s);
-        t.apply(&mut c);
-    }
-    let server = spawn(&mut s);
-    let server_pid = server.id();
-    wait_listening(port, Duration::from_secs(20));
-    let client = spawn(&mut c);
-    let client_pid = client.id();
-    let client = wait_timeout(client, Duration::from_secs(60));
-    let server = wait_timeout(server, Duration::from_secs(60));
+    let (iters, size) = (ITERS.to_string(), SIZE.to_string());
+    let pp = fi_pingpong(
+        &["-p", prov, "-e", ep, "-I", &iters, "-S", &size],
+        |c| {
+            if let Some(t) = trace {
+                t.apply(c);
+            }
+        },
+        Duration::from_secs(60),
+    );
     Run {
-        server,
-        client,
-        server_pid,
-        client_pid,
+        server: pp.server,
+        client: pp.client,
+        server_pid: pp.server_pid,
+        client_pid: pp.client_pid,
     }
 }
 
@@ -328,27 +307,14 @@ const MAX_DATA_MSG: u64 = (1 << 22) + (1 << 21);
 fn tcp_rdm_larger_receives() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let iters: u64 = 100;
-    let bin = require("fi_pingpong");
     let dir = scratch("ofi-pp-issue16");
     let trace = Trace::new("simple", &dir);
-    let port = port();
-    let args = |c: &mut Command| {
-        c.args(["-p", "tcp", "-e", "rdm", "-I", &iters.to_string()]);
-        trace.apply(c);
-    };
-    let mut s = Command::new(&bin);
-    args(&mut s);
-    s.args(["-B", &port.to_string()]);
-    let mut c = Command::new(&bin);
-    args(&mut c);
-    c.args(["-P", &port.to_string(), "127.0.0.1"]);
-    let server = spawn(&mut s);
-    let server_pid = server.id();
-    wait_listening(port, Duration::from_secs(20));
-    let client = spawn(&mut c);
-    let client_pid = client.id();
-    let co = wait_timeout(client, Duration::from_secs(240));
-    let so = wait_timeout(server, Duration::from_secs(240));
+    let pp = fi_pingpong(
+        &["-p", "tcp", "-e", "rdm", "-I", &iters.to_string()],
+        |c| trace.apply(c),
+        Duration::from_secs(240),
+    );
+    let (so, co, server_pid, client_pid) = (pp.server, pp.client, pp.server_pid, pp.client_pid);
     for (o, who) in [(&so, "server"), (&co, "client")] {
         assert!(
             o.status.success(),

@@ -11,7 +11,7 @@ mod common;
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use common::Trace;
@@ -19,15 +19,6 @@ use common::Trace;
 const N: u64 = 3000;
 const SIZE: u64 = 16384;
 const RANKS: u64 = 3;
-
-/// Kills a child process when dropped (the servers outlive the test's assertions otherwise).
-struct Reaped(Child);
-impl Drop for Reaped {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
 
 fn http_get(port: u16, path: &str) -> Option<String> {
     let mut s = TcpStream::connect(("127.0.0.1", port)).ok()?;
@@ -104,15 +95,16 @@ fn prometheus_scrapes_exact_totals_and_the_rank_matrix() {
     common::require("mpirun"); // before anything starts: a missing prerequisite fails at once
     let dir = common::scratch("prometheus");
     let trace = Trace::new("aggregate", &dir);
-    let (serve_port, prom_port, ucx_port) = (common::port(), common::port(), common::port());
-
-    let serve = Reaped(common::spawn(
-        Command::new(common::sigmatop_bin())
-            .args(["serve", "--listen", &format!("127.0.0.1:{serve_port}")])
-            .arg("--socket-dir")
-            .arg(&trace.socket_dir),
-    ));
-    common::wait_listening(serve_port, Duration::from_secs(10));
+    let (serve, serve_port) = common::start_server(
+        |port| {
+            let mut c = Command::new(common::sigmatop_bin());
+            c.args(["serve", "--listen", &format!("127.0.0.1:{port}")])
+                .arg("--socket-dir")
+                .arg(&trace.socket_dir);
+            c
+        },
+        Duration::from_secs(10),
+    );
     std::fs::write(
         dir.join("prometheus.yml"),
         format!(
@@ -120,9 +112,10 @@ fn prometheus_scrapes_exact_totals_and_the_rank_matrix() {
         ),
     )
     .expect("config");
-    let prom = Reaped(common::spawn(
-        Command::new(prometheus)
-            .arg(format!(
+    let (prom, prom_port) = common::start_server(
+        |port| {
+            let mut c = Command::new(&prometheus);
+            c.arg(format!(
                 "--config.file={}",
                 dir.join("prometheus.yml").display()
             ))
@@ -130,24 +123,20 @@ fn prometheus_scrapes_exact_totals_and_the_rank_matrix() {
                 "--storage.tsdb.path={}",
                 dir.join("tsdb").display()
             ))
-            .arg(format!("--web.listen-address=127.0.0.1:{prom_port}")),
-    ));
-    common::wait_listening(prom_port, Duration::from_secs(30));
+            .arg(format!("--web.listen-address=127.0.0.1:{port}"));
+            c
+        },
+        Duration::from_secs(30),
+    );
 
     // The UCX pair.
-    let mut server = Command::new(&perftest);
-    server
-        .args(["-p", &ucx_port.to_string()])
-        .env("UCX_TLS", "tcp");
+    let (s, ucx_port) = common::ucx_perftest_server("tcp", |s| trace.apply(s));
     let mut client = Command::new(&perftest);
     client
         .args(["127.0.0.1", "-p", &ucx_port.to_string(), "-t", "tag_bw"])
         .args(["-n", &N.to_string(), "-s", &SIZE.to_string(), "-w", "1"])
         .env("UCX_TLS", "tcp");
-    trace.apply(&mut server);
     trace.apply(&mut client);
-    let mut s = common::spawn(&mut server);
-    common::wait_server(&mut s, ucx_port, Duration::from_secs(20));
     let c = common::spawn(&mut client);
     let (co, so) = (
         common::wait_timeout(c, Duration::from_secs(60)),

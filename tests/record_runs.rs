@@ -16,18 +16,13 @@ const SIZE: u64 = 4096;
 /// `trace`'s directory.
 fn pair(trace: &Trace, n: u64) {
     let bin = common::require("ucx_perftest");
-    let port = common::port();
-    let mut server = Command::new(&bin);
-    server.args(["-p", &port.to_string()]).env("UCX_TLS", "tcp");
+    let (s, port) = common::ucx_perftest_server("tcp", |server| trace.apply(server));
     let mut client = Command::new(&bin);
     client
         .args(["127.0.0.1", "-p", &port.to_string(), "-t", "tag_bw"])
         .args(["-n", &n.to_string(), "-s", &SIZE.to_string(), "-w", "1"])
         .env("UCX_TLS", "tcp");
-    trace.apply(&mut server);
     trace.apply(&mut client);
-    let mut s = common::spawn(&mut server);
-    common::wait_server(&mut s, port, Duration::from_secs(20));
     let c = common::spawn(&mut client);
     for o in [
         common::wait_timeout(c, Duration::from_secs(60)),

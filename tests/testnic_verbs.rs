@@ -54,12 +54,11 @@ struct Run {
 /// Runs `prog ARGS` as server and `prog ARGS 127.0.0.1` as client on the NIC, traced in `mode`.
 fn run_pair(prog: &str, args: &[String], mode: Option<&'static str>) -> Run {
     common::require(prog);
-    let port = common::port();
     let dir = common::scratch(&format!("testnic-{prog}"));
     let log = dir.join("nic-log");
     std::fs::create_dir_all(&log).expect("log dir");
     let trace = mode.map(|m| Trace::new(m, &dir));
-    let side = |client: bool| {
+    let side = |client: bool, port: u16| {
         let mut a: Vec<String> = vec!["env".into(), format!("TESTNIC_LOG={}", log.display())];
         if let Some(t) = &trace {
             a.push(format!("LD_PRELOAD={}", common::preload().display()));
@@ -75,9 +74,8 @@ fn run_pair(prog: &str, args: &[String], mode: Option<&'static str>) -> Run {
         }
         with_testnic(&a)
     };
-    let mut s = common::spawn(&mut side(false));
-    common::wait_server(&mut s, port, Duration::from_secs(30));
-    let c = common::spawn(&mut side(true));
+    let (s, port) = common::start_server(|port| side(false, port), Duration::from_secs(30));
+    let c = common::spawn(&mut side(true, port));
     let (cpid, spid) = (c.id(), s.id());
     let co = common::wait_timeout(c, LIMIT);
     let so = common::wait_timeout(s, LIMIT);

@@ -13,7 +13,7 @@
 mod common;
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::tmux::Tmux;
@@ -21,8 +21,8 @@ use common::*;
 
 /// fi_pingpong server and client over tcp msg, traced in simple mode, live sockets in `sock`.
 struct Workload {
-    server: Child,
-    client: Child,
+    server: Proc,
+    client: Proc,
 }
 
 impl Workload {
@@ -49,21 +49,19 @@ impl Workload {
     }
 
     /// The server; returns it with its port once it listens.
-    fn server(sock: &Path, iters: u64) -> (Child, u16) {
-        let port = port();
-        let server = Self::command(sock, iters)
-            .args(["-B", &port.to_string()])
-            .spawn()
-            .expect("fi_pingpong server starts");
-        wait_listening(port, Duration::from_secs(30));
-        (server, port)
+    fn server(sock: &Path, iters: u64) -> (Proc, u16) {
+        start_server(
+            |port| {
+                let mut c = Self::command(sock, iters);
+                c.args(["-B", &port.to_string()]);
+                c
+            },
+            Duration::from_secs(30),
+        )
     }
 
-    fn client(sock: &Path, iters: u64, port: u16) -> Child {
-        Self::command(sock, iters)
-            .args(["-P", &port.to_string(), "127.0.0.1"])
-            .spawn()
-            .expect("fi_pingpong client starts")
+    fn client(sock: &Path, iters: u64, port: u16) -> Proc {
+        spawn(Self::command(sock, iters).args(["-P", &port.to_string(), "127.0.0.1"]))
     }
 
     fn start(sock: &Path, iters: u64) -> Workload {
@@ -91,15 +89,6 @@ impl Workload {
                     _ => panic!("fi_pingpong did not finish within {limit:?}"),
                 }
             }
-        }
-    }
-}
-
-impl Drop for Workload {
-    fn drop(&mut self) {
-        for c in [&mut self.client, &mut self.server] {
-            let _ = c.kill();
-            let _ = c.wait();
         }
     }
 }

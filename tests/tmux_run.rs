@@ -16,7 +16,6 @@
 mod common;
 
 use std::path::Path;
-use std::process::Child;
 use std::time::Duration;
 
 use common::tmux::Tmux;
@@ -25,13 +24,8 @@ use common::*;
 const LIMIT: Duration = Duration::from_secs(40);
 
 /// An untraced ucx_perftest server over tcp; its port.
-fn server() -> (Child, u16) {
-    let port = port();
-    let mut cmd = std::process::Command::new(require("ucx_perftest"));
-    cmd.args(["-p", &port.to_string()]).env("UCX_TLS", "tcp");
-    let mut child = spawn(&mut cmd);
-    wait_server(&mut child, port, Duration::from_secs(20));
-    (child, port)
+fn server() -> (Proc, u16) {
+    ucx_perftest_server("tcp", |_| {})
 }
 
 /// The shell line that runs `sigmatop run -- PROGRAM...` in `dir`. The wrapping shell catches
@@ -72,9 +66,9 @@ fn alive(pid: u32) -> bool {
             .contains(") Z ")
 }
 
-fn stop(mut c: Child) {
-    let _ = c.kill();
-    let _ = c.wait();
+/// Ends a process the test started (and all it started).
+fn stop(c: Proc) {
+    drop(c);
 }
 
 #[test]

@@ -52,7 +52,6 @@ struct Pair {
 /// Runs one ucx_perftest pair, traced in `mode` (None = untraced).
 fn run_pair(tls: &str, test: &str, n: u64, size: u64, mode: Option<&'static str>) -> Pair {
     let bin = common::require("ucx_perftest");
-    let port = common::port();
     let dir = common::scratch(&format!("ucx-{test}-{}", tls.replace(',', "_")));
     let traces = mode.map(|m| {
         (
@@ -60,22 +59,21 @@ fn run_pair(tls: &str, test: &str, n: u64, size: u64, mode: Option<&'static str>
             Trace::new(m, &dir.join("client")),
         )
     });
-    let mut server = Command::new(&bin);
-    server.args(["-p", &port.to_string()]).env("UCX_TLS", tls);
+    let (s, port) = common::ucx_perftest_server(tls, |server| {
+        server.env("UCX_RNDV_THRESH", rndv_thresh(size));
+        if let Some((s, _)) = &traces {
+            s.apply(server);
+        }
+    });
     let mut client = Command::new(&bin);
     client
         .args(["127.0.0.1", "-p", &port.to_string(), "-t", test])
         .args(["-n", &n.to_string(), "-s", &size.to_string(), "-w", "1"])
         .env("UCX_TLS", tls);
-    for c in [&mut server, &mut client] {
-        c.env("UCX_RNDV_THRESH", rndv_thresh(size));
-    }
-    if let Some((s, c)) = &traces {
-        s.apply(&mut server);
+    client.env("UCX_RNDV_THRESH", rndv_thresh(size));
+    if let Some((_, c)) = &traces {
         c.apply(&mut client);
     }
-    let mut s = common::spawn(&mut server);
-    common::wait_server(&mut s, port, Duration::from_secs(20));
     let c = common::spawn(&mut client);
     let co = common::wait_timeout(c, LIMIT);
     let so = common::wait_timeout(s, LIMIT);

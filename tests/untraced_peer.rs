@@ -22,17 +22,13 @@ fn egress_to_an_untraced_server_is_egress_everywhere() {
     let bin = common::require("ucx_perftest");
     let dir = common::scratch("untraced-peer");
     let trace = Trace::new("simple", &dir);
-    let port = common::port();
-    let mut server = Command::new(&bin);
-    server.args(["-p", &port.to_string()]).env("UCX_TLS", "tcp");
+    let (s, port) = common::ucx_perftest_server("tcp", |_| {});
     let mut client = Command::new(&bin);
     client
         .args(["127.0.0.1", "-p", &port.to_string(), "-t", "tag_bw"])
         .args(["-n", &N.to_string(), "-s", &SIZE.to_string(), "-w", "1"])
         .env("UCX_TLS", "tcp");
     trace.apply(&mut client);
-    let mut s = common::spawn(&mut server);
-    common::wait_server(&mut s, port, Duration::from_secs(20));
     let c = common::spawn(&mut client);
     for o in [
         common::wait_timeout(c, Duration::from_secs(60)),

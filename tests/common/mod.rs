@@ -237,16 +237,117 @@ impl Trace {
     }
 }
 
+/// A process this test started, ended when the guard is dropped (the test's end, a panic, an
+/// early return): SIGKILL to its process group when it leads one ([`spawn`]'s do), to every
+/// process below it (a daemon that left the group, an MPI rank), then reaped. Derefs to the
+/// [`Child`], so `id()`, `try_wait()`, `stdout.take()` work as on a child.
+pub struct Proc(Option<Child>);
+
+impl Proc {
+    /// The child, no longer guarded: the caller ends it.
+    pub fn into_child(mut self) -> Child {
+        self.0
+            .take()
+            .expect("a guard holds its child until dropped")
+    }
+
+    /// Waits for it with a timeout; see [`wait_timeout`].
+    pub fn finish(self, limit: Duration) -> Output {
+        wait_timeout(self, limit)
+    }
+}
+
+impl From<Child> for Proc {
+    fn from(c: Child) -> Proc {
+        Proc(Some(c))
+    }
+}
+
+impl std::ops::Deref for Proc {
+    type Target = Child;
+    fn deref(&self) -> &Child {
+        self.0
+            .as_ref()
+            .expect("a guard holds its child until dropped")
+    }
+}
+
+impl std::ops::DerefMut for Proc {
+    fn deref_mut(&mut self) -> &mut Child {
+        self.0
+            .as_mut()
+            .expect("a guard holds its child until dropped")
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.0.take() {
+            end(&mut c);
+        }
+    }
+}
+
+/// Ends `c` and everything it started: its process group when it leads one, every process
+/// below it, then reaps it. A child that already exited is only reaped (its pid, and so its
+/// group id, may not be reused before that).
+fn end(c: &mut Child) {
+    let pid = c.id() as libc::pid_t;
+    // SAFETY: getpgid(2) of this test's child; it is not reaped before the call below, so its
+    // pid is its own (a zombie keeps it).
+    let leads = unsafe { libc::getpgid(pid) } == pid;
+    if let Ok(Some(_)) = c.try_wait() {
+        // Reaped now: what it left in the group it led (the group id is not reused while any
+        // member lives).
+        if leads {
+            // SAFETY: kill(2) of the group this test's child led; ESRCH when empty.
+            unsafe {
+                libc::kill(-pid, libc::SIGKILL);
+            }
+        }
+        return;
+    }
+    // Below it first (while the links to it still exist), then its group, then it.
+    kill_tree(c.id());
+    if leads {
+        // SAFETY: kill(2) of the group this test's child leads (never the test's own group).
+        unsafe {
+            libc::kill(-pid, libc::SIGKILL);
+        }
+    }
+    let _ = c.kill();
+    let _ = c.wait();
+}
+
 /// Waits for a child with a timeout, killing it when the time is up: its whole process group when
 /// it leads one ([`spawn`]'s children do), so that a hung grandchild holding the output pipes
-/// (a forked child that never exits) cannot keep the test waiting past the limit.
-pub fn wait_timeout(mut child: Child, limit: Duration) -> Output {
+/// (a forked child that never exits) cannot keep the test waiting past the limit. Whatever it
+/// started and left behind (a server it forked) is ended too, on success as well.
+pub fn wait_timeout(child: impl Into<Proc>, limit: Duration) -> Output {
+    let mut p: Proc = child.into();
     let start = Instant::now();
     loop {
-        match child.try_wait() {
-            Ok(Some(_)) => return child.wait_with_output().expect("collect output"),
+        match p.try_wait() {
+            Ok(Some(_)) => {
+                let c = p.into_child();
+                let pid = c.id() as libc::pid_t;
+                // SAFETY: getpgid(2) of an exited, not yet reaped child: its pid is still its own.
+                let leads = unsafe { libc::getpgid(pid) } == pid;
+                let out = c.wait_with_output().expect("collect output");
+                // What it left in its group (a process that closed the pipes and went on): the
+                // group id is not reused while any member lives.
+                if leads {
+                    // SAFETY: kill(2) of the group this test's child led; ESRCH when empty.
+                    unsafe {
+                        libc::kill(-pid, libc::SIGKILL);
+                    }
+                }
+                return out;
+            }
             Ok(None) if start.elapsed() > limit => {
-                let pid = child.id() as libc::pid_t;
+                let mut c = p.into_child();
+                let pid = c.id() as libc::pid_t;
+                kill_tree(c.id());
                 // SAFETY: plain syscalls on the child's pid; killing the group only when the
                 // child leads it (never the test's own group).
                 unsafe {
@@ -254,8 +355,8 @@ pub fn wait_timeout(mut child: Child, limit: Duration) -> Output {
                         libc::kill(-pid, libc::SIGKILL);
                     }
                 }
-                let _ = child.kill();
-                let out = child.wait_with_output().expect("collect output");
+                let _ = c.kill();
+                let out = c.wait_with_output().expect("collect output");
                 panic!(
                     "command timed out after {limit:?}\nstdout:\n{}\nstderr:\n{}",
                     String::from_utf8_lossy(&out.stdout),
@@ -268,15 +369,34 @@ pub fn wait_timeout(mut child: Child, limit: Duration) -> Output {
     }
 }
 
-/// Starts `cmd` with its output piped, in a process group of its own (see [`wait_timeout`]).
-pub fn spawn(cmd: &mut Command) -> Child {
+/// Starts `cmd` with its output piped, in a process group of its own (see [`wait_timeout`]),
+/// guarded: dropped, it is ended with all it started. SIGINT and SIGQUIT are at their default
+/// in it, as in a job a shell starts in the foreground, whatever the test runner inherited (a
+/// suite started in the background by a non-interactive shell ignores both, and an ignored
+/// signal stays ignored across exec: a test's Ctrl-C would then stop nothing).
+pub fn spawn(cmd: &mut Command) -> Proc {
     use std::os::unix::process::CommandExt;
+    // SAFETY: the closure runs in the child between fork and exec and calls only signal(2),
+    // which is async-signal-safe.
+    unsafe {
+        cmd.pre_exec(|| {
+            libc::signal(libc::SIGINT, libc::SIG_DFL);
+            libc::signal(libc::SIGQUIT, libc::SIG_DFL);
+            Ok(())
+        });
+    }
     cmd.process_group(0)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
+        .map(Proc::from)
         .unwrap_or_else(|e| panic!("cannot start {cmd:?}: {e}"))
+}
+
+/// Guards a child started otherwise (its own stdio, no group of its own): see [`Proc`].
+pub fn guard(c: Child) -> Proc {
+    Proc::from(c)
 }
 
 /// Totals of one process's record: (endpoint label or "unattributed", op name) -> (ops, bytes),
@@ -345,10 +465,18 @@ pub fn stderr_of(o: &Output) -> String {
 /// As [`wait_listening`], for a server this test started: when it ends before it listens, the
 /// panic says so at once, with its exit status and what it printed (instead of a bare timeout).
 pub fn wait_server(server: &mut Child, port: u16, limit: Duration) {
+    if let Err(why) = listened(server, port, limit) {
+        panic!("{why}");
+    }
+}
+
+/// Waits until `server` listens on `port`; Err with its exit status and output when it ends
+/// first. Panics after `limit`.
+fn listened(server: &mut Child, port: u16, limit: Duration) -> Result<(), String> {
     let start = Instant::now();
     loop {
         if listening(port) {
-            return;
+            return Ok(());
         }
         if let Ok(Some(status)) = server.try_wait() {
             let mut text = String::new();
@@ -368,7 +496,9 @@ pub fn wait_server(server: &mut Child, port: u16, limit: Duration) {
                 let mut pipe = pipe;
                 let _ = std::io::Read::read_to_string(&mut pipe, &mut text);
             }
-            panic!("the server ended ({status}) before it listened on port {port}:\n{text}");
+            return Err(format!(
+                "the server ended ({status}) before it listened on port {port}:\n{text}"
+            ));
         }
         assert!(
             start.elapsed() < limit,
@@ -376,6 +506,33 @@ pub fn wait_server(server: &mut Child, port: u16, limit: Duration) {
         );
         std::thread::sleep(Duration::from_millis(10));
     }
+}
+
+/// Whether a server's words say its port was taken ("bind(): Address already in use", Go's
+/// "bind: address already in use", EADDRINUSE).
+fn in_use(words: &str) -> bool {
+    words
+        .to_ascii_lowercase()
+        .contains("address already in use")
+        || words.contains("EADDRINUSE")
+}
+
+/// Starts the server `make(port)` builds on a port from [`port`] and waits until it listens.
+/// A port is free when [`port`] looks, but any process may bind it before the server does:
+/// a server that ends saying the address is in use is started again on another port (at most
+/// 8 times); any other early end fails the test with the server's words.
+pub fn start_server(mut make: impl FnMut(u16) -> Command, limit: Duration) -> (Proc, u16) {
+    let mut last = String::new();
+    for _ in 0..8 {
+        let port = port();
+        let mut s = spawn(&mut make(port));
+        match listened(&mut s, port, limit) {
+            Ok(()) => return (s, port),
+            Err(why) if in_use(&why) => last = why,
+            Err(why) => panic!("{why}"),
+        }
+    }
+    panic!("8 ports were taken between the look and the server's bind; the last:\n{last}");
 }
 
 /// Whether some process listens on TCP `port` now.
@@ -636,14 +793,13 @@ pub fn rusage(who: libc::c_int) -> (f64, i64) {
     (t(ru.ru_utime) + t(ru.ru_stime), ru.ru_maxrss)
 }
 
-/// Processes started for the test, killed (with everything below them) when it ends.
+/// Processes started for the test, each ended (with everything below it) when it ends.
 pub struct Procs(pub Vec<Child>);
 
 impl Drop for Procs {
     fn drop(&mut self) {
         for c in &mut self.0 {
-            kill_tree(c.id());
-            let _ = c.wait();
+            end(c);
         }
     }
 }
@@ -699,4 +855,111 @@ pub fn perftest_row(out: &str) -> (u64, u64) {
         }
     }
     panic!("no perftest result row in:\n{out}");
+}
+
+/// A ucx_perftest server over `tls` (`UCX_TLS`), set up further by `with` (a trace, variables),
+/// listening: see [`start_server`]. Returns it with its port.
+pub fn ucx_perftest_server(tls: &str, with: impl Fn(&mut Command)) -> (Proc, u16) {
+    let bin = require("ucx_perftest");
+    start_server(
+        |port| {
+            let mut c = Command::new(&bin);
+            c.args(["-p", &port.to_string()]).env("UCX_TLS", tls);
+            with(&mut c);
+            c
+        },
+        Duration::from_secs(20),
+    )
+}
+
+/// What an fi_pingpong pair printed, and who they were.
+pub struct Pingpong {
+    pub server: Output,
+    pub client: Output,
+    pub server_pid: u32,
+    pub client_pid: u32,
+}
+
+/// An fi_pingpong pair on 127.0.0.1 with `args` (provider, endpoint, iterations...), each side
+/// set up further by `with` (a trace, variables): the server with `-B PORT` (see
+/// [`start_server`]), once it listens the client with `-P PORT 127.0.0.1`; `limit` for each.
+pub fn fi_pingpong(args: &[&str], with: impl Fn(&mut Command), limit: Duration) -> Pingpong {
+    let bin = require("fi_pingpong");
+    let (server, port) = start_server(
+        |port| {
+            let mut s = Command::new(&bin);
+            s.args(args).args(["-B", &port.to_string()]);
+            with(&mut s);
+            s
+        },
+        Duration::from_secs(20),
+    );
+    let mut c = Command::new(&bin);
+    c.args(args).args(["-P", &port.to_string(), "127.0.0.1"]);
+    with(&mut c);
+    let client = spawn(&mut c);
+    let (server_pid, client_pid) = (server.id(), client.id());
+    let client = wait_timeout(client, limit);
+    let server = wait_timeout(server, limit);
+    Pingpong {
+        server,
+        client,
+        server_pid,
+        client_pid,
+    }
+}
+
+/// A child's pipe read on a thread of its own, so a test can wait for a line without a guess at
+/// how long the program takes to print it.
+pub struct PipeReader {
+    text: std::sync::Arc<std::sync::Mutex<String>>,
+    thread: std::thread::JoinHandle<()>,
+}
+
+impl PipeReader {
+    pub fn new(pipe: impl std::io::Read + Send + 'static) -> PipeReader {
+        let text = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+        let sink = text.clone();
+        let thread = std::thread::spawn(move || {
+            let mut pipe = pipe;
+            let mut buf = [0u8; 4096];
+            while let Ok(n) = pipe.read(&mut buf) {
+                if n == 0 {
+                    break;
+                }
+                sink.lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .push_str(&String::from_utf8_lossy(&buf[..n]));
+            }
+        });
+        PipeReader { text, thread }
+    }
+
+    /// What came so far.
+    pub fn text(&self) -> String {
+        self.text.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Waits until what came holds `what`; panics with it after `limit`.
+    pub fn wait_for(&self, what: &str, limit: Duration) -> String {
+        let start = Instant::now();
+        loop {
+            let t = self.text();
+            if t.contains(what) {
+                return t;
+            }
+            assert!(
+                start.elapsed() < limit,
+                "waited {limit:?} for {what:?}; came:\n{t}"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Everything, once the writer closed the pipe (call after the process ended).
+    pub fn finish(self) -> String {
+        let PipeReader { text, thread } = self;
+        let _ = thread.join();
+        text.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
 }

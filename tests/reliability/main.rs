@@ -51,38 +51,20 @@ fn pingpong(
     env: &[(&str, &str)],
     iters: u32,
 ) -> (std::process::Output, std::process::Output) {
-    let bin = common::require("fi_pingpong");
-    let port = common::port();
-    let args = [
-        "-p",
-        "tcp",
-        "-e",
-        "msg",
-        "-I",
-        &iters.to_string(),
-        "-S",
-        "1024",
-    ];
-    let mut server = Command::new(&bin);
-    server.args(["-B", &port.to_string()]).args(args);
-    let mut client = Command::new(&bin);
-    client
-        .args(["-P", &port.to_string()])
-        .args(args)
-        .arg("127.0.0.1");
-    for c in [&mut server, &mut client] {
-        if let Some(t) = trace {
-            t.apply(c);
-        }
-        for (k, v) in env {
-            c.env(k, v);
-        }
-    }
-    let mut s = common::spawn(&mut server);
-    common::wait_server(&mut s, port, Duration::from_secs(20));
-    let c = common::wait_timeout(common::spawn(&mut client), LIMIT);
-    let s = common::wait_timeout(s, LIMIT);
-    (s, c)
+    let iters = iters.to_string();
+    let pp = common::fi_pingpong(
+        &["-p", "tcp", "-e", "msg", "-I", &iters, "-S", "1024"],
+        |c| {
+            if let Some(t) = trace {
+                t.apply(c);
+            }
+            for (k, v) in env {
+                c.env(k, v);
+            }
+        },
+        LIMIT,
+    );
+    (pp.server, pp.client)
 }
 
 fn check_fault(fault: &str, message: &str, iters: u32) {
@@ -260,15 +242,9 @@ fn assert_ucx_messages(p: &ProcessRecording, n: u64, size: u64, what: &str) {
     assert_eq!(t.events_on_disk, 2 * n, "{what}: every event on disk");
 }
 
-/// A child killed and reaped when dropped, so a failing test leaves no process behind.
-struct Reaped(Child);
-
-impl Drop for Reaped {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
+/// A child ended (with all it started) and reaped when dropped, so a failing test leaves no
+/// process behind.
+struct Reaped(common::Proc);
 
 impl Reaped {
     /// Waits for the program to end (failing past `limit`): its status, stdout and stderr.
@@ -310,7 +286,7 @@ fn staying(trace: &Trace, n: u64) -> Reaped {
             let _ = tx.send(line);
         }
     });
-    let child = Reaped(child);
+    let child = Reaped(common::guard(child));
     match rx.recv_timeout(LIMIT) {
         Ok(l) if l == "ready" => child,
         other => panic!("ucx_life stay: {other:?}"),
