@@ -267,6 +267,9 @@ impl LiveSource {
                         self.sockets_seen -= 1;
                     }
                 }
+                // Removed between the listing and the connect: its process ended and cleaned
+                // up (its final state, if any, comes another way).
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
                 Err(e) => sink.message(format!("{}: cannot connect: {e}", path.display())),
             }
         }
@@ -296,6 +299,17 @@ impl LiveSource {
                     Ok(n) => c.decoder.push(&self.buf[..n]),
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
                     Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                    // Reset before a byte came: the process ended with this connection still
+                    // in its listen queue, never accepted. Nothing was lost on this
+                    // connection; its final state, if any, comes another way.
+                    Err(e)
+                        if e.kind() == io::ErrorKind::ConnectionReset
+                            && c.key.is_none()
+                            && c.decoder.pending() == 0 =>
+                    {
+                        eof = true;
+                        break;
+                    }
                     Err(e) => {
                         problem = Some(format!("{}: read error: {e}", path.display()));
                         eof = true;
@@ -401,6 +415,27 @@ mod tests {
         for p in [&ours, &other_host, &live_path] {
             assert!(p.exists(), "{} kept", p.display());
         }
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// A process that ends with the view's connection still in its listen queue (it never
+    /// accepted it) resets it before a byte came: an end, not a problem to show.
+    #[test]
+    fn a_connection_never_accepted_ends_quietly() {
+        let dir = std::env::temp_dir().join(format!("sigmatop-unaccepted-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("dir");
+        let me = std::process::id();
+        let path = dir.join(format!("{}-{me}.sock", socket_host()));
+        let listener = std::os::unix::net::UnixListener::bind(&path).expect("bind");
+        let mut src = LiveSource::new(dir.clone(), ProcessFilter::Pids(vec![me]));
+        let mut model = Model::new();
+        src.poll(&mut model);
+        assert_eq!(src.connected(), 1, "connected, not yet accepted");
+        drop(listener);
+        src.poll(&mut model);
+        assert_eq!(src.connected(), 0);
+        assert_eq!(model.messages, Vec::<String>::new());
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -171,6 +171,8 @@ pub struct SnapshotHistory {
     breaks: u64,
     /// The sums of the whole newest snapshot.
     last_sums: Sums,
+    /// Its failed operations (`OpCount::errors`, not in `Sums`).
+    last_errors: u64,
     /// Its "now" figures, when the history holds an earlier snapshot taken before it.
     last_now: Option<NowRates>,
     /// Bytes held: records plus `PER_SNAPSHOT` each.
@@ -446,6 +448,11 @@ impl SnapshotHistory {
     /// Sums of the whole newest snapshot.
     pub fn last_sums(&self) -> Sums {
         self.last_sums
+    }
+
+    /// Failed operations in the newest whole snapshot (since the process started).
+    pub fn last_errors(&self) -> u64 {
+        self.last_errors
     }
 
     /// The newest snapshot's "now" figures against the one before it (None when the history
@@ -733,6 +740,7 @@ impl SnapshotHistory {
             }
         };
         self.last_sums = sums;
+        self.last_errors = s.counts.iter().map(|c| c.errors).sum();
         self.full_sums = sums;
         self.full_at_ns = s.at_ns;
         self.since_full = 0;

@@ -468,7 +468,7 @@ pub struct ProcAt<'a> {
 impl<'a> ProcAt<'a> {
     /// The state of process `p` at time `t` over `window`. With `detail` false, a process whose
     /// newest snapshot is the one at `t`, and whose counters only grew since the window's base,
-    /// is read from its per-snapshot totals (the same figures, without a pass over its
+    /// and that has no failed operation, is read from its per-snapshot totals (the same figures, without a pass over its
     /// endpoints); otherwise, and always with `detail`, from its endpoints.
     pub fn new(
         key: &'a ProcKey,
@@ -508,9 +508,12 @@ impl<'a> ProcAt<'a> {
         // snapshot at or before the window's start (the oldest kept one when none is that old).
         let zero_base = start > 0 && start < s1_at && from.is_none_or(|f| f <= start);
         let j = (!zero_base).then(|| from.and_then(|f| idx_at(h, f)).unwrap_or(0).min(i1));
+        // Failed operations are named per endpoint (the status line, the warnings): a process
+        // with any is read from its endpoints.
         if !detail
             && i1 + 1 == h.len()
             && i1 > 0
+            && h.last_errors() == 0
             && j.is_none_or(|j| h.monotone(j, i1))
             && let Some(last) = h.last_head()
         {

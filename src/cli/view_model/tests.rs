@@ -697,3 +697,46 @@ fn a_trimmed_history_shows_the_same_live_figures() {
         }
     }
 }
+
+/// The frames a real client sent (tests/programs/ucx_peer_fail.c, seen live): one send, then,
+/// 26 ms later, its final snapshot with the endpoint's failure (an error on an op of its own, no
+/// operation) and its goodbye. The Overview's status line counts the failure, with the wall
+/// clock moving on past the end.
+#[test]
+fn a_failure_in_the_final_snapshot_reaches_the_overview() {
+    let mut m = Model::new();
+    let a = key("n0", 10);
+    m.apply(&a, Frame::hello(ident(10, 0, "n0", 0xa)));
+    m.apply(&a, Frame::Endpoints(vec![ep(1, 0xb)]));
+    m.apply(
+        &a,
+        Frame::Snapshot(snap(T0 + 269_000_000, 1, &[(1, Op::UcxTagSend, 1, 64)])),
+    );
+    let mut last = snap(
+        T0 + 295_000_000,
+        2,
+        &[(1, Op::UcxTagSend, 1, 64), (1, Op::UcxEpError, 0, 0)],
+    );
+    last.counts[1].errors = 1;
+    m.apply(&a, Frame::Snapshot(last));
+    m.apply(
+        &a,
+        Frame::Bye {
+            at_ns: T0 + 296_000_000,
+        },
+    );
+    m.source_closed(&a, None);
+    for now in [None, Some(T0 + 2 * S), Some(T0 + 20 * S)] {
+        let mut o = opts(Window::S10, None);
+        o.now_ns = now;
+        let mut vm = ViewModel::default();
+        build_sections_into(
+            &m,
+            &o,
+            Sections::of_tab(Tab::Overview),
+            &mut ViewCache::default(),
+            &mut vm,
+        );
+        assert_eq!(vm.status.errors, 1, "now {now:?}");
+    }
+}
