@@ -22,6 +22,23 @@ use common::*;
 const N: u64 = 500;
 const SIZE: u64 = 4096;
 
+/// The section names of an ELF file (binutils' readelf, which gcc brings).
+fn sections(f: &Path) -> Vec<String> {
+    let o = Command::new(require("readelf"))
+        .args(["-W", "-S"])
+        .arg(f)
+        .output()
+        .expect("readelf");
+    assert!(o.status.success(), "readelf {}: {}", f.display(), stderr_of(&o));
+    stdout_of(&o)
+        .lines()
+        .filter_map(|l| {
+            let l = l.split_once(']')?.1;
+            l.split_whitespace().next().map(String::from)
+        })
+        .collect()
+}
+
 fn repo() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
 }
@@ -84,8 +101,26 @@ fn installed_tree_and_lone_binary_run_programs() {
         .output()
         .expect("scripts/install.sh");
     assert!(o.status.success(), "install.sh: {}", stderr_of(&o));
-    for f in ["bin/sigmatop", "lib/libsigmatop_preload.so"] {
+    for (f, debug) in [
+        ("bin/sigmatop", "lib/debug/sigmatop.debug"),
+        ("lib/libsigmatop_preload.so", "lib/debug/libsigmatop_preload.so.debug"),
+    ] {
         assert!(prefix.join(f).is_file(), "{f} installed");
+        // Installed stripped, naming its debug info, which is installed beside.
+        let have = sections(&prefix.join(f));
+        assert!(
+            !have
+                .iter()
+                .any(|s| s.starts_with(".debug_") && s != ".debug_gdb_scripts"),
+            "{f} is stripped: {have:?}"
+        );
+        assert!(have.iter().any(|s| s == ".gnu_debuglink"), "{f}: {have:?}");
+        assert!(
+            sections(&prefix.join(debug))
+                .iter()
+                .any(|s| s == ".debug_line"),
+            "{debug} holds the debug info"
+        );
     }
 
     // 1. The tree, moved: found through bin/../lib.
