@@ -45,16 +45,23 @@ export CARGO_INCREMENTAL=${CARGO_INCREMENTAL:-0}
 cargo build --workspace --all-targets --features sigmatop-preload/bench
 # The software mlx5 NIC (tests/testnic) the testnic_* tests run rdma-core's programs on.
 bash scripts/with-testnic.sh true
-# Each skipped test appends one line here (tests/common `skip`): printed after the run.
+# Each skipped test appends one line here (tests/common `skip`), and each run a test had to
+# repeat (tests/common `note_retry`): printed after the run.
 skips=target/test-skips.txt
 rm -f "$skips"
 status=0
 cargo test --workspace --no-fail-fast --features sigmatop-preload/bench -- --test-threads=2 || status=$?
-if [ -s "$skips" ]; then
-  echo
-  echo "scripts/test.sh: $(wc -l < "$skips") tests skipped:"
-  sed 's/^/  /' "$skips"
+skipped=$(grep -c '^SKIPPED' "$skips" 2>/dev/null || true)
+retried=$(grep -c '^RETRIED' "$skips" 2>/dev/null || true)
+echo
+if [ "${skipped:-0}" -gt 0 ]; then
+  echo "scripts/test.sh: ${skipped} tests skipped:"
+  grep '^SKIPPED' "$skips" | sed 's/^/  /'
 else
   echo "scripts/test.sh: no test skipped"
+fi
+if [ "${retried:-0}" -gt 0 ]; then
+  echo "scripts/test.sh: ${retried} runs repeated (a third-party program's own race):"
+  grep '^RETRIED' "$skips" | sed 's/^/  /'
 fi
 exit "$status"

@@ -9,9 +9,10 @@
 //! - `nvshmem_perftests_on_the_software_nic` (GPU machine, root): runs
 //!   `bash tests/gpu/nvshmem_device.sh OUT proof` (NVIDIA's perftests with two PEs on one GPU, IBGDA
 //!   only, NIC queues in GPU and host memory, untraced and traced; tests/gpu/nvshmem_check.py
-//!   compares every WQE, byte count, matrix cell and peer) and then the record check below. Without
-//!   a GPU, nvcc, mpirun, root or the perftest sources it is skipped visibly (tests/common
-//!   `skip_gpu_test`), the one skip allowed on CI (CI has no GPU).
+//!   compares every WQE, byte count, matrix cell and peer) and then the record check below over
+//!   every test and placement of the proof (all of them required). Without a GPU it is skipped
+//!   visibly (tests/common `skip_gpu_test`), the one skip allowed on CI (CI has no GPU); with a
+//!   GPU, anything else missing (nvcc, mpirun, root, the perftest sources) is a failure.
 //! - `nvshmem_fixture_records_match_the_nic` (runs everywhere): the record check below over the
 //!   committed recording of one such run (fixtures/nvshmem, shmem_put_bw, NIC queues in GPU memory).
 //! - `nvshmem_records_match_the_nic`: the record check alone over the runs in `$NVSHMEM_RESULTS`
@@ -335,11 +336,16 @@ fn check_records(work: &Path) -> usize {
                     "{ctx}: peers of {q:#x} and {pq:#x} not mutual"
                 );
             }
-            // sigmatop's WQE log (SIGMATOP_WQE_LOG), where the run kept it: every WQE with all 32
-            // bits of the rkey, QP by QP in order, = the NIC's.
+            // sigmatop's WQE log (SIGMATOP_WQE_LOG; every traced run keeps one): every WQE with
+            // all 32 bits of the rkey, QP by QP in order, = the NIC's.
             let wlog = run.join(format!("wqe.{rank}.log"));
-            if wlog.is_file() {
-                let text = std::fs::read_to_string(&wlog).expect("WQE log");
+            {
+                let text = std::fs::read_to_string(&wlog).unwrap_or_else(|e| {
+                    panic!(
+                        "{ctx}: PE{rank}: sigmatop's WQE log {}: {e}",
+                        wlog.display()
+                    )
+                });
                 let key = |w: &str| -> u64 {
                     let v = w.split_whitespace().next().unwrap_or_default();
                     if let Some(h) = v.strip_prefix("0x") {
@@ -415,6 +421,10 @@ fn nvshmem_fixture_records_match_the_nic() {
     assert_eq!(check_records(&root().join("fixtures/nvshmem")), 1);
 }
 
+/// The proof's perftests and queue placements, all required.
+const PROOF_TESTS: [&str; 5] = ["put_bw", "get_bw", "p_latency", "put_latency", "atomic_bw"];
+const PROOF_MEMS: [&str; 2] = ["gpumem", "hostmem"];
+
 fn have(prog: &str, args: &[&str]) -> bool {
     Command::new(prog)
         .args(args)
@@ -430,8 +440,13 @@ fn nvshmem_perftests_on_the_software_nic() {
         .unwrap_or_else(|| root().join(".device/perftest"));
     // SAFETY: geteuid has no preconditions.
     let root_user = unsafe { libc::geteuid() } == 0;
+    if !have("nvidia-smi", &["-L"]) {
+        skip_gpu_test(
+            "no GPU (run it on a GPU machine: bash tests/gpu/nvshmem_device.sh OUT proof; see BENCHMARKS.md \"GPU doorbells\")",
+        );
+        return;
+    }
     let missing = [
-        (!have("nvidia-smi", &["-L"]), "no GPU"),
         (!have("nvcc", &["--version"]), "no nvcc"),
         (!have("mpirun", &["--version"]), "no mpirun"),
         (
@@ -443,12 +458,12 @@ fn nvshmem_perftests_on_the_software_nic() {
             "no NVSHMEM v3.4.5 perftest sources (PERFTEST_SRC)",
         ),
     ];
-    if let Some((_, why)) = missing.iter().find(|m| m.0) {
-        skip_gpu_test(&format!(
-            "{why} (run it on a GPU machine: bash tests/gpu/nvshmem_device.sh OUT proof; see BENCHMARKS.md \"GPU doorbells\")"
-        ));
-        return;
-    }
+    let missing: Vec<&str> = missing.iter().filter(|m| m.0).map(|m| m.1).collect();
+    assert!(
+        missing.is_empty(),
+        "a GPU is here but the test cannot run: {} (tests/gpu/nvshmem_device.sh says what it needs)",
+        missing.join(", ")
+    );
     let out = scratch("nvshmem-device");
     let work = out.join("work");
     let o = Command::new("bash")
@@ -457,6 +472,8 @@ fn nvshmem_perftests_on_the_software_nic() {
         .arg(&out)
         .arg("proof")
         .env("NVT_WORK", &work)
+        .env("NVT_TESTS", PROOF_TESTS.join(" "))
+        .env("NVT_MEMS", PROOF_MEMS.join(" "))
         .env("PERFTEST_SRC", &src)
         .env("PRE", preload())
         .env("SIGMATOP", sigmatop_bin())
@@ -469,5 +486,10 @@ fn nvshmem_perftests_on_the_software_nic() {
         stdout_of(&o),
         stderr_of(&o)
     );
-    assert!(check_records(&work) >= 2, "traced runs checked");
+    // Every test of the proof in both placements (nvshmem_device.sh's TESTS × MEMS).
+    assert_eq!(
+        check_records(&work),
+        PROOF_TESTS.len() * PROOF_MEMS.len(),
+        "traced runs checked"
+    );
 }

@@ -29,7 +29,12 @@ fn sections(f: &Path) -> Vec<String> {
         .arg(f)
         .output()
         .expect("readelf");
-    assert!(o.status.success(), "readelf {}: {}", f.display(), stderr_of(&o));
+    assert!(
+        o.status.success(),
+        "readelf {}: {}",
+        f.display(),
+        stderr_of(&o)
+    );
     stdout_of(&o)
         .lines()
         .filter_map(|l| {
@@ -103,7 +108,10 @@ fn installed_tree_and_lone_binary_run_programs() {
     assert!(o.status.success(), "install.sh: {}", stderr_of(&o));
     for (f, debug) in [
         ("bin/sigmatop", "lib/debug/sigmatop.debug"),
-        ("lib/libsigmatop_preload.so", "lib/debug/libsigmatop_preload.so.debug"),
+        (
+            "lib/libsigmatop_preload.so",
+            "lib/debug/libsigmatop_preload.so.debug",
+        ),
     ] {
         assert!(prefix.join(f).is_file(), "{f} installed");
         // Installed stripped, naming its debug info, which is installed beside.

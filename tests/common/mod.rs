@@ -104,6 +104,12 @@ pub fn skip(reason: &str) {
     record_skip(&format!("SKIPPED {name}: {reason}"));
 }
 
+/// A run the test repeated (a third-party program's own race): listed with the skips, so the
+/// suite's summary shows it even when the test passes.
+pub fn note_retry(what: &str) {
+    record_skip(&format!("RETRIED in {}: {what}", test_name()));
+}
+
 /// The one skip allowed under CI: tests that need a GPU (CI has none). Visible like [`skip`]
 /// (stderr and the summary of scripts/test.sh), and the test passes.
 pub fn skip_gpu_test(reason: &str) {
