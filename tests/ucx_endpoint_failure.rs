@@ -3,7 +3,9 @@
 //! the server ends without closing anything, as a crashed rank does. UCX calls the client's
 //! endpoint error handler; under `sigmatop run` the program's handler still runs (it prints
 //! UCX's words), and the summary marks that endpoint `failed: <the same words>` with exactly one
-//! error (`ep_error`), while its one send stays counted and the server has no error. In tmux, as
+//! error (`ep_error`), while its one send stays counted and the server has no error; a send the
+//! program posts on the failed endpoint, which UCX refuses with an error status, is one refused
+//! post (`refused`), not an operation. In tmux, as
 //! a person sees it: the warning names the endpoint, the QPs tab shows its state and the failed
 //! operation, and the summary after `q` says `failed: 1`.
 
@@ -67,6 +69,15 @@ fn a_dead_peer_marks_the_endpoint_failed_with_one_error() {
     assert_eq!(ep["ops"]["ep_error"]["ops"], 0, "{v}");
     assert_eq!(ep["ops"]["tag_send"]["ops"], 1, "{v}");
     assert_eq!(ep["ops"]["tag_send"]["bytes"], 64, "{v}");
+    // The send posted after the failure, which UCX refused with an error status: a refused
+    // post, not an operation (exactly one, as the program says).
+    assert!(
+        said.lines().any(|l| l.starts_with("ucx_peer_fail refused ")),
+        "the program's second send was refused: {said}"
+    );
+    assert_eq!(ep["ops"]["tag_send"]["refused"], 1, "{v}");
+    assert_eq!(client["refused"], 1, "{v}");
+    assert_eq!(server.get("refused"), None, "{v}");
 }
 
 #[test]

@@ -3,8 +3,9 @@
  * 127.0.0.1:PORT, both endpoints with peer error handling. The client sends one tagged message
  * of 64 bytes; the server receives it and ends at once without closing anything (as a crashed
  * rank does). The client then progresses until its endpoint error handler is called.
- * Prints "ucx_peer_fail handler <status>" (UCX's words) and exits 0 once the handler ran, 1 after
- * 20 s without it.
+ * Prints "ucx_peer_fail handler <status>" (UCX's words) once the handler ran, then sends once more
+ * on the failed endpoint and prints "ucx_peer_fail refused <status>" when UCX refuses that post
+ * (an error status instead of a request), and exits 0; 1 after 20 s without the handler.
  */
 #include <arpa/inet.h>
 #include <stdio.h>
@@ -134,6 +135,12 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	printf("ucx_peer_fail handler %s\n", ucs_status_string(failure));
+	/* One more send on the failed endpoint: UCX refuses it at once, with an error status. */
+	void *again = ucp_tag_send_nbx(ep, buf, sizeof buf, 7, &sp);
+	if (UCS_PTR_IS_ERR(again))
+		printf("ucx_peer_fail refused %s\n", ucs_status_string(UCS_PTR_STATUS(again)));
+	else
+		printf("ucx_peer_fail not refused (%s)\n", again ? "a request" : "done at once");
 	fflush(stdout);
 	_exit(0); /* the endpoint is broken: leave as a program on this path would */
 }
