@@ -298,6 +298,8 @@ fn error_completions_with_and_without_sigmatop() {
             "bad_lkey",
             "malformed",
             "flush_on_modify_err",
+            "chain_full",
+            "chain_full_receiver",
             "peer_death",
         ] {
             assert!(
@@ -324,6 +326,7 @@ fn error_completions_with_and_without_sigmatop() {
             let procs = common::processes(t);
             assert!(!procs.is_empty(), "{ctx}: nothing recorded");
             check_error_counts(&ctx, &procs);
+            check_refused_chains(&ctx, &procs, &common::stdout_of(&out));
             // What `report` says of them, and the JSON's totals.
             let out = std::process::Command::new(common::sigmatop_bin())
                 .arg("report")
@@ -355,6 +358,43 @@ fn error_completions_with_and_without_sigmatop() {
             assert_eq!(failing, 9, "{ctx}: {text}");
         }
     }
+}
+
+/// The chains the NIC refused part of (case chain_full): A's chain of writes, of which the
+/// first `accepted` (the send queue's room, printed by the program) were posted and the next
+/// refused with ENOMEM; B's chain of receives, likewise. Exactly those on the QP of each: the
+/// accepted WRs as operations (posted receives), one refused post, nothing else refused.
+fn check_refused_chains(ctx: &str, procs: &[sigmatop::trace::reader::ProcessRecording], out: &str) {
+    use sigmatop::event::Op;
+    let accepted = |what: &str| -> u64 {
+        let l = out
+            .lines()
+            .find(|l| l.starts_with(&format!("verbs_faults {what} ")))
+            .unwrap_or_else(|| panic!("{ctx}: no '{what}' line:\n{out}"));
+        testnic::field(l, "accepted")
+            .parse()
+            .unwrap_or_else(|e| panic!("{ctx}: {l}: {e}"))
+    };
+    let (sends, recvs) = (accepted("chain"), accepted("chain_receiver"));
+    let mut refused = Vec::new();
+    for p in procs {
+        let Some(last) = p.snapshots.last() else {
+            continue;
+        };
+        for c in last.counts.iter().filter(|c| c.refused > 0) {
+            refused.push((c.op, c.ops, c.bytes, c.posted, c.posted_bytes, c.refused));
+        }
+    }
+    refused.sort();
+    let mut want = vec![
+        (Op::VerbsWrite as u8, sends, 8 * sends, 0, 0, 1),
+        (Op::VerbsRecv as u8, 0, 0, recvs, 8 * recvs, 1),
+    ];
+    want.sort();
+    assert_eq!(
+        refused, want,
+        "{ctx}: (op, ops, bytes, posted, posted bytes, refused) of every refused post"
+    );
 }
 
 /// The errors counted, from each process's last snapshot: A (the parent) polled 8 error

@@ -72,7 +72,8 @@ fn a_dead_peer_marks_the_endpoint_failed_with_one_error() {
     // The send posted after the failure, which UCX refused with an error status: a refused
     // post, not an operation (exactly one, as the program says).
     assert!(
-        said.lines().any(|l| l.starts_with("ucx_peer_fail refused ")),
+        said.lines()
+            .any(|l| l.starts_with("ucx_peer_fail refused ")),
         "the program's second send was refused: {said}"
     );
     assert_eq!(ep["ops"]["tag_send"]["refused"], 1, "{v}");

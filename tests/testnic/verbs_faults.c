@@ -12,6 +12,9 @@
  *   bad_lkey       write from an unregistered lkey     -> LOC_PROT_ERR (0x04)
  *   malformed      a WQE with opcode 0x3f written and rung through mlx5dv -> LOC_QP_OP_ERR (0x02)
  *   flush_on_modify_err  3 receives posted, QP moved to ERR by B -> 3 WR_FLUSH_ERR in order
+ *   chain_full     a chain of max_send_wr + 3 writes (A) and one of max_recv_wr + 2 receives (B)
+ *                  into empty queues -> ENOMEM, bad_wr = the first WR past the queue's room; the
+ *                  WRs before it run (A: max_send_wr successful completions)
  *   peer_death     B exits without cleanup; A writes   -> RETRY_EXC_ERR within 5 s
  * Prints "verbs_faults CASE status=S vendor_err=0xV ms=T ok" per case; exits non-zero on any miss.
  */
@@ -360,6 +363,52 @@ static void cases(void)
 			CHECK(wc.status == IBV_WC_WR_FLUSH_ERR, "flushed receive status %d", wc.status);
 		}
 		expect("flush_on_modify_err", wc, IBV_WC_WR_FLUSH_ERR, 0x05, t0);
+	}
+	close_pair(&c);
+
+	c = connect_pair(ALL, 7);
+	{
+		/* A chain longer than the queue's room: as libmlx5, ENOMEM at the first WR that does not
+		 * fit, bad_wr pointing at it; those before it are posted and run. */
+		struct ibv_qp_attr qa;
+		struct ibv_qp_init_attr qi;
+		CHECK(!ibv_query_qp(c.qp, &qa, IBV_QP_CAP, &qi), "ibv_query_qp");
+		uint32_t room = role ? qa.cap.max_recv_wr : qa.cap.max_send_wr, n = room + (role ? 2 : 3);
+		struct ibv_sge sge = {.addr = (uintptr_t)buf + 512, .length = 8, .lkey = mr->lkey};
+		t0 = now_ms();
+		int r;
+		uint32_t at;
+		if (!role) {
+			struct ibv_send_wr w[64], *bad = NULL;
+			CHECK(n <= 64, "max_send_wr %u", room);
+			for (uint32_t i = 0; i < n; i++)
+				w[i] = (struct ibv_send_wr){.wr_id = 200 + i, .next = i + 1 < n ? &w[i + 1] : NULL,
+							    .sg_list = &sge, .num_sge = 1, .opcode = IBV_WR_RDMA_WRITE,
+							    .send_flags = IBV_SEND_SIGNALED,
+							    .wr.rdma = {.remote_addr = c.addr + 512, .rkey = c.rkey}};
+			r = ibv_post_send(c.qp, w, &bad);
+			at = bad ? (uint32_t)(bad - w) : n;
+			CHECK(r == ENOMEM && at == room, "post_send of %u into %u: %d, bad_wr at %u", n, room, r, at);
+			struct ibv_wc wc = {0};
+			for (uint32_t i = 0; i < room; i++) {
+				wc = wait_wc(c.cq, 5000);
+				CHECK(wc.status == IBV_WC_SUCCESS && wc.wr_id == 200 + i, "chain write %u: %d", i, wc.status);
+			}
+			printf("verbs_faults chain posted=%u accepted=%u\n", n, room);
+			expect("chain_full", wc, IBV_WC_SUCCESS, 0, t0);
+		} else {
+			struct ibv_recv_wr w[64], *bad = NULL;
+			CHECK(n <= 64, "max_recv_wr %u", room);
+			for (uint32_t i = 0; i < n; i++)
+				w[i] = (struct ibv_recv_wr){.wr_id = 300 + i, .next = i + 1 < n ? &w[i + 1] : NULL,
+							    .sg_list = &sge, .num_sge = 1};
+			r = ibv_post_recv(c.qp, w, &bad);
+			at = bad ? (uint32_t)(bad - w) : n;
+			CHECK(r == ENOMEM && at == room, "post_recv of %u into %u: %d, bad_wr at %u", n, room, r, at);
+			printf("verbs_faults chain_receiver posted=%u accepted=%u\n", n, room);
+			struct ibv_wc ok = {.status = IBV_WC_SUCCESS};
+			expect("chain_full_receiver", ok, IBV_WC_SUCCESS, 0, t0);
+		}
 	}
 	close_pair(&c);
 
