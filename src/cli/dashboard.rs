@@ -324,13 +324,26 @@ impl Drop for TerminalGuard {
 }
 
 /// Runs a dashboard on the terminal until the user quits; gives the dashboard back.
-pub fn run_terminal<S: Source>(mut dash: Dashboard<S>) -> Result<Dashboard<S>, String> {
-    let guard = TerminalGuard::enter().map_err(|e| format!("cannot set up the terminal: {e}"))?;
+pub fn run_terminal<S: Source>(dash: Dashboard<S>) -> Result<Dashboard<S>, String> {
+    let (dash, res) = run_terminal_keep(dash);
+    res.map(|()| dash)
+}
+
+/// [`run_terminal`] that gives the dashboard back on a terminal error too (the program `sigmatop
+/// run` started is in it, still to be waited for). A hangup of the terminal ends it (Ok).
+pub fn run_terminal_keep<S: Source>(mut dash: Dashboard<S>) -> (Dashboard<S>, Result<(), String>) {
+    super::child::watch_hangup();
+    let guard = match TerminalGuard::enter() {
+        Ok(g) => g,
+        Err(e) => return (dash, Err(format!("cannot set up the terminal: {e}"))),
+    };
     // One write per frame (stdout alone is line-buffered with a small buffer, and a frame is a
     // run of escape sequences without newlines): fewer system calls and fewer ssh packets.
     let out = io::BufWriter::with_capacity(1 << 16, io::stdout());
-    let mut term = Terminal::new(CrosstermBackend::new(out))
-        .map_err(|e| format!("cannot set up the terminal: {e}"))?;
+    let mut term = match Terminal::new(CrosstermBackend::new(out)) {
+        Ok(t) => t,
+        Err(e) => return (dash, Err(format!("cannot set up the terminal: {e}"))),
+    };
     let res = (|| -> io::Result<()> {
         let mut need_draw = true;
         loop {
@@ -368,10 +381,20 @@ pub fn run_terminal<S: Source>(mut dash: Dashboard<S>) -> Result<Dashboard<S>, S
             }
         }
     })();
-    drop(term);
+    // ratatui's Drop shows the cursor and, should that fail (a terminal that hung up), says so
+    // with eprintln!, which panics when stderr is that dead terminal too: show it here, and keep
+    // the terminal from its Drop when it cannot be shown (restore_terminal tries again).
+    if term.show_cursor().is_ok() {
+        drop(term);
+    } else {
+        std::mem::forget(term);
+    }
     drop(guard);
-    res.map_err(|e| format!("terminal: {e}"))?;
-    Ok(dash)
+    if super::child::hung_up() {
+        // Writes to a dead terminal fail: that is the hangup, not an error of its own.
+        return (dash, Ok(()));
+    }
+    (dash, res.map_err(|e| format!("terminal: {e}")))
 }
 
 /// The dashboard over `source`, with the theme from `--theme` / `NO_COLOR`.

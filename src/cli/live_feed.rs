@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 use std::process::{Child, ExitStatus};
 
-use super::child::{describe, interrupt_group};
+use super::child::{describe, interrupt_group, passed_on, signal_name};
 use super::dashboard::Source;
 use super::final_state::FinalStates;
 use crate::agg::Model;
@@ -70,10 +70,12 @@ impl Source for LiveFeed {
         false
     }
 
+    /// The program ended after a Ctrl-C in the dashboard, or after a signal sigmatop got and
+    /// passed on (`kill`, `timeout`, Slurm): that was the way out, as in a shell.
     fn wants_to_leave(&self) -> bool {
         self.child
             .as_ref()
-            .is_some_and(|c| c.interrupts > 0 && c.status.is_some())
+            .is_some_and(|c| (c.interrupts > 0 || passed_on().is_some()) && c.status.is_some())
     }
 
     fn interrupt_label(&self) -> Option<String> {
@@ -87,12 +89,25 @@ impl Source for LiveFeed {
         match &self.child {
             Some(c) => Some(match (c.status, c.interrupts, &c.interrupt_error) {
                 (None, _, Some(e)) => format!("Ctrl-C: {e}"),
-                (None, 0, None) => format!(
-                    "{} running (pid {}) · output in {}",
-                    c.name,
-                    c.child.id(),
-                    c.log.display()
-                ),
+                (None, 0, None) => match passed_on() {
+                    Some((sig, n)) => format!(
+                        "{}{} passed on to {} (pid {}): waiting for it to exit",
+                        signal_name(sig),
+                        if n > 1 {
+                            format!(" ×{n}")
+                        } else {
+                            String::new()
+                        },
+                        c.name,
+                        c.child.id()
+                    ),
+                    None => format!(
+                        "{} running (pid {}) · output in {}",
+                        c.name,
+                        c.child.id(),
+                        c.log.display()
+                    ),
+                },
                 (None, n, None) => format!(
                     "SIGINT{} sent to {} (pid {}): waiting for it to exit · Ctrl-C sends another · q leaves it running",
                     if n > 1 {
