@@ -1,0 +1,86 @@
+//! The end of a run, as a person sees it (issue 25, items 3, 4, 8, 9): real programs under
+//! `sigmatop run`, the dashboard in tmux (80×24 and 200×60), the summary and `--json`.
+
+mod common;
+
+use std::time::Duration;
+
+use common::tmux::Tmux;
+use common::*;
+
+const LIMIT: Duration = Duration::from_secs(40);
+
+/// tests/programs/ucx_life.c.
+fn ucx_life() -> std::path::PathBuf {
+    static BIN: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
+    BIN.get_or_init(|| build_program("gcc", "ucx_life.c", "ucx_life", &["-lucp", "-lucs"]))
+        .clone()
+}
+
+/// The header's clock, "hh:mm:ss" at the end of the second line.
+fn clock(screen: &str) -> String {
+    screen
+        .lines()
+        .nth(1)
+        .and_then(|l| l.split_whitespace().last())
+        .unwrap_or_default()
+        .to_string()
+}
+
+/// Resizes the session's window (tmux starts it at 120×40).
+fn resize(t: &Tmux, w: u16, h: u16) {
+    t.tmux(&[
+        "resize-window",
+        "-t",
+        "main",
+        "-x",
+        &w.to_string(),
+        "-y",
+        &h.to_string(),
+    ]);
+}
+
+/// 3. After every traced process has exited, the live dashboard says "ended", its rates are
+///    0 B/s and its clock moves on (before: "live ▲ 84.3 MB/s" 22 s later, the clock still).
+///    `ucx_life paced 40 50`: 40 tagged messages of 64 B, one every 50 ms.
+#[test]
+fn after_the_end_the_dashboard_says_ended_with_zero_rates_and_a_moving_clock() {
+    for (w, h) in [(80u16, 24u16), (200, 60)] {
+        let dir = scratch(&format!("run-end-{w}"));
+        let line = format!(
+            "SIGMATOP_SOCKET_DIR={} UCX_TLS=sm,self {} run -- {} paced 40 50",
+            dir.join("sock").display(),
+            sigmatop_bin().display(),
+            ucx_life().display()
+        );
+        let Some(t) = Tmux::start_in(&format!("run-end-{w}"), &line, Some(&dir)) else {
+            return;
+        };
+        resize(&t, w, h);
+        let first = t.wait_for("the header of an ended run", LIMIT, |s| {
+            let head = s.lines().next().unwrap_or_default();
+            head.contains(" ended") && head.contains("▲ 0 B/s") && head.contains("▼ 0 B/s")
+        });
+        assert!(first.contains("ucx_life exited (status"), "{first}");
+        // The clock (80 columns have no room for it on the tab line).
+        let later = if w >= 120 {
+            let c0 = clock(&first);
+            assert!(c0.len() == 8 && c0.as_bytes()[2] == b':', "{first}");
+            t.wait_for("the clock to move on", Duration::from_secs(5), |s| {
+                clock(s) != c0
+            })
+        } else {
+            first
+        };
+        let head = later.lines().next().unwrap_or_default();
+        assert!(
+            head.contains(" ended") && head.contains("▲ 0 B/s"),
+            "{later}"
+        );
+        // The totals stay: 40 × 64 B each way.
+        assert!(later.contains("2.56k"), "{later}");
+        t.keys(&["q"]);
+        let done = t.wait_for("sigmatop to exit", LIMIT, |s| s.contains("SIGMATOP-EXIT="));
+        assert!(done.contains("SIGMATOP-EXIT=0"), "{done}");
+    }
+}
