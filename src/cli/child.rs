@@ -6,7 +6,8 @@
 //! arrives at 0 ms waits for the handler instead of killing sigmatop and orphaning the program),
 //! passed on to the program, and sigmatop goes on to reap it, print the summary and exit with its
 //! status (128 + the signal). A signal ignored when sigmatop started (`nohup`, a background job)
-//! stays ignored, for sigmatop and the program alike, as a shell leaves it.
+//! stays ignored in the program, as a shell leaves it (and is still passed on: a program with a
+//! handler of its own gets it).
 
 use std::os::unix::process::ExitStatusExt;
 use std::process::ExitStatus;
@@ -86,6 +87,9 @@ pub fn passed_on() -> Option<(i32, u32)> {
     (sig != 0).then(|| (sig, PASSED_COUNT.load(Ordering::Relaxed)))
 }
 
+/// The signals of PASSED that were ignored when sigmatop started, one bit each.
+static IGNORED_AT_START: AtomicU32 = AtomicU32::new(0);
+
 /// Signals that came before the program had started (on a thread that did not block them),
 /// one bit each: passed on by [`Caught::pass_to`].
 static PENDING: AtomicU32 = AtomicU32::new(0);
@@ -140,7 +144,7 @@ pub enum Target {
 }
 
 /// Call before the program is started: blocks SIGINT, SIGQUIT, SIGTERM and SIGHUP and installs
-/// the handler that passes them on (except those ignored when sigmatop started).
+/// the handler that passes them on.
 pub fn catch_signals() -> Caught {
     // SAFETY: sigset_t is a plain bit set, valid zeroed and filled by sigemptyset/sigaddset; the
     // mask change affects this thread (sigmatop's main thread, the one that starts the program;
@@ -157,7 +161,11 @@ pub fn catch_signals() -> Caught {
             let mut old: libc::sigaction = std::mem::zeroed();
             libc::sigaction(sig, std::ptr::null(), &mut old);
             if old.sa_sigaction == libc::SIG_IGN {
-                continue;
+                // Ignored when sigmatop started (nohup, a background job of a script): the
+                // program ignores it too (terminate_with_sigmatop sets that in the child), and
+                // sigmatop still passes it on, so that a program that installs a handler of its
+                // own gets it as it would from a group-wide kill.
+                IGNORED_AT_START.fetch_or(1 << sig, Ordering::Relaxed);
             }
             let mut sa: libc::sigaction = std::mem::zeroed();
             sa.sa_sigaction = on_signal
@@ -204,7 +212,7 @@ impl Caught {
 pub fn terminate_with_sigmatop(cmd: &mut std::process::Command) {
     use std::os::unix::process::CommandExt;
     // SAFETY: getpid before the fork; the closure runs in the child between fork and exec and
-    // calls only async-signal-safe functions (sigprocmask, prctl, getppid, kill) on a local
+    // calls only async-signal-safe functions (sigprocmask, signal, prctl, getppid, kill) on a local
     // sigset_t, and allocates nothing.
     let parent = unsafe { libc::getpid() };
     unsafe {
@@ -214,6 +222,14 @@ pub fn terminate_with_sigmatop(cmd: &mut std::process::Command) {
             let mut set: libc::sigset_t = std::mem::zeroed();
             libc::sigemptyset(&mut set);
             libc::pthread_sigmask(libc::SIG_SETMASK, &set, std::ptr::null_mut());
+            // What was ignored when sigmatop started stays ignored in the program, as a shell
+            // leaves it (sigmatop's own handler would be reset to the default by exec).
+            let ignored = IGNORED_AT_START.load(Ordering::Relaxed);
+            for sig in PASSED {
+                if ignored & (1 << sig) != 0 {
+                    libc::signal(sig, libc::SIG_IGN);
+                }
+            }
             libc::prctl(
                 libc::PR_SET_PDEATHSIG,
                 libc::SIGTERM as libc::c_ulong,
