@@ -138,6 +138,7 @@ impl Model {
     pub fn report(&self) -> Report {
         let mut r = Report {
             schema: Report::SCHEMA,
+            kind: "summary",
             ..Default::default()
         };
         let Traffic {
@@ -341,6 +342,9 @@ impl ProcessReport {
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct Report {
     pub schema: u32,
+    /// Which document this is, both being schema 1: "summary" (`run --json`, `attach --json`:
+    /// these fields alone) or "export" (`export --json`: these and the correlator's).
+    pub kind: &'static str,
     pub totals: Flow,
     pub drops: DropCounters,
     /// Live only: summed `ProcessReport::live_missed`. Written when not zero.

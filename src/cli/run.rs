@@ -64,6 +64,21 @@ fn refuse_used_record_dir(dir: &Path) -> Result<(), String> {
     Ok(())
 }
 
+/// A record directory this run created and nothing was written to (a program that traced
+/// nothing) is removed, so that no empty directory is left to puzzle over; the line says so.
+fn remove_empty_record(args: &RunArgs) {
+    let Some(dir) = args.record.as_deref() else {
+        return;
+    };
+    let empty = std::fs::read_dir(dir).is_ok_and(|mut rd| rd.next().is_none());
+    if empty && std::fs::remove_dir(dir).is_ok() {
+        say!(
+            "sigmatop: nothing was recorded; removed the empty record directory {}",
+            dir.display()
+        );
+    }
+}
+
 /// Builds the command with the preload environment.
 pub fn traced_command(args: &RunArgs, socket_dir: &Path) -> Result<Command, String> {
     let mode = Mode::parse(&args.mode)
@@ -227,6 +242,7 @@ pub fn run_headless(args: &RunArgs) -> CliResult {
     drop(finals);
     if nothing {
         say!("sigmatop: {}", why.message());
+        remove_empty_record(args);
         if json.is_none() {
             return Ok(code);
         }
@@ -413,6 +429,7 @@ pub fn run_cmd(args: &RunArgs) -> CliResult {
         }
         std::thread::sleep(Duration::from_millis(5));
     }
+    remove_empty_record(args);
     let report = dash.model.report();
     let summary = if report.processes.is_empty() {
         String::new()
