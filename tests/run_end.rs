@@ -84,3 +84,53 @@ fn after_the_end_the_dashboard_says_ended_with_zero_rates_and_a_moving_clock() {
         assert!(done.contains("SIGMATOP-EXIT=0"), "{done}");
     }
 }
+
+/// What `sigmatop run -- true` says: it loads nothing sigmatop traces.
+const TRUE_ADVICE: &str =
+    "true used no RDMA library sigmatop traces (UCX, libfabric, ibverbs, mlx5): nothing was traced";
+
+/// 9. The "nothing was traced, here is why" advice was the headless run's alone: the dashboard
+///    showed `Processes 0 (none yet)` to the end and `q` printed only "exited (status 0)". Now
+///    the dashboard's status line says it once the program has ended, and so does the summary.
+#[test]
+fn the_dashboard_says_why_nothing_was_traced() {
+    for (w, h) in [(80u16, 24u16), (200, 60)] {
+        let dir = scratch(&format!("run-nothing-{w}"));
+        let line = format!(
+            "SIGMATOP_SOCKET_DIR={} {} run -- true",
+            dir.join("sock").display(),
+            sigmatop_bin().display(),
+        );
+        let Some(t) = Tmux::start_in(&format!("run-nothing-{w}"), &line, Some(&dir)) else {
+            return;
+        };
+        resize(&t, w, h);
+        // At 80 columns the line is cut: its start.
+        let shown: String = format!("✗ {TRUE_ADVICE}")
+            .chars()
+            .take(if w < 120 { 60 } else { TRUE_ADVICE.len() })
+            .collect();
+        let screen = t.wait_for("the advice on the dashboard", LIMIT, |s| s.contains(&shown));
+        assert!(screen.contains("Processes 0"), "{screen}");
+        t.keys(&["q"]);
+        let done = t.wait_for("sigmatop to exit", LIMIT, |s| s.contains("SIGMATOP-EXIT="));
+        let done = done.replace('\n', "");
+        assert!(done.contains(&format!("sigmatop: {TRUE_ADVICE}")), "{done}");
+        assert!(done.contains("SIGMATOP-EXIT=0"), "{done}");
+    }
+}
+
+/// 9, `--json`: the summary of a run that traced nothing had `"messages": []`.
+#[test]
+fn the_json_of_a_run_that_traced_nothing_says_why() {
+    let dir = scratch("run-nothing-json");
+    let out = std::process::Command::new(sigmatop_bin())
+        .args(["run", "--json", "-", "--", "true"])
+        .env("SIGMATOP_SOCKET_DIR", dir.join("sock"))
+        .output()
+        .expect("sigmatop run --json");
+    assert!(out.status.success(), "{}", stderr_of(&out));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    assert_eq!(v["messages"], serde_json::json!([TRUE_ADVICE]));
+    assert_eq!(v["processes"], serde_json::json!([]));
+}

@@ -6,6 +6,7 @@ use std::process::{Child, ExitStatus};
 
 use super::child::{describe, interrupt_group, passed_on, signal_name};
 use super::dashboard::Source;
+use super::diagnose::{LibraryWatch, NothingTraced};
 use super::final_state::FinalStates;
 use crate::agg::Model;
 use crate::live::LiveSource;
@@ -22,6 +23,52 @@ pub struct ChildWatch {
     pub interrupts: u32,
     /// Why the last Ctrl-C could not be forwarded.
     pub interrupt_error: Option<String>,
+    /// What the program loaded while nothing was traced, for the advice at its end.
+    pub diagnosis: Diagnosis,
+}
+
+/// The command and `--layers` of a run, and what its processes loaded while nothing was traced:
+/// the dashboard's copy of the headless run's "nothing was traced, here is why" (issue 25,
+/// item 9: the dashboard showed `Processes 0 (none yet)` to the end).
+pub struct Diagnosis {
+    pub cmd: Vec<String>,
+    pub layers: Option<String>,
+    pub libraries: LibraryWatch,
+    /// The advice, once given (it is also in the model's messages).
+    pub told: Option<String>,
+}
+
+impl Diagnosis {
+    pub fn new(cmd: &[String], layers: Option<&str>, root: u32) -> Diagnosis {
+        Diagnosis {
+            cmd: cmd.to_vec(),
+            layers: layers.map(str::to_string),
+            libraries: LibraryWatch::new(root),
+            told: None,
+        }
+    }
+
+    /// The end-of-run advice for a program that exited with `status`, nothing traced.
+    pub fn message(&mut self, status: ExitStatus, finals: Option<&FinalStates>) -> String {
+        if let Some(f) = finals {
+            for path in f.loaded_objects() {
+                self.libraries.note_library(&path);
+            }
+        }
+        let layers_on = self
+            .layers
+            .as_deref()
+            .map_or(Ok(u32::MAX), super::layers_mask)
+            .unwrap_or(u32::MAX);
+        NothingTraced {
+            cmd: &self.cmd,
+            layers_arg: self.layers.as_deref(),
+            layers_on,
+            seen: &self.libraries,
+            failed: (!status.success()).then(|| describe(status)),
+        }
+        .message()
+    }
 }
 
 /// Live processes through their sockets (and the launched program, for `sigmatop run`).
@@ -38,11 +85,29 @@ impl Source for LiveFeed {
         if let Some(f) = self.finals.as_mut() {
             n += f.poll(model);
         }
+        let nothing = self.live.sockets_seen == 0 && model.processes.is_empty();
         if let Some(c) = self.child.as_mut()
             && c.status.is_none()
-            && let Ok(Some(st)) = c.child.try_wait()
         {
-            c.status = Some(st);
+            if nothing {
+                c.diagnosis.libraries.poll();
+            }
+            if let Ok(Some(st)) = c.child.try_wait() {
+                c.status = Some(st);
+            }
+        }
+        // The program has ended and nothing was traced: the advice, among the messages (the
+        // status line and the warnings show them; the summary prints it).
+        if let Some(c) = self.child.as_mut()
+            && let Some(st) = c.status
+            && nothing
+            && c.diagnosis.told.is_none()
+        {
+            // Its last processes' final states may still come: only once they have been read.
+            let m = c.diagnosis.message(st, self.finals.as_ref());
+            model.messages.push(m.clone());
+            c.diagnosis.told = Some(m);
+            n += 1;
         }
         n
     }

@@ -18,7 +18,7 @@ use super::child::{
 use super::dashboard::{Dashboard, Source, run_terminal_keep};
 use super::diagnose::{LibraryWatch, NothingTraced};
 use super::final_state::FinalStates;
-use super::live_feed::{ChildWatch, LiveFeed};
+use super::live_feed::{ChildWatch, Diagnosis, LiveFeed};
 use super::{CliResult, RunArgs, layers_mask, table};
 use crate::agg::Model;
 use crate::event::Mode;
@@ -257,6 +257,15 @@ pub fn run_headless(args: &RunArgs) -> CliResult {
         .flatten();
     match json {
         Some(out) => {
+            // The advice the terminal gets is in the JSON too (issue 25, item 9: a script read
+            // `"messages": []` of a run that traced nothing).
+            let mut report = report;
+            if nothing {
+                report.messages.push(why.message());
+            }
+            if let Some(h) = &idle_mpi {
+                report.messages.push(h.clone());
+            }
             let s = serde_json::to_string_pretty(&report).map_err(|e| e.to_string())?;
             match out {
                 JsonOut::Stdout => {
@@ -382,6 +391,7 @@ pub fn run_cmd(args: &RunArgs) -> CliResult {
             status: None,
             interrupts: 0,
             interrupt_error: None,
+            diagnosis: Diagnosis::new(&args.cmd, args.layers.as_deref(), pid),
         }),
         finals,
     };
@@ -443,6 +453,17 @@ pub fn run_cmd(args: &RunArgs) -> CliResult {
     );
     let _ = write!(io::stderr().lock(), "{summary}");
     say!("{last}");
+    // Nothing was traced: the same advice as a headless run's (the dashboard showed it too).
+    let advice = if report.processes.is_empty() && dash.source.live.sockets_seen == 0 {
+        let m = match c.diagnosis.told.take() {
+            Some(m) => m,
+            None => c.diagnosis.message(status, dash.source.finals.as_ref()),
+        };
+        say!("sigmatop: {m}");
+        format!("sigmatop: {m}\n")
+    } else {
+        String::new()
+    };
     // The summary also follows the program's output in its log: after an ssh drop or a
     // `tmux kill-window` no terminal is left to read it on.
     if let Ok(mut f) = std::fs::OpenOptions::new().append(true).open(&log) {
@@ -452,6 +473,7 @@ pub fn run_cmd(args: &RunArgs) -> CliResult {
             ""
         };
         let _ = writeln!(f, "{summary}{last}{why}");
+        let _ = write!(f, "{advice}");
     }
     Ok(exit_code(status))
 }
