@@ -329,3 +329,26 @@ fn node_rows_carry_link_states_and_unreached_hosts() {
             .all(|n| n.state.is_empty() && n.processes == 4)
     );
 }
+
+/// Issue 25 item 9: the empty process table of a run that traced nothing says why (the driver
+/// sets `App::empty_hint`), at 80×24 (cut at the edge) and 200×60; "(none yet)" otherwise.
+#[test]
+fn an_empty_process_table_says_why_nothing_was_traced() {
+    let vm = ViewModel::default();
+    let mut app = App::new(Theme::mono());
+    let hint = "true used no RDMA library sigmatop traces (UCX, libfabric, ibverbs, mlx5): nothing was traced";
+    assert!(render(&app, &vm, 80, 24).contains("  (none yet)"));
+    app.empty_hint = Some(hint.into());
+    let wide = render(&app, &vm, 200, 60);
+    assert!(wide.contains(&format!("  (none: {hint})")), "{wide}");
+    assert!(!wide.contains("(none yet)"), "{wide}");
+    let narrow = render(&app, &vm, 80, 24);
+    let line = narrow
+        .lines()
+        .find(|l| l.contains("(none: "))
+        .unwrap_or_else(|| panic!("{narrow}"));
+    assert_eq!(
+        line.trim_end(),
+        "  (none: true used no RDMA library sigmatop traces (UCX, libfabric, ibverbs, mlx"
+    );
+}

@@ -91,7 +91,8 @@ const TRUE_ADVICE: &str =
 
 /// 9. The "nothing was traced, here is why" advice was the headless run's alone: the dashboard
 ///    showed `Processes 0 (none yet)` to the end and `q` printed only "exited (status 0)". Now
-///    the dashboard's status line says it once the program has ended, and so does the summary.
+///    the empty process table says it once the program has ended (the status line keeps the
+///    exit and "q to leave"), and so does the summary.
 #[test]
 fn the_dashboard_says_why_nothing_was_traced() {
     for (w, h) in [(80u16, 24u16), (200, 60)] {
@@ -106,12 +107,14 @@ fn the_dashboard_says_why_nothing_was_traced() {
         };
         resize(&t, w, h);
         // At 80 columns the line is cut: its start.
-        let shown: String = format!("✗ {TRUE_ADVICE}")
+        let shown: String = format!("  (none: {TRUE_ADVICE})")
             .chars()
-            .take(if w < 120 { 60 } else { TRUE_ADVICE.len() })
+            .take(if w < 120 { 70 } else { usize::MAX })
             .collect();
         let screen = t.wait_for("the advice on the dashboard", LIMIT, |s| s.contains(&shown));
         assert!(screen.contains("Processes 0"), "{screen}");
+        assert!(screen.contains("» true exited (status"), "{screen}");
+        assert!(!screen.contains("(none yet)"), "{screen}");
         t.keys(&["q"]);
         let done = t.wait_for("sigmatop to exit", LIMIT, |s| s.contains("SIGMATOP-EXIT="));
         let done = done.replace('\n', "");

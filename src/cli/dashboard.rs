@@ -60,6 +60,10 @@ pub trait Source {
     fn interrupt_label(&self) -> Option<String> {
         None
     }
+    /// Why no process is listed, when the source knows (a run that traced nothing).
+    fn empty_hint(&self) -> Option<String> {
+        None
+    }
     /// The source is done and the dashboard should close (a program stopped by a forwarded
     /// Ctrl-C has exited).
     fn wants_to_leave(&self) -> bool {
@@ -161,6 +165,7 @@ impl<S: Source> Dashboard<S> {
         self.note = self.source.note();
         self.vm.status.notice = self.note.clone();
         self.app.interrupt_label = self.source.interrupt_label();
+        self.app.empty_hint = self.source.empty_hint();
         self.dirty = false;
         self.last_build = Some(Instant::now());
     }
@@ -200,6 +205,11 @@ impl<S: Source> Dashboard<S> {
         self.last_build = Some(Instant::now());
         let label = self.source.interrupt_label();
         let note = self.source.note();
+        let hint = self.source.empty_hint();
+        if hint != self.app.empty_hint {
+            self.app.empty_hint = hint;
+            return true;
+        }
         if label != self.app.interrupt_label {
             self.app.interrupt_label = label;
             self.note = note;

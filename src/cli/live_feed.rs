@@ -96,8 +96,8 @@ impl Source for LiveFeed {
                 c.status = Some(st);
             }
         }
-        // The program has ended and nothing was traced: the advice, among the messages (the
-        // status line and the warnings show them; the summary prints it).
+        // The program has ended and nothing was traced: the advice, for the empty process
+        // table (the status line keeps the exit and "q to leave"; the summary prints it).
         if let Some(c) = self.child.as_mut()
             && let Some(st) = c.status
             && nothing
@@ -105,7 +105,6 @@ impl Source for LiveFeed {
         {
             // Its last processes' final states may still come: only once they have been read.
             let m = c.diagnosis.message(st, self.finals.as_ref());
-            model.messages.push(m.clone());
             c.diagnosis.told = Some(m);
             n += 1;
         }
@@ -137,6 +136,10 @@ impl Source for LiveFeed {
 
     /// The program ended after a Ctrl-C in the dashboard, or after a signal sigmatop got and
     /// passed on (`kill`, `timeout`, Slurm): that was the way out, as in a shell.
+    fn empty_hint(&self) -> Option<String> {
+        self.child.as_ref().and_then(|c| c.diagnosis.told.clone())
+    }
+
     fn wants_to_leave(&self) -> bool {
         self.child
             .as_ref()
