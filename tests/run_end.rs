@@ -137,3 +137,59 @@ fn the_json_of_a_run_that_traced_nothing_says_why() {
     assert_eq!(v["messages"], serde_json::json!([TRUE_ADVICE]));
     assert_eq!(v["processes"], serde_json::json!([]));
 }
+
+/// 4. A rank's `fork()` child was a second rank of the same number (`3 procs` for `-np 2`, two
+///    rank-0 processes in the JSON). `mpirun -np 2 ucx_life fork 10`: each rank sends 10
+///    messages, forks a child that sends 20 in a context of its own and then execs `ucx_life
+///    execd 30` (the same pid: a second record). The two ranks stay ranks 0 and 1; the child's
+///    two records are children of their rank (`child_of_rank`, `rank` null; `↳0` in the
+///    summary).
+#[test]
+fn a_ranks_fork_child_is_its_child_not_a_second_rank() {
+    let dir = scratch("run-fork-child");
+    let json = dir.join("summary.json");
+    let out = std::process::Command::new(sigmatop_bin())
+        .args(["run", "--json"])
+        .arg(&json)
+        .arg("--")
+        .arg(require("mpirun"))
+        .args(["--allow-run-as-root", "--oversubscribe", "-np", "2"])
+        .arg(ucx_life())
+        .args(["fork", "10"])
+        .env("SIGMATOP_SOCKET_DIR", dir.join("sock"))
+        .env("UCX_TLS", "sm,self")
+        .current_dir(&dir)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("sigmatop run");
+    let err = stderr_of(&out);
+    assert!(out.status.success(), "{err}");
+    let v: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&json).expect("summary")).expect("JSON");
+    let mut seen: Vec<(serde_json::Value, serde_json::Value, u64)> = v["processes"]
+        .as_array()
+        .expect("processes")
+        .iter()
+        .map(|p| {
+            (
+                p["rank"].clone(),
+                p["child_of_rank"].clone(),
+                p["tx_ops"].as_u64().unwrap_or(u64::MAX),
+            )
+        })
+        .collect();
+    seen.sort_by_key(|(r, c, n)| (r.as_u64(), c.as_u64(), *n));
+    let null = serde_json::Value::Null;
+    assert_eq!(
+        seen,
+        vec![
+            (null.clone(), 0.into(), 20),
+            (null.clone(), 0.into(), 30),
+            (null.clone(), 1.into(), 20),
+            (null.clone(), 1.into(), 30),
+            (0.into(), null.clone(), 10),
+            (1.into(), null.clone(), 10),
+        ],
+        "{v:#}"
+    );
+}

@@ -278,6 +278,9 @@ pub struct ProcessReport {
     pub host: String,
     pub pid: u32,
     pub rank: Option<u32>,
+    /// A process a rank forked (with or without an exec): that rank; `rank` is then null.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub child_of_rank: Option<u32>,
     pub exe: String,
     pub mode: String,
     /// The layers the process used (defined an endpoint or counted an operation in).
@@ -319,6 +322,7 @@ impl ProcessReport {
             host: key.host.clone(),
             pid: key.pid,
             rank: p.identity.rank,
+            child_of_rank: p.child_of_rank,
             exe: p.identity.exe.clone(),
             mode: p.identity.mode().name().to_string(),
             layers: crate::event::layer_names(p.layers_used()),

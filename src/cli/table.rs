@@ -39,7 +39,10 @@ pub fn render(report: &Report, live: Option<&Model>) -> String {
             "{:<16} {:>8} {:>5} {:<14} {:>12} {:>12} {:>10} {:>10} {:>8}{}",
             trunc(&p.host, 16),
             p.pid,
-            rank_str(p.rank),
+            match (p.rank, p.child_of_rank) {
+                (None, Some(parent)) => format!("↳{parent}"),
+                (r, _) => rank_str(r),
+            },
             trunc(&p.exe, 14),
             human_bytes(p.flow.tx_bytes as f64),
             human_bytes(p.flow.rx_bytes as f64),

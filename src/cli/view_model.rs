@@ -197,6 +197,7 @@ pub fn build_sections_into(
                 host: a.key.host.clone(),
                 pid: a.key.pid,
                 rank: a.p.identity.rank,
+                child_of_rank: a.p.child_of_rank,
                 mode: a.p.identity.mode().name().to_string(),
                 layers: layer_names(a.p.layers_used())
                     .split(',')
