@@ -193,3 +193,82 @@ fn a_ranks_fork_child_is_its_child_not_a_second_rank() {
         "{v:#}"
     );
 }
+
+/// `sigmatop run [--json FILE] -- ucx_life stay 5` (5 tagged messages, "ready", then it
+/// sleeps), the program killed with `sig` once ready; sigmatop's exit code and stderr.
+fn killed_run(dir: &std::path::Path, json: Option<&std::path::Path>, sig: i32) -> (i32, String) {
+    use std::io::BufRead;
+    let mut cmd = std::process::Command::new(sigmatop_bin());
+    cmd.arg("run");
+    match json {
+        Some(j) => cmd.arg("--json").arg(j),
+        None => cmd.arg("--headless"),
+    };
+    let child = cmd
+        .arg("--")
+        .arg(ucx_life())
+        .args(["stay", "5"])
+        .env("SIGMATOP_SOCKET_DIR", dir.join("sock"))
+        .env("UCX_TLS", "sm,self")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("sigmatop run");
+    let mut procs = Procs(vec![child]);
+    let sigmatop = procs.0[0].id();
+    let out = procs.0[0].stdout.take().expect("stdout");
+    let mut lines = std::io::BufReader::new(out).lines();
+    assert!(
+        lines.any(|l| l.is_ok_and(|l| l.contains("ready"))),
+        "ucx_life never said ready"
+    );
+    let program: u32 =
+        std::fs::read_to_string(format!("/proc/{sigmatop}/task/{sigmatop}/children"))
+            .unwrap_or_default()
+            .split_whitespace()
+            .next()
+            .and_then(|p| p.parse().ok())
+            .expect("the program under sigmatop");
+    // SAFETY: kill(2) of the program this test started (through sigmatop).
+    unsafe { libc::kill(program as i32, sig) };
+    let child = procs.0.pop().expect("sigmatop");
+    let out = wait_timeout(child, LIMIT);
+    (out.status.code().unwrap_or(-1), stderr_of(&out))
+}
+
+/// 8. A segfaulting program showed as `exited` like the others, with no exit status in the JSON
+///    (`problem: null`), and the summary said "(killed, Ctrl-C)". The program `sigmatop run`
+///    started (and reaped) carries its signal: JSON `exit_signal` 11 and `problem` "killed by
+///    SIGSEGV (signal 11)", the summary's row says so, sigmatop exits 139.
+#[test]
+fn a_segfaulting_program_says_so_in_the_json_and_the_summary() {
+    let dir = scratch("run-segv-json");
+    let json = dir.join("summary.json");
+    let (code, err) = killed_run(&dir, Some(&json), libc::SIGSEGV);
+    assert_eq!(code, 139, "{err}");
+    let v: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&json).expect("summary")).expect("JSON");
+    let p = &v["processes"][0];
+    assert_eq!(p["exit_signal"], 11, "{v:#}");
+    assert_eq!(p["problem"], "killed by SIGSEGV (signal 11)", "{v:#}");
+    assert_eq!(p["clean_exit"], false, "{v:#}");
+
+    let dir = scratch("run-segv-summary");
+    let (code, err) = killed_run(&dir, None, libc::SIGSEGV);
+    assert_eq!(code, 139, "{err}");
+    let row = err
+        .lines()
+        .find(|l| l.contains(" ucx_life "))
+        .unwrap_or_else(|| panic!("{err}"));
+    assert!(
+        row.ends_with(
+            "  (no clean exit: counted up to its last snapshot) killed by SIGSEGV (signal 11)"
+        ),
+        "{row}"
+    );
+    assert!(
+        err.contains("sigmatop: ucx_life exited (signal 11)"),
+        "{err}"
+    );
+}

@@ -75,6 +75,9 @@ pub struct ProcessState {
     /// with or without an exec): that rank. Its own `identity.rank` is cleared, for it is not a
     /// second rank of that number (issue 25, item 4: `3 procs` and two rank 0 for `-np 2`).
     pub child_of_rank: Option<u32>,
+    /// The signal that killed it, when known (the program `sigmatop run` started and reaped):
+    /// e.g. 11 for a segfault (issue 25, item 8: it showed as `exited` like the others).
+    pub exit_signal: Option<i32>,
     /// What the process could not send to this reader, which read too slowly (`Frame::Missed`):
     /// (frames, sampled events in them), cumulative.
     pub missed: (u64, u64),
@@ -362,6 +365,22 @@ impl Model {
         }
         if names {
             self.mark_fork_children();
+        }
+    }
+
+    /// The program `sigmatop run` started, reaped: `pid` died of `signal` (`what`: "killed by
+    /// SIGSEGV (signal 11)"). Its newest record (an exec makes a second one) carries it.
+    pub fn note_killed(&mut self, pid: u32, signal: i32, what: String) {
+        if let Some(p) = self
+            .processes
+            .iter_mut()
+            .filter(|(k, _)| k.pid == pid)
+            .max_by_key(|(k, _)| k.start_ns)
+            .map(|(_, p)| p)
+        {
+            p.exit_signal = Some(signal);
+            p.problem = Some(what);
+            p.exited = true;
         }
     }
 

@@ -64,6 +64,18 @@ fn refuse_used_record_dir(dir: &Path) -> Result<(), String> {
     Ok(())
 }
 
+/// The program sigmatop started died of a signal: its process says so (JSON `exit_signal` and
+/// `problem`, the summary's row) instead of looking like any other exit.
+fn note_killed(model: &mut Model, pid: u32, status: std::process::ExitStatus) {
+    if let Some(sig) = status.signal() {
+        model.note_killed(
+            pid,
+            sig,
+            format!("killed by {} (signal {sig})", signal_name(sig)),
+        );
+    }
+}
+
 /// A record directory this run created and nothing was written to (a program that traced
 /// nothing) is removed, so that no empty directory is left to puzzle over; the line says so.
 fn remove_empty_record(args: &RunArgs) {
@@ -225,6 +237,7 @@ pub fn run_headless(args: &RunArgs) -> CliResult {
             Err(e) => say!("sigmatop: {e}"),
         }
     }
+    note_killed(&mut model, child.id(), status);
     let report = model.report();
     if let Some(f) = &finals {
         for path in f.loaded_objects() {
@@ -440,6 +453,7 @@ pub fn run_cmd(args: &RunArgs) -> CliResult {
         std::thread::sleep(Duration::from_millis(5));
     }
     remove_empty_record(args);
+    note_killed(&mut dash.model, pid, status);
     let report = dash.model.report();
     let summary = if report.processes.is_empty() {
         String::new()

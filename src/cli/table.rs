@@ -49,10 +49,12 @@ pub fn render(report: &Report, live: Option<&Model>) -> String {
             p.flow.tx_ops,
             p.flow.rx_ops,
             p.drops.total_events_lost(),
-            if cut(p, live) {
-                "  (no clean exit: counted up to its last snapshot)"
-            } else {
-                ""
+            match (&p.problem, p.exit_signal) {
+                (Some(what), Some(_)) => {
+                    format!("  (no clean exit: counted up to its last snapshot) {what}")
+                }
+                _ if cut(p, live) => "  (no clean exit: counted up to its last snapshot)".into(),
+                _ => String::new(),
             }
         );
         if p.flow.refused > 0 {
@@ -155,7 +157,7 @@ pub fn render(report: &Report, live: Option<&Model>) -> String {
     if n_cut > 0 {
         let _ = writeln!(
             s,
-            "{n_cut} process{} ended without a clean exit (killed, Ctrl-C): {} figures are those of {} last snapshot; a record holds its events up to its last flush after that, so `sigmatop report` and exports count more events than these operations",
+            "{n_cut} process{} ended without a clean exit (killed, Ctrl-C, a crash): {} figures are those of {} last snapshot; a record holds its events up to its last flush after that, so `sigmatop report` and exports count more events than these operations",
             if n_cut == 1 { "" } else { "es" },
             if n_cut == 1 { "its" } else { "their" },
             if n_cut == 1 { "its" } else { "each one's" },
