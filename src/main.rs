@@ -30,7 +30,7 @@ fn main() {
                 let args = RunArgs {
                     mode: cli.top.mode.unwrap_or_else(|| "simple".into()),
                     record: cli.top.record,
-                    layers: None,
+                    layers: cli.top.layers,
                     sample: None,
                     headless: true,
                     json: None,

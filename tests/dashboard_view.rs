@@ -206,8 +206,9 @@ fn gpu_matrix_of_the_h200_recording() {
 }
 
 /// Issue 12 item 7(b): when a run ends, the views keep the last window's rates and the totals.
-/// The demo's processes all exited (a recording, or a live run whose processes are gone): a live
-/// dashboard still open a minute later shows what the replay shows at the end, not zeros.
+/// Issue 25 item 3: a live dashboard still open after the end says "ended", its clock moves on
+/// and its "now" rates are 0 (they froze at their last value); the windowed figures (nodes, ranks,
+/// matrices) cover each process's last window and stay, as at the end of a replay.
 #[test]
 fn rates_and_totals_stay_when_the_run_has_ended() {
     let m = model();
@@ -228,25 +229,54 @@ fn rates_and_totals_stay_when_the_run_has_ended() {
             .iter()
             .all(|n| n.egress_bps > 0.0 && n.egress_bytes > 0)
     );
-    for later_s in [1u64, 60, 600] {
+    let live = |later_s: u64| {
         let mut o = opts(Window::S10, None);
+        o.source = "live".into();
+        o.clock = ClockStyle::Wall;
         o.now_ns = Some(m.latest_ns() + later_s * 1_000_000_000);
-        let later = build_view(&m, &o);
+        build_view(&m, &o)
+    };
+    // 1 s after the end (within the 2-s staleness of a snapshot) the last rates still stand.
+    let soon = live(1);
+    assert_eq!(soon.header.source, "ended");
+    assert_eq!(
+        (soon.header.tx_bps, soon.header.rx_bps),
+        (end.header.tx_bps, end.header.rx_bps)
+    );
+    let mut clocks = vec![soon.header.clock.clone()];
+    for later_s in [60u64, 600] {
+        let later = live(later_s);
+        assert_eq!(later.header.source, "ended", "{later_s} s after the end");
         assert_eq!(
-            later.header.tx_bps, end.header.tx_bps,
+            (later.header.tx_bps, later.header.rx_bps),
+            (0.0, 0.0),
             "{later_s} s after the end"
         );
-        assert_eq!(
-            later.header.rx_bps, end.header.rx_bps,
-            "{later_s} s after the end"
-        );
+        for p in &later.processes {
+            assert_eq!((p.tx_bps, p.rx_bps), (0.0, 0.0), "pid {}", p.pid);
+        }
         for (a, b) in later.processes.iter().zip(&end.processes) {
-            assert_eq!((a.tx_bps, a.rx_bps), (b.tx_bps, b.rx_bps), "pid {}", a.pid);
+            assert_eq!(
+                (a.tx_bytes, a.rx_bytes),
+                (b.tx_bytes, b.rx_bytes),
+                "pid {}",
+                a.pid
+            );
         }
         assert_eq!(later.nodes, end.nodes, "{later_s} s after the end");
         assert_eq!(later.ranks, end.ranks, "{later_s} s after the end");
-        assert_eq!(later.matrices, end.matrices, "{later_s} s after the end");
+        // The matrices keep their bytes; their rates are "now" rates, 0 like the others.
+        for (a, b) in [
+            (&later.matrices.rank, &end.matrices.rank),
+            (&later.matrices.node, &end.matrices.node),
+        ] {
+            assert_eq!((&a.labels, &a.bytes), (&b.labels, &b.bytes), "{later_s} s");
+            assert!(a.rates.iter().flatten().all(|r| *r == 0.0), "{later_s} s");
+        }
+        clocks.push(later.header.clock.clone());
     }
+    clocks.dedup();
+    assert_eq!(clocks.len(), 3, "the clock moves on: {clocks:?}");
 }
 
 /// `attach HOST...`: the Nodes view has one row per host the user named, with the state of its
@@ -297,5 +327,28 @@ fn node_rows_carry_link_states_and_unreached_hosts() {
             .nodes
             .iter()
             .all(|n| n.state.is_empty() && n.processes == 4)
+    );
+}
+
+/// Issue 25 item 9: the empty process table of a run that traced nothing says why (the driver
+/// sets `App::empty_hint`), at 80×24 (cut at the edge) and 200×60; "(none yet)" otherwise.
+#[test]
+fn an_empty_process_table_says_why_nothing_was_traced() {
+    let vm = ViewModel::default();
+    let mut app = App::new(Theme::mono());
+    let hint = "true used no RDMA library sigmatop traces (UCX, libfabric, ibverbs, mlx5): nothing was traced";
+    assert!(render(&app, &vm, 80, 24).contains("  (none yet)"));
+    app.empty_hint = Some(hint.into());
+    let wide = render(&app, &vm, 200, 60);
+    assert!(wide.contains(&format!("  (none: {hint})")), "{wide}");
+    assert!(!wide.contains("(none yet)"), "{wide}");
+    let narrow = render(&app, &vm, 80, 24);
+    let line = narrow
+        .lines()
+        .find(|l| l.contains("(none: "))
+        .unwrap_or_else(|| panic!("{narrow}"));
+    assert_eq!(
+        line.trim_end(),
+        "  (none: true used no RDMA library sigmatop traces (UCX, libfabric, ibverbs, mlx"
     );
 }

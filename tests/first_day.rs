@@ -167,7 +167,7 @@ fn a_record_cut_by_ctrl_c_says_why_operations_and_events_differ() {
         "{err}"
     );
     assert!(
-        err.contains("1 process ended without a clean exit (killed, Ctrl-C): its figures are those of its last snapshot"),
+        err.contains("1 process ended without a clean exit (killed, Ctrl-C, a crash): its figures are those of its last snapshot"),
         "{err}"
     );
     // The report: the events on disk, and why they are more.

@@ -303,12 +303,11 @@ impl<'m> ModelAt<'m> {
     /// `new`, with the tables kept from the previous view time of the same model.
     pub fn with_cache(model: &'m Model, opts: &AtOptions, cache: &mut AtCache) -> ModelAt<'m> {
         let t = match (opts.at, opts.now_ns) {
-            // A live view moves on with the wall clock while a process runs; once every process
-            // has ended (the run is over) it stays on the last data, so that the views keep the
-            // last window's rates and the totals (issue 12, item 7b).
-            (None, Some(now)) if model.processes.values().any(|p| !p.exited) => {
-                view_time(model, None).max(now)
-            }
+            // A live view moves on with the wall clock, also once every process has ended: the
+            // clock goes on, "now" rates are 0 (issue 25, item 3: they froze at their last value
+            // and the clock stood still), and an ended process's windowed figures cover the last
+            // window of its life (issue 12, item 7b: they are not dropped to 0).
+            (None, Some(now)) => view_time(model, None).max(now),
             (at, _) => view_time(model, at),
         };
         let every = opts.detail == Detail::Endpoints;

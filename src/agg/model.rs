@@ -71,6 +71,13 @@ pub struct ProcessState {
     pub exited: bool,
     /// The last problem with this source (bad frame, cut record).
     pub problem: Option<String>,
+    /// A process another traced process of the same rank started (a `fork` of an MPI rank,
+    /// with or without an exec): that rank. Its own `identity.rank` is cleared, for it is not a
+    /// second rank of that number (issue 25, item 4: `3 procs` and two rank 0 for `-np 2`).
+    pub child_of_rank: Option<u32>,
+    /// The signal that killed it, when known (the program `sigmatop run` started and reaped):
+    /// e.g. 11 for a segfault (issue 25, item 8: it showed as `exited` like the others).
+    pub exit_signal: Option<i32>,
     /// What the process could not send to this reader, which read too slowly (`Frame::Missed`):
     /// (frames, sampled events in them), cumulative.
     pub missed: (u64, u64),
@@ -344,6 +351,7 @@ impl Model {
             self.topology += 1;
         }
         let keep = self.keep();
+        let names = matches!(frame, Frame::Hello { .. } | Frame::Identity(_));
         // One lookup for the frames of a process already known (a job sends thousands a second).
         match self.processes.get_mut(key) {
             Some(p) => p.apply(frame, keep),
@@ -353,6 +361,60 @@ impl Model {
                     .entry(key.clone())
                     .or_default()
                     .apply(frame, keep);
+            }
+        }
+        if names {
+            self.mark_fork_children();
+        }
+    }
+
+    /// The program `sigmatop run` started, reaped: `pid` died of `signal` (`what`: "killed by
+    /// SIGSEGV (signal 11)"). Its newest record (an exec makes a second one) carries it.
+    pub fn note_killed(&mut self, pid: u32, signal: i32, what: String) {
+        if let Some(p) = self
+            .processes
+            .iter_mut()
+            .filter(|(k, _)| k.pid == pid)
+            .max_by_key(|(k, _)| k.start_ns)
+            .map(|(_, p)| p)
+        {
+            p.exit_signal = Some(signal);
+            p.problem = Some(what);
+            p.exited = true;
+        }
+    }
+
+    /// Processes whose parent is a traced process of the same host and the same rank (they
+    /// inherited its rank variables through fork, and exec keeps them) are that rank's children,
+    /// not ranks: their rank moves to `child_of_rank`. Run whenever an identity arrives (a child
+    /// may say hello before its parent).
+    fn mark_fork_children(&mut self) {
+        let ranks: HashMap<(&str, u32), u32> = self
+            .processes
+            .iter()
+            .filter_map(|(k, p)| {
+                p.identity
+                    .rank
+                    .or(p.child_of_rank)
+                    .map(|r| ((k.host.as_str(), k.pid), r))
+            })
+            .collect();
+        let mut children = Vec::new();
+        for (k, p) in &self.processes {
+            let own = p.identity.rank.or(p.child_of_rank);
+            let parent = ranks.get(&(k.host.as_str(), p.identity.ppid)).copied();
+            // The same pid (a record before and after exec) is not its own parent.
+            if own.is_some()
+                && own == parent
+                && p.identity.ppid != k.pid
+                && p.identity.rank.is_some()
+            {
+                children.push(k.clone());
+            }
+        }
+        for k in children {
+            if let Some(p) = self.processes.get_mut(&k) {
+                p.child_of_rank = p.identity.rank.take();
             }
         }
     }

@@ -138,6 +138,7 @@ impl Model {
     pub fn report(&self) -> Report {
         let mut r = Report {
             schema: Report::SCHEMA,
+            kind: "summary",
             ..Default::default()
         };
         let Traffic {
@@ -277,6 +278,13 @@ pub struct ProcessReport {
     pub host: String,
     pub pid: u32,
     pub rank: Option<u32>,
+    /// A process a rank forked (with or without an exec): that rank; `rank` is then null.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub child_of_rank: Option<u32>,
+    /// The signal that killed it, when known (the program `sigmatop run` started); `problem`
+    /// then says which ("killed by SIGSEGV (signal 11)").
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub exit_signal: Option<i32>,
     pub exe: String,
     pub mode: String,
     /// The layers the process used (defined an endpoint or counted an operation in).
@@ -318,6 +326,8 @@ impl ProcessReport {
             host: key.host.clone(),
             pid: key.pid,
             rank: p.identity.rank,
+            child_of_rank: p.child_of_rank,
+            exit_signal: p.exit_signal,
             exe: p.identity.exe.clone(),
             mode: p.identity.mode().name().to_string(),
             layers: crate::event::layer_names(p.layers_used()),
@@ -341,6 +351,9 @@ impl ProcessReport {
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct Report {
     pub schema: u32,
+    /// Which document this is, both being schema 1: "summary" (`run --json`, `attach --json`:
+    /// these fields alone) or "export" (`export --json`: these and the correlator's).
+    pub kind: &'static str,
     pub totals: Flow,
     pub drops: DropCounters,
     /// Live only: summed `ProcessReport::live_missed`. Written when not zero.

@@ -501,9 +501,11 @@ impl<'a> ProcAt<'a> {
         // Averages stop at the end of a process that exited; a live one that went quiet is
         // averaged up to the view time.
         let end_ns = if stale && !p.exited { t } else { s1_at };
+        // The window ends at the view time, or at the end of a process that exited before it.
+        let win_end = if p.exited { s1_at.min(t) } else { t };
         let from = window
             .seconds()
-            .map(|s| t.saturating_sub(s * 1_000_000_000));
+            .map(|s| win_end.saturating_sub(s * 1_000_000_000));
         // The baseline: zero at the process start when it started inside the window, else the
         // snapshot at or before the window's start (the oldest kept one when none is that old).
         let zero_base = start > 0 && start < s1_at && from.is_none_or(|f| f <= start);

@@ -28,7 +28,10 @@ pub struct TopRun {
     /// aggregate | simple | full
     #[arg(long, value_name = "MODE")]
     pub mode: Option<String>,
-    /// The program to run, after `--`.
+    /// Layers to trace, as `run --layers` takes them.
+    #[arg(long, value_name = "LAYERS", allow_hyphen_values = true, value_parser = parse_layers_arg)]
+    pub layers: Option<String>,
+    /// The program to run, after `--` (the card's spelling: always headless, with a summary).
     #[arg(last = true, value_name = "CMD")]
     pub cmd: Vec<String>,
 }
@@ -51,7 +54,8 @@ pub enum Command {
     /// Serve this node's traced processes' counters on /metrics for Prometheus (long-running).
     Serve(ServeArgs),
     /// Stream this host's traced processes on stdout for `sigmatop attach HOST` (run by it over
-    /// ssh; not meant for hands). The relay protocol is in docs/WIRE.md.
+    /// ssh; not meant for hands, so left out of the help). The relay protocol is in docs/WIRE.md.
+    #[command(hide = true)]
     Relay(RelayArgs),
 }
 
@@ -68,7 +72,7 @@ pub struct RunArgs {
     #[arg(long, value_name = "LAYERS", allow_hyphen_values = true, value_parser = parse_layers_arg)]
     pub layers: Option<String>,
     /// Send one event in N to the live view.
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", allow_hyphen_values = true, value_parser = parse_sample_arg)]
     pub sample: Option<u32>,
     /// No dashboard: print a summary when the program ends.
     #[arg(long)]
@@ -81,9 +85,29 @@ pub struct RunArgs {
     /// Dashboard theme: dark (default), light, mono, or a theme .toml file; NO_COLOR=1 means mono.
     #[arg(long, value_name = "THEME")]
     pub theme: Option<String>,
-    /// The program to run, after `--`.
-    #[arg(last = true, required = true, value_name = "CMD")]
+    /// The program and its arguments: `sigmatop run ./app -x` or `sigmatop run -- ./app -x`
+    /// (everything from the program on is the program's, as with `strace` or `time`).
+    #[arg(
+        required = true,
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        value_name = "CMD"
+    )]
     pub cmd: Vec<String>,
+}
+
+/// `--sample N`: a positive count, with one line saying so otherwise (clap's own tip for a
+/// negative number, "use '-- -1'", would run `-1` as the program).
+pub fn parse_sample_arg(s: &str) -> Result<u32, String> {
+    match s.trim().parse::<i64>() {
+        Ok(n) if n >= 1 && n <= u32::MAX as i64 => Ok(n as u32),
+        Ok(_) => Err(format!(
+            "{s} is not a positive count: give N of 1 or more (one event in N is sent live; 1 sends every one)"
+        )),
+        Err(_) => Err(format!(
+            "{s} is not a number: give a positive N, e.g. --sample 10"
+        )),
+    }
 }
 
 /// Checks a `--layers` value against the names the preload knows (its own grammar: names,

@@ -60,6 +60,10 @@ pub trait Source {
     fn interrupt_label(&self) -> Option<String> {
         None
     }
+    /// Why no process is listed, when the source knows (a run that traced nothing).
+    fn empty_hint(&self) -> Option<String> {
+        None
+    }
     /// The source is done and the dashboard should close (a program stopped by a forwarded
     /// Ctrl-C has exited).
     fn wants_to_leave(&self) -> bool {
@@ -161,6 +165,7 @@ impl<S: Source> Dashboard<S> {
         self.note = self.source.note();
         self.vm.status.notice = self.note.clone();
         self.app.interrupt_label = self.source.interrupt_label();
+        self.app.empty_hint = self.source.empty_hint();
         self.dirty = false;
         self.last_build = Some(Instant::now());
     }
@@ -200,6 +205,11 @@ impl<S: Source> Dashboard<S> {
         self.last_build = Some(Instant::now());
         let label = self.source.interrupt_label();
         let note = self.source.note();
+        let hint = self.source.empty_hint();
+        if hint != self.app.empty_hint {
+            self.app.empty_hint = hint;
+            return true;
+        }
         if label != self.app.interrupt_label {
             self.app.interrupt_label = label;
             self.note = note;
@@ -324,13 +334,26 @@ impl Drop for TerminalGuard {
 }
 
 /// Runs a dashboard on the terminal until the user quits; gives the dashboard back.
-pub fn run_terminal<S: Source>(mut dash: Dashboard<S>) -> Result<Dashboard<S>, String> {
-    let guard = TerminalGuard::enter().map_err(|e| format!("cannot set up the terminal: {e}"))?;
+pub fn run_terminal<S: Source>(dash: Dashboard<S>) -> Result<Dashboard<S>, String> {
+    let (dash, res) = run_terminal_keep(dash);
+    res.map(|()| dash)
+}
+
+/// [`run_terminal`] that gives the dashboard back on a terminal error too (the program `sigmatop
+/// run` started is in it, still to be waited for). A hangup of the terminal ends it (Ok).
+pub fn run_terminal_keep<S: Source>(mut dash: Dashboard<S>) -> (Dashboard<S>, Result<(), String>) {
+    super::child::watch_hangup();
+    let guard = match TerminalGuard::enter() {
+        Ok(g) => g,
+        Err(e) => return (dash, Err(format!("cannot set up the terminal: {e}"))),
+    };
     // One write per frame (stdout alone is line-buffered with a small buffer, and a frame is a
     // run of escape sequences without newlines): fewer system calls and fewer ssh packets.
     let out = io::BufWriter::with_capacity(1 << 16, io::stdout());
-    let mut term = Terminal::new(CrosstermBackend::new(out))
-        .map_err(|e| format!("cannot set up the terminal: {e}"))?;
+    let mut term = match Terminal::new(CrosstermBackend::new(out)) {
+        Ok(t) => t,
+        Err(e) => return (dash, Err(format!("cannot set up the terminal: {e}"))),
+    };
     let res = (|| -> io::Result<()> {
         let mut need_draw = true;
         loop {
@@ -368,10 +391,20 @@ pub fn run_terminal<S: Source>(mut dash: Dashboard<S>) -> Result<Dashboard<S>, S
             }
         }
     })();
-    drop(term);
+    // ratatui's Drop shows the cursor and, should that fail (a terminal that hung up), says so
+    // with eprintln!, which panics when stderr is that dead terminal too: show it here, and keep
+    // the terminal from its Drop when it cannot be shown (restore_terminal tries again).
+    if term.show_cursor().is_ok() {
+        drop(term);
+    } else {
+        std::mem::forget(term);
+    }
     drop(guard);
-    res.map_err(|e| format!("terminal: {e}"))?;
-    Ok(dash)
+    if super::child::hung_up() {
+        // Writes to a dead terminal fail: that is the hangup, not an error of its own.
+        return (dash, Ok(()));
+    }
+    (dash, res.map_err(|e| format!("terminal: {e}")))
 }
 
 /// The dashboard over `source`, with the theme from `--theme` / `NO_COLOR`.

@@ -4,8 +4,9 @@
 use std::path::PathBuf;
 use std::process::{Child, ExitStatus};
 
-use super::child::{describe, interrupt_group};
+use super::child::{describe, interrupt_group, passed_on, signal_name};
 use super::dashboard::Source;
+use super::diagnose::{LibraryWatch, NothingTraced};
 use super::final_state::FinalStates;
 use crate::agg::Model;
 use crate::live::LiveSource;
@@ -22,6 +23,52 @@ pub struct ChildWatch {
     pub interrupts: u32,
     /// Why the last Ctrl-C could not be forwarded.
     pub interrupt_error: Option<String>,
+    /// What the program loaded while nothing was traced, for the advice at its end.
+    pub diagnosis: Diagnosis,
+}
+
+/// The command and `--layers` of a run, and what its processes loaded while nothing was traced:
+/// the dashboard's copy of the headless run's "nothing was traced, here is why" (issue 25,
+/// item 9: the dashboard showed `Processes 0 (none yet)` to the end).
+pub struct Diagnosis {
+    pub cmd: Vec<String>,
+    pub layers: Option<String>,
+    pub libraries: LibraryWatch,
+    /// The advice, once given (it is also in the model's messages).
+    pub told: Option<String>,
+}
+
+impl Diagnosis {
+    pub fn new(cmd: &[String], layers: Option<&str>, root: u32) -> Diagnosis {
+        Diagnosis {
+            cmd: cmd.to_vec(),
+            layers: layers.map(str::to_string),
+            libraries: LibraryWatch::new(root),
+            told: None,
+        }
+    }
+
+    /// The end-of-run advice for a program that exited with `status`, nothing traced.
+    pub fn message(&mut self, status: ExitStatus, finals: Option<&FinalStates>) -> String {
+        if let Some(f) = finals {
+            for path in f.loaded_objects() {
+                self.libraries.note_library(&path);
+            }
+        }
+        let layers_on = self
+            .layers
+            .as_deref()
+            .map_or(Ok(u32::MAX), super::layers_mask)
+            .unwrap_or(u32::MAX);
+        NothingTraced {
+            cmd: &self.cmd,
+            layers_arg: self.layers.as_deref(),
+            layers_on,
+            seen: &self.libraries,
+            failed: (!status.success()).then(|| describe(status)),
+        }
+        .message()
+    }
 }
 
 /// Live processes through their sockets (and the launched program, for `sigmatop run`).
@@ -38,11 +85,28 @@ impl Source for LiveFeed {
         if let Some(f) = self.finals.as_mut() {
             n += f.poll(model);
         }
+        let nothing = self.live.sockets_seen == 0 && model.processes.is_empty();
         if let Some(c) = self.child.as_mut()
             && c.status.is_none()
-            && let Ok(Some(st)) = c.child.try_wait()
         {
-            c.status = Some(st);
+            if nothing {
+                c.diagnosis.libraries.poll();
+            }
+            if let Ok(Some(st)) = c.child.try_wait() {
+                c.status = Some(st);
+            }
+        }
+        // The program has ended and nothing was traced: the advice, for the empty process
+        // table (the status line keeps the exit and "q to leave"; the summary prints it).
+        if let Some(c) = self.child.as_mut()
+            && let Some(st) = c.status
+            && nothing
+            && c.diagnosis.told.is_none()
+        {
+            // Its last processes' final states may still come: only once they have been read.
+            let m = c.diagnosis.message(st, self.finals.as_ref());
+            c.diagnosis.told = Some(m);
+            n += 1;
         }
         n
     }
@@ -70,10 +134,16 @@ impl Source for LiveFeed {
         false
     }
 
+    /// The program ended after a Ctrl-C in the dashboard, or after a signal sigmatop got and
+    /// passed on (`kill`, `timeout`, Slurm): that was the way out, as in a shell.
+    fn empty_hint(&self) -> Option<String> {
+        self.child.as_ref().and_then(|c| c.diagnosis.told.clone())
+    }
+
     fn wants_to_leave(&self) -> bool {
         self.child
             .as_ref()
-            .is_some_and(|c| c.interrupts > 0 && c.status.is_some())
+            .is_some_and(|c| (c.interrupts > 0 || passed_on().is_some()) && c.status.is_some())
     }
 
     fn interrupt_label(&self) -> Option<String> {
@@ -87,12 +157,25 @@ impl Source for LiveFeed {
         match &self.child {
             Some(c) => Some(match (c.status, c.interrupts, &c.interrupt_error) {
                 (None, _, Some(e)) => format!("Ctrl-C: {e}"),
-                (None, 0, None) => format!(
-                    "{} running (pid {}) · output in {}",
-                    c.name,
-                    c.child.id(),
-                    c.log.display()
-                ),
+                (None, 0, None) => match passed_on() {
+                    Some((sig, n)) => format!(
+                        "{}{} passed on to {} (pid {}): waiting for it to exit",
+                        signal_name(sig),
+                        if n > 1 {
+                            format!(" ×{n}")
+                        } else {
+                            String::new()
+                        },
+                        c.name,
+                        c.child.id()
+                    ),
+                    None => format!(
+                        "{} running (pid {}) · output in {}",
+                        c.name,
+                        c.child.id(),
+                        c.log.display()
+                    ),
+                },
                 (None, n, None) => format!(
                     "SIGINT{} sent to {} (pid {}): waiting for it to exit · Ctrl-C sends another · q leaves it running",
                     if n > 1 {

@@ -4,18 +4,21 @@
 use std::fs::File;
 use std::io::{self, IsTerminal, Write};
 use std::os::fd::AsFd;
-use std::os::unix::process::CommandExt;
+use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use sigmatop_tui::{App, Theme};
 
-use super::child::{describe, exit_code, forward_signals_to, ignore_interrupts};
-use super::dashboard::{Dashboard, Source, run_terminal};
+use super::child::{
+    Target, catch_signals, describe, exit_code, hung_up, in_terminal_foreground, passed_on,
+    signal_name, terminate_with_sigmatop,
+};
+use super::dashboard::{Dashboard, Source, run_terminal_keep};
 use super::diagnose::{LibraryWatch, NothingTraced};
 use super::final_state::FinalStates;
-use super::live_feed::{ChildWatch, LiveFeed};
+use super::live_feed::{ChildWatch, Diagnosis, LiveFeed};
 use super::{CliResult, RunArgs, layers_mask, table};
 use crate::agg::Model;
 use crate::event::Mode;
@@ -59,6 +62,33 @@ fn refuse_used_record_dir(dir: &Path) -> Result<(), String> {
         ));
     }
     Ok(())
+}
+
+/// The program sigmatop started died of a signal: its process says so (JSON `exit_signal` and
+/// `problem`, the summary's row) instead of looking like any other exit.
+fn note_killed(model: &mut Model, pid: u32, status: std::process::ExitStatus) {
+    if let Some(sig) = status.signal() {
+        model.note_killed(
+            pid,
+            sig,
+            format!("killed by {} (signal {sig})", signal_name(sig)),
+        );
+    }
+}
+
+/// A record directory this run created and nothing was written to (a program that traced
+/// nothing) is removed, so that no empty directory is left to puzzle over; the line says so.
+fn remove_empty_record(args: &RunArgs) {
+    let Some(dir) = args.record.as_deref() else {
+        return;
+    };
+    let empty = std::fs::read_dir(dir).is_ok_and(|mut rd| rd.next().is_none());
+    if empty && std::fs::remove_dir(dir).is_ok() {
+        say!(
+            "sigmatop: nothing was recorded; removed the empty record directory {}",
+            dir.display()
+        );
+    }
 }
 
 /// Builds the command with the preload environment.
@@ -143,10 +173,28 @@ pub fn run_headless(args: &RunArgs) -> CliResult {
         cmd.stdout(Stdio::from(err));
     }
     let name = program_name(&args.cmd);
-    let mut child = cmd
-        .spawn()
-        .map_err(|e| format!("cannot start {}: {e}", args.cmd[0]))?;
-    ignore_interrupts();
+    // On a terminal, in its foreground, the program shares sigmatop's process group, so that the
+    // terminal's Ctrl-C, Ctrl-Z and hangup reach it as from a shell; anywhere else (`timeout`,
+    // Slurm, a script, nohup) it leads a group of its own, and every signal sigmatop gets is
+    // passed on to that whole group.
+    let shared = in_terminal_foreground();
+    if !shared {
+        cmd.process_group(0);
+    }
+    terminate_with_sigmatop(&mut cmd);
+    let caught = catch_signals();
+    let mut child = match cmd.spawn() {
+        Ok(c) => c,
+        Err(e) => {
+            caught.pass_to(None);
+            return Err(format!("cannot start {}: {e}", args.cmd[0]));
+        }
+    };
+    caught.pass_to(Some(if shared {
+        Target::Process(child.id())
+    } else {
+        Target::Group(child.id())
+    }));
     let mut model = Model::new();
     let mut live = LiveSource::new(socket_dir, ProcessFilter::DescendantsOf(child.id()));
     live.scan_every = Duration::from_millis(20);
@@ -186,9 +234,10 @@ pub fn run_headless(args: &RunArgs) -> CliResult {
                 from_record = true;
             }
             Err(_) if live.sockets_seen == 0 => {}
-            Err(e) => eprintln!("sigmatop: {e}"),
+            Err(e) => say!("sigmatop: {e}"),
         }
     }
+    note_killed(&mut model, child.id(), status);
     let report = model.report();
     if let Some(f) = &finals {
         for path in f.loaded_objects() {
@@ -205,7 +254,8 @@ pub fn run_headless(args: &RunArgs) -> CliResult {
     let nothing = report.processes.is_empty() && live.sockets_seen == 0;
     drop(finals);
     if nothing {
-        eprintln!("sigmatop: {}", why.message());
+        say!("sigmatop: {}", why.message());
+        remove_empty_record(args);
         if json.is_none() {
             return Ok(code);
         }
@@ -220,14 +270,25 @@ pub fn run_headless(args: &RunArgs) -> CliResult {
         .flatten();
     match json {
         Some(out) => {
+            // The advice the terminal gets is in the JSON too (issue 25, item 9: a script read
+            // `"messages": []` of a run that traced nothing).
+            let mut report = report;
+            if nothing {
+                report.messages.push(why.message());
+            }
+            if let Some(h) = &idle_mpi {
+                report.messages.push(h.clone());
+            }
             let s = serde_json::to_string_pretty(&report).map_err(|e| e.to_string())?;
             match out {
-                JsonOut::Stdout => println!("{s}"),
+                JsonOut::Stdout => {
+                    let _ = writeln!(io::stdout(), "{s}");
+                }
                 JsonOut::File(path, mut f) => {
                     f.write_all(s.as_bytes())
                         .and_then(|_| f.write_all(b"\n"))
                         .map_err(|e| format!("writing {}: {e}", path.display()))?;
-                    eprintln!(
+                    say!(
                         "sigmatop: wrote {} (summary of {} process{}, JSON)",
                         path.display(),
                         report.processes.len(),
@@ -241,17 +302,31 @@ pub fn run_headless(args: &RunArgs) -> CliResult {
             }
         }
         None => {
-            eprint!(
+            let _ = write!(
+                io::stderr(),
                 "{}",
                 table::render(&report, (!from_record).then_some(&model))
             );
             if let Some(r) = &args.record {
-                eprintln!("sigmatop: record written to {}", r.display());
+                say!("sigmatop: record written to {}", r.display());
             }
         }
     }
     if let Some(h) = idle_mpi {
-        eprintln!("sigmatop: {h}");
+        say!("sigmatop: {h}");
+    }
+    // A program that did not end by itself: say how it ended (an exit status of 0 says nothing
+    // new after the summary).
+    match passed_on() {
+        Some((sig, _)) => say!(
+            "sigmatop: {name} exited ({}) after sigmatop passed {} on to it",
+            describe(status),
+            signal_name(sig)
+        ),
+        None if status.signal().is_some() => {
+            say!("sigmatop: {name} exited ({})", describe(status))
+        }
+        None => {}
     }
     Ok(code)
 }
@@ -303,15 +378,21 @@ pub fn run_cmd(args: &RunArgs) -> CliResult {
     cmd.stdin(Stdio::null()).stdout(file).stderr(err);
     // A process group of its own: the dashboard holds the terminal in raw mode, where Ctrl-C is
     // a key, not a signal; the dashboard sends SIGINT to this group instead (as a shell's Ctrl-C
-    // reaches the whole foreground job), and after the dashboard sigmatop passes on the signals
-    // it gets.
+    // reaches the whole foreground job), and sigmatop passes on to it the signals it gets, from
+    // before the program starts until it has been reaped.
     cmd.process_group(0);
+    terminate_with_sigmatop(&mut cmd);
     let name = program_name(&args.cmd);
-    let child = cmd
-        .spawn()
-        .map_err(|e| format!("cannot start {name}: {e}"))?;
+    let caught = catch_signals();
+    let child = match cmd.spawn() {
+        Ok(c) => c,
+        Err(e) => {
+            caught.pass_to(None);
+            return Err(format!("cannot start {name}: {e}"));
+        }
+    };
     let pid = child.id();
-    forward_signals_to(pid);
+    caught.pass_to(Some(Target::Group(pid)));
     let mut live = LiveSource::new(socket_dir, ProcessFilter::DescendantsOf(pid));
     live.scan_every = Duration::from_millis(100);
     let feed = LiveFeed {
@@ -323,30 +404,32 @@ pub fn run_cmd(args: &RunArgs) -> CliResult {
             status: None,
             interrupts: 0,
             interrupt_error: None,
+            diagnosis: Diagnosis::new(&args.cmd, args.layers.as_deref(), pid),
         }),
         finals,
     };
-    let result = run_terminal(Dashboard::new(feed, App::new(theme)));
-    let mut dash = match result {
-        Ok(d) => d,
-        Err(e) => {
-            say!(
-                "sigmatop: {e}; the program keeps running, output in {}",
-                log.display()
-            );
-            return Err(e);
-        }
-    };
+    let (mut dash, result) = run_terminal_keep(Dashboard::new(feed, App::new(theme)));
+    if let Err(e) = &result {
+        // The terminal failed (or went away): sigmatop still waits for the program, as after `q`.
+        say!("sigmatop: {e}");
+    }
     let Some(mut c) = dash.source.child.take() else {
         return Ok(0);
     };
     let status = match c.status {
         Some(st) => st,
         None => {
-            say!(
-                "sigmatop: stopped watching; waiting for {name} (pid {pid}) to exit (output in {}); Ctrl-C sends it SIGINT",
-                log.display()
-            );
+            match passed_on() {
+                Some((sig, _)) => say!(
+                    "sigmatop: {} passed on to {name} (pid {pid}); waiting for it to exit (output in {})",
+                    signal_name(sig),
+                    log.display()
+                ),
+                None => say!(
+                    "sigmatop: stopped watching; waiting for {name} (pid {pid}) to exit (output in {}); Ctrl-C sends it SIGINT",
+                    log.display()
+                ),
+            }
             // Signals to sigmatop (the terminal's Ctrl-C) go on to the program's group. The
             // processes go on being followed, for the summary.
             loop {
@@ -369,15 +452,42 @@ pub fn run_cmd(args: &RunArgs) -> CliResult {
         }
         std::thread::sleep(Duration::from_millis(5));
     }
+    remove_empty_record(args);
+    note_killed(&mut dash.model, pid, status);
     let report = dash.model.report();
-    if !report.processes.is_empty() {
-        let mut out = io::stderr().lock();
-        let _ = write!(out, "{}", table::render(&report, Some(&dash.model)));
-    }
-    say!(
+    let summary = if report.processes.is_empty() {
+        String::new()
+    } else {
+        table::render(&report, Some(&dash.model))
+    };
+    let last = format!(
         "sigmatop: {name} exited ({}); its output is in {}",
         describe(status),
         log.display()
     );
+    let _ = write!(io::stderr().lock(), "{summary}");
+    say!("{last}");
+    // Nothing was traced: the same advice as a headless run's (the dashboard showed it too).
+    let advice = if report.processes.is_empty() && dash.source.live.sockets_seen == 0 {
+        let m = match c.diagnosis.told.take() {
+            Some(m) => m,
+            None => c.diagnosis.message(status, dash.source.finals.as_ref()),
+        };
+        say!("sigmatop: {m}");
+        format!("sigmatop: {m}\n")
+    } else {
+        String::new()
+    };
+    // The summary also follows the program's output in its log: after an ssh drop or a
+    // `tmux kill-window` no terminal is left to read it on.
+    if let Ok(mut f) = std::fs::OpenOptions::new().append(true).open(&log) {
+        let why = if hung_up() {
+            " (the terminal hung up)"
+        } else {
+            ""
+        };
+        let _ = writeln!(f, "{summary}{last}{why}");
+        let _ = write!(f, "{advice}");
+    }
     Ok(exit_code(status))
 }

@@ -39,17 +39,22 @@ pub fn render(report: &Report, live: Option<&Model>) -> String {
             "{:<16} {:>8} {:>5} {:<14} {:>12} {:>12} {:>10} {:>10} {:>8}{}",
             trunc(&p.host, 16),
             p.pid,
-            rank_str(p.rank),
+            match (p.rank, p.child_of_rank) {
+                (None, Some(parent)) => format!("↳{parent}"),
+                (r, _) => rank_str(r),
+            },
             trunc(&p.exe, 14),
             human_bytes(p.flow.tx_bytes as f64),
             human_bytes(p.flow.rx_bytes as f64),
             p.flow.tx_ops,
             p.flow.rx_ops,
             p.drops.total_events_lost(),
-            if cut(p, live) {
-                "  (no clean exit: counted up to its last snapshot)"
-            } else {
-                ""
+            match (&p.problem, p.exit_signal) {
+                (Some(what), Some(_)) => {
+                    format!("  (no clean exit: counted up to its last snapshot) {what}")
+                }
+                _ if cut(p, live) => "  (no clean exit: counted up to its last snapshot)".into(),
+                _ => String::new(),
             }
         );
         if p.flow.refused > 0 {
@@ -152,7 +157,7 @@ pub fn render(report: &Report, live: Option<&Model>) -> String {
     if n_cut > 0 {
         let _ = writeln!(
             s,
-            "{n_cut} process{} ended without a clean exit (killed, Ctrl-C): {} figures are those of {} last snapshot; a record holds its events up to its last flush after that, so `sigmatop report` and exports count more events than these operations",
+            "{n_cut} process{} ended without a clean exit (killed, Ctrl-C, a crash): {} figures are those of {} last snapshot; a record holds its events up to its last flush after that, so `sigmatop report` and exports count more events than these operations",
             if n_cut == 1 { "" } else { "es" },
             if n_cut == 1 { "its" } else { "their" },
             if n_cut == 1 { "its" } else { "each one's" },

@@ -197,6 +197,7 @@ pub fn build_sections_into(
                 host: a.key.host.clone(),
                 pid: a.key.pid,
                 rank: a.p.identity.rank,
+                child_of_rank: a.p.child_of_rank,
                 mode: a.p.identity.mode().name().to_string(),
                 layers: layer_names(a.p.layers_used())
                     .split(',')
@@ -371,8 +372,18 @@ fn header(model: &Model, at: &ModelAt, opts: &ViewOptions) -> Header {
     modes.sort_unstable();
     modes.dedup();
     let (tx_bps, rx_bps) = at.rates_now();
+    // A live view whose processes have all ended says so: its rates are 0 because nothing runs,
+    // not because the traffic stopped (issue 25, item 3).
+    let ended = opts.source == "live"
+        && opts.at.is_none()
+        && !model.processes.is_empty()
+        && model.processes.values().all(|p| p.exited);
     Header {
-        source: opts.source.clone(),
+        source: if ended {
+            "ended".to_string()
+        } else {
+            opts.source.clone()
+        },
         mode: match modes.as_slice() {
             [] => String::new(),
             [one] => one.to_string(),

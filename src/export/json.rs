@@ -212,6 +212,7 @@ fn skew(labels: Vec<String>, egress: Vec<u64>) -> Skew {
 
 /// Builds the export from the snapshot report, the correlation and one pass's analysis.
 pub fn build(c: &Correlation, a: &Analysis, mut report: Report) -> Export {
+    report.kind = "export";
     let procs = &c.rec.processes;
     let np = procs.len();
     // Process matrix: from events where every event is on disk, else from the snapshots. Row and

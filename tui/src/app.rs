@@ -199,6 +199,9 @@ pub struct App {
     /// What Ctrl-C does when it does more than leave ("stop ucx_perftest"): set by the driver,
     /// shown in the key line.
     pub interrupt_label: Option<String>,
+    /// Why no process is listed, when the driver knows ("true used no RDMA library sigmatop
+    /// traces …"): shown in the empty process table instead of "(none yet)".
+    pub empty_hint: Option<String>,
     filter_before_edit: String,
     /// The matrix kind as last drawn (where `m` moves on from).
     matrix_shown: Cell<MatrixKind>,
@@ -267,6 +270,7 @@ impl App {
             mouse: false,
             flash: None,
             interrupt_label: None,
+            empty_hint: None,
             filter_before_edit: String::new(),
             matrix_shown: Cell::new(MatrixKind::default()),
             rows_seen: Default::default(),

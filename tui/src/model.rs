@@ -72,6 +72,9 @@ pub struct ProcessRow {
     pub pid: u32,
     /// MPI/NCCL rank when known.
     pub rank: Option<u32>,
+    /// A process a rank forked (with or without an exec): that rank (`rank` is None). Shown as
+    /// `↳0`, "under rank 0".
+    pub child_of_rank: Option<u32>,
     /// "aggregate", "simple" or "full".
     pub mode: String,
     /// Enabled layers: "ibverbs", "mlx5", "cuda", "ucx", "libfabric".

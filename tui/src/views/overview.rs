@@ -51,8 +51,19 @@ fn process_cols(app: &App) -> Vec<Col<ProcessRow>> {
             "rank",
             0,
             6,
-            |r, _| num(opt_rank(r.rank)),
-            |r| Key::Num(r.rank.map(f64::from).unwrap_or(f64::MAX)),
+            |r, _| match (r.rank, r.child_of_rank) {
+                (None, Some(parent)) => num(format!("↳{parent}")),
+                (rank, _) => num(opt_rank(rank)),
+            },
+            // A rank's forked children sort right after it.
+            |r| {
+                Key::Num(
+                    r.rank
+                        .map(f64::from)
+                        .or(r.child_of_rank.map(|p| f64::from(p) + 0.5))
+                        .unwrap_or(f64::MAX),
+                )
+            },
         ),
         Col::left(
             "mode",

@@ -320,7 +320,10 @@ pub(crate) fn render_table<R>(
     frame.render_stateful_widget(table, area, &mut state);
     if rows.is_empty() && area.height > 1 {
         let msg = if ctx.app.filter.is_empty() {
-            "  (none yet)".to_string()
+            match &ctx.app.empty_hint {
+                Some(h) => format!("  (none: {h})"),
+                None => "  (none yet)".to_string(),
+            }
         } else if let Some(m) = ctx.app.parsed_filter().unknown_keys_message() {
             format!("  (nothing matches: {m}; Esc clears the filter)")
         } else {

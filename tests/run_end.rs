@@ -1,0 +1,274 @@
+//! The end of a run, as a person sees it (issue 25, items 3, 4, 8, 9): real programs under
+//! `sigmatop run`, the dashboard in tmux (80×24 and 200×60), the summary and `--json`.
+
+mod common;
+
+use std::time::Duration;
+
+use common::tmux::Tmux;
+use common::*;
+
+const LIMIT: Duration = Duration::from_secs(40);
+
+/// tests/programs/ucx_life.c.
+fn ucx_life() -> std::path::PathBuf {
+    static BIN: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
+    BIN.get_or_init(|| build_program("gcc", "ucx_life.c", "ucx_life", &["-lucp", "-lucs"]))
+        .clone()
+}
+
+/// The header's clock, "hh:mm:ss" at the end of the second line.
+fn clock(screen: &str) -> String {
+    screen
+        .lines()
+        .nth(1)
+        .and_then(|l| l.split_whitespace().last())
+        .unwrap_or_default()
+        .to_string()
+}
+
+/// Resizes the session's window (tmux starts it at 120×40).
+fn resize(t: &Tmux, w: u16, h: u16) {
+    t.tmux(&[
+        "resize-window",
+        "-t",
+        "main",
+        "-x",
+        &w.to_string(),
+        "-y",
+        &h.to_string(),
+    ]);
+}
+
+/// 3. After every traced process has exited, the live dashboard says "ended", its rates are
+///    0 B/s and its clock moves on (before: "live ▲ 84.3 MB/s" 22 s later, the clock still).
+///    `ucx_life paced 40 50`: 40 tagged messages of 64 B, one every 50 ms.
+#[test]
+fn after_the_end_the_dashboard_says_ended_with_zero_rates_and_a_moving_clock() {
+    for (w, h) in [(80u16, 24u16), (200, 60)] {
+        let dir = scratch(&format!("run-end-{w}"));
+        let line = format!(
+            "SIGMATOP_SOCKET_DIR={} UCX_TLS=sm,self {} run -- {} paced 40 50",
+            dir.join("sock").display(),
+            sigmatop_bin().display(),
+            ucx_life().display()
+        );
+        let Some(t) = Tmux::start_in(&format!("run-end-{w}"), &line, Some(&dir)) else {
+            return;
+        };
+        resize(&t, w, h);
+        let first = t.wait_for("the header of an ended run", LIMIT, |s| {
+            let head = s.lines().next().unwrap_or_default();
+            head.contains(" ended") && head.contains("▲ 0 B/s") && head.contains("▼ 0 B/s")
+        });
+        assert!(first.contains("ucx_life exited (status"), "{first}");
+        // The clock (80 columns have no room for it on the tab line).
+        let later = if w >= 120 {
+            let c0 = clock(&first);
+            assert!(c0.len() == 8 && c0.as_bytes()[2] == b':', "{first}");
+            t.wait_for("the clock to move on", Duration::from_secs(5), |s| {
+                clock(s) != c0
+            })
+        } else {
+            first
+        };
+        let head = later.lines().next().unwrap_or_default();
+        assert!(
+            head.contains(" ended") && head.contains("▲ 0 B/s"),
+            "{later}"
+        );
+        // The totals stay: 40 × 64 B each way.
+        assert!(later.contains("2.56k"), "{later}");
+        t.keys(&["q"]);
+        let done = t.wait_for("sigmatop to exit", LIMIT, |s| s.contains("SIGMATOP-EXIT="));
+        assert!(done.contains("SIGMATOP-EXIT=0"), "{done}");
+    }
+}
+
+/// What `sigmatop run -- true` says: it loads nothing sigmatop traces.
+const TRUE_ADVICE: &str =
+    "true used no RDMA library sigmatop traces (UCX, libfabric, ibverbs, mlx5): nothing was traced";
+
+/// 9. The "nothing was traced, here is why" advice was the headless run's alone: the dashboard
+///    showed `Processes 0 (none yet)` to the end and `q` printed only "exited (status 0)". Now
+///    the empty process table says it once the program has ended (the status line keeps the
+///    exit and "q to leave"), and so does the summary.
+#[test]
+fn the_dashboard_says_why_nothing_was_traced() {
+    for (w, h) in [(80u16, 24u16), (200, 60)] {
+        let dir = scratch(&format!("run-nothing-{w}"));
+        let line = format!(
+            "SIGMATOP_SOCKET_DIR={} {} run -- true",
+            dir.join("sock").display(),
+            sigmatop_bin().display(),
+        );
+        let Some(t) = Tmux::start_in(&format!("run-nothing-{w}"), &line, Some(&dir)) else {
+            return;
+        };
+        resize(&t, w, h);
+        // At 80 columns the line is cut: its start.
+        let shown: String = format!("  (none: {TRUE_ADVICE})")
+            .chars()
+            .take(if w < 120 { 70 } else { usize::MAX })
+            .collect();
+        let screen = t.wait_for("the advice on the dashboard", LIMIT, |s| s.contains(&shown));
+        assert!(screen.contains("Processes 0"), "{screen}");
+        assert!(screen.contains("» true exited (status"), "{screen}");
+        assert!(!screen.contains("(none yet)"), "{screen}");
+        t.keys(&["q"]);
+        let done = t.wait_for("sigmatop to exit", LIMIT, |s| s.contains("SIGMATOP-EXIT="));
+        let done = done.replace('\n', "");
+        assert!(done.contains(&format!("sigmatop: {TRUE_ADVICE}")), "{done}");
+        assert!(done.contains("SIGMATOP-EXIT=0"), "{done}");
+    }
+}
+
+/// 9, `--json`: the summary of a run that traced nothing had `"messages": []`.
+#[test]
+fn the_json_of_a_run_that_traced_nothing_says_why() {
+    let dir = scratch("run-nothing-json");
+    let out = std::process::Command::new(sigmatop_bin())
+        .args(["run", "--json", "-", "--", "true"])
+        .env("SIGMATOP_SOCKET_DIR", dir.join("sock"))
+        .output()
+        .expect("sigmatop run --json");
+    assert!(out.status.success(), "{}", stderr_of(&out));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    assert_eq!(v["messages"], serde_json::json!([TRUE_ADVICE]));
+    assert_eq!(v["processes"], serde_json::json!([]));
+}
+
+/// 4. A rank's `fork()` child was a second rank of the same number (`3 procs` for `-np 2`, two
+///    rank-0 processes in the JSON). `mpirun -np 2 ucx_life fork 10`: each rank sends 10
+///    messages, forks a child that sends 20 in a context of its own and then execs `ucx_life
+///    execd 30` (the same pid: a second record). The two ranks stay ranks 0 and 1; the child's
+///    two records are children of their rank (`child_of_rank`, `rank` null; `↳0` in the
+///    summary).
+#[test]
+fn a_ranks_fork_child_is_its_child_not_a_second_rank() {
+    let dir = scratch("run-fork-child");
+    let json = dir.join("summary.json");
+    let out = std::process::Command::new(sigmatop_bin())
+        .args(["run", "--json"])
+        .arg(&json)
+        .arg("--")
+        .arg(require("mpirun"))
+        .args(["--allow-run-as-root", "--oversubscribe", "-np", "2"])
+        .arg(ucx_life())
+        .args(["fork", "10"])
+        .env("SIGMATOP_SOCKET_DIR", dir.join("sock"))
+        .env("UCX_TLS", "sm,self")
+        .current_dir(&dir)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("sigmatop run");
+    let err = stderr_of(&out);
+    assert!(out.status.success(), "{err}");
+    let v: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&json).expect("summary")).expect("JSON");
+    let mut seen: Vec<(serde_json::Value, serde_json::Value, u64)> = v["processes"]
+        .as_array()
+        .expect("processes")
+        .iter()
+        .map(|p| {
+            (
+                p["rank"].clone(),
+                p["child_of_rank"].clone(),
+                p["tx_ops"].as_u64().unwrap_or(u64::MAX),
+            )
+        })
+        .collect();
+    seen.sort_by_key(|(r, c, n)| (r.as_u64(), c.as_u64(), *n));
+    let null = serde_json::Value::Null;
+    assert_eq!(
+        seen,
+        vec![
+            (null.clone(), 0.into(), 20),
+            (null.clone(), 0.into(), 30),
+            (null.clone(), 1.into(), 20),
+            (null.clone(), 1.into(), 30),
+            (0.into(), null.clone(), 10),
+            (1.into(), null.clone(), 10),
+        ],
+        "{v:#}"
+    );
+}
+
+/// `sigmatop run [--json FILE] -- ucx_life stay 5` (5 tagged messages, "ready", then it
+/// sleeps), the program killed with `sig` once ready; sigmatop's exit code and stderr.
+fn killed_run(dir: &std::path::Path, json: Option<&std::path::Path>, sig: i32) -> (i32, String) {
+    use std::io::BufRead;
+    let mut cmd = std::process::Command::new(sigmatop_bin());
+    cmd.arg("run");
+    match json {
+        Some(j) => cmd.arg("--json").arg(j),
+        None => cmd.arg("--headless"),
+    };
+    let child = cmd
+        .arg("--")
+        .arg(ucx_life())
+        .args(["stay", "5"])
+        .env("SIGMATOP_SOCKET_DIR", dir.join("sock"))
+        .env("UCX_TLS", "sm,self")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("sigmatop run");
+    let mut procs = Procs(vec![child]);
+    let sigmatop = procs.0[0].id();
+    let out = procs.0[0].stdout.take().expect("stdout");
+    let mut lines = std::io::BufReader::new(out).lines();
+    assert!(
+        lines.any(|l| l.is_ok_and(|l| l.contains("ready"))),
+        "ucx_life never said ready"
+    );
+    let program: u32 =
+        std::fs::read_to_string(format!("/proc/{sigmatop}/task/{sigmatop}/children"))
+            .unwrap_or_default()
+            .split_whitespace()
+            .next()
+            .and_then(|p| p.parse().ok())
+            .expect("the program under sigmatop");
+    // SAFETY: kill(2) of the program this test started (through sigmatop).
+    unsafe { libc::kill(program as i32, sig) };
+    let child = procs.0.pop().expect("sigmatop");
+    let out = wait_timeout(child, LIMIT);
+    (out.status.code().unwrap_or(-1), stderr_of(&out))
+}
+
+/// 8. A segfaulting program showed as `exited` like the others, with no exit status in the JSON
+///    (`problem: null`), and the summary said "(killed, Ctrl-C)". The program `sigmatop run`
+///    started (and reaped) carries its signal: JSON `exit_signal` 11 and `problem` "killed by
+///    SIGSEGV (signal 11)", the summary's row says so, sigmatop exits 139.
+#[test]
+fn a_segfaulting_program_says_so_in_the_json_and_the_summary() {
+    let dir = scratch("run-segv-json");
+    let json = dir.join("summary.json");
+    let (code, err) = killed_run(&dir, Some(&json), libc::SIGSEGV);
+    assert_eq!(code, 139, "{err}");
+    let v: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&json).expect("summary")).expect("JSON");
+    let p = &v["processes"][0];
+    assert_eq!(p["exit_signal"], 11, "{v:#}");
+    assert_eq!(p["problem"], "killed by SIGSEGV (signal 11)", "{v:#}");
+    assert_eq!(p["clean_exit"], false, "{v:#}");
+
+    let dir = scratch("run-segv-summary");
+    let (code, err) = killed_run(&dir, None, libc::SIGSEGV);
+    assert_eq!(code, 139, "{err}");
+    let row = err
+        .lines()
+        .find(|l| l.contains(" ucx_life "))
+        .unwrap_or_else(|| panic!("{err}"));
+    assert!(
+        row.ends_with(
+            "  (no clean exit: counted up to its last snapshot) killed by SIGSEGV (signal 11)"
+        ),
+        "{row}"
+    );
+    assert!(
+        err.contains("sigmatop: ucx_life exited (signal 11)"),
+        "{err}"
+    );
+}
