@@ -152,3 +152,51 @@ fn a_damaged_nccl_file_keeps_what_came_before_and_says_so() {
     let bad = sigmatop::nccl::format::decode(b"not a file of ours at all");
     assert!(bad.recs.is_empty() && bad.problem.is_some());
 }
+
+#[test]
+fn a_rank_that_stopped_recording_is_named_as_the_one_the_others_wait_for() {
+    let dir = fixture();
+    let rec = Recording::open(&[dir.join("rec")]).expect("record");
+    let report = model::load(&rec).expect("NCCL events");
+    assert!(report.stalled.is_empty(), "{:?}", report.stalled);
+    // The real run's inputs, with rank 1's NCCL records cut after its 7th collective started,
+    // as a rank killed there leaves them.
+    let mut inputs = Vec::new();
+    for p in &rec.processes {
+        let path = p
+            .dir
+            .parent()
+            .expect("host dir")
+            .join(format!("nccl-{}.stn", p.identity.pid));
+        let mut recs = sigmatop::nccl::format::decode(&std::fs::read(&path).expect("file")).recs;
+        if p.identity.rank == Some(1) {
+            use sigmatop::nccl::format::{etype, kind};
+            let seventh = recs
+                .iter()
+                .enumerate()
+                .filter(|(_, r)| r.kind() == kind::START && r.etype() == etype::COLL)
+                .nth(6)
+                .map(|(i, _)| i)
+                .expect("7 collectives");
+            recs.truncate(seventh + 1);
+        }
+        inputs.push(model::ProcessInput {
+            host: p.identity.host.clone(),
+            pid: p.identity.pid,
+            recs,
+            posts: model::posts_of(p),
+            problem: None,
+        });
+    }
+    let cut = model::build(&inputs);
+    assert_eq!(cut.stalled.len(), 1, "{:?}", cut.stalled);
+    let s = &cut.stalled[0];
+    assert_eq!(s.func, "AllReduce");
+    // Collective 7 (seq 6) started on both ranks; rank 1 never saw it end.
+    assert_eq!(
+        (s.seq, &s.started, &s.incomplete),
+        (6, &vec![0, 1], &vec![1])
+    );
+    assert!(s.waiting_for.is_empty(), "{s:?}");
+    assert!(model::render(&cut).contains("did not complete"));
+}

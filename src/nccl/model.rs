@@ -111,6 +111,9 @@ pub struct JoinStats {
 pub struct NcclReport {
     pub collectives: Vec<CollRow>,
     pub arrivals: Vec<Arrivals>,
+    /// Per communicator, the first collective that did not complete everywhere (none: every
+    /// collective every rank started completed).
+    pub stalled: Vec<Stalled>,
     pub join: JoinStats,
     pub problems: Vec<String>,
 }
@@ -156,8 +159,33 @@ fn size_and_factor(func: &str, bytes: u64, n: u64) -> (u64, f64) {
     }
 }
 
-/// Communicator id → collective sequence number → (rank, start real ns) of each rank.
-type Starts = BTreeMap<u64, BTreeMap<u64, Vec<(u32, u64)>>>;
+/// Communicator id → collective sequence number → each rank's start of it.
+type Starts = BTreeMap<u64, BTreeMap<u64, Vec<Start>>>;
+
+#[derive(Clone, Debug)]
+struct Start {
+    rank: u32,
+    nranks: u32,
+    func: String,
+    real_ns: u64,
+    completed: bool,
+}
+
+/// A collective some ranks started and that did not complete before the record ended: a hung
+/// job's first question is which ranks it waits for.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct Stalled {
+    pub comm: String,
+    pub func: String,
+    /// NCCL's sequence number of the collective in its communicator.
+    pub seq: u64,
+    pub nranks: u32,
+    /// Ranks that started it, those of them that never saw it complete, and the ranks that never
+    /// started it: the ones the others wait for.
+    pub started: Vec<u32>,
+    pub incomplete: Vec<u32>,
+    pub waiting_for: Vec<u32>,
+}
 
 /// Builds the report of several processes (their files and posts).
 pub fn build(inputs: &[ProcessInput]) -> NcclReport {
@@ -173,14 +201,19 @@ pub fn build(inputs: &[ProcessInput]) -> NcclReport {
     for (comm, seqs) in starts {
         let mut spreads = Vec::new();
         let mut last: BTreeMap<u32, u64> = BTreeMap::new();
-        for v in seqs.values() {
+        for (seq, v) in &seqs {
+            if rep.stalled.iter().all(|x| x.comm != format!("{comm:016x}"))
+                && let Some(st) = stalled(comm, *seq, v)
+            {
+                rep.stalled.push(st);
+            }
             if v.len() < 2 {
                 continue;
             }
-            let lo = v.iter().map(|x| x.1).min().unwrap_or(0);
+            let lo = v.iter().map(|x| x.real_ns).min().unwrap_or(0);
             let (lr, hi) = v
                 .iter()
-                .map(|x| (x.0, x.1))
+                .map(|x| (x.rank, x.real_ns))
                 .max_by_key(|x| x.1)
                 .unwrap_or((0, 0));
             spreads.push(hi - lo);
@@ -199,6 +232,30 @@ pub fn build(inputs: &[ProcessInput]) -> NcclReport {
         });
     }
     rep
+}
+
+/// The collective `seq` of `comm`, when some rank started it and it did not complete on every
+/// rank of the communicator.
+fn stalled(comm: u64, seq: u64, v: &[Start]) -> Option<Stalled> {
+    let nranks = v.iter().map(|x| x.nranks).max().unwrap_or(0);
+    let started: Vec<u32> = v.iter().map(|x| x.rank).collect();
+    let incomplete: Vec<u32> = v.iter().filter(|x| !x.completed).map(|x| x.rank).collect();
+    let waiting_for: Vec<u32> = (0..nranks).filter(|r| !started.contains(r)).collect();
+    if incomplete.is_empty() && waiting_for.is_empty() {
+        return None;
+    }
+    let mut st = Stalled {
+        comm: format!("{comm:016x}"),
+        func: v.first().map(|x| x.func.clone()).unwrap_or_default(),
+        seq,
+        nranks,
+        started,
+        incomplete,
+        waiting_for,
+    };
+    st.started.sort_unstable();
+    st.incomplete.sort_unstable();
+    Some(st)
 }
 
 fn build_one(p: &ProcessInput, rep: &mut NcclReport, starts: &mut Starts) {
@@ -432,7 +489,13 @@ fn build_one(p: &ProcessInput, rep: &mut NcclReport, starts: &mut Starts) {
                 .or_default()
                 .entry(c.seq)
                 .or_default()
-                .push((comm.rank, clock.to_real_ns(c.start)));
+                .push(Start {
+                    rank: comm.rank,
+                    nranks: comm.nranks,
+                    func: func.clone(),
+                    real_ns: clock.to_real_ns(c.start),
+                    completed: end.is_some(),
+                });
         }
     }
     for mut row in rows.into_values() {
@@ -590,6 +653,13 @@ pub fn render(r: &NcclReport) -> String {
             a.median_spread_ns as f64 / 1e6,
             a.max_spread_ns as f64 / 1e6,
             last.join(" ")
+        );
+    }
+    for x in &r.stalled {
+        let _ = writeln!(
+            s,
+            "  ⚠ comm {}: {} #{} did not complete: started by ranks {:?}, not completed on {:?}, waiting for ranks {:?}",
+            x.comm, x.func, x.seq, x.started, x.incomplete, x.waiting_for
         );
     }
     for p in &r.problems {

@@ -8,7 +8,9 @@
 #   bash tests/gpu/nccl_device.sh OUTDIR [proof|bench|all]
 # proof: every test x rank count x GPU Direct setting x mode, then the checker. diag: NCCL's
 #        net-plugin QP events over NET/IB and over NET/Socket, and a small run whose record and
-#        NIC log become the CPU test's fixture (OUTDIR/fixture.tgz). all: proof, then diag. bench: the same
+#        NIC log become the CPU test's fixture (OUTDIR/fixture.tgz). stall: rank 1 stopped 3 s
+#        (SIGSTOP, SIGCONT) mid all_reduce, then killed mid-run; what the report says of each
+#        (OUTDIR/stall.tgz). all: proof, then diag. bench: the same
 #        tests, untraced and traced (simple) alternated NCT_ROUNDS times (default 3) with
 #        larger sizes (NCT_BENCH_ARGS); the figures in OUTDIR/bench.txt. Exit status: non-zero
 #        when a run failed or the checker found a mismatch.
@@ -201,7 +203,46 @@ diag() {
   (cd "$W" && tar czf "$OUTDIR/fixture.tgz" fixture.all_reduce.np2.gdr1.simple)
 }
 
+# ---- stall: a rank stopped (SIGSTOP 3 s, then SIGCONT) and a rank killed mid-run ------------------
+# wait_pid FILE: the pid a rank wrote, once NCCL is running (its NCCL log names a channel).
+wait_ready() {
+  local d=$1 i
+  for i in $(seq 200); do
+    [ -e "$d/pid.1" ] && grep -qs 'Connected all rings' "$d"/nccl.*.log && return 0
+    sleep 0.1
+  done
+  return 1
+}
+stall() {
+  local a="-b 4K -e 4K -n 2000 -w 1 -c 1" d
+  echo "== stall (t=$(elapsed)s)"
+  d=$W/stall.sigstop.np2
+  run_one stall.sigstop.np2 2 0 simple "$NCT_BIN/all_reduce_perf" $a -g 1 &
+  local bg=$!
+  if wait_ready "$d"; then
+    sleep 1
+    kill -STOP "$(cat "$d/pid.1")" && echo "rank 1 stopped at t=$(elapsed)s"
+    sleep 3
+    kill -CONT "$(cat "$d/pid.1")" && echo "rank 1 continued at t=$(elapsed)s"
+  else
+    echo "stall.sigstop: rank 1 never got going"
+  fi
+  wait "$bg"
+  grep -h 'arrival spread\|did not complete' "$d/report.txt" | sed 's/^/    /'
+  d=$W/stall.kill.np2
+  NCT_TIMEOUT=30 run_one stall.kill.np2 2 0 simple "$NCT_BIN/all_reduce_perf" $a -g 1 &
+  bg=$!
+  if wait_ready "$d"; then
+    sleep 1
+    kill -9 "$(cat "$d/pid.1")" && echo "rank 1 killed at t=$(elapsed)s"
+  fi
+  wait "$bg"
+  grep -h 'arrival spread\|did not complete' "$d/report.txt" | sed 's/^/    /'
+  (cd "$W" && tar czf "$OUTDIR/stall.tgz" --exclude='*/sock' stall.*)
+}
+
 case "$WHAT" in
+stall) stall ;;
 proof) proof ;;
 bench) bench ;;
 diag) diag ;;
