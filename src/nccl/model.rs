@@ -61,7 +61,9 @@ pub struct CollRow {
     /// NCCL's element count × the datatype size, summed (AllReduce: the buffer; AllGather: each
     /// rank's part; ReduceScatter: each rank's result; Send/Recv: the message).
     pub bytes: u64,
-    /// From the host call (`Coll`/`P2p` start) to the last of its proxy operations' stop, summed.
+    /// From the host call (`Coll`/`P2p` start), or the end of the call before it on the same
+    /// communicator (point-to-point: same direction and peer) when that came later, to the last
+    /// of its proxy operations' stop; summed.
     pub time_ns: u64,
     /// Bus bandwidth over `time_ns` (nccl-tests' definition), GB/s.
     pub busbw_gbs: f64,
@@ -80,6 +82,8 @@ pub struct Arrivals {
     /// Largest and median spread between the first and the last rank's start, ns.
     pub max_spread_ns: u64,
     pub median_spread_ns: u64,
+    /// The rank that arrived last at the collective of the largest spread (a stalled rank).
+    pub max_spread_last_rank: u32,
     /// rank → times it was the last to arrive.
     pub last_rank: BTreeMap<u32, u64>,
 }
@@ -185,6 +189,9 @@ pub struct Stalled {
     pub started: Vec<u32>,
     pub incomplete: Vec<u32>,
     pub waiting_for: Vec<u32>,
+    /// rank → the last sequence number it completed in this communicator (a rank killed loses
+    /// its last ~20 ms of records: the lowest figure is the rank the job stopped on).
+    pub last_completed: BTreeMap<u32, u64>,
 }
 
 /// Builds the report of several processes (their files and posts).
@@ -201,10 +208,17 @@ pub fn build(inputs: &[ProcessInput]) -> NcclReport {
     for (comm, seqs) in starts {
         let mut spreads = Vec::new();
         let mut last: BTreeMap<u32, u64> = BTreeMap::new();
+        let mut worst = (0u64, 0u32);
         for (seq, v) in &seqs {
             if rep.stalled.iter().all(|x| x.comm != format!("{comm:016x}"))
-                && let Some(st) = stalled(comm, *seq, v)
+                && let Some(mut st) = stalled(comm, *seq, v)
             {
+                for (s2, v2) in &seqs {
+                    for x in v2.iter().filter(|x| x.completed) {
+                        let e = st.last_completed.entry(x.rank).or_default();
+                        *e = (*e).max(*s2);
+                    }
+                }
                 rep.stalled.push(st);
             }
             if v.len() < 2 {
@@ -217,6 +231,9 @@ pub fn build(inputs: &[ProcessInput]) -> NcclReport {
                 .max_by_key(|x| x.1)
                 .unwrap_or((0, 0));
             spreads.push(hi - lo);
+            if hi - lo >= worst.0 {
+                worst = (hi - lo, lr);
+            }
             *last.entry(lr).or_default() += 1;
         }
         if spreads.is_empty() {
@@ -228,6 +245,7 @@ pub fn build(inputs: &[ProcessInput]) -> NcclReport {
             collectives: spreads.len() as u64,
             max_spread_ns: spreads[spreads.len() - 1],
             median_spread_ns: spreads[spreads.len() / 2],
+            max_spread_last_rank: worst.1,
             last_rank: last,
         });
     }
@@ -252,6 +270,7 @@ fn stalled(comm: u64, seq: u64, v: &[Start]) -> Option<Stalled> {
         started,
         incomplete,
         waiting_for,
+        last_completed: BTreeMap::new(),
     };
     st.started.sort_unstable();
     st.incomplete.sort_unstable();
@@ -438,7 +457,13 @@ fn build_one(p: &ProcessInput, rep: &mut NcclReport, starts: &mut Starts) {
     }
     // Rows.
     let mut rows: BTreeMap<(u64, String, String, String), CollRow> = BTreeMap::new();
-    for c in calls.values() {
+    // A program enqueues collectives ahead of the GPU, so a call's own time starts when the one
+    // before it on the same stream of work ended: collectives serialised per communicator,
+    // point-to-point calls per (communicator, direction, peer).
+    let mut ordered: Vec<&Call> = calls.values().collect();
+    ordered.sort_by_key(|c| c.start);
+    let mut prev_end: HashMap<(u64, bool, u8, u32), u64> = HashMap::new();
+    for c in ordered {
         let comm = comms.get(&c.comm).cloned().unwrap_or_default();
         let mut func = format::name(FUNCS, c.func).to_string();
         // A rank's send to or receive from itself (AlltoAll's own part) moves no network data.
@@ -475,11 +500,17 @@ fn build_one(p: &ProcessInput, rep: &mut NcclReport, starts: &mut Starts) {
         row.channels = c.channels as u32;
         row.wrs += c.wrs;
         row.wr_bytes += c.wr_bytes;
+        let lane = (
+            c.comm,
+            c.is_p2p,
+            if c.is_p2p { c.func } else { 0 },
+            if c.is_p2p { c.peer } else { 0 },
+        );
         match end {
             Some(e) => {
-                row.time_ns += clock
-                    .to_real_ns(e)
-                    .saturating_sub(clock.to_real_ns(c.start));
+                let from = prev_end.get(&lane).map_or(c.start, |&p| p.max(c.start));
+                prev_end.insert(lane, e);
+                row.time_ns += clock.to_real_ns(e).saturating_sub(clock.to_real_ns(from));
             }
             None => row.incomplete += 1,
         }
@@ -647,19 +678,30 @@ pub fn render(r: &NcclReport) -> String {
             .collect();
         let _ = writeln!(
             s,
-            "  comm {}: {} collectives, arrival spread median {:.3} ms, max {:.3} ms; last to arrive: {}",
+            "  comm {}: {} collectives, arrival spread median {:.3} ms, max {:.3} ms (r{} last); last to arrive: {}",
             a.comm,
             a.collectives,
             a.median_spread_ns as f64 / 1e6,
             a.max_spread_ns as f64 / 1e6,
+            a.max_spread_last_rank,
             last.join(" ")
         );
     }
     for x in &r.stalled {
         let _ = writeln!(
             s,
-            "  ⚠ comm {}: {} #{} did not complete: started by ranks {:?}, not completed on {:?}, waiting for ranks {:?}",
-            x.comm, x.func, x.seq, x.started, x.incomplete, x.waiting_for
+            "  ⚠ comm {}: {} #{} did not complete: started by ranks {:?}, not completed on {:?}, waiting for ranks {:?}; last completed: {}",
+            x.comm,
+            x.func,
+            x.seq,
+            x.started,
+            x.incomplete,
+            x.waiting_for,
+            x.last_completed
+                .iter()
+                .map(|(r, s)| format!("r{r} #{s}"))
+                .collect::<Vec<_>>()
+                .join(", ")
         );
     }
     for p in &r.problems {
