@@ -204,10 +204,16 @@ struct NetDescr {
     data: *mut c_void,
 }
 
-/// `ncclProfilerNetIbDescr_v1_t`.
+/// `ncclProfilerNetIbDescr_v1_t`: `type`, then a union of one struct, aligned to 8 by its
+/// `uint64_t` (so the fields start at offset 8, not after the byte).
 #[repr(C)]
 struct NetIbV1 {
     typ: u8,
+    qp: NetIbQp,
+}
+
+#[repr(C)]
+struct NetIbQp {
     device: c_int,
     wr_id: u64,
     opcode: c_int,
@@ -215,10 +221,15 @@ struct NetIbV1 {
     length: usize,
 }
 
-/// `ncclProfilerNetSockDescr_v1_t`.
+/// `ncclProfilerNetSockDescr_v1_t`: likewise, the union aligned by its `size_t`.
 #[repr(C)]
 struct NetSockV1 {
     typ: u8,
+    sock: NetSock,
+}
+
+#[repr(C)]
+struct NetSock {
     fd: c_int,
     op: c_int,
     length: usize,
@@ -426,17 +437,17 @@ unsafe extern "C" fn start_event(ctx: *mut c_void, h: *mut *mut c_void, d: *mut 
                 if !n.data.is_null() && ver == 1 && typ == format::NET_TYPE_IB {
                     let q = &*(n.data as *const NetIbV1);
                     r.0[6] = q.typ as u64;
-                    r.0[7] = q.device as u64;
-                    r.0[8] = q.wr_id;
-                    r.0[9] = q.opcode as u64;
-                    r.0[10] = q.qp_num as u32 as u64;
-                    r.0[11] = q.length as u64;
+                    r.0[7] = q.qp.device as u64;
+                    r.0[8] = q.qp.wr_id;
+                    r.0[9] = q.qp.opcode as u64;
+                    r.0[10] = q.qp.qp_num as u32 as u64;
+                    r.0[11] = q.qp.length as u64;
                 } else if !n.data.is_null() && ver == 1 && typ == format::NET_TYPE_SOCK {
                     let s = &*(n.data as *const NetSockV1);
                     r.0[6] = s.typ as u64;
-                    r.0[7] = s.fd as u64;
-                    r.0[8] = s.op as u64;
-                    r.0[11] = s.length as u64;
+                    r.0[7] = s.sock.fd as u64;
+                    r.0[8] = s.sock.op as u64;
+                    r.0[11] = s.sock.length as u64;
                 }
             }
             _ => {}
