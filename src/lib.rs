@@ -6,6 +6,7 @@
 //! - `wire`: the live protocol over the Unix socket (postcard frames, version in the hello).
 //! - `trace`: the record directory: format, writer (used in-process) and reader.
 //! - `decode`: pure decoders of mlx5 doorbell words, WQEs and devx mailboxes.
+//! - `nccl`: the NCCL profiler-event file (and, with `analysis`, collectives joined to verbs).
 //!
 //! With the `analysis` feature (no terminal UI):
 //! - `agg`: the model of every traced process, peers, matrices, windows, reports, warnings.
@@ -22,6 +23,7 @@ pub mod decode;
 pub mod event;
 #[cfg(feature = "testing")]
 pub mod harness_io;
+pub mod nccl;
 pub mod trace;
 pub mod wire;
 

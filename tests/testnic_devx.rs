@@ -296,6 +296,7 @@ fn error_completions_with_and_without_sigmatop() {
             "too_long_receiver",
             "rnr",
             "bad_lkey",
+            "dmabuf",
             "malformed",
             "flush_on_modify_err",
             "chain_full",

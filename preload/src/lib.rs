@@ -17,6 +17,7 @@
 //! - `ibverbs`: the libibverbs layer (exported verbs and each context's ops table).
 //! - `mlx5`: mlx5 direct verbs (devx) control path, feeding the doorbell join.
 //! - `cuda`: CUDA driver hooks (`cuGetProcAddress` and the doorbell hijack's entry points).
+//! - `nccl`: NCCL's profiler plugin (`ncclProfiler_v5`): collectives, proxy steps, IB work requests.
 //! - `cuda_driver`: the real CUDA driver entry points sigmatop calls itself.
 //! - `doorbell`: GPU doorbell shadow pages, the forwarding poller, WQE recovery.
 //! - `collector`: the collector thread: drains rings, snapshots, records, serves the socket.
@@ -45,6 +46,7 @@ pub mod fork;
 pub mod hook;
 pub mod ibverbs;
 pub mod mlx5;
+pub mod nccl;
 pub mod ofi;
 pub mod os;
 pub mod process;
@@ -107,6 +109,7 @@ extern "C" fn sigmatop_fini() {
     }
     // GPU doorbells: parse pending WQEs first, so the collector's last snapshot has them.
     let _ = std::panic::catch_unwind(doorbell::shutdown);
+    let _ = std::panic::catch_unwind(nccl::shutdown);
     let _ = std::panic::catch_unwind(collector::shutdown);
     let _ = std::panic::catch_unwind(final_state::write_loaded_objects_if_untraced);
 }

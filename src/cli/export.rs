@@ -57,6 +57,7 @@ pub fn export(args: &ExportArgs) -> CliResult {
         let mut ex =
             crate::export::json::build(&corr, &analysis, Model::from_recording(&rec).report());
         ex.perfetto = pstats;
+        ex.nccl = crate::nccl::model::load(&rec);
         let s = serde_json::to_string_pretty(&ex).map_err(|e| e.to_string())?;
         if path.as_os_str() == "-" {
             println!("{s}");

@@ -134,6 +134,9 @@ pub fn render(e: &Export) -> String {
     );
     doorbell_lines(&mut s, e);
     one_sided_lines(&mut s, e);
+    if let Some(n) = &e.nccl {
+        s.push_str(&crate::nccl::model::render(n));
+    }
     let cut = e.report.processes.iter().filter(|p| !p.clean_exit).count();
     if cut == 0 {
         let _ = writeln!(s, "events: {}", e.events);
@@ -281,7 +284,9 @@ pub fn report(args: &ReportArgs) -> CliResult {
             &crate::correlate::RunOptions::default(),
             &mut crate::correlate::NoSink,
         );
-        let ex = crate::export::json::build(&corr, &analysis, Model::from_recording(rec).report());
+        let mut ex =
+            crate::export::json::build(&corr, &analysis, Model::from_recording(rec).report());
+        ex.nccl = crate::nccl::model::load(rec);
         print!("{}", render(&ex));
     }
     Ok(0)

@@ -109,6 +109,16 @@ pub fn traced_command(args: &RunArgs, socket_dir: &Path) -> Result<Command, Stri
     cmd.env("LD_PRELOAD", ld)
         .env("SIGMATOP_MODE", mode.name())
         .env("SIGMATOP_SOCKET_DIR", socket_dir);
+    // sigmatop is also NCCL's profiler plugin (docs/NCCL.md); a plugin the user chose stays.
+    match std::env::var_os("NCCL_PROFILER_PLUGIN") {
+        Some(v) if !v.is_empty() => eprintln!(
+            "sigmatop: NCCL_PROFILER_PLUGIN={} is yours and stays: NCCL collectives are not attributed by sigmatop, verbs tracing goes on",
+            v.to_string_lossy()
+        ),
+        _ => {
+            cmd.env("NCCL_PROFILER_PLUGIN", &preload);
+        }
+    }
     if let Some(r) = &args.record {
         let r = absolute(r)?;
         refuse_used_record_dir(&r)?;

@@ -182,6 +182,10 @@ pub struct Export {
     /// Record files (or parts of them) that could not be read.
     pub skipped: Vec<Skipped>,
     pub perfetto: Option<PerfettoStats>,
+    /// NCCL collectives joined to their verbs work requests (docs/NCCL.md): present when a
+    /// process recorded NCCL profiler events.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub nccl: Option<crate::nccl::model::NcclReport>,
 }
 
 fn opt(v: u64) -> Option<u64> {
@@ -455,6 +459,7 @@ pub fn build(c: &Correlation, a: &Analysis, mut report: Report) -> Export {
         last_ns: a.last_ns,
         skipped: skipped(c, a),
         perfetto: None,
+        nccl: None,
         report,
     }
 }

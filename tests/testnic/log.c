@@ -5,10 +5,11 @@
  * One line per WQE, written when the NIC takes it from the send queue (a WQE retransmitted
  * after a NAK is not logged twice):
  *   testnic pid=P qpn=0xQPN idx=N opcode=0xOP opmod=0xMOD op=NAME len=BYTES raddr=0xADDR
- *   rkey=0xKEY signaled=0|1 status=0xSYND
+ *   rkey=0xKEY signaled=0|1 status=0xSYND rqpn=0xQPN rpid=PID
  * len is the bytes the WQE moves (data segments or inline data; 4 or 8 for atomics), status the
- * syndrome of a WQE the NIC refused (0 = accepted). Lines are buffered in the NIC thread and
- * written when the buffer fills, when the NIC goes idle and at exit.
+ * syndrome of a WQE the NIC refused (0 = accepted), rqpn and rpid the connected peer QP and its
+ * process (0 when unknown; a DCI's are those of its last target). Lines are buffered in the NIC
+ * thread and written when the buffer fills, when the NIC goes idle and at exit.
  */
 #include "nic.h"
 
@@ -65,9 +66,10 @@ void tn_log_wqe(const struct tn_hqp *qp, const struct tn_wqe *w, uint8_t status)
 		tn_log_flush();
 	int n = snprintf(buf + used, sizeof buf - used,
 			 "testnic pid=%d qpn=0x%06x idx=%u opcode=0x%02x opmod=0x%02x op=%s len=%u "
-			 "raddr=0x%016llx rkey=0x%08x signaled=%d status=0x%02x\n",
+			 "raddr=0x%016llx rkey=0x%08x signaled=%d status=0x%02x rqpn=0x%06x rpid=%d\n",
 			 pid, qp->qpn, w->idx, w->opcode, w->opmod, tn_opcode_name(w->opcode), w->len,
-			 (unsigned long long)w->raddr, w->rkey, w->signaled ? 1 : 0, status);
+			 (unsigned long long)w->raddr, w->rkey, w->signaled ? 1 : 0, status, qp->rqpn,
+			 qp->peer ? (int)tn_peer_pid(qp->peer) : 0);
 	if (n > 0 && (size_t)n < sizeof buf - used)
 		used += (size_t)n;
 }

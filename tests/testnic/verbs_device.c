@@ -387,10 +387,17 @@ TN_API struct ibv_mr *ibv_reg_mr_iova(struct ibv_pd *pd, void *addr, size_t len,
 }
 
 /* A dma-buf: CUDA's (cuMemGetHandleForAddressRange) is reached through iova, the device address it
- * was exported from; any other dma-buf is mapped. */
+ * was exported from; any other dma-buf is mapped. An fd that is no open file fails with EBADF, as
+ * the kernel's uverbs answers: NCCL probes with fd -1 and takes EBADF for "dma-buf supported"
+ * (EOPNOTSUPP / EPROTONOSUPPORT for "not"; net_ib.cc ibDmaBufSupportInitOnce), which is what lets
+ * its GPU Direct RDMA path (NIC reading and writing GPU memory) run on this NIC. */
 TN_API struct ibv_mr *ibv_reg_dmabuf_mr(struct ibv_pd *pd, uint64_t offset, size_t len, uint64_t iova, int fd,
 					int access)
 {
+	if (fd < 0 || fcntl(fd, F_GETFD) < 0) {
+		errno = EBADF;
+		return NULL;
+	}
 	if (tn_mem_is_gpu((void *)(uintptr_t)iova))
 		return reg(pd, (void *)(uintptr_t)iova, len, iova, (unsigned)access, fd, 1);
 	uint8_t *p = mmap(NULL, offset + len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);

@@ -10,6 +10,8 @@
  *   too_long       128-byte send into a 64-byte recv   -> A: REM_INV_REQ_ERR, B: LOC_LEN_ERR
  *   rnr            send with no receive, rnr_retry 1   -> RNR_RETRY_EXC_ERR
  *   bad_lkey       write from an unregistered lkey     -> LOC_PROT_ERR (0x04)
+ *   dmabuf         ibv_reg_dmabuf_mr: fd -1 and a closed fd -> EBADF (NCCL's probe); a memfd at an
+ *                  iova of its own, written by B through iova + rkey -> the bytes land at the offset
  *   malformed      a WQE with opcode 0x3f written and rung through mlx5dv -> LOC_QP_OP_ERR (0x02)
  *   flush_on_modify_err  3 receives posted, QP moved to ERR by B -> 3 WR_FLUSH_ERR in order
  *   chain_full     a chain of max_send_wr + 3 writes (A) and one of max_recv_wr + 2 receives (B)
@@ -18,6 +20,7 @@
  *   peer_death     B exits without cleanup; A writes   -> RETRY_EXC_ERR within 5 s
  * Prints "verbs_faults CASE status=S vendor_err=0xV ms=T ok" per case; exits non-zero on any miss.
  */
+#define _GNU_SOURCE
 #include <endian.h>
 #include <errno.h>
 #include <infiniband/mlx5dv.h>
@@ -26,6 +29,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -321,6 +325,49 @@ static void cases(void)
 		t0 = now_ms();
 		post(&c, IBV_WR_RDMA_WRITE, mine, 8, mr->lkey ^ 0x3300, c.addr, c.rkey);
 		expect("bad_lkey", wait_wc(c.cq, 5000), IBV_WC_LOC_PROT_ERR, 0x04, t0);
+	}
+	close_pair(&c);
+
+	/* dma-buf registration: NCCL's probe (fd -1) gets EBADF, the kernel's "supported" answer, and a
+	 * closed fd too; a dma-buf (a memfd stands in for one: any mappable fd) registered at an iova of
+	 * its own is written by the peer through that iova and the MR's rkey. */
+	c = connect_pair(ALL, 7);
+	{
+		errno = 0;
+		CHECK(!ibv_reg_dmabuf_mr(pd, 0, 0, 0, -1, 0) && errno == EBADF, "dma-buf probe: errno %d, want EBADF",
+		      errno);
+		int fd = memfd_create("verbs_faults-dmabuf", MFD_CLOEXEC);
+		CHECK(fd >= 0 && ftruncate(fd, 8192) == 0, "memfd");
+		const uint64_t iova = 0x7e0000000000ull;
+		struct ibv_mr *dm = ibv_reg_dmabuf_mr(pd, 4096, 4096, iova, fd, ALL);
+		CHECK(dm && dm->rkey && (uint64_t)(uintptr_t)dm->addr == iova, "ibv_reg_dmabuf_mr of a memfd: errno %d",
+		      errno);
+		int closed = dup(fd);
+		CHECK(closed >= 0 && close(closed) == 0, "dup");
+		errno = 0;
+		CHECK(!ibv_reg_dmabuf_mr(pd, 0, 4096, iova, closed, ALL) && errno == EBADF,
+		      "dma-buf of a closed fd: errno %d, want EBADF", errno);
+		struct info me = {0, iova, dm->rkey}, peer;
+		xchg(&me, &peer, sizeof me);
+		t0 = now_ms();
+		if (role) {
+			memset(buf + 2048, 0x5a, 256);
+			post(&c, IBV_WR_RDMA_WRITE, mine, 256, mr->lkey, peer.addr + 100, peer.rkey);
+			struct ibv_wc wc = wait_wc(c.cq, 5000);
+			CHECK(wc.status == IBV_WC_SUCCESS, "write into the dma-buf: status %d", wc.status);
+		}
+		barrier();
+		if (!role) {
+			uint8_t *m = mmap(NULL, 8192, PROT_READ, MAP_SHARED, fd, 0);
+			CHECK(m != MAP_FAILED, "mmap memfd");
+			for (int i = 0; i < 356; i++)
+				CHECK(m[4096 + i] == (i < 100 ? 0 : 0x5a), "dma-buf byte %d = 0x%x", i, m[4096 + i]);
+			munmap(m, 8192);
+			struct ibv_wc ok = {.status = IBV_WC_SUCCESS};
+			expect("dmabuf", ok, IBV_WC_SUCCESS, 0, t0);
+		}
+		CHECK(!ibv_dereg_mr(dm), "dereg dma-buf MR");
+		close(fd);
 	}
 	close_pair(&c);
 

@@ -1,0 +1,261 @@
+#!/usr/bin/env bash
+# NVIDIA's nccl-tests (NVIDIA/nccl-tests, built here against the machine's NCCL, torch's 2.28.9)
+# with 2 and 4 ranks on the one GPU, each rank its own NCCL node (NCCL_HOSTID) talking over
+# NET/IB on the software mlx5 NIC (tests/testnic), P2P and SHM off; untraced, then under
+# sigmatop in every mode (aggregate, simple, full; with sigmatop as NCCL's profiler plugin);
+# checked by tests/gpu/nccl_check.py (issue 23). On the GPU machine, as root, from the
+# repository root:
+#   bash tests/gpu/nccl_device.sh OUTDIR [proof|bench|all]
+# proof: every test x rank count x GPU Direct setting x mode, then the checker. diag: NCCL's
+#        net-plugin QP events over NET/IB and over NET/Socket, and a small run whose record and
+#        NIC log become the CPU test's fixture (OUTDIR/fixture.tgz). stall: rank 1 stopped 3 s
+#        (SIGSTOP, SIGCONT) mid all_reduce, then killed mid-run; what the report says of each
+#        (OUTDIR/stall.tgz). all: proof, then diag. bench: the same
+#        tests, untraced and traced (simple) alternated NCT_ROUNDS times (default 3) with
+#        larger sizes (NCT_BENCH_ARGS); the figures in OUTDIR/bench.txt. Exit status: non-zero
+#        when a run failed or the checker found a mismatch.
+# Inputs (environment; defaults in brackets):
+#   NCCL_TESTS_SRC NVIDIA/nccl-tests sources, never committed [.device/nccl-tests]
+#   NCT_BIN        prebuilt nccl-tests binaries; built when missing [OUTDIR/bin]
+#   PRE, SIGMATOP  libsigmatop_preload.so and the sigmatop binary [target/release/...]
+#   TESTNIC_LIB    the NIC's libibverbs.so.1 + libmlx5.so.1 [target/testnic/lib; built if missing]
+#   NCT_TESTS      [all_reduce all_gather reduce_scatter alltoall sendrecv]
+#   NCT_RANKS      [2 4]
+#   NCT_GDR        [1 0]: 1 = GPU Direct RDMA (NCCL_NET_GDR_LEVEL=SYS: the NIC reads and writes
+#                  GPU memory through its dma-buf registration), 0 = host bounce buffers
+#                  (NCCL_NET_GDR_LEVEL=LOC); each run's NCCL log says which it used
+#   NCT_MODES      [base simple aggregate full]
+#   NCT_ARGS       nccl-tests arguments [-b 4K -e 256K -f 8 -n 5 -w 2 -c 1]
+#   NCT_PLUGIN     [1] traced runs also load sigmatop as NCCL's profiler plugin
+#   NCT_UTS        [1] each rank in its own UTS namespace named softhostN (sigmatop's node)
+#   NCT_WORK       where the runs go [a fresh /tmp/nccl-gpu.*]
+#   NCT_TIMEOUT (s per run, 120), NCT_BUDGET (s for all runs, 500)
+set -u
+OUTDIR=${1:?usage: nccl_device.sh OUTDIR [proof|bench|all]}
+WHAT=${2:-proof}
+ROOT=$PWD
+mkdir -p "$OUTDIR"
+OUTDIR=$(cd "$OUTDIR" && pwd)
+if [ -n "${NCT_WORK:-}" ]; then
+  W=$NCT_WORK
+  mkdir -p "$W"
+else
+  W=$(mktemp -d /tmp/nccl-gpu.XXXXXX)
+fi
+exec > >(tee "$OUTDIR/summary.txt") 2>&1
+START=$(date +%s)
+BUDGET=${NCT_BUDGET:-500}
+LIMIT=${NCT_TIMEOUT:-120}
+FAILED=0
+PRE=${PRE:-$ROOT/target/release/libsigmatop_preload.so}
+SIGMATOP=${SIGMATOP:-$ROOT/target/release/sigmatop}
+TESTNIC_LIB=${TESTNIC_LIB:-$ROOT/target/testnic/lib}
+SRC=${NCCL_TESTS_SRC:-$ROOT/.device/nccl-tests}
+NCT_BIN=${NCT_BIN:-$OUTDIR/bin}
+TESTS=${NCT_TESTS:-all_reduce all_gather reduce_scatter alltoall sendrecv}
+RANKS=${NCT_RANKS:-2 4}
+GDRS=${NCT_GDR:-1 0}
+MODES=${NCT_MODES:-base simple aggregate full}
+ARGS=${NCT_ARGS:--b 4K -e 256K -f 8 -n 5 -w 2 -c 1}
+elapsed() { echo $(($(date +%s) - START)); }
+
+echo "== machine"
+nvidia-smi -L
+nvcc --version | tail -2
+nproc
+mpirun --version 2>&1 | head -1
+NCCL_DIR=$(python3 -c 'import nvidia.nccl, os; print(list(nvidia.nccl.__path__)[0])' 2>/dev/null)
+echo "NCCL: $NCCL_DIR ($(ls "$NCCL_DIR/lib" 2>/dev/null | tr '\n' ' '))"
+grep -h '#define NCCL_\(MAJOR\|MINOR\|PATCH\)' "$NCCL_DIR/include/nccl.h" | tr '\n' ' '
+echo
+ls /sys/module/nvidia_peermem 2>/dev/null || echo "nvidia_peermem: not loaded (GPU Direct only through dma-buf)"
+
+# ---- the NIC, nccl-tests ----------------------------------------------------------------------
+if [ ! -e "$TESTNIC_LIB/libmlx5.so.1" ]; then
+  TESTNIC_BUILD_DIR=$W/testnic bash "$ROOT/scripts/with-testnic.sh" true || exit 1
+  TESTNIC_LIB=$W/testnic/lib
+fi
+need_build=0
+for t in $TESTS; do [ -x "$NCT_BIN/${t}_perf" ] || need_build=1; done
+if [ $need_build = 1 ]; then
+  echo "== build nccl-tests (t=$(elapsed)s)"
+  H=$W/ncclhome
+  mkdir -p "$H/lib" "$NCT_BIN"
+  ln -sfn "$NCCL_DIR/include" "$H/include"
+  ln -sf "$NCCL_DIR/lib/libnccl.so.2" "$H/lib/libnccl.so"
+  CUDA=$(dirname "$(dirname "$(command -v nvcc)")")
+  make -s -C "$SRC/src" -j16 MPI=1 MPI_HOME=/usr/lib/x86_64-linux-gnu/openmpi NCCL_HOME="$H" \
+    CUDA_HOME="$CUDA" NVCC_GENCODE=-gencode=arch=compute_90,code=sm_90 BUILDDIR="$W/nct-build" \
+    >"$OUTDIR/build.log" 2>&1 || {
+    tail -20 "$OUTDIR/build.log"
+    echo "BUILD FAILED"
+    exit 1
+  }
+  for t in $TESTS; do cp "$W/nct-build/${t}_perf" "$NCT_BIN/"; done
+  echo "built in $(elapsed)s: $(ls "$NCT_BIN" | tr '\n' ' ')"
+fi
+
+# ---- one run ----------------------------------------------------------------------------------
+# run_one NAME RANKS GDR TRACE PROG ARGS...: RUNDIR = $W/NAME; prints "run NAME rc=.. secs=..".
+run_one() {
+  local name=$1 np=$2 gdr=$3 trace=$4
+  shift 4
+  local d=$W/$name
+  if [ "$(elapsed)" -gt "$BUDGET" ]; then
+    echo "run $name SKIPPED (time budget of ${BUDGET}s spent)"
+    FAILED=1
+    return 1
+  fi
+  mkdir -p "$d/nic"
+  local level=LOC
+  [ "$gdr" = 1 ] && level=SYS
+  cat >"$d/env" <<EOF
+export LD_LIBRARY_PATH=$TESTNIC_LIB:$NCCL_DIR/lib\${LD_LIBRARY_PATH:+:\$LD_LIBRARY_PATH}
+export NCCL_NET=IB NCCL_IB_HCA=mlx5_0 NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 NCCL_NET_GDR_LEVEL=$level
+export NCCL_DEBUG=${NCT_DEBUG:-INFO} NCCL_DEBUG_SUBSYS=INIT,NET,GRAPH,ENV NCCL_DEBUG_FILE=$d/nccl.%h.%p.log
+export TESTNIC_LOG=$d/nic
+export TRACE=$trace PRE=$PRE NCT_PLUGIN=${NCT_PLUGIN:-1} NCT_UTS=${NCT_UTS:-1}
+${NCT_EXTRA_ENV:-}
+EOF
+  echo "$*" >"$d/cmd"
+  echo "$np" >"$d/np"
+  echo "$gdr" >"$d/gdr"
+  echo "$trace" >"$d/trace"
+  local t0 rc
+  t0=$(date +%s.%N)
+  timeout -k 5 "$LIMIT" bash "$ROOT/tests/testnic/sysfs-ns.sh" \
+    mpirun --allow-run-as-root -np "$np" --bind-to none --mca pml ob1 --mca btl self,vader \
+    --mca osc '^ucx' --mca coll '^hcoll' \
+    bash "$ROOT/tests/gpu/nccl_rank.sh" "$d" "$@" >"$d/mpirun.log" 2>&1
+  rc=$?
+  for p in "$d"/pid.*; do
+    [ -e "$p" ] && kill -9 "$(cat "$p")" 2>/dev/null
+  done
+  echo "$rc" >"$d/rc"
+  local gdrline
+  gdrline=$(grep -h 'GPU Direct RDMA \(Enabled\|Disabled\) for GPU' "$d"/nccl.*.log 2>/dev/null | head -1 | sed 's/.*NCCL INFO //')
+  echo "run $name rc=$rc secs=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }') t=$(elapsed)s [$gdrline]"
+  if [ "$rc" != 0 ]; then
+    FAILED=1
+    tail -5 "$d/mpirun.log" "$d"/err.* 2>/dev/null | sed 's/^/    /'
+  fi
+  if [ -d "$d/rec" ]; then
+    "$SIGMATOP" export "$d/rec" --json "$d/agg.json" >"$d/export.log" 2>&1 || echo "    export of $name failed: $(tail -2 "$d/export.log")"
+    "$SIGMATOP" report "$d/rec" >"$d/report.txt" 2>&1
+  fi
+  return "$rc"
+}
+
+# ---- proof --------------------------------------------------------------------------------------
+proof() {
+  local np t gdr m
+  echo "== proof: $TESTS; ranks $RANKS; GDR $GDRS; modes $MODES; args $ARGS (t=$(elapsed)s)"
+  for gdr in $GDRS; do
+    for np in $RANKS; do
+      for t in $TESTS; do
+        for m in $MODES; do
+          local name=$t.np$np.gdr$gdr.$m
+          run_one "$name" "$np" "$gdr" "$m" "$NCT_BIN/${t}_perf" $ARGS -g 1
+          echo "$ARGS" >"$W/$name/args"
+          echo "$t" >"$W/$name/test"
+          # A baseline that fails says the NIC or the setup is wrong: the traced runs of it wait.
+          [ "$m" = base ] && [ "$(cat "$W/$name/rc")" != 0 ] && break
+        done
+      done
+    done
+  done
+  echo "== check (t=$(elapsed)s)"
+  python3 "$ROOT/tests/gpu/nccl_check.py" "$W" | tee "$OUTDIR/check.txt"
+  [ "${PIPESTATUS[0]}" = 0 ] || FAILED=1
+}
+
+# ---- bench ----------------------------------------------------------------------------------------
+bench() {
+  local r t m
+  local bargs=${NCT_BENCH_ARGS:--b 64K -e 4M -f 4 -n 10 -w 3 -c 0}
+  echo "== bench: ${NCT_ROUNDS:-3} rounds, $bargs (t=$(elapsed)s)"
+  for r in $(seq "${NCT_ROUNDS:-3}"); do
+    for t in ${NCT_BENCH_TESTS:-all_reduce alltoall}; do
+      for m in base simple; do
+        run_one "bench.$t.$m.$r" 2 1 "$m" "$NCT_BIN/${t}_perf" $bargs -g 1
+        grep -h '^ *[0-9]' "$W/bench.$t.$m.$r/out.0" | sed "s/^/$t $m r$r /" >>"$OUTDIR/bench.txt"
+      done
+    done
+  done
+}
+
+# ---- diag: where the IB QP events go; a small run kept as the CPU test's fixture ---------------
+diag() {
+  echo "== diag (t=$(elapsed)s)"
+  echo "libnccl strings of the net-plugin QP profiling code (net_ib.cc asserts):"
+  strings "$NCCL_DIR/lib/libnccl.so.2" | grep -c 'nEventHandles < MAX_QPS_PER_REQ'
+  strings "$NCCL_DIR/lib/libnccl.so.2" | grep -i 'MAX_QPS_PER_REQ\|NET_PROFIL\|ncclProfileQp' | head -5
+  run_one diag.ib.np2.simple 2 0 simple "$NCT_BIN/all_reduce_perf" $ARGS -g 1
+  NCT_EXTRA_ENV="export NCCL_NET=Socket" run_one diag.sock.np2.simple 2 0 simple \
+    "$NCT_BIN/all_reduce_perf" $ARGS -g 1
+  local fx=${NCT_FIXTURE_ARGS:--b 4K -e 32K -f 8 -n 2 -w 1 -c 1}
+  run_one fixture.all_reduce.np2.gdr1.simple 2 1 simple "$NCT_BIN/all_reduce_perf" $fx -g 1
+  echo "$fx" >"$W/fixture.all_reduce.np2.gdr1.simple/args"
+  echo all_reduce >"$W/fixture.all_reduce.np2.gdr1.simple/test"
+  for d in "$W"/diag.* "$W"/fixture.*; do
+    echo "$(basename "$d"): $(grep -h 'NCCL ↔ verbs' "$d/report.txt" 2>/dev/null)"
+  done
+  (cd "$W" && tar czf "$OUTDIR/fixture.tgz" fixture.all_reduce.np2.gdr1.simple)
+}
+
+# ---- stall: a rank stopped (SIGSTOP 3 s, then SIGCONT) and a rank killed mid-run ------------------
+# wait_pid FILE: the pid a rank wrote, once NCCL is running (its NCCL log names a channel).
+wait_ready() {
+  local d=$1 i
+  for i in $(seq 200); do
+    [ -e "$d/pid.1" ] && grep -qs 'Connected all rings' "$d"/nccl.*.log && return 0
+    sleep 0.1
+  done
+  return 1
+}
+stall() {
+  local a="-b 4K -e 4K -n 2000 -w 1 -c 1" d
+  echo "== stall (t=$(elapsed)s)"
+  d=$W/stall.sigstop.np2
+  run_one stall.sigstop.np2 2 0 simple "$NCT_BIN/all_reduce_perf" $a -g 1 &
+  local bg=$!
+  if wait_ready "$d"; then
+    sleep 1
+    kill -STOP "$(cat "$d/pid.1")" && echo "rank 1 stopped at t=$(elapsed)s"
+    sleep 3
+    kill -CONT "$(cat "$d/pid.1")" && echo "rank 1 continued at t=$(elapsed)s"
+  else
+    echo "stall.sigstop: rank 1 never got going"
+  fi
+  wait "$bg"
+  grep -h 'arrival spread\|did not complete' "$d/report.txt" | sed 's/^/    /'
+  d=$W/stall.kill.np2
+  NCT_TIMEOUT=30 run_one stall.kill.np2 2 0 simple "$NCT_BIN/all_reduce_perf" $a -g 1 &
+  bg=$!
+  if wait_ready "$d"; then
+    sleep 1
+    kill -9 "$(cat "$d/pid.1")" && echo "rank 1 killed at t=$(elapsed)s"
+  fi
+  wait "$bg"
+  grep -h 'arrival spread\|did not complete' "$d/report.txt" | sed 's/^/    /'
+  (cd "$W" && tar czf "$OUTDIR/stall.tgz" --exclude='*/sock' stall.*)
+}
+
+case "$WHAT" in
+stall) stall ;;
+proof) proof ;;
+bench) bench ;;
+diag) diag ;;
+all)
+  proof
+  diag
+  ;;
+*)
+  echo "unknown: $WHAT"
+  exit 2
+  ;;
+esac
+(cd "$W" && tar czf "$OUTDIR/runs.tgz" --exclude='*/sock' --exclude=ncclhome --exclude=nct-build \
+  --exclude=testnic .)
+echo "== done in $(elapsed)s: $([ $FAILED = 0 ] && echo OK || echo FAILED)"
+exit $FAILED
