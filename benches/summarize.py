@@ -11,6 +11,7 @@ Usage:
   python3 benches/summarize.py hotpath FILE [--lib new]   # hotpath_ab.sh / device_overhead.sh hot-path runs
   python3 benches/summarize.py floor FILE                 # hotpath_floor.sh runs
   python3 benches/summarize.py overhead FILE.csv          # overhead.py --csv (paired verdicts)
+  python3 benches/summarize.py ucx FILE                   # device_overhead.sh ucx_hotpath.txt
   python3 benches/summarize.py export FILE                # benches/devvm_export.sh output
 """
 import argparse
@@ -243,6 +244,31 @@ def cmd_export(a):
             "%.1f M" % (ev / med(cpu) / 1e6) if ev else "-", max(rss) / 1024))
 
 
+# ---------------------------------------------------------------------------------------------
+# UCX hooks: benches/ucx_hotpath.c runs, "round=R lib=L mode=M ... mean_ns=X fastest_ns=Y";
+# added = traced − the untraced run of the same round.
+
+def cmd_ucx(a):
+    runs = collections.defaultdict(dict)
+    for line in open(a.file):
+        d = kv(line)
+        if "mean_ns" in d:
+            runs[(d["lib"], d["mode"])][int(d["round"])] = (float(d["mean_ns"]), float(d["fastest_ns"]))
+    base = runs.get(("none", "untraced"), {})
+    print("| library | mode | ns per iteration, all bursts: median of runs (min – max) | fastest | "
+          "added vs untraced, paired by round: all bursts | fastest | runs |")
+    print("|---|---|---|---|---|---|---|")
+    for (lib, mode), rs in runs.items():
+        mean = [v[0] for v in rs.values()]
+        best = [v[1] for v in rs.values()]
+        rr = sorted(set(rs) & set(base))
+        am = [rs[r][0] - base[r][0] for r in rr]
+        ab = [rs[r][1] - base[r][1] for r in rr]
+        added = ("%+.2f ns" % med(am), "%+.2f ns" % med(ab)) if rr and lib != "none" else ("", "")
+        print("| %s | %s | %.2f (%.2f – %.2f) | %.2f | %s | %s | %d |" % (
+            lib, mode, med(mean), min(mean), max(mean), med(best), added[0], added[1], len(rs)))
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -250,7 +276,7 @@ def main():
     p.add_argument("file")
     p.add_argument("--lib", default=None, help="only runs of this library (hotpath_ab.sh: old / new)")
     p.set_defaults(fn=cmd_hotpath)
-    for name, fn in (("floor", cmd_floor), ("overhead", cmd_overhead), ("export", cmd_export)):
+    for name, fn in (("floor", cmd_floor), ("overhead", cmd_overhead), ("ucx", cmd_ucx), ("export", cmd_export)):
         p = sub.add_parser(name)
         p.add_argument("file")
         p.set_defaults(fn=fn)
