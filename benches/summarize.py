@@ -13,6 +13,7 @@ Usage:
   python3 benches/summarize.py overhead FILE.csv          # overhead.py --csv (paired verdicts)
   python3 benches/summarize.py ucx FILE                   # device_overhead.sh ucx_hotpath.txt
   python3 benches/summarize.py export FILE                # benches/devvm_export.sh output
+  python3 benches/summarize.py tui FILE                   # benches/devvm_tui.sh output
 """
 import argparse
 import collections
@@ -269,6 +270,75 @@ def cmd_ucx(a):
             lib, mode, med(mean), min(mean), max(mean), med(best), added[0], added[1], len(rs)))
 
 
+# ---------------------------------------------------------------------------------------------
+# Dashboard and many hosts: benches/devvm_tui.sh output (the ignored benches' own lines). Each
+# figure is a whole run's (CPU over the run's wall time, per tick the mean over all windows).
+
+def cmd_tui(a):
+    rows = []
+    windows = []
+    test = None
+
+    def row(fig, val, target, ok):
+        rows.append((test, fig, val, target, "" if ok is None else ("met" if ok else "**not met**")))
+
+    for line in open(a.file):
+        if line.startswith("test "):
+            test = line.split()[1]
+            windows = []
+        m = re.search(r"DASHBOARD 4096: (\d+) endpoint rows, (\d+) frames in ([0-9.]+)s \(([0-9.]+) Hz\).*"
+                      r"CPU ([0-9.]+)% of one core, peak RSS ([0-9.]+) MB", line)
+        if m:
+            cpu, rss = float(m.group(5)), float(m.group(6))
+            row("%s rows at %s Hz: CPU of one core" % (m.group(1), m.group(4)), "%.2f %%" % cpu, "≤ 2 %", cpu <= 2)
+            row("the same: peak RSS", "%.1f MB" % rss, "≤ 100 MB", rss <= 100)
+        m = re.search(r"DASHBOARD 1M events/s: .*dropped (\d+) \(([0-9.]+)%\).*CPU ([0-9.]+)% of one core, "
+                      r"peak RSS ([0-9.]+) MB", line)
+        if m:
+            row("1 M sampled events/s: events dropped", "%s (%s %%)" % (m.group(1), m.group(2)), "0", int(m.group(1)) == 0)
+            row("the same: dashboard thread CPU", "%s %%" % m.group(3), "", None)
+            row("the same: peak RSS", "%s MB" % m.group(4), "", None)
+        m = re.search(r"DASHBOARD build_view: .* of (\d+) rows \(([0-9.]+) ms of CPU\)", line)
+        if m:
+            row("build_view of %s rows, CPU per build (mean of 200)" % m.group(1), "%s ms" % m.group(2), "", None)
+        m = re.search(r"DASHBOARD draw: ([0-9.]+) ms of CPU per frame", line)
+        if m:
+            row("draw of the QPs tab, CPU per frame (mean of 200)", "%s ms" % m.group(1), "", None)
+        m = re.search(r"ticks +\d+- *\d+ .*merge ([0-9.]+) ms, build ([0-9.]+) ms, draw ([0-9.]+) ms = "
+                      r"([0-9.]+) % of a core at 4 Hz; RSS ([0-9.]+) MB", line)
+        if m:
+            windows.append(tuple(float(x) for x in m.groups()))
+        m = re.search(r"MERGE PER TICK .*qp-every (\d+), (\d+) ticks", line)
+        if m and windows:
+            pct = [w[3] for w in windows]
+            mean = statistics.mean(pct)
+            row("per tick, qp-every %s, %s ticks: merge + build + draw, mean of all %d windows (min – max)" % (
+                m.group(1), m.group(2), len(windows)), "%.1f %% (%.1f – %.1f); merge %.2f ms, build %.2f ms, "
+                "draw %.2f ms" % (mean, min(pct), max(pct), statistics.mean(w[0] for w in windows),
+                                  statistics.mean(w[1] for w in windows), statistics.mean(w[2] for w in windows)),
+                "≤ 5 %", mean <= 5)
+            row("the same: RSS at the end", "%.0f MB" % windows[-1][4], "≤ 300 MB", windows[-1][4] <= 300)
+        m = re.search(r"^MERGE \d+ hosts.*: (\d+) frames in ([0-9.]+) s \(([0-9.]+) Hz\), dashboard thread "
+                      r"([0-9.]+) % of one core, peak RSS ([0-9.]+) MB", line)
+        if m:
+            cpu, rss = float(m.group(4)), float(m.group(5))
+            row("256 hosts at 4 Hz, %s s wall clock (%s frames/s): dashboard thread CPU" % (m.group(2), m.group(3)),
+                "%.1f %%" % cpu, "≤ 5 %", cpu <= 5)
+            row("the same: peak RSS", "%.0f MB" % rss, "≤ 300 MB", rss <= 300)
+        m = re.search(r"SERVE .*response (\d+) bytes, scrape median ([0-9.]+) ms, max ([0-9.]+) ms; serve (.*)", line)
+        if m:
+            row("serve: scrape of 64 processes with --qp-metrics (%s bytes)" % m.group(1),
+                "median %s ms, max %s ms" % (m.group(2), m.group(3)), "", None)
+            row("serve: memory", m.group(4).strip(), "", None)
+        m = re.search(r"RELAY: .*: ([0-9]+) bytes/s per process", line)
+        if m:
+            row("relay: bytes per second per traced process", m.group(1), "", None)
+    print("| test | figure | value | target | verdict |")
+    print("|---|---|---|---|---|")
+    for r in rows:
+        print("| %s | %s | %s | %s | %s |" % r)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -276,7 +346,7 @@ def main():
     p.add_argument("file")
     p.add_argument("--lib", default=None, help="only runs of this library (hotpath_ab.sh: old / new)")
     p.set_defaults(fn=cmd_hotpath)
-    for name, fn in (("floor", cmd_floor), ("overhead", cmd_overhead), ("ucx", cmd_ucx), ("export", cmd_export)):
+    for name, fn in (("floor", cmd_floor), ("overhead", cmd_overhead), ("ucx", cmd_ucx), ("tui", cmd_tui), ("export", cmd_export)):
         p = sub.add_parser(name)
         p.add_argument("file")
         p.set_defaults(fn=fn)
