@@ -329,7 +329,7 @@ def cmd_tui(a):
         if m:
             row("serve: scrape of 64 processes with --qp-metrics (%s bytes)" % m.group(1),
                 "median %s ms, max %s ms" % (m.group(2), m.group(3)), "", None)
-            row("serve: memory", m.group(4).strip(), "", None)
+            row("serve: memory", " ".join(m.group(4).split()), "", None)
         m = re.search(r"RELAY: .*: ([0-9]+) bytes/s per process", line)
         if m:
             row("relay: bytes per second per traced process", m.group(1), "", None)
