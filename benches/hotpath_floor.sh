@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The floor under the aggregate hot path (issue 15 item 3): benches/hotpath.c run against the four
 # reference interposers of benches/hotpath_floor.c and against sigmatop's preload, alternated in
-# ROUNDS rounds in one sitting; prints each run's fastest-burst "added per call" and, at the end,
-# the median over the rounds per library.
+# ROUNDS rounds in one sitting; prints each run's whole line (its mean over all bursts and its
+# fastest burst) and, at the end, the median over the rounds per library of both
+# (the same table: python3 benches/summarize.py floor RUNS.txt).
 # Usage: bash benches/hotpath_floor.sh PRELOAD.so [ROUNDS] [HOTPATH_BIN]
 #   PRELOAD.so   libsigmatop_preload.so built with --features bench
 #   HOTPATH_BIN  a built benches/hotpath.c (default: built here into a temporary directory)
@@ -25,18 +26,7 @@ for r in $(seq "$rounds"); do
         so=$tmp/$lib.so
         [ "$lib" = sigmatop ] && so=$pre
         line=$(SIGMATOP_MODE=aggregate HOTPATH_REPS=${HOTPATH_REPS:-3000} LD_PRELOAD="$so" "$bin")
-        echo "round=$r lib=$lib $(grep -o 'best burst: added=[0-9.-]*' <<<"$line")"
+        echo "round=$r lib=$lib $line"
     done
 done | tee "$tmp/runs.txt"
-python3 - "$tmp/runs.txt" <<'PY'
-import re, statistics, sys
-runs = {}
-for line in open(sys.argv[1]):
-    m = re.search(r"lib=(\S+) best burst: added=([-0-9.]+)", line)
-    if m:
-        runs.setdefault(m.group(1), []).append(float(m.group(2)))
-print("| library | added per call, median of the fastest bursts (min-max), ns |")
-print("|---|---|")
-for lib, v in runs.items():
-    print(f"| {lib} | {statistics.median(v):.2f} ({min(v):.2f}-{max(v):.2f}) |")
-PY
+python3 "$here/summarize.py" floor "$tmp/runs.txt"
