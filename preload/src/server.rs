@@ -238,14 +238,28 @@ impl Server {
         });
     }
 
-    /// Last flush with a short bounded wait, then removes the socket file.
+    /// Last flush, then removes the socket file. The wait is bounded: 200 ms without a reader
+    /// taking anything (a stopped or gone reader costs the exiting program no more), and 2 s in
+    /// all while readers keep reading (one that is busy on a loaded machine still gets the final
+    /// snapshot and the goodbye queued behind its backlog).
     pub fn finish(&mut self) {
-        let deadline = std::time::Instant::now() + std::time::Duration::from_millis(200);
-        while self.clients.iter().any(|c| c.sent < c.out.len())
-            && std::time::Instant::now() < deadline
+        use std::time::{Duration, Instant};
+        let start = Instant::now();
+        let mut last_progress = start;
+        let pending =
+            |s: &Server| -> usize { s.clients.iter().map(|c| c.out.len() - c.sent).sum() };
+        let mut left = pending(self);
+        while left > 0
+            && last_progress.elapsed() < Duration::from_millis(200)
+            && start.elapsed() < Duration::from_secs(2)
         {
             self.poll();
-            std::thread::sleep(std::time::Duration::from_millis(2));
+            let now = pending(self);
+            if now < left {
+                last_progress = Instant::now();
+            }
+            left = now;
+            std::thread::sleep(Duration::from_millis(2));
         }
         let _ = std::fs::remove_file(&self.path);
     }
