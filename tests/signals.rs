@@ -174,17 +174,8 @@ fn a_terminal_hangup_ends_the_run_and_the_program() {
 
 /// An untraced ucx_perftest server over tcp; its port.
 fn server(left: &mut Leftovers) -> u16 {
-    let port = port();
-    let mut cmd = Command::new(require("ucx_perftest"));
-    cmd.args(["-p", &port.to_string()])
-        .env("UCX_TLS", "tcp")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    let child = cmd.spawn().expect("ucx_perftest server");
-    left.children.push(child);
-    let last = left.children.len() - 1;
-    wait_server(&mut left.children[last], port, Duration::from_secs(20));
+    let (s, port) = ucx_perftest_server("tcp", |_| {});
+    left.children.push(s.into_child());
     port
 }
 
