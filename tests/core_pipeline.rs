@@ -97,10 +97,14 @@ fn record_spelling_traces_children_and_passes_exit_status() {
         .unwrap();
     assert_eq!(out.status.code(), Some(3));
     let err = common::stderr_of(&out);
-    // It failed (status 3): what was seen is said, no more.
+    // It failed (status 3): what was seen is said, and that the empty record directory went
+    // (issue 25, item 13), no more.
     assert_eq!(
         err.trim_end(),
-        "sigmatop: nothing was traced: sh exited with status 3, not seen loading a library sigmatop traces (UCX, libfabric, ibverbs, mlx5)",
+        format!(
+            "sigmatop: nothing was traced: sh exited with status 3, not seen loading a library sigmatop traces (UCX, libfabric, ibverbs, mlx5)\nsigmatop: nothing was recorded; removed the empty record directory {}",
+            dir.join("out2").display()
+        ),
         "one clear warning for a program without RDMA"
     );
 }

@@ -230,6 +230,26 @@ fn killed_run(dir: &std::path::Path, json: Option<&std::path::Path>, sig: i32) -
             .next()
             .and_then(|p| p.parse().ok())
             .expect("the program under sigmatop");
+    // sigmatop follows it live before it is killed: its socket has a connection accepted (an
+    // accepted socket is listed under the path too), however slow the machine.
+    let sock = dir
+        .join("sock")
+        .join(format!("{}-{program}.sock", sigmatop::live::socket_host()));
+    let sock = sock.display().to_string();
+    let start = std::time::Instant::now();
+    while std::fs::read_to_string("/proc/net/unix")
+        .unwrap_or_default()
+        .lines()
+        .filter(|l| l.ends_with(&sock))
+        .count()
+        < 2
+    {
+        assert!(
+            start.elapsed() < LIMIT,
+            "sigmatop never connected to {sock}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
     // SAFETY: kill(2) of the program this test started (through sigmatop).
     unsafe { libc::kill(program as i32, sig) };
     let child = procs.0.pop().expect("sigmatop");
