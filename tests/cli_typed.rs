@@ -53,7 +53,10 @@ fn run_shows_a_real_programs_exact_totals_in_the_dashboard() {
         s.contains("» ucx_life exited (status 0)")
     });
     // No loss counter is above zero (they fold to "no losses" to leave room for the notice).
-    assert!(done.contains("no losses") || done.contains("drops 0 "), "{done}");
+    assert!(
+        done.contains("no losses") || done.contains("drops 0 "),
+        "{done}"
+    );
     let total = table_si(n * size); // 1.92k
     t.keys(&["4"]);
     let nodes = t.wait_for("the Nodes view", LIMIT, |s| s.contains("[4 Nodes]"));
