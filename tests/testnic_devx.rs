@@ -77,18 +77,37 @@ fn expected_wqes(role: u32) -> Vec<Wqe> {
         (5, 0x14, 0x09, 8, 528, 0, false),
         (7, 0x14, 0x08, 4, 536, 0, false),
         (8, 0x00, 0x00, 0, 0, 0, true),
+        // The NOP that waited for its own doorbell (the strict-doorbell step).
+        (9, 0x00, 0x00, 0, 0, 0, true),
     ];
     if role == 0 {
-        v.push((9, 0x08, 0x00, 8, 0, 0x5a5a00, true));
+        v.push((10, 0x08, 0x00, 8, 0, 0x5a5a00, true));
     }
     v
 }
 
-/// The DCI's two WQEs through the peer's DC target (the 48-byte AV makes the write 2 WQEBBs).
-const DCI_WQES: [Wqe; 2] = [
+/// The DCI's WQEs through the peer's DC target (the 48-byte AV makes a write 2 WQEBBs): a write
+/// and a fetch-add, then the NOP whose doorbell went to the RC QP's register and the write rung
+/// on its own register.
+const DCI_WQES: [Wqe; 4] = [
     (0, 0x08, 0x00, 32, 1536, 0, false),
     (2, 0x12, 0x00, 8, 544, 0, true),
+    (4, 0x00, 0x00, 0, 0, 0, false),
+    (5, 0x08, 0x00, 32, 1600, 0, true),
 ];
+
+/// The NIC's exit line about doorbells it did not act on, per pid: the "foreign=" count.
+fn foreign_doorbells(out: &Output) -> BTreeMap<u32, u64> {
+    common::stderr_of(out)
+        .lines()
+        .filter_map(|l| l.strip_prefix("testnic: pid "))
+        .filter(|l| l.contains(" doorbells not acted on: "))
+        .map(|l| {
+            let pid = l.split(' ').next().unwrap_or("").parse().expect("pid");
+            (pid, testnic::field(l, "foreign").parse().expect("foreign="))
+        })
+        .collect()
+}
 
 fn check_wqes(ctx: &str, r: &Role, qpn: u32, nic: &[NicWqe], want: &[Wqe]) -> usize {
     let mine: Vec<&NicWqe> = nic
@@ -241,10 +260,46 @@ fn ibgda_host_sequence_on_the_nic_and_under_sigmatop() {
         for r in &rs {
             check_nic_log(&ctx, &nic, r);
         }
+        // Each process wrote one doorbell naming a QP not bound to the register: counted.
+        let foreign = foreign_doorbells(&out);
+        for r in &rs {
+            assert_eq!(
+                foreign.get(&r.pid),
+                Some(&1),
+                "{ctx}: foreign doorbells of pid {}:\n{}",
+                r.pid,
+                common::stderr_of(&out)
+            );
+        }
         if let Some(t) = &trace {
             check_record(&ctx, t, &rs);
         }
     }
+}
+
+/// The lenient NIC (TESTNIC_LENIENT=1, the behaviour before the strict one) runs a QP from its
+/// doorbell record when its register carries another QP's doorbell: ibgda_host's strict-doorbell
+/// step sees the RC QP's NOP complete without a doorbell naming it, and fails saying so.
+#[test]
+fn a_doorbell_naming_another_qp_rings_nothing_unless_lenient() {
+    build_nic();
+    let prog = nic_program("ibgda_host");
+    let dir = common::scratch("testnic-lenient");
+    let log = dir.join("nic-log");
+    std::fs::create_dir_all(&log).expect("log dir");
+    let prog_s = prog.display().to_string();
+    let out = run_one(
+        std::path::Path::new("env"),
+        &["TESTNIC_LENIENT=1", &prog_s],
+        &log,
+        None,
+    );
+    let err = common::stderr_of(&out);
+    assert!(
+        !out.status.success() && err.contains("ran without a doorbell naming it"),
+        "lenient NIC: ibgda_host should fail at the strict-doorbell step:\n{}\n{err}",
+        common::stdout_of(&out)
+    );
 }
 
 /// (case, status, vendor_err) of every "verbs_faults ... ok" line.

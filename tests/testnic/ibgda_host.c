@@ -570,12 +570,52 @@ static int run(void)
 	memcpy(&got8, buf + 544, 8);
 	CHECK(got8 == 11, "DC fetch-add target holds %llu", (unsigned long long)got8);
 	barrier();
+
+	/* A doorbell names its QP (docs/TESTNIC.md, strict doorbells). The RC QP gets a signaled
+	 * NOP at idx 9 and its doorbell record moves to 10, but no doorbell of its own: the DCI's
+	 * doorbell for its NOP at idx 4 goes to the RC QP's register instead (a QP not bound to that
+	 * UAR: it rings nothing). Then the DCI rings its own register for idx 4..6 (the NOP and a
+	 * signaled 32-byte write through the peer's DC target). When the write's CQE is there, the
+	 * NIC has read the RC register after the stray doorbell at least once (the write needs the
+	 * peer's ACK, a later NIC loop), so a NIC that ran the RC QP from its doorbell record would
+	 * have completed the NOP by then: it must not have. Then the RC QP's own doorbell runs it. */
+	uint8_t *dci_sq = sq;
 	sq = rc_sq;
 	qpn = rc_qpn;
+	ctrl(9, 0, MLX5_OPCODE_NOP, 1, MLX5_WQE_CTRL_CQ_UPDATE);
+	__atomic_thread_fence(__ATOMIC_RELEASE);
+	__atomic_store_n(&qp_dbr[1], htobe32(10), __ATOMIC_RELEASE);
+	sq = dci_sq;
+	qpn = dci_qpn;
+	ctrl(4, 0, MLX5_OPCODE_NOP, 1, 0);
+	ring((volatile uint32_t *)(dbr + 128), uar->reg_addr, 5);
+	for (int i = 0; i < 32; i++)
+		buf[1200 + i] = (uint8_t)(0xe0 + role + i);
+	ctrl(5, 0, MLX5_OPCODE_RDMA_WRITE, 6, MLX5_WQE_CTRL_CQ_UPDATE);
+	memcpy(seg_at(5, 1), &av, 48);
+	raddr(seg_at(5, 4), r + 1600, peer.rkey);
+	data(seg_at(5, 5), 32, bk, (uintptr_t)buf + 1200);
+	ring((volatile uint32_t *)(dbr + 128), dci_uar->reg_addr, 7);
+	op_own = poll_cq(dcq, 5);
+	CHECK((op_own >> 4) == 0, "DCI WQE 5: CQE opcode %u syndrome 0x%x", op_own >> 4, dcq[55]);
+	uint16_t last_rc = (uint16_t)(cqbuf[60] << 8 | cqbuf[61]);
+	CHECK(last_rc == 8,
+	      "the RC QP's NOP (idx 9) ran without a doorbell naming it (last RC CQE: wqe_counter %u; "
+	      "a doorbell naming another QP must ring nothing)",
+	      last_rc);
+	sq = rc_sq;
+	qpn = rc_qpn;
+	ring(qp_dbr, uar->reg_addr, 10);
+	op_own = poll_cq(cqbuf, 9);
+	CHECK((op_own >> 4) == 0, "RC NOP 9: CQE opcode %u syndrome 0x%x", op_own >> 4, cqbuf[55]);
+	barrier();
+	for (int i = 0; i < 32; i++)
+		CHECK(buf[1600 + i] == (uint8_t)(0xe0 + (1 - role) + i), "DCI write 2 byte %d: 0x%x", i, buf[1600 + i]);
+	barrier();
 
 	/* Latency (ibgda_host N): process 0 posts N signaled 8-byte inline writes one at a time and
 	 * times doorbell -> CQE (the peer's NIC answers each with an ACK). */
-	uint32_t pi = 9;
+	uint32_t pi = 10;
 	if (role == 0 && lat_iters) {
 		long *ns = calloc(lat_iters, sizeof *ns);
 		CHECK(ns, "calloc");
@@ -620,7 +660,7 @@ static int run(void)
 	printf("ibgda_host role=%d pid=%d qpn=0x%x peer_qpn=0x%x cqn=0x%x uar_page=0x%x rkey=0x%08x "
 	       "peer_rkey=0x%08x peer_addr=0x%llx dci_qpn=0x%x peer_dct=0x%x wqes=%d ok\n",
 	       role, (int)getpid(), qpn, peer.qpn, cqn, uar->page_id, mr->rkey, peer.rkey,
-	       (unsigned long long)peer.addr, dci_qpn, peer.dct, role == 0 ? 9 : 8);
+	       (unsigned long long)peer.addr, dci_qpn, peer.dct, role == 0 ? 10 : 9);
 	fflush(stdout);
 	barrier();
 
