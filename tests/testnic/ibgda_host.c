@@ -6,8 +6,9 @@
  * (cqe_version 1, log_bf_reg_size) and atomic (CAS/FA/masked, 4 and 8 bytes, endianness), an SRQ and
  * a receive CQ (mlx5dv srqn/cqn), umems for the WQ, CQ and doorbell records, query_eqn, an NC UAR for
  * the CQ, CREATE_CQ (collapsed, overrun ignore, buffer 0xff), an NC_DEDICATED UAR for the QP,
- * CREATE_QP (RC, SRQ), RST2INIT, INIT2RTR (remote QPN, GID from an AH's mlx5 address vector),
- * RTR2RTS. Then, against the other process's memory, the WQE shapes ibgda_device.cuh writes:
+ * CREATE_QP (RC, SRQ), RST2INIT, INIT2RTR (remote QPN, GID from an AH's mlx5 address vector,
+ * the grh bit 0 as NVSHMEM leaves it on RoCE; IBGDA_GRH=1 sets it), RTR2RTS. IBGDA_HOSTS=A,B puts
+ * the two processes on simulated hosts A and B (TESTNIC_HOST): QPNs then repeat across them. Then, against the other process's memory, the WQE shapes ibgda_device.cuh writes:
  *   idx 0 RDMA write 64 B (ctrl, raddr, data)            idx 1 inline write 8 B (ctrl, raddr, inl)
  *   idx 2 RDMA read 128 B                                 idx 3 fetch-add 8 B (ctrl, raddr, atomic, data)
  *   idx 4 masked FA 4 B (opmod 0x08)                      idx 5 masked CS 8 B (opmod 0x09, 2 WQEBBs)
@@ -40,7 +41,7 @@
 #define SQ_WQEBB (1u << SQ_LOG)
 #define CQ_LOG 7
 
-static int role, sock, lat_iters;
+static int role, sock, lat_iters, grh_bit;
 
 static void die(const char *fmt, ...)
 {
@@ -389,7 +390,8 @@ static int run(void)
 	SET(in, QP_IN_QPC, QPC_LOG_MSG_MAX, 30);
 	SET(in, QP_IN_QPC, QPC_REMOTE_QPN, peer.qpn);
 	SET(in, QP_IN_QPC, QPC_MIN_RNR_NAK, 12);
-	SET(in, QP_IN_QPC + QPC_ADS, ADS_GRH, 1);
+	/* NVSHMEM 3.4.5 leaves the grh bit 0 on RoCE (rgid_rip filled); IBGDA_GRH=1 sets it. */
+	SET(in, QP_IN_QPC + QPC_ADS, ADS_GRH, grh_bit);
 	SET(in, QP_IN_QPC + QPC_ADS, ADS_HOP_LIMIT, 255);
 	SET(in, QP_IN_QPC + QPC_ADS, ADS_SRC_ADDR_INDEX, 0);
 	memcpy(in + (QP_IN_QPC + QPC_ADS + ADS_RGID) / 8, dah.av->rgid, 16);
@@ -696,6 +698,17 @@ int main(int argc, char **argv)
 	if (child < 0)
 		return 2;
 	role = child == 0;
+	/* IBGDA_HOSTS=A,B: role 0 on simulated host A, role 1 on host B (TESTNIC_HOST, read when
+	 * the NIC first starts, after this), so their QPNs collide as on two machines. */
+	const char *hs = getenv("IBGDA_HOSTS");
+	unsigned ha, hb;
+	if (hs && sscanf(hs, "%u,%u", &ha, &hb) == 2) {
+		char v[16];
+		snprintf(v, sizeof v, "%u", role ? hb : ha);
+		setenv("TESTNIC_HOST", v, 1);
+	}
+	const char *g = getenv("IBGDA_GRH");
+	grh_bit = g && *g == '1';
 	sock = sv[role];
 	close(sv[1 - role]);
 	int rc = run();
