@@ -163,7 +163,17 @@ fn devx_peer(ctx: &str, p: &ProcessRecording, qpn: u32) -> sigmatop::event::Peer
         .unwrap_or_else(|| panic!("{ctx}: devx QP 0x{qpn:x} has no RTR peer"))
 }
 
-fn check_record(ctx: &str, t: &Trace, rs: &[Role]) {
+/// The GID of simulated host `h` (TESTNIC_HOST; 0: the default port GID).
+fn host_gid(h: u8) -> [u8; 16] {
+    if h == 0 {
+        return GID;
+    }
+    let mut g = GID;
+    g[12..16].copy_from_slice(&[10, 0, h, 1]);
+    g
+}
+
+fn check_record(ctx: &str, t: &Trace, rs: &[Role], gids: [[u8; 16]; 2]) {
     let procs: BTreeMap<u32, ProcessRecording> = common::processes(t)
         .into_iter()
         .map(|p| (p.identity.pid, p))
@@ -187,7 +197,12 @@ fn check_record(ctx: &str, t: &Trace, rs: &[Role]) {
             "{ctx}: peer QPN of 0x{:x}",
             r.qpn
         );
-        assert_eq!(peer.gid, Some(GID), "{ctx}: peer GID of 0x{:x}", r.qpn);
+        assert_eq!(
+            peer.gid,
+            Some(gids[1 - i]),
+            "{ctx}: peer GID of 0x{:x}",
+            r.qpn
+        );
         assert_eq!(
             devx_peer(ctx, o, other.qpn).qpn,
             Some(r.qpn),
@@ -238,17 +253,34 @@ fn check_record(ctx: &str, t: &Trace, rs: &[Role]) {
     }
 }
 
+/// ibgda_host on one host with NVSHMEM's INIT2RTR (grh bit 0), then its two processes on two
+/// simulated hosts (TESTNIC_HOST 1 and 2: the same QPNs on both, each QP's peer has its own
+/// QPN), with the grh bit 0 and 1; untraced and in every mode.
 #[test]
 fn ibgda_host_sequence_on_the_nic_and_under_sigmatop() {
     build_nic();
-    let prog = nic_program("ibgda_host");
-    for mode in MODES {
+    let prog = nic_program("ibgda_host").display().to_string();
+    let configs: [(&str, [u8; 2], &str); 3] = [
+        ("one host, grh 0", [0, 0], "IBGDA_GRH=0"),
+        ("hosts 1 and 2, grh 0", [1, 2], "IBGDA_GRH=0"),
+        ("hosts 1 and 2, grh 1", [1, 2], "IBGDA_GRH=1"),
+    ];
+    for ((what, hosts, grh), mode) in configs
+        .iter()
+        .flat_map(|c| MODES.iter().map(move |m| (c, *m)))
+    {
         let dir = common::scratch("testnic-ibgda");
         let log = dir.join("nic-log");
         std::fs::create_dir_all(&log).expect("log dir");
         let trace = mode.map(|m| Trace::new(m, &dir));
-        let out = run_one(&prog, &[], &log, trace.as_ref());
-        let ctx = format!("ibgda_host mode {mode:?}");
+        let split = format!("IBGDA_HOSTS={},{}", hosts[0], hosts[1]);
+        let out = run_one(
+            std::path::Path::new("env"),
+            &[grh, &split, &prog],
+            &log,
+            trace.as_ref(),
+        );
+        let ctx = format!("ibgda_host {what}, mode {mode:?}");
         assert!(
             out.status.success(),
             "{ctx} failed:\n{}\n{}",
@@ -256,6 +288,9 @@ fn ibgda_host_sequence_on_the_nic_and_under_sigmatop() {
             common::stderr_of(&out)
         );
         let rs = roles(&out);
+        if hosts[0] != hosts[1] {
+            assert_eq!(rs[0].qpn, rs[1].qpn, "{ctx}: QPNs repeat across hosts");
+        }
         let nic = nic_log(&log);
         for r in &rs {
             check_nic_log(&ctx, &nic, r);
@@ -272,7 +307,7 @@ fn ibgda_host_sequence_on_the_nic_and_under_sigmatop() {
             );
         }
         if let Some(t) = &trace {
-            check_record(&ctx, t, &rs);
+            check_record(&ctx, t, &rs, [host_gid(hosts[0]), host_gid(hosts[1])]);
         }
     }
 }

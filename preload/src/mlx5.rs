@@ -409,6 +409,12 @@ fn state_name(s: QpState) -> &'static str {
     }
 }
 
+/// Whether a QPC path addresses its peer by GID: the grh bit, or (RoCE, where the bit may be
+/// left 0) a remote GID without a remote LID.
+fn gid_routed(p: &sigmatop::decode::devx::QpcPath) -> bool {
+    p.grh || (p.rlid == 0 && p.rgid != [0; 16])
+}
+
 /// Hook of `mlx5dv_devx_obj_modify`: QP state transitions.
 #[unsafe(no_mangle)]
 unsafe extern "C" fn mlx5dv_devx_obj_modify(
@@ -442,16 +448,20 @@ unsafe extern "C" fn mlx5dv_devx_obj_modify(
             let peer = m.path.filter(|p| p.remote_qpn != 0).map(|p| {
                 // As for verbs QPs: (remote GID, remote QPN) hashed into the peer address, and
                 // (local GID, QPN) into this process's own addresses, when the context is a
-                // real device whose GID table can be read; without a GRH the LID stands in
-                // for the remote GID.
-                let rgid = if p.grh {
+                // real device whose GID table can be read. The path is GID-routed when the grh
+                // bit is set, and also when it is clear with a GID and no LID: a RoCE port
+                // routes by rgid_rip whatever the bit says (NVSHMEM 3.4.5's INIT2RTR leaves it
+                // 0), and LID 0 is no InfiniBand destination. Otherwise (InfiniBand without a
+                // GRH) the LID stands in for the remote GID.
+                let by_gid = gid_routed(&p);
+                let rgid = if by_gid {
                     p.rgid
                 } else {
                     let mut g = [0u8; 16];
                     g[14..].copy_from_slice(&p.rlid.to_be_bytes());
                     g
                 };
-                if p.grh
+                if by_gid
                     && let Some(l) =
                         crate::ibverbs::device_gid(ctx, p.port.max(1), p.src_addr_index)
                 {
