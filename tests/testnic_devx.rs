@@ -274,6 +274,13 @@ fn ibgda_host_sequence_on_the_nic_and_under_sigmatop() {
         std::fs::create_dir_all(&log).expect("log dir");
         let trace = mode.map(|m| Trace::new(m, &dir));
         let split = format!("IBGDA_HOSTS={},{}", hosts[0], hosts[1]);
+        // Fresh devices for hosts 1 and 2 (no other test uses them): both number from 0x100,
+        // so the two ends get the same QPNs whatever ran before.
+        // SAFETY: geteuid has no preconditions.
+        let uid = unsafe { libc::geteuid() };
+        for h in hosts.iter().filter(|h| **h != 0) {
+            let _ = std::fs::remove_file(format!("/dev/shm/testnic-v1-{uid}-h{h}"));
+        }
         let out = run_one(
             std::path::Path::new("env"),
             &[grh, &split, &prog],
