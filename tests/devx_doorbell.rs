@@ -5,7 +5,8 @@
 //! while a NIC thread executes them from the real UAR page. The same hijack, forwarding, decoding
 //! and batching code as on the GPU runs here. Asserted: results identical with and without
 //! sigmatop; every doorbell recorded; every WQE's opcode, bytes, remote address and rkey recovered;
-//! 1 to 1024 WQEs in flight per doorbell; forward-only, batched copies, a small batch threshold,
+//! 1 to 1024 WQEs in flight per doorbell; QPs torn down and their queues freed while a WQE copy
+//! is still in flight; forward-only, batched copies, a small batch threshold,
 //! a fork child that exits at once (without waiting for its parent's poller), and the CUDA layer
 //! switched off (nothing hijacked, nothing broken). Each devx QP names the GPU
 //! that drives it: the GPU of its send queue's memory, or, with the queues in host memory
@@ -99,6 +100,21 @@ fn cpu_played_gpu_doorbells_are_forwarded_and_recovered() {
     ];
     let t = check::run(cmd(&exe, &dir), &dir, "batch", &env, true);
     check::check_traced(&base, &t, &rec, Some(&log), "full");
+
+    // Teardown while the last WQE copy is in flight (the stand-in's copies wait 1.5 s for the
+    // poller's synchronize): the program destroys the QPs and frees their send queues; sigmatop
+    // must hold each destroy until the poller has finished with that queue (it gave up after
+    // 200 ms, and the copy then read an unmapped queue: SIGSEGV). Every WQE still recovered.
+    let rec = dir.join("rec-teardown");
+    let log = dir.join("wqe-teardown.log");
+    let env = [
+        ("SIGMATOP_RECORD", rec.display().to_string()),
+        ("SIGMATOP_WQE_LOG", log.display().to_string()),
+        ("SIGMATOP_MODE", "simple".to_string()),
+        ("DEVX_CPU_SLOW_TEARDOWN", "1500".to_string()),
+    ];
+    let t = check::run(cmd(&exe, &dir), &dir, "teardown", &env, true);
+    check::check_traced(&base, &t, &rec, Some(&log), "simple");
 
     // Aggregate mode, forward only: doorbells counted, no WQE read.
     let rec = dir.join("rec-fwd");

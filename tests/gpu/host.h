@@ -36,6 +36,8 @@ struct drv {
   /* Where the send queues live (NULL: dev_alloc): host memory registered with the driver, as
    * NVSHMEM's NVSHMEM_IBGDA_FORCE_NIC_BUF_MEMTYPE=hostmem places them. */
   int (*wq_alloc)(void **p, size_t n);
+  /* Frees a send queue from dev_alloc after its QP and umem are gone (NULL: kept). */
+  int (*dev_free)(void *p);
 };
 
 struct qpdev { /* what a kernel needs per QP (device pointers) */
@@ -185,6 +187,9 @@ static void teardown_qps(const struct drv *d, struct setup *s) {
     mlx5dv_devx_umem_dereg(s->wq_umem[i]);
     mlx5dv_devx_umem_dereg(s->dbr_umem[i]);
     mlx5dv_devx_free_uar(s->uar[i]);
+    /* NVSHMEM frees a QP's GPU queue once the QP is destroyed. */
+    if (d->dev_free && !d->wq_alloc)
+      d->dev_free(s->q[i].sq);
   }
 }
 

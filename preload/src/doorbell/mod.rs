@@ -151,13 +151,23 @@ fn bump() -> u64 {
     GEN.fetch_add(1, Ordering::AcqRel) + 1
 }
 
-/// Waits (bounded) until the poller applied generation `g`.
+/// Waits until the poller applied generation `g`, or stopped running. Not bounded: the
+/// callers are about to unmap a UAR or free a send queue the poller may be inside (a doorbell
+/// forward, a WQE copy still reading the queue), and returning early let that copy read freed
+/// memory, a SIGSEGV no unwind catches. The poller applies a change at the top of every loop,
+/// after any copy it is in has been synced; a sync that takes longer than a second gets one
+/// line on stderr (the program then waits as long as its CUDA copy does).
 fn wait_ack(g: u64) {
-    if !POLLER_RUNNING.load(Ordering::Acquire) {
-        return;
-    }
-    let deadline = Instant::now() + Duration::from_millis(200);
-    while ACK.load(Ordering::Acquire) < g && Instant::now() < deadline {
+    let start = Instant::now();
+    let mut said = false;
+    while ACK.load(Ordering::Acquire) < g && POLLER_RUNNING.load(Ordering::Acquire) {
+        if !said && start.elapsed() > Duration::from_secs(1) {
+            said = true;
+            eprintln!(
+                "sigmatop: waiting for the doorbell poller to finish a WQE copy before a UAR or send queue is freed ({} ms so far)",
+                start.elapsed().as_millis()
+            );
+        }
         std::thread::yield_now();
     }
 }
@@ -313,7 +323,8 @@ pub fn add_qp(q: QpInfo) {
     }
 }
 
-/// A devx QP is being destroyed: its pending WQEs are parsed first (bounded wait).
+/// A devx QP is being destroyed: its pending WQEs are parsed first (the poller's copies of its
+/// send queue are finished before this returns).
 pub fn remove_qp(qpn: u32) {
     let g = {
         let Ok(mut s) = STATE.lock() else { return };
