@@ -101,6 +101,31 @@ fn cpu_played_gpu_doorbells_are_forwarded_and_recovered() {
     let t = check::run(cmd(&exe, &dir), &dir, "batch", &env, true);
     check::check_traced(&base, &t, &rec, Some(&log), "full");
 
+    // Two QPs bound to one UAR ring its one register back to back, 200 rounds: between two
+    // reads of the poller QP 1's doorbell hides QP 0's. Every doorbell must still be recorded
+    // and every WQE of both QPs recovered (before: QP 0's doorbell was lost whenever hidden,
+    // its WQEs unrecovered, and on hardware the QP would not have run).
+    let shared = [("DEVX_CPU_SHARED_UAR", "1".to_string())];
+    let base_sh = check::run(cmd(&exe, &dir), &dir, "base-shared", &shared, false);
+    let rec = dir.join("rec-shared");
+    let log = dir.join("wqe-shared.log");
+    let env = [
+        shared[0].clone(),
+        ("SIGMATOP_RECORD", rec.display().to_string()),
+        ("SIGMATOP_WQE_LOG", log.display().to_string()),
+        ("SIGMATOP_MODE", "simple".to_string()),
+        ("SIGMATOP_GPU_STATS", "1".to_string()),
+    ];
+    let t = check::run(cmd(&exe, &dir), &dir, "shared", &env, true);
+    check::check_traced(&base_sh, &t, &rec, Some(&log), "simple");
+    // How often the second doorbell hid the first (what the poller had to make up for).
+    let stats = stderr_of(&t.out);
+    let line = stats
+        .lines()
+        .find(|l| l.starts_with("sigmatop-gpu: "))
+        .unwrap_or_else(|| panic!("no stats line:\n{stats}"));
+    eprintln!("shared register: {line}");
+
     // Teardown while the last WQE copy is in flight (the stand-in's copies wait 1.5 s for the
     // poller's synchronize): the program destroys the QPs and frees their send queues; sigmatop
     // must hold each destroy until the poller has finished with that queue (it gave up after

@@ -315,6 +315,15 @@ fn on_create_qp(ctx: Ptr, obj: Ptr, inbox: &[u8], outbox: &[u8]) {
         .map_or(0, |u| u.addr.saturating_add(c.sq_offset_in_umem()));
     // Where the work queue lives (CUDA copies or memcpy for its WQEs)...
     let gpu = wq.and_then(|u| u.gpu);
+    // The doorbell record (8 bytes) inside its umem: the poller reads its send counter when
+    // another QP's doorbell lands on a register this QP shares.
+    let dbr = if c.dbr_umem_valid {
+        umem_by_id(c.dbr_umem_id)
+            .filter(|u| u.addr != 0 && c.dbr_addr.saturating_add(8) <= u.size)
+            .map(|u| (u.addr.saturating_add(c.dbr_addr), u.gpu))
+    } else {
+        None
+    };
     // ...and which GPU drives the QP: the queue's own GPU, or, for a queue in host memory
     // registered with CUDA (NVSHMEM_IBGDA_FORCE_NIC_BUF_MEMTYPE=hostmem), the GPU of the CUDA
     // context that registered it (or, failing that, of this thread's current context). A queue
@@ -361,6 +370,9 @@ fn on_create_qp(ctx: Ptr, obj: Ptr, inbox: &[u8], outbox: &[u8]) {
             sq_cnt: c.sq_cnt(),
             qp_type: c.qp_type().unwrap_or(QpType::Rc),
             gpu,
+            uar_page: c.uar_page,
+            dbr: dbr.map_or(0, |(a, _)| a),
+            dbr_gpu: dbr.and_then(|(_, g)| g),
         });
     }
 }

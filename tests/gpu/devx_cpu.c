@@ -5,6 +5,8 @@
  * doorbells to the pointer cuMemHostGetDevicePointer returned (the shadow page under sigmatop).
  * With DEVX_CPU_HOST_QUEUES=1 the send queues are host memory registered with the driver
  * (NVSHMEM_IBGDA_FORCE_NIC_BUF_MEMTYPE=hostmem), the rest stays in "device" memory.
+ * DEVX_CPU_SHARED_UAR=1 binds both QPs to one UAR and adds rounds of back-to-back doorbells of
+ * the two QPs on that one register.
  * At the end the QPs are torn down as NVSHMEM does (UAR unregistered, QP destroyed, umems
  * deregistered, UAR freed, the GPU send queue freed); DEVX_CPU_SLOW_TEARDOWN=MS keeps the last
  * WQE copies in flight MS ms across it.
@@ -83,6 +85,7 @@ static void resolve(void) {
 
 /* The multi-thread batch: THREADS "GPU threads" each reserve PER slots of QP 1 with an atomic
  * and write their WQEs; after a barrier one of them rings once for all. */
+#define SHARED_ROUNDS 200
 #define THREADS 4
 #define PER 32
 static struct wl *W;
@@ -147,6 +150,22 @@ int main(int argc, char **argv) {
   FENCE();
   reg[0] = bf[0];
   wait_cqe(W, 1, idx);
+
+  /* DEVX_CPU_SHARED_UAR=1 (QP 1 bound to QP 0's UAR): SHARED_ROUNDS rounds of one write on
+   * each QP, rung back to back on the one register (QP 0's doorbell, then QP 1's), each round
+   * waited for. Between two reads of the register the second doorbell hides the first. */
+  if (s.shared_uar) {
+    for (int r = 0; r < SHARED_ROUNDS; r++) {
+      uint64_t off = 8 * (uint64_t)(r % 512);
+      struct op_desc a = mk(MLX5_OPCODE_RDMA_WRITE, 8, (uint64_t)W->R + 800000 + off, (uint64_t)W->L + off);
+      struct op_desc b = mk(MLX5_OPCODE_RDMA_WRITE, 16, (uint64_t)W->R + 810000 + 2 * off, (uint64_t)W->L + 2 * off);
+      uint16_t ia = post(W, 0, &a), ib = post(W, 1, &b);
+      ring(W, 0);
+      ring(W, 1);
+      wait_cqe(W, 0, ia);
+      wait_cqe(W, 1, ib);
+    }
+  }
 
   /* DEVX_CPU_SLOW_TEARDOWN=MS: from the batch on, the stand-in's copies stay in flight MS ms
    * (until the poller's next synchronize), so the batch's WQE copy is still reading the send

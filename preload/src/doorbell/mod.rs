@@ -22,6 +22,17 @@
 //! index behind the last one (an earlier ring overtaken by a later one between two reads) and a
 //! BlueFlame block that kept changing while it was read.
 //!
+//! **Shared registers.** Several QPs bound to one UAR (`qpc.uar_page`) ring one register, and a
+//! NIC rings only the QP a doorbell names: when a second QP's doorbell hides the first's between
+//! two reads, the first QP's doorbell record (written before its doorbell) still says how far it
+//! posted. Before forwarding a doorbell on such a register the poller forwards, for every other
+//! QP of the register whose record is past its last doorbell, a doorbell of its own first (GPU
+//! convention), recorded and recovered like any other (`shared_register` in the stats line).
+//!
+//! **Teardown.** Freeing a UAR, ending a registration or destroying a QP waits until the poller
+//! has applied it (a copy still reading the queue is synced first): no time limit, since the
+//! memory is freed right after; a wait over a second says so on stderr.
+//!
 //! **WQE recovery.** For each doorbell that posts new WQEBBs, the poller enqueues (after
 //! forwarding) an async device-to-host copy of exactly those WQEBBs, wrap-aware, on its own
 //! non-blocking CUDA stream into a pinned mirror of the SQ (same slot offsets). Parsing is batched:
@@ -75,6 +86,12 @@ pub struct QpInfo {
     pub qp_type: QpType,
     /// The GPU whose memory holds the SQ (None: host memory).
     pub gpu: Option<u32>,
+    /// `qpc.uar_page`: QPs with the same page share one doorbell register.
+    pub uar_page: u32,
+    /// Address of the QP's doorbell record (`[1]` = send counter, big-endian), 0 if unknown,
+    /// and the GPU whose memory holds it (None: host memory).
+    pub dbr: u64,
+    pub dbr_gpu: Option<u32>,
 }
 
 struct Uar {
