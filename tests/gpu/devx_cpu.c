@@ -6,7 +6,8 @@
  * With DEVX_CPU_HOST_QUEUES=1 the send queues are host memory registered with the driver
  * (NVSHMEM_IBGDA_FORCE_NIC_BUF_MEMTYPE=hostmem), the rest stays in "device" memory.
  * DEVX_CPU_SHARED_UAR=1 binds both QPs to one UAR and adds rounds of back-to-back doorbells of
- * the two QPs on that one register.
+ * the two QPs on that one register; DEVX_CPU_REUSE=N rounds that reuse every send-queue slot
+ * before sigmatop's (held) copy of them ran.
  * At the end the QPs are torn down as NVSHMEM does (UAR unregistered, QP destroyed, umems
  * deregistered, UAR freed, the GPU send queue freed); DEVX_CPU_SLOW_TEARDOWN=MS keeps the last
  * WQE copies in flight MS ms across it.
@@ -165,6 +166,28 @@ int main(int argc, char **argv) {
       wait_cqe(W, 0, ia);
       wait_cqe(W, 1, ib);
     }
+  }
+
+  /* DEVX_CPU_REUSE=N: N rounds of a whole ring (SQ_CNT one-WQEBB writes) on QP 1 under one
+   * doorbell each, with the stand-in's copies held 50 ms until the poller's synchronize: the
+   * NIC completes a round at once and the next round rewrites every slot before the copy of
+   * the last one reads them (the GPU reusing slots faster than sigmatop copies them). */
+  const char *reuse = getenv("DEVX_CPU_REUSE");
+  if (reuse && atoi(reuse) > 0) {
+    if (!p_slow)
+      die("DEVX_CPU_REUSE needs the stand-in libcuda (fake_cuda_slow_copies)");
+    p_slow(50);
+    for (int r = 0; r < atoi(reuse); r++) {
+      uint16_t last = 0;
+      for (uint32_t k = 0; k < SQ_CNT; k++) {
+        struct op_desc o = mk(MLX5_OPCODE_RDMA_WRITE, 8, (uint64_t)W->R + 820000 + 8 * (uint64_t)(k % 2048),
+                              (uint64_t)W->L + 8 * (uint64_t)(k % 512));
+        last = post(W, 1, &o);
+      }
+      ring(W, 1);
+      wait_cqe(W, 1, last);
+    }
+    p_slow(0);
   }
 
   /* DEVX_CPU_SLOW_TEARDOWN=MS: from the batch on, the stand-in's copies stay in flight MS ms
