@@ -267,13 +267,53 @@ static struct dev_shm *host_dev(unsigned host)
 	return d;
 }
 
-/* The host a GID belongs to: ::ffff:10.0.N.1 is host N (1..255), every other GID host 0. */
+/* The GID of an InfiniBand port: the link-local subnet prefix fe80::/64 and the port GUID
+ * 02c9:0300:0000:LLLL, LLLL = its LID (host + 1). */
+static const uint8_t ib_prefix[12] = {0xfe, 0x80, 0, 0, 0, 0, 0, 0, 0x02, 0xc9, 0x03, 0x00};
+
+/* The host a GID belongs to: ::ffff:10.0.N.1 (RoCE) and fe80::2c9:300:0:N+1 (IB) are host N,
+ * every other GID host 0. */
 static unsigned host_of_gid(const uint8_t gid[16])
 {
+	if (!memcmp(gid, ib_prefix, 12) && !gid[12] && !gid[13]) {
+		unsigned lid = (unsigned)gid[14] << 8 | gid[15];
+		return lid >= 1 && lid <= TN_HOSTS ? lid - 1 : 0;
+	}
 	static const uint8_t v4[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
 	if (memcmp(gid, v4, 12) || gid[12] != 10 || gid[13] != 0 || gid[15] != 1 || !gid[14])
 		return 0;
 	return gid[14];
+}
+
+int tn_port_ib(void)
+{
+	static int ib = -1;
+	if (ib < 0) {
+		const char *p = getenv("TESTNIC_PORT");
+		ib = p && !strcmp(p, "ib");
+		if (p && *p && !ib && strcmp(p, "roce"))
+			tn_warn("TESTNIC_PORT=%s is neither ib nor roce: RoCE", p);
+	}
+	return ib;
+}
+
+uint16_t tn_local_lid(void)
+{
+	if (!tn_port_ib())
+		return 0;
+	tn_local_gid(); /* reads TESTNIC_HOST */
+	return (uint16_t)(local_host + 1);
+}
+
+int tn_gid_of_lid(uint16_t lid, uint8_t gid[16])
+{
+	if (!tn_port_ib() || lid < 1 || lid > TN_HOSTS)
+		return -1;
+	memcpy(gid, ib_prefix, 12);
+	gid[12] = gid[13] = 0;
+	gid[14] = (uint8_t)(lid >> 8);
+	gid[15] = (uint8_t)lid;
+	return 0;
 }
 
 static int map_own_box(void)
@@ -350,6 +390,8 @@ static void parse_gid(void)
 	memset(local_gid, 0, sizeof local_gid);
 	local_gid[10] = local_gid[11] = 0xff;
 	memcpy(local_gid + 12, ip, 4);
+	if (tn_port_ib())
+		tn_gid_of_lid((uint16_t)(local_host + 1), local_gid);
 }
 
 static pthread_once_t fab_once = PTHREAD_ONCE_INIT;
@@ -376,7 +418,7 @@ int tn_fabric_init(void)
 
 const uint8_t *tn_local_gid(void)
 {
-	if (!local_gid[10])
+	if (!local_gid[0] && !local_gid[10])
 		parse_gid();
 	return local_gid;
 }

@@ -294,6 +294,9 @@ extern int tn_log_on;
 int tn_fabric_init(void);
 void tn_fabric_fini(void);                  /* removes this process's inbox */
 const uint8_t *tn_local_gid(void);
+int tn_port_ib(void);                       /* TESTNIC_PORT=ib: an InfiniBand port (LID routing) */
+uint16_t tn_local_lid(void);                /* IB: simulated host + 1; RoCE: 0 */
+int tn_gid_of_lid(uint16_t lid, uint8_t gid[16]); /* IB: the GID of the port with that LID; 0 or -1 */
 uint32_t tn_id_alloc(int kind);             /* host-wide numbers: QPN, CQN, SRQN, PDN, UAR page, mkey */
 enum { TN_ID_QPN, TN_ID_CQN, TN_ID_SRQN, TN_ID_PDN, TN_ID_UAR, TN_ID_MKEY, TN_ID_UMEM, TN_ID_KINDS };
 int tn_qpn_publish(uint32_t qpn);           /* records this process as the QPN's owner */
