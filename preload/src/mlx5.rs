@@ -469,15 +469,20 @@ unsafe extern "C" fn mlx5dv_devx_obj_modify(
                 let rgid = if by_gid {
                     p.rgid
                 } else {
-                    let mut g = [0u8; 16];
-                    g[14..].copy_from_slice(&p.rlid.to_be_bytes());
-                    g
+                    crate::ibverbs::lid_as_gid(p.rlid)
                 };
-                if by_gid
-                    && let Some(l) =
+                if by_gid {
+                    if let Some(l) =
                         crate::ibverbs::device_gid(ctx, p.port.max(1), p.src_addr_index)
-                {
-                    crate::registry::add_own_addr(crate::ibverbs::qp_addr_hash(&l, qpn));
+                    {
+                        crate::registry::add_own_addr(crate::ibverbs::qp_addr_hash(&l, qpn));
+                    }
+                } else if let Some(lid) = crate::ibverbs::device_lid(ctx, p.port.max(1)) {
+                    // LID-routed: the peer hashes this port's LID + QPN.
+                    crate::registry::add_own_addr(crate::ibverbs::qp_addr_hash(
+                        &crate::ibverbs::lid_as_gid(lid),
+                        qpn,
+                    ));
                 }
                 Peer {
                     addr_hash: crate::ibverbs::qp_addr_hash(&rgid, p.remote_qpn),
