@@ -35,6 +35,8 @@ struct Role {
     peer_rkey: u32,
     peer_addr: u64,
     dci_qpn: u32,
+    /// Where the DCI's four WQEs start (the AV's size, 48 or 16 bytes, sets their WQEBBs).
+    dci_idx: [u32; 4],
 }
 
 fn roles(out: &Output) -> Vec<Role> {
@@ -52,6 +54,13 @@ fn roles(out: &Output) -> Vec<Role> {
                 peer_rkey: hex(testnic::field(l, "peer_rkey")) as u32,
                 peer_addr: hex(testnic::field(l, "peer_addr")),
                 dci_qpn: hex(testnic::field(l, "dci_qpn")) as u32,
+                dci_idx: {
+                    let v: Vec<u32> = testnic::field(l, "dci_idx")
+                        .split(',')
+                        .map(|x| x.parse().expect("dci_idx"))
+                        .collect();
+                    v.try_into().expect("four dci_idx")
+                },
             }
         })
         .collect();
@@ -86,15 +95,18 @@ fn expected_wqes(role: u32) -> Vec<Wqe> {
     v
 }
 
-/// The DCI's WQEs through the peer's DC target (the 48-byte AV makes a write 2 WQEBBs): a write
-/// and a fetch-add, then the NOP whose doorbell went to the RC QP's register and the write rung
-/// on its own register.
-const DCI_WQES: [Wqe; 4] = [
-    (0, 0x08, 0x00, 32, 1536, 0, false),
-    (2, 0x12, 0x00, 8, 544, 0, true),
-    (4, 0x00, 0x00, 0, 0, 0, false),
-    (5, 0x08, 0x00, 32, 1600, 0, true),
-];
+/// The DCI's WQEs through the peer's DC target, starting at `idx` (on RoCE the 48-byte AV makes
+/// a write 2 WQEBBs: 0, 2, 4, 5; on InfiniBand the 16-byte one 1: 0, 1, 3, 4): a write and a
+/// fetch-add, then the NOP whose doorbell went to the RC QP's register and the write rung on its
+/// own register.
+fn dci_wqes(idx: [u32; 4]) -> [Wqe; 4] {
+    [
+        (idx[0], 0x08, 0x00, 32, 1536, 0, false),
+        (idx[1], 0x12, 0x00, 8, 544, 0, true),
+        (idx[2], 0x00, 0x00, 0, 0, 0, false),
+        (idx[3], 0x08, 0x00, 32, 1600, 0, true),
+    ]
+}
 
 /// The NIC's exit line about doorbells it did not act on, per pid: the "foreign=" count.
 fn foreign_doorbells(out: &Output) -> BTreeMap<u32, u64> {
@@ -140,7 +152,7 @@ fn check_wqes(ctx: &str, r: &Role, qpn: u32, nic: &[NicWqe], want: &[Wqe]) -> us
 
 fn check_nic_log(ctx: &str, nic: &[NicWqe], r: &Role) {
     let n = check_wqes(ctx, r, r.qpn, nic, &expected_wqes(r.role))
-        + check_wqes(ctx, r, r.dci_qpn, nic, &DCI_WQES);
+        + check_wqes(ctx, r, r.dci_qpn, nic, &dci_wqes(r.dci_idx));
     assert_eq!(
         nic.iter().filter(|w| w.pid == r.pid).count(),
         n,
@@ -163,8 +175,16 @@ fn devx_peer(ctx: &str, p: &ProcessRecording, qpn: u32) -> sigmatop::event::Peer
         .unwrap_or_else(|| panic!("{ctx}: devx QP 0x{qpn:x} has no RTR peer"))
 }
 
-/// The GID of simulated host `h` (TESTNIC_HOST; 0: the default port GID).
-fn host_gid(h: u8) -> [u8; 16] {
+/// The GID of simulated host `h` (TESTNIC_HOST; 0: the default port GID) on RoCE, or on an
+/// InfiniBand port (fe80::2c9:300:0:LID, LID = host + 1).
+fn host_gid(h: u8, ib: bool) -> [u8; 16] {
+    if ib {
+        let mut g = [0u8; 16];
+        g[..2].copy_from_slice(&[0xfe, 0x80]);
+        g[8..12].copy_from_slice(&[0x02, 0xc9, 0x03, 0x00]);
+        g[15] = h + 1;
+        return g;
+    }
     if h == 0 {
         return GID;
     }
@@ -260,12 +280,40 @@ fn check_record(ctx: &str, t: &Trace, rs: &[Role], gids: [[u8; 16]; 2]) {
 fn ibgda_host_sequence_on_the_nic_and_under_sigmatop() {
     build_nic();
     let prog = nic_program("ibgda_host").display().to_string();
-    let configs: [(&str, [u8; 2], &str); 3] = [
-        ("one host, grh 0", [0, 0], "IBGDA_GRH=0"),
-        ("hosts 1 and 2, grh 0", [1, 2], "IBGDA_GRH=0"),
-        ("hosts 1 and 2, grh 1", [1, 2], "IBGDA_GRH=1"),
+    let configs: [(&str, [u8; 2], &str, &str); 5] = [
+        (
+            "one host, grh 0",
+            [0, 0],
+            "IBGDA_GRH=0",
+            "TESTNIC_PORT=roce",
+        ),
+        (
+            "hosts 1 and 2, grh 0",
+            [1, 2],
+            "IBGDA_GRH=0",
+            "TESTNIC_PORT=roce",
+        ),
+        (
+            "hosts 1 and 2, grh 1",
+            [1, 2],
+            "IBGDA_GRH=1",
+            "TESTNIC_PORT=roce",
+        ),
+        // InfiniBand: RC by LID (grh 0) or by GID (grh 1), DC by the 16-byte AV.
+        (
+            "IB, hosts 1 and 2, grh 0",
+            [1, 2],
+            "IBGDA_GRH=0",
+            "TESTNIC_PORT=ib",
+        ),
+        (
+            "IB, hosts 1 and 2, grh 1",
+            [1, 2],
+            "IBGDA_GRH=1",
+            "TESTNIC_PORT=ib",
+        ),
     ];
-    for ((what, hosts, grh), mode) in configs
+    for ((what, hosts, grh, port), mode) in configs
         .iter()
         .flat_map(|c| MODES.iter().map(move |m| (c, *m)))
     {
@@ -283,7 +331,7 @@ fn ibgda_host_sequence_on_the_nic_and_under_sigmatop() {
         }
         let out = run_one(
             std::path::Path::new("env"),
-            &[grh, &split, &prog],
+            &[grh, port, &split, &prog],
             &log,
             trace.as_ref(),
         );
@@ -314,7 +362,13 @@ fn ibgda_host_sequence_on_the_nic_and_under_sigmatop() {
             );
         }
         if let Some(t) = &trace {
-            check_record(&ctx, t, &rs, [host_gid(hosts[0]), host_gid(hosts[1])]);
+            let ib = *port == "TESTNIC_PORT=ib";
+            check_record(
+                &ctx,
+                t,
+                &rs,
+                [host_gid(hosts[0], ib), host_gid(hosts[1], ib)],
+            );
         }
     }
 }

@@ -103,6 +103,7 @@ static uint32_t query_cap(struct ibv_context *c, int type, uint8_t *out)
 
 struct side {
 	uint32_t qpn;
+	uint16_t lid;
 	uint8_t gid[16];
 	uint64_t addr;
 	uint32_t rkey;
@@ -369,7 +370,10 @@ static int run(void)
 	memcpy(buf + 536, &cs4, 4);
 
 	struct ibv_qp *dct = dct_create(c, pd, &gid);
-	struct side me = {.qpn = qpn, .addr = (uintptr_t)buf, .rkey = mr->rkey, .dct = dct->qp_num}, peer;
+	/* NVSHMEM on InfiniBand: RC paths by LID without a GRH, DC by the 16-byte address vector. */
+	int ib = pa.link_layer == IBV_LINK_LAYER_INFINIBAND;
+	struct side me = {.qpn = qpn, .lid = pa.lid, .addr = (uintptr_t)buf, .rkey = mr->rkey, .dct = dct->qp_num},
+		    peer;
 	memcpy(me.gid, gid.raw, 16);
 	xchg(&me, &peer, sizeof me);
 
@@ -392,6 +396,8 @@ static int run(void)
 	SET(in, QP_IN_QPC, QPC_MIN_RNR_NAK, 12);
 	/* NVSHMEM 3.4.5 leaves the grh bit 0 on RoCE (rgid_rip filled); IBGDA_GRH=1 sets it. */
 	SET(in, QP_IN_QPC + QPC_ADS, ADS_GRH, grh_bit);
+	if (ib && !grh_bit)
+		SET(in, QP_IN_QPC + QPC_ADS, ADS_RLID, peer.lid);
 	SET(in, QP_IN_QPC + QPC_ADS, ADS_HOP_LIMIT, 255);
 	SET(in, QP_IN_QPC + QPC_ADS, ADS_SRC_ADDR_INDEX, 0);
 	memcpy(in + (QP_IN_QPC + QPC_ADS + ADS_RGID) / 8, dah.av->rgid, 16);
@@ -549,21 +555,32 @@ static int run(void)
 	av.key.dc_key = htobe64(DC_KEY);
 	av.dqp_dct = htobe32(0x80000000u | peer.dct);
 	memcpy(av.rgid, peer.gid, 16);
+	/* On InfiniBand the compact 16-byte AV (no ext bit, the peer's LID): one 16-byte segment
+	 * instead of three, so the WQEs are shorter. */
+	uint32_t av_ds = 3;
+	if (ib) {
+		av.dqp_dct = htobe32(peer.dct);
+		av.rlid = htobe16(peer.lid);
+		av_ds = 1;
+	}
 	for (int i = 0; i < 32; i++)
 		buf[1100 + i] = (uint8_t)(0xd0 + role + i);
-	ctrl(0, 0, MLX5_OPCODE_RDMA_WRITE, 6, 0);
-	memcpy(seg_at(0, 1), &av, 48);
-	raddr(seg_at(0, 4), r + 1536, peer.rkey);
-	data(seg_at(0, 5), 32, bk, (uintptr_t)buf + 1100);
-	ctrl(2, 0, MLX5_OPCODE_ATOMIC_FA, 7, MLX5_WQE_CTRL_CQ_UPDATE);
-	memcpy(seg_at(2, 1), &av, 48);
-	raddr(seg_at(2, 4), r + 544, peer.rkey);
-	put64(seg_at(2, 5), 11);
-	put64(seg_at(2, 5) + 8, 0);
-	data(seg_at(2, 6), 8, lk, l + 160);
-	ring((volatile uint32_t *)(dbr + 128), dci_uar->reg_addr, 4);
-	op_own = poll_cq(dcq, 2);
-	CHECK((op_own >> 4) == 0, "DCI WQE 2: CQE opcode %u syndrome 0x%x", op_own >> 4, dcq[55]);
+	uint32_t w_ds = 3 + av_ds, fa_ds = 4 + av_ds;
+	uint32_t w_bb = (w_ds * 16 + 63) / 64, fa_bb = (fa_ds * 16 + 63) / 64;
+	uint32_t d_w = 0, d_fa = w_bb;
+	ctrl(d_w, 0, MLX5_OPCODE_RDMA_WRITE, w_ds, 0);
+	memcpy(seg_at(d_w, 1), &av, av_ds * 16);
+	raddr(seg_at(d_w, 1 + av_ds), r + 1536, peer.rkey);
+	data(seg_at(d_w, 2 + av_ds), 32, bk, (uintptr_t)buf + 1100);
+	ctrl(d_fa, 0, MLX5_OPCODE_ATOMIC_FA, fa_ds, MLX5_WQE_CTRL_CQ_UPDATE);
+	memcpy(seg_at(d_fa, 1), &av, av_ds * 16);
+	raddr(seg_at(d_fa, 1 + av_ds), r + 544, peer.rkey);
+	put64(seg_at(d_fa, 2 + av_ds), 11);
+	put64(seg_at(d_fa, 2 + av_ds) + 8, 0);
+	data(seg_at(d_fa, 3 + av_ds), 8, lk, l + 160);
+	ring((volatile uint32_t *)(dbr + 128), dci_uar->reg_addr, d_fa + fa_bb);
+	op_own = poll_cq(dcq, (uint16_t)d_fa);
+	CHECK((op_own >> 4) == 0, "DCI WQE %u: CQE opcode %u syndrome 0x%x", d_fa, op_own >> 4, dcq[55]);
 	memcpy(&got8, res + 160, 8);
 	CHECK(got8 == 0, "DCI fetch-add returned %llu", (unsigned long long)got8);
 	barrier();
@@ -589,17 +606,18 @@ static int run(void)
 	__atomic_store_n(&qp_dbr[1], htobe32(10), __ATOMIC_RELEASE);
 	sq = dci_sq;
 	qpn = dci_qpn;
-	ctrl(4, 0, MLX5_OPCODE_NOP, 1, 0);
-	ring((volatile uint32_t *)(dbr + 128), uar->reg_addr, 5);
+	uint32_t d_nop = d_fa + fa_bb, d_w2 = d_nop + 1;
+	ctrl(d_nop, 0, MLX5_OPCODE_NOP, 1, 0);
+	ring((volatile uint32_t *)(dbr + 128), uar->reg_addr, d_nop + 1);
 	for (int i = 0; i < 32; i++)
 		buf[1200 + i] = (uint8_t)(0xe0 + role + i);
-	ctrl(5, 0, MLX5_OPCODE_RDMA_WRITE, 6, MLX5_WQE_CTRL_CQ_UPDATE);
-	memcpy(seg_at(5, 1), &av, 48);
-	raddr(seg_at(5, 4), r + 1600, peer.rkey);
-	data(seg_at(5, 5), 32, bk, (uintptr_t)buf + 1200);
-	ring((volatile uint32_t *)(dbr + 128), dci_uar->reg_addr, 7);
-	op_own = poll_cq(dcq, 5);
-	CHECK((op_own >> 4) == 0, "DCI WQE 5: CQE opcode %u syndrome 0x%x", op_own >> 4, dcq[55]);
+	ctrl(d_w2, 0, MLX5_OPCODE_RDMA_WRITE, w_ds, MLX5_WQE_CTRL_CQ_UPDATE);
+	memcpy(seg_at(d_w2, 1), &av, av_ds * 16);
+	raddr(seg_at(d_w2, 1 + av_ds), r + 1600, peer.rkey);
+	data(seg_at(d_w2, 2 + av_ds), 32, bk, (uintptr_t)buf + 1200);
+	ring((volatile uint32_t *)(dbr + 128), dci_uar->reg_addr, d_w2 + w_bb);
+	op_own = poll_cq(dcq, (uint16_t)d_w2);
+	CHECK((op_own >> 4) == 0, "DCI WQE %u: CQE opcode %u syndrome 0x%x", d_w2, op_own >> 4, dcq[55]);
 	uint16_t last_rc = (uint16_t)(cqbuf[60] << 8 | cqbuf[61]);
 	CHECK(last_rc == 8,
 	      "the RC QP's NOP (idx 9) ran without a doorbell naming it (last RC CQE: wqe_counter %u; "
@@ -660,9 +678,10 @@ static int run(void)
 	barrier();
 
 	printf("ibgda_host role=%d pid=%d qpn=0x%x peer_qpn=0x%x cqn=0x%x uar_page=0x%x rkey=0x%08x "
-	       "peer_rkey=0x%08x peer_addr=0x%llx dci_qpn=0x%x peer_dct=0x%x wqes=%d ok\n",
+	       "peer_rkey=0x%08x peer_addr=0x%llx dci_qpn=0x%x peer_dct=0x%x dci_idx=%u,%u,%u,%u lid=%u wqes=%d ok\n",
 	       role, (int)getpid(), qpn, peer.qpn, cqn, uar->page_id, mr->rkey, peer.rkey,
-	       (unsigned long long)peer.addr, dci_qpn, peer.dct, role == 0 ? 10 : 9);
+	       (unsigned long long)peer.addr, dci_qpn, peer.dct, d_w, d_fa, d_nop, d_w2, (unsigned)pa.lid,
+	       role == 0 ? 10 : 9);
 	fflush(stdout);
 	barrier();
 
