@@ -51,6 +51,10 @@ pub(super) struct QpRt {
     pub last_db_ns: u64,
     /// This QP is still defined (false: being destroyed; flushed, then dropped).
     pub live: bool,
+    /// The producer index of a doorbell the poller made up from the doorbell record (shared
+    /// register): the program's own doorbell for it, if it comes, is that same doorbell seen
+    /// late, forwarded but not recorded again.
+    pub made_up: Option<u16>,
 }
 
 pub(super) struct Poller {
@@ -319,6 +323,7 @@ impl Poller {
             threshold,
             last_db_ns: 0,
             live: true,
+            made_up: None,
         })
     }
 
@@ -388,7 +393,7 @@ impl Poller {
     /// first, in NVSHMEM's GPU convention `{pi << 8, qpn << 8}`: forwarded to the register,
     /// recorded and its WQEs recovered like any other. The record is written (after the WQEs)
     /// before the doorbell, so a doorbell forwarded from it never runs an unfinished WQE; the
-    /// program's own doorbell, if it comes later, is then a duplicate. Counted in
+    /// program's own doorbell, if it comes later, is forwarded but not recorded again. Counted in
     /// `shared_register`.
     fn forward_shared(&mut self, i: usize, v: u64, tsc: u64) {
         let n = self.blocks[i].sharers.len();
@@ -428,6 +433,9 @@ impl Poller {
             sfence();
             SHARED.fetch_add(1, Ordering::Relaxed);
             self.doorbell(w, tsc, false);
+            if let Some(q) = self.qps.get_mut(&qpn) {
+                q.made_up = Some(rec);
+            }
         }
     }
 
@@ -490,6 +498,12 @@ impl Poller {
             }
         }
         let step = q.tracker.on_doorbell(&word);
+        let made_up = q.made_up.take();
+        if matches!(step, DoorbellStep::Duplicate { .. }) && made_up == Some(q.tracker.last_pi()) {
+            // The program's own doorbell for one already made up from its record: one ring.
+            self.qps.insert(word.qpn, q);
+            return;
+        }
         let new = match step {
             DoorbellStep::New(r) => r.wqebbs as u64,
             _ => 0,
