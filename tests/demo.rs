@@ -360,7 +360,7 @@ fn demo_headless_has_the_nccl_moe_figures() {
         .iter()
         .position(|l| l.starts_with("node × node"))
         .unwrap_or_else(|| panic!("no node matrix:\n{out}"));
-    for r in 0..m.n {
+    for (r, &eg) in egress.iter().enumerate() {
         let row = lines[node_at..]
             .iter()
             .find(|l| words(l).first() == Some(&format!("softhost{r}")))
@@ -373,11 +373,11 @@ fn demo_headless_has_the_nccl_moe_figures() {
                 want.extend(summary_bytes(m.wire[r][d]).split(' ').map(str::to_string));
             }
         }
-        want.extend(summary_bytes(egress[r]).split(' ').map(str::to_string));
+        want.extend(summary_bytes(eg).split(' ').map(str::to_string));
         if r == m.hot {
             want.extend([
                 "◀".to_string(),
-                format!("{:.2}×", egress[r] as f64 / mean),
+                format!("{:.2}×", eg as f64 / mean),
                 "mean".into(),
             ]);
         }
@@ -422,7 +422,7 @@ fn demo_as_typed_opens_on_the_nccl_moe_matrix() {
     let s = t.wait_for("the node matrix", limit, |s| s.contains("node × node"));
     let egress: Vec<u64> = m.wire.iter().map(|r| r.iter().sum()).collect();
     let mean = egress.iter().sum::<u64>() as f64 / m.n as f64;
-    for r in 0..m.n {
+    for (r, &eg) in egress.iter().enumerate() {
         let row = s
             .lines()
             .find(|l| words(l).first() == Some(&format!("softhost{r}")))
@@ -435,9 +435,9 @@ fn demo_as_typed_opens_on_the_nccl_moe_matrix() {
                 common::table_si(m.wire[r][d])
             });
         }
-        want.push(common::table_si(egress[r]));
+        want.push(common::table_si(eg));
         if r == m.hot {
-            want.extend(["◀".to_string(), format!("{:.2}×", egress[r] as f64 / mean)]);
+            want.extend(["◀".to_string(), format!("{:.2}×", eg as f64 / mean)]);
         }
         assert_eq!(words(row), want, "node row softhost{r}");
     }
