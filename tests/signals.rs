@@ -233,7 +233,7 @@ impl HeadlessClient {
     fn start(left: &mut Leftovers, dir: &Path) -> HeadlessClient {
         let port = server(left);
         let sock = dir.join("sock");
-        let mut run = Command::new(sigmatop_bin())
+        let mut run = default_signals(&mut Command::new(sigmatop_bin()))
             .args(["run", "--headless", "--", "ucx_perftest", "127.0.0.1", "-p"])
             .arg(port.to_string())
             .args(["-t", "tag_bw", "-n", "100000000", "-s", "4096", "-w", "1"])
@@ -366,7 +366,7 @@ fn each_signal_reaches_a_headless_program() {
     for sig in [libc::SIGTERM, libc::SIGINT, libc::SIGHUP, libc::SIGQUIT] {
         let secs = unique_sleep();
         let mut left = Leftovers::new(&secs);
-        let mut run = Command::new(sigmatop_bin())
+        let mut run = default_signals(&mut Command::new(sigmatop_bin()))
             .args(["run", "--headless", "--", "sleep", &secs])
             .env("SIGMATOP_SOCKET_DIR", scratch("signals-sleep").join("sock"))
             .stdin(Stdio::null())
@@ -495,7 +495,7 @@ fn a_signal_while_the_program_starts_leaves_nothing_behind() {
     let _left = Leftovers::new(&secs);
     let mut outcomes = std::collections::BTreeMap::<String, u32>::new();
     for _ in 0..30 {
-        let child = Command::new(sigmatop_bin())
+        let child = default_signals(&mut Command::new(sigmatop_bin()))
             .args(["run", "--headless", "--", "sleep", &secs])
             .env("SIGMATOP_SOCKET_DIR", scratch("signals-start").join("sock"))
             .stdin(Stdio::null())
@@ -528,7 +528,7 @@ fn a_signal_while_the_program_starts_leaves_nothing_behind() {
 fn a_killed_sigmatop_takes_its_program_down() {
     let secs = unique_sleep();
     let mut left = Leftovers::new(&secs);
-    let child = Command::new(sigmatop_bin())
+    let child = default_signals(&mut Command::new(sigmatop_bin()))
         .args(["run", "--headless", "--", "sleep", &secs])
         .env("SIGMATOP_SOCKET_DIR", scratch("signals-kill9").join("sock"))
         .stdin(Stdio::null())

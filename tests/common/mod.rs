@@ -375,12 +375,12 @@ pub fn wait_timeout(child: impl Into<Proc>, limit: Duration) -> Output {
     }
 }
 
-/// Starts `cmd` with its output piped, in a process group of its own (see [`wait_timeout`]),
-/// guarded: dropped, it is ended with all it started. SIGINT and SIGQUIT are at their default
-/// in it, as in a job a shell starts in the foreground, whatever the test runner inherited (a
-/// suite started in the background by a non-interactive shell ignores both, and an ignored
-/// signal stays ignored across exec: a test's Ctrl-C would then stop nothing).
-pub fn spawn(cmd: &mut Command) -> Proc {
+/// SIGINT and SIGQUIT at their default in what `cmd` starts, as in a job a shell starts in the
+/// foreground, whatever the test runner inherited: a suite started in the background by a
+/// non-interactive shell ignores both, an ignored signal stays ignored across exec, and
+/// `sigmatop run` rightly passes an ignored-at-start signal on as ignored (nohup) — a test that
+/// sends one would then wait for a program that never stops.
+pub fn default_signals(cmd: &mut Command) -> &mut Command {
     use std::os::unix::process::CommandExt;
     // SAFETY: the closure runs in the child between fork and exec and calls only signal(2),
     // which is async-signal-safe.
@@ -389,9 +389,19 @@ pub fn spawn(cmd: &mut Command) -> Proc {
             libc::signal(libc::SIGINT, libc::SIG_DFL);
             libc::signal(libc::SIGQUIT, libc::SIG_DFL);
             Ok(())
-        });
+        })
     }
-    cmd.process_group(0)
+}
+
+/// Starts `cmd` with its output piped, in a process group of its own (see [`wait_timeout`]),
+/// guarded: dropped, it is ended with all it started. SIGINT and SIGQUIT are at their default
+/// in it, as in a job a shell starts in the foreground, whatever the test runner inherited (a
+/// suite started in the background by a non-interactive shell ignores both, and an ignored
+/// signal stays ignored across exec: a test's Ctrl-C would then stop nothing).
+pub fn spawn(cmd: &mut Command) -> Proc {
+    use std::os::unix::process::CommandExt;
+    default_signals(cmd)
+        .process_group(0)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
