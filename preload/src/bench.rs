@@ -133,11 +133,14 @@ pub fn load() {
         _ => 0,
     };
     let _ = RECORD_BPS.set(bps);
+    if bps != 0 {
+        crate::collector::after_each_chunk(throttle_record);
+    }
 }
 
-/// Called by the collector after each chunk it wrote: sleeps while `bytes_written` is ahead of
-/// the throttled rate.
-pub fn throttle_record(bytes_written: u64) {
+/// Called by the collector after each chunk it wrote (`collector::after_each_chunk`): sleeps
+/// while `bytes_written` is ahead of the throttled rate.
+fn throttle_record(bytes_written: u64) {
     let bps = RECORD_BPS.get().copied().unwrap_or(0);
     if bps == 0 {
         return;

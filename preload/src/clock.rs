@@ -72,7 +72,7 @@ pub fn hook_now() -> u64 {
 #[inline(never)]
 fn hook_now_slow() -> u64 {
     if crate::config::fault_hook() {
-        crate::thread::injected_hook_fault();
+        crate::config::injected_hook_fault();
     }
     now()
 }

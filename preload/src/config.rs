@@ -104,6 +104,14 @@ pub fn fault_hook() -> bool {
     FAULT.load(Ordering::Relaxed) == Fault::Hook as u8
 }
 
+/// The test-only hook fault (`SIGMATOP_TEST_FAULT=hook`): raised inside the recording step, where
+/// an event is timestamped (`clock::hook_now`), so aggregate mode's hot path carries no check.
+#[cold]
+#[inline(never)]
+pub fn injected_hook_fault() {
+    panic!("injected hook fault (SIGMATOP_TEST_FAULT=hook)");
+}
+
 /// Stops tracing in every layer: hooks pass everything through from now on.
 pub fn disable_all() {
     LAYERS.store(0, Ordering::Relaxed);
@@ -234,7 +242,7 @@ pub fn paths() -> &'static Paths {
 }
 
 /// The warnings' lock, for `fork::prepare`: taken last (`warn` is called with other locks held).
-pub fn hold_for_fork(h: &mut crate::fork::Held) {
+pub fn hold_for_fork(h: &mut crate::held::Held) {
     h.lock(&WARNINGS);
 }
 

@@ -33,7 +33,8 @@ use crate::cuda_driver::{
     CUDA_ERROR_NOT_INITIALIZED, CUDA_SUCCESS, CuResult, HOST_GET_DPTR_V2, HOST_REGISTER_V2,
     HostGetDptrFn, HostRegisterFn, SONAMES,
 };
-use crate::dl::{RealFn, hook_table, real_fns};
+use crate::dl::{RealFn, real_fns};
+use crate::dlsym::hook_table;
 use crate::doorbell::stats::{UNKNOWN_VARIANTS, WRAPPED_LOOKUPS};
 use crate::hook;
 
@@ -60,7 +61,7 @@ real_fns! { SONAMES;
 static DMABUF: Mutex<Vec<(c_int, u64, u64)>> = Mutex::new(Vec::new());
 
 /// The dma-buf table's lock, for `fork::prepare` (a leaf).
-pub fn hold_for_fork(h: &mut crate::fork::Held) {
+pub fn hold_for_fork(h: &mut crate::held::Held) {
     h.lock(&DMABUF);
 }
 
@@ -310,7 +311,7 @@ unsafe extern "C" fn cuMemGetHandleForAddressRange(
 }
 
 /// Hooks the dlsym wrapper hands out for libcuda lookups.
-pub fn hooks() -> Vec<crate::dl::Hook> {
+pub fn hooks() -> Vec<crate::dlsym::Hook> {
     hook_table![Layer::Cuda;
         cuGetProcAddress => GPA,
         cuGetProcAddress_v2 => GPA_V2,

@@ -1,8 +1,8 @@
-//! Symbol resolution: the real `dlsym`/`dlvsym` found in libc's own dynamic symbol table (calling
-//! them by name would reach our exported wrappers), the exported wrappers that hand out sigmatop's
-//! hooks to programs that resolve RDMA libraries with dlopen + dlsym, and `real()` lookups for the
-//! hooks themselves (RTLD_NEXT, then the already-loaded library by soname: UCX opens libibverbs with
-//! local scope, where RTLD_NEXT finds nothing).
+//! Symbol lookup: the real `dlsym`/`dlvsym` found in libc's own dynamic symbol table (calling
+//! them by name would reach the exported wrappers of crate::dlsym), and the real-function slots
+//! of the hooks (`RealFn`: RTLD_NEXT, then the already-loaded library by soname: UCX opens
+//! libibverbs with local scope, where RTLD_NEXT finds nothing). Names no other module of the
+//! preload: the dlsym wrappers and every layer sit above it.
 
 use core::ffi::{CStr, c_char, c_int, c_void};
 use core::marker::PhantomData;
@@ -11,8 +11,9 @@ use core::sync::atomic::{AtomicPtr, Ordering};
 type DlsymFn = unsafe extern "C" fn(*mut c_void, *const c_char) -> *mut c_void;
 type DlvsymFn = unsafe extern "C" fn(*mut c_void, *const c_char, *const c_char) -> *mut c_void;
 
-static REAL_DLSYM: AtomicPtr<c_void> = AtomicPtr::new(core::ptr::null_mut());
-static REAL_DLVSYM: AtomicPtr<c_void> = AtomicPtr::new(core::ptr::null_mut());
+/// libc's own `dlsym` (and `dlvsym`), once found; the exported wrappers (crate::dlsym) jump to it.
+pub(crate) static REAL_DLSYM: AtomicPtr<c_void> = AtomicPtr::new(core::ptr::null_mut());
+pub(crate) static REAL_DLVSYM: AtomicPtr<c_void> = AtomicPtr::new(core::ptr::null_mut());
 
 /// ELF64 dynamic section entry (elf.h `Elf64_Dyn`).
 #[repr(C)]
@@ -372,128 +373,6 @@ macro_rules! real_fns {
     };
 }
 pub(crate) use real_fns;
-
-/// The dlsym wrappers' entries for hooks `hook_fn => SLOT` of `layer`: each hook is handed out
-/// for lookups of the symbol of its own name, and the lookup's answer fills `SLOT`.
-macro_rules! hook_table {
-    ($layer:expr; $($f:ident => $slot:expr),* $(,)?) => {
-        vec![$(crate::dl::Hook {
-            name: stringify!($f).as_bytes(),
-            layer: $layer,
-            hook: $f as *const core::ffi::c_void,
-            real: $slot.slot(),
-        }),*]
-    };
-}
-pub(crate) use hook_table;
-
-/// Hooks the dlsym wrappers may hand out: (symbol name, our hook, the real-function slot to fill
-/// with what the program's lookup found). Filled by each layer module.
-pub struct Hook {
-    pub name: &'static [u8],
-    pub layer: sigmatop::event::Layer,
-    pub hook: *const c_void,
-    pub real: &'static RealSlot,
-}
-// SAFETY: `hook` is a function address, immutable and valid for the whole process.
-unsafe impl Sync for Hook {}
-// SAFETY: as above.
-unsafe impl Send for Hook {}
-
-fn lookup_hook(name: &[u8]) -> Option<&'static Hook> {
-    crate::hooks_table()
-        .iter()
-        .find(|h| h.name == name && crate::config::layer_enabled(h.layer))
-}
-
-/// Shared body of the dlsym/dlvsym wrappers: if the program looks up a function sigmatop hooks,
-/// return the hook (and remember the real one the lookup found).
-fn redirect(name: *const c_char, found: *mut c_void) -> *mut c_void {
-    if found.is_null() || name.is_null() || crate::hook::inside() {
-        return found;
-    }
-    // SAFETY: the caller's name is a NUL-terminated C string (dlsym's contract).
-    let n = unsafe { CStr::from_ptr(name) }.to_bytes();
-    // Cheap prefix filter: everything we hook starts with one of these.
-    if !(n.starts_with(b"ucp_")
-        || n.starts_with(b"fi_")
-        || n.starts_with(b"ibv_")
-        || n.starts_with(b"mlx5dv_")
-        || n.starts_with(b"cu"))
-    {
-        return found;
-    }
-    match lookup_hook(n) {
-        Some(h) => {
-            // A lookup of our own export (RTLD_DEFAULT finds the preload first) is not the real one.
-            if !std::ptr::eq(found, h.hook) {
-                h.real.set(found);
-            }
-            h.hook as *mut c_void
-        }
-        None => found,
-    }
-}
-
-/// Exported `dlsym`. Lookups relative to the caller (RTLD_NEXT) jump straight to libc's dlsym so
-/// that it sees the program's return address, not ours; every other lookup goes through
-/// `dlsym_impl`, which may hand out a hook.
-///
-/// # Safety
-/// Same contract as dlsym(3).
-#[unsafe(naked)]
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn dlsym(handle: *mut c_void, name: *const c_char) -> *mut c_void {
-    core::arch::naked_asm!(
-        "cmp rdi, -1",
-        "jne {imp}",
-        "mov rax, qword ptr [rip + {real}]",
-        "test rax, rax",
-        "jz {imp}",
-        "jmp rax",
-        imp = sym dlsym_impl,
-        real = sym REAL_DLSYM,
-    )
-}
-
-/// Exported `dlvsym`: as `dlsym`, comparing names only (any symbol version).
-///
-/// # Safety
-/// Same contract as dlvsym(3).
-#[unsafe(naked)]
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn dlvsym(
-    handle: *mut c_void,
-    name: *const c_char,
-    version: *const c_char,
-) -> *mut c_void {
-    core::arch::naked_asm!(
-        "cmp rdi, -1",
-        "jne {imp}",
-        "mov rax, qword ptr [rip + {real}]",
-        "test rax, rax",
-        "jz {imp}",
-        "jmp rax",
-        imp = sym dlvsym_impl,
-        real = sym REAL_DLVSYM,
-    )
-}
-
-extern "C" fn dlsym_impl(handle: *mut c_void, name: *const c_char) -> *mut c_void {
-    // SAFETY: the program's dlsym arguments, passed on unchanged.
-    let found = unsafe { real_dlsym(handle, name) };
-    crate::hook::guarded(found, || redirect(name, found))
-}
-
-extern "C" fn dlvsym_impl(
-    handle: *mut c_void,
-    name: *const c_char,
-    version: *const c_char,
-) -> *mut c_void {
-    // SAFETY: the program's dlvsym arguments, passed on unchanged.
-    let found = unsafe { real_dlvsym(handle, name, version) };
-    crate::hook::guarded(found, || redirect(name, found))
-}
 
 #[cfg(test)]
 mod tests {

@@ -3,9 +3,9 @@
 //! yet (up to 100 ms of events, 250 ms of counters) is lost with a cut record. Python's
 //! multiprocessing ends every child of its `fork` start method with `os._exit`.
 //!
-//! The hook runs the same final flush as the library destructor (`sigmatop_fini`), bounded in
-//! the same way (2 s, up to 15 s only while the collector makes progress), then calls the real
-//! function. It does nothing in a process whose sigmatop state is not its own: a `vfork` child
+//! The hook runs the same final flush as the library destructor (`lifecycle::final_flush`),
+//! bounded in the same way (2 s, up to 15 s only while the collector makes progress), then calls
+//! the real function. It does nothing in a process whose sigmatop state is not its own: a `vfork` child
 //! (or a `clone(CLONE_VM)` child) shares its parent's memory, and `_exit` is what such a child
 //! calls when its exec fails, so stopping "its" collector would stop the parent's (and its doorbell
 //! poller, which forwards a GPU's doorbells: the parent would hang).
@@ -31,20 +31,6 @@ pub fn init() {
     REAL_UPPER_EXIT.store(crate::dl::next_symbol(c"_Exit", libc_so), Ordering::Release);
 }
 
-/// The final flush, as at a normal exit, when the sigmatop state in memory is this process's
-/// own, and the caller is not the collector itself (a signal handler that interrupted it).
-fn before_exit() {
-    let _ = std::panic::catch_unwind(|| {
-        if !crate::collector::memory_of_another_process()
-            && !crate::collector::on_collector_thread()
-        {
-            crate::doorbell::shutdown();
-            crate::collector::before_exit();
-            crate::final_state::write_loaded_objects_if_untraced();
-        }
-    });
-}
-
 /// Calls the real function, or ends the process with the system call itself when none was found.
 fn forward(real: &AtomicPtr<c_void>, status: c_int) -> ! {
     let p = real.load(Ordering::Acquire);
@@ -62,7 +48,7 @@ fn forward(real: &AtomicPtr<c_void>, status: c_int) -> ! {
 /// Same contract as the libc function (none).
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn _exit(status: c_int) -> ! {
-    before_exit();
+    crate::lifecycle::final_flush(crate::lifecycle::End::Exit);
     forward(&REAL_EXIT, status)
 }
 
@@ -72,6 +58,6 @@ pub unsafe extern "C" fn _exit(status: c_int) -> ! {
 /// Same contract as the libc function (none).
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn _Exit(status: c_int) -> ! {
-    before_exit();
+    crate::lifecycle::final_flush(crate::lifecycle::End::Exit);
     forward(&REAL_UPPER_EXIT, status)
 }

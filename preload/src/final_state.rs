@@ -59,12 +59,10 @@ pub fn write(dir: &Path, identity: &Identity, clock: ClockSample, snapshot: &Sna
     put(dir, &name, &out);
 }
 
-/// At exit of a process whose collector never started, under a `sigmatop run` that asked for
-/// final states: the objects it had loaded (best effort, silent on failure).
-pub fn write_loaded_objects_if_untraced() {
-    if !crate::collector::never_started() {
-        return;
-    }
+/// At exit of a process whose collector never started (the caller checks: runtime::lifecycle),
+/// under a `sigmatop run` that asked for final states: the objects it had loaded (best effort,
+/// silent on failure).
+pub fn write_loaded_objects() {
     let Some(dir) = &crate::config::paths().final_dir else {
         return;
     };

@@ -9,80 +9,54 @@
 //! driver calls, and a PyTorch DataLoader forks its workers from a process whose other threads
 //! are setting up GPU QPs.
 //!
-//! Each module names its own locks in a `hold_for_fork` function; [`hold_all`] calls them outer
-//! locks first (a lock that is held while another is taken comes before it: the doorbell state
-//! before the warnings it may queue, every layer before the registry it defines endpoints in), so
-//! taking them cannot deadlock against a thread that nests two of them.
+//! Each module names its own locks in a `hold_for_fork` function; the layers' are installed by
+//! the composition root (lib.rs, [`install`]: this module names no layer), and [`hold_all`] calls
+//! them outer locks first, then the runtime's own (a lock that is held while another is taken
+//! comes before it: the doorbell state before the warnings it may queue, every layer before the
+//! registry it defines endpoints in), so taking them cannot deadlock against a thread that nests
+//! two of them.
 
-use core::any::Any;
-use std::sync::{Mutex, TryLockError, TryLockResult};
-use std::time::{Duration, Instant};
+use std::sync::OnceLock;
 
-/// How long `prepare` waits for one lock before forking without it: these locks are held for
-/// microseconds, so only a fork made while the forking thread itself holds one (from a signal
-/// handler that interrupted sigmatop) waits this long, and it must not wait for ever.
-const GIVE_UP_AFTER: Duration = Duration::from_millis(100);
+use crate::held::Held;
 
-/// The guards taken for one fork (released by dropping them).
-pub struct Held {
-    guards: Vec<Box<dyn Any>>,
-    /// Wait for each lock for as long as it takes (the bench probe of a child, which must hang
-    /// when a lock was left held so that the test sees it).
-    blocking: bool,
+/// A layer's `hold_for_fork`: adds the locks it owns to the fork's guards.
+pub type HoldFn = fn(&mut Held);
+/// What a layer does in a fork child before the child's collector can start (forget a thread of
+/// the parent's that the child does not have).
+pub type ChildFn = fn();
+
+/// The layers' lock holders, outer locks first, and their child hooks: installed once by the
+/// composition root (lib.rs) in the constructor, before the program can have threads.
+static LAYER_HOLDS: OnceLock<&'static [HoldFn]> = OnceLock::new();
+static CHILD_HOOKS: OnceLock<&'static [ChildFn]> = OnceLock::new();
+
+/// Installs the layers' lock holders (outer locks first: see the module doc) and their child
+/// hooks. Constructor only; a second call changes nothing.
+pub fn install(holds: &'static [HoldFn], child: &'static [ChildFn]) {
+    let _ = LAYER_HOLDS.set(holds);
+    let _ = CHILD_HOOKS.set(child);
 }
 
-impl Held {
-    /// Takes `m`, unless it is poisoned (its data is not read again) or not free in time.
-    pub fn lock<T: 'static>(&mut self, m: &'static Mutex<T>) {
-        self.with(|| m.try_lock());
-    }
-
-    /// Takes a lock through its `try_lock` (a map's writers' lock, ...), as [`Held::lock`].
-    pub fn with<G: 'static>(&mut self, mut try_lock: impl FnMut() -> TryLockResult<G>) {
-        let start = Instant::now();
-        loop {
-            match try_lock() {
-                Ok(g) => {
-                    self.guards.push(Box::new(g));
-                    return;
-                }
-                Err(TryLockError::Poisoned(_)) => return,
-                Err(TryLockError::WouldBlock) => {
-                    if !self.blocking && start.elapsed() > GIVE_UP_AFTER {
-                        return;
-                    }
-                    std::thread::yield_now();
-                }
-            }
-        }
-    }
-
-    /// How many locks are held.
-    pub fn len(&self) -> usize {
-        self.guards.len()
-    }
-
-    /// True when none is.
-    pub fn is_empty(&self) -> bool {
-        self.guards.is_empty()
-    }
-}
-
-/// Every lock, outer ones first (see the module doc). `blocking`: wait for each as long as it
-/// takes.
+/// Every lock, outer ones first (see the module doc): the layers' (in the order installed), then
+/// the runtime's own, which the layers take while they hold theirs (registry, then config).
+/// `blocking`: wait for each as long as it takes.
 pub fn hold_all(blocking: bool) -> Held {
-    let mut h = Held {
-        guards: Vec::with_capacity(16),
-        blocking,
-    };
-    crate::doorbell::hold_for_fork(&mut h);
-    crate::mlx5::hold_for_fork(&mut h);
-    crate::ibverbs::hold_for_fork(&mut h);
-    crate::ofi::hold_for_fork(&mut h);
-    crate::cuda::hold_for_fork(&mut h);
+    let mut h = Held::new(blocking);
+    for hold in LAYER_HOLDS.get().copied().unwrap_or(&[]) {
+        hold(&mut h);
+    }
     crate::registry::hold_for_fork(&mut h);
     crate::config::hold_for_fork(&mut h);
     h
+}
+
+/// Runs the layers' child hooks, in the order installed (the collector's fork-child handler, at
+/// the point where the child forgets the parent's threads).
+pub fn run_child_hooks() {
+    for hook in CHILD_HOOKS.get().copied().unwrap_or(&[]) {
+        hook();
+    }
 }
 
 thread_local! {

@@ -24,15 +24,15 @@
 //! completion reaches `ThreadState::arrived` from the layer's completion hook (a UCX callback, a
 //! libfabric CQ read, a verbs poll), in every mode: received bytes are the bytes that arrived.
 
-use core::sync::atomic::{AtomicU64, Ordering};
+use core::sync::atomic::Ordering;
 
 use sigmatop::event::Layer;
 
 use crate::config;
 use crate::thread::{self, ThreadState};
 
-/// Hook bodies that panicked or failed (the call itself went through).
-pub static HOOK_FAILURES: AtomicU64 = AtomicU64::new(0);
+/// Hook bodies that panicked or failed (the call itself went through), in the drop counters.
+pub use crate::drops::HOOK_FAILURES;
 
 /// How a hook's bookkeeping relates to sigmatop's per-thread re-entrancy guard.
 #[derive(Clone, Copy)]

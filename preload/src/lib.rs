@@ -39,12 +39,16 @@ pub mod config;
 pub mod cuda;
 pub mod cuda_driver;
 pub mod dl;
+pub mod dlsym;
 pub mod doorbell;
+pub mod drops;
 pub mod exit;
 pub mod final_state;
 pub mod fork;
+pub mod held;
 pub mod hook;
 pub mod ibverbs;
+pub mod lifecycle;
 pub mod mlx5;
 pub mod nccl;
 pub mod ofi;
@@ -56,19 +60,47 @@ pub mod server;
 pub mod thread;
 pub mod ucx;
 
-/// Every hook the dlsym wrappers may hand out.
-pub fn hooks_table() -> &'static [dl::Hook] {
-    static FLAT: std::sync::OnceLock<Vec<dl::Hook>> = std::sync::OnceLock::new();
-    FLAT.get_or_init(|| {
-        let mut v = Vec::new();
-        v.extend(ucx::hooks());
-        v.extend(ofi::hooks());
-        v.extend(mlx5::hooks());
-        v.extend(cuda::hooks());
-        v.extend(ibverbs::hooks());
-        v
-    })
+/// Every hook the dlsym wrappers may hand out, layer by layer.
+fn hooks() -> Vec<dlsym::Hook> {
+    let mut v = Vec::new();
+    v.extend(ucx::hooks());
+    v.extend(ofi::hooks());
+    v.extend(mlx5::hooks());
+    v.extend(cuda::hooks());
+    v.extend(ibverbs::hooks());
+    v
 }
+
+/// The layers' locks that the forking thread holds across `fork()`, outer locks first (a lock
+/// that is held while another is taken comes before it; the order of before these tables). The
+/// runtime's own (registry, then config) come after them in `fork::hold_all`: every layer defines
+/// endpoints and queues warnings while it holds its own. tests/reliability/processes.rs guards
+/// the order.
+const FORK_HOLDS: &[fork::HoldFn] = &[
+    doorbell::hold_for_fork,
+    mlx5::hold_for_fork,
+    ibverbs::hold_for_fork,
+    ofi::hold_for_fork,
+    cuda::hold_for_fork,
+];
+
+/// What a fork child does before its collector may start: the parent's doorbell poller thread
+/// does not exist in it.
+const FORK_CHILD: &[fork::ChildFn] = &[doorbell::forget_poller_after_fork];
+
+/// The layers' steps before the collector's last flush: GPU doorbells parse their pending WQEs
+/// first, so the collector's last snapshot has them; NCCL's profiler plugin writes its last
+/// records and totals (in the destructor only, as before this table existed).
+const BEFORE_FINAL_FLUSH: &[lifecycle::BeforeFlush] = &[
+    lifecycle::BeforeFlush {
+        run: doorbell::shutdown,
+        at_exit: true,
+    },
+    lifecycle::BeforeFlush {
+        run: nccl::shutdown,
+        at_exit: false,
+    },
+];
 
 extern "C" fn sigmatop_init() {
     // This library's own copy of std: its panics are caught and reported in one line of ours,
@@ -79,16 +111,20 @@ extern "C" fn sigmatop_init() {
         }
     }));
     let ok = std::panic::catch_unwind(|| {
+        // The real dlsym/dlvsym and _exit/_Exit, before anything may call them.
         dl::init();
         exit::init();
         config::load();
         #[cfg(feature = "bench")]
         bench::load();
         clock::init();
-        // Built here, before the program can have threads: a lazy first build in a dlsym
-        // wrapper could be under way in one thread while another forks, and the child's table
-        // would then stay "being built" for good (its next dlsym would wait forever).
-        hooks_table();
+        // Every table filled here, before the program can have threads and before the collector
+        // installs the fork handlers that read them: a lazy first build in a dlsym wrapper could
+        // be under way in one thread while another forks, and the child's table would then stay
+        // "being built" for good (its next dlsym would wait forever).
+        dlsym::install(hooks());
+        fork::install(FORK_HOLDS, FORK_CHILD);
+        lifecycle::install(BEFORE_FINAL_FLUSH);
         if config::fault() == config::Fault::Init {
             panic!("injected init fault (SIGMATOP_TEST_FAULT=init)");
         }
@@ -102,16 +138,7 @@ extern "C" fn sigmatop_init() {
 }
 
 extern "C" fn sigmatop_fini() {
-    // A vfork child that calls exit() shares its parent's memory: the collector and poller it
-    // would stop are the parent's.
-    if collector::memory_of_another_process() {
-        return;
-    }
-    // GPU doorbells: parse pending WQEs first, so the collector's last snapshot has them.
-    let _ = std::panic::catch_unwind(doorbell::shutdown);
-    let _ = std::panic::catch_unwind(nccl::shutdown);
-    let _ = std::panic::catch_unwind(collector::shutdown);
-    let _ = std::panic::catch_unwind(final_state::write_loaded_objects_if_untraced);
+    lifecycle::final_flush(lifecycle::End::Fini);
 }
 
 #[used]

@@ -24,7 +24,8 @@ use sigmatop::decode::devx::{
 use sigmatop::decode::wqe::QpType;
 use sigmatop::event::{EndpointDef, EndpointKind, Layer, Peer};
 
-use crate::dl::{hook_table, real_fns};
+use crate::dl::real_fns;
+use crate::dlsym::hook_table;
 use crate::doorbell::{self, QpInfo};
 use crate::hook::{self, Guard};
 
@@ -88,7 +89,7 @@ static UMEMS: Mutex<Vec<Umem>> = Mutex::new(Vec::new());
 static OBJS: Mutex<Vec<Obj>> = Mutex::new(Vec::new());
 
 /// The devx tables' locks, for `fork::prepare` (leaves).
-pub fn hold_for_fork(h: &mut crate::fork::Held) {
+pub fn hold_for_fork(h: &mut crate::held::Held) {
     h.lock(&OBJS);
     h.lock(&UMEMS);
 }
@@ -490,7 +491,7 @@ unsafe extern "C" fn mlx5dv_devx_obj_destroy(obj: Ptr) -> c_int {
 }
 
 /// Hooks the dlsym wrappers hand out (DOCA opens libmlx5 with dlopen + dlsym).
-pub fn hooks() -> Vec<crate::dl::Hook> {
+pub fn hooks() -> Vec<crate::dlsym::Hook> {
     hook_table![Layer::Mlx5;
         mlx5dv_open_device => OPEN_DEVICE,
         mlx5dv_devx_alloc_uar => ALLOC_UAR,

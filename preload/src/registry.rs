@@ -59,7 +59,7 @@ pub fn bind(handle: usize, id: u32) {
 
 /// The registry's locks, for `fork::prepare`. Each is a leaf (nothing else is taken while one is
 /// held: `bind` warns about a full map after releasing the map's lock).
-pub fn hold_for_fork(h: &mut crate::fork::Held) {
+pub fn hold_for_fork(h: &mut crate::held::Held) {
     h.lock(&DEFS);
     h.lock(&UPDATES);
     h.lock(&OWN_ADDRS);

@@ -120,14 +120,6 @@ impl Detail {
     }
 }
 
-/// The test-only hook fault (`SIGMATOP_TEST_FAULT=hook`): raised inside the recording step, where
-/// an event is timestamped (`clock::hook_now`), so aggregate mode's hot path carries no check.
-#[cold]
-#[inline(never)]
-pub fn injected_hook_fault() {
-    panic!("injected hook fault (SIGMATOP_TEST_FAULT=hook)");
-}
-
 /// One event as it sits in a ring: `RawEvent` in 32 bytes. The endpoint id (22 bits), op code (6
 /// bits, `OP_SLOTS`) and flags (4 bits) share one word, so that the 32-bit `aux` (a GPU WQE's
 /// full rkey) fits without growing the slot past 32 bytes. An endpoint id of 2^22 or more is

@@ -55,8 +55,8 @@ use sigmatop::decode::devx::DevxUar;
 use sigmatop::decode::wqe::QpType;
 
 use crate::cuda_driver::{self, CUDA_SUCCESS, Ctx, CuResult, Driver, HostRegisterFn};
+pub use stats::stats_line;
 use stats::{HIJACK_FAILED, HIJACKS};
-pub use stats::{drops, stats_line};
 
 /// Bytes of a registered range watched from its start (a UAR's DB/BF registers).
 const MAX_WATCH_BYTES: u64 = 1024;
@@ -115,7 +115,7 @@ static STATE: Mutex<State> = Mutex::new(State {
 });
 /// The doorbell state's lock, for `fork::prepare`: first of all (it is held across CUDA driver
 /// calls and while a warning is queued).
-pub fn hold_for_fork(h: &mut crate::fork::Held) {
+pub fn hold_for_fork(h: &mut crate::held::Held) {
     h.lock(&STATE);
 }
 

@@ -1,11 +1,11 @@
 //! Every counter of the GPU path: the doorbell poller's, the hijack's and the CUDA layer's
-//! lookups. Read by the collector's snapshot (`drops`) and by tests through the stats line
-//! (`SIGMATOP_GPU_STATS`).
+//! lookups. Two are drop counters (`crate::drops`, read by the collector's snapshot); all are
+//! read by tests through the stats line (`SIGMATOP_GPU_STATS`).
 
 use core::sync::atomic::{AtomicU64, Ordering};
 
-pub static COALESCED: AtomicU64 = AtomicU64::new(0);
-pub static UNPARSABLE: AtomicU64 = AtomicU64::new(0);
+/// The two that are drop counters live with the runtime's (the collector reads them there).
+pub use crate::drops::{COALESCED_DOORBELLS as COALESCED, UNPARSABLE_WQES as UNPARSABLE};
 pub static DOORBELLS: AtomicU64 = AtomicU64::new(0);
 pub static BLUEFLAME: AtomicU64 = AtomicU64::new(0);
 pub static OTHER_STORES: AtomicU64 = AtomicU64::new(0);
@@ -23,14 +23,6 @@ pub static HIJACK_FAILED: AtomicU64 = AtomicU64::new(0);
 pub static UNKNOWN_VARIANTS: AtomicU64 = AtomicU64::new(0);
 /// CUDA lookups answered with a sigmatop wrapper (cuda.rs).
 pub static WRAPPED_LOOKUPS: AtomicU64 = AtomicU64::new(0);
-
-/// (coalesced doorbells, unparsable WQEs) for the collector's DropCounters.
-pub fn drops() -> (u64, u64) {
-    (
-        COALESCED.load(Ordering::Relaxed),
-        UNPARSABLE.load(Ordering::Relaxed),
-    )
-}
 
 /// One line of every counter (SIGMATOP_GPU_STATS, tests).
 pub fn stats_line() -> String {

@@ -1,29 +1,26 @@
-//! Each opened context's ops table: the provider's post_send, post_recv, post_srq_recv, poll_cq
-//! (and in full mode req_notify_cq) are kept per context and replaced by the wrappers of
-//! data.rs; `verbs_context::create_qp_ex` / `create_cq_ex` by those of exports.rs. Also the
-//! device identity (name, node GUID, GIDs) of each context.
+//! Each opened context's state: the provider's post_send, post_recv, post_srq_recv, poll_cq (and
+//! in full mode req_notify_cq, `verbs_context::create_qp_ex` / `create_cq_ex`) as patch.rs kept
+//! them, the receive targets of its QPs, and the device identity (name, node GUID, GIDs) of each
+//! context. Below the data path and the control path, which read it.
 
 use core::ffi::{c_int, c_void};
 use std::collections::HashMap;
 use std::sync::Mutex;
 
-use sigmatop::event::Layer;
-
+use super::SONAMES;
 use super::abi::{
-    ABI_IS_EXTENDED, CreateCqExFn, CreateQpExFn, IbvContext, IbvDevice, OPS_POLL_CQ, OPS_POST_RECV,
-    OPS_POST_SEND, OPS_POST_SRQ_RECV, OPS_REQ_NOTIFY_CQ, PollCqFn, PostRecvFn, PostSendFn,
-    PostSrqRecvFn, ReqNotifyFn, VCTX_CREATE_CQ_EX, VCTX_CREATE_QP_EX, VCTX_SIZE, VCTX_SZ,
+    CreateCqExFn, CreateQpExFn, IbvContext, IbvDevice, PollCqFn, PostRecvFn, PostSendFn,
+    PostSrqRecvFn, ReqNotifyFn,
 };
-use super::data::{
-    poll_cq_hook, post_recv_hook, post_send_hook, post_srq_recv_hook, req_notify_hook,
-};
-use super::exports::{REAL_QUERY_GID, create_cq_ex_hook, create_qp_ex_hook};
-use super::{SONAMES, unpatched};
 use crate::dl::real_fns;
 use crate::ptrmap::PtrMap;
 
+/// `ibv_query_gid`'s C signature (verbs.h).
+pub(super) type QueryGidFn = unsafe extern "C" fn(*mut IbvContext, u8, c_int, *mut c_void) -> c_int;
+
 real_fns! { SONAMES;
     REAL_GET_DEVICE_GUID: unsafe extern "C" fn(*mut IbvDevice) -> u64 = c"ibv_get_device_guid";
+    pub(super) REAL_QUERY_GID: QueryGidFn = c"ibv_query_gid";
 }
 
 /// Where the receive completions of one QP of a context are counted (a map value): the endpoint
@@ -73,7 +70,7 @@ pub struct CtxState {
     pub create_cq_ex: Option<CreateCqExFn>,
     /// QPN (as `(qpn + 1) << 3`) → packed `RecvTarget`. Most contexts have one QP or a few: the
     /// first is found without hashing.
-    qpns: PtrMap<u64, 2048, true>,
+    pub(super) qpns: PtrMap<u64, 2048, true>,
 }
 
 impl CtxState {
@@ -118,7 +115,7 @@ pub fn ctx_state(ctx: *mut IbvContext) -> Option<&'static CtxState> {
 }
 
 /// Publishes `st` for `ctx` (replacing a state of an earlier context at the same address).
-fn publish_ctx(ctx: *mut IbvContext, st: CtxState) -> bool {
+pub(super) fn publish_ctx(ctx: *mut IbvContext, st: CtxState) -> bool {
     let p = Box::into_raw(Box::new(st));
     if CTXS.insert(ctx as usize, p as *const CtxState) {
         return true;
@@ -144,7 +141,7 @@ static DEVS: Mutex<Option<HashMap<usize, DevInfo>>> = Mutex::new(None);
 
 /// The device table's, the context map's and every context's QP-number map's locks, for
 /// `fork::prepare` (leaves).
-pub(super) fn hold_for_fork(h: &mut crate::fork::Held) {
+pub(super) fn hold_for_fork(h: &mut crate::held::Held) {
     h.lock(&DEVS);
     h.with(|| CTXS.try_lock_writers());
     for st in CTXS.values() {
@@ -160,127 +157,6 @@ pub fn dev_info(ctx: *mut IbvContext) -> DevInfo {
         .ok()
         .and_then(|m| m.as_ref().and_then(|m| m.get(&(ctx as usize)).cloned()))
         .unwrap_or_default()
-}
-
-/// Patches the ops of a freshly opened context: the provider's post_send, post_recv,
-/// post_srq_recv, poll_cq (and in full mode req_notify_cq) are kept per context and replaced by
-/// sigmatop's wrappers; `verbs_context::create_qp_ex` / `create_cq_ex` too where the context is
-/// extended and large enough. Idempotent; safe on NULL. For the mlx5dv layer
-/// (`mlx5dv_open_device`) as well as `ibv_open_device`.
-///
-/// # Safety
-/// `ctx` is NULL or a live `struct ibv_context` that no other thread uses yet.
-pub unsafe fn patch_context(ctx: *mut c_void) {
-    let ctx = ctx as *mut IbvContext;
-    if ctx.is_null() || !crate::config::layer_enabled(Layer::Ibverbs) {
-        return;
-    }
-    crate::hook::guarded((), || {
-        // SAFETY: caller's contract.
-        unsafe { patch_context_inner(ctx) }
-    })
-}
-
-unsafe fn patch_context_inner(ctx: *mut IbvContext) {
-    let full = crate::config::full();
-    // SAFETY: ctx is live (caller); ops is embedded in it.
-    let ops = unsafe { core::ptr::addr_of_mut!((*ctx).ops) as *mut usize };
-    // SAFETY: indices are below 32.
-    let slot = |i: usize| unsafe { ops.add(i).read() };
-    let ours: [(usize, usize); 5] = [
-        (OPS_POST_SEND, post_send_hook as PostSendFn as usize),
-        (OPS_POST_RECV, post_recv_hook as PostRecvFn as usize),
-        (
-            OPS_POST_SRQ_RECV,
-            post_srq_recv_hook as PostSrqRecvFn as usize,
-        ),
-        (OPS_POLL_CQ, poll_cq_hook as PollCqFn as usize),
-        (OPS_REQ_NOTIFY_CQ, req_notify_hook as ReqNotifyFn as usize),
-    ];
-    // Already patched (a second call for the same context): keep the first originals.
-    if ours.iter().any(|&(i, f)| slot(i) == f) {
-        return;
-    }
-    // SAFETY: abi_compat is a plain field of the context.
-    let extended = unsafe { (*ctx).abi_compat } as usize == ABI_IS_EXTENDED;
-    let sz = if extended {
-        // SAFETY: an extended context is the last member of a verbs_context, whose `sz` precedes
-        // it.
-        unsafe { *((ctx as *const u8).offset(VCTX_SZ) as *const usize) }
-    } else {
-        0
-    };
-    let has = |off: isize| extended && sz >= (VCTX_SIZE as isize + off) as usize;
-    let vptr = |off: isize| (ctx as *mut u8).wrapping_offset(off) as *mut usize;
-    let vread = |off: isize| {
-        if has(off) {
-            // SAFETY: the vctx slot exists when `has(off)` (the verbs_get_ctx_op rule).
-            unsafe { vptr(off).read() }
-        } else {
-            0
-        }
-    };
-    // SAFETY: (all transmutes below) each value is NULL or the provider's function of that
-    // slot's signature; Option<fn> has the NULL niche.
-    let st = unsafe {
-        CtxState {
-            post_send: core::mem::transmute::<usize, Option<PostSendFn>>(slot(OPS_POST_SEND)),
-            post_recv: core::mem::transmute::<usize, Option<PostRecvFn>>(slot(OPS_POST_RECV)),
-            post_srq_recv: core::mem::transmute::<usize, Option<PostSrqRecvFn>>(slot(
-                OPS_POST_SRQ_RECV,
-            )),
-            poll_cq: core::mem::transmute::<usize, Option<PollCqFn>>(slot(OPS_POLL_CQ)),
-            req_notify_cq: core::mem::transmute::<usize, Option<ReqNotifyFn>>(slot(
-                OPS_REQ_NOTIFY_CQ,
-            )),
-            create_qp_ex: core::mem::transmute::<usize, Option<CreateQpExFn>>(vread(
-                VCTX_CREATE_QP_EX,
-            )),
-            create_cq_ex: core::mem::transmute::<usize, Option<CreateCqExFn>>(vread(
-                VCTX_CREATE_CQ_EX,
-            )),
-            qpns: PtrMap::new(),
-        }
-    };
-    let (ps, pr, psr, pc, rn, cq, cc) = (
-        st.post_send.is_some(),
-        st.post_recv.is_some(),
-        st.post_srq_recv.is_some(),
-        st.poll_cq.is_some(),
-        st.req_notify_cq.is_some(),
-        st.create_qp_ex.is_some(),
-        st.create_cq_ex.is_some(),
-    );
-    if !publish_ctx(ctx, st) {
-        unpatched("too many open contexts");
-        return;
-    }
-    // SAFETY: writes the context's own ops copy (and its verbs_context slots), which the program
-    // does not use before ibv_open_device returned it.
-    unsafe {
-        if ps {
-            ops.add(OPS_POST_SEND).write_volatile(ours[0].1);
-        }
-        if pr {
-            ops.add(OPS_POST_RECV).write_volatile(ours[1].1);
-        }
-        if psr {
-            ops.add(OPS_POST_SRQ_RECV).write_volatile(ours[2].1);
-        }
-        if pc {
-            // Every mode: receive completions are where received bytes come from.
-            ops.add(OPS_POLL_CQ).write_volatile(ours[3].1);
-        }
-        if full && rn {
-            ops.add(OPS_REQ_NOTIFY_CQ).write_volatile(ours[4].1);
-        }
-        if cq {
-            vptr(VCTX_CREATE_QP_EX).write_volatile(create_qp_ex_hook as CreateQpExFn as usize);
-        }
-        if cc {
-            vptr(VCTX_CREATE_CQ_EX).write_volatile(create_cq_ex_hook as CreateCqExFn as usize);
-        }
-    }
 }
 
 /// The GID at `index` of `port` of a device context this layer saw opened (ibv_open_device or

@@ -36,7 +36,7 @@ struct QpCtl {
 static QPS: Mutex<Option<HashMap<usize, QpCtl>>> = Mutex::new(None);
 
 /// The QP table's lock, for `fork::prepare` (a leaf).
-pub(super) fn hold_for_fork(h: &mut crate::fork::Held) {
+pub(super) fn hold_for_fork(h: &mut crate::held::Held) {
     h.lock(&QPS);
 }
 static NEXT_CQ: AtomicU64 = AtomicU64::new(0);

@@ -1,6 +1,6 @@
 //! The exported verbs (`ibv_get_device_list`, `ibv_open_device`, `ibv_create_qp`,
 //! `ibv_modify_qp`, ...), interposed as plain exports and handed out by the dlsym/dlvsym
-//! wrappers (any symbol version), and the `verbs_context::create_qp_ex` / `create_cq_ex` wrappers.
+//! wrappers (any symbol version).
 //! Each calls the real function first and then does its bookkeeping through `hook::after`
 //! (errno preserved, so a program sees exactly what libibverbs returned).
 
@@ -9,17 +9,16 @@ use core::ffi::{c_int, c_uint, c_void};
 use sigmatop::event::{Layer, Op};
 
 use super::SONAMES;
-use super::abi::{
-    IbvContext, IbvDevice, IbvQp, IbvQpAttr, IbvQpInitAttrEx, QP_INIT_ATTR_SEND_OPS_FLAGS,
-};
-use super::context::{ctx_state, forget_ctx, patch_context, record_device};
+use super::abi::{IbvContext, IbvDevice, IbvQp, IbvQpAttr};
+use super::context::{REAL_QUERY_GID, forget_ctx, record_device};
 use super::control::{define_cq, define_srq, on_modify, on_qp_created, on_qp_destroyed};
-use crate::dl::{RealFn, hook_table, real_fns};
+use super::patch::patch_context;
+use crate::dl::{RealFn, real_fns};
+use crate::dlsym::hook_table;
 use crate::hook::{self, Guard};
 use crate::thread::{Detail, Outcome};
 
 type Ptr = *mut c_void;
-type QueryGidFn = unsafe extern "C" fn(*mut IbvContext, u8, c_int, Ptr) -> c_int;
 type GetCqEventFn = unsafe extern "C" fn(Ptr, *mut Ptr, *mut Ptr) -> c_int;
 
 real_fns! { SONAMES;
@@ -29,7 +28,6 @@ real_fns! { SONAMES;
     REAL_CLOSE_DEVICE: unsafe extern "C" fn(*mut IbvContext) -> c_int = c"ibv_close_device";
     REAL_QUERY_DEVICE: unsafe extern "C" fn(*mut IbvContext, Ptr) -> c_int = c"ibv_query_device";
     REAL_QUERY_PORT: unsafe extern "C" fn(*mut IbvContext, u8, Ptr) -> c_int = c"ibv_query_port";
-    pub(super) REAL_QUERY_GID: QueryGidFn = c"ibv_query_gid";
     REAL_ALLOC_PD: unsafe extern "C" fn(*mut IbvContext) -> Ptr = c"ibv_alloc_pd";
     REAL_REG_MR: unsafe extern "C" fn(Ptr, Ptr, usize, c_int) -> Ptr = c"ibv_reg_mr";
     REAL_REG_MR_IOVA2: unsafe extern "C" fn(Ptr, Ptr, usize, u64, c_uint) -> Ptr
@@ -47,7 +45,7 @@ real_fns! { SONAMES;
     REAL_GET_CQ_EVENT: GetCqEventFn = c"ibv_get_cq_event";
 }
 
-pub fn hooks() -> Vec<crate::dl::Hook> {
+pub fn hooks() -> Vec<crate::dlsym::Hook> {
     hook_table![Layer::Ibverbs;
         ibv_get_device_list => REAL_GET_DEVICE_LIST,
         ibv_open_device => REAL_OPEN_DEVICE,
@@ -313,16 +311,6 @@ unsafe extern "C" fn ibv_create_cq(
     after(|| unsafe { f(ctx, cqe, user, channel, vector) }, define_cq)
 }
 
-/// `verbs_context::create_cq_ex` of patched contexts (verbs.h's inline ibv_create_cq_ex).
-pub(super) unsafe extern "C" fn create_cq_ex_hook(ctx: *mut IbvContext, attr: Ptr) -> Ptr {
-    let Some(f) = ctx_state(ctx).and_then(|s| s.create_cq_ex) else {
-        crate::os::set_errno(libc::EOPNOTSUPP);
-        return core::ptr::null_mut();
-    };
-    // SAFETY: the program's arguments, unchanged.
-    after(|| unsafe { f(ctx, attr) }, define_cq)
-}
-
 #[unsafe(no_mangle)]
 unsafe extern "C" fn ibv_create_srq(pd: Ptr, attr: Ptr) -> Ptr {
     let Some(f) = real(&REAL_CREATE_SRQ) else {
@@ -349,30 +337,6 @@ unsafe extern "C" fn ibv_create_qp(pd: Ptr, attr: Ptr) -> *mut IbvQp {
         || unsafe { f(pd, attr) },
         // SAFETY: NULL or a QP just created.
         |qp| unsafe { on_qp_created(qp, false) },
-    )
-}
-
-/// `verbs_context::create_qp_ex` of patched contexts (verbs.h's inline ibv_create_qp_ex).
-pub(super) unsafe extern "C" fn create_qp_ex_hook(
-    ctx: *mut IbvContext,
-    attr: *mut IbvQpInitAttrEx,
-) -> *mut IbvQp {
-    let Some(f) = ctx_state(ctx).and_then(|s| s.create_qp_ex) else {
-        crate::os::set_errno(libc::EOPNOTSUPP);
-        return core::ptr::null_mut();
-    };
-    after(
-        // SAFETY: the program's arguments, unchanged.
-        || unsafe { f(ctx, attr) },
-        |qp| {
-            // SAFETY: the program's attributes (read after the provider did); NULL or a new QP.
-            unsafe {
-                let ex = !attr.is_null()
-                    && (*attr).comp_mask & QP_INIT_ATTR_SEND_OPS_FLAGS != 0
-                    && (*attr).send_ops_flags != 0;
-                on_qp_created(qp, ex);
-            }
-        },
     )
 }
 

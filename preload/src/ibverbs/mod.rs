@@ -1,6 +1,7 @@
-//! libibverbs layer (rdma-core 44 ABI, x86_64): [`abi`] the structs it reads, [`context`] each
-//! context's ops table, [`data`] the data-path wrappers, [`qp_ex`] the per-QP `wr_*` pointers,
-//! [`control`] QP / CQ / SRQ bookkeeping, [`exports`] the exported verbs.
+//! libibverbs layer (rdma-core 44 ABI, x86_64), its files in floors that only look down:
+//! [`abi`] the structs it reads, [`context`] each context's state, [`data`] the data-path
+//! wrappers, [`qp_ex`] the per-QP `wr_*` pointers, [`control`] QP / CQ / SRQ bookkeeping,
+//! [`patch`] the ops-table patching and the `create_*_ex` wrappers, [`exports`] the exported verbs.
 //!
 //! Control path: the exported verbs (`ibv_get_device_list`, `ibv_open_device`, `ibv_create_qp`,
 //! `ibv_modify_qp`, ...) are interposed as plain exports and handed out by the dlsym/dlvsym
@@ -57,21 +58,23 @@ mod context;
 mod control;
 mod data;
 mod exports;
+mod patch;
 mod qp_ex;
 
 use core::ffi::CStr;
 use core::sync::atomic::{AtomicU64, Ordering};
 
-pub use context::{device_gid, note_device, patch_context};
+pub use context::{device_gid, note_device};
 #[cfg(feature = "bench")]
 pub(crate) use control::define_cq;
 pub use control::qp_addr_hash;
 pub use exports::hooks;
+pub use patch::patch_context;
 
 const SONAMES: &[&CStr] = &[c"libibverbs.so.1", c"libibverbs.so"];
 
 /// The verbs layer's locks, for `fork::prepare`.
-pub fn hold_for_fork(h: &mut crate::fork::Held) {
+pub fn hold_for_fork(h: &mut crate::held::Held) {
     control::hold_for_fork(h);
     context::hold_for_fork(h);
     qp_ex::hold_for_fork(h);

@@ -48,7 +48,7 @@ unsafe impl Sync for QpxState {}
 static QPXS: PtrMap<*const QpxState, 4096> = PtrMap::new();
 
 /// The map's writers' lock, for `fork::prepare`.
-pub(super) fn hold_for_fork(h: &mut crate::fork::Held) {
+pub(super) fn hold_for_fork(h: &mut crate::held::Held) {
     h.with(|| QPXS.try_lock_writers());
 }
 

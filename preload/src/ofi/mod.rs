@@ -47,13 +47,14 @@ use core::sync::atomic::{AtomicU64, Ordering};
 
 use sigmatop::event::Layer;
 
-use crate::dl::{hook_table, real_fns};
+use crate::dl::real_fns;
+use crate::dlsym::hook_table;
 use crate::hook::{self, Guard};
 use abi::{FI_ENOSYS, FiFabricAttr, FiInfo, FidFabric};
 
 /// The libfabric layer's lock (the address-vector books), for `fork::prepare`. Taken before the
 /// registry's: `addr::av_book` runs its closure with it held.
-pub fn hold_for_fork(h: &mut crate::fork::Held) {
+pub fn hold_for_fork(h: &mut crate::held::Held) {
     h.lock(&addr::AV_BOOKS);
 }
 
@@ -82,7 +83,7 @@ real_fns! { &[c"libfabric.so.1"];
     REAL_FABRIC: FabricFn = c"fi_fabric";
 }
 
-pub fn hooks() -> Vec<crate::dl::Hook> {
+pub fn hooks() -> Vec<crate::dlsym::Hook> {
     hook_table![Layer::Libfabric;
         fi_getinfo => REAL_GETINFO,
         fi_fabric => REAL_FABRIC,

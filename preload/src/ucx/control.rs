@@ -12,7 +12,8 @@ use super::abi::{
     Ptr, RequestParam, Status, UCS_ERR_UNSUPPORTED, WORKER_ATTR_FIELD_ADDRESS, WorkerAttrHead,
     unsupported_ptr,
 };
-use crate::dl::{hook_table, real_fns};
+use crate::dl::real_fns;
+use crate::dlsym::hook_table;
 use crate::hook::{self, Guard};
 
 type InitVersion =
@@ -285,7 +286,7 @@ unsafe extern "C" fn ucp_ep_destroy(ep: Ptr) {
     close(ep, || unsafe { real(ep) })
 }
 
-pub(super) fn hooks() -> Vec<crate::dl::Hook> {
+pub(super) fn hooks() -> Vec<crate::dlsym::Hook> {
     hook_table![Layer::Ucx;
         ucp_init_version => INIT_VERSION,
         ucp_worker_create => WORKER_CREATE,

@@ -8,7 +8,8 @@ use sigmatop::event::{Layer, Op};
 
 use super::abi::{Ptr, Status, UCS_ERR_UNSUPPORTED, UcsResult, dt_bytes, unsupported_ptr};
 use super::{SONAMES, after_progress, op};
-use crate::dl::{hook_table, real_fns};
+use crate::dl::real_fns;
+use crate::dlsym::hook_table;
 use crate::thread::{Detail, Outcome};
 
 type TagSendNb = unsafe extern "C" fn(Ptr, *const c_void, usize, u64, u64, Ptr) -> Ptr;
@@ -414,7 +415,7 @@ unsafe fn progress_traced(real: Progress, worker: Ptr) -> c_uint {
     )
 }
 
-pub(super) fn hooks() -> Vec<crate::dl::Hook> {
+pub(super) fn hooks() -> Vec<crate::dlsym::Hook> {
     hook_table![Layer::Ucx;
         ucp_tag_send_nb => TAG_SEND_NB,
         ucp_tag_send_nbr => TAG_SEND_NBR,

@@ -91,7 +91,7 @@ fn after_progress<R: Copy>(
 }
 
 /// Every UCX hook, for the dlsym wrappers.
-pub fn hooks() -> Vec<crate::dl::Hook> {
+pub fn hooks() -> Vec<crate::dlsym::Hook> {
     let mut v = nbx::hooks();
     v.extend(legacy::hooks());
     v.extend(recv::hooks());

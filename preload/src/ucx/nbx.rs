@@ -8,7 +8,8 @@ use sigmatop::event::{Layer, Op};
 
 use super::abi::{Ptr, RequestParam, nbx_bytes, unsupported_ptr};
 use super::{SONAMES, op};
-use crate::dl::{hook_table, real_fns};
+use crate::dl::real_fns;
+use crate::dlsym::hook_table;
 use crate::thread::Detail;
 
 type RmaNbx = unsafe extern "C" fn(Ptr, *const c_void, usize, u64, Ptr, *const RequestParam) -> Ptr;
@@ -253,7 +254,7 @@ unsafe extern "C" fn ucp_worker_flush_nbx(worker: Ptr, param: *const RequestPara
     op(worker, Op::UcxWorkerFlush, Detail::NONE, call, |_| 0)
 }
 
-pub(super) fn hooks() -> Vec<crate::dl::Hook> {
+pub(super) fn hooks() -> Vec<crate::dlsym::Hook> {
     hook_table![Layer::Ucx;
         ucp_put_nbx => PUT_NBX,
         ucp_get_nbx => GET_NBX,

@@ -53,7 +53,8 @@ use super::abi::{
     OP_ATTR_FLAG_NO_IMM_CMPL, Ptr, RequestParam, Status, TagRecvInfo, UCS_ERR_UNSUPPORTED, UCS_OK,
     UcsResult, dt_bytes, nbx_bytes, unsupported_ptr,
 };
-use crate::dl::{hook_table, real_fns};
+use crate::dl::real_fns;
+use crate::dlsym::hook_table;
 use crate::hook;
 use crate::thread::{Detail, Outcome, ThreadState};
 
@@ -529,7 +530,7 @@ unsafe extern "C" fn ucp_stream_recv_nb(
     )
 }
 
-pub(super) fn hooks() -> Vec<crate::dl::Hook> {
+pub(super) fn hooks() -> Vec<crate::dlsym::Hook> {
     hook_table![Layer::Ucx;
         ucp_tag_recv_nbx => TAG_RECV_NBX,
         ucp_tag_recv_nb => TAG_RECV_NB,
