@@ -33,32 +33,15 @@
 #[cfg(feature = "bench")]
 pub mod bench;
 
-pub mod clock;
-pub mod collector;
-pub mod config;
-pub mod cuda;
-pub mod cuda_driver;
-pub mod dl;
-pub mod dlsym;
-pub mod doorbell;
-pub mod drops;
-pub mod exit;
-pub mod final_state;
-pub mod fork;
-pub mod held;
-pub mod hook;
-pub mod ibverbs;
-pub mod lifecycle;
-pub mod mlx5;
-pub mod nccl;
-pub mod ofi;
-pub mod os;
-pub mod process;
-pub mod ptrmap;
-pub mod registry;
-pub mod server;
-pub mod thread;
-pub mod ucx;
+pub mod interpose;
+pub mod layers;
+pub mod runtime;
+
+use interpose::dlsym;
+use interpose::libc::exit;
+use layers::gpu::{cuda, doorbell};
+use layers::{ibverbs, mlx5, nccl, ofi, ucx};
+use runtime::{clock, collector, config, dl, fork, lifecycle, thread};
 
 /// Every hook the dlsym wrappers may hand out, layer by layer.
 fn hooks() -> Vec<dlsym::Hook> {
