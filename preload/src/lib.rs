@@ -3,30 +3,33 @@
 //! without locks or syscalls, and leaves I/O to one collector thread. It never changes what the
 //! program's calls return: every entry point catches panics and falls through to the real function.
 //!
-//! Modules, one line each:
-//! - `hook`: the one hook idiom (`around`, `after`): guard, real call, recording step.
-//! - `thread`: per-thread counters and event ring; `ThreadState::record` is the recording step.
-//! - `registry`: endpoints the process created and the handle → endpoint-id map.
-//! - `ptrmap`: the lock-free pointer map behind the registry and the per-object states.
-//! - `config`: every `SIGMATOP_*` variable, read once in the constructor.
-//! - `clock`: hot-path timestamps (TSC) and their calibration samples.
-//! - `dl`: symbol resolution, the exported `dlsym`/`dlvsym`, real-function slots (`RealFn`).
-//! - `os`: the raw OS calls the preload makes for itself.
-//! - `ucx`: the UCX layer (exported `ucp_*` entry points).
-//! - `ofi`: the libfabric layer (`fi_fabric` and the per-object ops tables below it).
-//! - `ibverbs`: the libibverbs layer (exported verbs and each context's ops table).
-//! - `mlx5`: mlx5 direct verbs (devx) control path, feeding the doorbell join.
-//! - `cuda`: CUDA driver hooks (`cuGetProcAddress` and the doorbell hijack's entry points).
-//! - `nccl`: NCCL's profiler plugin (`ncclProfiler_v5`): collectives, proxy steps, IB work requests.
-//! - `cuda_driver`: the real CUDA driver entry points sigmatop calls itself.
-//! - `doorbell`: GPU doorbell shadow pages, the forwarding poller, WQE recovery.
-//! - `collector`: the collector thread: drains rings, snapshots, records, serves the socket.
-//! - `server`: the live Unix socket of the process.
-//! - `final_state`: the final state a process leaves for the `sigmatop run` that started it.
-//! - `process`: `exec*` hooks that end the record cleanly before the image is replaced.
-//! - `exit`: `_exit`/`_Exit` hooks that run the final flush no destructor will run.
-//! - `fork`: every lock of sigmatop's held by the forking thread across `fork()`.
-//! - `bench` (feature `bench`): entry points for the benchmarks and test probes.
+//! This file is the composition root, the one place that names every layer. The floors below it
+//! only look down (docs/PRELOAD.md; tests/floors.rs fails on an import circle):
+//! - `runtime/`: what every traced process runs whatever it traces (os, symbol lookup, config,
+//!   clock, per-thread rings, registry, live server, final state, fork handlers, collector, the
+//!   final flush). It names no layer: what it needs of them, lib.rs hands it in tables.
+//! - `interpose/`: the hook idiom (`hook`), the exported `dlsym`/`dlvsym` (`dlsym`), the libc
+//!   entry points that end or replace the image (`libc`: `_exit`/`_Exit`, `exec*`).
+//! - `layers/`: `ucx`, `ofi` (libfabric), `ibverbs`, `mlx5` (direct verbs), `gpu` (`driver`,
+//!   `doorbell`, `cuda`), `nccl` (NCCL's profiler plugin).
+//! - `bench` (feature `bench`): entry points for the benchmarks and test probes, through the
+//!   runtime's and the layers' API only.
+//!
+//! What the constructor installs, in this order, and why:
+//! 1. the real `dlsym`/`dlvsym` (`dl::init`) and `_exit`/`_Exit` (`exit::init`): everything
+//!    after may resolve symbols, and the exit hooks must never call the dynamic linker;
+//! 2. every `SIGMATOP_*` variable (`config::load`; with `bench`, its own variables too), then the
+//!    clock's calibration (`clock::init`);
+//! 3. the tables the runtime and the dlsym wrappers read: the hook table (`hooks`), the layers'
+//!    fork holds and child hooks (`FORK_HOLDS`, `FORK_CHILD`), the before-flush steps
+//!    (`BEFORE_FINAL_FLUSH`). All before the program can have threads and before the collector
+//!    installs the fork handlers that read them (a table built lazily in one thread while another
+//!    forks would stay half-built in the child);
+//! 4. the thread state (`thread::init`), then the collector's fork handlers (`collector::init`:
+//!    sigmatop's locks first, so they are free before a child's collector starts).
+//!
+//! And at the end: `lifecycle::final_flush(End::Fini)` from the destructor, the same sequence
+//! the `_exit` wrappers run (`End::Exit`).
 
 #![deny(clippy::undocumented_unsafe_blocks)]
 

@@ -3,8 +3,8 @@
 //! cudart (static or shared) resolves `cuGetProcAddress_v2` with `dlsym(libcuda, ...)` and then
 //! asks that function for `"cuGetProcAddress"` itself; every later driver lookup goes through the
 //! pointer returned by that self-lookup. So sigmatop hands out its own `cuGetProcAddress[_v2]`
-//! from the dlsym wrapper (dl.rs routes "cu*" names to the hooks table) and answers the self-lookup
-//! with itself. Every other lookup returns the real pointer, except the few functions the doorbell
+//! from the dlsym wrapper (interpose/dlsym.rs routes "cu*" names to the hook table) and answers
+//! the self-lookup with itself. Every other lookup returns the real pointer, except the few functions the doorbell
 //! hijack needs, by name *and* ABI version:
 //!
 //! | name | version | variant wrapped |
