@@ -536,6 +536,35 @@ pub struct OpCount {
     pub posted_bytes: u64,
 }
 
+impl Op {
+    /// Operations whose `aux` is an rkey (or its low 16 bits) and `addr` a remote address.
+    pub fn one_sided(self) -> bool {
+        matches!(
+            self,
+            Op::VerbsWrite
+                | Op::VerbsWriteImm
+                | Op::VerbsRead
+                | Op::VerbsAtomicCas
+                | Op::VerbsAtomicFa
+                | Op::GpuWrite
+                | Op::GpuRead
+                | Op::GpuAtomic
+        )
+    }
+
+    /// Which way an operation's payload moves between its issuer and the other side: `Some(true)`
+    /// to it (sends, writes, atomics), `Some(false)` from it (one-sided reads), `None` when it
+    /// moves none between them (receives, whose bytes the sender already counts; control calls).
+    /// Every matrix (process, rank, node, GPU; recorded and live) counts by this.
+    pub fn toward_peer(self) -> Option<bool> {
+        match self.dir() {
+            Dir::Tx => Some(true),
+            Dir::Rx if self.one_sided() => Some(false),
+            _ => None,
+        }
+    }
+}
+
 impl OpCount {
     /// True when every counter is zero.
     pub fn is_empty(&self) -> bool {

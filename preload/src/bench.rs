@@ -7,8 +7,8 @@ use core::ffi::c_void;
 
 use sigmatop::event::{EndpointKind, Layer, Op, Peer};
 
-use crate::hook::{self, Guard};
-use crate::thread::{Detail, Outcome};
+use crate::interpose::hook::{self, Guard};
+use crate::runtime::thread::{Detail, Outcome};
 
 type FakeFn = unsafe extern "C" fn(*mut c_void, usize) -> isize;
 
@@ -29,7 +29,7 @@ pub unsafe extern "C" fn sigmatop_bench_hook(
         // SAFETY: the caller's contract.
         || unsafe { real(arg, bytes) },
         |ts, _| {
-            let ep = crate::registry::lookup(arg as usize);
+            let ep = crate::runtime::registry::lookup(arg as usize);
             ts.record(ep, Op::UcxTagSend, bytes as u64, Outcome::Ok, || {
                 Some(Detail::NONE)
             })
@@ -40,28 +40,30 @@ pub unsafe extern "C" fn sigmatop_bench_hook(
 /// Defines an endpoint for `handle` and starts the collector, as ucp_ep_create would.
 #[unsafe(no_mangle)]
 pub extern "C" fn sigmatop_bench_setup(handle: *mut c_void) {
-    let id = crate::registry::define(
+    let id = crate::runtime::registry::define(
         Layer::Ucx,
         EndpointKind::UcpEp,
         "bench".into(),
         String::new(),
         Default::default(),
     );
-    crate::registry::bind(handle as usize, id);
-    crate::collector::ensure_started();
+    crate::runtime::registry::bind(handle as usize, id);
+    crate::runtime::collector::ensure_started();
 }
 
 /// Which clock the hot path timestamps events with: 1 the TSC (`rdtsc`), 0 CLOCK_MONOTONIC. The
 /// benchmarks time that same clock in the same run, to state what the timestamp itself costs.
 #[unsafe(no_mangle)]
 pub extern "C" fn sigmatop_bench_clock_is_tsc() -> u32 {
-    crate::clock::uses_tsc() as u32
+    crate::runtime::clock::uses_tsc() as u32
 }
 
 /// Events of the calling thread not yet drained by the collector.
 #[unsafe(no_mangle)]
 pub extern "C" fn sigmatop_bench_pending() -> u64 {
-    crate::thread::current().map(|t| t.pending()).unwrap_or(0)
+    crate::runtime::thread::current()
+        .map(|t| t.pending())
+        .unwrap_or(0)
 }
 
 /// Patches a fake context and defines an endpoint for `qp` and `cq`, as ibv_open_device and
@@ -77,19 +79,19 @@ pub unsafe extern "C" fn sigmatop_bench_verbs_setup(
     cq: *mut c_void,
 ) {
     // SAFETY: the caller's contract.
-    unsafe { crate::ibverbs::patch_context(ctx) };
+    unsafe { crate::layers::ibverbs::patch_context(ctx) };
     hook::guarded((), || {
-        let id = crate::registry::define(
+        let id = crate::runtime::registry::define(
             Layer::Ibverbs,
             EndpointKind::VerbsQp,
             "qp bench".into(),
             "RC".into(),
             Peer::default(),
         );
-        crate::registry::bind(qp as usize, id);
-        crate::ibverbs::define_cq(cq);
+        crate::runtime::registry::bind(qp as usize, id);
+        crate::layers::ibverbs::define_cq(cq);
     });
-    crate::collector::ensure_started();
+    crate::runtime::collector::ensure_started();
 }
 
 /// Takes every lock that `fork::prepare` takes across a fork (waiting for each as long as it takes
@@ -99,7 +101,7 @@ pub unsafe extern "C" fn sigmatop_bench_verbs_setup(
 /// hangs here.
 #[unsafe(no_mangle)]
 pub extern "C" fn sigmatop_bench_hold_locks(spin: u32, blocking: u32) -> u32 {
-    let held = crate::fork::hold_all(blocking != 0);
+    let held = crate::runtime::fork::hold_all(blocking != 0);
     for _ in 0..spin {
         core::hint::spin_loop();
     }
@@ -109,7 +111,7 @@ pub extern "C" fn sigmatop_bench_hold_locks(spin: u32, blocking: u32) -> u32 {
 /// Events of the calling thread lost so far because its ring was full.
 #[unsafe(no_mangle)]
 pub extern "C" fn sigmatop_bench_ring_full() -> u64 {
-    crate::thread::current()
+    crate::runtime::thread::current()
         .map(|t| t.ring_full.load(core::sync::atomic::Ordering::Relaxed))
         .unwrap_or(0)
 }
@@ -125,7 +127,7 @@ static RECORD_START: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLo
 pub fn load() {
     let bps = match std::env::var("SIGMATOP_BENCH_RECORD_BPS") {
         Ok(v) if !v.trim().is_empty() => v.trim().parse::<u64>().unwrap_or_else(|_| {
-            crate::config::warn(format!(
+            crate::runtime::config::warn(format!(
                 "SIGMATOP_BENCH_RECORD_BPS={v} is not a number of bytes per second; not throttled"
             ));
             0
@@ -133,11 +135,14 @@ pub fn load() {
         _ => 0,
     };
     let _ = RECORD_BPS.set(bps);
+    if bps != 0 {
+        crate::runtime::collector::after_each_chunk(throttle_record);
+    }
 }
 
-/// Called by the collector after each chunk it wrote: sleeps while `bytes_written` is ahead of
-/// the throttled rate.
-pub fn throttle_record(bytes_written: u64) {
+/// Called by the collector after each chunk it wrote (`collector::after_each_chunk`): sleeps
+/// while `bytes_written` is ahead of the throttled rate.
+fn throttle_record(bytes_written: u64) {
     let bps = RECORD_BPS.get().copied().unwrap_or(0);
     if bps == 0 {
         return;

@@ -3,72 +3,90 @@
 //! without locks or syscalls, and leaves I/O to one collector thread. It never changes what the
 //! program's calls return: every entry point catches panics and falls through to the real function.
 //!
-//! Modules, one line each:
-//! - `hook`: the one hook idiom (`around`, `after`): guard, real call, recording step.
-//! - `thread`: per-thread counters and event ring; `ThreadState::record` is the recording step.
-//! - `registry`: endpoints the process created and the handle → endpoint-id map.
-//! - `ptrmap`: the lock-free pointer map behind the registry and the per-object states.
-//! - `config`: every `SIGMATOP_*` variable, read once in the constructor.
-//! - `clock`: hot-path timestamps (TSC) and their calibration samples.
-//! - `dl`: symbol resolution, the exported `dlsym`/`dlvsym`, real-function slots (`RealFn`).
-//! - `os`: the raw OS calls the preload makes for itself.
-//! - `ucx`: the UCX layer (exported `ucp_*` entry points).
-//! - `ofi`: the libfabric layer (`fi_fabric` and the per-object ops tables below it).
-//! - `ibverbs`: the libibverbs layer (exported verbs and each context's ops table).
-//! - `mlx5`: mlx5 direct verbs (devx) control path, feeding the doorbell join.
-//! - `cuda`: CUDA driver hooks (`cuGetProcAddress` and the doorbell hijack's entry points).
-//! - `nccl`: NCCL's profiler plugin (`ncclProfiler_v5`): collectives, proxy steps, IB work requests.
-//! - `cuda_driver`: the real CUDA driver entry points sigmatop calls itself.
-//! - `doorbell`: GPU doorbell shadow pages, the forwarding poller, WQE recovery.
-//! - `collector`: the collector thread: drains rings, snapshots, records, serves the socket.
-//! - `server`: the live Unix socket of the process.
-//! - `final_state`: the final state a process leaves for the `sigmatop run` that started it.
-//! - `process`: `exec*` hooks that end the record cleanly before the image is replaced.
-//! - `exit`: `_exit`/`_Exit` hooks that run the final flush no destructor will run.
-//! - `fork`: every lock of sigmatop's held by the forking thread across `fork()`.
-//! - `bench` (feature `bench`): entry points for the benchmarks and test probes.
+//! This file is the composition root, the one place that names every layer. The floors below it
+//! only look down (docs/PRELOAD.md; tests/floors.rs fails on an import circle):
+//! - `runtime/`: what every traced process runs whatever it traces (os, symbol lookup, config,
+//!   clock, per-thread rings, registry, live server, final state, fork handlers, collector, the
+//!   final flush). It names no layer: what it needs of them, lib.rs hands it in tables.
+//! - `interpose/`: the hook idiom (`hook`), the exported `dlsym`/`dlvsym` (`dlsym`), the libc
+//!   entry points that end or replace the image (`libc`: `_exit`/`_Exit`, `exec*`).
+//! - `layers/`: `ucx`, `ofi` (libfabric), `ibverbs`, `mlx5` (direct verbs), `gpu` (`driver`,
+//!   `doorbell`, `cuda`), `nccl` (NCCL's profiler plugin).
+//! - `bench` (feature `bench`): entry points for the benchmarks and test probes, through the
+//!   runtime's and the layers' API only.
+//!
+//! What the constructor installs, in this order, and why:
+//! 1. the real `dlsym`/`dlvsym` (`dl::init`) and `_exit`/`_Exit` (`exit::init`): everything
+//!    after may resolve symbols, and the exit hooks must never call the dynamic linker;
+//! 2. every `SIGMATOP_*` variable (`config::load`; with `bench`, its own variables too), then the
+//!    clock's calibration (`clock::init`);
+//! 3. the tables the runtime and the dlsym wrappers read: the hook table (`hooks`), the layers'
+//!    fork holds and child hooks (`FORK_HOLDS`, `FORK_CHILD`), the before-flush steps
+//!    (`BEFORE_FINAL_FLUSH`). All before the program can have threads and before the collector
+//!    installs the fork handlers that read them (a table built lazily in one thread while another
+//!    forks would stay half-built in the child);
+//! 4. the thread state (`thread::init`), then the collector's fork handlers (`collector::init`:
+//!    sigmatop's locks first, so they are free before a child's collector starts).
+//!
+//! And at the end: `lifecycle::final_flush(End::Fini)` from the destructor, the same sequence
+//! the `_exit` wrappers run (`End::Exit`).
 
 #![deny(clippy::undocumented_unsafe_blocks)]
 
 #[cfg(feature = "bench")]
 pub mod bench;
 
-pub mod clock;
-pub mod collector;
-pub mod config;
-pub mod cuda;
-pub mod cuda_driver;
-pub mod dl;
-pub mod doorbell;
-pub mod exit;
-pub mod final_state;
-pub mod fork;
-pub mod hook;
-pub mod ibverbs;
-pub mod mlx5;
-pub mod nccl;
-pub mod ofi;
-pub mod os;
-pub mod process;
-pub mod ptrmap;
-pub mod registry;
-pub mod server;
-pub mod thread;
-pub mod ucx;
+pub mod interpose;
+pub mod layers;
+pub mod runtime;
 
-/// Every hook the dlsym wrappers may hand out.
-pub fn hooks_table() -> &'static [dl::Hook] {
-    static FLAT: std::sync::OnceLock<Vec<dl::Hook>> = std::sync::OnceLock::new();
-    FLAT.get_or_init(|| {
-        let mut v = Vec::new();
-        v.extend(ucx::hooks());
-        v.extend(ofi::hooks());
-        v.extend(mlx5::hooks());
-        v.extend(cuda::hooks());
-        v.extend(ibverbs::hooks());
-        v
-    })
+use interpose::dlsym;
+use interpose::libc::exit;
+use layers::gpu::{cuda, doorbell};
+use layers::{ibverbs, mlx5, nccl, ofi, ucx};
+use runtime::{clock, collector, config, dl, fork, lifecycle, thread};
+
+/// Every hook the dlsym wrappers may hand out, layer by layer.
+fn hooks() -> Vec<dlsym::Hook> {
+    let mut v = Vec::new();
+    v.extend(ucx::hooks());
+    v.extend(ofi::hooks());
+    v.extend(mlx5::hooks());
+    v.extend(cuda::hooks());
+    v.extend(ibverbs::hooks());
+    v
 }
+
+/// The layers' locks that the forking thread holds across `fork()`, outer locks first (a lock
+/// that is held while another is taken comes before it; the order of before these tables). The
+/// runtime's own (registry, then config) come after them in `fork::hold_all`: every layer defines
+/// endpoints and queues warnings while it holds its own. tests/reliability/processes.rs guards
+/// the order.
+const FORK_HOLDS: &[fork::HoldFn] = &[
+    doorbell::hold_for_fork,
+    mlx5::hold_for_fork,
+    ibverbs::hold_for_fork,
+    ofi::hold_for_fork,
+    cuda::hold_for_fork,
+];
+
+/// What a fork child does before its collector may start: the parent's doorbell poller thread
+/// does not exist in it.
+const FORK_CHILD: &[fork::ChildFn] = &[doorbell::forget_poller_after_fork];
+
+/// The layers' steps before the collector's last flush: GPU doorbells parse their pending WQEs
+/// first, so the collector's last snapshot has them; NCCL's profiler plugin writes its last
+/// records and totals (in the destructor only, as before this table existed).
+const BEFORE_FINAL_FLUSH: &[lifecycle::BeforeFlush] = &[
+    lifecycle::BeforeFlush {
+        run: doorbell::shutdown,
+        at_exit: true,
+    },
+    lifecycle::BeforeFlush {
+        run: nccl::shutdown,
+        at_exit: false,
+    },
+];
 
 extern "C" fn sigmatop_init() {
     // This library's own copy of std: its panics are caught and reported in one line of ours,
@@ -79,16 +97,20 @@ extern "C" fn sigmatop_init() {
         }
     }));
     let ok = std::panic::catch_unwind(|| {
+        // The real dlsym/dlvsym and _exit/_Exit, before anything may call them.
         dl::init();
         exit::init();
         config::load();
         #[cfg(feature = "bench")]
         bench::load();
         clock::init();
-        // Built here, before the program can have threads: a lazy first build in a dlsym
-        // wrapper could be under way in one thread while another forks, and the child's table
-        // would then stay "being built" for good (its next dlsym would wait forever).
-        hooks_table();
+        // Every table filled here, before the program can have threads and before the collector
+        // installs the fork handlers that read them: a lazy first build in a dlsym wrapper could
+        // be under way in one thread while another forks, and the child's table would then stay
+        // "being built" for good (its next dlsym would wait forever).
+        dlsym::install(hooks());
+        fork::install(FORK_HOLDS, FORK_CHILD);
+        lifecycle::install(BEFORE_FINAL_FLUSH);
         if config::fault() == config::Fault::Init {
             panic!("injected init fault (SIGMATOP_TEST_FAULT=init)");
         }
@@ -102,16 +124,7 @@ extern "C" fn sigmatop_init() {
 }
 
 extern "C" fn sigmatop_fini() {
-    // A vfork child that calls exit() shares its parent's memory: the collector and poller it
-    // would stop are the parent's.
-    if collector::memory_of_another_process() {
-        return;
-    }
-    // GPU doorbells: parse pending WQEs first, so the collector's last snapshot has them.
-    let _ = std::panic::catch_unwind(doorbell::shutdown);
-    let _ = std::panic::catch_unwind(nccl::shutdown);
-    let _ = std::panic::catch_unwind(collector::shutdown);
-    let _ = std::panic::catch_unwind(final_state::write_loaded_objects_if_untraced);
+    lifecycle::final_flush(lifecycle::End::Fini);
 }
 
 #[used]

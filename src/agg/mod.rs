@@ -21,6 +21,7 @@ pub mod model;
 pub mod peers;
 pub mod report;
 pub mod snapshots;
+pub mod sums;
 pub mod warnings;
 pub mod window;
 

@@ -9,7 +9,6 @@ use serde::Serialize;
 use super::matrix::{Groups, Matrix, UNTRACED};
 use super::model::{Model, ProcKey, ProcessState};
 use super::peers::Peers;
-use crate::correlate::mr::toward_peer;
 use crate::event::{Dir, DropCounters, EndpointKind, Op, OpCount, UNATTRIBUTED_EP};
 
 fn is_zero(v: &u64) -> bool {
@@ -106,7 +105,7 @@ impl Model {
         for (pi, (_, p)) in procs.iter().enumerate() {
             let Some(last) = p.last() else { continue };
             for c in &last.counts {
-                let Some(toward) = Op::from_u8(c.op).and_then(toward_peer) else {
+                let Some(toward) = Op::from_u8(c.op).and_then(Op::toward_peer) else {
                     continue;
                 };
                 let other = match p.endpoints.get(&c.ep) {

@@ -29,7 +29,7 @@
 use std::borrow::Cow;
 use std::collections::{HashSet, VecDeque};
 
-use super::window::{ChangeSums, EpMap, Sums};
+use super::sums::{ChangeSums, EpMap, Sums};
 use crate::event::{DropCounters, OpCount, Snapshot};
 use crate::trace::codec::{get_varint, put_varint};
 

@@ -14,6 +14,16 @@ use std::process::ExitStatus;
 use std::sync::Once;
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, Ordering};
 
+/// The program's name as the messages give it: the file name of the command (`ucx_perftest`,
+/// not `/usr/bin/ucx_perftest`).
+pub fn program_name(cmd: &[String]) -> String {
+    let first = cmd.first().map(String::as_str).unwrap_or_default();
+    std::path::Path::new(first)
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| first.to_string())
+}
+
 /// The exit code a shell would report for `status` (128 + the signal when it was killed).
 pub fn exit_code(status: ExitStatus) -> i32 {
     match (status.code(), status.signal()) {

@@ -232,7 +232,7 @@ impl NothingTraced<'_> {
     /// a launcher that failed is said to have failed, and programs that loaded no MPI library
     /// (`mpirun -np 2 hostname`) are not called MPI ranks.
     pub fn mpi_hint(&self, traced: Option<&str>) -> Option<String> {
-        let prog = super::run::program_name(self.cmd);
+        let prog = super::child::program_name(self.cmd);
         if !is_mpi_launcher(&prog) {
             return None;
         }
@@ -308,7 +308,7 @@ impl NothingTraced<'_> {
 
     /// The end-of-run message: what happened and what to do, one paragraph.
     pub fn message(&self) -> String {
-        let prog = super::run::program_name(self.cmd);
+        let prog = super::child::program_name(self.cmd);
         // A library of a layer that was switched off. UCX and libfabric load verbs and mlx5 for
         // their own device discovery: when a program's own library (UCX, libfabric) is among
         // them, that is the one to name.

@@ -13,7 +13,7 @@ use sigmatop_tui::{App, Theme};
 
 use super::child::{
     Target, catch_signals, describe, exit_code, hung_up, in_terminal_foreground, passed_on,
-    signal_name, terminate_with_sigmatop,
+    program_name, signal_name, terminate_with_sigmatop,
 };
 use super::dashboard::{Dashboard, Source, run_terminal_keep};
 use super::diagnose::{LibraryWatch, NothingTraced};
@@ -339,16 +339,6 @@ pub fn run_headless(args: &RunArgs) -> CliResult {
         None => {}
     }
     Ok(code)
-}
-
-/// The program's name as the messages give it: the file name of the command (`ucx_perftest`,
-/// not `/usr/bin/ucx_perftest`).
-pub fn program_name(cmd: &[String]) -> String {
-    let first = cmd.first().map(String::as_str).unwrap_or_default();
-    Path::new(first)
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_else(|| first.to_string())
 }
 
 /// Where `run` keeps the program's output when the dashboard holds the terminal: the state

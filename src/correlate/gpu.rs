@@ -11,7 +11,6 @@
 use std::collections::BTreeMap;
 
 use super::Correlation;
-use super::mr::toward_peer;
 use crate::agg::matrix::{GpuKey, Matrix, gpu_side_label, gpu_sides};
 use crate::event::Op;
 
@@ -48,7 +47,7 @@ pub fn gpu_traffic(c: &Correlation) -> GpuTraffic {
             let Some(op) = Op::from_u8(cnt.op) else {
                 continue;
             };
-            let Some(toward_peer) = toward_peer(op) else {
+            let Some(toward_peer) = op.toward_peer() else {
                 continue;
             };
             if cnt.bytes == 0 {

@@ -298,13 +298,13 @@ impl<'r> Correlation<'r> {
             if m.ev.flags & flags::ERROR == 0
                 && let Some(op) = Op::from_u8(m.ev.op)
             {
-                if mr::one_sided(op) {
+                if op.one_sided() {
                     target = attr.feed(&m, peer);
                 }
                 // One-sided operations move data to (write, atomic) or from (read) the process
                 // owning the region; the QP's peer when no region names it.
                 let other = target.or(peer);
-                if let Some(toward) = mr::toward_peer(op) {
+                if let Some(toward) = op.toward_peer() {
                     let cells = if toward {
                         &mut a.tx_matrix
                     } else {

@@ -19,7 +19,7 @@ use serde::Serialize;
 
 use super::FxMap;
 use super::merge::Merged;
-use crate::event::{Dir, MemRegion, Op};
+use crate::event::MemRegion;
 use crate::trace::reader::ProcessRecording;
 
 /// One registered region.
@@ -76,33 +76,6 @@ pub enum Lookup {
 pub struct MrTable {
     pub entries: Vec<MrEntry>,
     by_rkey16: FxMap<u16, Vec<usize>>,
-}
-
-/// Operations whose `aux` is an rkey (or its low 16 bits) and `addr` a remote address.
-pub fn one_sided(op: Op) -> bool {
-    matches!(
-        op,
-        Op::VerbsWrite
-            | Op::VerbsWriteImm
-            | Op::VerbsRead
-            | Op::VerbsAtomicCas
-            | Op::VerbsAtomicFa
-            | Op::GpuWrite
-            | Op::GpuRead
-            | Op::GpuAtomic
-    )
-}
-
-/// Which way an operation's payload moves between its issuer and the other side: `Some(true)`
-/// to it (sends, writes, atomics), `Some(false)` from it (one-sided reads), `None` when it moves
-/// none between them (receives, whose bytes the sender already counts; control calls). Every
-/// matrix (process, rank, node, GPU; recorded and live) counts by this.
-pub fn toward_peer(op: Op) -> Option<bool> {
-    match op.dir() {
-        Dir::Tx => Some(true),
-        Dir::Rx if one_sided(op) => Some(false),
-        _ => None,
-    }
 }
 
 impl MrTable {

@@ -12,7 +12,7 @@ use crate::agg::matrix::{Groups, UNTRACED, UNTRACED_LABEL};
 use crate::agg::{Matrix, Report};
 use crate::correlate::doorbell::DoorbellStats;
 use crate::correlate::matcher::MatchStats;
-use crate::correlate::mr::{self, MAX_MRS_LISTED, MrListed, OneSidedStats};
+use crate::correlate::mr::{MAX_MRS_LISTED, MrListed, OneSidedStats};
 use crate::correlate::{Analysis, Correlation, Phase};
 use crate::event::Op;
 
@@ -257,7 +257,7 @@ pub fn build(c: &Correlation, a: &Analysis, mut report: Report) -> Export {
             from_snapshots += 1;
             for cnt in &s.counts {
                 // Sends and writes go to the peer; one-sided reads come from it.
-                let Some(toward_peer) = Op::from_u8(cnt.op).and_then(mr::toward_peer) else {
+                let Some(toward_peer) = Op::from_u8(cnt.op).and_then(Op::toward_peer) else {
                     continue;
                 };
                 // An endpoint that talks to several processes cannot say which got what.

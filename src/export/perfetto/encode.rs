@@ -8,7 +8,6 @@ use super::PerfettoSink;
 use super::fields::*;
 use super::item::{Item, plain, tid_of};
 use super::stage::{Cursor, vlen};
-use crate::correlate::mr::one_sided;
 use crate::event::{Dir, Layer, Op};
 use crate::export::proto::{self, begin, end, fixed64, string, uint};
 
@@ -224,7 +223,7 @@ fn annotations(it: &Item, tid: Option<u32>, f: &mut Cursor) {
     if ev.flags != 0 {
         f.uint(AN_FLAGS, ev.flags as u64);
     }
-    if op.is_some_and(one_sided) {
+    if op.is_some_and(Op::one_sided) {
         f.uint(AN_RKEY, ev.aux as u64);
     }
     if let Some(t) = it.target {

@@ -1,0 +1,537 @@
+//! The poller thread ("sigmatop-db"): spins over the watched 64-byte blocks of every shadow
+//! page, forwards each change to the real UAR page at once (8 bytes, or a whole BlueFlame block),
+//! decodes the doorbell word and joins it by QPN to the devx QP; the WQEs behind it are recovered
+//! in recover.rs.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use core::sync::atomic::Ordering;
+
+use sigmatop::decode::doorbell::{DoorbellKind, DoorbellStep, DoorbellWord, SqTracker, WqeRange};
+use sigmatop::decode::wqe::Opcode;
+use sigmatop::decode::{WQEBB_BYTES, valid_sq_cnt};
+use sigmatop::event::{Op, UNATTRIBUTED_EP, flags};
+
+use super::stats::{
+    BLUEFLAME, COALESCED, DOORBELLS, DUPLICATES, OTHER_STORES, OVERRUNS, SHARED, UNKNOWN_QP,
+    UNPARSABLE,
+};
+use super::{ACK, GEN, MAX_WATCH_BYTES, QpInfo, Registration, STATE, STOP, page_of, page_size};
+use crate::layers::gpu::driver::{self as cuda_driver, Driver, Stream};
+use crate::runtime::config::Gpu;
+use crate::runtime::thread::{Detail, Outcome, ThreadState};
+
+/// One watched 64-byte block of a shadow page.
+struct Block {
+    shadow: *const u64,
+    real: *mut u64,
+    /// Watched words (bit i = word i).
+    mask: u8,
+    last: [u64; 8],
+    /// QPNs of the QPs whose doorbell register this block holds, when more than one QP shares
+    /// it (empty otherwise): see `forward_shared`.
+    sharers: Vec<u32>,
+}
+
+pub(super) struct Pending {
+    pub range: WqeRange,
+    pub tsc: u64,
+    pub copied: bool,
+}
+
+pub(super) struct QpRt {
+    pub info: QpInfo,
+    pub tracker: SqTracker,
+    /// Pinned host mirror of the SQ (sq_cnt WQEBBs, same slot offsets).
+    pub mirror: *mut u8,
+    pub pending: Vec<Pending>,
+    pub pending_wqebbs: u32,
+    pub threshold: u32,
+    pub last_db_ns: u64,
+    /// This QP is still defined (false: being destroyed; flushed, then dropped).
+    pub live: bool,
+    /// The producer index of a doorbell the poller made up from the doorbell record (shared
+    /// register): the program's own doorbell for it, if it comes, is that same doorbell seen
+    /// late, forwarded but not recorded again.
+    pub made_up: Option<u16>,
+}
+
+pub(super) struct Poller {
+    pub cfg: &'static Gpu,
+    seen_gen: u64,
+    blocks: Vec<Block>,
+    pub qps: HashMap<u32, QpRt>,
+    ts: Option<&'static ThreadState>,
+    pub drv: Option<&'static Driver>,
+    pub stream: Option<Stream>,
+    ctx_set: bool,
+    pub log: Option<std::io::BufWriter<std::fs::File>>,
+}
+
+#[inline(always)]
+fn sfence() {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: sfence has no preconditions.
+    unsafe {
+        core::arch::x86_64::_mm_sfence()
+    };
+    #[cfg(not(target_arch = "x86_64"))]
+    core::sync::atomic::fence(Ordering::SeqCst);
+}
+
+pub(super) fn op_of(opcode: Opcode) -> Op {
+    match opcode {
+        Opcode::RdmaWrite | Opcode::RdmaWriteImm => Op::GpuWrite,
+        Opcode::RdmaRead => Op::GpuRead,
+        o if o.is_atomic() => Op::GpuAtomic,
+        Opcode::Send | Opcode::SendImm | Opcode::SendInval => Op::GpuSend,
+        _ => Op::GpuOther,
+    }
+}
+
+impl Poller {
+    pub fn new() -> Poller {
+        let cfg = crate::runtime::config::gpu();
+        let log = cfg.wqe_log.as_ref().and_then(|p| {
+            std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(p)
+                .ok()
+                .map(std::io::BufWriter::new)
+        });
+        Poller {
+            cfg,
+            seen_gen: 0,
+            blocks: Vec::new(),
+            qps: HashMap::new(),
+            ts: None,
+            drv: None,
+            stream: None,
+            ctx_set: false,
+            log,
+        }
+    }
+
+    pub fn run(mut self) {
+        if let Some(cpu) = self.cfg.poller_cpu {
+            crate::runtime::os::pin_to_cpu(cpu);
+        }
+        self.ts = crate::runtime::thread::current();
+        let mut idle: u32 = 0;
+        loop {
+            let g = GEN.load(Ordering::Acquire);
+            if g != self.seen_gen {
+                self.apply(g);
+            }
+            if STOP.load(Ordering::Acquire) {
+                self.flush_all();
+                break;
+            }
+            if self.blocks.is_empty() {
+                if self.qps.values().any(|q| !q.pending.is_empty()) {
+                    self.flush_all();
+                }
+                std::thread::sleep(Duration::from_micros(500));
+                continue;
+            }
+            let mut any = false;
+            for i in 0..self.blocks.len() {
+                let b = &self.blocks[i];
+                let mut changed = 0u8;
+                for w in 0..8 {
+                    if b.mask & (1 << w) != 0 {
+                        // SAFETY: the shadow page is mapped for the life of the process.
+                        let v = unsafe { core::ptr::read_volatile(b.shadow.add(w)) };
+                        if v != b.last[w] {
+                            changed |= 1 << w;
+                        }
+                    }
+                }
+                if changed != 0 {
+                    any = true;
+                    self.on_change(i, changed);
+                }
+            }
+            if any {
+                idle = 0;
+            } else {
+                core::hint::spin_loop();
+                idle = idle.wrapping_add(1);
+                if idle & 0x3ff == 0 {
+                    self.idle_flush();
+                }
+            }
+        }
+        if let Some(l) = self.log.as_mut() {
+            let _ = std::io::Write::flush(l);
+        }
+        if self.cfg.stats {
+            eprintln!("{}", super::stats_line());
+        }
+    }
+
+    /// Applies control-path changes: rebuild the watched blocks, add/drop QPs.
+    fn apply(&mut self, g: u64) {
+        let (blocks, qps, ctx) = {
+            let Ok(s) = STATE.lock() else { return };
+            let mut blocks: Vec<Block> = Vec::new();
+            let ps = page_size();
+            for sh in &s.shadows {
+                let regs: Vec<&Registration> =
+                    s.regs.iter().filter(|r| r.page == sh.real_page).collect();
+                if regs.is_empty() {
+                    continue;
+                }
+                let words = (ps / 8) as usize;
+                let mut watched = vec![false; words];
+                let mut mark = |from: u64, len: u64| {
+                    let a = from.saturating_sub(sh.real_page) / 8;
+                    let end = (from + len)
+                        .min(sh.real_page + ps)
+                        .saturating_sub(sh.real_page);
+                    let b = end.div_ceil(8);
+                    for w in a..b {
+                        if let Some(x) = watched.get_mut(w as usize) {
+                            *x = true;
+                        }
+                    }
+                };
+                for r in &regs {
+                    mark(r.p, r.size.min(MAX_WATCH_BYTES));
+                }
+                for u in &s.uars {
+                    if page_of(u.uar.reg_addr) == sh.real_page {
+                        mark(u.uar.reg_addr, 8);
+                    }
+                }
+                for blk in 0..words / 8 {
+                    let mut mask = 0u8;
+                    for w in 0..8 {
+                        if watched[blk * 8 + w] {
+                            mask |= 1 << w;
+                        }
+                    }
+                    if mask == 0 {
+                        continue;
+                    }
+                    let shadow = (sh.host + blk as u64 * 64) as *const u64;
+                    let real = (sh.real_page + blk as u64 * 64) as *mut u64;
+                    // Keep what was last seen of a block that stays watched.
+                    let last = self
+                        .blocks
+                        .iter()
+                        .find(|b| b.shadow == shadow)
+                        .map(|b| b.last)
+                        .unwrap_or_else(|| {
+                            let mut l = [0u64; 8];
+                            for (w, x) in l.iter_mut().enumerate() {
+                                // SAFETY: our shadow page; read what is there now.
+                                *x = unsafe { core::ptr::read_volatile(shadow.add(w)) };
+                            }
+                            l
+                        });
+                    // The QPs bound (qpc.uar_page) to a UAR whose register is in this block.
+                    let lo = sh.real_page + blk as u64 * 64;
+                    let mut sharers: Vec<u32> = s
+                        .qps
+                        .iter()
+                        .filter(|q| {
+                            s.uars.iter().any(|u| {
+                                u.uar.page_id == q.uar_page
+                                    && (lo..lo + 64).contains(&u.uar.reg_addr)
+                            })
+                        })
+                        .map(|q| q.qpn)
+                        .collect();
+                    sharers.sort_unstable();
+                    if sharers.len() < 2 {
+                        sharers.clear();
+                    }
+                    blocks.push(Block {
+                        shadow,
+                        real,
+                        mask,
+                        last,
+                        sharers,
+                    });
+                }
+            }
+            (blocks, s.qps.clone(), s.ctx)
+        };
+        self.blocks = blocks;
+        if self.drv.is_none() {
+            self.drv = cuda_driver::driver();
+        }
+        if !self.ctx_set
+            && let (Some(d), Some(c)) = (self.drv, ctx)
+        {
+            self.ctx_set = d.set_ctx(c);
+        }
+        // QPs gone: parse what is pending, then drop them.
+        let gone: Vec<u32> = self
+            .qps
+            .keys()
+            .filter(|k| !qps.iter().any(|q| q.qpn == **k))
+            .copied()
+            .collect();
+        for qpn in gone {
+            if let Some(mut q) = self.qps.remove(&qpn) {
+                q.live = false;
+                self.flush(&mut q);
+                self.free_qp(q);
+            }
+        }
+        for q in qps {
+            if !self.qps.contains_key(&q.qpn)
+                && let Some(rt) = self.new_qp(q)
+            {
+                self.qps.insert(rt.info.qpn, rt);
+            }
+        }
+        self.seen_gen = g;
+        ACK.store(g, Ordering::Release);
+    }
+
+    fn new_qp(&mut self, info: QpInfo) -> Option<QpRt> {
+        if !valid_sq_cnt(info.sq_cnt) {
+            return None;
+        }
+        let tracker = SqTracker::new(info.sq_cnt).ok()?;
+        let len = info.sq_cnt as usize * WQEBB_BYTES;
+        let mut mirror = core::ptr::null_mut();
+        if self.cfg.recover_wqes
+            && let Some(m) = crate::runtime::os::map_zeroed(len, true)
+        {
+            mirror = m;
+            if info.gpu.is_some()
+                && let Some(d) = self.drv
+            {
+                // Pinned, so the copies are truly asynchronous (best effort).
+                // SAFETY: the real cuMemHostRegister on our own mapping.
+                let _ = unsafe { (d.host_register)(m as *mut core::ffi::c_void, len, 0) };
+            }
+        }
+        let threshold = self.cfg.batch.min(info.sq_cnt).max(1);
+        Some(QpRt {
+            info,
+            tracker,
+            mirror,
+            pending: Vec::new(),
+            pending_wqebbs: 0,
+            threshold,
+            last_db_ns: 0,
+            live: true,
+            made_up: None,
+        })
+    }
+
+    fn free_qp(&mut self, q: QpRt) {
+        // The mirror stays mapped: a copy that failed to sync may still land in it later.
+        let _ = q;
+    }
+
+    #[cold]
+    fn on_change(&mut self, i: usize, changed: u8) {
+        let tsc = crate::runtime::clock::now();
+        let b = &mut self.blocks[i];
+        if changed.count_ones() > 1 {
+            // A BlueFlame write: read the whole block until it is stable, forward it whole.
+            let mut vals = [0u64; 8];
+            let mut stable = false;
+            for _ in 0..64 {
+                let mut again = [0u64; 8];
+                for (w, x) in again.iter_mut().enumerate() {
+                    // SAFETY: our shadow page.
+                    *x = unsafe { core::ptr::read_volatile(b.shadow.add(w)) };
+                }
+                if again == vals {
+                    stable = true;
+                    break;
+                }
+                vals = again;
+            }
+            if !stable {
+                COALESCED.fetch_add(1, Ordering::Relaxed);
+            }
+            self.forward_shared(i, vals[0], tsc);
+            let b = &mut self.blocks[i];
+            for (w, v) in vals.iter().enumerate() {
+                // SAFETY: the real UAR page is mapped while it is watched (free_uar waits for
+                // the poller to drop it first).
+                unsafe { core::ptr::write_volatile(b.real.add(w), *v) };
+            }
+            sfence();
+            b.last = vals;
+            BLUEFLAME.fetch_add(1, Ordering::Relaxed);
+            self.doorbell(vals[0], tsc, true);
+            return;
+        }
+        let w = changed.trailing_zeros() as usize;
+        // SAFETY: as above.
+        let v = unsafe { core::ptr::read_volatile(b.shadow.add(w)) };
+        if w == 0 {
+            self.forward_shared(i, v, tsc);
+        }
+        let b = &mut self.blocks[i];
+        // SAFETY: as above.
+        unsafe { core::ptr::write_volatile(b.real.add(w), v) };
+        sfence();
+        b.last[w] = v;
+        if w == 0 {
+            self.doorbell(v, tsc, false);
+        } else {
+            OTHER_STORES.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Before the doorbell `v` of block `i` is forwarded: on a register several QPs share, a
+    /// QP's doorbell overwritten by another's between two reads would be lost (the NIC rings
+    /// only the QP a doorbell names). Each other QP of the register whose doorbell record's send
+    /// counter is past the last producer index its doorbells said gets a doorbell of its own
+    /// first, in NVSHMEM's GPU convention `{pi << 8, qpn << 8}`: forwarded to the register,
+    /// recorded and its WQEs recovered like any other. The record is written (after the WQEs)
+    /// before the doorbell, so a doorbell forwarded from it never runs an unfinished WQE; the
+    /// program's own doorbell, if it comes later, is forwarded but not recorded again. Counted in
+    /// `shared_register`.
+    fn forward_shared(&mut self, i: usize, v: u64, tsc: u64) {
+        let n = self.blocks[i].sharers.len();
+        if n == 0 {
+            return;
+        }
+        let named = DoorbellWord::from_mem_u64(v).qpn;
+        for k in 0..n {
+            let qpn = self.blocks[i].sharers[k];
+            if qpn == named {
+                continue;
+            }
+            let Some((info, last)) = self
+                .qps
+                .get(&qpn)
+                .map(|q| (q.info.clone(), q.tracker.last_pi()))
+            else {
+                continue;
+            };
+            let Some(rec) = self.read_send_counter(&info) else {
+                continue;
+            };
+            let d = u32::from(rec.wrapping_sub(last));
+            if d == 0 || d > info.sq_cnt {
+                continue;
+            }
+            let word = DoorbellWord {
+                opmod: 0,
+                idx: rec,
+                opcode: 0,
+                qpn,
+                ds: 0,
+            };
+            let w = u64::from_ne_bytes(word.to_bytes());
+            // SAFETY: the real UAR page is mapped while it is watched (as in on_change).
+            unsafe { core::ptr::write_volatile(self.blocks[i].real, w) };
+            sfence();
+            SHARED.fetch_add(1, Ordering::Relaxed);
+            self.doorbell(w, tsc, false);
+            if let Some(q) = self.qps.get_mut(&qpn) {
+                q.made_up = Some(rec);
+            }
+        }
+    }
+
+    /// The send counter (`[1]`, big-endian, 16 bits) of a QP's doorbell record.
+    fn read_send_counter(&mut self, q: &QpInfo) -> Option<u16> {
+        if q.dbr == 0 {
+            return None;
+        }
+        let at = q.dbr + 4;
+        let raw = if q.dbr_gpu.is_some() {
+            if self.stream.is_none() {
+                self.stream = self.drv.and_then(|d| d.stream());
+            }
+            let (d, s) = (self.drv?, self.stream?);
+            let mut b = [0u8; 4];
+            // SAFETY: a 4-byte copy of the QP's record (device memory) into a local; synced
+            // before b is read.
+            if !unsafe { d.dtoh_async(b.as_mut_ptr(), at, 4, s) } || !d.sync(s) {
+                return None;
+            }
+            u32::from_ne_bytes(b)
+        } else {
+            // SAFETY: a host-resident doorbell record registered as a umem: readable.
+            unsafe { core::ptr::read_volatile(at as *const u32) }
+        };
+        Some((u32::from_be(raw) & 0xffff) as u16)
+    }
+
+    /// Records an operation of the GPU at the time its doorbell was seen (`tsc`).
+    pub fn emit(&self, tsc: u64, ep: u32, op: Op, bytes: u64, detail: Detail) {
+        if let Some(ts) = self.ts {
+            ts.record_at(tsc, ep, op, bytes, Outcome::Ok, detail);
+        }
+    }
+
+    fn doorbell(&mut self, v: u64, tsc: u64, bf: bool) {
+        DOORBELLS.fetch_add(1, Ordering::Relaxed);
+        let word = DoorbellWord::from_mem_u64(v);
+        let raw = u64::from_be_bytes(v.to_ne_bytes());
+        let fl = if bf { flags::INLINE } else { 0 };
+        let detail = Detail {
+            addr: raw,
+            flags: fl,
+            aux: word.idx as u32,
+        };
+        let Some(mut q) = self.qps.remove(&word.qpn) else {
+            UNKNOWN_QP.fetch_add(1, Ordering::Relaxed);
+            self.emit(tsc, UNATTRIBUTED_EP, Op::GpuDoorbell, 0, detail);
+            return;
+        };
+        // A GPU index behind the last one: an earlier ring overtaken by a later one.
+        if word.kind() == DoorbellKind::Gpu {
+            let last = q.tracker.last_pi();
+            let back = u32::from(last.wrapping_sub(word.idx));
+            if back != 0 && back < q.info.sq_cnt {
+                COALESCED.fetch_add(1, Ordering::Relaxed);
+                self.emit(tsc, q.info.ep, Op::GpuDoorbell, 0, detail);
+                self.qps.insert(word.qpn, q);
+                return;
+            }
+        }
+        let step = q.tracker.on_doorbell(&word);
+        let made_up = q.made_up.take();
+        if matches!(step, DoorbellStep::Duplicate { .. }) && made_up == Some(q.tracker.last_pi()) {
+            // The program's own doorbell for one already made up from its record: one ring.
+            self.qps.insert(word.qpn, q);
+            return;
+        }
+        let new = match step {
+            DoorbellStep::New(r) => r.wqebbs as u64,
+            _ => 0,
+        };
+        self.emit(tsc, q.info.ep, Op::GpuDoorbell, new, detail);
+        match step {
+            DoorbellStep::New(range) => {
+                if self.cfg.recover_wqes && !q.mirror.is_null() {
+                    self.recover(&mut q, range, tsc);
+                }
+            }
+            DoorbellStep::Duplicate { .. } => {
+                DUPLICATES.fetch_add(1, Ordering::Relaxed);
+            }
+            DoorbellStep::Overrun { wqebbs, .. } => {
+                OVERRUNS.fetch_add(1, Ordering::Relaxed);
+                // Those WQEs are not recovered: count them as unparsable (at least one).
+                UNPARSABLE.fetch_add(
+                    u64::from(wqebbs.min(q.info.sq_cnt)).max(1),
+                    Ordering::Relaxed,
+                );
+                // Whatever is pending may be stale now; parse it while it may still be intact.
+                self.flush(&mut q);
+            }
+            DoorbellStep::Malformed { .. } => {
+                UNPARSABLE.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        self.qps.insert(word.qpn, q);
+    }
+}

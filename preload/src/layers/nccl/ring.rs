@@ -1,0 +1,199 @@
+//! The NCCL plugin's event queue and its writer thread: NCCL's threads (the application's, the
+//! proxy's) push fixed records without a lock, an allocation or a system call (a bounded
+//! multi-producer queue, Vyukov's); one writer thread drains it into `<record>/<host>/
+//! nccl-<pid>.stn` every 20 ms and at exit. A full queue drops the record and counts it: the
+//! count is the file's last record (`kind::TOTALS`) and `report` shows it.
+
+use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, Ordering};
+use std::io::Write;
+use std::sync::Mutex;
+
+use sigmatop::nccl::format::{self, REC_BYTES, Rec, WORDS};
+
+/// Slots in the queue (a power of two): 8 MiB of address space, touched as used.
+const CAP: u64 = 1 << 16;
+
+#[repr(C)]
+struct Slot {
+    seq: AtomicU64,
+    w: [AtomicU64; WORDS],
+}
+
+static SLOTS: AtomicPtr<Slot> = AtomicPtr::new(core::ptr::null_mut());
+static HEAD: AtomicU64 = AtomicU64::new(0);
+static TAIL: AtomicU64 = AtomicU64::new(0);
+/// Records dropped because the queue was full.
+pub static DROPPED: AtomicU64 = AtomicU64::new(0);
+/// Events of a type this plugin does not read (counted, not written one by one).
+pub static UNKNOWN: AtomicU64 = AtomicU64::new(0);
+static STOP: AtomicBool = AtomicBool::new(false);
+static WRITER: Mutex<Option<Writer>> = Mutex::new(None);
+static THREAD: Mutex<Option<std::thread::JoinHandle<()>>> = Mutex::new(None);
+
+struct Writer {
+    file: std::fs::File,
+    buf: Vec<u8>,
+}
+
+/// True once [`start`] opened the file: records are kept.
+pub fn active() -> bool {
+    !SLOTS.load(Ordering::Acquire).is_null()
+}
+
+/// Opens the file and starts the writer (control path: the first communicator's `init`).
+/// Without a record directory nothing is kept. Returns a line to print when it could not start.
+pub fn start() -> Option<String> {
+    if active() {
+        return None;
+    }
+    let mut w = WRITER.lock().unwrap_or_else(|e| e.into_inner());
+    if active() {
+        return None;
+    }
+    let root = crate::runtime::config::paths().record.clone()?;
+    let host = sigmatop::trace::writer::sanitize(&crate::runtime::os::hostname());
+    let dir = root.join(host);
+    let path = dir.join(format!("nccl-{}.stn", crate::runtime::os::pid()));
+    let file = sigmatop::trace::writer::create_private_dir(&dir).and_then(|_| {
+        use std::os::unix::fs::OpenOptionsExt;
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            .open(&path)
+    });
+    let mut file = match file {
+        Ok(f) => f,
+        Err(e) => {
+            return Some(format!(
+                "sigmatop: NCCL collectives are not recorded: cannot create {}: {e}",
+                path.display()
+            ));
+        }
+    };
+    if file.write_all(format::MAGIC).is_err() {
+        return Some(format!(
+            "sigmatop: NCCL collectives are not recorded: cannot write {}",
+            path.display()
+        ));
+    }
+    let bytes = CAP as usize * core::mem::size_of::<Slot>();
+    let Some(p) = crate::runtime::os::map_zeroed(bytes, false) else {
+        return Some("sigmatop: NCCL collectives are not recorded: no memory for the queue".into());
+    };
+    let slots = p as *mut Slot;
+    for i in 0..CAP {
+        // SAFETY: `slots` maps CAP zeroed slots; nothing else sees them before the store below.
+        unsafe { (*slots.add(i as usize)).seq.store(i, Ordering::Relaxed) };
+    }
+    *w = Some(Writer {
+        file,
+        buf: Vec::with_capacity(1 << 16),
+    });
+    drop(w);
+    SLOTS.store(slots, Ordering::Release);
+    let t = std::thread::Builder::new()
+        .name("sigmatop-nccl".into())
+        .stack_size(256 << 10)
+        .spawn(|| {
+            while !STOP.load(Ordering::Acquire) {
+                std::thread::sleep(std::time::Duration::from_millis(20));
+                drain();
+            }
+        });
+    if let Ok(t) = t {
+        *THREAD.lock().unwrap_or_else(|e| e.into_inner()) = Some(t);
+    }
+    None
+}
+
+/// Pushes one record; drops it (counted) when the queue is full or not started.
+#[inline]
+pub fn push(r: &Rec) {
+    let slots = SLOTS.load(Ordering::Acquire);
+    if slots.is_null() {
+        return;
+    }
+    let mut pos = HEAD.load(Ordering::Relaxed);
+    loop {
+        // SAFETY: `slots` maps CAP slots for the life of the process (never unmapped).
+        let slot = unsafe { &*slots.add((pos & (CAP - 1)) as usize) };
+        let seq = slot.seq.load(Ordering::Acquire);
+        if seq == pos {
+            match HEAD.compare_exchange_weak(pos, pos + 1, Ordering::Relaxed, Ordering::Relaxed) {
+                Ok(_) => {
+                    for (d, s) in slot.w.iter().zip(r.0.iter()) {
+                        d.store(*s, Ordering::Relaxed);
+                    }
+                    slot.seq.store(pos + 1, Ordering::Release);
+                    return;
+                }
+                Err(p) => pos = p,
+            }
+        } else if seq < pos {
+            DROPPED.fetch_add(1, Ordering::Relaxed);
+            return;
+        } else {
+            pos = HEAD.load(Ordering::Relaxed);
+        }
+    }
+}
+
+/// Moves every ready record to the file (the writer thread, and the final flush).
+fn drain() {
+    let slots = SLOTS.load(Ordering::Acquire);
+    if slots.is_null() {
+        return;
+    }
+    let mut guard = WRITER.lock().unwrap_or_else(|e| e.into_inner());
+    let Some(w) = guard.as_mut() else { return };
+    let mut pos = TAIL.load(Ordering::Relaxed);
+    let mut b = [0u8; REC_BYTES];
+    loop {
+        // SAFETY: as in `push`.
+        let slot = unsafe { &*slots.add((pos & (CAP - 1)) as usize) };
+        if slot.seq.load(Ordering::Acquire) != pos + 1 {
+            break;
+        }
+        let mut r = Rec::default();
+        for (d, s) in r.0.iter_mut().zip(slot.w.iter()) {
+            *d = s.load(Ordering::Relaxed);
+        }
+        slot.seq.store(pos + CAP, Ordering::Release);
+        pos += 1;
+        r.to_bytes(&mut b);
+        w.buf.extend_from_slice(&b);
+        if w.buf.len() >= 1 << 16 {
+            let _ = w.file.write_all(&w.buf);
+            w.buf.clear();
+        }
+    }
+    TAIL.store(pos, Ordering::Relaxed);
+    if !w.buf.is_empty() {
+        let _ = w.file.write_all(&w.buf);
+        w.buf.clear();
+    }
+}
+
+/// The final flush (the preload's destructor): the last records, then the totals record.
+pub fn shutdown() {
+    if !active() {
+        return;
+    }
+    STOP.store(true, Ordering::Release);
+    if let Some(t) = THREAD.lock().unwrap_or_else(|e| e.into_inner()).take() {
+        let _ = t.join();
+    }
+    super::clock_record();
+    drain();
+    // Written directly, after everything else: a full queue cannot lose it.
+    let mut r = Rec::new(crate::runtime::clock::now(), 0, format::kind::TOTALS, 0, 0);
+    r.0[5] = DROPPED.load(Ordering::Relaxed);
+    r.0[6] = UNKNOWN.load(Ordering::Relaxed);
+    let mut b = [0u8; REC_BYTES];
+    r.to_bytes(&mut b);
+    if let Some(w) = WRITER.lock().unwrap_or_else(|e| e.into_inner()).as_mut() {
+        let _ = w.file.write_all(&b);
+    }
+}
