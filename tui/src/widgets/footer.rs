@@ -11,7 +11,34 @@ use ratatui::text::{Line, Span};
 use unicode_width::UnicodeWidthStr;
 
 fn counters<'a>(th: &Theme, vm: &ViewModel, wide: bool) -> Vec<Span<'a>> {
+    counters_of(th, vm, wide, false)
+}
+
+/// The loss counters; `nonzero`: only those above zero (a hung collective's warning needs the
+/// room on a short terminal, to name the ranks; with too many, only the drops stay).
+fn counters_of<'a>(th: &Theme, vm: &ViewModel, wide: bool, nonzero: bool) -> Vec<Span<'a>> {
     let s = &vm.status;
+    if nonzero {
+        let mut v = Vec::new();
+        for (name, n) in [
+            ("drops", s.dropped_events),
+            ("coalesced", s.coalesced_doorbells),
+            ("unparsable", s.unparsable_wqes),
+            ("frames lost", s.frames_lost),
+            ("failed", s.errors),
+            ("refused", s.refused),
+        ] {
+            if n > 0 {
+                if !v.is_empty() {
+                    v.push(Span::styled(" · ", th.dim));
+                }
+                v.push(Span::styled(format!("{name} "), th.dim));
+                v.push(Span::styled(units::count(n), th.warn));
+            }
+        }
+        v.push(Span::raw(" "));
+        return v;
+    }
     let item = |name: &str, n: u64| -> Vec<Span<'a>> {
         let style = if n > 0 { th.warn } else { th.dim };
         vec![
@@ -55,7 +82,17 @@ pub(crate) fn status_line<'a>(
     w: usize,
 ) -> Line<'a> {
     let notice_w = vm.status.notice.as_ref().map_or(0, |n| n.width() + 4);
-    let mut right = counters(th, vm, w >= 120);
+    // A hung collective, first of the warnings shown here: the counters keep only what is not
+    // zero, so that the warning names the ranks it waits for.
+    let hung = warns.is_some_and(|ws| ws.iter().any(|w| w.kind == WarningKind::HungCollective));
+    let mut right = counters_of(th, vm, w >= 120, hung && w < 120);
+    if hung && w < 120 && right.iter().map(|s| s.width()).sum::<usize>() + 52 > w {
+        right = vec![
+            Span::styled("drops ", th.dim),
+            Span::styled(units::count(vm.status.dropped_events), th.warn),
+            Span::raw(" "),
+        ];
+    }
     let mut rw: usize = right.iter().map(|s| s.width()).sum();
     // A notice names things a person needs whole (the program's log file): a zero "frames lost"
     // counter gives way to it first.
@@ -74,7 +111,8 @@ pub(crate) fn status_line<'a>(
         // Drops are already in the counters on the right: show the first other warning.
         let first = ws
             .iter()
-            .find(|w| w.kind != WarningKind::Drops)
+            .find(|w| w.kind == WarningKind::HungCollective)
+            .or_else(|| ws.iter().find(|w| w.kind != WarningKind::Drops))
             .or(ws.first());
         // With a notice to show as well and too little room for both, the warnings shrink to
         // their count (the list is on the Overview).
