@@ -13,6 +13,13 @@ use crate::nccl::live::{CommLive, NcclLive};
 /// A collective open longer than this on some rank is reported as hung.
 pub const HANG_NS: u64 = 2_000_000_000;
 
+/// CLOCK_REALTIME now, ns: the view time of a live front end.
+pub fn wall_ns() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64)
+}
+
 /// One process of a communicator, as its latest frame says.
 #[derive(Clone, Debug, PartialEq)]
 pub struct RankView {
@@ -315,7 +322,74 @@ fn hung(comm_id: u64, ms: &[Member], t: u64, hang_ns: u64) -> Option<Hung> {
     })
 }
 
-/// The ranks as the warning writes them: "r1 (silent 3.2 s), r3".
+/// The warning's text: "AllReduce #225 waits for r1 (silent) 3.1s · comm 7773728f" (the
+/// communicator's first 8 hex digits), or, when every rank started it and reports, the ranks
+/// where it is not completed.
+pub fn hung_text(h: &Hung) -> String {
+    let who = ranks_text(h);
+    let open = h.open_ns as f64 / 1e9;
+    let comm = h.comm_id >> 32;
+    if who.is_empty() {
+        let on: Vec<String> = h.incomplete.iter().map(|r| format!("r{r}")).collect();
+        format!(
+            "{} #{} not completed on {} {open:.1}s · comm {comm:08x}",
+            h.func,
+            h.seq,
+            on.join(", ")
+        )
+    } else {
+        format!(
+            "{} #{} waits for {who} {open:.1}s · comm {comm:08x}",
+            h.func, h.seq
+        )
+    }
+}
+
+/// Follows the hung collectives of a live model for a front end that prints lines (`run
+/// --headless`): a line when a collective becomes hung or the ranks it waits for change, and one
+/// when it completes.
+#[derive(Debug, Default)]
+pub struct HungWatch {
+    /// (communicator, sequence number) → (waiting for, open since ns, function).
+    shown: BTreeMap<(u64, u64), (Vec<u32>, u64, String)>,
+}
+
+impl HungWatch {
+    /// The lines to print at view time `t`.
+    pub fn check(&mut self, model: &Model, t: u64, hang_ns: u64) -> Vec<String> {
+        let mut lines = Vec::new();
+        if !model.processes.values().any(|p| p.nccl.is_some()) {
+            return lines;
+        }
+        let v = collectives(model, t, hang_ns);
+        let mut now: BTreeMap<(u64, u64), (Vec<u32>, u64, String)> = BTreeMap::new();
+        for h in &v.hung {
+            let key = (h.comm_id, h.seq);
+            let val = (
+                h.waiting_for.clone(),
+                t.saturating_sub(h.open_ns),
+                h.func.clone(),
+            );
+            if self.shown.get(&key).map(|x| &x.0) != Some(&val.0) {
+                lines.push(format!("⚠ {}", hung_text(h)));
+            }
+            now.insert(key, val);
+        }
+        for ((comm, seq), (_, since, func)) in &self.shown {
+            if !now.contains_key(&(*comm, *seq)) {
+                lines.push(format!(
+                    "✓ {func} #{seq} · comm {:08x}: no longer hung, after {:.1}s open",
+                    comm >> 32,
+                    t.saturating_sub(*since) as f64 / 1e9
+                ));
+            }
+        }
+        self.shown = now;
+        lines
+    }
+}
+
+/// The ranks as the warning writes them: "r1 (silent), r3".
 pub fn ranks_text(h: &Hung) -> String {
     if h.waiting_for.is_empty() {
         return String::new();

@@ -104,23 +104,7 @@ impl Rule for HungCollective {
         }
         let v = super::nccl::collectives(at.model, at.t, cfg.collective_hang_ns);
         for h in &v.hung {
-            let who = super::nccl::ranks_text(h);
-            let open = h.open_ns as f64 / 1e9;
-            let comm = h.comm_id >> 32;
-            let subject = if who.is_empty() {
-                let on: Vec<String> = h.incomplete.iter().map(|r| format!("r{r}")).collect();
-                format!(
-                    "{} #{} not completed on {} {open:.1}s · comm {comm:08x}",
-                    h.func,
-                    h.seq,
-                    on.join(", ")
-                )
-            } else {
-                format!(
-                    "{} #{} waits for {who} {open:.1}s · comm {comm:08x}",
-                    h.func, h.seq
-                )
-            };
+            let subject = super::nccl::hung_text(h);
             out.push(Warning {
                 kind: WarningKind::HungCollective,
                 subject,

@@ -327,7 +327,10 @@ pub fn build_sections_into(
     vm.collectives = if sections.collectives {
         collectives(model, t)
     } else {
-        CollectivesModel::default()
+        CollectivesModel {
+            hang_s: WarningConfig::default().collective_hang_ns as f64 / 1e9,
+            ..Default::default()
+        }
     };
 
     vm.status = StatusCounters {

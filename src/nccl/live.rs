@@ -106,6 +106,8 @@ struct Call {
     last_op_stop: u64,
 }
 
+/// A communicator as the tracker keeps it: `live` holds TSC values where the frame has ns
+/// (starts, and rows' time in ticks), converted by [`Tracker::live`] with the newest clock.
 #[derive(Clone, Debug, Default)]
 struct Comm {
     live: CommLive,
@@ -191,7 +193,7 @@ impl Tracker {
                     start: r.tsc(),
                     ..Default::default()
                 };
-                let start_ns = self.clock.to_real_ns(r.tsc());
+                let start_tsc = r.tsc();
                 let key = self.row_key(&call);
                 let c = self.comms.entry(call.comm).or_default();
                 let i = row_index(&mut self.rows, c, call.comm, key);
@@ -202,11 +204,11 @@ impl Tracker {
                     let at = CollAt {
                         seq: call.seq,
                         func,
-                        start_ns,
+                        start_ns: start_tsc,
                     };
                     c.live.last_started = Some(at);
                     c.open.insert(call.seq, r.id());
-                    c.recent.push_back((call.seq, start_ns));
+                    c.recent.push_back((call.seq, start_tsc));
                     if c.recent.len() > RECENT {
                         c.recent.pop_front();
                     }
@@ -333,22 +335,30 @@ impl Tracker {
         }
     }
 
-    /// What the tracker knows now.
+    /// What the tracker knows now (TSC values converted with the newest clock sample).
     pub fn live(&self) -> NcclLive {
+        let real = |tsc: u64| self.clock.to_real_ns(tsc);
+        let per_ns = self.clock.ticks_per_ns().max(1e-9);
         let mut comms: Vec<CommLive> = self
             .comms
             .values()
             .map(|c| {
                 let mut l = c.live.clone();
+                if let Some(a) = l.last_started.as_mut() {
+                    a.start_ns = real(a.start_ns);
+                }
+                for r in &mut l.rows {
+                    r.time_ns = (r.time_ns as f64 / per_ns).round() as u64;
+                }
                 l.oldest_open = c.open.iter().next().and_then(|(seq, id)| {
                     let call = self.calls.get(id)?;
                     Some(CollAt {
                         seq: *seq,
                         func: call.func,
-                        start_ns: self.clock.to_real_ns(call.start),
+                        start_ns: real(call.start),
                     })
                 });
-                l.recent = c.recent.iter().copied().collect();
+                l.recent = c.recent.iter().map(|&(s, t)| (s, real(t))).collect();
                 l
             })
             .collect();
