@@ -245,3 +245,55 @@ fn live_frames_give_the_rows_and_arrivals_and_a_cut_rank_is_named() {
         "{lines:?}"
     );
 }
+
+/// `serve`'s NCCL series, read back from the OpenMetrics text: per rank the collectives, their
+/// bytes and seconds of the fixture's frames (base units), none open, nothing lost.
+#[test]
+fn serve_counts_collectives_per_communicator() {
+    let mut m = Model::new();
+    let mut want = Vec::new();
+    for (host, pid, recs) in files() {
+        let live = track(&recs);
+        want.push((host.clone(), live.comms[0].clone()));
+        feed(&mut m, &host, pid, Some(live.at_ns), live);
+    }
+    let text = sigmatop::export::openmetrics::encode_model(&m, Default::default()).expect("text");
+    let value = |name: &str, host: &str| -> f64 {
+        let lines: Vec<&str> = text
+            .lines()
+            .filter(|l| l.starts_with(name) && l.contains(&format!("host=\"{host}\"")))
+            .collect();
+        assert_eq!(lines.len(), 1, "{name} {host}:\n{text}");
+        lines[0]
+            .rsplit(' ')
+            .next()
+            .and_then(|v| v.parse().ok())
+            .expect("a number")
+    };
+    for (host, c) in &want {
+        let r = &c.rows[0];
+        let line = text
+            .lines()
+            .find(|l| {
+                l.starts_with("sigmatop_nccl_collectives_total{") && l.contains(host.as_str())
+            })
+            .expect("a collectives series");
+        for label in [
+            format!("comm=\"{:016x}\"", c.comm_id),
+            "collective=\"AllReduce\"".into(),
+            format!("rank=\"{}\"", c.rank),
+            "nranks=\"2\"".into(),
+        ] {
+            assert!(line.contains(&label), "{label} in {line}");
+        }
+        assert_eq!(value("sigmatop_nccl_collectives_total", host), 20.0);
+        assert_eq!(
+            value("sigmatop_nccl_collective_bytes_total", host),
+            r.bytes as f64
+        );
+        let s = value("sigmatop_nccl_collective_seconds_total", host);
+        assert!((s - r.time_ns as f64 / 1e9).abs() < 1e-9, "{s}");
+        assert_eq!(value("sigmatop_nccl_collectives_open", host), 0.0);
+    }
+    assert!(text.contains("sigmatop_nccl_events_lost_total{"), "{text}");
+}
