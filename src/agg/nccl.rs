@@ -81,7 +81,8 @@ pub struct Hung {
     pub func: String,
     pub seq: u64,
     pub nranks: u32,
-    /// How long it has been open on the rank that started it first.
+    /// How long it has waited (since the later of its host call and the previous completion)
+    /// on the rank that waited longest for it.
     pub open_ns: u64,
     /// The ranks it waits for: those that have not started it (or of which nothing is known),
     /// and those whose process went silent; `silent` says which of them are silent.
@@ -244,7 +245,7 @@ fn comm_view(comm_id: u64, ms: &[Member], t: u64, hang_ns: u64) -> CommView {
                 (
                     a.seq,
                     format::name(FUNCS, a.func).to_string(),
-                    t.saturating_sub(a.start_ns),
+                    t.saturating_sub(waited_since(m.c, a.start_ns)),
                 )
             }),
             last_arrivals: last.get(&m.c.rank).copied().unwrap_or(0),
@@ -279,14 +280,21 @@ fn bus(func: &str, bytes: u64, n: u64) -> (u64, f64) {
     }
 }
 
-/// The hung collective of a communicator: the lowest sequence number open on some rank for
-/// longer than `hang_ns`.
+/// Since when the oldest open collective of a rank has waited: the later of its host call and
+/// the end of the collective completed last (collectives enqueued ahead of the GPU wait their
+/// turn; a rank that completes collectives is not stuck).
+fn waited_since(c: &CommLive, start_ns: u64) -> u64 {
+    start_ns.max(c.last_completed_ns)
+}
+
+/// The hung collective of a communicator: the lowest sequence number that some rank has waited
+/// on for longer than `hang_ns` with nothing completing.
 fn hung(comm_id: u64, ms: &[Member], t: u64, hang_ns: u64) -> Option<Hung> {
     let (seq, func, since) = ms
         .iter()
-        .filter_map(|m| m.c.oldest_open)
-        .filter(|a| t.saturating_sub(a.start_ns) > hang_ns)
-        .map(|a| (a.seq, a.func, a.start_ns))
+        .filter_map(|m| m.c.oldest_open.map(|a| (a, waited_since(m.c, a.start_ns))))
+        .filter(|(_, since)| t.saturating_sub(*since) > hang_ns)
+        .map(|(a, since)| (a.seq, a.func, since))
         .min()?;
     let nranks = ms.iter().map(|m| m.c.nranks).max().unwrap_or(0);
     let mut waiting_for = Vec::new();

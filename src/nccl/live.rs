@@ -57,6 +57,10 @@ pub struct CommLive {
     pub last_completed: Option<u64>,
     /// The oldest collective started and not completed (none: nothing is open).
     pub oldest_open: Option<CollAt>,
+    /// CLOCK_REALTIME ns at which the newest completed collective ended (0: none yet). A
+    /// program enqueues collectives ahead of the GPU: the oldest open one has waited since the
+    /// later of its start and this.
+    pub last_completed_ns: u64,
     /// (sequence number, start CLOCK_REALTIME ns) of the latest [`RECENT`] collectives started.
     pub recent: Vec<(u64, u64)>,
 }
@@ -330,6 +334,8 @@ impl Tracker {
         row.time_ns += dt;
         if !c.p2p {
             m.live.completed += 1;
+            // In ticks here; `live` converts.
+            m.live.last_completed_ns = m.live.last_completed_ns.max(end);
             m.open.remove(&c.seq);
             m.live.last_completed = Some(m.live.last_completed.map_or(c.seq, |s| s.max(c.seq)));
         }
@@ -346,6 +352,9 @@ impl Tracker {
                 let mut l = c.live.clone();
                 if let Some(a) = l.last_started.as_mut() {
                     a.start_ns = real(a.start_ns);
+                }
+                if l.last_completed_ns > 0 {
+                    l.last_completed_ns = real(l.last_completed_ns);
                 }
                 for r in &mut l.rows {
                     r.time_ns = (r.time_ns as f64 / per_ns).round() as u64;
