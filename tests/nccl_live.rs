@@ -297,3 +297,41 @@ fn serve_counts_collectives_per_communicator() {
     }
     assert!(text.contains("sigmatop_nccl_events_lost_total{"), "{text}");
 }
+
+/// Every rank started the collective and reports, and nothing completes: the warning names the
+/// ranks where it is open; `run --headless` says it once it held over two checks (a rank that
+/// just resumed reports before its tracker read its progress: the H200 stall run's transient).
+#[test]
+fn a_collective_open_everywhere_is_said_after_two_checks() {
+    let files = files();
+    let mut m = Model::new();
+    let mut since = 0;
+    for (host, pid, recs) in &files {
+        let starts: Vec<usize> = recs
+            .iter()
+            .enumerate()
+            .filter(|(_, r)| r.kind() == kind::START && r.etype() == etype::COLL)
+            .map(|(i, _)| i)
+            .collect();
+        let live = track(&recs[..starts[11] + 1]);
+        let c = &live.comms[0];
+        let a = c.oldest_open.expect("open");
+        since = since.max(a.start_ns.max(c.last_completed_ns));
+        let at = live.at_ns + 3_000_000_000;
+        feed(&mut m, host, *pid, Some(at), live);
+    }
+    let t = since + 2_600_000_000;
+    let v = anccl::collectives(&m, t, anccl::HANG_NS);
+    assert_eq!(v.hung.len(), 1);
+    let h = &v.hung[0];
+    assert!(h.waiting_for.is_empty(), "{h:?}");
+    assert_eq!(h.incomplete, vec![0, 1]);
+    let mut watch = HungWatch::default();
+    assert!(watch.check(&m, t, anccl::HANG_NS).is_empty(), "not at once");
+    let lines = watch.check(&m, t + 250_000_000, anccl::HANG_NS);
+    assert_eq!(lines.len(), 1, "{lines:?}");
+    assert!(
+        lines[0].contains(&format!("#{} not completed on r0, r1", h.seq)),
+        "{lines:?}"
+    );
+}

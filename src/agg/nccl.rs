@@ -360,6 +360,10 @@ pub fn hung_text(h: &Hung) -> String {
 pub struct HungWatch {
     /// (communicator, sequence number) → (waiting for, open since ns, function).
     shown: BTreeMap<(u64, u64), (Vec<u32>, u64, String)>,
+    /// Hung collectives that name no rank to wait for (every rank started it and reports), seen
+    /// at the previous check: such a one is said once it holds over two checks, since a rank
+    /// that just resumed reports before its tracker read its progress (the H200 stall run).
+    unnamed: std::collections::BTreeSet<(u64, u64)>,
 }
 
 impl HungWatch {
@@ -371,8 +375,15 @@ impl HungWatch {
         }
         let v = collectives(model, t, hang_ns);
         let mut now: BTreeMap<(u64, u64), (Vec<u32>, u64, String)> = BTreeMap::new();
+        let mut unnamed = std::collections::BTreeSet::new();
         for h in &v.hung {
             let key = (h.comm_id, h.seq);
+            if h.waiting_for.is_empty() && !self.shown.contains_key(&key) {
+                unnamed.insert(key);
+                if !self.unnamed.contains(&key) {
+                    continue;
+                }
+            }
             let val = (
                 h.waiting_for.clone(),
                 t.saturating_sub(h.open_ns),
@@ -393,6 +404,7 @@ impl HungWatch {
             }
         }
         self.shown = now;
+        self.unnamed = unnamed;
         lines
     }
 }
