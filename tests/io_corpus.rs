@@ -157,6 +157,24 @@ fn with_mode(mode: u8, body: &[u8]) -> Vec<u8> {
     v
 }
 
+/// The live NCCL frame of rank 0 of the committed NCCL fixture (a real 2-rank all_reduce_perf),
+/// as the preload's tracker makes it (docs/WIRE.md, version 4).
+fn nccl_live() -> sigmatop::nccl::live::NcclLive {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("fixtures/nccl/all_reduce_np2/rec/softhost0");
+    let file = std::fs::read_dir(&dir)
+        .unwrap()
+        .flatten()
+        .find(|e| e.file_name().to_string_lossy().ends_with(".stn"))
+        .unwrap();
+    let d = sigmatop::nccl::format::decode(&std::fs::read(file.path()).unwrap());
+    let mut t = sigmatop::nccl::live::Tracker::new();
+    for r in &d.recs {
+        t.push(r);
+    }
+    t.live()
+}
+
 /// Seeds from the real recording: its frames as a live stream would carry them, its files and
 /// chunk payloads, and the built-in themes.
 fn seeds() -> Vec<(&'static str, String, Vec<u8>)> {
@@ -187,6 +205,9 @@ fn seeds() -> Vec<(&'static str, String, Vec<u8>)> {
         frames.extend(picked.into_iter().map(|s| Frame::Snapshot(s.clone())));
         frames.push(Frame::Events(events));
         frames.push(Frame::Identity(rec.identity.clone()));
+        if i == 0 {
+            frames.push(Frame::Nccl(nccl_live()));
+        }
         frames.push(Frame::Bye {
             at_ns: rec.end.map(|e| e.0).unwrap_or(1),
         });

@@ -128,6 +128,10 @@ fn collectives_of_a_real_run_join_their_work_requests_exactly() {
     assert_eq!(j.wrs_unjoined, 0, "{j:?}");
     assert_eq!(j.wrs_via_qp_event + j.wrs_via_step, posts_total, "{j:?}");
     assert_eq!(j.dropped_records, 0);
+    assert_eq!(
+        j.steps_without_wr, 0,
+        "every step that posted has its work requests"
+    );
     // Both ranks took part in each collective: one arrival row for the communicator.
     assert_eq!(report.arrivals.len(), 1);
     assert_eq!(report.arrivals[0].collectives, calls);
@@ -199,4 +203,57 @@ fn a_rank_that_stopped_recording_is_named_as_the_one_the_others_wait_for() {
     );
     assert!(s.waiting_for.is_empty(), "{s:?}");
     assert!(model::render(&cut).contains("did not complete"));
+}
+
+/// The reverse of an unjoined work request: profiler steps that posted work sigmatop never saw.
+/// Rank 1's verbs record left out (its posts gone, as with the verbs layer off): each of its
+/// steps that said it posted is counted, rank 0's are all joined, and the report says so.
+#[test]
+fn steps_whose_work_requests_were_not_seen_are_counted() {
+    use sigmatop::nccl::format::{etype, kind, state};
+    let dir = fixture();
+    let rec = Recording::open(&[dir.join("rec")]).expect("record");
+    let mut inputs = Vec::new();
+    let mut posted_steps_r1 = std::collections::HashSet::new();
+    for p in &rec.processes {
+        let path = p
+            .dir
+            .parent()
+            .expect("host dir")
+            .join(format!("nccl-{}.stn", p.identity.pid));
+        let recs = sigmatop::nccl::format::decode(&std::fs::read(&path).expect("file")).recs;
+        let r1 = p.identity.rank == Some(1);
+        if r1 {
+            for r in &recs {
+                if r.kind() == kind::STATE
+                    && r.etype() == etype::PROXY_STEP
+                    && matches!(
+                        r.state(),
+                        state::SEND_WAIT | state::RECV_WAIT | state::RECV_FLUSH_WAIT
+                    )
+                {
+                    posted_steps_r1.insert(r.id());
+                }
+            }
+        }
+        inputs.push(model::ProcessInput {
+            host: p.identity.host.clone(),
+            pid: p.identity.pid,
+            recs,
+            posts: if r1 { Vec::new() } else { model::posts_of(p) },
+            problem: None,
+        });
+    }
+    assert!(!posted_steps_r1.is_empty());
+    let r = model::build(&inputs);
+    assert_eq!(r.join.steps_without_wr, posted_steps_r1.len() as u64);
+    assert_eq!(r.join.wrs_unjoined, 0);
+    assert!(
+        model::render(&r).contains(&format!(
+            "{} that posted with no WR seen",
+            posted_steps_r1.len()
+        )),
+        "{}",
+        model::render(&r)
+    );
 }

@@ -12,12 +12,14 @@
 //! - `snapshots`: the compact snapshot history of one process.
 //! - `history`: bandwidth and doorbell series up to a view time.
 //! - `report`: cumulative totals per process, endpoint and operation (the JSON report).
+//! - `nccl`: NCCL collectives per communicator across processes, live, and the hung collective.
 //! - `warnings`: rules over the state at a view time (skew, drops, doorbell storms).
 
 pub mod at;
 pub mod history;
 pub mod matrix;
 pub mod model;
+pub mod nccl;
 pub mod peers;
 pub mod report;
 pub mod snapshots;

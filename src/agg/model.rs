@@ -81,6 +81,8 @@ pub struct ProcessState {
     /// What the process could not send to this reader, which read too slowly (`Frame::Missed`):
     /// (frames, sampled events in them), cumulative.
     pub missed: (u64, u64),
+    /// The NCCL plugin's collectives, as its latest `Frame::Nccl` said (none: no NCCL).
+    pub nccl: Option<crate::nccl::live::NcclLive>,
 }
 
 impl ProcessState {
@@ -140,6 +142,7 @@ impl ProcessState {
                 self.exited = true;
             }
             Frame::Missed { frames, events } => self.missed = (frames, events),
+            Frame::Nccl(n) => self.nccl = Some(n),
         }
     }
 
@@ -347,6 +350,7 @@ impl Model {
                 | Frame::Events(_)
                 | Frame::Bye { .. }
                 | Frame::Missed { .. }
+                | Frame::Nccl(_)
         ) {
             self.topology += 1;
         }

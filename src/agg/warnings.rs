@@ -12,6 +12,8 @@ pub struct WarningConfig {
     pub skew_ratio: f64,
     /// Doorbells per second (per GPU or QP) at or above which a doorbell storm is reported.
     pub doorbell_storm_per_s: f64,
+    /// A NCCL collective open longer than this (ns) on some rank is reported as hung.
+    pub collective_hang_ns: u64,
 }
 
 impl Default for WarningConfig {
@@ -19,6 +21,7 @@ impl Default for WarningConfig {
         WarningConfig {
             skew_ratio: 1.5,
             doorbell_storm_per_s: 500_000.0,
+            collective_hang_ns: super::nccl::HANG_NS,
         }
     }
 }
@@ -26,6 +29,9 @@ impl Default for WarningConfig {
 /// What a warning is about, most important first.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub enum WarningKind {
+    /// A NCCL collective some ranks started has not completed after the threshold: `value` the
+    /// seconds it has been open; `subject` names it and the ranks it waits for.
+    HungCollective,
     /// An endpoint's operations failed (error completions other than flushes, failed calls):
     /// `count` since the start.
     FailedOperations,
@@ -78,7 +84,36 @@ pub struct IdleWithPosted;
 pub struct Failed;
 
 /// Every rule, in the order their warnings are listed (then sorted by kind).
-pub const RULES: &[&dyn Rule] = &[&Failed, &Drops, &Skew, &IdleWithPosted, &DoorbellStorm];
+/// NCCL collectives open past the threshold, with the ranks they wait for.
+pub struct HungCollective;
+
+/// Every rule, in the order their warnings are listed (then sorted by kind).
+pub const RULES: &[&dyn Rule] = &[
+    &HungCollective,
+    &Failed,
+    &Drops,
+    &Skew,
+    &IdleWithPosted,
+    &DoorbellStorm,
+];
+
+impl Rule for HungCollective {
+    fn check(&self, at: &ModelAt, cfg: &WarningConfig, out: &mut Vec<Warning>) {
+        if !at.model.processes.values().any(|p| p.nccl.is_some()) {
+            return;
+        }
+        let v = super::nccl::collectives(at.model, at.t, cfg.collective_hang_ns);
+        for h in &v.hung {
+            let subject = super::nccl::hung_text(h);
+            out.push(Warning {
+                kind: WarningKind::HungCollective,
+                subject,
+                value: h.open_ns as f64 / 1e9,
+                processes: 0,
+            });
+        }
+    }
+}
 
 impl Rule for Failed {
     fn check(&self, at: &ModelAt, _cfg: &WarningConfig, out: &mut Vec<Warning>) {

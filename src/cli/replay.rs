@@ -47,6 +47,52 @@ struct ProcFeed {
     ended: bool,
     /// Time after which the process is over: its clean end, else its last snapshot.
     end_ns: u64,
+    /// Its NCCL profiler records (`nccl-<pid>.stn` beside its directory), by time, played
+    /// through the tracker the preload runs live: the Collectives view of a replay is the one
+    /// the live run had.
+    nccl: Option<NcclFeed>,
+}
+
+struct NcclFeed {
+    /// (CLOCK_REALTIME ns, record), by time.
+    recs: Vec<(u64, crate::nccl::format::Rec)>,
+    pos: usize,
+    tracker: crate::nccl::live::Tracker,
+}
+
+/// The NCCL file of a process of a recording, if it has one; a problem reading it is said.
+fn nccl_feed(
+    pr: &ProcessRecording,
+    clock: &TscClock,
+    problems: &mut Vec<String>,
+) -> Option<NcclFeed> {
+    let path = pr
+        .dir
+        .parent()?
+        .join(format!("nccl-{}.stn", pr.identity.pid));
+    let bytes = match std::fs::read(&path) {
+        Ok(b) => b,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return None,
+        Err(e) => {
+            problems.push(format!("{}: {e}", path.display()));
+            return None;
+        }
+    };
+    let d = crate::nccl::format::decode(&bytes);
+    if let Some(p) = d.problem {
+        problems.push(format!("{}: {p}", path.display()));
+    }
+    let mut recs: Vec<(u64, crate::nccl::format::Rec)> = d
+        .recs
+        .into_iter()
+        .map(|r| (clock.to_real_ns(r.tsc()), r))
+        .collect();
+    recs.sort_by_key(|x| x.0);
+    Some(NcclFeed {
+        recs,
+        pos: 0,
+        tracker: crate::nccl::live::Tracker::new(),
+    })
 }
 
 /// A recording played back through the model.
@@ -104,9 +150,12 @@ impl ReplaySource {
             }
             let last_snap = pr.snapshots.last().map_or(0, |s| s.at_ns);
             let end_ns = pr.end.map_or(last_snap, |(at, _)| at.max(last_snap));
+            let clock = pr.clock();
+            let nccl = nccl_feed(&pr, &clock, &mut problems);
             procs.push(ProcFeed {
                 key: ProcKey::of(&pr.identity),
-                clock: pr.clock(),
+                nccl,
+                clock,
                 rec: pr,
                 started: false,
                 next_snapshot: 0,
@@ -265,6 +314,17 @@ impl ReplaySource {
                 model.apply(&f.key, Frame::Snapshot(std::mem::replace(s, kept)));
                 f.next_snapshot += 1;
                 applied += 1;
+            }
+            if let Some(n) = f.nccl.as_mut() {
+                let due = n.recs[n.pos..].iter().take_while(|x| x.0 <= now).count();
+                if due > 0 {
+                    for (_, r) in &n.recs[n.pos..n.pos + due] {
+                        n.tracker.push(r);
+                    }
+                    n.pos += due;
+                    model.apply(&f.key, Frame::Nccl(n.tracker.live()));
+                    applied += 1;
+                }
             }
             if f.next_snapshot >= f.rec.snapshots.len() && now >= f.end_ns {
                 f.ended = true;

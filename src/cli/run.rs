@@ -209,8 +209,19 @@ pub fn run_headless(args: &RunArgs) -> CliResult {
     let mut live = LiveSource::new(socket_dir, ProcessFilter::DescendantsOf(child.id()));
     live.scan_every = Duration::from_millis(20);
     let mut libraries = LibraryWatch::new(child.id());
+    // A NCCL collective that hangs is said as it happens (a batch job's log has it), and again
+    // when it goes on.
+    let mut hung = crate::agg::nccl::HungWatch::default();
+    let mut hung_checked = Instant::now();
     let status = loop {
         live.poll(&mut model);
+        if hung_checked.elapsed() >= Duration::from_millis(250) {
+            hung_checked = Instant::now();
+            let t = crate::agg::nccl::wall_ns();
+            for l in hung.check(&model, t, crate::agg::nccl::HANG_NS) {
+                say!("sigmatop: {l}");
+            }
+        }
         if let Some(f) = finals.as_mut() {
             f.poll(&mut model);
         }

@@ -6,9 +6,9 @@
 //! figures themselves (rates, totals, peers, matrices, warnings) come from `agg`.
 
 use sigmatop_tui::{
-    DoorbellModel, DoorbellRecord, DoorbellSeries, EndpointRow, GpuRow, Header, Matrices, Matrix,
-    NodeRow, Percentiles, ProcessRow, RankRow, StatusCounters, Tab, ViewModel, Warning,
-    WarningKind, Window,
+    CollArrivals, CollRankRow, CollRow, CollectivesModel, DoorbellModel, DoorbellRecord,
+    DoorbellSeries, EndpointRow, GpuRow, Header, Matrices, Matrix, NodeRow, Percentiles,
+    ProcessRow, RankRow, StatusCounters, Tab, ViewModel, Warning, WarningKind, Window,
 };
 
 use crate::agg::at::{AtCache, AtOptions, Detail, EndpointAt, ModelAt, RateMatrix, write_local_id};
@@ -72,6 +72,8 @@ pub struct Sections {
     pub doorbells: bool,
     /// `bandwidth_history` (Overview).
     pub bandwidth: bool,
+    /// `collectives` (Collectives).
+    pub collectives: bool,
 }
 
 impl Sections {
@@ -84,6 +86,7 @@ impl Sections {
         matrices: true,
         doorbells: true,
         bandwidth: true,
+        collectives: true,
     };
 
     /// What the views of `tab` read.
@@ -96,6 +99,7 @@ impl Sections {
             matrices: false,
             doorbells: false,
             bandwidth: false,
+            collectives: false,
         };
         match tab {
             Tab::Overview => Sections {
@@ -124,6 +128,10 @@ impl Sections {
             Tab::Doorbells => Sections {
                 processes: true,
                 doorbells: true,
+                ..none
+            },
+            Tab::Collectives => Sections {
+                collectives: true,
                 ..none
             },
         }
@@ -314,6 +322,15 @@ pub fn build_sections_into(
         doorbells(model, &at, &times, core_window(opts.window))
     } else {
         DoorbellModel::default()
+    };
+
+    vm.collectives = if sections.collectives {
+        collectives(model, t)
+    } else {
+        CollectivesModel {
+            hang_s: WarningConfig::default().collective_hang_ns as f64 / 1e9,
+            ..Default::default()
+        }
     };
 
     vm.status = StatusCounters {
@@ -530,9 +547,77 @@ fn doorbells(model: &Model, at: &ModelAt, times: &[u64], w: window::Window) -> D
     }
 }
 
+/// The Collectives tab: `agg::nccl` at the view time, as rows.
+fn collectives(model: &Model, t: u64) -> CollectivesModel {
+    let hang = WarningConfig::default().collective_hang_ns;
+    let v = crate::agg::nccl::collectives(model, t, hang);
+    let short = |id: u64| format!("{:08x}", id >> 32);
+    let mut m = CollectivesModel {
+        dropped_records: v.dropped_records,
+        unknown_events: v.unknown_events,
+        untracked: v.untracked,
+        hang_s: hang as f64 / 1e9,
+        ..Default::default()
+    };
+    for c in &v.comms {
+        let comm = short(c.comm_id);
+        for r in &c.rows {
+            m.rows.push(CollRow {
+                comm: comm.clone(),
+                ranks: format!("{}/{}", c.ranks.len(), c.nranks),
+                func: r.func.clone(),
+                algo: r.algo.clone(),
+                proto: r.proto.clone(),
+                channels: r.channels,
+                count: r.count,
+                bytes: r.bytes,
+                time_s: r.time_ns as f64 / 1e9,
+                busbw_bps: r.busbw_gbs * 1e9,
+                open: r.open,
+            });
+        }
+        for r in &c.ranks {
+            let (open, open_s) = match &r.oldest_open {
+                Some((seq, func, ns)) => (format!("{func} #{seq}"), *ns as f64 / 1e9),
+                None => (String::new(), 0.0),
+            };
+            m.ranks.push(CollRankRow {
+                comm: comm.clone(),
+                rank: r.rank,
+                host: r.host.clone(),
+                pid: r.pid,
+                started: r.started,
+                completed: r.completed,
+                hung: r.oldest_open.as_ref().is_some_and(|o| o.2 > hang),
+                open,
+                open_s,
+                last_arrivals: r.last_arrivals,
+                mean_lag_s: r.mean_lag_ns as f64 / 1e9,
+                state: match (r.exited, r.silent_ns) {
+                    (true, _) => "exited".into(),
+                    (false, Some(ns)) => {
+                        format!("silent {}", sigmatop_tui::units::nanos(ns as f64))
+                    }
+                    (false, None) => String::new(),
+                },
+            });
+        }
+        m.arrivals.push(CollArrivals {
+            comm,
+            name: c.name.clone(),
+            collectives: c.arrivals,
+            median_spread_s: c.median_spread_ns as f64 / 1e9,
+            max_spread_s: c.max_spread_ns as f64 / 1e9,
+            max_last_rank: c.max_spread_last_rank,
+        });
+    }
+    m
+}
+
 fn warning_kind(k: warnings::WarningKind) -> WarningKind {
     use warnings::WarningKind as W;
     match k {
+        W::HungCollective => WarningKind::HungCollective,
         W::EventsDropped | W::FramesLost => WarningKind::Drops,
         W::NodeSkew => WarningKind::NodeSkew,
         W::NodeIngressSkew => WarningKind::NodeIngressSkew,
@@ -549,6 +634,7 @@ pub fn warning_text(w: &warnings::Warning) -> String {
     use sigmatop_tui::units as fmt;
     use warnings::WarningKind as W;
     match w.kind {
+        W::HungCollective => w.subject.clone(),
         W::EventsDropped if w.processes > 0 => format!(
             "{} events dropped (ring full, {} proc{})",
             fmt::count(w.value as u64),

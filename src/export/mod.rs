@@ -2,5 +2,6 @@
 //! OpenMetrics counters.
 pub mod json;
 pub mod openmetrics;
+pub mod openmetrics_nccl;
 pub mod perfetto;
 pub mod proto;

@@ -267,6 +267,7 @@ pub fn encode_model(model: &Model, opts: MetricsOptions) -> Result<String, std::
             qp_rx,
         );
     }
+    super::openmetrics_nccl::register(model, &mut reg);
     let mut out = String::new();
     encode(&mut out, &reg)?;
     Ok(out)

@@ -101,6 +101,10 @@ pub struct JoinStats {
     pub qp_length_mismatches: u64,
     pub socket_events: u64,
     pub proxy_steps: u64,
+    /// Proxy steps that said they posted work (SendWait, RecvWait, RecvFlushWait) and that no
+    /// verbs work request sigmatop recorded joined: profiler events for work requests sigmatop
+    /// never saw (a verbs layer off, a record cut, a post outside the traced libraries).
+    pub steps_without_wr: u64,
     /// Verbs posts of NCCL processes, those joined by a QP event, by a proxy step, and neither.
     pub wrs: u64,
     pub wrs_via_qp_event: u64,
@@ -445,6 +449,10 @@ fn build_one(p: &ProcessInput, rep: &mut NcclReport, starts: &mut Starts) {
             }
         }
     }
+    let joined: std::collections::HashSet<u64> = post_step.iter().flatten().copied().collect();
+    let posted_steps: std::collections::HashSet<u64> =
+        posted.values().flatten().map(|e| e.1).collect();
+    j.steps_without_wr += posted_steps.difference(&joined).count() as u64;
     for (i, x) in posts.iter().enumerate() {
         let call = post_step[i]
             .and_then(|s| step_op.get(&s))
@@ -650,7 +658,7 @@ pub fn render(r: &NcclReport) -> String {
     let j = &r.join;
     let _ = writeln!(
         s,
-        "NCCL ↔ verbs: {} WRs: {} joined by IB QP events, {} by proxy step, {} not joined; {} QP events ({} without a step, {} joined, {} not, {} length mismatches); {} socket events; {} proxy steps",
+        "NCCL ↔ verbs: {} WRs: {} joined by IB QP events, {} by proxy step, {} not joined; {} QP events ({} without a step, {} joined, {} not, {} length mismatches); {} socket events; {} proxy steps, {} that posted with no WR seen",
         j.wrs,
         j.wrs_via_qp_event,
         j.wrs_via_step,
@@ -661,7 +669,8 @@ pub fn render(r: &NcclReport) -> String {
         j.qp_events_unjoined,
         j.qp_length_mismatches,
         j.socket_events,
-        j.proxy_steps
+        j.proxy_steps,
+        j.steps_without_wr
     );
     if j.dropped_records > 0 || j.unknown_events > 0 {
         let _ = writeln!(

@@ -10,7 +10,11 @@
 #        net-plugin QP events over NET/IB and over NET/Socket, and a small run whose record and
 #        NIC log become the CPU test's fixture (OUTDIR/fixture.tgz). stall: rank 1 stopped 3 s
 #        (SIGSTOP, SIGCONT) mid all_reduce, then killed mid-run; what the report says of each
-#        (OUTDIR/stall.tgz). all: proof, then diag. bench: the same
+#        (OUTDIR/stall.tgz). live: rank 1 stopped NCT_STOP_S (6) s mid all_reduce under
+#        `sigmatop run --headless --record` around mpirun: the live warning's lines, stamped,
+#        must name rank 1 within the threshold (2 s) plus a second, clear after SIGCONT, and the
+#        job complete; then rank 1 killed: sigmatop ends with the job (OUTDIR/live.tgz).
+#        all: proof, then diag. bench: the same
 #        tests, untraced and traced (simple) alternated NCT_ROUNDS times (default 3) with
 #        larger sizes (NCT_BENCH_ARGS); the figures in OUTDIR/bench.txt. Exit status: non-zero
 #        when a run failed or the checker found a mismatch.
@@ -42,7 +46,7 @@
 #   NCT_TARGET_S (fig5: iterations from a calib.txt, rounds while the budget lasts)
 #   NCT_MOE_RANKS [4], NCT_MOE_ARGS (moe_dispatch.py's options) (moe)
 set -u
-OUTDIR=${1:?usage: nccl_device.sh OUTDIR [proof|bench|all]}
+OUTDIR=${1:?usage: nccl_device.sh OUTDIR [proof|bench|diag|stall|live|all]}
 WHAT=${2:-proof}
 ROOT=$PWD
 mkdir -p "$OUTDIR"
@@ -407,11 +411,87 @@ moe() {
   (cd "$W" && tar czf "$OUTDIR/moe.tgz" --exclude='*/sock' moe.simple moe.base)
 }
 
+# ---- live: the stall case followed live by `sigmatop run --headless` (issue 23, item 6) ---------
+# live_one NAME: 2-rank all_reduce_perf under `sigmatop run --headless --record`, sigmatop's
+# stderr stamped (epoch seconds) into $W/NAME/sigmatop.err; in the background.
+live_one() {
+  local d=$W/$1
+  mkdir -p "$d/nic"
+  cat >"$d/env" <<EOF
+export LD_LIBRARY_PATH=$TESTNIC_LIB:$NCCL_DIR/lib\${LD_LIBRARY_PATH:+:\$LD_LIBRARY_PATH}
+export NCCL_NET=IB NCCL_IB_HCA=mlx5_0 NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 NCCL_NET_GDR_LEVEL=LOC
+export NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET,ENV NCCL_DEBUG_FILE=$d/nccl.%h.%p.log
+export TESTNIC_LOG=$d/nic TRACE=inherit NCT_UTS=1
+EOF
+  (
+    timeout -k 5 "${NCT_TIMEOUT:-120}" "$SIGMATOP" run --headless --record "$d/rec" -- \
+      bash "$ROOT/tests/testnic/sysfs-ns.sh" \
+      mpirun --allow-run-as-root -np 2 --bind-to none --mca pml ob1 --mca btl self,vader \
+      --mca osc '^ucx' --mca coll '^hcoll' \
+      bash "$ROOT/tests/gpu/nccl_rank.sh" "$d" "$NCT_BIN/all_reduce_perf" \
+      -b 4K -e 4K -n "${NCT_LIVE_N:-3000}" -w 1 -c 1 -g 1 \
+      >"$d/run.out" 2> >(while IFS= read -r l; do printf '%s %s\n' "$(date +%s.%N)" "$l"; done >"$d/sigmatop.err")
+    echo $? >"$d/rc"
+  ) &
+}
+live() {
+  local d stop=${NCT_STOP_S:-6} t0= t1= first ok rc bg
+  echo "== live (t=$(elapsed)s)"
+  d=$W/live.sigstop.np2
+  live_one live.sigstop.np2
+  bg=$!
+  if wait_ready "$d"; then
+    sleep 1
+    t0=$(date +%s.%N)
+    kill -STOP "$(cat "$d/pid.1")" && echo "rank 1 stopped at $t0"
+    sleep "$stop"
+    t1=$(date +%s.%N)
+    kill -CONT "$(cat "$d/pid.1")" && echo "rank 1 continued at $t1"
+  else
+    echo "live.sigstop: rank 1 never got going"
+    FAILED=1
+  fi
+  wait "$bg"
+  sleep 1
+  rc=$(cat "$d/rc" 2>/dev/null)
+  echo "sigmatop run exited $rc; its lines:"
+  grep 'sigmatop:' "$d/sigmatop.err" | sed 's/^/    /'
+  first=$(grep -m1 'sigmatop: ⚠ .* waits for r1' "$d/sigmatop.err" | cut -d' ' -f1)
+  ok=0
+  if [ -n "$first" ] && [ -n "$t0" ]; then
+    echo "first warning naming rank 1: $(awk -v a="$t0" -v b="$first" 'BEGIN { printf "%.2f", b - a }') s after the stop (threshold 2 s)"
+    awk -v a="$t0" -v b="$first" -v c="$t1" 'BEGIN { exit !(b - a <= 3.0 && b < c) }' && ok=1
+  fi
+  grep -q 'sigmatop: ✓ .*no longer hung' "$d/sigmatop.err" || ok=0
+  [ "$rc" = 0 ] || ok=0
+  echo "live warning named rank 1 within the threshold + 1 s, cleared, job completed: $([ $ok = 1 ] && echo PASS || echo FAIL)"
+  [ $ok = 1 ] || FAILED=1
+  "$SIGMATOP" report "$d/rec" >"$d/report.txt" 2>&1
+  grep -h 'arrival spread\|did not complete\|NCCL ↔ verbs' "$d/report.txt" | sed 's/^/    /'
+  # A rank killed: mpirun ends the job, sigmatop ends with it (nothing hangs on its side).
+  d=$W/live.kill.np2
+  NCT_TIMEOUT=60 live_one live.kill.np2
+  bg=$!
+  if wait_ready "$d"; then
+    sleep 1
+    kill -9 "$(cat "$d/pid.1")" && echo "rank 1 killed at $(date +%s.%N)"
+  fi
+  wait "$bg"
+  sleep 1
+  echo "kill: sigmatop run exited $(cat "$d/rc" 2>/dev/null) (124: it hung and timeout ended it) at $(date +%s.%N)"
+  [ "$(cat "$d/rc" 2>/dev/null)" = 124 ] && FAILED=1
+  grep 'sigmatop:' "$d/sigmatop.err" | tail -5 | sed 's/^/    /'
+  "$SIGMATOP" report "$d/rec" >"$d/report.txt" 2>&1
+  grep -h 'did not complete' "$d/report.txt" | sed 's/^/    /'
+  (cd "$W" && tar czf "$OUTDIR/live.tgz" --exclude='*/sock' --exclude='*/nic' live.*)
+}
+
 for what in $WHAT; do
 case "$what" in
 calib) calib ;;
 fig5) fig5 ;;
 moe) moe ;;
+live) live ;;
 stall) stall ;;
 proof) proof ;;
 bench) bench ;;

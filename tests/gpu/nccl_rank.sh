@@ -10,6 +10,7 @@
 #   TRACE=base                  untraced
 #   TRACE=aggregate|simple|full LD_PRELOAD=sigmatop in that mode, recording to RUNDIR/rec; with
 #                               NCT_PLUGIN=1 also NCCL's profiler plugin (NCCL_PROFILER_PLUGIN)
+#   TRACE=inherit               what the environment has (`sigmatop run` around mpirun set it)
 set -u
 run=$1
 shift
@@ -19,7 +20,7 @@ rank=${OMPI_COMM_WORLD_RANK:-${PMI_RANK:-0}}
 echo $$ >"$run/pid.$rank"
 export NCCL_HOSTID=softhost$rank NCCL_TESTS_DEVICE=0
 case "$TRACE" in
-base) ;;
+base | inherit) ;;
 *)
   export LD_PRELOAD=$PRE SIGMATOP_MODE=$TRACE SIGMATOP_RECORD=$run/rec SIGMATOP_SOCKET_DIR=$run/sock
   mkdir -p -m 700 "$run/sock"

@@ -18,17 +18,20 @@ pub enum Tab {
     Nodes,
     Matrix,
     Doorbells,
+    /// NCCL collectives per communicator and rank.
+    Collectives,
 }
 
 impl Tab {
     /// All tabs in bar order.
-    pub const ALL: [Tab; 6] = [
+    pub const ALL: [Tab; 7] = [
         Tab::Overview,
         Tab::Qps,
         Tab::Gpus,
         Tab::Nodes,
         Tab::Matrix,
         Tab::Doorbells,
+        Tab::Collectives,
     ];
 
     /// Position in [`Tab::ALL`].
@@ -45,6 +48,7 @@ impl Tab {
             Tab::Nodes => "Nodes",
             Tab::Matrix => "Matrix",
             Tab::Doorbells => "Doorbells",
+            Tab::Collectives => "Collectives",
         }
     }
 
@@ -57,6 +61,7 @@ impl Tab {
             Tab::Nodes => '4',
             Tab::Matrix => '5',
             Tab::Doorbells => 'd',
+            Tab::Collectives => 'c',
         }
     }
 }
@@ -187,9 +192,9 @@ pub struct App {
     /// First matrix column shown when the columns do not all fit (`<` `>`, `h` `l`).
     pub matrix_col: usize,
     /// Selected row per tab.
-    pub selected: [usize; 6],
+    pub selected: [usize; 7],
     /// Sort per tab.
-    pub sort: [Sort; 6],
+    pub sort: [Sort; 7],
     /// Thresholds of the live warnings.
     pub warning_config: WarningConfig,
     /// Mouse capture (off by default so text selection over ssh keeps working).
@@ -206,11 +211,11 @@ pub struct App {
     /// The matrix kind as last drawn (where `m` moves on from).
     matrix_shown: Cell<MatrixKind>,
     /// Rows and visible rows of each tab as last drawn (to clamp cursor keys).
-    rows_seen: [Cell<usize>; 6],
-    page_seen: [Cell<usize>; 6],
+    rows_seen: [Cell<usize>; 7],
+    page_seen: [Cell<usize>; 7],
     /// Columns of each tab's table as last drawn, one bit per column index (`s` cycles through
     /// these only: a column the terminal is too narrow for is no sort key the user can see).
-    cols_seen: [Cell<u64>; 6],
+    cols_seen: [Cell<u64>; 7],
 }
 
 impl Default for App {
@@ -220,7 +225,7 @@ impl Default for App {
 }
 
 /// Default sort per tab: traffic tables by egress, descending; the nodes tab by name.
-const DEFAULT_SORT: [Sort; 6] = [
+const DEFAULT_SORT: [Sort; 7] = [
     Sort {
         column: 5,
         descending: true,
@@ -246,6 +251,11 @@ const DEFAULT_SORT: [Sort; 6] = [
         column: 0,
         descending: false,
     },
+    // Collectives: by communicator, then as listed.
+    Sort {
+        column: 0,
+        descending: false,
+    },
 ];
 
 impl App {
@@ -264,7 +274,7 @@ impl App {
             matrix_auto: true,
             matrix_rate: false,
             matrix_col: 0,
-            selected: [0; 6],
+            selected: [0; 7],
             sort: DEFAULT_SORT,
             warning_config: WarningConfig::default(),
             mouse: false,
@@ -381,12 +391,16 @@ impl App {
                 self.filter_editing = true;
                 Action::Redraw
             }
-            KeyCode::Char(c @ '1'..='6') => {
+            KeyCode::Char(c @ '1'..='7') => {
                 self.tab = Tab::ALL[(c as u8 - b'1') as usize];
                 Action::Redraw
             }
             KeyCode::Char('d') => {
                 self.tab = Tab::Doorbells;
+                Action::Redraw
+            }
+            KeyCode::Char('c') => {
+                self.tab = Tab::Collectives;
                 Action::Redraw
             }
             KeyCode::Tab => {
@@ -611,12 +625,16 @@ mod tests {
         app.handle_key(key(KeyCode::Tab));
         assert_eq!(app.tab, Tab::Doorbells);
         app.handle_key(key(KeyCode::Tab));
+        assert_eq!(app.tab, Tab::Collectives);
+        app.handle_key(key(KeyCode::Tab));
         assert_eq!(app.tab, Tab::Overview);
         app.handle_key(key(KeyCode::BackTab));
-        assert_eq!(app.tab, Tab::Doorbells);
+        assert_eq!(app.tab, Tab::Collectives);
         app.handle_key(ch('1'));
         app.handle_key(ch('d'));
         assert_eq!(app.tab, Tab::Doorbells);
+        app.handle_key(ch('c'));
+        assert_eq!(app.tab, Tab::Collectives);
     }
 
     #[test]

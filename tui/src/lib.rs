@@ -51,8 +51,9 @@ pub use fixture::sample_view_model;
 
 pub use app::{Action, App, MatrixKind, Sort, Tab, Window};
 pub use model::{
-    DoorbellModel, DoorbellRecord, DoorbellSeries, EndpointRow, GpuRow, Header, Matrices, Matrix,
-    NodeRow, Peer, Percentiles, ProcessRow, RankRow, StatusCounters, ViewModel,
+    CollArrivals, CollRankRow, CollRow, CollectivesModel, DoorbellModel, DoorbellRecord,
+    DoorbellSeries, EndpointRow, GpuRow, Header, Matrices, Matrix, NodeRow, Peer, Percentiles,
+    ProcessRow, RankRow, StatusCounters, ViewModel,
 };
 pub use query::Query;
 pub use theme::{BUILTIN as BUILTIN_THEMES, Theme, ThemeError};

@@ -36,6 +36,82 @@ pub struct ViewModel {
     pub history_pos: usize,
     /// Live warnings, most important first (the core computes them from the model).
     pub warnings: Vec<crate::warnings::Warning>,
+    /// NCCL collectives (Collectives tab).
+    pub collectives: CollectivesModel,
+}
+
+/// NCCL collectives: per communicator and collective, per rank, and what was lost.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct CollectivesModel {
+    pub rows: Vec<CollRow>,
+    pub ranks: Vec<CollRankRow>,
+    /// One per communicator: the ranks' arrival at its latest collectives.
+    pub arrivals: Vec<CollArrivals>,
+    /// Records the NCCL plugin could not keep, events of types it does not read, events naming a
+    /// call or operation it never saw start.
+    pub dropped_records: u64,
+    pub unknown_events: u64,
+    pub untracked: u64,
+    /// The hung-collective threshold, seconds.
+    pub hang_s: f64,
+}
+
+/// One row per (communicator, collective, algorithm, protocol).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct CollRow {
+    /// The communicator: NCCL's id, its first 8 hex digits.
+    pub comm: String,
+    /// Ranks reporting / ranks in it: "2/2".
+    pub ranks: String,
+    pub func: String,
+    pub algo: String,
+    pub proto: String,
+    pub channels: u32,
+    /// Completed (the rank that completed the most), their bytes per rank, the slowest rank's
+    /// time in them, and the bus bandwidth over it (bytes/s, nccl-tests' definition).
+    pub count: u64,
+    pub bytes: u64,
+    pub time_s: f64,
+    pub busbw_bps: f64,
+    /// Calls open now on all ranks.
+    pub open: u64,
+}
+
+/// One rank of a communicator.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct CollRankRow {
+    pub comm: String,
+    pub rank: u32,
+    pub host: String,
+    pub pid: u32,
+    pub started: u64,
+    pub completed: u64,
+    /// The oldest collective open on it ("AllReduce #225") and for how long, seconds.
+    pub open: String,
+    pub open_s: f64,
+    /// Open past the hung-collective threshold.
+    pub hung: bool,
+    /// Among the latest collectives: times it arrived last, its mean lag behind the first, s.
+    pub last_arrivals: u64,
+    pub mean_lag_s: f64,
+    /// "silent 3.1s" (no frame for longer than the threshold), "exited", or "".
+    pub state: String,
+}
+
+/// The arrival spread of a communicator's latest collectives.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct CollArrivals {
+    pub comm: String,
+    pub name: String,
+    pub collectives: u64,
+    pub median_spread_s: f64,
+    pub max_spread_s: f64,
+    /// The last rank to arrive at the collective of the largest spread (the straggler).
+    pub max_last_rank: Option<u32>,
 }
 
 /// Totals and labels for the header line.

@@ -11,6 +11,8 @@ pub struct WarningConfig {
     pub skew_ratio: f64,
     /// Doorbells per second (per GPU or QP) at or above which a doorbell storm is reported.
     pub doorbell_storm_per_s: f64,
+    /// A NCCL collective open longer than this (seconds) on some rank is reported as hung.
+    pub collective_hang_s: f64,
 }
 
 impl Default for WarningConfig {
@@ -18,6 +20,7 @@ impl Default for WarningConfig {
         WarningConfig {
             skew_ratio: 1.5,
             doorbell_storm_per_s: 500_000.0,
+            collective_hang_s: 2.0,
         }
     }
 }
@@ -28,6 +31,9 @@ pub enum WarningKind {
     /// Events were lost: ring overflow or lost socket frames.
     #[default]
     Drops,
+    /// A NCCL collective some ranks started has not completed after the threshold; the message
+    /// names the ranks it waits for.
+    HungCollective,
     /// A node's egress is far above the mean.
     NodeSkew,
     /// A node's ingress is far above the mean (a hot receiver: incast, an unbalanced reduction).

@@ -186,7 +186,7 @@ fn history_and_error_message() {
 fn empty_model_draws_every_view() {
     let vm = ViewModel::default();
     let mut app = App::new(Theme::dark());
-    for tab in ["1", "2", "3", "4", "5", "d"] {
+    for tab in ["1", "2", "3", "4", "5", "d", "c"] {
         keys(&mut app, tab);
         for (w, h) in SIZES {
             render(&app, &vm, w, h);
@@ -196,6 +196,8 @@ fn empty_model_draws_every_view() {
     insta::assert_snapshot!("empty_overview_80x24", render(&app, &vm, 80, 24));
     keys(&mut app, "d");
     insta::assert_snapshot!("empty_doorbells_80x24", render(&app, &vm, 80, 24));
+    keys(&mut app, "c");
+    insta::assert_snapshot!("empty_collectives_80x24", render(&app, &vm, 80, 24));
 }
 
 #[test]
@@ -736,6 +738,37 @@ fn failed_operations_in_the_status_line_and_the_qp_detail() {
                 screen.contains("failed: 3 operations reported an error"),
                 "{w}x{h}:\n{screen}"
             );
+        }
+    }
+}
+
+#[test]
+fn collectives() {
+    snap("collectives", "c");
+}
+
+/// The live hung-collective warning: in the warnings strip of every view and in the Overview's
+/// box, naming the rank it waits for; the Collectives view marks the open collective and the
+/// silent rank.
+#[test]
+fn hung_collective_warning() {
+    let mut vm = sample_view_model();
+    vm.warnings.insert(
+        0,
+        sigmatop_tui::Warning {
+            kind: sigmatop_tui::WarningKind::HungCollective,
+            message: "AllReduce #225 waits for r3 (silent) 3.4s · comm 7f3a1b2c".into(),
+        },
+    );
+    for (w, h) in SIZES {
+        for (tab, name) in [("1", "overview"), ("c", "collectives")] {
+            let mut app = App::new(Theme::dark());
+            render(&app, &vm, w, h);
+            keys(&mut app, tab);
+            let backend = render(&app, &vm, w, h);
+            let s = text(&backend);
+            assert!(s.contains("waits for r3"), "{tab} {w}x{h}:\n{s}");
+            insta::assert_snapshot!(format!("hung_{name}_{w}x{h}"), backend);
         }
     }
 }

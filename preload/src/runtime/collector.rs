@@ -597,6 +597,9 @@ impl Collector {
             }
             s.broadcast(&Frame::Snapshot(snap.clone()));
             s.set_last_snapshot(snap);
+            if let Some(n) = crate::nccl::live() {
+                s.broadcast(&Frame::Nccl(n));
+            }
         }
         self.live_events.clear();
     }

@@ -20,6 +20,10 @@ pub(crate) fn draw_help(frame: &mut Frame, area: Rect, app: &App) {
         ]),
         Line::from(vec![
             k(""),
+            t("c Collectives: NCCL per communicator and rank, arrival".into()),
+        ]),
+        Line::from(vec![
+            k(""),
             t("Tab / Shift-Tab next / previous view".into()),
         ]),
         Line::from(vec![
@@ -95,6 +99,13 @@ pub(crate) fn draw_help(frame: &mut Frame, area: Rect, app: &App) {
                 "▲/▼ skew ≥ {:.1}× mean · idle QP with posted WR · ≥ {} db/s",
                 cfg.skew_ratio,
                 units::si(cfg.doorbell_storm_per_s)
+            )),
+        ]),
+        Line::from(vec![
+            k(""),
+            t(format!(
+                "NCCL collective open > {:.1}s: hung, names the ranks it waits for",
+                cfg.collective_hang_s
             )),
         ]),
     ];

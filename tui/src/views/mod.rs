@@ -7,8 +7,10 @@
 //! - `nodes`: egress and ingress per node and per rank, with skew
 //! - `matrix`: rank / GPU / node traffic matrix as a heat map
 //! - `doorbells`: doorbell rates and the latest decoded doorbells
+//! - `collectives`: NCCL collectives per communicator and rank, arrival spread
 //! - `help`: the help overlay
 
+mod collectives;
 mod doorbells;
 mod gpus;
 mod help;
@@ -44,6 +46,7 @@ pub(crate) fn draw_body(
         Tab::Nodes => nodes::draw(frame, area, app, vm),
         Tab::Matrix => matrix::draw(frame, area, app, vm),
         Tab::Doorbells => doorbells::draw(frame, area, app, vm),
+        Tab::Collectives => collectives::draw(frame, area, app, vm),
     }
 }
 

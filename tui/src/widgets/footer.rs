@@ -74,17 +74,32 @@ pub(crate) fn status_line<'a>(
     w: usize,
 ) -> Line<'a> {
     let notice_w = vm.status.notice.as_ref().map_or(0, |n| n.width() + 4);
-    let form = if w >= 120 {
+    // A hung collective, first of the warnings shown here: the counters keep only what is not
+    // zero, so that the warning names the ranks it waits for.
+    let hung = warns.is_some_and(|ws| ws.iter().any(|w| w.kind == WarningKind::HungCollective));
+    let form = if hung && w < 120 {
+        Counters::NonZero
+    } else if w >= 120 {
         Counters::Wide
     } else {
         Counters::Normal
     };
     let mut right = counters(th, vm, form);
+    if hung && w < 120 && right.iter().map(|s| s.width()).sum::<usize>() + 52 > w {
+        right = vec![
+            Span::styled("drops ", th.dim),
+            Span::styled(units::count(vm.status.dropped_events), th.warn),
+            Span::raw(" "),
+        ];
+    }
     let mut rw: usize = right.iter().map(|s| s.width()).sum();
     // A notice names things a person needs whole (the program's state, its log file): zero loss
     // counters give way to it, "frames lost" first (a count that is not zero always stays).
     for smaller in [Counters::Normal, Counters::NonZero] {
-        if notice_w > 0 && rw + notice_w + 16 > w {
+        if form == Counters::Wide || (form == Counters::Normal && smaller == Counters::NonZero) {
+            if notice_w == 0 || rw + notice_w + 16 <= w {
+                break;
+            }
             right = counters(th, vm, smaller);
             rw = right.iter().map(|s| s.width()).sum();
         }
@@ -100,7 +115,8 @@ pub(crate) fn status_line<'a>(
         // Drops are already in the counters on the right: show the first other warning.
         let first = ws
             .iter()
-            .find(|w| w.kind != WarningKind::Drops)
+            .find(|w| w.kind == WarningKind::HungCollective)
+            .or_else(|| ws.iter().find(|w| w.kind != WarningKind::Drops))
             .or(ws.first());
         // With a notice to show as well and too little room for both, the warnings shrink to
         // their count (the list is on the Overview).

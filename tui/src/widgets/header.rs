@@ -88,6 +88,7 @@ pub(crate) fn tab_line(app: &App, vm: &ViewModel, w: usize) -> Line<'static> {
             let title = if compact {
                 match t {
                     Tab::Overview => "Overview",
+                    Tab::Collectives => "Coll",
                     other => other.title(),
                 }
             } else {

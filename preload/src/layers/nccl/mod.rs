@@ -2,9 +2,10 @@
 //! finds no v6): NCCL loads it with `NCCL_PROFILER_PLUGIN=<path of libsigmatop_preload.so>`
 //! (`sigmatop run` sets that), and every collective, point-to-point call, proxy operation and step,
 //! and IB net-plugin work request (qpNum, wr_id) becomes one record in the queue of `ring`, written
-//! to `<record>/<host>/nccl-<pid>.stn` beside the process's record. `report` and `export` join
+//! to `<record>/<host>/nccl-<pid>.stn` beside the process's record, and feeds the live tracker
+//! whose state the collector sends over the live socket (`live`). `report` and `export` join
 //! those to the verbs work requests (src/nccl). Self-contained: nothing else in the preload calls
-//! into it but the destructor's final flush.
+//! into it but the collector's `live` and the destructor's final flush.
 //!
 //! It never changes what NCCL does: every callback returns `ncclSuccess`, hands NCCL a handle
 //! (an opaque non-null id, never memory NCCL could write), and touches only its own queue. Where
@@ -323,7 +324,7 @@ unsafe extern "C" fn init(
                 *ctx = c as *mut c_void;
             }
             if !mask.is_null() {
-                // Nothing asked for when nothing is recorded: NCCL then emits no event at all.
+                // Nothing asked for when the queue could not be made: NCCL then emits no event.
                 *mask = if active { MASK } else { 0 };
             }
         }
@@ -490,6 +491,12 @@ unsafe extern "C" fn finalize(ctx: *mut c_void) -> c_int {
     r.0[4] = ctx as u64;
     ring::push(&r);
     NCCL_SUCCESS
+}
+
+/// The collectives as the live tracker knows them now (none before NCCL's first `init`): the
+/// collector sends them each interval (`Frame::Nccl`).
+pub fn live() -> Option<sigmatop::nccl::live::NcclLive> {
+    ring::live()
 }
 
 /// The final flush, from the preload's destructor.

@@ -2,13 +2,17 @@
 //! proxy's) push fixed records without a lock, an allocation or a system call (a bounded
 //! multi-producer queue, Vyukov's); one writer thread drains it into `<record>/<host>/
 //! nccl-<pid>.stn` every 20 ms and at exit. A full queue drops the record and counts it: the
-//! count is the file's last record (`kind::TOTALS`) and `report` shows it.
+//! count is the file's last record (`kind::TOTALS`) and `report` shows it. The writer thread also
+//! feeds every record to the live tracker (`sigmatop::nccl::live`), whose state the collector
+//! sends over the live socket each interval (`Frame::Nccl`): with no record directory the
+//! records feed the live view alone.
 
 use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, Ordering};
 use std::io::Write;
 use std::sync::Mutex;
 
 use sigmatop::nccl::format::{self, REC_BYTES, Rec, WORDS};
+use sigmatop::nccl::live::{NcclLive, Tracker};
 
 /// Slots in the queue (a power of two): 8 MiB of address space, touched as used.
 const CAP: u64 = 1 << 16;
@@ -31,17 +35,30 @@ static WRITER: Mutex<Option<Writer>> = Mutex::new(None);
 static THREAD: Mutex<Option<std::thread::JoinHandle<()>>> = Mutex::new(None);
 
 struct Writer {
-    file: std::fs::File,
+    /// The record's file (none without a record directory, or when it could not be made).
+    file: Option<std::fs::File>,
     buf: Vec<u8>,
+    tracker: Tracker,
 }
 
-/// True once [`start`] opened the file: records are kept.
+/// True once [`start`] made the queue: records are kept (in the file, with a record directory,
+/// and for the live view).
 pub fn active() -> bool {
     !SLOTS.load(Ordering::Acquire).is_null()
 }
 
-/// Opens the file and starts the writer (control path: the first communicator's `init`).
-/// Without a record directory nothing is kept. Returns a line to print when it could not start.
+/// What the live tracker knows now (none before NCCL's first `init`): the collector sends it.
+pub fn live() -> Option<NcclLive> {
+    if !active() {
+        return None;
+    }
+    let w = WRITER.lock().unwrap_or_else(|e| e.into_inner());
+    w.as_ref().map(|w| w.tracker.live())
+}
+
+/// Opens the file (with a record directory) and starts the writer (control path: the first
+/// communicator's `init`). Returns a line to print when something could not start: without the
+/// file the live view still gets the collectives.
 pub fn start() -> Option<String> {
     if active() {
         return None;
@@ -50,37 +67,18 @@ pub fn start() -> Option<String> {
     if active() {
         return None;
     }
-    let root = crate::runtime::config::paths().record.clone()?;
-    let host = sigmatop::trace::writer::sanitize(&crate::runtime::os::hostname());
-    let dir = root.join(host);
-    let path = dir.join(format!("nccl-{}.stn", crate::runtime::os::pid()));
-    let file = sigmatop::trace::writer::create_private_dir(&dir).and_then(|_| {
-        use std::os::unix::fs::OpenOptionsExt;
-        std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-            .open(&path)
-    });
-    let mut file = match file {
-        Ok(f) => f,
-        Err(e) => {
-            return Some(format!(
-                "sigmatop: NCCL collectives are not recorded: cannot create {}: {e}",
-                path.display()
-            ));
-        }
+    let (file, line) = match crate::runtime::config::paths().record.clone() {
+        Some(root) => match open_file(&root) {
+            Ok(f) => (Some(f), None),
+            Err(line) => (None, Some(line)),
+        },
+        None => (None, None),
     };
-    if file.write_all(format::MAGIC).is_err() {
-        return Some(format!(
-            "sigmatop: NCCL collectives are not recorded: cannot write {}",
-            path.display()
-        ));
-    }
     let bytes = CAP as usize * core::mem::size_of::<Slot>();
     let Some(p) = crate::runtime::os::map_zeroed(bytes, false) else {
-        return Some("sigmatop: NCCL collectives are not recorded: no memory for the queue".into());
+        return Some(
+            "sigmatop: NCCL collectives are not recorded or shown: no memory for the queue".into(),
+        );
     };
     let slots = p as *mut Slot;
     for i in 0..CAP {
@@ -90,6 +88,7 @@ pub fn start() -> Option<String> {
     *w = Some(Writer {
         file,
         buf: Vec::with_capacity(1 << 16),
+        tracker: Tracker::new(),
     });
     drop(w);
     SLOTS.store(slots, Ordering::Release);
@@ -105,7 +104,36 @@ pub fn start() -> Option<String> {
     if let Ok(t) = t {
         *THREAD.lock().unwrap_or_else(|e| e.into_inner()) = Some(t);
     }
-    None
+    line
+}
+
+/// The record's NCCL file, its header written; the line to print when it cannot be.
+fn open_file(root: &std::path::Path) -> Result<std::fs::File, String> {
+    let host = sigmatop::trace::writer::sanitize(&crate::runtime::os::hostname());
+    let dir = root.join(host);
+    let path = dir.join(format!("nccl-{}.stn", crate::runtime::os::pid()));
+    let file = sigmatop::trace::writer::create_private_dir(&dir).and_then(|_| {
+        use std::os::unix::fs::OpenOptionsExt;
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            .open(&path)
+    });
+    let mut file = file.map_err(|e| {
+        format!(
+            "sigmatop: NCCL collectives are not recorded (the live view still shows them): cannot create {}: {e}",
+            path.display()
+        )
+    })?;
+    if file.write_all(format::MAGIC).is_err() {
+        return Err(format!(
+            "sigmatop: NCCL collectives are not recorded (the live view still shows them): cannot write {}",
+            path.display()
+        ));
+    }
+    Ok(file)
 }
 
 /// Pushes one record; drops it (counted) when the queue is full or not started.
@@ -162,18 +190,30 @@ fn drain() {
         }
         slot.seq.store(pos + CAP, Ordering::Release);
         pos += 1;
-        r.to_bytes(&mut b);
-        w.buf.extend_from_slice(&b);
-        if w.buf.len() >= 1 << 16 {
-            let _ = w.file.write_all(&w.buf);
-            w.buf.clear();
+        w.tracker.push(&r);
+        if let Some(f) = w.file.as_mut() {
+            r.to_bytes(&mut b);
+            w.buf.extend_from_slice(&b);
+            if w.buf.len() >= 1 << 16 {
+                let _ = f.write_all(&w.buf);
+                w.buf.clear();
+            }
         }
     }
     TAIL.store(pos, Ordering::Relaxed);
-    if !w.buf.is_empty() {
-        let _ = w.file.write_all(&w.buf);
+    if let Some(f) = w.file.as_mut()
+        && !w.buf.is_empty()
+    {
+        let _ = f.write_all(&w.buf);
         w.buf.clear();
     }
+    let s = crate::runtime::clock::sample();
+    w.tracker.clock(s);
+    w.tracker.advance(s.tsc);
+    w.tracker.set_losses(
+        DROPPED.load(Ordering::Relaxed),
+        UNKNOWN.load(Ordering::Relaxed),
+    );
 }
 
 /// The final flush (the preload's destructor): the last records, then the totals record.
@@ -193,7 +233,12 @@ pub fn shutdown() {
     r.0[6] = UNKNOWN.load(Ordering::Relaxed);
     let mut b = [0u8; REC_BYTES];
     r.to_bytes(&mut b);
-    if let Some(w) = WRITER.lock().unwrap_or_else(|e| e.into_inner()).as_mut() {
-        let _ = w.file.write_all(&b);
+    if let Some(f) = WRITER
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .as_mut()
+        .and_then(|w| w.file.as_mut())
+    {
+        let _ = f.write_all(&b);
     }
 }

@@ -1,0 +1,474 @@
+//! NCCL collectives, live: what the preload's NCCL plugin streams over the live socket
+//! (`wire::Frame::Nccl`, docs/WIRE.md) and the tracker that computes it from the plugin's
+//! records as they are drained (off NCCL's threads, in the plugin's writer thread). Pure: the
+//! tracker reads records (`format::Rec`) and nothing else, so the record's files replay through
+//! it exactly as the live process did (tests/nccl_join.rs checks it against `model`).
+//!
+//! Per communicator: rows per (collective, algorithm, protocol) with count, bytes, channels and
+//! time (as `model` computes them); the collectives started and completed, the oldest one not
+//! completed (what a hung job waits on), and the start times of the latest [`RECENT`]
+//! collectives, from which a reader computes the ranks' arrival spread. A call completes when
+//! NCCL stopped it and every proxy operation it started has stopped; a call that started none
+//! completes [`NO_OP_GRACE_NS`] after its stop (no network transport, a send to itself).
+
+use std::collections::{BTreeMap, HashMap};
+
+use serde::{Deserialize, Serialize};
+
+use super::format::{DATATYPES, Rec, etype, kind};
+use crate::event::{ClockSample, TscClock};
+
+/// Collectives per communicator whose start times each frame carries.
+pub const RECENT: usize = 64;
+/// Calls (and proxy operations) followed at once; more are counted in `untracked`.
+pub const MAX_OPEN: usize = 1 << 16;
+/// A call that started no proxy operation completes this long after NCCL stopped it.
+pub const NO_OP_GRACE_NS: u64 = 200_000_000;
+
+/// What one process sends: cumulative, so a reader that misses frames loses nothing but time.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct NcclLive {
+    /// CLOCK_REALTIME ns of the newest record the tracker read.
+    pub at_ns: u64,
+    pub comms: Vec<CommLive>,
+    /// Records the plugin's queue could not keep (full), events of types it does not read.
+    pub dropped_records: u64,
+    pub unknown_events: u64,
+    /// Profiler events that name a call or operation the tracker never saw start (a proxy
+    /// operation of an unknown parent, a stop of an unknown call), and calls or operations not
+    /// followed because [`MAX_OPEN`] were open: counted, never dropped silently.
+    pub untracked: u64,
+}
+
+/// One communicator of the process.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct CommLive {
+    /// NCCL's communicator id (`commId`: the same on every rank).
+    pub comm_id: u64,
+    pub name: String,
+    pub nranks: u32,
+    pub rank: u32,
+    pub rows: Vec<RowLive>,
+    /// Collectives (not point-to-point calls) started and completed.
+    pub started: u64,
+    pub completed: u64,
+    /// The newest collective started, and the sequence number of the newest completed.
+    pub last_started: Option<CollAt>,
+    pub last_completed: Option<u64>,
+    /// The oldest collective started and not completed (none: nothing is open).
+    pub oldest_open: Option<CollAt>,
+    /// CLOCK_REALTIME ns at which the newest completed collective ended (0: none yet). A
+    /// program enqueues collectives ahead of the GPU: the oldest open one has waited since the
+    /// later of its start and this.
+    pub last_completed_ns: u64,
+    /// (sequence number, start CLOCK_REALTIME ns) of the latest [`RECENT`] collectives started.
+    pub recent: Vec<(u64, u64)>,
+}
+
+/// A collective: its sequence number in the communicator, NCCL function index
+/// (`format::FUNCS`), and its host call's CLOCK_REALTIME ns.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CollAt {
+    pub seq: u64,
+    pub func: u8,
+    pub start_ns: u64,
+}
+
+/// Per (function, algorithm, protocol, to itself): as `model::CollRow`.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct RowLive {
+    /// `format::FUNCS` index; algo / proto: `format::ALGOS` / `PROTOS`, 255 for point-to-point.
+    pub func: u8,
+    pub algo: u8,
+    pub proto: u8,
+    /// A point-to-point call to or from the rank itself.
+    pub to_self: bool,
+    pub channels: u8,
+    /// Completed calls, their bytes (NCCL's count × datatype size) and their time (host call,
+    /// or the previous call's end on the same lane when later, to the last proxy stop).
+    pub count: u64,
+    pub bytes: u64,
+    pub time_ns: u64,
+    /// Calls started and not completed.
+    pub open: u64,
+}
+
+#[derive(Clone, Debug, Default)]
+struct Call {
+    comm: u64,
+    p2p: bool,
+    peer: u32,
+    seq: u64,
+    func: u8,
+    algo: u8,
+    proto: u8,
+    bytes: u64,
+    start: u64,
+    stop: Option<u64>,
+    ops_open: u32,
+    ops_seen: u32,
+    last_op_stop: u64,
+}
+
+/// A communicator as the tracker keeps it: `live` holds TSC values where the frame has ns
+/// (starts, and rows' time in ticks), converted by [`Tracker::live`] with the newest clock.
+#[derive(Clone, Debug, Default)]
+struct Comm {
+    live: CommLive,
+    /// Open collectives by sequence number → call id.
+    open: BTreeMap<u64, u64>,
+    recent: std::collections::VecDeque<(u64, u64)>,
+}
+
+type RowKey = (u8, u8, u8, bool);
+
+/// Follows one process's records (`push`), then says what it knows (`live`).
+#[derive(Debug, Default)]
+pub struct Tracker {
+    clock: TscClock,
+    comms: HashMap<u64, Comm>,
+    rows: HashMap<(u64, RowKey), usize>,
+    calls: HashMap<u64, Call>,
+    op_call: HashMap<u64, u64>,
+    /// Lane → end tsc of its last completed call.
+    prev_end: HashMap<(u64, bool, u8, u32), u64>,
+    newest_tsc: u64,
+    untracked: u64,
+    dropped: u64,
+    unknown: u64,
+    /// Calls stopped with no proxy operation yet, by id (checked for the grace on each push).
+    waiting: Vec<u64>,
+}
+
+impl Tracker {
+    pub fn new() -> Tracker {
+        Tracker::default()
+    }
+
+    /// The plugin's counters of records it could not keep and events it does not read.
+    pub fn set_losses(&mut self, dropped: u64, unknown: u64) {
+        self.dropped = dropped;
+        self.unknown = unknown;
+    }
+
+    /// A clock sample (the preload adds one per drain, so conversions stay current).
+    pub fn clock(&mut self, s: ClockSample) {
+        let first = self.clock.samples().first().copied();
+        self.clock = TscClock::new(first.into_iter().chain([s]).collect());
+    }
+
+    /// One record, in the order of the file.
+    pub fn push(&mut self, r: &Rec) {
+        self.newest_tsc = self.newest_tsc.max(r.tsc());
+        match (r.kind(), r.etype()) {
+            (kind::CLOCK, _) => self.clock(ClockSample {
+                tsc: r.tsc(),
+                mono_ns: r.p(0),
+                real_ns: r.p(1),
+            }),
+            (kind::TOTALS, _) => {
+                self.dropped = self.dropped.max(r.p(0));
+                self.unknown = self.unknown.max(r.p(1));
+            }
+            (kind::INIT, _) => {
+                let c = self.comms.entry(r.comm()).or_default();
+                c.live.comm_id = r.p(0);
+                c.live.nranks = r.p(1) as u32;
+                c.live.rank = r.p(3) as u32;
+                c.live.name = super::format::unpack_name(&r.0[10..14]);
+            }
+            (kind::START, t @ (etype::COLL | etype::P2P)) => {
+                if self.calls.len() >= MAX_OPEN {
+                    self.untracked += 1;
+                    return;
+                }
+                let (func, dtype, algo, proto, channels, _) = super::format::unpack_coll(r.p(2));
+                let esize = DATATYPES.get(dtype as usize).map_or(1, |d| d.1);
+                let p2p = t == etype::P2P;
+                let call = Call {
+                    comm: r.comm(),
+                    p2p,
+                    peer: r.p(3) as u32,
+                    seq: r.p(0),
+                    func,
+                    algo: if p2p { 255 } else { algo },
+                    proto: if p2p { 255 } else { proto },
+                    bytes: r.p(1).saturating_mul(esize),
+                    start: r.tsc(),
+                    ..Default::default()
+                };
+                let start_tsc = r.tsc();
+                let key = self.row_key(&call);
+                let c = self.comms.entry(call.comm).or_default();
+                let i = row_index(&mut self.rows, c, call.comm, key);
+                c.live.rows[i].open += 1;
+                c.live.rows[i].channels = channels;
+                if !p2p {
+                    c.live.started += 1;
+                    let at = CollAt {
+                        seq: call.seq,
+                        func,
+                        start_ns: start_tsc,
+                    };
+                    c.live.last_started = Some(at);
+                    c.open.insert(call.seq, r.id());
+                    c.recent.push_back((call.seq, start_tsc));
+                    if c.recent.len() > RECENT {
+                        c.recent.pop_front();
+                    }
+                }
+                self.calls.insert(r.id(), call);
+            }
+            (kind::START, etype::PROXY_OP) => match self.calls.get_mut(&r.parent()) {
+                Some(c) if self.op_call.len() < MAX_OPEN => {
+                    c.ops_open += 1;
+                    c.ops_seen += 1;
+                    self.op_call.insert(r.id(), r.parent());
+                }
+                _ => self.untracked += 1,
+            },
+            (kind::STOP, etype::COLL | etype::P2P) => match self.calls.get_mut(&r.id()) {
+                Some(c) => {
+                    c.stop = Some(r.tsc());
+                    if c.ops_seen == 0 {
+                        self.waiting.push(r.id());
+                    } else {
+                        self.try_complete(r.id());
+                    }
+                }
+                None => self.untracked += 1,
+            },
+            (kind::STOP, etype::PROXY_OP) => match self.op_call.remove(&r.id()) {
+                Some(call) => {
+                    if let Some(c) = self.calls.get_mut(&call) {
+                        c.ops_open = c.ops_open.saturating_sub(1);
+                        c.last_op_stop = c.last_op_stop.max(r.tsc());
+                        self.try_complete(call);
+                    } else {
+                        self.untracked += 1;
+                    }
+                }
+                None => self.untracked += 1,
+            },
+            _ => {}
+        }
+        self.check_waiting();
+    }
+
+    fn row_key(&self, c: &Call) -> RowKey {
+        let to_self = c.p2p
+            && self
+                .comms
+                .get(&c.comm)
+                .is_some_and(|m| m.live.rank == c.peer);
+        (c.func, c.algo, c.proto, to_self)
+    }
+
+    /// Completes the calls that stopped with no proxy operation, once the grace has passed
+    /// (measured on the records' own clock: the newest record read).
+    fn check_waiting(&mut self) {
+        if self.waiting.is_empty() {
+            return;
+        }
+        let grace = (NO_OP_GRACE_NS as f64 * self.clock.ticks_per_ns()) as u64;
+        let now = self.newest_tsc;
+        let mut w = std::mem::take(&mut self.waiting);
+        w.retain(|id| {
+            let Some(c) = self.calls.get(id) else {
+                return false;
+            };
+            if c.ops_seen > 0 {
+                self.try_complete(*id);
+                return false;
+            }
+            if c.stop.is_some_and(|s| now.saturating_sub(s) >= grace) {
+                self.try_complete(*id);
+                return false;
+            }
+            true
+        });
+        self.waiting = w;
+    }
+
+    /// The reader's clock moved on with no record (the preload, at each drain): the grace of
+    /// calls with no proxy operation is measured to it.
+    pub fn advance(&mut self, tsc: u64) {
+        self.newest_tsc = self.newest_tsc.max(tsc);
+        self.check_waiting();
+    }
+
+    fn try_complete(&mut self, id: u64) {
+        let Some(c) = self.calls.get(&id) else {
+            return;
+        };
+        let Some(stop) = c.stop else { return };
+        if c.ops_open > 0 {
+            return;
+        }
+        let Some(c) = self.calls.remove(&id) else {
+            return;
+        };
+        let end = stop.max(c.last_op_stop);
+        let lane = (
+            c.comm,
+            c.p2p,
+            if c.p2p { c.func } else { 0 },
+            if c.p2p { c.peer } else { 0 },
+        );
+        let from = self
+            .prev_end
+            .get(&lane)
+            .map_or(c.start, |&p| p.max(c.start));
+        self.prev_end.insert(lane, end);
+        let dt = self
+            .clock
+            .to_real_ns(end)
+            .saturating_sub(self.clock.to_real_ns(from));
+        let key = self.row_key(&c);
+        let m = self.comms.entry(c.comm).or_default();
+        let i = row_index(&mut self.rows, m, c.comm, key);
+        let row = &mut m.live.rows[i];
+        row.open = row.open.saturating_sub(1);
+        row.count += 1;
+        row.bytes += c.bytes;
+        row.time_ns += dt;
+        if !c.p2p {
+            m.live.completed += 1;
+            // In ticks here; `live` converts.
+            m.live.last_completed_ns = m.live.last_completed_ns.max(end);
+            m.open.remove(&c.seq);
+            m.live.last_completed = Some(m.live.last_completed.map_or(c.seq, |s| s.max(c.seq)));
+        }
+    }
+
+    /// What the tracker knows now (TSC values converted with the newest clock sample).
+    pub fn live(&self) -> NcclLive {
+        let real = |tsc: u64| self.clock.to_real_ns(tsc);
+        let per_ns = self.clock.ticks_per_ns().max(1e-9);
+        let mut comms: Vec<CommLive> = self
+            .comms
+            .values()
+            .map(|c| {
+                let mut l = c.live.clone();
+                if let Some(a) = l.last_started.as_mut() {
+                    a.start_ns = real(a.start_ns);
+                }
+                if l.last_completed_ns > 0 {
+                    l.last_completed_ns = real(l.last_completed_ns);
+                }
+                for r in &mut l.rows {
+                    r.time_ns = (r.time_ns as f64 / per_ns).round() as u64;
+                }
+                l.oldest_open = c.open.iter().next().and_then(|(seq, id)| {
+                    let call = self.calls.get(id)?;
+                    Some(CollAt {
+                        seq: *seq,
+                        func: call.func,
+                        start_ns: real(call.start),
+                    })
+                });
+                l.recent = c.recent.iter().map(|&(s, t)| (s, real(t))).collect();
+                l
+            })
+            .collect();
+        comms.sort_by_key(|c| (c.comm_id, c.rank));
+        NcclLive {
+            at_ns: self.clock.to_real_ns(self.newest_tsc),
+            comms,
+            dropped_records: self.dropped,
+            unknown_events: self.unknown,
+            untracked: self.untracked,
+        }
+    }
+}
+
+fn row_index(
+    rows: &mut HashMap<(u64, RowKey), usize>,
+    c: &mut Comm,
+    comm: u64,
+    key: RowKey,
+) -> usize {
+    *rows.entry((comm, key)).or_insert_with(|| {
+        c.live.rows.push(RowLive {
+            func: key.0,
+            algo: key.1,
+            proto: key.2,
+            to_self: key.3,
+            ..Default::default()
+        });
+        c.live.rows.len() - 1
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::nccl::format;
+
+    fn rec(tsc: u64, k: u8, t: u8, id: u64, parent: u64, p: &[u64]) -> Rec {
+        let mut r = Rec::new(tsc, 1, k, t, 0);
+        r.0[2] = id;
+        r.0[3] = parent;
+        r.0[4] = 1;
+        for (i, v) in p.iter().enumerate() {
+            r.0[5 + i] = *v;
+        }
+        r
+    }
+
+    /// Two AllReduce of 2048 floats: the first completes when its proxy operation stops (after
+    /// the call's own stop), the second stays open and is the oldest open one.
+    #[test]
+    fn a_call_completes_when_its_proxy_operations_stop() {
+        let coll = format::pack_coll(1, 7, 1, 2, 2, 0);
+        let mut t = Tracker::new();
+        let mut clk = Rec::new(0, 1, kind::CLOCK, 0, 0);
+        clk.0[5] = 0;
+        clk.0[6] = 1_000_000_000;
+        t.push(&clk);
+        let mut clk2 = Rec::new(1_000_000, 1, kind::CLOCK, 0, 0);
+        clk2.0[5] = 1_000_000;
+        clk2.0[6] = 1_001_000_000;
+        t.push(&clk2);
+        t.push(&rec(10, kind::INIT, 0, 0, 0, &[0xabc, 2, 2, 1]));
+        t.push(&rec(
+            100,
+            kind::START,
+            etype::COLL,
+            0x11,
+            0,
+            &[5, 2048, coll],
+        ));
+        t.push(&rec(150, kind::START, etype::PROXY_OP, 0x23, 0x11, &[]));
+        t.push(&rec(160, kind::STOP, etype::COLL, 0x11, 0, &[]));
+        assert_eq!(t.live().comms[0].completed, 0);
+        t.push(&rec(400, kind::STOP, etype::PROXY_OP, 0x23, 0, &[]));
+        t.push(&rec(
+            500,
+            kind::START,
+            etype::COLL,
+            0x31,
+            0,
+            &[6, 2048, coll],
+        ));
+        t.push(&rec(510, kind::START, etype::PROXY_OP, 0x43, 0x31, &[]));
+        t.push(&rec(520, kind::STOP, etype::PROXY_OP, 0x99, 0, &[]));
+        let l = t.live();
+        let c = &l.comms[0];
+        assert_eq!((c.comm_id, c.nranks, c.rank), (0xabc, 2, 1));
+        assert_eq!((c.started, c.completed, c.last_completed), (2, 1, Some(5)));
+        assert_eq!(c.rows.len(), 1);
+        let r = &c.rows[0];
+        assert_eq!((r.count, r.bytes, r.open, r.time_ns), (1, 8192, 1, 300));
+        assert_eq!(
+            c.oldest_open,
+            Some(CollAt {
+                seq: 6,
+                func: 1,
+                start_ns: 1_000_000_500
+            })
+        );
+        assert_eq!(c.recent, vec![(5, 1_000_000_100), (6, 1_000_000_500)]);
+        assert_eq!(l.untracked, 1);
+    }
+}

@@ -1,0 +1,62 @@
+//! The Collectives view end to end as a person over ssh would see it: `sigmatop replay` of the
+//! committed NCCL fixture (a real 2-rank `all_reduce_perf` on the H200, tests/nccl_join.rs) in a
+//! detached tmux session with TERM=screen; `c` opens the view. Its NCCL files play through the
+//! same tracker the preload runs live, so the rows are what the live run showed: one
+//! communicator of 2 ranks, 20 AllReduce per rank, both ranks done, 20 arrivals compared.
+
+mod common;
+
+use std::path::Path;
+use std::time::Duration;
+
+use common::tmux::Tmux;
+use common::*;
+
+#[test]
+fn replay_of_the_nccl_fixture_shows_its_collectives() {
+    let rec = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/nccl/all_reduce_np2/rec");
+    let cmd = format!(
+        "{} replay --speed 0 {}",
+        sigmatop_bin().display(),
+        rec.display()
+    );
+    let Some(t) = Tmux::start("nccl-replay", &cmd) else {
+        return;
+    };
+    t.wait_for("the dashboard", Duration::from_secs(30), |s| {
+        s.contains("Overview") && s.contains("softhost")
+    });
+    t.keys(&["c"]);
+    let s = t.wait_for("the Collectives view", Duration::from_secs(20), |s| {
+        s.contains("[c Collectives]") && s.contains("AllReduce")
+    });
+    let row = s
+        .lines()
+        .find(|l| l.contains("AllReduce") && l.contains("2/2"))
+        .unwrap_or_else(|| panic!("an AllReduce row of 2 ranks:\n{s}"));
+    let words: Vec<&str> = row.split_whitespace().collect();
+    // comm, ranks, collective, algo, proto, ch, count, bytes/rank, time, busbw, open.
+    assert!(words.contains(&"20"), "20 AllReduce: {row}");
+    assert!(
+        words.contains(&"356k"),
+        "356,352 bytes per rank: {row}\n{s}"
+    );
+    assert_eq!(words.last(), Some(&"0"), "none open: {row}");
+    assert!(s.contains("20 compared"), "arrivals of all 20:\n{s}");
+    let ranks: Vec<&str> = s
+        .lines()
+        .filter(|l| l.contains("softhost") && l.contains("reporting") || l.contains("exited"))
+        .collect();
+    assert_eq!(ranks.len(), 2, "a row per rank:\n{s}");
+    for r in &ranks {
+        let w: Vec<&str> = r.split_whitespace().collect();
+        assert!(
+            w.windows(2).any(|p| p == ["20", "20"]),
+            "started 20, done 20: {r}"
+        );
+    }
+    t.keys(&["q"]);
+    t.wait_for("the exit", Duration::from_secs(10), |s| {
+        s.contains("SIGMATOP-EXIT=0")
+    });
+}
