@@ -334,7 +334,14 @@ impl<'r> Correlation<'r> {
                 }
                 _ => {}
             }
-            if let Some(pair) = matcher.feed(seq, m.ns, m.proc, m.thread, &m.ev, peer) {
+            // A verbs message goes to the receive queue of the peer QP.
+            let peer_ep = match Op::from_u8(m.ev.op) {
+                Some(Op::VerbsSend | Op::VerbsSendImm | Op::VerbsWriteImm) => {
+                    self.topo.ep(m.proc, m.ev.ep).and_then(|e| e.peer_ep)
+                }
+                _ => None,
+            };
+            if let Some(pair) = matcher.feed(seq, m.ns, m.proc, m.thread, &m.ev, peer, peer_ep) {
                 if pair.recv_immediate && pair.recv_ns < pair.send_ns {
                     a.causality_violations += 1;
                 }
