@@ -292,3 +292,164 @@ fn a_segfaulting_program_says_so_in_the_json_and_the_summary() {
         "{err}"
     );
 }
+
+/// `sigmatop run ARGS -- mpirun -np 2 ucx_life segv 10 1` in `dir`: both ranks send 10 tagged
+/// messages; rank 0 exits 0, rank 1 then dies of SIGSEGV (a store through NULL; UCX's and Open
+/// MPI's own handlers print their backtraces and re-raise it). sigmatop's output.
+fn mpirun_segv(dir: &std::path::Path, args: &[&std::ffi::OsStr]) -> std::process::Output {
+    let life = dir.join("life");
+    std::fs::create_dir_all(&life).expect("life dir");
+    let mut cmd = std::process::Command::new(sigmatop_bin());
+    cmd.arg("run")
+        .args(args)
+        .arg("--")
+        .arg(require("mpirun"))
+        .args(["--allow-run-as-root", "--oversubscribe", "-np", "2"])
+        .arg(ucx_life())
+        .args(["segv", "10", "1"])
+        .env("SIGMATOP_SOCKET_DIR", dir.join("sock"))
+        .env("LIFE_DIR", &life)
+        .env("UCX_TLS", "sm,self")
+        .current_dir(dir)
+        .stdin(std::process::Stdio::null());
+    let out = wait_timeout(spawn(&mut cmd), Duration::from_secs(120));
+    assert!(
+        !out.status.success(),
+        "mpirun passes on the rank's crash: {}",
+        stderr_of(&out)
+    );
+    out
+}
+
+/// The JSON's two ranks: rank 0 ended cleanly with its 10 sends; rank 1 carries signal 11.
+fn check_segv_ranks(ctx: &str, v: &serde_json::Value) {
+    let procs = v["processes"].as_array().expect("processes");
+    assert_eq!(procs.len(), 2, "{ctx}: {v:#}");
+    let rank = |r: u64| {
+        procs
+            .iter()
+            .find(|p| p["rank"].as_u64() == Some(r))
+            .unwrap_or_else(|| panic!("{ctx}: no rank {r}: {v:#}"))
+    };
+    let r0 = rank(0);
+    assert_eq!(r0["clean_exit"], true, "{ctx}: {r0:#}");
+    assert_eq!(r0["exit_signal"], serde_json::Value::Null, "{ctx}: {r0:#}");
+    assert_eq!(r0["problem"], serde_json::Value::Null, "{ctx}: {r0:#}");
+    assert_eq!(r0["tx_ops"], 10, "{ctx}: {r0:#}");
+    let r1 = rank(1);
+    assert_eq!(r1["exit_signal"], 11, "{ctx}: {r1:#}");
+    assert_eq!(
+        r1["problem"], "killed by SIGSEGV (signal 11)",
+        "{ctx}: {r1:#}"
+    );
+    assert_eq!(r1["clean_exit"], false, "{ctx}: {r1:#}");
+}
+
+/// 8, under `mpirun`: a rank that segfaults is not `exited` like the others. Its parent (mpirun,
+/// under the preload too) reaps it and says how it ended, so `run --json` (live), the summary,
+/// the record and `export --json` all carry JSON `exit_signal` 11 and `problem` "killed by
+/// SIGSEGV (signal 11)" for rank 1, and nothing of the kind for rank 0, which exited cleanly.
+#[test]
+fn a_segfaulting_rank_under_mpirun_says_so_live_and_in_the_record() {
+    let dir = scratch("run-mpirun-segv-live");
+    let json = dir.join("summary.json");
+    let out = mpirun_segv(&dir, &["--json".as_ref(), json.as_os_str()]);
+    let v: serde_json::Value = serde_json::from_slice(
+        &std::fs::read(&json).unwrap_or_else(|e| panic!("summary: {e}: {}", stderr_of(&out))),
+    )
+    .expect("JSON");
+    check_segv_ranks("run --json", &v);
+
+    let dir = scratch("run-mpirun-segv-record");
+    let rec = dir.join("rec");
+    let out = mpirun_segv(
+        &dir,
+        &["--headless".as_ref(), "--record".as_ref(), rec.as_os_str()],
+    );
+    let err = stderr_of(&out);
+    let v = export_json(&rec, "export --json");
+    check_segv_ranks("export --json", &v);
+    let pid_of = |r: u64| {
+        v["processes"]
+            .as_array()
+            .and_then(|a| a.iter().find(|p| p["rank"].as_u64() == Some(r)))
+            .and_then(|p| p["pid"].as_u64())
+            .unwrap_or_else(|| panic!("rank {r}: {v:#}"))
+    };
+    let row = |pid: u64| {
+        err.lines()
+            .find(|l| l.split_whitespace().nth(1) == Some(pid.to_string().as_str()))
+            .unwrap_or_else(|| panic!("no summary row of pid {pid}:\n{err}"))
+            .to_string()
+    };
+    let r1 = row(pid_of(1));
+    assert!(
+        r1.ends_with(
+            "  (no clean exit: counted up to its last snapshot) killed by SIGSEGV (signal 11)"
+        ),
+        "{r1}"
+    );
+    let r0 = row(pid_of(0));
+    assert!(r0.ends_with(" 0"), "rank 0 ended cleanly: {r0}");
+}
+
+/// 4, in `export --json`: a rank's fork child is labelled as its child ("child of r0") in the
+/// process matrix and the top talkers, and the node lists each rank once (`ranks` [0, 1], not
+/// [0, 0, 0, 1, 1, 1]). `mpirun -np 2 ucx_life fork 10` as above, recorded.
+#[test]
+fn a_ranks_fork_child_is_its_child_in_export_json() {
+    let dir = scratch("run-fork-child-export");
+    let rec = dir.join("rec");
+    let mut cmd = std::process::Command::new(sigmatop_bin());
+    cmd.args(["run", "--headless", "--record"])
+        .arg(&rec)
+        .arg("--")
+        .arg(require("mpirun"))
+        .args(["--allow-run-as-root", "--oversubscribe", "-np", "2"])
+        .arg(ucx_life())
+        .args(["fork", "10"])
+        .env("SIGMATOP_SOCKET_DIR", dir.join("sock"))
+        .env("UCX_TLS", "sm,self")
+        .current_dir(&dir)
+        .stdin(std::process::Stdio::null());
+    let out = wait_timeout(spawn(&mut cmd), Duration::from_secs(120));
+    assert!(out.status.success(), "{}", stderr_of(&out));
+    let v = export_json(&rec, "export --json");
+    let procs = v["processes"].as_array().expect("processes");
+    let mut labels: Vec<String> = v["process_matrix"]["labels"]
+        .as_array()
+        .expect("labels")
+        .iter()
+        .filter_map(|l| l.as_str())
+        .filter(|l| *l != "untraced")
+        .map(|l| {
+            // "ucx_life r0 4021@vm" → "r0"; "ucx_life child of r0 4022@vm" → "child of r0".
+            let words: Vec<&str> = l.split(' ').collect();
+            words[1..words.len() - 1].join(" ")
+        })
+        .collect();
+    labels.sort();
+    assert_eq!(
+        labels,
+        [
+            "child of r0",
+            "child of r0",
+            "child of r1",
+            "child of r1",
+            "r0",
+            "r1"
+        ],
+        "{v:#}"
+    );
+    assert_eq!(procs.len(), 6, "{v:#}");
+    assert_eq!(v["nodes"][0]["ranks"], serde_json::json!([0, 1]), "{v:#}");
+    for t in v["top_talkers"].as_array().expect("top talkers") {
+        let from = t["from"].as_str().unwrap_or_default();
+        let pid = from.rsplit(' ').next().unwrap_or_default();
+        let child = procs.iter().any(|p| {
+            p["child_of_rank"].is_u64()
+                && format!("{}@{}", p["pid"], p["host"].as_str().unwrap_or_default()) == pid
+        });
+        assert_eq!(from.contains("child of r"), child, "{t}");
+    }
+}

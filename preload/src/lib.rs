@@ -51,6 +51,7 @@ pub mod ofi;
 pub mod os;
 pub mod process;
 pub mod ptrmap;
+pub mod reap;
 pub mod registry;
 pub mod server;
 pub mod thread;
@@ -82,6 +83,7 @@ extern "C" fn sigmatop_init() {
         dl::init();
         exit::init();
         config::load();
+        reap::init();
         #[cfg(feature = "bench")]
         bench::load();
         clock::init();

@@ -49,11 +49,15 @@ pub fn render(report: &Report, live: Option<&Model>) -> String {
             p.flow.tx_ops,
             p.flow.rx_ops,
             p.drops.total_events_lost(),
-            match (&p.problem, p.exit_signal) {
-                (Some(what), Some(_)) => {
+            match (&p.problem, p.exit_signal, p.exit_code) {
+                (Some(what), Some(_), _) => {
                     format!("  (no clean exit: counted up to its last snapshot) {what}")
                 }
+                (_, None, Some(code)) if cut(p, live) => format!(
+                    "  (no clean exit: counted up to its last snapshot) exited with status {code}"
+                ),
                 _ if cut(p, live) => "  (no clean exit: counted up to its last snapshot)".into(),
+                (_, None, Some(code)) => format!("  exited with status {code}"),
                 _ => String::new(),
             }
         );

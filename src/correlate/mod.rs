@@ -198,15 +198,17 @@ impl<'r> Correlation<'r> {
         }
     }
 
-    /// "exe pid@host" (with the rank when there is one).
+    /// "exe pid@host" (with the rank when there is one: "r0", or "child of r0" for a process
+    /// a rank forked).
     pub fn proc_label(&self, i: u32) -> String {
         let Some(p) = self.rec.processes.get(i as usize) else {
             return format!("process #{i}");
         };
         let id = &p.identity;
-        match id.rank {
-            Some(r) => format!("{} r{} {}@{}", id.exe, r, id.pid, id.host),
-            None => format!("{} {}@{}", id.exe, id.pid, id.host),
+        match (p.child_of_rank, id.rank) {
+            (Some(r), _) => format!("{} child of r{} {}@{}", id.exe, r, id.pid, id.host),
+            (None, Some(r)) => format!("{} r{} {}@{}", id.exe, r, id.pid, id.host),
+            (None, None) => format!("{} {}@{}", id.exe, id.pid, id.host),
         }
     }
 

@@ -146,7 +146,7 @@ impl Query {
                 rank: r.rank,
                 pid: Some(r.pid),
                 layers: r.layers.iter().map(String::as_str).collect(),
-                extra: vec![&r.mode, if r.exited { "exited" } else { "" }],
+                extra: vec![&r.mode, if r.exited { "exited" } else { "" }, &r.end],
                 ..Fields::default()
             })
     }
