@@ -157,7 +157,7 @@ fn demo_gpu_headless_has_the_perftests_figures() {
         .unwrap_or_else(|| panic!("PE 0's row:\n{out}"));
     assert!(pe0.contains("2.15 MB"), "{pe0}");
     assert_eq!(
-        out.matches("RDMA_WRITE 150×1.08 MB").count(),
+        out.matches("RDMA_WRITE 150×7.17 kB = 1.08 MB").count(),
         2,
         "two QPs, 150 writes of 7168 B each:\n{out}"
     );
