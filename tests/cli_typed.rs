@@ -200,11 +200,7 @@ fn record_mpirun_without_x_then_replay_it_in_the_dashboard() {
         // messages, so the posted buffers are the same figure, shown apart.
         // "3×~333 B = 1.00 kB": the count, the mean size ("~" when the sizes differ) and the
         // total, not "3×1.00 kB" (issue 25, item 10).
-        let times = |n: u64, b: u64| {
-            let approx = if b.is_multiple_of(n) { "" } else { "~" };
-            let each = sigmatop_tui::units::human_bytes(b as f64 / n as f64);
-            format!("{n}×{approx}{each} = {}", summary_bytes(b))
-        };
+        let times = summary_times;
         let want = format!(
             "tag_recv {} (posted {})",
             times(3, recv(i)),

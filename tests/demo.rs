@@ -13,7 +13,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use common::tmux::Tmux;
-use common::{summary_bytes, words};
+use common::{summary_bytes, summary_times, words};
 
 /// fixtures/src/moe_demo.c's tokens(): how many 4-byte tokens rank `src` sends to `dst` at `step`.
 fn tokens(src: u64, dst: u64, step: u64) -> u64 {
@@ -56,7 +56,6 @@ fn demo_headless_has_the_moe_workloads_figures() {
     assert!(o.status.success(), "{}", common::stderr_of(&o));
     let out = common::stdout_of(&o);
     let lines: Vec<&str> = out.lines().collect();
-    let steps = STEPS.to_string();
     let posts = (STEPS * (RANKS - 1)).to_string();
     for r in 0..RANKS {
         // host pid rank program tx rx tx-ops rx-ops lost: one MPI_Isend and one MPI_Irecv per
@@ -83,13 +82,16 @@ fn demo_headless_has_the_moe_workloads_figures() {
             .map(|l| words(l).join(" "))
             .collect();
         for d in (0..RANKS).filter(|&d| d != r) {
-            let want = format!("r{d} tag_send {steps}×{}", summary_bytes(pair(r, d)));
+            let want = format!("r{d} tag_send {}", summary_times(STEPS, pair(r, d)));
             assert!(
                 block.iter().any(|l| l.ends_with(&want)),
                 "rank {r}: {want:?} in {block:?}"
             );
         }
-        let want = format!("tag_recv {posts}×{}", summary_bytes(ingress(r)));
+        let want = format!(
+            "tag_recv {}",
+            summary_times(STEPS * (RANKS - 1), ingress(r))
+        );
         assert!(
             block.iter().any(|l| l.ends_with(&want)),
             "rank {r}: {want:?}"
