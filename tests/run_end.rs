@@ -453,3 +453,47 @@ fn a_ranks_fork_child_is_its_child_in_export_json() {
         assert_eq!(from.contains("child of r"), child, "{t}");
     }
 }
+
+/// 8, on the dashboard at 80×24 as over ssh: `sigmatop run -- mpirun -np 2 ucx_life segv 10 1`;
+/// once both ranks ended, rank 1's row says `SIGSEGV` in its state column (rank 0's `exited`),
+/// and `q` prints the summary row "killed by SIGSEGV (signal 11)".
+#[test]
+fn a_segfaulting_rank_says_sigsegv_on_the_dashboard() {
+    let dir = scratch("run-mpirun-segv-tmux");
+    let life = dir.join("life");
+    std::fs::create_dir_all(&life).expect("life dir");
+    let line = format!(
+        "SIGMATOP_SOCKET_DIR={} LIFE_DIR={} UCX_TLS=sm,self {} run -- {} --allow-run-as-root --oversubscribe -np 2 {} segv 10 1",
+        dir.join("sock").display(),
+        life.display(),
+        sigmatop_bin().display(),
+        require("mpirun").display(),
+        ucx_life().display()
+    );
+    let Some(t) = Tmux::start_in("run-mpirun-segv", &line, Some(&dir)) else {
+        return;
+    };
+    resize(&t, 80, 24);
+    // Process rows: "host pid rank ... state"; rank in the third column.
+    let row = |s: &str, rank: &str| {
+        s.lines()
+            .find(|l| {
+                let w: Vec<&str> = l.split_whitespace().filter(|w| *w != "▸").collect();
+                w.len() > 3 && w[2] == rank && w[1].parse::<u32>().is_ok()
+            })
+            .map(str::to_string)
+    };
+    let screen = t.wait_for("rank 1 killed, rank 0 exited", LIMIT, |s| {
+        row(s, "1").is_some_and(|r| r.trim_end().ends_with("SIGSEGV"))
+            && row(s, "0").is_some_and(|r| r.trim_end().ends_with("exited"))
+    });
+    assert!(screen.contains("killed by SIGSEGV (signal 11)"), "{screen}");
+    t.keys(&["q"]);
+    let done = t.wait_for("sigmatop to exit", LIMIT, |s| s.contains("SIGMATOP-EXIT="));
+    let flat = done.replace('\n', "");
+    assert!(
+        flat.contains("killed by SIGSEGV (signal 11)"),
+        "the summary row: {done}"
+    );
+    assert!(!flat.contains("SIGMATOP-EXIT=0"), "mpirun's status: {done}");
+}
