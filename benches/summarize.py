@@ -14,6 +14,8 @@ Usage:
   python3 benches/summarize.py ucx FILE                   # device_overhead.sh ucx_hotpath.txt
   python3 benches/summarize.py export FILE                # benches/devvm_export.sh output
   python3 benches/summarize.py tui FILE                   # benches/devvm_tui.sh output
+  python3 benches/summarize.py fig5 DIR                   # nccl_device.sh fig5 (DIR/fig5.*.json)
+  python3 benches/summarize.py proxy FILE                 # benches/nccl_proxy_callgrind.sh output
 """
 import argparse
 import collections
@@ -339,6 +341,133 @@ def cmd_tui(a):
         print("| %s | %s | %s | %s | %s |" % r)
 
 
+# ---------------------------------------------------------------------------------------------
+# Fig. 5 / 6 on the H200 (tests/gpu/nccl_device.sh fig5): one nccl-tests JSON (-I 1 -J) per run,
+# DIR/fig5.npN.SIZE.MODE.rR.json, with every iteration's time (out-of-place and in-place).
+
+FIG5_TARGETS = {"aggregate": 0.5, "simple": 0.5, "full": 5.0}
+
+
+def fig5_runs(d):
+    runs = {}
+    for f in sorted(os.listdir(d)):
+        m = re.fullmatch(r"fig5\.np(\d+)\.(\w+)\.(base|aggregate|simple|full)\.r(\d+)\.json", f)
+        if not m:
+            continue
+        import json
+        j = json.load(open(os.path.join(d, f)))
+        times = []
+        for r in j["results"]:
+            for k in ("out_of_place_per_iter", "in_place_per_iter"):
+                times += r.get(k, {}).get("times_us", [])
+        if times:
+            runs[(int(m.group(1)), m.group(2), m.group(3), int(m.group(4)))] = times
+    return runs
+
+
+def cmd_fig5(a):
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import overhead  # noqa: E402  (the paired verdict of the end-to-end benchmarks)
+    runs = fig5_runs(a.file)
+    rec = {}
+    rb = os.path.join(a.file, "record_bytes.txt")
+    if os.path.exists(rb):
+        for line in open(rb):
+            f = line.split()
+            m = re.fullmatch(r"fig5\.np(\d+)\.(\w+)\.(\w+)\.r(\d+)", f[0])
+            if m and len(f) == 2:
+                rec.setdefault((int(m.group(1)), m.group(2), m.group(3)), []).append(int(f[1]))
+    rng = random.Random(24)
+    rounds = sorted({k[3] for k in runs})
+    print("Per run: the median of its per-iteration times (nccl-tests -I 1, out-of-place and "
+          "in-place); per configuration: the median of the %d rounds' run medians (min - max); "
+          "overhead: the median of the per-round paired overheads against the same round's "
+          "untraced run, [90 %% bootstrap interval], verdict as overhead.py gives it." % len(rounds))
+    print()
+    print("| ranks | size | mode | iterations per run | median time per collective | overhead (paired by round) | target | verdict | record per run |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for np_ in sorted({k[0] for k in runs}):
+        for size in sorted({k[1] for k in runs}, key=lambda s: int(s[:-1]) * (1 << 20 if s[-1] == "M" else 1 << 10)):
+            base = {r: med(runs[(np_, size, "base", r)]) for r in rounds if (np_, size, "base", r) in runs}
+            for mode in ("base", "aggregate", "simple", "full"):
+                rm = {r: med(runs[(np_, size, mode, r)]) for r in rounds if (np_, size, mode, r) in runs}
+                if not rm:
+                    continue
+                n_it = sorted({len(runs[(np_, size, mode, r)]) for r in rm})
+                vals = sorted(rm.values())
+                cell = "%.1f µs (%.1f - %.1f)" % (med(vals), vals[0], vals[-1])
+                rb_ = rec.get((np_, size, mode))
+                rcell = "%.1f MB" % (med(rb_) / 1e6) if rb_ else "-"
+                if mode == "base":
+                    print("| %d | %s | untraced | %s | %s | | | | %s |" % (np_, size, "/".join(map(str, n_it)), cell, rcell))
+                    continue
+                pairs = [(rm[r] / base[r] - 1.0) * 100.0 for r in rm if r in base]
+                target = FIG5_TARGETS[mode]
+                m, low, high, v = overhead.paired_verdict(pairs, target, rng)
+                print("| %d | %s | %s | %s | %s | %+.2f %% [%+.2f, %+.2f] (n=%d) | ≤ %.1f %% | %s | %s |" % (
+                    np_, size, mode, "/".join(map(str, n_it)), cell, m, low, high, len(pairs), target, v, rcell))
+    # Pooled within the sitting: every iteration of every round, median against median.
+    print()
+    print("Pooled: the median of all iterations of all rounds, traced against untraced, with a 90 %"
+          " bootstrap interval over iterations (resampled per round).")
+    print()
+    print("| ranks | size | mode | iterations | median µs | untraced median µs | overhead [90 %] |")
+    print("|---|---|---|---|---|---|---|")
+    for np_ in sorted({k[0] for k in runs}):
+        for size in sorted({k[1] for k in runs}, key=lambda s: int(s[:-1]) * (1 << 20 if s[-1] == "M" else 1 << 10)):
+            b = [t for r in rounds for t in runs.get((np_, size, "base", r), [])]
+            for mode in ("aggregate", "simple", "full"):
+                x = [t for r in rounds for t in runs.get((np_, size, mode, r), [])]
+                if not x or not b:
+                    continue
+                o = (med(x) / med(b) - 1) * 100
+                boots = sorted((med(rng.choices(x, k=len(x))) / med(rng.choices(b, k=len(b))) - 1) * 100
+                               for _ in range(400))
+                print("| %d | %s | %s | %d | %.1f | %.1f | %+.2f %% [%+.2f, %+.2f] |" % (
+                    np_, size, mode, len(x), med(x), med(b), o, boots[20], boots[379]))
+
+
+# ---------------------------------------------------------------------------------------------
+# NCCL's proxy calls under callgrind (benches/nccl_proxy_callgrind.sh): instructions per call.
+
+def cmd_proxy(a):
+    rows = collections.OrderedDict()
+    raw = {}
+    for line in open(a.file):
+        if not line.startswith("mode="):
+            continue
+        k = kv(line)
+        key = (k["role"], k["call"])
+        rows.setdefault(key, {})[(k["mode"], k["rec"])] = float(k["ir_per_call"])
+        if k["call"] == "poll":
+            raw.setdefault((k["role"], k["mode"], k["rec"]), {})["poll"] = (
+                int(k["ir"]), int(k["calls"]), int(k["empty_in_waits"]))
+        if k["call"] == "poll_empty":
+            raw.setdefault((k["role"], k["mode"], k["rec"]), {})["empty"] = float(k["ir_per_call"])
+    # A poll that returned completions: the waits' polls less their empty ones at the empty
+    # phase's cost per poll.
+    for (role, mode, rec), v in raw.items():
+        if "poll" in v and "empty" in v:
+            ir, calls, empty = v["poll"]
+            if calls > empty:
+                rows.setdefault((role, "poll returning completions"), {})[(mode, rec)] = (
+                    (ir - empty * v["empty"]) / (calls - empty))
+    cfgs = [("aggregate", "none"), ("simple", "none"), ("full", "none"), ("simple", "rec"), ("full", "rec")]
+    print("Instructions per call (callgrind, the call's wrapper function inclusive: provider + "
+          "sigmatop); added = traced - untraced.")
+    print()
+    print("| role | call | untraced | " + " | ".join("%s%s" % (m, " + record" if r == "rec" else "") for m, r in cfgs) + " |")
+    print("|---" * (3 + len(cfgs)) + "|")
+    for (role, call), by in rows.items():
+        if call == "poll":
+            continue  # empty and completed polls together: split into the two rows
+        b = by.get(("base", "none"))
+        if b is None:
+            continue
+        cells = ["%+.0f" % (by[c] - b) if c in by else "-" for c in cfgs]
+        print("| %s | %s | %.0f | %s |" % (role, call, b, " | ".join(cells)))
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -346,7 +475,7 @@ def main():
     p.add_argument("file")
     p.add_argument("--lib", default=None, help="only runs of this library (hotpath_ab.sh: old / new)")
     p.set_defaults(fn=cmd_hotpath)
-    for name, fn in (("floor", cmd_floor), ("overhead", cmd_overhead), ("ucx", cmd_ucx), ("tui", cmd_tui), ("export", cmd_export)):
+    for name, fn in (("floor", cmd_floor), ("overhead", cmd_overhead), ("ucx", cmd_ucx), ("tui", cmd_tui), ("export", cmd_export), ("fig5", cmd_fig5), ("proxy", cmd_proxy)):
         p = sub.add_parser(name)
         p.add_argument("file")
         p.set_defaults(fn=fn)

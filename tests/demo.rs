@@ -1,8 +1,12 @@
 //! `sigmatop demo` as a user types it: the bundled recordings replay from any directory, headless
-//! with their exact figures, and in the dashboard in tmux. `sigmatop demo` (mpi) is the 4-rank
-//! Open MPI MoE-style exchange of fixtures/src/moe_demo.c, recorded by fixtures/make-demo.sh with
-//! 120 steps: its figures here are computed from that program's `tokens()` (rank src sends
-//! tokens(src, dst, step) 4-byte tokens to dst at each step), not read from the recording.
+//! with their exact figures, and in the dashboard in tmux. `sigmatop demo` (nccl) is
+//! tests/gpu/moe_dispatch.py's MoE dispatch/combine over NCCL, 4 ranks on an H200 over the
+//! software NIC (fixtures/nccl/moe_np4): its figures here come from the splits the program chose
+//! (splits.json) and the NIC's own log (nic/), not from sigmatop's record. `sigmatop demo mpi` is
+//! the 4-rank Open MPI MoE-style exchange of fixtures/src/moe_demo.c, recorded by
+//! fixtures/make-demo.sh with 120 steps: its figures here are computed from that program's
+//! `tokens()` (rank src sends tokens(src, dst, step) 4-byte tokens to dst at each step), not read
+//! from the recording.
 //! `sigmatop demo gpu` is NVIDIA's
 //! NVSHMEM shmem_put_bw with 2 PEs on an H200 over the software mlx5 NIC
 //! (fixtures/nvshmem/put_bw.gpumem.traced: 150 RDMA writes per QP on two QPs, 2,150,400 bytes,
@@ -47,12 +51,12 @@ fn ingress(r: u64) -> u64 {
 }
 
 #[test]
-fn demo_headless_has_the_moe_workloads_figures() {
+fn demo_mpi_headless_has_the_moe_workloads_figures() {
     let o = Command::new(common::sigmatop_bin())
-        .args(["demo", "--headless"])
+        .args(["demo", "mpi", "--headless"])
         .current_dir(std::env::temp_dir())
         .output()
-        .expect("sigmatop demo");
+        .expect("sigmatop demo mpi");
     assert!(o.status.success(), "{}", common::stderr_of(&o));
     let out = common::stdout_of(&o);
     let lines: Vec<&str> = out.lines().collect();
@@ -124,9 +128,9 @@ fn demo_headless_has_the_moe_workloads_figures() {
 }
 
 #[test]
-fn demo_as_typed_replays_to_the_moe_workloads_figures() {
-    // `sigmatop demo`, at the recorded speed: 6 s of replay.
-    let cmd = format!("{} demo", common::sigmatop_bin().display());
+fn demo_mpi_as_typed_replays_to_the_moe_workloads_figures() {
+    // `sigmatop demo mpi`, at the recorded speed: 6 s of replay.
+    let cmd = format!("{} demo mpi", common::sigmatop_bin().display());
     let Some(t) = Tmux::start("demo-typed", &cmd) else {
         return;
     };
@@ -199,4 +203,254 @@ fn the_cpu_demo_points_at_the_gpu_one() {
         s.contains("`sigmatop demo gpu` replays GPU doorbells")
     });
     t.keys(&["q"]);
+}
+
+/// What fixtures/nccl/moe_np4 says without sigmatop: per (src rank, dst rank) the data bytes the
+/// program's splits give (dispatch: S[src][dst] token copies of `hidden` bf16 values src → dst;
+/// combine: the same copies dst → src), and from the NIC's own log (nic/testnic-PID.log, one line
+/// per executed WQE) every byte and operation each process put on the wire.
+struct Moe {
+    n: usize,
+    hot: usize,
+    /// Bytes of the splits, src → dst.
+    data: Vec<Vec<u64>>,
+    /// The NIC: bytes src → dst of every WQE, of its writes with immediate (NCCL's data), and the
+    /// count of its plain RDMA writes (NCCL's 64-byte FIFO entries, receiver → sender).
+    wire: Vec<Vec<u64>>,
+    imm: Vec<Vec<u64>>,
+    fifo: Vec<Vec<u64>>,
+    /// Per rank: WQEs posted, receives completed (writes with immediate aimed at it).
+    tx_ops: Vec<u64>,
+    rx_ops: Vec<u64>,
+}
+
+fn moe() -> Moe {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/nccl/moe_np4");
+    let sp: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(dir.join("splits.json")).expect("splits.json"),
+    )
+    .expect("splits.json parses");
+    let n = sp["world"].as_u64().expect("world") as usize;
+    let hot = sp["hot"].as_u64().expect("hot") as usize;
+    let per_token =
+        sp["hidden"].as_u64().expect("hidden") * sp["elem_bytes"].as_u64().expect("elem");
+    let mut data = vec![vec![0u64; n]; n];
+    for step in sp["splits"].as_array().expect("splits") {
+        for (i, row) in step.as_array().expect("row").iter().enumerate() {
+            for (j, c) in row.as_array().expect("cells").iter().enumerate() {
+                if i != j {
+                    let b = c.as_u64().expect("count") * per_token;
+                    data[i][j] += b; // dispatch
+                    data[j][i] += b; // combine
+                }
+            }
+        }
+    }
+    // Rank (= node softhostR) of each pid: the record's directories rec/softhostR/PID.
+    let mut rank_of = std::collections::HashMap::new();
+    for h in std::fs::read_dir(dir.join("rec")).expect("rec") {
+        let h = h.expect("entry");
+        let name = h.file_name().to_string_lossy().to_string();
+        let r: usize = name
+            .trim_start_matches("softhost")
+            .parse()
+            .expect("softhostN");
+        for p in std::fs::read_dir(h.path()).expect("host dir") {
+            let p = p.expect("entry");
+            if let Ok(pid) = p.file_name().to_string_lossy().parse::<u32>() {
+                rank_of.insert(pid, r);
+            }
+        }
+    }
+    assert_eq!(rank_of.len(), n, "one process per rank: {rank_of:?}");
+    let z = || vec![vec![0u64; n]; n];
+    let (mut wire, mut imm, mut fifo) = (z(), z(), z());
+    let (mut tx_ops, mut rx_ops) = (vec![0u64; n], vec![0u64; n]);
+    for f in std::fs::read_dir(dir.join("nic")).expect("nic") {
+        let text = std::fs::read_to_string(f.expect("entry").path()).expect("NIC log");
+        for line in text.lines() {
+            let kv: std::collections::HashMap<&str, &str> = line
+                .split_whitespace()
+                .filter_map(|w| w.split_once('='))
+                .collect();
+            assert_eq!(kv["status"], "0x00", "{line}");
+            let src = rank_of[&kv["pid"].parse::<u32>().expect("pid")];
+            let dst = rank_of[&kv["rpid"].parse::<u32>().expect("rpid")];
+            let len: u64 = kv["len"].parse().expect("len");
+            wire[src][dst] += len;
+            tx_ops[src] += 1;
+            match kv["op"] {
+                "RDMA_WRITE_IMM" => {
+                    imm[src][dst] += len;
+                    rx_ops[dst] += 1;
+                }
+                "RDMA_WRITE" => {
+                    assert_eq!(len, 64, "NCCL's FIFO entries are 64 bytes: {line}");
+                    fifo[src][dst] += 1;
+                }
+                op => panic!("an operation NCCL's IB transport does not post here: {op}"),
+            }
+        }
+    }
+    Moe {
+        n,
+        hot,
+        data,
+        wire,
+        imm,
+        fifo,
+        tx_ops,
+        rx_ops,
+    }
+}
+
+#[test]
+fn demo_nccl_fixture_is_the_programs_splits_on_the_wire() {
+    let m = moe();
+    // Every data byte NCCL wrote is one the splits asked for, and the rest are FIFO entries.
+    assert_eq!(m.imm, m.data, "writes with immediate = the splits' bytes");
+    for i in 0..m.n {
+        for j in 0..m.n {
+            assert_eq!(m.wire[i][j], m.data[i][j] + 64 * m.fifo[i][j], "{i} → {j}");
+        }
+    }
+    // The skew the program chose: the hot rank's experts get most token copies.
+    let egress: Vec<u64> = m.wire.iter().map(|r| r.iter().sum()).collect();
+    let max = (0..m.n).max_by_key(|&i| egress[i]).expect("ranks");
+    assert_eq!(max, m.hot);
+}
+
+#[test]
+fn demo_headless_has_the_nccl_moe_figures() {
+    let m = moe();
+    let o = Command::new(common::sigmatop_bin())
+        .args(["demo", "--headless"])
+        .current_dir(std::env::temp_dir())
+        .output()
+        .expect("sigmatop demo");
+    assert!(o.status.success(), "{}", common::stderr_of(&o));
+    let out = common::stdout_of(&o);
+    let lines: Vec<&str> = out.lines().collect();
+    let egress: Vec<u64> = m.wire.iter().map(|r| r.iter().sum()).collect();
+    let ingress: Vec<u64> = (0..m.n)
+        .map(|j| (0..m.n).map(|i| m.data[i][j]).sum())
+        .collect();
+    for r in 0..m.n {
+        // host pid rank program tx rx tx-ops rx-ops lost: tx = every byte the NIC sent for it,
+        // rx = the data written into it with immediate (the receives it completed).
+        let row = lines
+            .iter()
+            .map(|l| words(l))
+            .find(|w| w.len() > 3 && w[0] == format!("softhost{r}") && w[2] == r.to_string())
+            .unwrap_or_else(|| panic!("no row for rank {r}:\n{out}"));
+        let want = format!(
+            "python3.12 {} {} {} {} 0",
+            summary_bytes(egress[r]),
+            summary_bytes(ingress[r]),
+            m.tx_ops[r],
+            m.rx_ops[r]
+        );
+        assert!(
+            row.join(" ").ends_with(&want),
+            "rank {r}: {row:?}, want {want}"
+        );
+    }
+    // The node × node matrix, row by row (each rank is its own node), with the hot node's
+    // max/mean mark computed from the NIC's bytes.
+    let mean = egress.iter().sum::<u64>() as f64 / m.n as f64;
+    let node_at = lines
+        .iter()
+        .position(|l| l.starts_with("node × node"))
+        .unwrap_or_else(|| panic!("no node matrix:\n{out}"));
+    for (r, &eg) in egress.iter().enumerate() {
+        let row = lines[node_at..]
+            .iter()
+            .find(|l| words(l).first() == Some(&format!("softhost{r}")))
+            .unwrap_or_else(|| panic!("no node row softhost{r}:\n{out}"));
+        let mut want = vec![format!("softhost{r}")];
+        for d in 0..m.n {
+            if d == r {
+                want.push("·".into());
+            } else {
+                want.extend(summary_bytes(m.wire[r][d]).split(' ').map(str::to_string));
+            }
+        }
+        want.extend(summary_bytes(eg).split(' ').map(str::to_string));
+        if r == m.hot {
+            want.extend([
+                "◀".to_string(),
+                format!("{:.2}×", eg as f64 / mean),
+                "mean".into(),
+            ]);
+        }
+        assert_eq!(words(row), want, "node row softhost{r}");
+    }
+    // The warnings name the hot node, egress and ingress, and no other node. Their ratio is of
+    // rates, each process's bytes over its own lifetime (the dashboard's "all" window), so it
+    // differs from the bytes' ratio by how much the four ranks' lifetimes differ (≤ 5 % here).
+    let bytes_ratio = egress[m.hot] as f64 / mean;
+    for dir in ["egress", "ingress"] {
+        let w: Vec<&&str> = lines
+            .iter()
+            .filter(|l| l.starts_with("warning: softhost") && l.contains(&format!(" {dir} ")))
+            .collect();
+        assert_eq!(w.len(), 1, "one node {dir} warning:\n{out}");
+        let rest = w[0]
+            .strip_prefix(&format!("warning: softhost{} {dir} ", m.hot))
+            .unwrap_or_else(|| panic!("names softhost{}: {}", m.hot, w[0]));
+        let ratio: f64 = rest.trim_end_matches("× mean").parse().expect("the ratio");
+        assert!(
+            ratio >= 1.5 && (ratio / bytes_ratio - 1.0).abs() < 0.05,
+            "{ratio} vs {bytes_ratio:.3}: {}",
+            w[0]
+        );
+    }
+}
+
+#[test]
+fn demo_as_typed_opens_on_the_nccl_moe_matrix() {
+    let m = moe();
+    let cmd = format!("{} demo --speed 0", common::sigmatop_bin().display());
+    let Some(t) = Tmux::start("demo-nccl", &cmd) else {
+        return;
+    };
+    let limit = Duration::from_secs(30);
+    t.wait_for("the dashboard with the hot node's warning", limit, |s| {
+        s.contains("demo") && s.contains(&format!("softhost{} egress", m.hot))
+    });
+    t.keys(&["5"]);
+    // Each rank is its own node, so the matrix view opens on node × node; the hot row carries
+    // its max/mean mark (bytes: the NIC's), and the warning bar names the hot node.
+    let s = t.wait_for("the node matrix", limit, |s| s.contains("node × node"));
+    let egress: Vec<u64> = m.wire.iter().map(|r| r.iter().sum()).collect();
+    let mean = egress.iter().sum::<u64>() as f64 / m.n as f64;
+    for (r, &eg) in egress.iter().enumerate() {
+        let row = s
+            .lines()
+            .find(|l| words(l).first() == Some(&format!("softhost{r}")))
+            .unwrap_or_else(|| panic!("no row softhost{r}:\n{s}"));
+        let mut want = vec![format!("softhost{r}")];
+        for d in 0..m.n {
+            want.push(if d == r {
+                "·".into()
+            } else {
+                common::table_si(m.wire[r][d])
+            });
+        }
+        want.push(common::table_si(eg));
+        if r == m.hot {
+            want.extend(["◀".to_string(), format!("{:.2}×", eg as f64 / mean)]);
+        }
+        assert_eq!(words(row), want, "node row softhost{r}");
+    }
+    let ingress = s
+        .lines()
+        .find(|l| l.contains("▼ ingress"))
+        .unwrap_or_else(|| panic!("no ingress row:\n{s}"));
+    let mut want = vec!["▼".to_string(), "ingress".to_string()];
+    want.extend((0..m.n).map(|j| common::table_si((0..m.n).map(|i| m.wire[i][j]).sum())));
+    assert_eq!(words(ingress), want, "ingress row");
+    assert!(s.contains(&format!("⚠ softhost{} egress", m.hot)), "{s}");
+    t.keys(&["q"]);
+    t.wait_for("exit status 0", limit, |s| s.contains("SIGMATOP-EXIT=0"));
 }

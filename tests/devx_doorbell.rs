@@ -5,7 +5,8 @@
 //! while a NIC thread executes them from the real UAR page. The same hijack, forwarding, decoding
 //! and batching code as on the GPU runs here. Asserted: results identical with and without
 //! sigmatop; every doorbell recorded; every WQE's opcode, bytes, remote address and rkey recovered;
-//! 1 to 1024 WQEs in flight per doorbell; forward-only, batched copies, a small batch threshold,
+//! 1 to 1024 WQEs in flight per doorbell; QPs torn down and their queues freed while a WQE copy
+//! is still in flight; forward-only, batched copies, a small batch threshold,
 //! a fork child that exits at once (without waiting for its parent's poller), and the CUDA layer
 //! switched off (nothing hijacked, nothing broken). Each devx QP names the GPU
 //! that drives it: the GPU of its send queue's memory, or, with the queues in host memory
@@ -99,6 +100,100 @@ fn cpu_played_gpu_doorbells_are_forwarded_and_recovered() {
     ];
     let t = check::run(cmd(&exe, &dir), &dir, "batch", &env, true);
     check::check_traced(&base, &t, &rec, Some(&log), "full");
+
+    // Two QPs bound to one UAR ring its one register back to back, 200 rounds: between two
+    // reads of the poller QP 1's doorbell hides QP 0's. Every doorbell must still be recorded
+    // and every WQE of both QPs recovered (before: QP 0's doorbell was lost whenever hidden,
+    // its WQEs unrecovered, and on hardware the QP would not have run).
+    let shared = [("DEVX_CPU_SHARED_UAR", "1".to_string())];
+    let base_sh = check::run(cmd(&exe, &dir), &dir, "base-shared", &shared, false);
+    let rec = dir.join("rec-shared");
+    let log = dir.join("wqe-shared.log");
+    let env = [
+        shared[0].clone(),
+        ("SIGMATOP_RECORD", rec.display().to_string()),
+        ("SIGMATOP_WQE_LOG", log.display().to_string()),
+        ("SIGMATOP_MODE", "simple".to_string()),
+        ("SIGMATOP_GPU_STATS", "1".to_string()),
+    ];
+    let t = check::run(cmd(&exe, &dir), &dir, "shared", &env, true);
+    check::check_traced(&base_sh, &t, &rec, Some(&log), "simple");
+    // How often the second doorbell hid the first (what the poller had to make up for).
+    let stats = stderr_of(&t.out);
+    let line = stats
+        .lines()
+        .find(|l| l.starts_with("sigmatop-gpu: "))
+        .unwrap_or_else(|| panic!("no stats line:\n{stats}"));
+    eprintln!("shared register: {line}");
+
+    // Slots reused before sigmatop's copy read them: 4 rounds of a whole ring (1024 WQEs) under
+    // one doorbell each, the copies held 50 ms (the stand-in's slow copy engine), so each round
+    // rewrites every slot of the previous one before its copy runs. Recovery cannot be exact
+    // then; it must never be wrong: every WQE sigmatop reports is the one the workload wrote at
+    // that index, and every slot it could not read in time is counted (overwritten_slots).
+    let rec = dir.join("rec-reuse");
+    let log = dir.join("wqe-reuse.log");
+    let env = [
+        ("DEVX_CPU_REUSE", "4".to_string()),
+        ("SIGMATOP_RECORD", rec.display().to_string()),
+        ("SIGMATOP_WQE_LOG", log.display().to_string()),
+        ("SIGMATOP_MODE", "simple".to_string()),
+        ("SIGMATOP_GPU_STATS", "1".to_string()),
+    ];
+    let t = check::run(cmd(&exe, &dir), &dir, "reuse", &env, true);
+    let stats = stderr_of(&t.out);
+    let line = stats
+        .lines()
+        .find(|l| l.starts_with("sigmatop-gpu: "))
+        .unwrap_or_else(|| panic!("no stats line:\n{stats}"));
+    let stat = |k: &str| -> u64 {
+        line.split_whitespace()
+            .find_map(|f| f.strip_prefix(k))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("no {k} in {line}"))
+    };
+    let got = check::parse_wqes(&std::fs::read_to_string(&log).expect("WQE log"));
+    let want: std::collections::HashMap<(u32, u16), &check::WqeLine> =
+        t.list.iter().map(|w| ((w.qpn, w.idx), w)).collect();
+    assert_eq!(want.len(), t.list.len(), "(QPN, index) names one WQE");
+    for g in &got {
+        assert_eq!(
+            want.get(&(g.qpn, g.idx)).copied(),
+            Some(g),
+            "reported WQE differs from what the workload wrote at its index"
+        );
+    }
+    let overwritten = stat("overwritten_slots=");
+    eprintln!(
+        "slot reuse: {} WQEs posted, {} recovered, {overwritten} slots overwritten before the copy ({line})",
+        t.list.len(),
+        got.len()
+    );
+    assert_eq!(stat("wqes="), got.len() as u64, "{line}");
+    assert_eq!(
+        got.len() as u64 + overwritten,
+        t.list.len() as u64,
+        "every WQE (one WQEBB each) recovered or its slot counted: {line}"
+    );
+    assert!(
+        overwritten >= 1024,
+        "at least one round overwritten before its copy: {line}"
+    );
+
+    // Teardown while the last WQE copy is in flight (the stand-in's copies wait 1.5 s for the
+    // poller's synchronize): the program destroys the QPs and frees their send queues; sigmatop
+    // must hold each destroy until the poller has finished with that queue (it gave up after
+    // 200 ms, and the copy then read an unmapped queue: SIGSEGV). Every WQE still recovered.
+    let rec = dir.join("rec-teardown");
+    let log = dir.join("wqe-teardown.log");
+    let env = [
+        ("SIGMATOP_RECORD", rec.display().to_string()),
+        ("SIGMATOP_WQE_LOG", log.display().to_string()),
+        ("SIGMATOP_MODE", "simple".to_string()),
+        ("DEVX_CPU_SLOW_TEARDOWN", "1500".to_string()),
+    ];
+    let t = check::run(cmd(&exe, &dir), &dir, "teardown", &env, true);
+    check::check_traced(&base, &t, &rec, Some(&log), "simple");
 
     // Aggregate mode, forward only: doorbells counted, no WQE read.
     let rec = dir.join("rec-fwd");

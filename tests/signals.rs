@@ -155,11 +155,12 @@ fn a_terminal_hangup_ends_the_run_and_the_program() {
             || !alive(sigmatop),
         );
         assert!(!alive(sleep), "the program outlived the hangup");
-        let log = std::fs::read_to_string(dir.join(format!("sigmatop-run-{sigmatop}.log")))
-            .expect("the program's log");
+        let path = dir.join(format!("state/sigmatop/sigmatop-run-{sigmatop}.log"));
+        let log = std::fs::read_to_string(&path).expect("the program's log");
         // The exit line, then (sleep traces nothing) the advice.
         let exit = format!(
-            "sigmatop: sleep exited (signal 1); its output is in ./sigmatop-run-{sigmatop}.log (the terminal hung up)"
+            "sigmatop: sleep exited (signal 1); its output is in {} (the terminal hung up)",
+            path.display()
         );
         assert!(log.lines().any(|l| l == exit), "trap {trap}: {log}");
         if trap {

@@ -35,6 +35,8 @@ struct Role {
     peer_rkey: u32,
     peer_addr: u64,
     dci_qpn: u32,
+    /// Where the DCI's four WQEs start (the AV's size, 48 or 16 bytes, sets their WQEBBs).
+    dci_idx: [u32; 4],
 }
 
 fn roles(out: &Output) -> Vec<Role> {
@@ -52,6 +54,13 @@ fn roles(out: &Output) -> Vec<Role> {
                 peer_rkey: hex(testnic::field(l, "peer_rkey")) as u32,
                 peer_addr: hex(testnic::field(l, "peer_addr")),
                 dci_qpn: hex(testnic::field(l, "dci_qpn")) as u32,
+                dci_idx: {
+                    let v: Vec<u32> = testnic::field(l, "dci_idx")
+                        .split(',')
+                        .map(|x| x.parse().expect("dci_idx"))
+                        .collect();
+                    v.try_into().expect("four dci_idx")
+                },
             }
         })
         .collect();
@@ -77,18 +86,40 @@ fn expected_wqes(role: u32) -> Vec<Wqe> {
         (5, 0x14, 0x09, 8, 528, 0, false),
         (7, 0x14, 0x08, 4, 536, 0, false),
         (8, 0x00, 0x00, 0, 0, 0, true),
+        // The NOP that waited for its own doorbell (the strict-doorbell step).
+        (9, 0x00, 0x00, 0, 0, 0, true),
     ];
     if role == 0 {
-        v.push((9, 0x08, 0x00, 8, 0, 0x5a5a00, true));
+        v.push((10, 0x08, 0x00, 8, 0, 0x5a5a00, true));
     }
     v
 }
 
-/// The DCI's two WQEs through the peer's DC target (the 48-byte AV makes the write 2 WQEBBs).
-const DCI_WQES: [Wqe; 2] = [
-    (0, 0x08, 0x00, 32, 1536, 0, false),
-    (2, 0x12, 0x00, 8, 544, 0, true),
-];
+/// The DCI's WQEs through the peer's DC target, starting at `idx` (on RoCE the 48-byte AV makes
+/// a write 2 WQEBBs: 0, 2, 4, 5; on InfiniBand the 16-byte one 1: 0, 1, 3, 4): a write and a
+/// fetch-add, then the NOP whose doorbell went to the RC QP's register and the write rung on its
+/// own register.
+fn dci_wqes(idx: [u32; 4]) -> [Wqe; 4] {
+    [
+        (idx[0], 0x08, 0x00, 32, 1536, 0, false),
+        (idx[1], 0x12, 0x00, 8, 544, 0, true),
+        (idx[2], 0x00, 0x00, 0, 0, 0, false),
+        (idx[3], 0x08, 0x00, 32, 1600, 0, true),
+    ]
+}
+
+/// The NIC's exit line about doorbells it did not act on, per pid: the "foreign=" count.
+fn foreign_doorbells(out: &Output) -> BTreeMap<u32, u64> {
+    common::stderr_of(out)
+        .lines()
+        .filter_map(|l| l.strip_prefix("testnic: pid "))
+        .filter(|l| l.contains(" doorbells not acted on: "))
+        .map(|l| {
+            let pid = l.split(' ').next().unwrap_or("").parse().expect("pid");
+            (pid, testnic::field(l, "foreign").parse().expect("foreign="))
+        })
+        .collect()
+}
 
 fn check_wqes(ctx: &str, r: &Role, qpn: u32, nic: &[NicWqe], want: &[Wqe]) -> usize {
     let mine: Vec<&NicWqe> = nic
@@ -121,7 +152,7 @@ fn check_wqes(ctx: &str, r: &Role, qpn: u32, nic: &[NicWqe], want: &[Wqe]) -> us
 
 fn check_nic_log(ctx: &str, nic: &[NicWqe], r: &Role) {
     let n = check_wqes(ctx, r, r.qpn, nic, &expected_wqes(r.role))
-        + check_wqes(ctx, r, r.dci_qpn, nic, &DCI_WQES);
+        + check_wqes(ctx, r, r.dci_qpn, nic, &dci_wqes(r.dci_idx));
     assert_eq!(
         nic.iter().filter(|w| w.pid == r.pid).count(),
         n,
@@ -144,7 +175,25 @@ fn devx_peer(ctx: &str, p: &ProcessRecording, qpn: u32) -> sigmatop::event::Peer
         .unwrap_or_else(|| panic!("{ctx}: devx QP 0x{qpn:x} has no RTR peer"))
 }
 
-fn check_record(ctx: &str, t: &Trace, rs: &[Role]) {
+/// The GID of simulated host `h` (TESTNIC_HOST; 0: the default port GID) on RoCE, or on an
+/// InfiniBand port (fe80::2c9:300:0:LID, LID = host + 1).
+fn host_gid(h: u8, ib: bool) -> [u8; 16] {
+    if ib {
+        let mut g = [0u8; 16];
+        g[..2].copy_from_slice(&[0xfe, 0x80]);
+        g[8..12].copy_from_slice(&[0x02, 0xc9, 0x03, 0x00]);
+        g[15] = h + 1;
+        return g;
+    }
+    if h == 0 {
+        return GID;
+    }
+    let mut g = GID;
+    g[12..16].copy_from_slice(&[10, 0, h, 1]);
+    g
+}
+
+fn check_record(ctx: &str, t: &Trace, rs: &[Role], gids: [[u8; 16]; 2]) {
     let procs: BTreeMap<u32, ProcessRecording> = common::processes(t)
         .into_iter()
         .map(|p| (p.identity.pid, p))
@@ -168,7 +217,12 @@ fn check_record(ctx: &str, t: &Trace, rs: &[Role]) {
             "{ctx}: peer QPN of 0x{:x}",
             r.qpn
         );
-        assert_eq!(peer.gid, Some(GID), "{ctx}: peer GID of 0x{:x}", r.qpn);
+        assert_eq!(
+            peer.gid,
+            Some(gids[1 - i]),
+            "{ctx}: peer GID of 0x{:x}",
+            r.qpn
+        );
         assert_eq!(
             devx_peer(ctx, o, other.qpn).qpn,
             Some(r.qpn),
@@ -219,17 +273,69 @@ fn check_record(ctx: &str, t: &Trace, rs: &[Role]) {
     }
 }
 
+/// ibgda_host on one host with NVSHMEM's INIT2RTR (grh bit 0), then its two processes on two
+/// simulated hosts (TESTNIC_HOST 1 and 2: the same QPNs on both, each QP's peer has its own
+/// QPN), with the grh bit 0 and 1; untraced and in every mode.
 #[test]
 fn ibgda_host_sequence_on_the_nic_and_under_sigmatop() {
     build_nic();
-    let prog = nic_program("ibgda_host");
-    for mode in MODES {
+    let prog = nic_program("ibgda_host").display().to_string();
+    let configs: [(&str, [u8; 2], &str, &str); 5] = [
+        (
+            "one host, grh 0",
+            [0, 0],
+            "IBGDA_GRH=0",
+            "TESTNIC_PORT=roce",
+        ),
+        (
+            "hosts 1 and 2, grh 0",
+            [1, 2],
+            "IBGDA_GRH=0",
+            "TESTNIC_PORT=roce",
+        ),
+        (
+            "hosts 1 and 2, grh 1",
+            [1, 2],
+            "IBGDA_GRH=1",
+            "TESTNIC_PORT=roce",
+        ),
+        // InfiniBand: RC by LID (grh 0) or by GID (grh 1), DC by the 16-byte AV.
+        (
+            "IB, hosts 1 and 2, grh 0",
+            [1, 2],
+            "IBGDA_GRH=0",
+            "TESTNIC_PORT=ib",
+        ),
+        (
+            "IB, hosts 1 and 2, grh 1",
+            [1, 2],
+            "IBGDA_GRH=1",
+            "TESTNIC_PORT=ib",
+        ),
+    ];
+    for ((what, hosts, grh, port), mode) in configs
+        .iter()
+        .flat_map(|c| MODES.iter().map(move |m| (c, *m)))
+    {
         let dir = common::scratch("testnic-ibgda");
         let log = dir.join("nic-log");
         std::fs::create_dir_all(&log).expect("log dir");
         let trace = mode.map(|m| Trace::new(m, &dir));
-        let out = run_one(&prog, &[], &log, trace.as_ref());
-        let ctx = format!("ibgda_host mode {mode:?}");
+        let split = format!("IBGDA_HOSTS={},{}", hosts[0], hosts[1]);
+        // Fresh devices for hosts 1 and 2 (no other test uses them): both number from 0x100,
+        // so the two ends get the same QPNs whatever ran before.
+        // SAFETY: geteuid has no preconditions.
+        let uid = unsafe { libc::geteuid() };
+        for h in hosts.iter().filter(|h| **h != 0) {
+            let _ = std::fs::remove_file(format!("/dev/shm/testnic-v1-{uid}-h{h}"));
+        }
+        let out = run_one(
+            std::path::Path::new("env"),
+            &[grh, port, &split, &prog],
+            &log,
+            trace.as_ref(),
+        );
+        let ctx = format!("ibgda_host {what}, mode {mode:?}");
         assert!(
             out.status.success(),
             "{ctx} failed:\n{}\n{}",
@@ -237,14 +343,59 @@ fn ibgda_host_sequence_on_the_nic_and_under_sigmatop() {
             common::stderr_of(&out)
         );
         let rs = roles(&out);
+        if hosts[0] != hosts[1] {
+            assert_eq!(rs[0].qpn, rs[1].qpn, "{ctx}: QPNs repeat across hosts");
+        }
         let nic = nic_log(&log);
         for r in &rs {
             check_nic_log(&ctx, &nic, r);
         }
+        // Each process wrote one doorbell naming a QP not bound to the register: counted.
+        let foreign = foreign_doorbells(&out);
+        for r in &rs {
+            assert_eq!(
+                foreign.get(&r.pid),
+                Some(&1),
+                "{ctx}: foreign doorbells of pid {}:\n{}",
+                r.pid,
+                common::stderr_of(&out)
+            );
+        }
         if let Some(t) = &trace {
-            check_record(&ctx, t, &rs);
+            let ib = *port == "TESTNIC_PORT=ib";
+            check_record(
+                &ctx,
+                t,
+                &rs,
+                [host_gid(hosts[0], ib), host_gid(hosts[1], ib)],
+            );
         }
     }
+}
+
+/// The lenient NIC (TESTNIC_LENIENT=1, the behaviour before the strict one) runs a QP from its
+/// doorbell record when its register carries another QP's doorbell: ibgda_host's strict-doorbell
+/// step sees the RC QP's NOP complete without a doorbell naming it, and fails saying so.
+#[test]
+fn a_doorbell_naming_another_qp_rings_nothing_unless_lenient() {
+    build_nic();
+    let prog = nic_program("ibgda_host");
+    let dir = common::scratch("testnic-lenient");
+    let log = dir.join("nic-log");
+    std::fs::create_dir_all(&log).expect("log dir");
+    let prog_s = prog.display().to_string();
+    let out = run_one(
+        std::path::Path::new("env"),
+        &["TESTNIC_LENIENT=1", &prog_s],
+        &log,
+        None,
+    );
+    let err = common::stderr_of(&out);
+    assert!(
+        !out.status.success() && err.contains("ran without a doorbell naming it"),
+        "lenient NIC: ibgda_host should fail at the strict-doorbell step:\n{}\n{err}",
+        common::stdout_of(&out)
+    );
 }
 
 /// (case, status, vendor_err) of every "verbs_faults ... ok" line.

@@ -55,6 +55,46 @@ struct Run {
 
 /// Runs `prog ARGS` as server and `prog ARGS 127.0.0.1` as client on the NIC, traced in `mode`.
 fn run_pair(prog: &str, args: &[String], mode: Option<&'static str>) -> Run {
+    run_pair_on(prog, args, mode, &Port::roce())
+}
+
+/// The NIC's port as each side sees it: `env` (VAR=value) for the server and the client.
+struct Port {
+    env: [Vec<String>; 2],
+    /// What stands in for each side's GID in the other's peer (server's, client's).
+    gids: [[u8; 16]; 2],
+}
+
+impl Port {
+    fn roce() -> Port {
+        Port {
+            env: [Vec::new(), Vec::new()],
+            gids: [GID, GID],
+        }
+    }
+
+    /// InfiniBand (TESTNIC_PORT=ib), the server on simulated host 11 (LID 12), the client on
+    /// host 12 (LID 13): fresh devices, so both number their QPs alike (QPNs collide).
+    fn ib_two_hosts() -> Port {
+        // SAFETY: geteuid has no preconditions.
+        let uid = unsafe { libc::geteuid() };
+        for h in [11, 12] {
+            let _ = std::fs::remove_file(format!("/dev/shm/testnic-v1-{uid}-h{h}"));
+        }
+        let side = |h: u8| vec!["TESTNIC_PORT=ib".to_string(), format!("TESTNIC_HOST={h}")];
+        let lid = |l: u8| {
+            let mut g = [0u8; 16];
+            g[15] = l;
+            g
+        };
+        Port {
+            env: [side(11), side(12)],
+            gids: [lid(12), lid(13)],
+        }
+    }
+}
+
+fn run_pair_on(prog: &str, args: &[String], mode: Option<&'static str>, port_: &Port) -> Run {
     common::require(prog);
     let dir = common::scratch(&format!("testnic-{prog}"));
     let log = dir.join("nic-log");
@@ -62,6 +102,7 @@ fn run_pair(prog: &str, args: &[String], mode: Option<&'static str>) -> Run {
     let trace = mode.map(|m| Trace::new(m, &dir));
     let side = |client: bool, port: u16| {
         let mut a: Vec<String> = vec!["env".into(), format!("TESTNIC_LOG={}", log.display())];
+        a.extend(port_.env[usize::from(client)].iter().cloned());
         if let Some(t) = &trace {
             a.push(format!("LD_PRELOAD={}", common::preload().display()));
             a.push(format!("SIGMATOP_MODE={}", t.mode));
@@ -210,7 +251,14 @@ fn completions(p: &ProcessRecording) -> u64 {
 
 /// `a`'s QP `qpn` has the RTR peer (GID, `peer_qpn`) naming `b`'s QP `peer_qpn`, whose own peer is
 /// `qpn`, and the peer hash is one of `b`'s own addresses.
-fn check_peer(ctx: &str, a: &ProcessRecording, qpn: u32, b: &ProcessRecording, peer_qpn: u32) {
+fn check_peer(
+    ctx: &str,
+    a: &ProcessRecording,
+    qpn: u32,
+    b: &ProcessRecording,
+    peer_qpn: u32,
+    b_gid: [u8; 16],
+) {
     let rtr_peer = |p: &ProcessRecording, q: u32| {
         let ep = p
             .endpoints
@@ -230,7 +278,7 @@ fn check_peer(ctx: &str, a: &ProcessRecording, qpn: u32, b: &ProcessRecording, p
     };
     let pa = rtr_peer(a, qpn);
     assert_eq!(pa.qpn, Some(peer_qpn), "{ctx}: peer QPN of 0x{qpn:x}");
-    assert_eq!(pa.gid, Some(GID), "{ctx}: peer GID of 0x{qpn:x}");
+    assert_eq!(pa.gid, Some(b_gid), "{ctx}: peer GID of 0x{qpn:x}");
     let pb = rtr_peer(b, peer_qpn);
     assert_eq!(
         pb.qpn,
@@ -314,19 +362,33 @@ fn check_json(ctx: &str, run: &Run, qpns: [(u32, u32); 2], sent: [u64; 2]) {
 // ---------------------------------------------------------------------------------------------
 
 fn pingpong(n: u64, size: u64, rx: u64, events: bool) {
+    pingpong_on(n, size, rx, events, false)
+}
+
+/// `ib`: on an InfiniBand port, LID-routed (no `-g`: no GRH), the two sides on two simulated
+/// hosts whose QPNs collide.
+fn pingpong_on(n: u64, size: u64, rx: u64, events: bool, ib: bool) {
     build_nic();
     let mut args: Vec<String> = ["-g", "0", "-n", &n.to_string(), "-s", &size.to_string()]
         .iter()
         .map(|s| s.to_string())
         .collect();
+    if ib {
+        args.drain(..2);
+    }
     args.extend(["-r".into(), rx.to_string()]);
     if events {
         args.push("-e".into());
     }
     let recvs = rx + n / (rx - 1) * (rx - 1);
     for mode in MODES {
-        let run = run_pair("ibv_rc_pingpong", &args, mode);
-        let ctx = format!("ibv_rc_pingpong {args:?} mode {mode:?}");
+        let port = if ib {
+            Port::ib_two_hosts()
+        } else {
+            Port::roce()
+        };
+        let run = run_pair_on("ibv_rc_pingpong", &args, mode, &port);
+        let ctx = format!("ibv_rc_pingpong {args:?} ib {ib} mode {mode:?}");
         let sides = [&run.server, &run.client];
         let mut qpns = [(0u32, 0u32); 2];
         for (i, side) in sides.iter().enumerate() {
@@ -388,8 +450,11 @@ fn pingpong(n: u64, size: u64, rx: u64, events: bool) {
                 );
             }
         }
-        check_peer(&ctx, &srv, qpns[0].0, &cli, qpns[1].0);
-        check_peer(&ctx, &cli, qpns[1].0, &srv, qpns[0].0);
+        if ib {
+            assert_eq!(qpns[0].0, qpns[1].0, "{ctx}: QPNs collide across the hosts");
+        }
+        check_peer(&ctx, &srv, qpns[0].0, &cli, qpns[1].0, port.gids[1]);
+        check_peer(&ctx, &cli, qpns[1].0, &srv, qpns[0].0, port.gids[0]);
         check_json(&ctx, &run, qpns, [n * size, n * size]);
         if mode != Some("aggregate") {
             check_flows(&ctx, &run, n, recvs);
@@ -425,6 +490,14 @@ fn check_flows(ctx: &str, run: &Run, n: u64, recvs: u64) {
         report.contains(&want),
         "{ctx}: report lacks '{want}':\n{report}"
     );
+}
+
+/// InfiniBand, no GRH, the two processes on two hosts with the same QPN: peers by LID + QPN,
+/// each side's peer hash one of the other's own addresses (before: no own address was kept
+/// without a GRH, and peers fell back to the QPN alone, which names both processes here).
+#[test]
+fn rc_pingpong_lid_routed_on_infiniband_across_hosts() {
+    pingpong_on(100, 4096, 50, false, true);
 }
 
 #[test]
@@ -485,8 +558,8 @@ fn perftest(prog: &str, op: Op, nic_op: &str) {
         if mode == Some("full") {
             assert_eq!(completions(&cli), n / 100, "{ctx}: completions polled");
         }
-        check_peer(&ctx, &cli, cq, &srv, sq);
-        check_peer(&ctx, &srv, sq, &cli, cq);
+        check_peer(&ctx, &cli, cq, &srv, sq, GID);
+        check_peer(&ctx, &srv, sq, &cli, cq, GID);
         // Writes move bytes client -> server; reads server -> client (target -> issuer).
         let sent = if op == Op::VerbsWrite {
             [0, n * size]

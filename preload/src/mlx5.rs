@@ -315,6 +315,15 @@ fn on_create_qp(ctx: Ptr, obj: Ptr, inbox: &[u8], outbox: &[u8]) {
         .map_or(0, |u| u.addr.saturating_add(c.sq_offset_in_umem()));
     // Where the work queue lives (CUDA copies or memcpy for its WQEs)...
     let gpu = wq.and_then(|u| u.gpu);
+    // The doorbell record (8 bytes) inside its umem: the poller reads its send counter when
+    // another QP's doorbell lands on a register this QP shares.
+    let dbr = if c.dbr_umem_valid {
+        umem_by_id(c.dbr_umem_id)
+            .filter(|u| u.addr != 0 && c.dbr_addr.saturating_add(8) <= u.size)
+            .map(|u| (u.addr.saturating_add(c.dbr_addr), u.gpu))
+    } else {
+        None
+    };
     // ...and which GPU drives the QP: the queue's own GPU, or, for a queue in host memory
     // registered with CUDA (NVSHMEM_IBGDA_FORCE_NIC_BUF_MEMTYPE=hostmem), the GPU of the CUDA
     // context that registered it (or, failing that, of this thread's current context). A queue
@@ -361,6 +370,9 @@ fn on_create_qp(ctx: Ptr, obj: Ptr, inbox: &[u8], outbox: &[u8]) {
             sq_cnt: c.sq_cnt(),
             qp_type: c.qp_type().unwrap_or(QpType::Rc),
             gpu,
+            uar_page: c.uar_page,
+            dbr: dbr.map_or(0, |(a, _)| a),
+            dbr_gpu: dbr.and_then(|(_, g)| g),
         });
     }
 }
@@ -409,6 +421,12 @@ fn state_name(s: QpState) -> &'static str {
     }
 }
 
+/// Whether a QPC path addresses its peer by GID: the grh bit, or (RoCE, where the bit may be
+/// left 0) a remote GID without a remote LID.
+fn gid_routed(p: &sigmatop::decode::devx::QpcPath) -> bool {
+    p.grh || (p.rlid == 0 && p.rgid != [0; 16])
+}
+
 /// Hook of `mlx5dv_devx_obj_modify`: QP state transitions.
 #[unsafe(no_mangle)]
 unsafe extern "C" fn mlx5dv_devx_obj_modify(
@@ -442,20 +460,29 @@ unsafe extern "C" fn mlx5dv_devx_obj_modify(
             let peer = m.path.filter(|p| p.remote_qpn != 0).map(|p| {
                 // As for verbs QPs: (remote GID, remote QPN) hashed into the peer address, and
                 // (local GID, QPN) into this process's own addresses, when the context is a
-                // real device whose GID table can be read; without a GRH the LID stands in
-                // for the remote GID.
-                let rgid = if p.grh {
+                // real device whose GID table can be read. The path is GID-routed when the grh
+                // bit is set, and also when it is clear with a GID and no LID: a RoCE port
+                // routes by rgid_rip whatever the bit says (NVSHMEM 3.4.5's INIT2RTR leaves it
+                // 0), and LID 0 is no InfiniBand destination. Otherwise (InfiniBand without a
+                // GRH) the LID stands in for the remote GID.
+                let by_gid = gid_routed(&p);
+                let rgid = if by_gid {
                     p.rgid
                 } else {
-                    let mut g = [0u8; 16];
-                    g[14..].copy_from_slice(&p.rlid.to_be_bytes());
-                    g
+                    crate::ibverbs::lid_as_gid(p.rlid)
                 };
-                if p.grh
-                    && let Some(l) =
+                if by_gid {
+                    if let Some(l) =
                         crate::ibverbs::device_gid(ctx, p.port.max(1), p.src_addr_index)
-                {
-                    crate::registry::add_own_addr(crate::ibverbs::qp_addr_hash(&l, qpn));
+                    {
+                        crate::registry::add_own_addr(crate::ibverbs::qp_addr_hash(&l, qpn));
+                    }
+                } else if let Some(lid) = crate::ibverbs::device_lid(ctx, p.port.max(1)) {
+                    // LID-routed: the peer hashes this port's LID + QPN.
+                    crate::registry::add_own_addr(crate::ibverbs::qp_addr_hash(
+                        &crate::ibverbs::lid_as_gid(lid),
+                        qpn,
+                    ));
                 }
                 Peer {
                     addr_hash: crate::ibverbs::qp_addr_hash(&rgid, p.remote_qpn),

@@ -1,7 +1,6 @@
 //! Live processes through their sockets, and the program `sigmatop run` launched, as a dashboard
 //! `Source`.
 
-use std::path::PathBuf;
 use std::process::{Child, ExitStatus};
 
 use super::child::{describe, interrupt_group, passed_on, signal_name};
@@ -17,7 +16,8 @@ use crate::live::LiveSource;
 pub struct ChildWatch {
     pub child: Child,
     pub name: String,
-    pub log: PathBuf,
+    /// Where the program's output goes, as the messages show it (`~` for the home directory).
+    pub log_shown: String,
     pub status: Option<ExitStatus>,
     /// Ctrl-Cs forwarded to the program so far.
     pub interrupts: u32,
@@ -173,7 +173,7 @@ impl Source for LiveFeed {
                         "{} running (pid {}) · output in {}",
                         c.name,
                         c.child.id(),
-                        c.log.display()
+                        c.log_shown
                     ),
                 },
                 (None, n, None) => format!(
@@ -190,7 +190,7 @@ impl Source for LiveFeed {
                     "{} exited ({}) · output in {} · q to leave",
                     c.name,
                     describe(st),
-                    c.log.display()
+                    c.log_shown
                 ),
             }),
             None if self.live.sockets_seen == 0 => Some(format!(

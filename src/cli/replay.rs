@@ -3,9 +3,10 @@
 //! a virtual clock that runs at the chosen speed and stops on pause. Event files are streamed a chunk
 //! at a time (never loaded whole).
 //!
-//! `sigmatop demo` replays the bundled recording `fixtures/demo-moe` (a real 4-rank MPI run over
-//! UCX), embedded in the binary and unpacked into a private temporary directory that is removed at
-//! exit.
+//! `sigmatop demo` replays the bundled recording `fixtures/nccl/moe_np4/rec` (a real MoE
+//! dispatch/combine over NCCL, 4 ranks on an H200 over the software NIC; `demo mpi`:
+//! `fixtures/demo-moe`, a real 4-rank MPI run over UCX; `demo gpu`: NVSHMEM), embedded in the
+//! binary and unpacked into a private temporary directory that is removed at exit.
 
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
@@ -435,7 +436,7 @@ impl Drop for TempDir {
     }
 }
 
-/// Unpacks the bundled demo recording into a fresh private directory.
+/// Unpacks the bundled MPI demo recording (`demo mpi`) into a fresh private directory.
 pub fn unpack_demo() -> Result<TempDir, String> {
     unpack(embedded::DEMO_FILES)
 }
@@ -470,7 +471,8 @@ fn unpack(files: &[(&str, &[u8])]) -> Result<TempDir, String> {
 pub fn demo(args: &DemoArgs) -> CliResult {
     let (files, label) = match args.which.as_str() {
         "gpu" => (embedded::DEMO_GPU_FILES, "demo gpu"),
-        _ => (embedded::DEMO_FILES, "demo"),
+        "mpi" => (embedded::DEMO_FILES, "demo mpi"),
+        _ => (embedded::DEMO_NCCL_FILES, "demo"),
     };
     if files.is_empty() {
         return Err("this sigmatop was built without the bundled demo recordings".into());

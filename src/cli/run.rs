@@ -351,19 +351,57 @@ pub fn program_name(cmd: &[String]) -> String {
         .unwrap_or_else(|| first.to_string())
 }
 
-/// The log file for the program's output: ./sigmatop-run-<pid>.log (the temp dir when the current
-/// directory is not writable).
+/// Where `run` keeps the program's output when the dashboard holds the terminal: the state
+/// directory of the XDG base-directory rules (`$XDG_STATE_HOME/sigmatop`, else
+/// `~/.local/state/sigmatop`), never the current directory (a repository or a job's working
+/// directory is not ours to write in). Returns the candidates in order; the temp dir is last.
+pub fn log_dirs(xdg_state_home: Option<&str>, home: Option<&str>) -> Vec<PathBuf> {
+    let mut dirs = Vec::new();
+    // The spec: a relative $XDG_STATE_HOME is invalid and is ignored.
+    match xdg_state_home.filter(|d| Path::new(d).is_absolute()) {
+        Some(d) => dirs.push(Path::new(d).join("sigmatop")),
+        None => {
+            if let Some(h) = home.filter(|h| Path::new(h).is_absolute()) {
+                dirs.push(Path::new(h).join(".local/state/sigmatop"));
+            }
+        }
+    }
+    dirs.push(std::env::temp_dir());
+    dirs
+}
+
+/// A path as a person types it: the home directory as `~` (the status line is narrow).
+pub fn shown_path(p: &Path, home: Option<&str>) -> String {
+    match home
+        .filter(|h| h.len() > 1)
+        .and_then(|h| p.strip_prefix(h).ok())
+    {
+        Some(rest) => format!("~/{}", rest.display()),
+        None => p.display().to_string(),
+    }
+}
+
+/// The log file for the program's output: sigmatop-run-<pid>.log in the first of [`log_dirs`] that can
+/// be created and written.
 fn open_log() -> Result<(PathBuf, File), String> {
     let name = format!("sigmatop-run-{}.log", std::process::id());
+    let xdg = std::env::var("XDG_STATE_HOME").ok();
+    let home = std::env::var("HOME").ok();
     let mut last = String::new();
-    for dir in [Path::new(".").to_path_buf(), std::env::temp_dir()] {
+    for dir in log_dirs(xdg.as_deref(), home.as_deref()) {
+        if let Err(e) = std::fs::create_dir_all(&dir) {
+            last = format!("cannot create {}: {e}", dir.display());
+            continue;
+        }
         let p = dir.join(&name);
         match File::create(&p) {
             Ok(f) => return Ok((p, f)),
             Err(e) => last = format!("cannot create {}: {e}", p.display()),
         }
     }
-    Err(last)
+    Err(format!(
+        "{last}; set XDG_STATE_HOME to a writable directory for the program's output log"
+    ))
 }
 
 /// `sigmatop run -- CMD`: the dashboard when stdin and stdout are a terminal and not `--headless`
@@ -382,6 +420,7 @@ pub fn run_cmd(args: &RunArgs) -> CliResult {
     let mut cmd = traced_command(args, &socket_dir)?;
     let finals = final_states(&mut cmd, &socket_dir);
     let (log, file) = open_log()?;
+    let shown = shown_path(&log, std::env::var("HOME").ok().as_deref());
     let err = file
         .try_clone()
         .map_err(|e| format!("{}: {e}", log.display()))?;
@@ -410,7 +449,7 @@ pub fn run_cmd(args: &RunArgs) -> CliResult {
         child: Some(ChildWatch {
             child,
             name: name.clone(),
-            log: log.clone(),
+            log_shown: shown.clone(),
             status: None,
             interrupts: 0,
             interrupt_error: None,
@@ -433,11 +472,11 @@ pub fn run_cmd(args: &RunArgs) -> CliResult {
                 Some((sig, _)) => say!(
                     "sigmatop: {} passed on to {name} (pid {pid}); waiting for it to exit (output in {})",
                     signal_name(sig),
-                    log.display()
+                    shown
                 ),
                 None => say!(
                     "sigmatop: stopped watching; waiting for {name} (pid {pid}) to exit (output in {}); Ctrl-C sends it SIGINT",
-                    log.display()
+                    shown
                 ),
             }
             // Signals to sigmatop (the terminal's Ctrl-C) go on to the program's group. The
@@ -473,7 +512,7 @@ pub fn run_cmd(args: &RunArgs) -> CliResult {
     let last = format!(
         "sigmatop: {name} exited ({}); its output is in {}",
         describe(status),
-        log.display()
+        shown
     );
     let _ = write!(io::stderr().lock(), "{summary}");
     say!("{last}");
@@ -500,4 +539,41 @@ pub fn run_cmd(args: &RunArgs) -> CliResult {
         let _ = write!(f, "{advice}");
     }
     Ok(exit_code(status))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_log_goes_to_the_state_directory_not_the_working_directory() {
+        let tmp = std::env::temp_dir();
+        assert_eq!(
+            log_dirs(Some("/s"), Some("/h")),
+            vec![PathBuf::from("/s/sigmatop"), tmp.clone()]
+        );
+        assert_eq!(
+            log_dirs(None, Some("/h")),
+            vec![PathBuf::from("/h/.local/state/sigmatop"), tmp.clone()]
+        );
+        // A relative XDG_STATE_HOME is ignored (the XDG rules), as is a relative HOME.
+        assert_eq!(
+            log_dirs(Some("state"), Some("/h")),
+            vec![PathBuf::from("/h/.local/state/sigmatop"), tmp.clone()]
+        );
+        assert_eq!(log_dirs(None, Some("h")), vec![tmp.clone()]);
+        assert_eq!(log_dirs(None, None), vec![tmp]);
+    }
+
+    #[test]
+    fn a_path_under_home_is_shown_with_a_tilde() {
+        let p = Path::new("/home/ann/.local/state/sigmatop/sigmatop-run-7.log");
+        assert_eq!(
+            shown_path(p, Some("/home/ann")),
+            "~/.local/state/sigmatop/sigmatop-run-7.log"
+        );
+        assert_eq!(shown_path(p, Some("/home/an")), p.display().to_string());
+        assert_eq!(shown_path(p, Some("/")), p.display().to_string());
+        assert_eq!(shown_path(p, None), p.display().to_string());
+    }
 }

@@ -36,9 +36,14 @@ impl Tmux {
         if let Some(d) = cwd {
             new.arg("-c").arg(d);
         }
+        new.args(["-s", "main", "-x", "120", "-y", "40", "env", "TERM=screen"]);
+        // `sigmatop run` keeps the program's output in $XDG_STATE_HOME/sigmatop: the test's own
+        // directory's, not the user's.
+        if let Some(d) = cwd {
+            new.arg(format!("XDG_STATE_HOME={}", d.join("state").display()));
+        }
         let ok = new
-            .args(["-s", "main", "-x", "120", "-y", "40"])
-            .args(["env", "TERM=screen", "sh", "-c", &shell])
+            .args(["sh", "-c", &shell])
             .status()
             .map(|s| s.success())
             .unwrap_or(false);

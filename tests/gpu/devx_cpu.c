@@ -5,6 +5,12 @@
  * doorbells to the pointer cuMemHostGetDevicePointer returned (the shadow page under sigmatop).
  * With DEVX_CPU_HOST_QUEUES=1 the send queues are host memory registered with the driver
  * (NVSHMEM_IBGDA_FORCE_NIC_BUF_MEMTYPE=hostmem), the rest stays in "device" memory.
+ * DEVX_CPU_SHARED_UAR=1 binds both QPs to one UAR and adds rounds of back-to-back doorbells of
+ * the two QPs on that one register; DEVX_CPU_REUSE=N rounds that reuse every send-queue slot
+ * before sigmatop's (held) copy of them ran.
+ * At the end the QPs are torn down as NVSHMEM does (UAR unregistered, QP destroyed, umems
+ * deregistered, UAR freed, the GPU send queue freed); DEVX_CPU_SLOW_TEARDOWN=MS keeps the last
+ * WQE copies in flight MS ms across it.
  * Usage: devx_cpu WQE_LIST_FILE. Prints results (identical with and without sigmatop) on stdout. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -21,6 +27,8 @@ static int (*p_reg)(void *, size_t, unsigned);
 static int (*p_dptr)(uint64_t *, void *, unsigned);
 static int (*p_unreg)(void *);
 static int (*p_handle)(void *, uint64_t, size_t, int, unsigned long long);
+static int (*p_free)(uint64_t);
+static void (*p_slow)(int); /* the stand-in's fake_cuda_slow_copies (not in a real driver) */
 
 static int f_alloc(void **p, size_t n) {
   uint64_t d;
@@ -46,6 +54,7 @@ static int f_dptr(void **d, void *p) {
 }
 static int f_unreg(void *p) { return p_unreg(p); }
 static int f_fd(void *p, size_t n, int *fd) { return p_handle(fd, (uint64_t)p, n, 1, 0); }
+static int f_free(void *p) { return p_free((uint64_t)p); }
 static void f_rd(void *dst, uint64_t src, size_t n) { memcpy(dst, (void *)src, n); }
 static void f_wr(uint64_t dst, const void *src, size_t n) { memcpy((void *)dst, src, n); }
 
@@ -64,9 +73,11 @@ static void resolve(void) {
       gpa("cuMemHostRegister", (void **)&p_reg, 13000, 0, &st) ||
       gpa("cuMemHostGetDevicePointer", (void **)&p_dptr, 13000, 0, &st) ||
       gpa("cuMemHostUnregister", (void **)&p_unreg, 13000, 0, &st) ||
-      gpa("cuMemGetHandleForAddressRange", (void **)&p_handle, 13000, 0, &st) || !p_alloc ||
-      !p_reg || !p_dptr || !p_unreg || !p_handle)
+      gpa("cuMemGetHandleForAddressRange", (void **)&p_handle, 13000, 0, &st) ||
+      gpa("cuMemFree", (void **)&p_free, 13000, 0, &st) || !p_alloc || !p_reg || !p_dptr || !p_unreg ||
+      !p_handle || !p_free)
     die("driver entry points");
+  p_slow = (void (*)(int))dlsym(h, "fake_cuda_slow_copies");
   int (*init)(unsigned) = NULL;
   gpa("cuInit", (void **)&init, 13000, 0, &st);
   if (init)
@@ -75,6 +86,7 @@ static void resolve(void) {
 
 /* The multi-thread batch: THREADS "GPU threads" each reserve PER slots of QP 1 with an atomic
  * and write their WQEs; after a barrier one of them rings once for all. */
+#define SHARED_ROUNDS 200
 #define THREADS 4
 #define PER 32
 static struct wl *W;
@@ -110,7 +122,7 @@ static uint64_t fnv(const uint8_t *p, size_t n) {
 
 int main(int argc, char **argv) {
   resolve();
-  static struct drv d = {f_alloc, f_reg, f_dptr, f_unreg, f_fd, f_rd, f_wr, 0, NULL};
+  static struct drv d = {f_alloc, f_reg, f_dptr, f_unreg, f_fd, f_rd, f_wr, 0, NULL, f_free};
   const char *hq = getenv("DEVX_CPU_HOST_QUEUES");
   if (hq && *hq == '1')
     d.wq_alloc = f_host_wq;
@@ -140,6 +152,53 @@ int main(int argc, char **argv) {
   reg[0] = bf[0];
   wait_cqe(W, 1, idx);
 
+  /* DEVX_CPU_SHARED_UAR=1 (QP 1 bound to QP 0's UAR): SHARED_ROUNDS rounds of one write on
+   * each QP, rung back to back on the one register (QP 0's doorbell, then QP 1's), each round
+   * waited for. Between two reads of the register the second doorbell hides the first. */
+  if (s.shared_uar) {
+    for (int r = 0; r < SHARED_ROUNDS; r++) {
+      uint64_t off = 8 * (uint64_t)(r % 512);
+      struct op_desc a = mk(MLX5_OPCODE_RDMA_WRITE, 8, (uint64_t)W->R + 800000 + off, (uint64_t)W->L + off);
+      struct op_desc b = mk(MLX5_OPCODE_RDMA_WRITE, 16, (uint64_t)W->R + 810000 + 2 * off, (uint64_t)W->L + 2 * off);
+      uint16_t ia = post(W, 0, &a), ib = post(W, 1, &b);
+      ring(W, 0);
+      ring(W, 1);
+      wait_cqe(W, 0, ia);
+      wait_cqe(W, 1, ib);
+    }
+  }
+
+  /* DEVX_CPU_REUSE=N: N rounds of a whole ring (SQ_CNT one-WQEBB writes) on QP 1 under one
+   * doorbell each, with the stand-in's copies held 50 ms until the poller's synchronize: the
+   * NIC completes a round at once and the next round rewrites every slot before the copy of
+   * the last one reads them (the GPU reusing slots faster than sigmatop copies them). */
+  const char *reuse = getenv("DEVX_CPU_REUSE");
+  if (reuse && atoi(reuse) > 0) {
+    if (!p_slow)
+      die("DEVX_CPU_REUSE needs the stand-in libcuda (fake_cuda_slow_copies)");
+    p_slow(50);
+    for (int r = 0; r < atoi(reuse); r++) {
+      uint16_t last = 0;
+      for (uint32_t k = 0; k < SQ_CNT; k++) {
+        struct op_desc o = mk(MLX5_OPCODE_RDMA_WRITE, 8, (uint64_t)W->R + 820000 + 8 * (uint64_t)(k % 2048),
+                              (uint64_t)W->L + 8 * (uint64_t)(k % 512));
+        last = post(W, 1, &o);
+      }
+      ring(W, 1);
+      wait_cqe(W, 1, last);
+    }
+    p_slow(0);
+  }
+
+  /* DEVX_CPU_SLOW_TEARDOWN=MS: from the batch on, the stand-in's copies stay in flight MS ms
+   * (until the poller's next synchronize), so the batch's WQE copy is still reading the send
+   * queue while the program destroys the QP and frees the queue (teardown below). */
+  const char *slow = getenv("DEVX_CPU_SLOW_TEARDOWN");
+  if (slow && atoi(slow) > 0) {
+    if (!p_slow)
+      die("DEVX_CPU_SLOW_TEARDOWN needs the stand-in libcuda (fake_cuda_slow_copies)");
+    p_slow(atoi(slow));
+  }
   batch_start = W->pi[1];
   W->batch_prod = batch_start;
   W->batch_base = W->nlog;

@@ -1,7 +1,8 @@
 /* Test-only stand-in for libcuda.so.1 where there is no GPU (CI): the driver entry points the
  * workload and sigmatop use, over host memory. "Device" memory is host memory the fake allocated
  * (cuPointerGetAttribute says DEVICE for it); a registered host range's device pointer is its host
- * address; copies are memcpy. Registration follows the real driver's rules seen on the H200
+ * address; copies are memcpy (deferred to the next synchronize, after a pause, once the program
+ * called fake_cuda_slow_copies(ms)); cuMemFree unmaps. Registration follows the real driver's rules seen on the H200
  * (reference §8): IoMemory on ordinary RAM is refused, a second registration of a page is
  * CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED; cuPointerGetAttribute says DEVICE for "device"
  * memory, HOST for registered host memory and fails for any other address, as the driver does.
@@ -14,6 +15,7 @@
 #include <string.h>
 #include <unistd.h>
 #include <sys/eventfd.h>
+#include <sys/mman.h>
 
 typedef int CUresult;
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
@@ -30,22 +32,67 @@ CUresult cuCtxGetDevice(int *d) {
   return 0;
 }
 CUresult cuStreamCreate(void **s, unsigned f) { (void)f; *s = (void *)0x2; return 0; }
-CUresult cuStreamSynchronize(void *s) { (void)s; return 0; }
+/* A slow copy engine on request (fake_cuda_slow_copies, below): async copies wait in a list and
+ * run at the next synchronize, after a pause; until then a copy is "in flight" and reads its
+ * source only then, as a DMA engine does. */
+static int slow_ms;
+static struct { void *dst; uint64_t src; size_t n; } pend[1024];
+static int npend;
+void fake_cuda_slow_copies(int ms) { __atomic_store_n(&slow_ms, ms, __ATOMIC_RELEASE); }
+CUresult cuStreamSynchronize(void *s) {
+  (void)s;
+  pthread_mutex_lock(&mu);
+  int n = npend;
+  pthread_mutex_unlock(&mu);
+  if (!n) return 0;
+  usleep((useconds_t)__atomic_load_n(&slow_ms, __ATOMIC_ACQUIRE) * 1000);
+  pthread_mutex_lock(&mu);
+  for (int i = 0; i < npend; i++)
+    memcpy(pend[i].dst, (void *)pend[i].src, pend[i].n);
+  npend = 0;
+  pthread_mutex_unlock(&mu);
+  return 0;
+}
 CUresult cuMemcpyDtoHAsync_v2(void *dst, uint64_t src, size_t n, void *s) {
   (void)s;
+  if (__atomic_load_n(&slow_ms, __ATOMIC_ACQUIRE)) {
+    pthread_mutex_lock(&mu);
+    if (npend < 1024) {
+      pend[npend].dst = dst;
+      pend[npend].src = src;
+      pend[npend++].n = n;
+      pthread_mutex_unlock(&mu);
+      return 0;
+    }
+    pthread_mutex_unlock(&mu);
+  }
   memcpy(dst, (void *)src, n);
   return 0;
 }
+/* "Device" memory is mapped whole pages, unmapped by cuMemFree: a read after the free faults, as
+ * a DMA from freed GPU memory would be an error. */
 CUresult cuMemAlloc_v2(uint64_t *p, size_t n) {
-  void *m = aligned_alloc(4096, (n + 4095) & ~4095ul);
-  if (!m) return 2;
-  memset(m, 0, n);
+  size_t len = (n + 4095) & ~4095ul;
+  void *m = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (m == MAP_FAILED) return 2;
   pthread_mutex_lock(&mu);
   devs[ndev].p = (uint64_t)m;
   devs[ndev++].n = n;
   pthread_mutex_unlock(&mu);
   *p = (uint64_t)m;
   return 0;
+}
+CUresult cuMemFree_v2(uint64_t p) {
+  pthread_mutex_lock(&mu);
+  for (int i = 0; i < ndev; i++)
+    if (devs[i].p == p && devs[i].n) {
+      munmap((void *)p, (devs[i].n + 4095) & ~4095ul);
+      devs[i].n = 0;
+      pthread_mutex_unlock(&mu);
+      return 0;
+    }
+  pthread_mutex_unlock(&mu);
+  return 1;
 }
 static int is_dev(uint64_t a) {
   for (int i = 0; i < ndev; i++)
@@ -124,6 +171,7 @@ static const struct { const char *name; void *v2, *v1; } table[] = {
   {"cuStreamSynchronize", (void *)cuStreamSynchronize, (void *)cuStreamSynchronize},
   {"cuMemcpyDtoHAsync", (void *)cuMemcpyDtoHAsync_v2, (void *)cuMemcpyDtoHAsync_v2},
   {"cuMemAlloc", (void *)cuMemAlloc_v2, (void *)cuMemAlloc_v2},
+  {"cuMemFree", (void *)cuMemFree_v2, (void *)cuMemFree_v2},
   {"cuPointerGetAttribute", (void *)cuPointerGetAttribute, (void *)cuPointerGetAttribute},
   {"cuMemHostRegister", (void *)cuMemHostRegister_v2, (void *)cuMemHostRegister},
   {"cuMemHostGetDevicePointer", (void *)cuMemHostGetDevicePointer_v2, NULL},

@@ -36,6 +36,8 @@ struct drv {
   /* Where the send queues live (NULL: dev_alloc): host memory registered with the driver, as
    * NVSHMEM's NVSHMEM_IBGDA_FORCE_NIC_BUF_MEMTYPE=hostmem places them. */
   int (*wq_alloc)(void **p, size_t n);
+  /* Frees a send queue from dev_alloc after its QP and umem are gone (NULL: kept). */
+  int (*dev_free)(void *p);
 };
 
 struct qpdev { /* what a kernel needs per QP (device pointers) */
@@ -75,6 +77,7 @@ static void die(const char *what) {
 
 struct setup {
   struct mlx5dv_devx_uar *uar[NQP];
+  int shared_uar; /* QP 1 uses uar[0] */
   void *obj_qp[NQP], *obj_cq[NQP];
   struct mlx5dv_devx_umem *wq_umem[NQP], *dbr_umem[NQP];
   struct qpdev q[NQP];
@@ -87,8 +90,12 @@ static void setup_qps(const struct drv *d, struct setup *s) {
   s->ctx = mlx5dv_open_device(NULL, NULL);
   if (!s->ctx)
     die("mlx5dv_open_device");
+  /* DEVX_CPU_SHARED_UAR=1: QP 1 is bound to QP 0's UAR, so both ring one doorbell register. */
+  const char *sh = getenv("DEVX_CPU_SHARED_UAR");
+  s->shared_uar = sh && *sh == '1';
   for (int i = 0; i < NQP; i++) {
-    struct mlx5dv_devx_uar *uar = mlx5dv_devx_alloc_uar(s->ctx, 1u << 31 /* NC_DEDICATED */);
+    struct mlx5dv_devx_uar *uar =
+        i && s->shared_uar ? s->uar[0] : mlx5dv_devx_alloc_uar(s->ctx, 1u << 31 /* NC_DEDICATED */);
     if (!uar)
       die("alloc_uar");
     s->uar[i] = uar;
@@ -155,16 +162,21 @@ static void setup_qps(const struct drv *d, struct setup *s) {
     unsigned fl = CU_MEMHOSTREGISTER_PORTABLE | CU_MEMHOSTREGISTER_DEVICEMAP |
                   (d->uar_is_device_memory ? CU_MEMHOSTREGISTER_IOMEMORY : 0);
     /* DOCA's probe (doca_gpu_verbs_can_gpu_register_uar): register, then unregister at once. */
-    /* QP 0 maps an NC_DEDICATED doorbell (8 bytes), QP 1 a BlueFlame register (512 bytes). */
-    size_t regsz = i == 1 ? 512 : 8;
-    if (d->host_register(uar->reg_addr, regsz, fl) == 0)
-      d->host_unregister(uar->reg_addr);
-    /* NVSHMEM ibgda_nic_mem_gpu_map. */
-    if (d->host_register(uar->reg_addr, regsz, fl))
-      die("host register of the UAR");
+    /* QP 0 maps an NC_DEDICATED doorbell (8 bytes), QP 1 a BlueFlame register (512 bytes);
+     * with a shared UAR, QP 0 maps the 512 bytes and QP 1 uses that mapping. */
+    size_t regsz = i == 1 || s->shared_uar ? 512 : 8;
     void *db;
-    if (d->host_get_dptr(&db, uar->reg_addr))
-      die("host device pointer of the UAR");
+    if (i && s->shared_uar) {
+      db = (void *)s->q[0].db;
+    } else {
+      if (d->host_register(uar->reg_addr, regsz, fl) == 0)
+        d->host_unregister(uar->reg_addr);
+      /* NVSHMEM ibgda_nic_mem_gpu_map. */
+      if (d->host_register(uar->reg_addr, regsz, fl))
+        die("host register of the UAR");
+      if (d->host_get_dptr(&db, uar->reg_addr))
+        die("host device pointer of the UAR");
+    }
     s->q[i].sq = (uint8_t *)wq;
     s->q[i].db = (volatile uint64_t *)db;
     s->q[i].dbr = (volatile uint32_t *)dbr;
@@ -179,18 +191,25 @@ static void setup_qps(const struct drv *d, struct setup *s) {
 
 static void teardown_qps(const struct drv *d, struct setup *s) {
   for (int i = 0; i < NQP; i++) {
-    d->host_unregister(s->uar[i]->reg_addr);
+    int own_uar = !(i && s->shared_uar);
+    if (own_uar)
+      d->host_unregister(s->uar[i]->reg_addr);
     mlx5dv_devx_obj_destroy(s->obj_qp[i]);
     mlx5dv_devx_obj_destroy(s->obj_cq[i]);
     mlx5dv_devx_umem_dereg(s->wq_umem[i]);
     mlx5dv_devx_umem_dereg(s->dbr_umem[i]);
-    mlx5dv_devx_free_uar(s->uar[i]);
+    if (own_uar)
+      mlx5dv_devx_free_uar(s->uar[i]);
+    /* NVSHMEM frees a QP's GPU queue once the QP is destroyed. */
+    if (d->dev_free && !d->wq_alloc)
+      d->dev_free(s->q[i].sq);
   }
 }
 
 /* ---- the NIC ---- */
 struct nic_qp {
   struct emu_qp info;
+  uint64_t dbr; /* the doorbell record ([1] = send counter, BE) */
   uint64_t last;
   uint16_t ci;
   uint64_t cqe;
@@ -267,6 +286,14 @@ static void *nic_main(void *arg) {
       uint16_t idx = (uint16_t)(c0 >> 8);
       uint8_t opcode = c0 & 0xff, ds = c1 & 0xff;
       uint16_t end = (opcode == 0 && ds == 0) ? idx : (uint16_t)(idx + (ds * 16 + 63) / 64);
+      if ((c1 >> 8) != q->info.qpn) {
+        /* Another QP's doorbell on a shared register. This NIC polls RAM and may have missed
+         * this QP's own doorbell under it (hardware would not): run what the record says. The
+         * check that no doorbell was lost is sigmatop's record, not this NIC. */
+        uint32_t rec = 0;
+        n->d->rd(&rec, q->dbr + 4, 4);
+        end = (uint16_t)be32(rec);
+      }
       while (q->ci != end) {
         n->d->rd(w, q->info.sq_base + (uint64_t)(q->ci & (q->info.sq_cnt - 1)) * WQEBB, WQEBB);
         nic_exec(n, q, w);
@@ -286,6 +313,7 @@ static void nic_start(struct nic *n, const struct drv *d, struct setup *s) {
     if (!emu_qp_info(i, &n->q[i].info))
       die("emu_qp_info");
     n->q[i].cqe = (uint64_t)s->q[i].cqe;
+    n->q[i].dbr = (uint64_t)s->q[i].dbr;
     n->q[i].last = *(volatile uint64_t *)n->q[i].info.db;
   }
   n->n = NQP;

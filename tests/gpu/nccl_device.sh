@@ -14,6 +14,11 @@
 #        tests, untraced and traced (simple) alternated NCT_ROUNDS times (default 3) with
 #        larger sizes (NCT_BENCH_ARGS); the figures in OUTDIR/bench.txt. Exit status: non-zero
 #        when a run failed or the checker found a mismatch.
+#        calib: one all_reduce's time at 1M and 128M with and without MPS. fig5: the paper's
+#        Fig. 5/6 (all_reduce 1M and 128M, 2 and 4 ranks, untraced / aggregate / simple / full,
+#        alternated rounds; `benches/summarize.py fig5 OUTDIR/fig5`). moe: tests/gpu/moe_dispatch.py
+#        (4 ranks, skewed all_to_all) untraced and under `sigmatop --record` (OUTDIR/moe.tgz).
+#        Several in one call: nccl_device.sh OUTDIR "calib moe".
 # Inputs (environment; defaults in brackets):
 #   NCCL_TESTS_SRC NVIDIA/nccl-tests sources, never committed [.device/nccl-tests]
 #   NCT_BIN        prebuilt nccl-tests binaries; built when missing [OUTDIR/bin]
@@ -30,6 +35,12 @@
 #   NCT_UTS        [1] each rank in its own UTS namespace named softhostN (sigmatop's node)
 #   NCT_WORK       where the runs go [a fresh /tmp/nccl-gpu.*]
 #   NCT_TIMEOUT (s per run, 120), NCT_BUDGET (s for all runs, 500)
+#   NCT_MPS        [0] 1: start MPS first (the ranks' kernels run at once, not time-sliced)
+#   NCT_NICLOG, NCT_EXPORT [1] 0: no NIC log / no export and report of a run's record
+#   NCT_TAR_RECS   [1] 0: OUTDIR/runs.tgz without the records and NIC logs; NCT_TAR=0: none
+#   NCT_SIZES, NCT_ITERS_<size>, NCT_WARM_<size>, NCT_ROUNDS, NCT_ROUND_SECS, NCT_CALIB,
+#   NCT_TARGET_S (fig5: iterations from a calib.txt, rounds while the budget lasts)
+#   NCT_MOE_RANKS [4], NCT_MOE_ARGS (moe_dispatch.py's options) (moe)
 set -u
 OUTDIR=${1:?usage: nccl_device.sh OUTDIR [proof|bench|all]}
 WHAT=${2:-proof}
@@ -84,9 +95,12 @@ if [ $need_build = 1 ]; then
   ln -sfn "$NCCL_DIR/include" "$H/include"
   ln -sf "$NCCL_DIR/lib/libnccl.so.2" "$H/lib/libnccl.so"
   CUDA=$(dirname "$(dirname "$(command -v nvcc)")")
+  targets=""
+  for t in $TESTS; do targets="$targets $W/nct-build/${t}_perf"; done
+  # shellcheck disable=SC2086 # one make target per test
   make -s -C "$SRC/src" -j16 MPI=1 MPI_HOME=/usr/lib/x86_64-linux-gnu/openmpi NCCL_HOME="$H" \
     CUDA_HOME="$CUDA" NVCC_GENCODE=-gencode=arch=compute_90,code=sm_90 BUILDDIR="$W/nct-build" \
-    >"$OUTDIR/build.log" 2>&1 || {
+    $targets >"$OUTDIR/build.log" 2>&1 || {
     tail -20 "$OUTDIR/build.log"
     echo "BUILD FAILED"
     exit 1
@@ -94,6 +108,24 @@ if [ $need_build = 1 ]; then
   for t in $TESTS; do cp "$W/nct-build/${t}_perf" "$NCT_BIN/"; done
   echo "built in $(elapsed)s: $(ls "$NCT_BIN" | tr '\n' ' ')"
 fi
+
+# ---- MPS: the ranks' CUDA contexts share the GPU at once instead of by time slices ------------
+MPS_ENV=""
+mps_start() {
+  export CUDA_MPS_PIPE_DIRECTORY=$W/mps CUDA_MPS_LOG_DIRECTORY=$W/mps-log
+  mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
+  nvidia-cuda-mps-control -d && echo "MPS started (t=$(elapsed)s)"
+  MPS_ENV="export CUDA_MPS_PIPE_DIRECTORY=$CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY=$CUDA_MPS_LOG_DIRECTORY"
+}
+mps_stop() {
+  [ -n "$MPS_ENV" ] || return 0
+  echo quit | nvidia-cuda-mps-control
+  MPS_ENV=""
+  unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
+  sleep 1
+  echo "MPS stopped (t=$(elapsed)s)"
+}
+[ "${NCT_MPS:-0}" = 1 ] && mps_start
 
 # ---- one run ----------------------------------------------------------------------------------
 # run_one NAME RANKS GDR TRACE PROG ARGS...: RUNDIR = $W/NAME; prints "run NAME rc=.. secs=..".
@@ -113,7 +145,8 @@ run_one() {
 export LD_LIBRARY_PATH=$TESTNIC_LIB:$NCCL_DIR/lib\${LD_LIBRARY_PATH:+:\$LD_LIBRARY_PATH}
 export NCCL_NET=IB NCCL_IB_HCA=mlx5_0 NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 NCCL_NET_GDR_LEVEL=$level
 export NCCL_DEBUG=${NCT_DEBUG:-INFO} NCCL_DEBUG_SUBSYS=INIT,NET,GRAPH,ENV NCCL_DEBUG_FILE=$d/nccl.%h.%p.log
-export TESTNIC_LOG=$d/nic
+$([ "${NCT_NICLOG:-1}" = 1 ] && echo "export TESTNIC_LOG=$d/nic")
+$MPS_ENV
 export TRACE=$trace PRE=$PRE NCT_PLUGIN=${NCT_PLUGIN:-1} NCT_UTS=${NCT_UTS:-1}
 ${NCT_EXTRA_ENV:-}
 EOF
@@ -139,7 +172,7 @@ EOF
     FAILED=1
     tail -5 "$d/mpirun.log" "$d"/err.* 2>/dev/null | sed 's/^/    /'
   fi
-  if [ -d "$d/rec" ]; then
+  if [ -d "$d/rec" ] && [ "${NCT_EXPORT:-1}" = 1 ]; then
     "$SIGMATOP" export "$d/rec" --json "$d/agg.json" >"$d/export.log" 2>&1 || echo "    export of $name failed: $(tail -2 "$d/export.log")"
     "$SIGMATOP" report "$d/rec" >"$d/report.txt" 2>&1
   fi
@@ -241,7 +274,144 @@ stall() {
   (cd "$W" && tar czf "$OUTDIR/stall.tgz" --exclude='*/sock' stall.*)
 }
 
-case "$WHAT" in
+# ---- calib: how long one all_reduce takes here, with and without MPS ---------------------------
+# base runs only, host bounce buffers: -b S -e S -n 3 -w 1 for each of NCT_SIZES, NCT_RANKS ranks.
+calib() {
+  local mps np s
+  echo "== calib (t=$(elapsed)s)"
+  for mps in ${NCT_CALIB_MPS:-0 1}; do
+    [ "$mps" = 1 ] && mps_start
+    for np in $RANKS; do
+      for s in ${NCT_SIZES:-1M 128M}; do
+        NCT_NICLOG=0 NCT_EXPORT=0 run_one "calib.mps$mps.np$np.$s" "$np" 0 base \
+          "$NCT_BIN/all_reduce_perf" -b "$s" -e "$s" -n "${NCT_CALIB_ITERS:-3}" -w 1 -c 1 -g 1
+        grep -h '^ *[0-9]' "$W/calib.mps$mps.np$np.$s/out.0" | sed "s/^/calib mps$mps np$np $s /" \
+          >>"$OUTDIR/calib.txt"
+      done
+    done
+    [ "$mps" = 1 ] && mps_stop
+  done
+  cat "$OUTDIR/calib.txt"
+}
+
+# ---- fig5: the paper's Fig. 5 / 6 on this machine -------------------------------------------------
+# all_reduce_perf at each of NCT_SIZES (1M 128M), NCT_RANKS ranks, untraced and in each mode, one
+# process per (size, ranks, mode) with its own -n / -w (NCT_ITERS_<size>, NCT_WARM_<size>); rounds
+# alternated in one sitting: round r runs every (ranks, size) and within it the modes in an order
+# rotated by r (no mode always first or last). Host bounce buffers (GPU Direct RDMA on this NIC
+# copies GPU memory through CUDA: ~100x slower), traced runs record (SIGMATOP_RECORD) with the
+# profiler plugin, as `sigmatop run` does; the NIC's own log off (it costs every mode the same).
+# nccl-tests' per-iteration timing (-I 1, -J) goes to OUTDIR/fig5/NAME.json (its p50: the run's
+# median time per collective), its table rows to OUTDIR/fig5/rows.txt; `python3
+# benches/summarize.py fig5 OUTDIR/fig5` gives the table. A round is not started when
+# NCT_ROUND_SECS more would pass NCT_BUDGET.
+# iters_for NP SIZE: NCT_ITERS_<size>, else from NCT_CALIB (calib.txt: the out-of-place time of
+# that (MPS setting, ranks, size)) the -n that takes NCT_TARGET_S seconds (5..500), else 20.
+iters_for() {
+  local v
+  v=$(eval echo "\${NCT_ITERS_$2:-}")
+  if [ -z "$v" ] && [ -n "${NCT_CALIB:-}" ]; then
+    v=$(awk -v np="np$1" -v s="$2" -v tgt="${NCT_TARGET_S:-2}" -v mps="mps${NCT_MPS:-0}" \
+      '$2 == mps && $3 == np && $4 == s && $10 > 0 { n = int(tgt * 1e6 / $10); if (n < 5) n = 5; if (n > 500) n = 500; print n; exit }' \
+      "$NCT_CALIB")
+  fi
+  echo "${v:-20}"
+}
+fig5() {
+  local rounds=${NCT_ROUNDS:-5} r np s m i name n w t_round
+  local round_secs=${NCT_ROUND_SECS:-}
+  local modes=(base aggregate simple full)
+  mkdir -p "$OUTDIR/fig5"
+  echo "== fig5: $rounds rounds; ranks $RANKS; sizes ${NCT_SIZES:-1M 128M} (t=$(elapsed)s)"
+  for r in $(seq "$rounds"); do
+    if [ -n "$round_secs" ] && [ $(($(elapsed) + round_secs)) -gt "$BUDGET" ]; then
+      echo "fig5: round $r not started: ${round_secs}s more would pass the budget (t=$(elapsed)s)"
+      break
+    fi
+    t_round=$(elapsed)
+    for np in $RANKS; do
+      for s in ${NCT_SIZES:-1M 128M}; do
+        n=$(iters_for "$np" "$s")
+        w=$(eval echo "\${NCT_WARM_$s:-}")
+        [ -n "$w" ] || w=$((n / 10 > 2 ? n / 10 : 2))
+        [ "$r" = 1 ] && echo "fig5: np$np $s: -n $n -w $w"
+        for i in 0 1 2 3; do
+          m=${modes[$(((i + r) % 4))]}
+          name=fig5.np$np.$s.$m.r$r
+          NCT_NICLOG=0 NCT_EXPORT=0 run_one "$name" "$np" 0 "$m" "$NCT_BIN/all_reduce_perf" \
+            -b "$s" -e "$s" -n "$n" -w "$w" -c 0 -I 1 -J "$W/$name/perf.json" -g 1
+          cp "$W/$name/perf.json" "$OUTDIR/fig5/$name.json" 2>/dev/null
+          grep -h '^ *[0-9]' "$W/$name/out.0" | sed "s/^/$name /" >>"$OUTDIR/fig5/rows.txt"
+          if [ -d "$W/$name/rec" ]; then
+            echo "$name $(du -sb "$W/$name/rec" | cut -f1)" >>"$OUTDIR/fig5/record_bytes.txt"
+          fi
+        done
+      done
+    done
+    # Without NCT_ROUND_SECS, the first round's length decides whether another fits.
+    [ -n "${NCT_ROUND_SECS:-}" ] || round_secs=$(($(elapsed) - t_round))
+    echo "fig5: round $r done in $(($(elapsed) - t_round))s (t=$(elapsed)s)"
+  done
+  # The traced runs of round 1 reported: calls per proxy step, events, collectives.
+  # NCT_FIG5_REPORT: which runs (a glob of run names) [fig5.*.r1].
+  for name in "$W"/${NCT_FIG5_REPORT:-fig5.*.r1}; do
+    [ -d "$name/rec" ] || continue
+    "$SIGMATOP" report "$name/rec" >"$name/report.txt" 2>&1
+    cp "$name/report.txt" "$OUTDIR/fig5/$(basename "$name").report.txt"
+  done
+}
+
+# ---- moe: tests/gpu/moe_dispatch.py, 4 ranks, under `sigmatop --record` ---------------------------
+# One untraced run, then one under `sigmatop --mode simple --record RUN/rec -- mpirun ...`
+# (sigmatop's environment reaches the ranks through mpirun -x; nccl_rank.sh with TRACE=env keeps
+# it), host bounce buffers, the NIC's log kept (the ground truth). OUTDIR/moe.tgz: both runs (rec/,
+# nic/, splits.json, out/err per rank, sigmatop's own output, report, export, replay summary).
+moe() {
+  local np=${NCT_MOE_RANKS:-4} margs=${NCT_MOE_ARGS:-}
+  echo "== moe: $np ranks $margs (t=$(elapsed)s)"
+  # shellcheck disable=SC2086 # the program's arguments
+  NCT_EXPORT=0 run_one moe.base "$np" 0 base python3 "$ROOT/tests/gpu/moe_dispatch.py" "$W/moe.base" $margs
+  cat "$W/moe.base"/out.* | sed 's/^/    /'
+  local d=$W/moe.simple t0 rc
+  mkdir -p "$d/nic"
+  {
+    echo "export LD_LIBRARY_PATH=$TESTNIC_LIB:$NCCL_DIR/lib\${LD_LIBRARY_PATH:+:\$LD_LIBRARY_PATH}"
+    echo "export NCCL_NET=IB NCCL_IB_HCA=mlx5_0 NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 NCCL_NET_GDR_LEVEL=LOC"
+    echo "export NCCL_DEBUG=${NCT_DEBUG:-INFO} NCCL_DEBUG_SUBSYS=INIT,NET,GRAPH,ENV NCCL_DEBUG_FILE=$d/nccl.%h.%p.log"
+    echo "export TESTNIC_LOG=$d/nic TRACE=env NCT_UTS=1 MOE_PORT=29525"
+    echo "$MPS_ENV"
+  } >"$d/env"
+  echo "$np" >"$d/np"
+  t0=$(date +%s.%N)
+  # shellcheck disable=SC2086 # the program's arguments
+  SIGMATOP_PRELOAD=$PRE timeout -k 5 "$LIMIT" "$SIGMATOP" --mode simple --record "$d/rec" -- \
+    bash "$ROOT/tests/testnic/sysfs-ns.sh" \
+    mpirun --allow-run-as-root -np "$np" --bind-to none --mca pml ob1 --mca btl self,vader \
+    --mca osc '^ucx' --mca coll '^hcoll' -x LD_PRELOAD -x SIGMATOP_MODE -x SIGMATOP_RECORD \
+    -x SIGMATOP_SOCKET_DIR -x SIGMATOP_FINAL_DIR -x NCCL_PROFILER_PLUGIN \
+    bash "$ROOT/tests/gpu/nccl_rank.sh" "$d" python3 "$ROOT/tests/gpu/moe_dispatch.py" "$d" $margs \
+    >"$d/sigmatop.out" 2>"$d/sigmatop.err" </dev/null
+  rc=$?
+  for p in "$d"/pid.*; do
+    [ -e "$p" ] && kill -9 "$(cat "$p")" 2>/dev/null
+  done
+  echo "$rc" >"$d/rc"
+  echo "run moe.simple rc=$rc secs=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }') t=$(elapsed)s"
+  [ "$rc" = 0 ] || FAILED=1
+  cat "$d"/out.* 2>/dev/null | sed 's/^/    /'
+  tail -5 "$d/sigmatop.out" "$d/sigmatop.err" "$d"/err.* 2>/dev/null | sed 's/^/    /'
+  "$SIGMATOP" export "$d/rec" --json "$d/agg.json" >"$d/export.log" 2>&1
+  "$SIGMATOP" report "$d/rec" >"$d/report.txt" 2>&1
+  "$SIGMATOP" replay "$d/rec" --headless >"$d/replay.txt" 2>&1
+  grep -h 'warning\|skew\|SKEW' "$d/replay.txt" "$d/report.txt" | sed 's/^/    /'
+  (cd "$W" && tar czf "$OUTDIR/moe.tgz" --exclude='*/sock' moe.simple moe.base)
+}
+
+for what in $WHAT; do
+case "$what" in
+calib) calib ;;
+fig5) fig5 ;;
+moe) moe ;;
 stall) stall ;;
 proof) proof ;;
 bench) bench ;;
@@ -251,11 +421,21 @@ all)
   diag
   ;;
 *)
-  echo "unknown: $WHAT"
+  echo "unknown: $what"
   exit 2
   ;;
 esac
-(cd "$W" && tar czf "$OUTDIR/runs.tgz" --exclude='*/sock' --exclude=ncclhome --exclude=nct-build \
-  --exclude=testnic .)
+done
+mps_stop
+# NCT_TAR_RECS=0: records and NIC logs stay out of runs.tgz (fig5's are large); NCT_TAR=0: no runs.tgz.
+if [ "${NCT_TAR:-1}" = 0 ]; then
+  :
+elif [ "${NCT_TAR_RECS:-1}" = 1 ]; then
+  (cd "$W" && tar czf "$OUTDIR/runs.tgz" --exclude='*/sock' --exclude=ncclhome --exclude=nct-build \
+    --exclude=testnic .)
+else
+  (cd "$W" && tar czf "$OUTDIR/runs.tgz" --exclude='*/sock' --exclude=ncclhome --exclude=nct-build \
+    --exclude=testnic --exclude='*/rec' --exclude='*/nic' --exclude=mps --exclude=mps-log .)
+fi
 echo "== done in $(elapsed)s: $([ $FAILED = 0 ] && echo OK || echo FAILED)"
 exit $FAILED

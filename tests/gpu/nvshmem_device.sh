@@ -21,6 +21,10 @@
 #   NVT_CHECK_BIN a built `gpu_nvshmem` test binary: also checks the records' events (rkey low
 #                 16 bits, peers with GID) — what `cargo test --test gpu_nvshmem` does after this
 #   NVT_MPS=1     run under MPS (default: no MPS, NVSHMEM's "limited" multi-PE-per-GPU mode)
+#   NVT_NIC       strict | lenient: the NIC's doorbell rules (docs/TESTNIC.md "Strict doorbells";
+#                 lenient sets TESTNIC_LENIENT=1, for debugging the NIC only) [strict]
+#   NVT_HOSTS=1   each PE on a simulated host of its own (TESTNIC_HOST=rank+1: own GID, QPNs
+#                 that repeat across the two PEs) [0: both on host 0]
 #   NVT_WORK      where the runs go [a fresh /tmp/nvshmem-gpu.*]
 #   NVT_TESTS, NVT_MEMS, NVT_TIMEOUT (s per run, 90), NVT_BUDGET (s for all runs, 540)
 set -u
@@ -65,6 +69,7 @@ nvidia-smi -L
 nvcc --version | tail -2
 nproc
 mpirun --version 2>&1 | head -1
+echo "NIC doorbells: ${NVT_NIC:-strict}; simulated hosts per PE: ${NVT_HOSTS:-0}"
 NV=$(python3 -c 'import nvidia, os; print(os.path.join(nvidia.__path__[0], "nvshmem"))' 2>/dev/null)
 [ -n "$NV" ] && echo "NVSHMEM wheel: $NV ($(ls "$NV/lib" | tr '\n' ' '))"
 ls -la /sys/class/infiniband 2>&1 | head -3
@@ -154,7 +159,8 @@ export NVSHMEM_BOOTSTRAP=MPI NVSHMEM_REMOTE_TRANSPORT=none NVSHMEM_IB_ENABLE_IBG
 export NVSHMEM_DISABLE_P2P=1 NVSHMEM_IBGDA_NIC_HANDLER=gpu NVSHMEM_DISABLE_NVLS=1 NVSHMEM_DISABLE_NCCL=1
 export NVSHMEM_IBGDA_FORCE_NIC_BUF_MEMTYPE=$mem NVSHMEM_SYMMETRIC_SIZE=${NVT_HEAP:-268435456}
 export NVSHMEM_DEBUG=$debug
-export TESTNIC_LOG=$d/nic TESTNIC_SPIN=1
+export TESTNIC_LOG=$d/nic TESTNIC_SPIN=1 NVT_HOSTS=${NVT_HOSTS:-0}
+$([ "${NVT_NIC:-strict}" = lenient ] && echo "export TESTNIC_LENIENT=1")
 export TRACE=$trace PRE=$PRE HARNESS=$HARNESS
 $MPS_ENV
 EOF

@@ -18,6 +18,10 @@ rank=${OMPI_COMM_WORLD_RANK:-${PMI_RANK:-0}}
 . "$run/env"
 echo $$ >"$run/pid.$rank"
 export NVT_RANK=$rank
+# NVT_HOSTS=1: this PE on simulated host rank+1 (docs/TESTNIC.md, TESTNIC_HOST).
+if [ "${NVT_HOSTS:-0}" = 1 ]; then
+  export TESTNIC_HOST=$((rank + 1))
+fi
 case "$TRACE" in
 base) export LD_PRELOAD=$HARNESS ;;
 *)

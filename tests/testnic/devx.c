@@ -417,6 +417,11 @@ static int modify_qp(struct tn_dobj *o, uint16_t op, const void *in, void *out, 
 			 * says (it matters on IB): NVSHMEM 3.4.5's INIT2RTR for an Ethernet link layer
 			 * fills rgid_rip and leaves grh 0, and a ConnectX accepts that. */
 			memcpy(h->rgid, (const uint8_t *)in + (a + ADS_RGID) / 8, 16);
+			/* On InfiniBand without a GRH the port routes by the remote LID. */
+			if (tn_port_ib() && !GET(in, a, ADS_GRH) &&
+			    tn_gid_of_lid((uint16_t)GET(in, a, ADS_RLID), h->rgid))
+				tn_warn("QP 0x%x: INIT2RTR without a GRH names LID %u, which no port has", h->qpn,
+					(unsigned)GET(in, a, ADS_RLID));
 			h->exp_psn = GET(in, q, QPC_NEXT_RCV_PSN);
 			h->min_rnr_timer = (uint8_t)GET(in, q, QPC_MIN_RNR_NAK);
 			h->peer = tn_peer_resolve(h->rgid, h->rqpn);

@@ -4,7 +4,9 @@
  * 1. reads every QP's doorbell words (the 8-byte register on its UAR page, both BlueFlame halves)
  *    and turns a new value into a producer index: the ctrl word of the last posted WQE (libmlx5:
  *    idx + its WQEBBs) or NVSHMEM's synthetic {pi << 8, qpn << 8} (ds = 0: idx is the producer
- *    index). A word naming another QP (a shared register) makes the QP use its doorbell record;
+ *    index). A word names its QP, as on hardware: a QP runs on a doorbell naming it, written to
+ *    a register the QP is bound to; a word naming any other QP rings nothing here and is counted
+ *    (TESTNIC_LENIENT=1: the register's QP then uses its doorbell record, the old behaviour);
  * 2. transmits the newly posted WQEs of QPs in RTS (fetching them into the shadow copy, parsing,
  *    sending request packets to the peer's inbox);
  * 3. handles the response and request rings (responder.c);
@@ -179,15 +181,29 @@ static uint32_t dbr_send(const struct tn_hqp *qp)
 static void advance_pi(struct tn_hqp *qp, uint32_t pi16)
 {
 	uint32_t d = (pi16 - qp->pi) & 0xffff;
-	if (!d || d > 0x8000)
+	if (!d)
 		return;
+	if (d > 0x8000) {
+		if (!tn_nic.db_backwards++)
+			tn_warn("QP 0x%x: doorbell index 0x%x is behind the last one (0x%x): ignored (counted)",
+				qp->qpn, pi16, qp->pi & 0xffff);
+		return;
+	}
 	uint32_t npi = qp->pi + d;
 	if (npi - qp->done > qp->sq_cnt) {
+		tn_nic.db_beyond++;
 		tn_warn("QP 0x%x: doorbell index 0x%x is %u WQEBBs past the last completion (SQ holds %u): ignored",
 			qp->qpn, pi16, npi - qp->done, qp->sq_cnt);
 		return;
 	}
 	qp->pi = npi;
+}
+
+/* Whether QP `qpn` of this process watches the doorbell word `db` (is bound to that register). */
+static int bound_to(uint32_t qpn, volatile const uint64_t *db)
+{
+	struct tn_hqp *o = tn_nic_find_qp(qpn);
+	return o && (o->db[0] == db || o->db[1] == db);
 }
 
 static int check_doorbells(struct tn_hqp *qp)
@@ -204,7 +220,12 @@ static int check_doorbells(struct tn_hqp *qp)
 		uint32_t w0 = be32toh((uint32_t)v), w1 = be32toh((uint32_t)(v >> 32));
 		uint32_t idx = (w0 >> 8) & 0xffff, ds = w1 & 0x3f;
 		if ((w1 >> 8) != qp->qpn) {
-			advance_pi(qp, dbr_send(qp));
+			/* Another QP's doorbell. Hardware rings the QP it names (which, bound to this
+			 * register, watches this word too and sees it itself); this QP does not run. */
+			if (tn_nic.lenient)
+				advance_pi(qp, dbr_send(qp));
+			else if (k == 0 && !bound_to(w1 >> 8, qp->db[k]))
+				tn_nic.db_foreign++;
 		} else if (!ds) {
 			advance_pi(qp, idx); /* GPU style: idx is the next free WQEBB */
 		} else {
@@ -405,8 +426,34 @@ static uint64_t retry_wait_ns(const struct tn_hqp *qp)
 	return ns;
 }
 
+/* A doorbell record ahead of every doorbell for 1 s: WQEs posted without a doorbell that reached
+ * the NIC. They do not run (as on hardware); said once per QP, counted. */
+static void check_unrung(struct tn_hqp *qp, uint64_t now)
+{
+	if (tn_nic.lenient || !qp->dbrec || qp->dbrec_gpu || !qp->sq_cnt || qp->state != TN_RTS)
+		return;
+	uint32_t rec = tn_be32_load(&qp->dbrec[1]) & 0xffff;
+	uint32_t d = (rec - qp->pi) & 0xffff;
+	if (!d || d > qp->sq_cnt) {
+		qp->unrung_since_ns = 0;
+		return;
+	}
+	if (!qp->unrung_since_ns) {
+		qp->unrung_since_ns = now;
+		return;
+	}
+	if (now - qp->unrung_since_ns < 1000000000ull || qp->unrung_warned)
+		return;
+	qp->unrung_warned = 1;
+	tn_nic.db_unrung++;
+	tn_warn("QP 0x%x: doorbell record at 0x%x but no doorbell naming the QP rang past 0x%x for 1 s: those "
+		"WQEs do not run (a lost doorbell; TESTNIC_LENIENT=1 runs them from the record)",
+		qp->qpn, rec, qp->pi & 0xffff);
+}
+
 static void timers(struct tn_hqp *qp, uint64_t now)
 {
+	check_unrung(qp, now);
 	/* Waiting = posted WQEs not completed, outside an RNR/retry pause (a peer ring that stays
 	 * full counts as waiting too). */
 	if (qp->done == qp->pi || qp->resume_ns) {
@@ -526,6 +573,11 @@ static void nic_stop_thread(void)
 	tn_nic.stop = 1;
 	pthread_join(tn_nic.thread, NULL);
 	tn_nic.started = 0;
+	if (tn_nic.db_foreign || tn_nic.db_backwards || tn_nic.db_beyond || tn_nic.db_unrung)
+		tn_warn("pid %d doorbells not acted on: foreign=%llu backwards=%llu beyond_sq=%llu unrung_qps=%llu",
+			(int)getpid(), (unsigned long long)tn_nic.db_foreign,
+			(unsigned long long)tn_nic.db_backwards, (unsigned long long)tn_nic.db_beyond,
+			(unsigned long long)tn_nic.db_unrung);
 }
 
 int tn_nic_start(void)
@@ -541,6 +593,8 @@ int tn_nic_start(void)
 		s = getenv("TESTNIC_TIMEOUT_MS");
 		long ms = s ? strtol(s, NULL, 10) : 0;
 		tn_nic.timeout_ns = (uint64_t)(ms > 0 ? ms : 10000) * 1000000ull;
+		s = getenv("TESTNIC_LENIENT");
+		tn_nic.lenient = s && *s == '1';
 		tn_log_init();
 		err = pthread_create(&tn_nic.thread, NULL, nic_main, NULL);
 		if (!err) {

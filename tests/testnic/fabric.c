@@ -1,9 +1,12 @@
-/* The fabric between the processes of this host: what a wire and a switch are to a real NIC.
+/* The fabric between the processes of this machine: what a wire and a switch are to a real NIC.
  *
- * - One host-wide "device" segment, /dev/shm/testnic-v1-<uid>: the number allocators a real
- *   device keeps (QPNs, CQNs, mkeys... are device-wide, so two processes never share one) and
- *   the QP directory: for each QPN, the owning process (pid + inbox generation) and the GID of
- *   the port it sits behind. A packet is addressed by GID + QPN, like RoCE.
+ * - One "device" segment per simulated host, /dev/shm/testnic-v1-<uid> for host 0 and
+ *   /dev/shm/testnic-v1-<uid>-hN for TESTNIC_HOST=N: the number allocators a real device keeps
+ *   (QPNs, CQNs, mkeys... are device-wide, so two processes of one host never share one, and two
+ *   hosts number from the same start, so QPNs repeat across hosts as on a cluster) and the QP
+ *   directory: for each QPN, the owning process (pid + inbox generation) and the GID of the
+ *   port it sits behind. A packet is addressed by GID + QPN, like RoCE; the GID says the host
+ *   (::ffff:10.0.N.1 is host N), whose directory resolves the QPN.
  * - One inbox per process, /dev/shm/testnic-v1-<uid>-<pid>: two bounded multi-producer rings
  *   of fixed slots (a 128-byte header + up to TN_PAYLOAD bytes), one for requests and one for
  *   responses. Responses are always consumed without producing anything, so two NICs that fill
@@ -67,7 +70,11 @@ struct tn_peer {
 	struct tn_peer *next;
 };
 
-static struct dev_shm *dev;
+#define TN_HOSTS 256u
+
+static struct dev_shm *dev;            /* this process's host */
+static struct dev_shm *hosts[TN_HOSTS]; /* every host's segment mapped so far (dev among them) */
+static unsigned local_host;            /* TESTNIC_HOST */
 static struct box_shm *own;
 static struct tn_peer self;          /* this process, as a peer (loopback) */
 static struct tn_peer *peers;
@@ -185,10 +192,15 @@ void tn_fabric_fini(void)
 	own_name[0] = 0;
 }
 
-static int map_device(void)
+/* Host 0's segment is /testnic-v1-<uid> (as before hosts existed); host N's /testnic-v1-<uid>-hN. */
+static int map_device(unsigned host, struct dev_shm **out)
 {
 	char name[48];
-	snprintf(name, sizeof name, "/testnic-v1-%u", (unsigned)geteuid());
+	if (host)
+		snprintf(name, sizeof name, "/testnic-v1-%u-h%u", (unsigned)geteuid(), host);
+	else
+		snprintf(name, sizeof name, "/testnic-v1-%u", (unsigned)geteuid());
+	struct dev_shm *dev;
 	int created = 1;
 	int fd = shm_open(name, O_RDWR | O_CREAT | O_EXCL, 0600);
 	if (fd < 0 && errno == EEXIST) {
@@ -230,10 +242,77 @@ static int map_device(void)
 	for (int i = 0; __atomic_load_n(&dev->magic, __ATOMIC_ACQUIRE) != DEV_MAGIC; i++) {
 		if (i > 1000) {
 			tn_warn("%s is not a testnic v1 device segment: remove it (rm /dev/shm%s)", name, name);
+			munmap(dev, sizeof(struct dev_shm));
 			return EPROTO;
 		}
 		usleep(1000);
 	}
+	*out = dev;
+	return 0;
+}
+
+/* The segment of `host` (mapped on first use; NULL when it cannot be). */
+static struct dev_shm *host_dev(unsigned host)
+{
+	if (host >= TN_HOSTS)
+		return NULL;
+	struct dev_shm *d = __atomic_load_n(&hosts[host], __ATOMIC_ACQUIRE);
+	if (d)
+		return d;
+	pthread_mutex_lock(&fab_lock);
+	if (!hosts[host] && map_device(host, &d) == 0)
+		__atomic_store_n(&hosts[host], d, __ATOMIC_RELEASE);
+	d = hosts[host];
+	pthread_mutex_unlock(&fab_lock);
+	return d;
+}
+
+/* The GID of an InfiniBand port: the link-local subnet prefix fe80::/64 and the port GUID
+ * 02c9:0300:0000:LLLL, LLLL = its LID (host + 1). */
+static const uint8_t ib_prefix[12] = {0xfe, 0x80, 0, 0, 0, 0, 0, 0, 0x02, 0xc9, 0x03, 0x00};
+
+/* The host a GID belongs to: ::ffff:10.0.N.1 (RoCE) and fe80::2c9:300:0:N+1 (IB) are host N,
+ * every other GID host 0. */
+static unsigned host_of_gid(const uint8_t gid[16])
+{
+	if (!memcmp(gid, ib_prefix, 12) && !gid[12] && !gid[13]) {
+		unsigned lid = (unsigned)gid[14] << 8 | gid[15];
+		return lid >= 1 && lid <= TN_HOSTS ? lid - 1 : 0;
+	}
+	static const uint8_t v4[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+	if (memcmp(gid, v4, 12) || gid[12] != 10 || gid[13] != 0 || gid[15] != 1 || !gid[14])
+		return 0;
+	return gid[14];
+}
+
+int tn_port_ib(void)
+{
+	static int ib = -1;
+	if (ib < 0) {
+		const char *p = getenv("TESTNIC_PORT");
+		ib = p && !strcmp(p, "ib");
+		if (p && *p && !ib && strcmp(p, "roce"))
+			tn_warn("TESTNIC_PORT=%s is neither ib nor roce: RoCE", p);
+	}
+	return ib;
+}
+
+uint16_t tn_local_lid(void)
+{
+	if (!tn_port_ib())
+		return 0;
+	tn_local_gid(); /* reads TESTNIC_HOST */
+	return (uint16_t)(local_host + 1);
+}
+
+int tn_gid_of_lid(uint16_t lid, uint8_t gid[16])
+{
+	if (!tn_port_ib() || lid < 1 || lid > TN_HOSTS)
+		return -1;
+	memcpy(gid, ib_prefix, 12);
+	gid[12] = gid[13] = 0;
+	gid[14] = (uint8_t)(lid >> 8);
+	gid[15] = (uint8_t)lid;
 	return 0;
 }
 
@@ -276,11 +355,31 @@ static int map_own_box(void)
 
 static void parse_gid(void)
 {
-	/* ::ffff:127.0.0.1 unless TESTNIC_GID names another IPv4 address (a second "node"). */
+	/* TESTNIC_HOST=N (1..255): a host of its own, GID ::ffff:10.0.N.1. Otherwise host 0:
+	 * ::ffff:127.0.0.1 unless TESTNIC_GID names another IPv4 address (a second "node" that
+	 * shares host 0's numbers). */
 	uint8_t ip[4] = {127, 0, 0, 1};
+	const char *h = getenv("TESTNIC_HOST");
+	local_host = 0;
+	if (h && *h) {
+		char *end = NULL;
+		long n = strtol(h, &end, 10);
+		if (end && !*end && n >= 0 && n < (long)TN_HOSTS)
+			local_host = (unsigned)n;
+		else
+			tn_warn("TESTNIC_HOST=%s is not a host number 0..%u: using host 0", h, TN_HOSTS - 1);
+	}
 	const char *s = getenv("TESTNIC_GID");
 	unsigned a, b, c, d;
-	if (s && sscanf(s, "%u.%u.%u.%u", &a, &b, &c, &d) == 4 && a < 256 && b < 256 && c < 256 && d < 256) {
+	if (local_host) {
+		if (s && *s)
+			tn_warn("TESTNIC_GID=%s ignored: TESTNIC_HOST=%u has GID ::ffff:10.0.%u.1", s, local_host,
+				local_host);
+		ip[0] = 10;
+		ip[1] = 0;
+		ip[2] = (uint8_t)local_host;
+		ip[3] = 1;
+	} else if (s && sscanf(s, "%u.%u.%u.%u", &a, &b, &c, &d) == 4 && a < 256 && b < 256 && c < 256 && d < 256) {
 		ip[0] = (uint8_t)a;
 		ip[1] = (uint8_t)b;
 		ip[2] = (uint8_t)c;
@@ -291,6 +390,8 @@ static void parse_gid(void)
 	memset(local_gid, 0, sizeof local_gid);
 	local_gid[10] = local_gid[11] = 0xff;
 	memcpy(local_gid + 12, ip, 4);
+	if (tn_port_ib())
+		tn_gid_of_lid((uint16_t)(local_host + 1), local_gid);
 }
 
 static pthread_once_t fab_once = PTHREAD_ONCE_INIT;
@@ -300,7 +401,9 @@ static void fabric_init_once(void)
 {
 	parse_gid();
 	sweep_stale();
-	fab_err = map_device();
+	fab_err = map_device(local_host, &dev);
+	if (!fab_err)
+		__atomic_store_n(&hosts[local_host], dev, __ATOMIC_RELEASE);
 	if (!fab_err)
 		fab_err = map_own_box();
 	if (fab_err)
@@ -315,7 +418,7 @@ int tn_fabric_init(void)
 
 const uint8_t *tn_local_gid(void)
 {
-	if (!local_gid[10])
+	if (!local_gid[0] && !local_gid[10])
 		parse_gid();
 	return local_gid;
 }
@@ -387,7 +490,11 @@ struct tn_peer *tn_peer_resolve(const uint8_t gid[16], uint32_t qpn)
 {
 	if (tn_fabric_init())
 		return NULL;
-	struct dir_ent *e = &dev->dir[qpn & (DIR_SLOTS - 1)];
+	/* The directory of the host behind the GID: QPNs repeat across hosts. */
+	struct dev_shm *hd = host_dev(host_of_gid(gid));
+	if (!hd)
+		return NULL;
+	struct dir_ent *e = &hd->dir[qpn & (DIR_SLOTS - 1)];
 	if (__atomic_load_n(&e->qpn, __ATOMIC_ACQUIRE) != qpn || memcmp(e->gid, gid, 16))
 		return NULL;
 	pid_t pid = e->pid;

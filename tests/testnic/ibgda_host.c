@@ -6,8 +6,9 @@
  * (cqe_version 1, log_bf_reg_size) and atomic (CAS/FA/masked, 4 and 8 bytes, endianness), an SRQ and
  * a receive CQ (mlx5dv srqn/cqn), umems for the WQ, CQ and doorbell records, query_eqn, an NC UAR for
  * the CQ, CREATE_CQ (collapsed, overrun ignore, buffer 0xff), an NC_DEDICATED UAR for the QP,
- * CREATE_QP (RC, SRQ), RST2INIT, INIT2RTR (remote QPN, GID from an AH's mlx5 address vector),
- * RTR2RTS. Then, against the other process's memory, the WQE shapes ibgda_device.cuh writes:
+ * CREATE_QP (RC, SRQ), RST2INIT, INIT2RTR (remote QPN, GID from an AH's mlx5 address vector,
+ * the grh bit 0 as NVSHMEM leaves it on RoCE; IBGDA_GRH=1 sets it), RTR2RTS. IBGDA_HOSTS=A,B puts
+ * the two processes on simulated hosts A and B (TESTNIC_HOST): QPNs then repeat across them. Then, against the other process's memory, the WQE shapes ibgda_device.cuh writes:
  *   idx 0 RDMA write 64 B (ctrl, raddr, data)            idx 1 inline write 8 B (ctrl, raddr, inl)
  *   idx 2 RDMA read 128 B                                 idx 3 fetch-add 8 B (ctrl, raddr, atomic, data)
  *   idx 4 masked FA 4 B (opmod 0x08)                      idx 5 masked CS 8 B (opmod 0x09, 2 WQEBBs)
@@ -40,7 +41,7 @@
 #define SQ_WQEBB (1u << SQ_LOG)
 #define CQ_LOG 7
 
-static int role, sock, lat_iters;
+static int role, sock, lat_iters, grh_bit;
 
 static void die(const char *fmt, ...)
 {
@@ -102,6 +103,7 @@ static uint32_t query_cap(struct ibv_context *c, int type, uint8_t *out)
 
 struct side {
 	uint32_t qpn;
+	uint16_t lid;
 	uint8_t gid[16];
 	uint64_t addr;
 	uint32_t rkey;
@@ -368,7 +370,10 @@ static int run(void)
 	memcpy(buf + 536, &cs4, 4);
 
 	struct ibv_qp *dct = dct_create(c, pd, &gid);
-	struct side me = {.qpn = qpn, .addr = (uintptr_t)buf, .rkey = mr->rkey, .dct = dct->qp_num}, peer;
+	/* NVSHMEM on InfiniBand: RC paths by LID without a GRH, DC by the 16-byte address vector. */
+	int ib = pa.link_layer == IBV_LINK_LAYER_INFINIBAND;
+	struct side me = {.qpn = qpn, .lid = pa.lid, .addr = (uintptr_t)buf, .rkey = mr->rkey, .dct = dct->qp_num},
+		    peer;
 	memcpy(me.gid, gid.raw, 16);
 	xchg(&me, &peer, sizeof me);
 
@@ -389,7 +394,10 @@ static int run(void)
 	SET(in, QP_IN_QPC, QPC_LOG_MSG_MAX, 30);
 	SET(in, QP_IN_QPC, QPC_REMOTE_QPN, peer.qpn);
 	SET(in, QP_IN_QPC, QPC_MIN_RNR_NAK, 12);
-	SET(in, QP_IN_QPC + QPC_ADS, ADS_GRH, 1);
+	/* NVSHMEM 3.4.5 leaves the grh bit 0 on RoCE (rgid_rip filled); IBGDA_GRH=1 sets it. */
+	SET(in, QP_IN_QPC + QPC_ADS, ADS_GRH, grh_bit);
+	if (ib && !grh_bit)
+		SET(in, QP_IN_QPC + QPC_ADS, ADS_RLID, peer.lid);
 	SET(in, QP_IN_QPC + QPC_ADS, ADS_HOP_LIMIT, 255);
 	SET(in, QP_IN_QPC + QPC_ADS, ADS_SRC_ADDR_INDEX, 0);
 	memcpy(in + (QP_IN_QPC + QPC_ADS + ADS_RGID) / 8, dah.av->rgid, 16);
@@ -547,21 +555,32 @@ static int run(void)
 	av.key.dc_key = htobe64(DC_KEY);
 	av.dqp_dct = htobe32(0x80000000u | peer.dct);
 	memcpy(av.rgid, peer.gid, 16);
+	/* On InfiniBand the compact 16-byte AV (no ext bit, the peer's LID): one 16-byte segment
+	 * instead of three, so the WQEs are shorter. */
+	uint32_t av_ds = 3;
+	if (ib) {
+		av.dqp_dct = htobe32(peer.dct);
+		av.rlid = htobe16(peer.lid);
+		av_ds = 1;
+	}
 	for (int i = 0; i < 32; i++)
 		buf[1100 + i] = (uint8_t)(0xd0 + role + i);
-	ctrl(0, 0, MLX5_OPCODE_RDMA_WRITE, 6, 0);
-	memcpy(seg_at(0, 1), &av, 48);
-	raddr(seg_at(0, 4), r + 1536, peer.rkey);
-	data(seg_at(0, 5), 32, bk, (uintptr_t)buf + 1100);
-	ctrl(2, 0, MLX5_OPCODE_ATOMIC_FA, 7, MLX5_WQE_CTRL_CQ_UPDATE);
-	memcpy(seg_at(2, 1), &av, 48);
-	raddr(seg_at(2, 4), r + 544, peer.rkey);
-	put64(seg_at(2, 5), 11);
-	put64(seg_at(2, 5) + 8, 0);
-	data(seg_at(2, 6), 8, lk, l + 160);
-	ring((volatile uint32_t *)(dbr + 128), dci_uar->reg_addr, 4);
-	op_own = poll_cq(dcq, 2);
-	CHECK((op_own >> 4) == 0, "DCI WQE 2: CQE opcode %u syndrome 0x%x", op_own >> 4, dcq[55]);
+	uint32_t w_ds = 3 + av_ds, fa_ds = 4 + av_ds;
+	uint32_t w_bb = (w_ds * 16 + 63) / 64, fa_bb = (fa_ds * 16 + 63) / 64;
+	uint32_t d_w = 0, d_fa = w_bb;
+	ctrl(d_w, 0, MLX5_OPCODE_RDMA_WRITE, w_ds, 0);
+	memcpy(seg_at(d_w, 1), &av, av_ds * 16);
+	raddr(seg_at(d_w, 1 + av_ds), r + 1536, peer.rkey);
+	data(seg_at(d_w, 2 + av_ds), 32, bk, (uintptr_t)buf + 1100);
+	ctrl(d_fa, 0, MLX5_OPCODE_ATOMIC_FA, fa_ds, MLX5_WQE_CTRL_CQ_UPDATE);
+	memcpy(seg_at(d_fa, 1), &av, av_ds * 16);
+	raddr(seg_at(d_fa, 1 + av_ds), r + 544, peer.rkey);
+	put64(seg_at(d_fa, 2 + av_ds), 11);
+	put64(seg_at(d_fa, 2 + av_ds) + 8, 0);
+	data(seg_at(d_fa, 3 + av_ds), 8, lk, l + 160);
+	ring((volatile uint32_t *)(dbr + 128), dci_uar->reg_addr, d_fa + fa_bb);
+	op_own = poll_cq(dcq, (uint16_t)d_fa);
+	CHECK((op_own >> 4) == 0, "DCI WQE %u: CQE opcode %u syndrome 0x%x", d_fa, op_own >> 4, dcq[55]);
 	memcpy(&got8, res + 160, 8);
 	CHECK(got8 == 0, "DCI fetch-add returned %llu", (unsigned long long)got8);
 	barrier();
@@ -570,12 +589,53 @@ static int run(void)
 	memcpy(&got8, buf + 544, 8);
 	CHECK(got8 == 11, "DC fetch-add target holds %llu", (unsigned long long)got8);
 	barrier();
+
+	/* A doorbell names its QP (docs/TESTNIC.md, strict doorbells). The RC QP gets a signaled
+	 * NOP at idx 9 and its doorbell record moves to 10, but no doorbell of its own: the DCI's
+	 * doorbell for its NOP at idx 4 goes to the RC QP's register instead (a QP not bound to that
+	 * UAR: it rings nothing). Then the DCI rings its own register for idx 4..6 (the NOP and a
+	 * signaled 32-byte write through the peer's DC target). When the write's CQE is there, the
+	 * NIC has read the RC register after the stray doorbell at least once (the write needs the
+	 * peer's ACK, a later NIC loop), so a NIC that ran the RC QP from its doorbell record would
+	 * have completed the NOP by then: it must not have. Then the RC QP's own doorbell runs it. */
+	uint8_t *dci_sq = sq;
 	sq = rc_sq;
 	qpn = rc_qpn;
+	ctrl(9, 0, MLX5_OPCODE_NOP, 1, MLX5_WQE_CTRL_CQ_UPDATE);
+	__atomic_thread_fence(__ATOMIC_RELEASE);
+	__atomic_store_n(&qp_dbr[1], htobe32(10), __ATOMIC_RELEASE);
+	sq = dci_sq;
+	qpn = dci_qpn;
+	uint32_t d_nop = d_fa + fa_bb, d_w2 = d_nop + 1;
+	ctrl(d_nop, 0, MLX5_OPCODE_NOP, 1, 0);
+	ring((volatile uint32_t *)(dbr + 128), uar->reg_addr, d_nop + 1);
+	for (int i = 0; i < 32; i++)
+		buf[1200 + i] = (uint8_t)(0xe0 + role + i);
+	ctrl(d_w2, 0, MLX5_OPCODE_RDMA_WRITE, w_ds, MLX5_WQE_CTRL_CQ_UPDATE);
+	memcpy(seg_at(d_w2, 1), &av, av_ds * 16);
+	raddr(seg_at(d_w2, 1 + av_ds), r + 1600, peer.rkey);
+	data(seg_at(d_w2, 2 + av_ds), 32, bk, (uintptr_t)buf + 1200);
+	ring((volatile uint32_t *)(dbr + 128), dci_uar->reg_addr, d_w2 + w_bb);
+	op_own = poll_cq(dcq, (uint16_t)d_w2);
+	CHECK((op_own >> 4) == 0, "DCI WQE %u: CQE opcode %u syndrome 0x%x", d_w2, op_own >> 4, dcq[55]);
+	uint16_t last_rc = (uint16_t)(cqbuf[60] << 8 | cqbuf[61]);
+	CHECK(last_rc == 8,
+	      "the RC QP's NOP (idx 9) ran without a doorbell naming it (last RC CQE: wqe_counter %u; "
+	      "a doorbell naming another QP must ring nothing)",
+	      last_rc);
+	sq = rc_sq;
+	qpn = rc_qpn;
+	ring(qp_dbr, uar->reg_addr, 10);
+	op_own = poll_cq(cqbuf, 9);
+	CHECK((op_own >> 4) == 0, "RC NOP 9: CQE opcode %u syndrome 0x%x", op_own >> 4, cqbuf[55]);
+	barrier();
+	for (int i = 0; i < 32; i++)
+		CHECK(buf[1600 + i] == (uint8_t)(0xe0 + (1 - role) + i), "DCI write 2 byte %d: 0x%x", i, buf[1600 + i]);
+	barrier();
 
 	/* Latency (ibgda_host N): process 0 posts N signaled 8-byte inline writes one at a time and
 	 * times doorbell -> CQE (the peer's NIC answers each with an ACK). */
-	uint32_t pi = 9;
+	uint32_t pi = 10;
 	if (role == 0 && lat_iters) {
 		long *ns = calloc(lat_iters, sizeof *ns);
 		CHECK(ns, "calloc");
@@ -618,9 +678,10 @@ static int run(void)
 	barrier();
 
 	printf("ibgda_host role=%d pid=%d qpn=0x%x peer_qpn=0x%x cqn=0x%x uar_page=0x%x rkey=0x%08x "
-	       "peer_rkey=0x%08x peer_addr=0x%llx dci_qpn=0x%x peer_dct=0x%x wqes=%d ok\n",
+	       "peer_rkey=0x%08x peer_addr=0x%llx dci_qpn=0x%x peer_dct=0x%x dci_idx=%u,%u,%u,%u lid=%u wqes=%d ok\n",
 	       role, (int)getpid(), qpn, peer.qpn, cqn, uar->page_id, mr->rkey, peer.rkey,
-	       (unsigned long long)peer.addr, dci_qpn, peer.dct, role == 0 ? 9 : 8);
+	       (unsigned long long)peer.addr, dci_qpn, peer.dct, d_w, d_fa, d_nop, d_w2, (unsigned)pa.lid,
+	       role == 0 ? 10 : 9);
 	fflush(stdout);
 	barrier();
 
@@ -656,6 +717,17 @@ int main(int argc, char **argv)
 	if (child < 0)
 		return 2;
 	role = child == 0;
+	/* IBGDA_HOSTS=A,B: role 0 on simulated host A, role 1 on host B (TESTNIC_HOST, read when
+	 * the NIC first starts, after this), so their QPNs collide as on two machines. */
+	const char *hs = getenv("IBGDA_HOSTS");
+	unsigned ha, hb;
+	if (hs && sscanf(hs, "%u,%u", &ha, &hb) == 2) {
+		char v[16];
+		snprintf(v, sizeof v, "%u", role ? hb : ha);
+		setenv("TESTNIC_HOST", v, 1);
+	}
+	const char *g = getenv("IBGDA_GRH");
+	grh_bit = g && *g == '1';
 	sock = sv[role];
 	close(sv[1 - role]);
 	int rc = run();

@@ -151,6 +151,8 @@ struct tn_hqp {
 	uint32_t fetched;     /* WQEBBs copied into the shadow so far */
 	uint32_t logged;      /* WQEBBs already written to TESTNIC_LOG */
 	uint64_t db_seen[2];
+	uint64_t unrung_since_ns; /* the doorbell record is ahead of every doorbell since */
+	int unrung_warned;
 	uint32_t pi;          /* first WQEBB not posted, from doorbells */
 	uint32_t sent;        /* next WQEBB to transmit */
 	uint32_t tx_off;      /* bytes of the WQE at `sent` already transmitted */
@@ -198,6 +200,13 @@ struct tn_nic {
 	int spin;                         /* TESTNIC_SPIN=1: never sleep when idle */
 	uint64_t spin_iters;              /* idle loop iterations before napping */
 	uint64_t timeout_ns;              /* TESTNIC_TIMEOUT_MS: no response for this long = error */
+	int lenient;                      /* TESTNIC_LENIENT=1: a doorbell naming another QP makes
+					   * the register's QPs use their doorbell records */
+	/* doorbells the NIC did not act on (NIC thread; printed at exit when any is non-zero) */
+	uint64_t db_foreign;              /* named a QP not bound to the register written */
+	uint64_t db_backwards;            /* producer index behind the last one */
+	uint64_t db_beyond;               /* producer index past what the SQ holds */
+	uint64_t db_unrung;               /* QPs whose doorbell record moved with no doorbell */
 };
 extern struct tn_nic tn_nic;
 
@@ -285,6 +294,9 @@ extern int tn_log_on;
 int tn_fabric_init(void);
 void tn_fabric_fini(void);                  /* removes this process's inbox */
 const uint8_t *tn_local_gid(void);
+int tn_port_ib(void);                       /* TESTNIC_PORT=ib: an InfiniBand port (LID routing) */
+uint16_t tn_local_lid(void);                /* IB: simulated host + 1; RoCE: 0 */
+int tn_gid_of_lid(uint16_t lid, uint8_t gid[16]); /* IB: the GID of the port with that LID; 0 or -1 */
 uint32_t tn_id_alloc(int kind);             /* host-wide numbers: QPN, CQN, SRQN, PDN, UAR page, mkey */
 enum { TN_ID_QPN, TN_ID_CQN, TN_ID_SRQN, TN_ID_PDN, TN_ID_UAR, TN_ID_MKEY, TN_ID_UMEM, TN_ID_KINDS };
 int tn_qpn_publish(uint32_t qpn);           /* records this process as the QPN's owner */

@@ -116,7 +116,9 @@ int tn_rx_responses(int budget)
 	struct tn_pkt *p;
 	while (n < budget && (p = tn_ring_peek(TN_RING_RESP))) {
 		struct tn_hqp *qp = tn_nic_find_qp(p->dst_qpn);
-		if (qp && !qp->in_err && qp->rqpn == p->src_qpn && qp->state >= TN_RTS) {
+		/* From the connected peer: its QPN behind its GID (QPNs repeat across hosts). */
+		if (qp && !qp->in_err && qp->rqpn == p->src_qpn && !memcmp(qp->rgid, p->src_gid, 16) &&
+		    qp->state >= TN_RTS) {
 			switch (p->type) {
 			case TN_P_ACK:
 				tn_complete_upto(qp, p->wqe_idx, 1);
@@ -171,6 +173,7 @@ static struct tn_pkt *answer(struct tn_hqp *qp, struct resp *r, const struct tn_
 	p->syndrome = synd;
 	p->dst_qpn = req->src_qpn;
 	p->src_qpn = qp->qpn;
+	memcpy(p->src_gid, tn_local_gid(), 16);
 	p->psn = req->psn;
 	p->len = p->offset = 0;
 	p->total = req->total;
@@ -478,7 +481,7 @@ static int on_request(const struct tn_pkt *p)
 			return 1;
 		}
 	} else {
-		if (qp->rqpn != p->src_qpn || !qp->peer)
+		if (qp->rqpn != p->src_qpn || memcmp(qp->rgid, p->src_gid, 16) || !qp->peer)
 			return 1; /* not connected to that requester: dropped */
 		if (p->psn != (qp->exp_psn & 0xffffff))
 			return 1; /* out of sequence (after a NAK): dropped until the retransmission */

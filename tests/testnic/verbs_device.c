@@ -198,6 +198,15 @@ static void fill_port(struct ibv_port_attr *p)
 	p->phys_state = 5;    /* LinkUp */
 	p->link_layer = IBV_LINK_LAYER_ETHERNET;
 	p->flags = IBV_QPF_GRH_REQUIRED;
+	if (tn_port_ib()) {
+		/* TESTNIC_PORT=ib: an InfiniBand port, LID = simulated host + 1, routed by LID (a GRH
+		 * optional), subnet manager at LID 1. */
+		p->port_cap_flags = IBV_PORT_CM_SUP;
+		p->link_layer = IBV_LINK_LAYER_INFINIBAND;
+		p->flags = 0;
+		p->lid = tn_local_lid();
+		p->sm_lid = 1;
+	}
 }
 
 static int query_port(struct ibv_context *c, uint8_t port, struct ibv_port_attr *a, size_t size)
@@ -247,7 +256,7 @@ static void gid_entry(struct ibv_gid_entry *e)
 	memcpy(e->gid.raw, tn_local_gid(), 16);
 	e->gid_index = 0;
 	e->port_num = 1;
-	e->gid_type = IBV_GID_TYPE_ROCE_V2;
+	e->gid_type = tn_port_ib() ? IBV_GID_TYPE_IB : IBV_GID_TYPE_ROCE_V2;
 	e->ndev_ifindex = 1; /* lo */
 }
 
@@ -283,7 +292,7 @@ TN_API int ibv_query_gid_type(struct ibv_context *c, uint8_t port, unsigned int 
 	(void)c;
 	if (port != 1 || index != 0)
 		return -1;
-	*type = 1;
+	*type = tn_port_ib() ? 0 : 1; /* 0: IB / RoCE v1 */
 	return 0;
 }
 

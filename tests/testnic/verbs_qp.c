@@ -360,13 +360,15 @@ TN_API int ibv_modify_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr, int mask)
 		int need = IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN;
 		if ((mask & need) != need)
 			return EINVAL;
-		if (!attr->ah_attr.is_global) {
-			tn_warn("ibv_modify_qp(RTR) of QP 0x%x: RoCE needs a GRH (ah_attr.is_global = 1 and a GID; "
-				"e.g. ibv_rc_pingpong -g 0)",
-				h->qpn);
+		if (attr->ah_attr.is_global) {
+			memcpy(h->rgid, attr->ah_attr.grh.dgid.raw, 16);
+		} else if (tn_gid_of_lid(attr->ah_attr.dlid, h->rgid)) {
+			tn_warn("ibv_modify_qp(RTR) of QP 0x%x: %s", h->qpn,
+				tn_port_ib() ? "no port has that destination LID"
+					     : "RoCE needs a GRH (ah_attr.is_global = 1 and a GID; e.g. ibv_rc_pingpong "
+					       "-g 0)");
 			return EINVAL;
 		}
-		memcpy(h->rgid, attr->ah_attr.grh.dgid.raw, 16);
 		h->rqpn = attr->dest_qp_num & 0xffffff;
 		h->exp_psn = attr->rq_psn & 0xffffff;
 		h->min_rnr_timer = (mask & IBV_QP_MIN_RNR_TIMER) ? attr->min_rnr_timer : 0;

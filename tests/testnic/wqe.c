@@ -199,10 +199,17 @@ uint8_t tn_wqe_parse(const struct tn_hqp *qp, uint32_t pos, struct tn_wqe *w)
 		w->dc_key = rd64(seg);
 		uint32_t dqp = rd32(seg + 8);
 		w->dqpn = dqp & 0xffffff;
-		if (!(dqp & 0x80000000u) || seg + 48 > end)
-			return TN_SYN_LOCAL_QP_OP;
-		memcpy(w->dgid, seg + 32, 16);
-		seg += 48;
+		if (!(dqp & 0x80000000u)) {
+			/* The 16-byte (compact) AV: rlid at +14. An InfiniBand port routes it by LID. */
+			if (tn_gid_of_lid((uint16_t)(seg[14] << 8 | seg[15]), w->dgid))
+				return TN_SYN_LOCAL_QP_OP;
+			seg += 16;
+		} else {
+			if (seg + 48 > end)
+				return TN_SYN_LOCAL_QP_OP;
+			memcpy(w->dgid, seg + 32, 16);
+			seg += 48;
+		}
 	}
 	switch (w->opcode) {
 	case MLX5_OPCODE_SEND:

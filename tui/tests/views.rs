@@ -695,13 +695,13 @@ fn sort_keys_are_the_columns_on_screen_and_marked_with_arrows() {
 fn the_program_log_path_is_whole_at_120_columns() {
     let mut vm = rankless_pair();
     vm.status.notice =
-        Some("ucx_perftest running (pid 1234567) · output in ./sigmatop-run-1234560.log".into());
+        Some("ucx_perftest running (pid 1234567) · output in ~/.local/state/sigmatop/sigmatop-run-1234560.log".into());
     for tab in ["1", "2"] {
         let mut app = App::new(Theme::dark());
         keys(&mut app, tab);
         let s = text(&render(&app, &vm, 120, 35));
         assert!(
-            s.contains("output in ./sigmatop-run-1234560.log"),
+            s.contains("output in ~/.local/state/sigmatop/sigmatop-run-1234560.log"),
             "tab {tab}:\n{s}"
         );
     }

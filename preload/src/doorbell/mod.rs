@@ -22,6 +22,17 @@
 //! index behind the last one (an earlier ring overtaken by a later one between two reads) and a
 //! BlueFlame block that kept changing while it was read.
 //!
+//! **Shared registers.** Several QPs bound to one UAR (`qpc.uar_page`) ring one register, and a
+//! NIC rings only the QP a doorbell names: when a second QP's doorbell hides the first's between
+//! two reads, the first QP's doorbell record (written before its doorbell) still says how far it
+//! posted. Before forwarding a doorbell on such a register the poller forwards, for every other
+//! QP of the register whose record is past its last doorbell, a doorbell of its own first (GPU
+//! convention), recorded and recovered like any other (`shared_register` in the stats line).
+//!
+//! **Teardown.** Freeing a UAR, ending a registration or destroying a QP waits until the poller
+//! has applied it (a copy still reading the queue is synced first): no time limit, since the
+//! memory is freed right after; a wait over a second says so on stderr.
+//!
 //! **WQE recovery.** For each doorbell that posts new WQEBBs, the poller enqueues (after
 //! forwarding) an async device-to-host copy of exactly those WQEBBs, wrap-aware, on its own
 //! non-blocking CUDA stream into a pinned mirror of the SQ (same slot offsets). Parsing is batched:
@@ -75,6 +86,12 @@ pub struct QpInfo {
     pub qp_type: QpType,
     /// The GPU whose memory holds the SQ (None: host memory).
     pub gpu: Option<u32>,
+    /// `qpc.uar_page`: QPs with the same page share one doorbell register.
+    pub uar_page: u32,
+    /// Address of the QP's doorbell record (`[1]` = send counter, big-endian), 0 if unknown,
+    /// and the GPU whose memory holds it (None: host memory).
+    pub dbr: u64,
+    pub dbr_gpu: Option<u32>,
 }
 
 struct Uar {
@@ -151,13 +168,23 @@ fn bump() -> u64 {
     GEN.fetch_add(1, Ordering::AcqRel) + 1
 }
 
-/// Waits (bounded) until the poller applied generation `g`.
+/// Waits until the poller applied generation `g`, or stopped running. Not bounded: the
+/// callers are about to unmap a UAR or free a send queue the poller may be inside (a doorbell
+/// forward, a WQE copy still reading the queue), and returning early let that copy read freed
+/// memory, a SIGSEGV no unwind catches. The poller applies a change at the top of every loop,
+/// after any copy it is in has been synced; a sync that takes longer than a second gets one
+/// line on stderr (the program then waits as long as its CUDA copy does).
 fn wait_ack(g: u64) {
-    if !POLLER_RUNNING.load(Ordering::Acquire) {
-        return;
-    }
-    let deadline = Instant::now() + Duration::from_millis(200);
-    while ACK.load(Ordering::Acquire) < g && Instant::now() < deadline {
+    let start = Instant::now();
+    let mut said = false;
+    while ACK.load(Ordering::Acquire) < g && POLLER_RUNNING.load(Ordering::Acquire) {
+        if !said && start.elapsed() > Duration::from_secs(1) {
+            said = true;
+            eprintln!(
+                "sigmatop: waiting for the doorbell poller to finish a WQE copy before a UAR or send queue is freed ({} ms so far)",
+                start.elapsed().as_millis()
+            );
+        }
         std::thread::yield_now();
     }
 }
@@ -313,7 +340,8 @@ pub fn add_qp(q: QpInfo) {
     }
 }
 
-/// A devx QP is being destroyed: its pending WQEs are parsed first (bounded wait).
+/// A devx QP is being destroyed: its pending WQEs are parsed first (the poller's copies of its
+/// send queue are finished before this returns).
 pub fn remove_qp(qpn: u32) {
     let g = {
         let Ok(mut s) = STATE.lock() else { return };

@@ -14,7 +14,8 @@ use sigmatop::decode::{WQEBB_BYTES, valid_sq_cnt};
 use sigmatop::event::{Op, UNATTRIBUTED_EP, flags};
 
 use super::stats::{
-    BLUEFLAME, COALESCED, DOORBELLS, DUPLICATES, OTHER_STORES, OVERRUNS, UNKNOWN_QP, UNPARSABLE,
+    BLUEFLAME, COALESCED, DOORBELLS, DUPLICATES, OTHER_STORES, OVERRUNS, SHARED, UNKNOWN_QP,
+    UNPARSABLE,
 };
 use super::{ACK, GEN, MAX_WATCH_BYTES, QpInfo, Registration, STATE, STOP, page_of, page_size};
 use crate::config::Gpu;
@@ -28,6 +29,9 @@ struct Block {
     /// Watched words (bit i = word i).
     mask: u8,
     last: [u64; 8],
+    /// QPNs of the QPs whose doorbell register this block holds, when more than one QP shares
+    /// it (empty otherwise): see `forward_shared`.
+    sharers: Vec<u32>,
 }
 
 pub(super) struct Pending {
@@ -47,6 +51,10 @@ pub(super) struct QpRt {
     pub last_db_ns: u64,
     /// This QP is still defined (false: being destroyed; flushed, then dropped).
     pub live: bool,
+    /// The producer index of a doorbell the poller made up from the doorbell record (shared
+    /// register): the program's own doorbell for it, if it comes, is that same doorbell seen
+    /// late, forwarded but not recorded again.
+    pub made_up: Option<u16>,
 }
 
 pub(super) struct Poller {
@@ -224,11 +232,29 @@ impl Poller {
                             }
                             l
                         });
+                    // The QPs bound (qpc.uar_page) to a UAR whose register is in this block.
+                    let lo = sh.real_page + blk as u64 * 64;
+                    let mut sharers: Vec<u32> = s
+                        .qps
+                        .iter()
+                        .filter(|q| {
+                            s.uars.iter().any(|u| {
+                                u.uar.page_id == q.uar_page
+                                    && (lo..lo + 64).contains(&u.uar.reg_addr)
+                            })
+                        })
+                        .map(|q| q.qpn)
+                        .collect();
+                    sharers.sort_unstable();
+                    if sharers.len() < 2 {
+                        sharers.clear();
+                    }
                     blocks.push(Block {
                         shadow,
                         real,
                         mask,
                         last,
+                        sharers,
                     });
                 }
             }
@@ -297,6 +323,7 @@ impl Poller {
             threshold,
             last_db_ns: 0,
             live: true,
+            made_up: None,
         })
     }
 
@@ -328,6 +355,8 @@ impl Poller {
             if !stable {
                 COALESCED.fetch_add(1, Ordering::Relaxed);
             }
+            self.forward_shared(i, vals[0], tsc);
+            let b = &mut self.blocks[i];
             for (w, v) in vals.iter().enumerate() {
                 // SAFETY: the real UAR page is mapped while it is watched (free_uar waits for
                 // the poller to drop it first).
@@ -342,6 +371,10 @@ impl Poller {
         let w = changed.trailing_zeros() as usize;
         // SAFETY: as above.
         let v = unsafe { core::ptr::read_volatile(b.shadow.add(w)) };
+        if w == 0 {
+            self.forward_shared(i, v, tsc);
+        }
+        let b = &mut self.blocks[i];
         // SAFETY: as above.
         unsafe { core::ptr::write_volatile(b.real.add(w), v) };
         sfence();
@@ -351,6 +384,84 @@ impl Poller {
         } else {
             OTHER_STORES.fetch_add(1, Ordering::Relaxed);
         }
+    }
+
+    /// Before the doorbell `v` of block `i` is forwarded: on a register several QPs share, a
+    /// QP's doorbell overwritten by another's between two reads would be lost (the NIC rings
+    /// only the QP a doorbell names). Each other QP of the register whose doorbell record's send
+    /// counter is past the last producer index its doorbells said gets a doorbell of its own
+    /// first, in NVSHMEM's GPU convention `{pi << 8, qpn << 8}`: forwarded to the register,
+    /// recorded and its WQEs recovered like any other. The record is written (after the WQEs)
+    /// before the doorbell, so a doorbell forwarded from it never runs an unfinished WQE; the
+    /// program's own doorbell, if it comes later, is forwarded but not recorded again. Counted in
+    /// `shared_register`.
+    fn forward_shared(&mut self, i: usize, v: u64, tsc: u64) {
+        let n = self.blocks[i].sharers.len();
+        if n == 0 {
+            return;
+        }
+        let named = DoorbellWord::from_mem_u64(v).qpn;
+        for k in 0..n {
+            let qpn = self.blocks[i].sharers[k];
+            if qpn == named {
+                continue;
+            }
+            let Some((info, last)) = self
+                .qps
+                .get(&qpn)
+                .map(|q| (q.info.clone(), q.tracker.last_pi()))
+            else {
+                continue;
+            };
+            let Some(rec) = self.read_send_counter(&info) else {
+                continue;
+            };
+            let d = u32::from(rec.wrapping_sub(last));
+            if d == 0 || d > info.sq_cnt {
+                continue;
+            }
+            let word = DoorbellWord {
+                opmod: 0,
+                idx: rec,
+                opcode: 0,
+                qpn,
+                ds: 0,
+            };
+            let w = u64::from_ne_bytes(word.to_bytes());
+            // SAFETY: the real UAR page is mapped while it is watched (as in on_change).
+            unsafe { core::ptr::write_volatile(self.blocks[i].real, w) };
+            sfence();
+            SHARED.fetch_add(1, Ordering::Relaxed);
+            self.doorbell(w, tsc, false);
+            if let Some(q) = self.qps.get_mut(&qpn) {
+                q.made_up = Some(rec);
+            }
+        }
+    }
+
+    /// The send counter (`[1]`, big-endian, 16 bits) of a QP's doorbell record.
+    fn read_send_counter(&mut self, q: &QpInfo) -> Option<u16> {
+        if q.dbr == 0 {
+            return None;
+        }
+        let at = q.dbr + 4;
+        let raw = if q.dbr_gpu.is_some() {
+            if self.stream.is_none() {
+                self.stream = self.drv.and_then(|d| d.stream());
+            }
+            let (d, s) = (self.drv?, self.stream?);
+            let mut b = [0u8; 4];
+            // SAFETY: a 4-byte copy of the QP's record (device memory) into a local; synced
+            // before b is read.
+            if !unsafe { d.dtoh_async(b.as_mut_ptr(), at, 4, s) } || !d.sync(s) {
+                return None;
+            }
+            u32::from_ne_bytes(b)
+        } else {
+            // SAFETY: a host-resident doorbell record registered as a umem: readable.
+            unsafe { core::ptr::read_volatile(at as *const u32) }
+        };
+        Some((u32::from_be(raw) & 0xffff) as u16)
     }
 
     /// Records an operation of the GPU at the time its doorbell was seen (`tsc`).
@@ -387,6 +498,12 @@ impl Poller {
             }
         }
         let step = q.tracker.on_doorbell(&word);
+        let made_up = q.made_up.take();
+        if matches!(step, DoorbellStep::Duplicate { .. }) && made_up == Some(q.tracker.last_pi()) {
+            // The program's own doorbell for one already made up from its record: one ring.
+            self.qps.insert(word.qpn, q);
+            return;
+        }
         let new = match step {
             DoorbellStep::New(r) => r.wqebbs as u64,
             _ => 0,

@@ -8,11 +8,11 @@ use std::io::Write;
 
 use sigmatop::decode::WQEBB_BYTES;
 use sigmatop::decode::doorbell::WqeRange;
-use sigmatop::decode::wqe::{Wqe, walk_new_wqes};
+use sigmatop::decode::wqe::{WalkError, Wqe, walk_new_wqes};
 use sigmatop::event::flags;
 
 use super::poller::{Pending, Poller, QpRt, op_of};
-use super::stats::{COPIES, COPY_FAILED, SYNCS, UNPARSABLE, WQES};
+use super::stats::{COPIES, COPY_FAILED, OVERWRITTEN, SYNCS, UNPARSABLE, WQES};
 use crate::config::WqeCopy;
 use crate::thread::Detail;
 
@@ -141,8 +141,17 @@ impl Poller {
             if out.unparsable > 0 {
                 UNPARSABLE.fetch_add(u64::from(out.unparsable), Ordering::Relaxed);
             }
-            if out.error.is_some() {
+            if let Some(e) = out.error {
                 UNPARSABLE.fetch_add(1, Ordering::Relaxed);
+                // A slot holding a later WQE than the range expects was reused before the copy
+                // read it: it and the rest of the range are lost, and said so (never parsed as
+                // if they were the doorbell's WQEs).
+                if matches!(e, WalkError::IndexMismatch { .. }) {
+                    OVERWRITTEN.fetch_add(
+                        u64::from(p.range.wqebbs.saturating_sub(out.walked)),
+                        Ordering::Relaxed,
+                    );
+                }
             }
             for w in &out.wqes {
                 self.emit_wqe(q, w, p.tsc);

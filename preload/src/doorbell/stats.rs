@@ -23,6 +23,13 @@ pub static HIJACK_FAILED: AtomicU64 = AtomicU64::new(0);
 pub static UNKNOWN_VARIANTS: AtomicU64 = AtomicU64::new(0);
 /// CUDA lookups answered with a sigmatop wrapper (cuda.rs).
 pub static WRAPPED_LOOKUPS: AtomicU64 = AtomicU64::new(0);
+/// Doorbells forwarded for a QP whose own was overwritten on a register it shares with another
+/// QP (its doorbell record had moved past what its doorbells said): poller.rs.
+pub static SHARED: AtomicU64 = AtomicU64::new(0);
+/// Send-queue slots (WQEBBs) the program had already reused when sigmatop's copy read them: the
+/// ctrl index found there is not the one the doorbell's range expects, so they are not
+/// recovered (recover.rs). Each such walk also counts one in `unparsable`.
+pub static OVERWRITTEN: AtomicU64 = AtomicU64::new(0);
 
 /// (coalesced doorbells, unparsable WQEs) for the collector's DropCounters.
 pub fn drops() -> (u64, u64) {
@@ -36,7 +43,7 @@ pub fn drops() -> (u64, u64) {
 pub fn stats_line() -> String {
     let l = |a: &AtomicU64| a.load(Ordering::Relaxed);
     format!(
-        "sigmatop-gpu: hijacks={} hijack_failed={} doorbells={} blueflame={} other_stores={} duplicates={} coalesced={} overruns={} unknown_qp={} wqes={} unparsable={} copies={} syncs={} copy_failed={} wrapped_lookups={} unknown_variants={}",
+        "sigmatop-gpu: hijacks={} hijack_failed={} doorbells={} blueflame={} other_stores={} duplicates={} coalesced={} overruns={} unknown_qp={} wqes={} unparsable={} copies={} syncs={} copy_failed={} wrapped_lookups={} unknown_variants={} shared_register={} overwritten_slots={}",
         l(&HIJACKS),
         l(&HIJACK_FAILED),
         l(&DOORBELLS),
@@ -53,5 +60,7 @@ pub fn stats_line() -> String {
         l(&COPY_FAILED),
         l(&WRAPPED_LOOKUPS),
         l(&UNKNOWN_VARIANTS),
+        l(&SHARED),
+        l(&OVERWRITTEN),
     )
 }

@@ -17,7 +17,7 @@ use super::abi::{
 use super::data::{
     poll_cq_hook, post_recv_hook, post_send_hook, post_srq_recv_hook, req_notify_hook,
 };
-use super::exports::{REAL_QUERY_GID, create_cq_ex_hook, create_qp_ex_hook};
+use super::exports::{REAL_QUERY_GID, REAL_QUERY_PORT, create_cq_ex_hook, create_qp_ex_hook};
 use super::{SONAMES, unpatched};
 use crate::dl::real_fns;
 use crate::ptrmap::PtrMap;
@@ -295,6 +295,43 @@ pub fn device_gid(ctx: usize, port: u8, index: u8) -> Option<[u8; 16]> {
         return None;
     }
     query_gid(ctx, port, index as c_int)
+}
+
+/// The LID of `port` of a device context this layer saw opened (None: another pointer, never
+/// dereferenced, or LID 0, as on RoCE).
+pub fn device_lid(ctx: usize, port: u8) -> Option<u16> {
+    let known = DEVS
+        .lock()
+        .ok()
+        .is_some_and(|m| m.as_ref().is_some_and(|m| m.contains_key(&ctx)));
+    if !known {
+        return None;
+    }
+    port_lid(ctx, port)
+}
+
+/// The LID of `port` of a context, read with the real exported `ibv_query_port`, which fills
+/// the older `struct _compat_ibv_port_attr` (lid: the u16 at offset 34); None when it fails or
+/// the LID is 0 (RoCE).
+pub fn port_lid(ctx: usize, port: u8) -> Option<u16> {
+    let f = REAL_QUERY_PORT.get()?;
+    // Larger than the compat struct (48 bytes) and than today's (56): the library fills its own.
+    let mut a = [0u64; 16];
+    // SAFETY: a live context and a zeroed, aligned 128-byte output.
+    let r = unsafe {
+        f(
+            ctx as *mut IbvContext,
+            port.max(1),
+            a.as_mut_ptr() as *mut c_void,
+        )
+    };
+    if r != 0 {
+        return None;
+    }
+    // SAFETY: 128 bytes of plain integers; read two of them as bytes.
+    let b = unsafe { core::slice::from_raw_parts(a.as_ptr() as *const u8, 128) };
+    let lid = u16::from_ne_bytes([b[34], b[35]]);
+    (lid != 0).then_some(lid)
 }
 
 /// The GID at `index` of `port` of a context, read with the real ibv_query_gid.

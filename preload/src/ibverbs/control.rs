@@ -135,6 +135,14 @@ fn gid_text(g: &[u8; 16]) -> String {
     std::net::Ipv6Addr::from(*g).to_string()
 }
 
+/// What stands in for the GID of a LID-routed path (InfiniBand without a GRH) in the address
+/// hash: the LID in the last two bytes, big-endian.
+pub fn lid_as_gid(lid: u16) -> [u8; 16] {
+    let mut g = [0u8; 16];
+    g[14..].copy_from_slice(&lid.to_be_bytes());
+    g
+}
+
 /// The 20-byte key both ends of a connection hash: GID then QPN (u32 little-endian).
 pub fn qp_addr_hash(gid: &[u8; 16], qpn: u32) -> u64 {
     let mut k = [0u8; 20];
@@ -199,9 +207,7 @@ pub(super) unsafe fn on_modify(qp: *mut IbvQp, attr: *const IbvQpAttr, mask: c_i
             )
         } else {
             // No GRH (InfiniBand within a subnet): the LID stands in for the GID.
-            let mut g = [0u8; 16];
-            g[14..].copy_from_slice(&ah.dlid.to_be_bytes());
-            (g, None)
+            (lid_as_gid(ah.dlid), None)
         };
         let mtu = if mask & QP_PATH_MTU != 0 {
             128u32 << a.path_mtu.min(5)
@@ -210,6 +216,9 @@ pub(super) unsafe fn on_modify(qp: *mut IbvQp, attr: *const IbvQpAttr, mask: c_i
         };
         if let Some(l) = lgid {
             crate::registry::add_own_addr(qp_addr_hash(&l, ctl.qpn));
+        } else if let Some(lid) = super::context::port_lid(ctl.ctx, ctl.port) {
+            // LID-routed (InfiniBand, no GRH): the peer hashes this port's LID + QPN.
+            crate::registry::add_own_addr(qp_addr_hash(&lid_as_gid(lid), ctl.qpn));
         }
         let ltext = lgid.map(|g| gid_text(&g)).unwrap_or_else(|| "-".into());
         peer = Some(Peer {

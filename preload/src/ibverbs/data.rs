@@ -442,7 +442,7 @@ fn count_completion(ts: &ThreadState, st: &CtxState, cq: *mut c_void, w: &IbvWc)
         }
         return;
     }
-    if w.opcode & WC_RECV == 0 {
+    if !is_receive(w.opcode, w.wc_flags) {
         return;
     }
     let (ep, op, len) = match st.recv_target(w.qp_num) {
@@ -489,8 +489,29 @@ fn cq_endpoint(cq: *mut c_void) -> u32 {
 
 /// `IBV_WC_WR_FLUSH_ERR`: a work request flushed by a QP in the error state.
 const WC_WR_FLUSH_ERR: u32 = 5;
-/// `IBV_WC_RECV`: the bit every receive-side completion opcode has (RECV, RECV_RDMA_WITH_IMM).
+/// `IBV_WC_RECV` and `IBV_WC_RECV_RDMA_WITH_IMM`: bytes arrived in a posted receive.
 const WC_RECV: u32 = 1 << 7;
+const WC_RECV_RDMA_WITH_IMM: u32 = WC_RECV + 1;
+/// `IBV_WC_TM_RECV`: a tagged message matched a posted tag; it carries data only with
+/// `IBV_WC_TM_DATA_VALID` (the match alone is reported first, without it).
+const WC_TM_RECV: u32 = WC_RECV + 5;
+/// `IBV_WC_TM_NO_TAG`: a message that matched no tag, landed in an SRQ receive.
+const WC_TM_NO_TAG: u32 = WC_RECV + 6;
+/// `IBV_WC_TM_DATA_VALID` in `wc_flags`.
+const WC_TM_DATA_VALID: u32 = 1 << 6;
+
+/// Whether a successful completion is bytes that arrived in a receive. Bit 7 of the opcode is
+/// set on every receive-side opcode, but TM_ADD / TM_DEL / TM_SYNC (tag-list operations on an
+/// SRQ: no data), a TM_RECV without DATA_VALID (the match, before its data) and DRIVER1..3 are
+/// not receives.
+#[inline(always)]
+fn is_receive(opcode: u32, wc_flags: u32) -> bool {
+    match opcode {
+        WC_RECV | WC_RECV_RDMA_WITH_IMM | WC_TM_NO_TAG => true,
+        WC_TM_RECV => wc_flags & WC_TM_DATA_VALID != 0,
+        _ => false,
+    }
+}
 /// The GRH area a UD receive buffer starts with (counted in `byte_len`).
 const UD_GRH: u64 = 40;
 
@@ -515,4 +536,30 @@ pub unsafe extern "C" fn req_notify_hook(cq: *mut c_void, solicited: c_int) -> c
             });
         },
     )
+}
+
+#[cfg(test)]
+mod tm_tests {
+    use super::*;
+
+    /// The opcodes of rdma-core 44's `enum ibv_wc_opcode` from 128 on (verbs.h).
+    #[test]
+    fn only_data_arrivals_are_receives() {
+        let (add, del, sync, tm_recv, no_tag) = (130, 131, 132, 133, 134);
+        assert!(is_receive(128, 0));
+        assert!(is_receive(129, 0));
+        assert!(is_receive(no_tag, 0));
+        assert!(is_receive(tm_recv, 1 << 6), "TM_RECV with DATA_VALID");
+        assert!(
+            !is_receive(tm_recv, 1 << 5),
+            "TM_RECV with MATCH only: no data yet"
+        );
+        for op in [add, del, sync, 135, 136, 137] {
+            assert!(!is_receive(op, 1 << 6), "opcode {op} is no receive");
+        }
+        for op in 0..=9 {
+            assert!(!is_receive(op, 0), "send-side opcode {op}");
+        }
+        assert_eq!(wc_class(130), 64);
+    }
 }

@@ -28,7 +28,7 @@ real_fns! { SONAMES;
     REAL_OPEN_DEVICE: unsafe extern "C" fn(*mut IbvDevice) -> *mut IbvContext = c"ibv_open_device";
     REAL_CLOSE_DEVICE: unsafe extern "C" fn(*mut IbvContext) -> c_int = c"ibv_close_device";
     REAL_QUERY_DEVICE: unsafe extern "C" fn(*mut IbvContext, Ptr) -> c_int = c"ibv_query_device";
-    REAL_QUERY_PORT: unsafe extern "C" fn(*mut IbvContext, u8, Ptr) -> c_int = c"ibv_query_port";
+    pub(super) REAL_QUERY_PORT: unsafe extern "C" fn(*mut IbvContext, u8, Ptr) -> c_int = c"ibv_query_port";
     pub(super) REAL_QUERY_GID: QueryGidFn = c"ibv_query_gid";
     REAL_ALLOC_PD: unsafe extern "C" fn(*mut IbvContext) -> Ptr = c"ibv_alloc_pd";
     REAL_REG_MR: unsafe extern "C" fn(Ptr, Ptr, usize, c_int) -> Ptr = c"ibv_reg_mr";

@@ -62,10 +62,10 @@ mod qp_ex;
 use core::ffi::CStr;
 use core::sync::atomic::{AtomicU64, Ordering};
 
-pub use context::{device_gid, note_device, patch_context};
+pub use context::{device_gid, device_lid, note_device, patch_context};
 #[cfg(feature = "bench")]
 pub(crate) use control::define_cq;
-pub use control::qp_addr_hash;
+pub use control::{lid_as_gid, qp_addr_hash};
 pub use exports::hooks;
 
 const SONAMES: &[&CStr] = &[c"libibverbs.so.1", c"libibverbs.so"];

@@ -42,8 +42,6 @@ struct CqState {
     prov_format: u32,
     /// The endpoint whose receives complete here: 0 none bound yet, `SEVERAL` more than one.
     recv_ep: AtomicU32,
-    /// Reads in progress on threads without a sigmatop state (exiting): see `cq_op`.
-    bare_reads: AtomicU32,
 }
 
 const SEVERAL: u32 = u32::MAX;
@@ -100,7 +98,6 @@ pub(super) unsafe fn wrap_cq(
         app_format,
         prov_format,
         recv_ep: AtomicU32::new(0),
-        bare_reads: AtomicU32::new(0),
     }) else {
         return false;
     };
@@ -258,10 +255,14 @@ unsafe fn count_entries(
 /// is the read itself, when it returned completions (bytes = how many) or failed other than with
 /// -FI_EAGAIN.
 ///
-/// A read made while another runs on this thread is the provider's own (util's `sread` reads
-/// through the queue's `readfrom`, i.e. through this wrapper): it gets the provider's format,
-/// untouched and uncounted. The outer read marks the thread for it whatever the layer switch
-/// says, since a reformatted queue must be converted exactly once.
+/// A read of this queue made while sigmatop's read of the same queue runs on this thread is the
+/// provider's own (util's `sread` reads through the queue's `readfrom`, i.e. through this
+/// wrapper): it gets the provider's format, untouched and uncounted. Any other read made inside
+/// a hook (a program's signal handler or callback that reads a queue while the thread is in
+/// another libfabric call, or a read on a thread without a state) is the program's: a
+/// reformatted queue is converted for it as always (the provider's 24-byte entries never go
+/// into a buffer of 8-byte ones), uncounted. The thread-local mark is set whatever the layer
+/// switch says, since a reformatted queue must be converted exactly once.
 #[inline(always)]
 fn cq_op(
     w: &Wrapped<FiOpsCq>,
@@ -270,21 +271,25 @@ fn cq_op(
     read: impl FnOnce(*mut c_void, usize) -> isize,
 ) -> isize {
     let st = cq_state(w);
-    if crate::thread::inside() {
+    let me = st as *const CqState as usize;
+    let outer = READING.get();
+    if outer == me {
         return read(buf, count);
     }
-    let Some(ts) = crate::thread::enter() else {
-        // A thread without a state (exiting): the queue itself marks the read.
-        if st.bare_reads.load(Ordering::Acquire) > 0 {
-            return read(buf, count);
-        }
-        st.bare_reads.fetch_add(1, Ordering::AcqRel);
+    let Some(ts) = (!crate::thread::inside())
+        .then(crate::thread::enter)
+        .flatten()
+    else {
+        // Inside another hook, or a thread without a state (exiting): convert, uncounted.
+        READING.set(me);
         let r = read_as_program(st, buf, count, read, &mut MaybeUninit::uninit());
-        st.bare_reads.fetch_sub(1, Ordering::AcqRel);
+        READING.set(outer);
         return r;
     };
     let mut tmp = MaybeUninit::uninit();
+    READING.set(me);
     let r = read_as_program(st, buf, count, read, &mut tmp);
+    READING.set(outer);
     if crate::config::layer_enabled(Layer::Libfabric) {
         hook::guarded((), || {
             if r > 0 {
@@ -315,6 +320,13 @@ fn cq_op(
     }
     ts.leave();
     r
+}
+
+thread_local! {
+    /// The queue (its `CqState`) a wrapped read is reading on this thread, 0 when none: a read
+    /// of the same queue inside it is the provider's own. No destructor, so it is there while a
+    /// thread exits too.
+    static READING: core::cell::Cell<usize> = const { core::cell::Cell::new(0) };
 }
 
 /// Reads completions in the program's format: straight into its buffer, or, for a reformatted

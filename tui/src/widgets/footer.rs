@@ -10,7 +10,18 @@ use crate::widgets::text::{left_right, truncate};
 use ratatui::text::{Line, Span};
 use unicode_width::UnicodeWidthStr;
 
-fn counters<'a>(th: &Theme, vm: &ViewModel, wide: bool) -> Vec<Span<'a>> {
+/// How much of the loss counters the status line spends room on.
+#[derive(Clone, Copy, PartialEq)]
+enum Counters {
+    /// drops, coalesced, unparsable and frames lost, zeros included.
+    Wide,
+    /// The same without a zero "frames lost".
+    Normal,
+    /// Only the counters that are not zero ("no losses" when all are): room for a notice.
+    NonZero,
+}
+
+fn counters<'a>(th: &Theme, vm: &ViewModel, form: Counters) -> Vec<Span<'a>> {
     let s = &vm.status;
     let item = |name: &str, n: u64| -> Vec<Span<'a>> {
         let style = if n > 0 { th.warn } else { th.dim };
@@ -19,15 +30,23 @@ fn counters<'a>(th: &Theme, vm: &ViewModel, wide: bool) -> Vec<Span<'a>> {
             Span::styled(units::count(n), style),
         ]
     };
+    let losses = [
+        ("drops", s.dropped_events, true),
+        ("coalesced", s.coalesced_doorbells, true),
+        ("unparsable", s.unparsable_wqes, true),
+        ("frames lost", s.frames_lost, form == Counters::Wide),
+    ];
     let mut v = Vec::new();
-    v.extend(item("drops", s.dropped_events));
-    v.push(Span::styled(" · ", th.dim));
-    v.extend(item("coalesced", s.coalesced_doorbells));
-    v.push(Span::styled(" · ", th.dim));
-    v.extend(item("unparsable", s.unparsable_wqes));
-    if wide || s.frames_lost > 0 {
-        v.push(Span::styled(" · ", th.dim));
-        v.extend(item("frames lost", s.frames_lost));
+    for (name, n, shown) in losses {
+        if n > 0 || (shown && form != Counters::NonZero) {
+            if !v.is_empty() {
+                v.push(Span::styled(" · ", th.dim));
+            }
+            v.extend(item(name, n));
+        }
+    }
+    if v.is_empty() {
+        v.push(Span::styled("no losses", th.dim));
     }
     if s.errors > 0 {
         v.push(Span::styled(" · ", th.dim));
@@ -55,13 +74,20 @@ pub(crate) fn status_line<'a>(
     w: usize,
 ) -> Line<'a> {
     let notice_w = vm.status.notice.as_ref().map_or(0, |n| n.width() + 4);
-    let mut right = counters(th, vm, w >= 120);
+    let form = if w >= 120 {
+        Counters::Wide
+    } else {
+        Counters::Normal
+    };
+    let mut right = counters(th, vm, form);
     let mut rw: usize = right.iter().map(|s| s.width()).sum();
-    // A notice names things a person needs whole (the program's log file): a zero "frames lost"
-    // counter gives way to it first.
-    if notice_w > 0 && w >= 120 && vm.status.frames_lost == 0 && rw + notice_w + 16 > w {
-        right = counters(th, vm, false);
-        rw = right.iter().map(|s| s.width()).sum();
+    // A notice names things a person needs whole (the program's state, its log file): zero loss
+    // counters give way to it, "frames lost" first (a count that is not zero always stays).
+    for smaller in [Counters::Normal, Counters::NonZero] {
+        if notice_w > 0 && rw + notice_w + 16 > w {
+            right = counters(th, vm, smaller);
+            rw = right.iter().map(|s| s.width()).sum();
+        }
     }
     let room = w.saturating_sub(rw + 2);
     let mut all_clear = false;
