@@ -830,3 +830,100 @@ mod tests {
         );
     }
 }
+
+/// How a process ended, as the parent that reaped it said (preload/src/reap.rs writes the line
+/// `signal N` or `exit N` for a child that did not exit 0; docs/FORMAT.md, `<pid>.exit`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ProcessEnd {
+    /// Killed by this signal.
+    Signal(i32),
+    /// Exited with this (non-zero) status.
+    Exit(i32),
+}
+
+impl ProcessEnd {
+    /// Parses the one line of a `.exit` file; None for anything else (the file is outside input).
+    pub fn parse(text: &str) -> Option<ProcessEnd> {
+        let line = text.strip_suffix('\n').unwrap_or(text);
+        let (word, n) = line.split_once(' ')?;
+        let n: i32 = n.parse().ok()?;
+        match word {
+            "signal" if (1..=64).contains(&n) => Some(ProcessEnd::Signal(n)),
+            "exit" if (1..=255).contains(&n) => Some(ProcessEnd::Exit(n)),
+            _ => None,
+        }
+    }
+
+    /// "killed by SIGSEGV (signal 11)", "exited with status 3".
+    pub fn describe(self) -> String {
+        match self {
+            ProcessEnd::Signal(s) => format!("killed by {} (signal {s})", signal_name(s)),
+            ProcessEnd::Exit(c) => format!("exited with status {c}"),
+        }
+    }
+
+    /// What the dashboard's state column says: "SIGSEGV", "exit 3".
+    pub fn short(self) -> String {
+        match self {
+            ProcessEnd::Signal(s) => signal_name(s),
+            ProcessEnd::Exit(c) => format!("exit {c}"),
+        }
+    }
+}
+
+/// "SIGTERM" for the common signals; "signal N" otherwise.
+pub fn signal_name(sig: i32) -> String {
+    let name = match sig {
+        libc::SIGHUP => "SIGHUP",
+        libc::SIGINT => "SIGINT",
+        libc::SIGQUIT => "SIGQUIT",
+        libc::SIGILL => "SIGILL",
+        libc::SIGTRAP => "SIGTRAP",
+        libc::SIGABRT => "SIGABRT",
+        libc::SIGBUS => "SIGBUS",
+        libc::SIGFPE => "SIGFPE",
+        libc::SIGKILL => "SIGKILL",
+        libc::SIGUSR1 => "SIGUSR1",
+        libc::SIGSEGV => "SIGSEGV",
+        libc::SIGUSR2 => "SIGUSR2",
+        libc::SIGPIPE => "SIGPIPE",
+        libc::SIGALRM => "SIGALRM",
+        libc::SIGTERM => "SIGTERM",
+        libc::SIGXCPU => "SIGXCPU",
+        _ => return format!("signal {sig}"),
+    };
+    name.to_string()
+}
+
+#[cfg(test)]
+mod process_end_tests {
+    use super::ProcessEnd;
+
+    #[test]
+    fn status_lines_parse_and_anything_else_is_refused() {
+        assert_eq!(
+            ProcessEnd::parse("signal 11\n"),
+            Some(ProcessEnd::Signal(11))
+        );
+        assert_eq!(ProcessEnd::parse("exit 3"), Some(ProcessEnd::Exit(3)));
+        for bad in [
+            "",
+            "signal",
+            "signal 0",
+            "signal 99",
+            "exit 0",
+            "exit 256",
+            "exit -1",
+            "kill 9",
+            "signal 11 12",
+            "signal 11\n\n",
+        ] {
+            assert_eq!(ProcessEnd::parse(bad), None, "{bad:?}");
+        }
+        assert_eq!(
+            ProcessEnd::Signal(11).describe(),
+            "killed by SIGSEGV (signal 11)"
+        );
+        assert_eq!(ProcessEnd::Exit(3).short(), "exit 3");
+    }
+}

@@ -210,10 +210,13 @@ fn record_mpirun_without_x_then_replay_it_in_the_dashboard() {
         }
         // Received: the bytes that arrived; the program posts receive buffers as large as the
         // messages, so the posted buffers are the same figure, shown apart.
+        // "3×~333 B = 1.00 kB": the count, the mean size ("~" when the sizes differ) and the
+        // total, not "3×1.00 kB" (issue 25, item 10).
+        let times = summary_times;
         let want = format!(
-            "tag_recv 3×{} (posted 3×{})",
-            summary_bytes(recv(i)),
-            summary_bytes(recv(i))
+            "tag_recv {} (posted {})",
+            times(3, recv(i)),
+            times(3, recv(i))
         );
         assert!(
             block.iter().any(|l| words(l).join(" ").ends_with(&want)),

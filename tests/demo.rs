@@ -17,7 +17,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use common::tmux::Tmux;
-use common::{summary_bytes, words};
+use common::{summary_bytes, summary_times, words};
 
 /// fixtures/src/moe_demo.c's tokens(): how many 4-byte tokens rank `src` sends to `dst` at `step`.
 fn tokens(src: u64, dst: u64, step: u64) -> u64 {
@@ -60,7 +60,6 @@ fn demo_mpi_headless_has_the_moe_workloads_figures() {
     assert!(o.status.success(), "{}", common::stderr_of(&o));
     let out = common::stdout_of(&o);
     let lines: Vec<&str> = out.lines().collect();
-    let steps = STEPS.to_string();
     let posts = (STEPS * (RANKS - 1)).to_string();
     for r in 0..RANKS {
         // host pid rank program tx rx tx-ops rx-ops lost: one MPI_Isend and one MPI_Irecv per
@@ -87,13 +86,16 @@ fn demo_mpi_headless_has_the_moe_workloads_figures() {
             .map(|l| words(l).join(" "))
             .collect();
         for d in (0..RANKS).filter(|&d| d != r) {
-            let want = format!("r{d} tag_send {steps}×{}", summary_bytes(pair(r, d)));
+            let want = format!("r{d} tag_send {}", summary_times(STEPS, pair(r, d)));
             assert!(
                 block.iter().any(|l| l.ends_with(&want)),
                 "rank {r}: {want:?} in {block:?}"
             );
         }
-        let want = format!("tag_recv {posts}×{}", summary_bytes(ingress(r)));
+        let want = format!(
+            "tag_recv {}",
+            summary_times(STEPS * (RANKS - 1), ingress(r))
+        );
         assert!(
             block.iter().any(|l| l.ends_with(&want)),
             "rank {r}: {want:?}"
@@ -161,7 +163,7 @@ fn demo_gpu_headless_has_the_perftests_figures() {
         .unwrap_or_else(|| panic!("PE 0's row:\n{out}"));
     assert!(pe0.contains("2.15 MB"), "{pe0}");
     assert_eq!(
-        out.matches("RDMA_WRITE 150×1.08 MB").count(),
+        out.matches("RDMA_WRITE 150×7.17 kB = 1.08 MB").count(),
         2,
         "two QPs, 150 writes of 7168 B each:\n{out}"
     );

@@ -5,7 +5,9 @@
 //! ((n + 1) × size, n + 1 sends: tests/ucx_perftest.rs explains the warm-up), the server's
 //! receive count, and every cell of the MPI job's rank matrix
 //! (`sigmatop_peer_tx_bytes_total{rank, peer_rank}`). The exited processes' counters are still
-//! there: `serve` keeps them for its retention window.
+//! there: `serve` keeps them for its retention window. The same `/metrics` in Prometheus's text
+//! format 0.0.4 (asked with `Accept: text/plain;version=0.0.4`, or no Accept) passes Prometheus's
+//! `promtool check metrics` with the same exact totals.
 mod common;
 
 use std::io::{Read, Write};
@@ -193,8 +195,112 @@ fn prometheus_scrapes_exact_totals_and_the_rank_matrix() {
         }
     }
     drop(prom);
-    drop(serve);
     assert!(failed.is_empty(), "{}", failed.join("\n"));
+    let server_pid = co_pid(&trace, "tag_recv");
+    check_text_format(serve_port, [client_pid, server_pid], sent, N + 1);
+    drop(serve);
+}
+
+/// GET `path` with `Accept: accept` (none when None): (Content-Type, body) of a 200 answer.
+fn get_accept(port: u16, path: &str, accept: Option<&str>) -> (String, String) {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).expect("connect to serve");
+    s.set_read_timeout(Some(Duration::from_secs(5)))
+        .expect("timeout");
+    let accept = accept
+        .map(|a| format!("Accept: {a}\r\n"))
+        .unwrap_or_default();
+    write!(
+        s,
+        "GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n{accept}Connection: close\r\n\r\n"
+    )
+    .expect("request");
+    let mut out = String::new();
+    s.read_to_string(&mut out).expect("answer");
+    let (head, body) = out.split_once("\r\n\r\n").expect("HTTP answer");
+    assert!(
+        head.starts_with("HTTP/1.1 200") || head.starts_with("HTTP/1.0 200"),
+        "{head}"
+    );
+    let ctype = head
+        .lines()
+        .find_map(|l| l.strip_prefix("Content-Type: "))
+        .unwrap_or_default()
+        .to_string();
+    (ctype, body.to_string())
+}
+
+/// Issue 25, item 14: `Accept: text/plain;version=0.0.4` (or none) gets Prometheus's text format,
+/// which Prometheus's own `promtool check metrics` accepts, with the client's exact totals; the
+/// Accept header Prometheus sends gets OpenMetrics. ucx_perftest has no rank: no `rank` label
+/// (not `rank=""`). Two scrapes of the same state are the same text (series in a stable order).
+/// Per operation: the client's `tag_send` calls, the server's posted `tag_recv` buffers (n + 1
+/// each, all completed).
+fn check_text_format(port: u16, [client_pid, server_pid]: [u32; 2], sent: u64, ops: u64) {
+    let promtool = common::require("promtool");
+    let (ctype, body) = get_accept(port, "/metrics", Some("text/plain;version=0.0.4"));
+    assert_eq!(ctype, "text/plain; version=0.0.4; charset=utf-8");
+    assert!(
+        !body.contains("# EOF") && !body.contains("rank=\"\""),
+        "{body}"
+    );
+    assert!(
+        body.contains("# TYPE sigmatop_tx_bytes_total counter\n"),
+        "{body}"
+    );
+    let line_of = |name: &str, pid: u32, op: &str| {
+        body.lines()
+            .find(|l| {
+                l.starts_with(&format!("{name}{{"))
+                    && l.contains(&format!("pid=\"{pid}\""))
+                    && l.contains("layer=\"ucx\"")
+                    && (op.is_empty() || l.contains(&format!("op=\"{op}\"")))
+            })
+            .unwrap_or_else(|| panic!("no {name} {op} of pid {pid}:\n{body}"))
+            .to_string()
+    };
+    let line = |name: &str| line_of(name, client_pid, "");
+    assert!(line("sigmatop_tx_bytes_total").ends_with(&format!(" {sent}")));
+    assert!(line("sigmatop_tx_ops_total").ends_with(&format!(" {ops}")));
+    let calls = line_of("sigmatop_op_calls_total", client_pid, "tag_send");
+    assert!(calls.ends_with(&format!(" {ops}")), "{calls}");
+    let bytes = line_of("sigmatop_op_bytes_total", client_pid, "tag_send");
+    assert!(bytes.ends_with(&format!(" {sent}")), "{bytes}");
+    let posted = line_of("sigmatop_posted_receives_total", server_pid, "tag_recv");
+    assert!(posted.ends_with(&format!(" {ops}")), "{posted}");
+    let done = line_of("sigmatop_op_calls_total", server_pid, "tag_recv");
+    assert!(done.ends_with(&format!(" {ops}")), "{done}");
+    let mut check = std::process::Command::new(promtool)
+        .args(["check", "metrics"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("promtool");
+    check
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(body.as_bytes())
+        .expect("to promtool");
+    let out = common::wait_timeout(check, Duration::from_secs(30));
+    assert!(
+        out.status.success(),
+        "promtool check metrics: {}{}",
+        common::stdout_of(&out),
+        common::stderr_of(&out)
+    );
+    let (_, none) = get_accept(port, "/metrics", None);
+    assert_eq!(
+        none, body,
+        "no Accept header: the text format, in the same order"
+    );
+    let prometheus_accept = "application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1";
+    let (ctype, om) = get_accept(port, "/metrics", Some(prometheus_accept));
+    assert_eq!(
+        ctype,
+        "application/openmetrics-text; version=1.0.0; charset=utf-8"
+    );
+    assert!(om.ends_with("# EOF\n"), "{om}");
 }
 
 /// The pid of the traced process whose record has `op` traffic.

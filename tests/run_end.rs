@@ -237,13 +237,7 @@ fn killed_run(dir: &std::path::Path, json: Option<&std::path::Path>, sig: i32) -
         .join(format!("{}-{program}.sock", sigmatop::live::socket_host()));
     let sock = sock.display().to_string();
     let start = std::time::Instant::now();
-    while std::fs::read_to_string("/proc/net/unix")
-        .unwrap_or_default()
-        .lines()
-        .filter(|l| l.ends_with(&sock))
-        .count()
-        < 2
-    {
+    while !accepted_by(program, &sock) {
         assert!(
             start.elapsed() < LIMIT,
             "sigmatop never connected to {sock}"
@@ -291,4 +285,234 @@ fn a_segfaulting_program_says_so_in_the_json_and_the_summary() {
         err.contains("sigmatop: ucx_life exited (signal 11)"),
         "{err}"
     );
+}
+
+/// True once `pid` holds an accepted connection of its live socket `path`: its collector took
+/// sigmatop's connection off the listener's queue (an entry of `path` in /proc/net/unix that is
+/// not the listener, whose inode is one of `pid`'s open files), and so has sent it the process's
+/// identity. (A connection only queued on the listener is listed too, before the collector
+/// accepts it: a program killed then would never be seen.)
+fn accepted_by(pid: u32, path: &str) -> bool {
+    let table = std::fs::read_to_string("/proc/net/unix").unwrap_or_default();
+    // Num RefCount Protocol Flags Type St Inode Path; St 01 is the listener (unconnected).
+    let inodes: Vec<String> = table
+        .lines()
+        .filter(|l| l.ends_with(path))
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            (f.len() >= 8 && f[5] == "03").then(|| format!("socket:[{}]", f[6]))
+        })
+        .collect();
+    let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
+        return false;
+    };
+    fds.flatten().any(|e| {
+        std::fs::read_link(e.path())
+            .is_ok_and(|l| inodes.iter().any(|i| l.to_string_lossy() == i.as_str()))
+    })
+}
+
+/// `sigmatop run ARGS -- mpirun -np 2 ucx_life segv 10 1` in `dir`: both ranks send 10 tagged
+/// messages; rank 0 exits 0, rank 1 then dies of SIGSEGV (a store through NULL; UCX's and Open
+/// MPI's own handlers print their backtraces and re-raise it). sigmatop's output.
+fn mpirun_segv(dir: &std::path::Path, args: &[&std::ffi::OsStr]) -> std::process::Output {
+    let life = dir.join("life");
+    std::fs::create_dir_all(&life).expect("life dir");
+    let mut cmd = std::process::Command::new(sigmatop_bin());
+    cmd.arg("run")
+        .args(args)
+        .arg("--")
+        .arg(require("mpirun"))
+        .args(["--allow-run-as-root", "--oversubscribe", "-np", "2"])
+        .arg(ucx_life())
+        .args(["segv", "10", "1"])
+        .env("SIGMATOP_SOCKET_DIR", dir.join("sock"))
+        .env("LIFE_DIR", &life)
+        .env("UCX_TLS", "sm,self")
+        .current_dir(dir)
+        .stdin(std::process::Stdio::null());
+    let out = wait_timeout(spawn(&mut cmd), Duration::from_secs(120));
+    assert!(
+        !out.status.success(),
+        "mpirun passes on the rank's crash: {}",
+        stderr_of(&out)
+    );
+    out
+}
+
+/// The JSON's two ranks: rank 0 ended cleanly with its 10 sends; rank 1 carries signal 11.
+fn check_segv_ranks(ctx: &str, v: &serde_json::Value) {
+    let procs = v["processes"].as_array().expect("processes");
+    assert_eq!(procs.len(), 2, "{ctx}: {v:#}");
+    let rank = |r: u64| {
+        procs
+            .iter()
+            .find(|p| p["rank"].as_u64() == Some(r))
+            .unwrap_or_else(|| panic!("{ctx}: no rank {r}: {v:#}"))
+    };
+    let r0 = rank(0);
+    assert_eq!(r0["clean_exit"], true, "{ctx}: {r0:#}");
+    assert_eq!(r0["exit_signal"], serde_json::Value::Null, "{ctx}: {r0:#}");
+    assert_eq!(r0["problem"], serde_json::Value::Null, "{ctx}: {r0:#}");
+    assert_eq!(r0["tx_ops"], 10, "{ctx}: {r0:#}");
+    let r1 = rank(1);
+    assert_eq!(r1["exit_signal"], 11, "{ctx}: {r1:#}");
+    assert_eq!(
+        r1["problem"], "killed by SIGSEGV (signal 11)",
+        "{ctx}: {r1:#}"
+    );
+    assert_eq!(r1["clean_exit"], false, "{ctx}: {r1:#}");
+}
+
+/// 8, under `mpirun`: a rank that segfaults is not `exited` like the others. Its parent (mpirun,
+/// under the preload too) reaps it and says how it ended, so `run --json` (live), the summary,
+/// the record and `export --json` all carry JSON `exit_signal` 11 and `problem` "killed by
+/// SIGSEGV (signal 11)" for rank 1, and nothing of the kind for rank 0, which exited cleanly.
+#[test]
+fn a_segfaulting_rank_under_mpirun_says_so_live_and_in_the_record() {
+    let dir = scratch("run-mpirun-segv-live");
+    let json = dir.join("summary.json");
+    let out = mpirun_segv(&dir, &["--json".as_ref(), json.as_os_str()]);
+    let v: serde_json::Value = serde_json::from_slice(
+        &std::fs::read(&json).unwrap_or_else(|e| panic!("summary: {e}: {}", stderr_of(&out))),
+    )
+    .expect("JSON");
+    check_segv_ranks("run --json", &v);
+
+    let dir = scratch("run-mpirun-segv-record");
+    let rec = dir.join("rec");
+    let out = mpirun_segv(
+        &dir,
+        &["--headless".as_ref(), "--record".as_ref(), rec.as_os_str()],
+    );
+    let err = stderr_of(&out);
+    let v = export_json(&rec, "export --json");
+    check_segv_ranks("export --json", &v);
+    let pid_of = |r: u64| {
+        v["processes"]
+            .as_array()
+            .and_then(|a| a.iter().find(|p| p["rank"].as_u64() == Some(r)))
+            .and_then(|p| p["pid"].as_u64())
+            .unwrap_or_else(|| panic!("rank {r}: {v:#}"))
+    };
+    let row = |pid: u64| {
+        err.lines()
+            .find(|l| l.split_whitespace().nth(1) == Some(pid.to_string().as_str()))
+            .unwrap_or_else(|| panic!("no summary row of pid {pid}:\n{err}"))
+            .to_string()
+    };
+    let r1 = row(pid_of(1));
+    assert!(
+        r1.ends_with(
+            "  (no clean exit: counted up to its last snapshot) killed by SIGSEGV (signal 11)"
+        ),
+        "{r1}"
+    );
+    let r0 = row(pid_of(0));
+    assert!(r0.ends_with(" 0"), "rank 0 ended cleanly: {r0}");
+}
+
+/// 4, in `export --json`: a rank's fork child is labelled as its child ("child of r0") in the
+/// process matrix and the top talkers, and the node lists each rank once (`ranks` [0, 1], not
+/// [0, 0, 0, 1, 1, 1]). `mpirun -np 2 ucx_life fork 10` as above, recorded.
+#[test]
+fn a_ranks_fork_child_is_its_child_in_export_json() {
+    let dir = scratch("run-fork-child-export");
+    let rec = dir.join("rec");
+    let mut cmd = std::process::Command::new(sigmatop_bin());
+    cmd.args(["run", "--headless", "--record"])
+        .arg(&rec)
+        .arg("--")
+        .arg(require("mpirun"))
+        .args(["--allow-run-as-root", "--oversubscribe", "-np", "2"])
+        .arg(ucx_life())
+        .args(["fork", "10"])
+        .env("SIGMATOP_SOCKET_DIR", dir.join("sock"))
+        .env("UCX_TLS", "sm,self")
+        .current_dir(&dir)
+        .stdin(std::process::Stdio::null());
+    let out = wait_timeout(spawn(&mut cmd), Duration::from_secs(120));
+    assert!(out.status.success(), "{}", stderr_of(&out));
+    let v = export_json(&rec, "export --json");
+    let procs = v["processes"].as_array().expect("processes");
+    let mut labels: Vec<String> = v["process_matrix"]["labels"]
+        .as_array()
+        .expect("labels")
+        .iter()
+        .filter_map(|l| l.as_str())
+        .filter(|l| *l != "untraced")
+        .map(|l| {
+            // "ucx_life r0 4021@vm" → "r0"; "ucx_life child of r0 4022@vm" → "child of r0".
+            let words: Vec<&str> = l.split(' ').collect();
+            words[1..words.len() - 1].join(" ")
+        })
+        .collect();
+    labels.sort();
+    assert_eq!(
+        labels,
+        [
+            "child of r0",
+            "child of r0",
+            "child of r1",
+            "child of r1",
+            "r0",
+            "r1"
+        ],
+        "{v:#}"
+    );
+    assert_eq!(procs.len(), 6, "{v:#}");
+    assert_eq!(v["nodes"][0]["ranks"], serde_json::json!([0, 1]), "{v:#}");
+    for t in v["top_talkers"].as_array().expect("top talkers") {
+        let from = t["from"].as_str().unwrap_or_default();
+        let pid = from.rsplit(' ').next().unwrap_or_default();
+        let child = procs.iter().any(|p| {
+            p["child_of_rank"].is_u64()
+                && format!("{}@{}", p["pid"], p["host"].as_str().unwrap_or_default()) == pid
+        });
+        assert_eq!(from.contains("child of r"), child, "{t}");
+    }
+}
+
+/// 8, on the dashboard at 80×24 as over ssh: `sigmatop run -- mpirun -np 2 ucx_life segv 10 1`;
+/// once both ranks ended, rank 1's row says `SIGSEGV` in its state column (rank 0's `exited`),
+/// and `q` prints the summary row "killed by SIGSEGV (signal 11)".
+#[test]
+fn a_segfaulting_rank_says_sigsegv_on_the_dashboard() {
+    let dir = scratch("run-mpirun-segv-tmux");
+    let life = dir.join("life");
+    std::fs::create_dir_all(&life).expect("life dir");
+    let line = format!(
+        "SIGMATOP_SOCKET_DIR={} LIFE_DIR={} UCX_TLS=sm,self {} run -- {} --allow-run-as-root --oversubscribe -np 2 {} segv 10 1",
+        dir.join("sock").display(),
+        life.display(),
+        sigmatop_bin().display(),
+        require("mpirun").display(),
+        ucx_life().display()
+    );
+    let Some(t) = Tmux::start_in("run-mpirun-segv", &line, Some(&dir)) else {
+        return;
+    };
+    resize(&t, 80, 24);
+    // Process rows: "host pid rank ... state"; rank in the third column.
+    let row = |s: &str, rank: &str| {
+        s.lines()
+            .find(|l| {
+                let w: Vec<&str> = l.split_whitespace().filter(|w| *w != "▸").collect();
+                w.len() > 3 && w[2] == rank && w[1].parse::<u32>().is_ok()
+            })
+            .map(str::to_string)
+    };
+    let screen = t.wait_for("rank 1 killed, rank 0 exited", LIMIT, |s| {
+        row(s, "1").is_some_and(|r| r.trim_end().ends_with("SIGSEGV"))
+            && row(s, "0").is_some_and(|r| r.trim_end().ends_with("exited"))
+    });
+    assert!(screen.contains("killed by SIGSEGV (signal 11)"), "{screen}");
+    t.keys(&["q"]);
+    let done = t.wait_for("sigmatop to exit", LIMIT, |s| s.contains("SIGMATOP-EXIT="));
+    let flat = done.replace('\n', "");
+    assert!(
+        flat.contains("killed by SIGSEGV (signal 11)"),
+        "the summary row: {done}"
+    );
+    assert!(!flat.contains("SIGMATOP-EXIT=0"), "mpirun's status: {done}");
 }

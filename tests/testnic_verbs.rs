@@ -26,6 +26,8 @@
 mod common;
 #[path = "common/testnic.rs"]
 mod testnic;
+#[path = "export_util.rs"]
+mod util;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -454,7 +456,40 @@ fn pingpong_on(n: u64, size: u64, rx: u64, events: bool, ib: bool) {
         check_peer(&ctx, &srv, qpns[0].0, &cli, qpns[1].0, port.gids[1]);
         check_peer(&ctx, &cli, qpns[1].0, &srv, qpns[0].0, port.gids[0]);
         check_json(&ctx, &run, qpns, [n * size, n * size]);
+        if mode != Some("aggregate") {
+            check_flows(&ctx, &run, n, recvs);
+        }
     }
+}
+
+/// Sends paired with receives (JSON `flows`, the report's line, Perfetto flows): each side's n
+/// SENDs consume the oldest receives posted on the other side's QP, so 2n pairs; of the `recvs`
+/// receive buffers each side posted, the `recvs - n` still posted at the end stay unmatched.
+fn check_flows(ctx: &str, run: &Run, n: u64, recvs: u64) {
+    let t = run.trace.as_ref().expect("traced");
+    let dirs = vec![t.record.clone()];
+    let out = run.dir.join("export");
+    std::fs::create_dir_all(&out).expect("export dir");
+    let (j, _) = util::export(&dirs, &out);
+    let f = &j["flows"];
+    assert_eq!(f["paired"], 2 * n, "{ctx}: pairs {f}");
+    assert_eq!(f["sends_unmatched"], 0, "{ctx}: {f}");
+    assert_eq!(f["sends_unresolved"], 0, "{ctx}: {f}");
+    assert_eq!(f["recvs_unmatched"], 2 * (recvs - n), "{ctx}: {f}");
+    let events = util::readable_events(&dirs);
+    let sum = util::check_perfetto(&out.join("trace.pftrace"), events);
+    assert_eq!(sum["flows"], 2 * n, "{ctx}: Perfetto flows {sum}");
+    let (ok, report, err) = util::sigmatop(&["report".as_ref(), t.record.as_os_str()]);
+    assert!(ok, "{ctx}: report failed: {err}");
+    let want = format!(
+        "sends ↔ receives: {} paired; unmatched: 0 sends, {} receives; 0 sends to",
+        2 * n,
+        2 * (recvs - n)
+    );
+    assert!(
+        report.contains(&want),
+        "{ctx}: report lacks '{want}':\n{report}"
+    );
 }
 
 /// InfiniBand, no GRH, the two processes on two hosts with the same QPN: peers by LID + QPN,

@@ -249,9 +249,11 @@ fn a_short_program_leaves_its_totals_on_the_dashboard_and_in_the_summary() {
         t.keys(&["q"]);
         let done = t.wait_for("sigmatop to exit", LIMIT, |s| s.contains("SIGMATOP-EXIT="));
         assert!(done.contains("SIGMATOP-EXIT=0"), "{done}");
-        assert!(done.contains(&format!("tag_send {n}×{human}")), "{done}");
+        // n messages of 64 B: "100×64 B = 6.40 kB".
+        let times = summary_times(n, 64 * n);
+        assert!(done.contains(&format!("tag_send {times}")), "{done}");
         assert!(
-            done.contains(&format!("tag_recv {n}×{human} (posted {n}×{human})")),
+            done.contains(&format!("tag_recv {times} (posted {times})")),
             "{done}"
         );
         assert!(

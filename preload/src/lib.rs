@@ -18,13 +18,15 @@
 //! What the constructor installs, in this order, and why:
 //! 1. the real `dlsym`/`dlvsym` (`dl::init`) and `_exit`/`_Exit` (`exit::init`): everything
 //!    after may resolve symbols, and the exit hooks must never call the dynamic linker;
-//! 2. every `SIGMATOP_*` variable (`config::load`; with `bench`, its own variables too), then the
-//!    clock's calibration (`clock::init`);
+//! 2. every `SIGMATOP_*` variable (`config::load`; with `bench`, its own variables too), the
+//!    real `wait*` functions and where a reaped child's end is written (`reap::init`: it reads
+//!    the paths config loaded), then the clock's calibration (`clock::init`);
 //! 3. the tables the runtime and the dlsym wrappers read: the hook table (`hooks`), the layers'
 //!    fork holds and child hooks (`FORK_HOLDS`, `FORK_CHILD`), the before-flush steps
-//!    (`BEFORE_FINAL_FLUSH`). All before the program can have threads and before the collector
-//!    installs the fork handlers that read them (a table built lazily in one thread while another
-//!    forks would stay half-built in the child);
+//!    (`BEFORE_FINAL_FLUSH`), the layer frame the collector sends after each snapshot (NCCL's
+//!    collectives, `collector::live_frame`). All before the program can have threads and before
+//!    the collector installs the fork handlers that read them (a table built lazily in one thread
+//!    while another forks would stay half-built in the child);
 //! 4. the thread state (`thread::init`), then the collector's fork handlers (`collector::init`:
 //!    sigmatop's locks first, so they are free before a child's collector starts).
 //!
@@ -42,6 +44,7 @@ pub mod runtime;
 
 use interpose::dlsym;
 use interpose::libc::exit;
+use interpose::libc::reap;
 use layers::gpu::{cuda, doorbell};
 use layers::{ibverbs, mlx5, nccl, ofi, ucx};
 use runtime::{clock, collector, config, dl, fork, lifecycle, thread};
@@ -101,6 +104,7 @@ extern "C" fn sigmatop_init() {
         dl::init();
         exit::init();
         config::load();
+        reap::init();
         #[cfg(feature = "bench")]
         bench::load();
         clock::init();
@@ -111,6 +115,7 @@ extern "C" fn sigmatop_init() {
         dlsym::install(hooks());
         fork::install(FORK_HOLDS, FORK_CHILD);
         lifecycle::install(BEFORE_FINAL_FLUSH);
+        collector::live_frame(|| nccl::live().map(sigmatop::wire::Frame::Nccl));
         if config::fault() == config::Fault::Init {
             panic!("injected init fault (SIGMATOP_TEST_FAULT=init)");
         }

@@ -8,7 +8,8 @@ use serde::{Deserialize, Serialize};
 
 use super::snapshots::{Keep, SnapshotHistory, Totals};
 use crate::event::{
-    ClockSample, DropCounters, EndpointDef, Event, Identity, Layer, Op, Snapshot, TscClock,
+    ClockSample, DropCounters, EndpointDef, Event, Identity, Layer, Op, ProcessEnd, Snapshot,
+    TscClock,
 };
 use crate::wire::Frame;
 
@@ -78,6 +79,9 @@ pub struct ProcessState {
     /// The signal that killed it, when known (the program `sigmatop run` started and reaped):
     /// e.g. 11 for a segfault (issue 25, item 8: it showed as `exited` like the others).
     pub exit_signal: Option<i32>,
+    /// Its non-zero exit status, when known (the program `sigmatop run` started, or a child whose
+    /// traced parent reaped it: preload/src/reap.rs).
+    pub exit_code: Option<i32>,
     /// What the process could not send to this reader, which read too slowly (`Frame::Missed`):
     /// (frames, sampled events in them), cumulative.
     pub missed: (u64, u64),
@@ -372,20 +376,33 @@ impl Model {
         }
     }
 
-    /// The program `sigmatop run` started, reaped: `pid` died of `signal` (`what`: "killed by
-    /// SIGSEGV (signal 11)"). Its newest record (an exec makes a second one) carries it.
-    pub fn note_killed(&mut self, pid: u32, signal: i32, what: String) {
-        if let Some(p) = self
+    /// `pid` ended as `end` says (the program `sigmatop run` started and reaped, or a child its
+    /// traced parent reaped: an MPI rank under `mpirun`). Its newest record (an exec makes a
+    /// second one) carries it; false when no process has that pid (on `host`, when given).
+    pub fn note_end(&mut self, host: Option<&str>, pid: u32, end: ProcessEnd) -> bool {
+        let Some(p) = self
             .processes
             .iter_mut()
-            .filter(|(k, _)| k.pid == pid)
+            .filter(|(k, _)| k.pid == pid && host.is_none_or(|h| h == k.host))
             .max_by_key(|(k, _)| k.start_ns)
             .map(|(_, p)| p)
-        {
-            p.exit_signal = Some(signal);
-            p.problem = Some(what);
-            p.exited = true;
+        else {
+            return false;
+        };
+        match end {
+            ProcessEnd::Signal(s) => {
+                p.exit_signal = Some(s);
+                p.problem = Some(end.describe());
+                p.exited = true;
+            }
+            ProcessEnd::Exit(c) => {
+                p.exit_code = Some(c);
+                if p.problem.is_none() {
+                    p.problem = Some(end.describe());
+                }
+            }
         }
+        true
     }
 
     /// Processes whose parent is a traced process of the same host and the same rank (they
@@ -517,6 +534,9 @@ impl Model {
             p.said_bye = pr.end.is_some();
             if pr.is_cut() {
                 p.problem = Some("record cut: the process did not shut down cleanly".into());
+            }
+            if let Some(end) = pr.reaped {
+                m.note_end(Some(&key.host), key.pid, end);
             }
         }
         for prob in &rec.problems {

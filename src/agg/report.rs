@@ -280,10 +280,15 @@ pub struct ProcessReport {
     /// A process a rank forked (with or without an exec): that rank; `rank` is then null.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub child_of_rank: Option<u32>,
-    /// The signal that killed it, when known (the program `sigmatop run` started); `problem`
+    /// The signal that killed it, when known (the program `sigmatop run` started, or a child its
+    /// traced parent reaped, such as an MPI rank under `mpirun`); `problem`
     /// then says which ("killed by SIGSEGV (signal 11)").
     #[serde(skip_serializing_if = "Option::is_none")]
     pub exit_signal: Option<i32>,
+    /// Its non-zero exit status, when known (the program `sigmatop run` started, or a child
+    /// its traced parent reaped, such as an MPI rank under `mpirun`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub exit_code: Option<i32>,
     pub exe: String,
     pub mode: String,
     /// The layers the process used (defined an endpoint or counted an operation in).
@@ -327,6 +332,7 @@ impl ProcessReport {
             rank: p.identity.rank,
             child_of_rank: p.child_of_rank,
             exit_signal: p.exit_signal,
+            exit_code: p.exit_code,
             exe: p.identity.exe.clone(),
             mode: p.identity.mode().name().to_string(),
             layers: crate::event::layer_names(p.layers_used()),

@@ -8,9 +8,12 @@
 //! Files are untrusted input: read with the live protocol's decoder, bounded in size, and removed
 //! once read. Processes that traced nothing leave instead the list of objects they had loaded
 //! (`<pid>.libs`, one path per line), which the end-of-run diagnosis reads (`cli::diagnose`).
+//! A traced parent that reaps a child killed by a signal or exiting non-zero (`mpirun` and its
+//! ranks) leaves `<pid>.exit` (preload/src/reap.rs), which marks that process.
 
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use crate::agg::{Model, ProcKey};
 use crate::wire::{Decoder, Frame, MAX_FRAME};
@@ -75,8 +78,13 @@ impl FinalStates {
             return 0;
         };
         let mut applied = 0;
+        let mut ends = Vec::new();
         for e in rd.flatten() {
             let path = e.path();
+            if path.extension().is_some_and(|x| x == "exit") {
+                ends.push(path);
+                continue;
+            }
             if path.extension().is_none_or(|x| x != "final") {
                 continue;
             }
@@ -91,8 +99,43 @@ impl FinalStates {
             }
             let _ = std::fs::remove_file(&path);
         }
+        // After the final states: the process a status names may have arrived in one.
+        for path in ends {
+            if apply_end(model, &path) {
+                let _ = std::fs::remove_file(&path);
+            }
+        }
         applied
     }
+}
+
+/// `<pid>.exit`, which the preload of a traced parent writes when it reaps a child that was
+/// killed by a signal or exited non-zero (preload/src/reap.rs): applied to that pid's process.
+/// True when done with the file (applied, or not a status): one whose process has not arrived
+/// yet stays for the next poll.
+fn apply_end(model: &mut Model, path: &Path) -> bool {
+    let Some(pid) = path
+        .file_stem()
+        .and_then(|s| s.to_str())
+        .and_then(|s| s.parse::<u32>().ok())
+    else {
+        return true;
+    };
+    let end = match own_file(path, 64, "a process status") {
+        Ok(bytes) => crate::event::ProcessEnd::parse(&String::from_utf8_lossy(&bytes)),
+        Err(_) => None,
+    };
+    match end {
+        // A child that was never traced has no process here: dropped once it is 5 s old.
+        Some(end) => model.note_end(None, pid, end) || older_than(path, Duration::from_secs(5)),
+        None => true,
+    }
+}
+
+fn older_than(path: &Path, age: Duration) -> bool {
+    std::fs::metadata(path)
+        .and_then(|m| m.modified())
+        .is_ok_and(|t| t.elapsed().is_ok_and(|e| e > age))
 }
 
 impl FinalStates {

@@ -64,16 +64,16 @@ fn refuse_used_record_dir(dir: &Path) -> Result<(), String> {
     Ok(())
 }
 
-/// The program sigmatop started died of a signal: its process says so (JSON `exit_signal` and
-/// `problem`, the summary's row) instead of looking like any other exit.
+/// The program sigmatop started died of a signal or exited non-zero: its process says so (JSON
+/// `exit_signal` / `exit_code` and `problem`, the summary's row) instead of looking like any other
+/// exit.
 fn note_killed(model: &mut Model, pid: u32, status: std::process::ExitStatus) {
-    if let Some(sig) = status.signal() {
-        model.note_killed(
-            pid,
-            sig,
-            format!("killed by {} (signal {sig})", signal_name(sig)),
-        );
-    }
+    let end = match (status.signal(), status.code()) {
+        (Some(sig), _) => crate::event::ProcessEnd::Signal(sig),
+        (None, Some(c)) if c != 0 => crate::event::ProcessEnd::Exit(c),
+        _ => return,
+    };
+    model.note_end(None, pid, end);
 }
 
 /// A record directory this run created and nothing was written to (a program that traced

@@ -1,6 +1,7 @@
 //! `sigmatop serve`: one per node, long-running. Follows that node's traced processes as `attach`
-//! does (same sockets, same ownership checks) and serves their counters on `/metrics` in the
-//! OpenMetrics text format for Prometheus. Counters only: it accepts no command, and it listens on
+//! does (same sockets, same ownership checks) and serves their counters on `/metrics`: in the
+//! OpenMetrics text format to a scraper that asks for it (Prometheus does), else in Prometheus's
+//! text format 0.0.4 (`Accept: text/plain;version=0.0.4`, `*/*`, none). Counters only: it accepts no command, and it listens on
 //! loopback unless told otherwise.
 //!
 //! A process that exits keeps its final counters for `--retention` seconds, so that the last
@@ -13,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use super::{CliResult, ServeArgs};
 use crate::agg::{Model, ProcKey};
-use crate::export::openmetrics::{MetricsOptions, encode_model};
+use crate::export::openmetrics::{Format, MetricsOptions, encode_model, to_prometheus_text};
 use crate::live::{LiveSource, ProcessFilter, default_socket_dir};
 
 /// How often the sockets are drained.
@@ -95,16 +96,26 @@ pub fn serve(args: &ServeArgs) -> CliResult {
         let path = req.url().split('?').next().unwrap_or("");
         let resp = match (req.method(), path) {
             (tiny_http::Method::Get, "/metrics") => {
+                let accept = req
+                    .headers()
+                    .iter()
+                    .find(|h| h.field.equiv("Accept"))
+                    .map(|h| h.value.as_str());
+                let format = Format::from_accept(accept);
                 let text = match model.lock() {
                     Ok(m) => encode_model(&m, opts).map_err(|e| e.to_string()),
                     Err(_) => Err("model lock poisoned".to_string()),
                 };
                 match text {
                     Ok(t) => {
+                        let t = match format {
+                            Format::OpenMetrics => t,
+                            Format::PrometheusText => to_prometheus_text(&t),
+                        };
                         let r = tiny_http::Response::from_string(t);
                         match tiny_http::Header::from_bytes(
                             &b"Content-Type"[..],
-                            &b"application/openmetrics-text; version=1.0.0; charset=utf-8"[..],
+                            format.content_type().as_bytes(),
                         ) {
                             Ok(h) => r.with_header(h),
                             Err(()) => r,

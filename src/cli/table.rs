@@ -8,6 +8,18 @@ use crate::agg::{Model, ProcessReport, Report};
 
 /// Was this process cut (it ended without its clean shutdown)? Live (`model` given), a process
 /// still running is not; from a recording, every process has ended.
+/// `n` operations of `bytes` in all, as a person reads a product: "15×100 kB = 1.50 MB" (each
+/// the same size), "15×~98.3 kB = 1.47 MB" (sizes differ: the mean), "1×640 B", "3×0 B". Not
+/// "15×1.50 MB", which reads as 22.5 MB (issue 25, item 10).
+fn times(n: u64, bytes: u64) -> String {
+    if n <= 1 || bytes == 0 {
+        return format!("{n}×{}", human_bytes(bytes as f64));
+    }
+    let each = human_bytes(bytes as f64 / n as f64);
+    let approx = if bytes.is_multiple_of(n) { "" } else { "~" };
+    format!("{n}×{approx}{each} = {}", human_bytes(bytes as f64))
+}
+
 fn cut(p: &ProcessReport, live: Option<&Model>) -> bool {
     match live {
         // The latest image of that pid (a program that exec'd has two).
@@ -49,11 +61,15 @@ pub fn render(report: &Report, live: Option<&Model>) -> String {
             p.flow.tx_ops,
             p.flow.rx_ops,
             p.drops.total_events_lost(),
-            match (&p.problem, p.exit_signal) {
-                (Some(what), Some(_)) => {
+            match (&p.problem, p.exit_signal, p.exit_code) {
+                (Some(what), Some(_), _) => {
                     format!("  (no clean exit: counted up to its last snapshot) {what}")
                 }
+                (_, None, Some(code)) if cut(p, live) => format!(
+                    "  (no clean exit: counted up to its last snapshot) exited with status {code}"
+                ),
                 _ if cut(p, live) => "  (no clean exit: counted up to its last snapshot)".into(),
+                (_, None, Some(code)) => format!("  exited with status {code}"),
                 _ => String::new(),
             }
         );
@@ -90,14 +106,9 @@ pub fn render(report: &Report, live: Option<&Model>) -> String {
                         // Error completions alone (verbs: their opcode is not defined).
                         return format!("{} failed", v.errors);
                     }
-                    let mut t = format!("{k} {}×{}", v.ops, human_bytes(v.bytes as f64));
+                    let mut t = format!("{k} {}", times(v.ops, v.bytes));
                     if v.posted > 0 {
-                        let _ = write!(
-                            t,
-                            " (posted {}×{})",
-                            v.posted,
-                            human_bytes(v.posted_bytes as f64)
-                        );
+                        let _ = write!(t, " (posted {})", times(v.posted, v.posted_bytes));
                     }
                     if v.refused > 0 {
                         let _ = write!(t, " ({} refused)", v.refused);
@@ -223,5 +234,19 @@ fn trunc(s: &str, n: usize) -> String {
         let mut t: String = s.chars().take(n.saturating_sub(1)).collect();
         t.push('…');
         t
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::times;
+
+    #[test]
+    fn counts_times_sizes_read_as_products() {
+        assert_eq!(times(15, 1_500_000), "15×100.00 kB = 1.50 MB");
+        assert_eq!(times(3, 1000), "3×~333 B = 1.00 kB");
+        assert_eq!(times(1, 640), "1×640 B");
+        assert_eq!(times(4, 0), "4×0 B");
+        assert_eq!(times(0, 0), "0×0 B");
     }
 }

@@ -219,6 +219,11 @@ pub fn build_sections_into(
                 rx_bytes: r.tot.rx,
                 drops: a.drops.total_events_lost(),
                 exited: a.p.exited,
+                end: match (a.p.exit_signal, a.p.exit_code) {
+                    (Some(s), _) => crate::event::ProcessEnd::Signal(s).short(),
+                    (None, Some(c)) => crate::event::ProcessEnd::Exit(c).short(),
+                    _ => String::new(),
+                },
             });
         }
     }

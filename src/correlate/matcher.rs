@@ -7,6 +7,11 @@
 //! send from its source (any source when unknown). Receives are usually posted before the
 //! message arrives; the flow then ends at the receiving thread's first event at or after the
 //! send, the earliest point at which that thread can have seen the message.
+//!
+//! Verbs SEND / SEND_IMM / RDMA_WRITE_IMM consume the oldest receive posted on the peer QP (RC
+//! and UC deliver in order): the channel is (peer process, verbs, peer QP endpoint), the receive's
+//! the QP it was posted on. A send whose peer QP was not traced is unresolved; receives posted
+//! on an SRQ are not paired (which QP shares which SRQ is not recorded).
 
 use std::collections::VecDeque;
 
@@ -23,6 +28,8 @@ pub enum Kind {
     UcxStream,
     OfiMsg,
     OfiTagged,
+    /// Verbs two-sided messages; the tag is the receiving QP's endpoint id.
+    Verbs,
 }
 
 /// The two-sided role of an operation.
@@ -39,6 +46,9 @@ pub fn role(ev: &Event) -> Option<(bool, Kind, u64)> {
         Op::OfiRecv => (false, Kind::OfiMsg, 0),
         Op::OfiTSend => (true, Kind::OfiTagged, ev.addr),
         Op::OfiTRecv => (false, Kind::OfiTagged, ev.addr),
+        // The tag of a verbs send is its peer QP's endpoint, which only the caller knows.
+        Op::VerbsSend | Op::VerbsSendImm | Op::VerbsWriteImm => (true, Kind::Verbs, 0),
+        Op::VerbsRecv => (false, Kind::Verbs, ev.ep as u64),
         _ => return None,
     })
 }
@@ -133,8 +143,9 @@ impl Matcher {
         }
     }
 
-    /// Feeds one operation: `proc` issued it, `peer` is the resolved other side. Returns the pair
-    /// it completes, if any.
+    /// Feeds one operation: `proc` issued it, `peer` is the resolved other side, `peer_ep` the
+    /// peer QP (process, endpoint) of a verbs QP when it was traced. Returns the pair it
+    /// completes, if any.
     #[allow(clippy::too_many_arguments)]
     pub fn feed(
         &mut self,
@@ -144,8 +155,15 @@ impl Matcher {
         thread: u32,
         ev: &Event,
         peer: Option<u32>,
+        peer_ep: Option<(u32, u32)>,
     ) -> Option<Pair> {
-        let (is_send, kind, tag) = role(ev)?;
+        let (is_send, kind, mut tag) = role(ev)?;
+        let mut peer = peer;
+        if is_send && kind == Kind::Verbs {
+            // A verbs message lands in the receive queue of the peer QP, in that process.
+            peer = peer_ep.map(|(p, _)| p);
+            tag = peer_ep.map_or(0, |(_, e)| e as u64);
+        }
         if is_send {
             let Some(dst) = peer else {
                 self.stats.sends_unresolved += 1;
@@ -252,28 +270,96 @@ mod tests {
     fn pairs_in_order_per_tag() {
         let mut m = Matcher::default();
         // Receiver (proc 1) posts two receives with tags 5 and 6, then sends arrive 6, 5.
-        assert!(m.feed(0, 10, 1, 1, &ev(Op::UcxTagRecv, 5), None).is_none());
-        assert!(m.feed(1, 11, 1, 1, &ev(Op::UcxTagRecv, 6), None).is_none());
+        assert!(
+            m.feed(0, 10, 1, 1, &ev(Op::UcxTagRecv, 5), None, None)
+                .is_none()
+        );
+        assert!(
+            m.feed(1, 11, 1, 1, &ev(Op::UcxTagRecv, 6), None, None)
+                .is_none()
+        );
         let p = m
-            .feed(2, 20, 0, 0, &ev(Op::UcxTagSend, 6), Some(1))
+            .feed(2, 20, 0, 0, &ev(Op::UcxTagSend, 6), Some(1), None)
             .unwrap();
         assert_eq!((p.send_seq, p.recv_seq), (2, 1));
         assert!(p.pre_posted());
         let p = m
-            .feed(3, 21, 0, 0, &ev(Op::UcxTagSend, 5), Some(1))
+            .feed(3, 21, 0, 0, &ev(Op::UcxTagSend, 5), Some(1), None)
             .unwrap();
         assert_eq!((p.send_seq, p.recv_seq), (3, 0));
         // A send before its receive.
         assert!(
-            m.feed(4, 30, 0, 0, &ev(Op::UcxTagSend, 7), Some(1))
+            m.feed(4, 30, 0, 0, &ev(Op::UcxTagSend, 7), Some(1), None)
                 .is_none()
         );
-        let p = m.feed(5, 31, 1, 1, &ev(Op::UcxTagRecv, 7), None).unwrap();
+        let p = m
+            .feed(5, 31, 1, 1, &ev(Op::UcxTagRecv, 7), None, None)
+            .unwrap();
         assert_eq!((p.send_seq, p.recv_seq), (4, 5));
         assert!(!p.pre_posted());
-        assert!(m.feed(6, 40, 0, 0, &ev(Op::UcxTagSend, 7), None).is_none());
+        assert!(
+            m.feed(6, 40, 0, 0, &ev(Op::UcxTagSend, 7), None, None)
+                .is_none()
+        );
         m.finish();
         assert_eq!(m.stats.paired, 3);
         assert_eq!(m.stats.sends_unresolved, 1);
+    }
+
+    fn verbs(op: Op, ep: u32) -> Event {
+        Event {
+            op: op as u8,
+            ep,
+            bytes: 64,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn verbs_sends_consume_the_peer_qps_receives_in_order() {
+        let mut m = Matcher::default();
+        // Process 1 posts two receives on its QP endpoint 3 and one on endpoint 4.
+        for (seq, ep) in [(0, 3), (1, 3), (2, 4)] {
+            assert!(
+                m.feed(
+                    seq,
+                    10 + seq,
+                    1,
+                    1,
+                    &verbs(Op::VerbsRecv, ep),
+                    Some(0),
+                    None
+                )
+                .is_none()
+            );
+        }
+        // Process 0's QP (its peer QP: process 1, endpoint 4) sends: the receive on endpoint 4.
+        let p = m
+            .feed(3, 20, 0, 0, &verbs(Op::VerbsSend, 7), Some(1), Some((1, 4)))
+            .unwrap();
+        assert_eq!((p.send_seq, p.recv_seq, p.recv_proc), (3, 2, 1));
+        // Another QP of process 0, peer endpoint 3: the oldest receive posted there.
+        let p = m
+            .feed(
+                4,
+                21,
+                0,
+                0,
+                &verbs(Op::VerbsSendImm, 8),
+                Some(1),
+                Some((1, 3)),
+            )
+            .unwrap();
+        assert_eq!((p.send_seq, p.recv_seq), (4, 0));
+        // The peer QP was not traced: unresolved, even with the peer process known.
+        assert!(
+            m.feed(5, 22, 0, 0, &verbs(Op::VerbsSend, 9), Some(1), None)
+                .is_none()
+        );
+        m.finish();
+        assert_eq!(m.stats.paired, 2);
+        assert_eq!(m.stats.sends_unresolved, 1);
+        assert_eq!(m.stats.recvs_unmatched, 1);
+        assert_eq!(m.stats.sends_unmatched, 0);
     }
 }

@@ -198,15 +198,17 @@ impl<'r> Correlation<'r> {
         }
     }
 
-    /// "exe pid@host" (with the rank when there is one).
+    /// "exe pid@host" (with the rank when there is one: "r0", or "child of r0" for a process
+    /// a rank forked).
     pub fn proc_label(&self, i: u32) -> String {
         let Some(p) = self.rec.processes.get(i as usize) else {
             return format!("process #{i}");
         };
         let id = &p.identity;
-        match id.rank {
-            Some(r) => format!("{} r{} {}@{}", id.exe, r, id.pid, id.host),
-            None => format!("{} {}@{}", id.exe, id.pid, id.host),
+        match (p.child_of_rank, id.rank) {
+            (Some(r), _) => format!("{} child of r{} {}@{}", id.exe, r, id.pid, id.host),
+            (None, Some(r)) => format!("{} r{} {}@{}", id.exe, r, id.pid, id.host),
+            (None, None) => format!("{} {}@{}", id.exe, id.pid, id.host),
         }
     }
 
@@ -334,7 +336,14 @@ impl<'r> Correlation<'r> {
                 }
                 _ => {}
             }
-            if let Some(pair) = matcher.feed(seq, m.ns, m.proc, m.thread, &m.ev, peer) {
+            // A verbs message goes to the receive queue of the peer QP.
+            let peer_ep = match Op::from_u8(m.ev.op) {
+                Some(Op::VerbsSend | Op::VerbsSendImm | Op::VerbsWriteImm) => {
+                    self.topo.ep(m.proc, m.ev.ep).and_then(|e| e.peer_ep)
+                }
+                _ => None,
+            };
+            if let Some(pair) = matcher.feed(seq, m.ns, m.proc, m.thread, &m.ev, peer, peer_ep) {
                 if pair.recv_immediate && pair.recv_ns < pair.send_ns {
                     a.causality_violations += 1;
                 }

@@ -379,7 +379,10 @@ pub fn build(c: &Correlation, a: &Analysis, mut report: Report) -> Export {
                     continue;
                 }
                 n.processes += 1;
-                if let Some(r) = p.identity.rank {
+                // A rank's fork child is not a second rank of that number.
+                if let Some(r) = p.identity.rank
+                    && p.child_of_rank.is_none()
+                {
                     n.ranks.push(r);
                 }
                 let f = flow_of(&p.identity.host, p.identity.pid);
@@ -391,6 +394,7 @@ pub fn build(c: &Correlation, a: &Analysis, mut report: Report) -> Export {
                 err = err.max(c.clocks[i].err_ns);
             }
             n.ranks.sort_unstable();
+            n.ranks.dedup();
             n.egress_bytes = (0..nh).filter(|&j| j != h).map(|j| hm[h][j]).sum();
             n.ingress_bytes = (0..nh).filter(|&j| j != h).map(|j| hm[j][h]).sum();
             n.local_bytes = hm[h][h];

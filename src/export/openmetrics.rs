@@ -30,17 +30,17 @@ fn counters() -> Family<Labels, Counter> {
     Family::default()
 }
 
-/// `host, pid, rank, exe` of a process (rank empty when unknown).
+/// `host, pid, rank, exe` of a process (no `rank` label without one: no `rank=""` outside MPI).
 fn process_labels(k: &ProcKey, p: &ProcessState) -> Labels {
-    vec![
+    let mut l: Labels = vec![
         ("host".into(), k.host.clone()),
         ("pid".into(), k.pid.to_string()),
-        (
-            "rank".into(),
-            p.identity.rank.map(|r| r.to_string()).unwrap_or_default(),
-        ),
-        ("exe".into(), p.identity.exe.clone()),
-    ]
+    ];
+    if let Some(r) = p.identity.rank {
+        l.push(("rank".into(), r.to_string()));
+    }
+    l.push(("exe".into(), p.identity.exe.clone()));
+    l
 }
 
 fn with(mut l: Labels, more: &[(&str, String)]) -> Labels {
@@ -75,6 +75,10 @@ pub fn encode_model(model: &Model, opts: MetricsOptions) -> Result<String, std::
     let info = Family::<Labels, Gauge>::default();
     let qp_tx = counters();
     let qp_rx = counters();
+    let op_calls = counters();
+    let op_bytes = counters();
+    let posted = counters();
+    let posted_bytes = counters();
 
     let traffic = model.traffic();
     for (k, p) in &traffic.procs {
@@ -91,10 +95,17 @@ pub fn encode_model(model: &Model, opts: MetricsOptions) -> Result<String, std::
         let Some(last) = p.last() else { continue };
         // Per layer: the layer of each operation.
         let mut per_layer: BTreeMap<&str, [u64; 5]> = BTreeMap::new();
+        // Per operation (summed over endpoints): a bounded set of names per layer.
+        let mut per_op: BTreeMap<(&str, &str), [u64; 4]> = BTreeMap::new();
         for c in &last.counts {
             let Some(op) = Op::from_u8(c.op) else {
                 continue;
             };
+            let o = per_op.entry((op.layer().name(), op.name())).or_default();
+            o[0] += c.ops;
+            o[1] += c.bytes;
+            o[2] += c.posted;
+            o[3] += c.posted_bytes;
             let e = per_layer.entry(op.layer().name()).or_default();
             e[4] += c.errors;
             match op.dir() {
@@ -144,6 +155,22 @@ pub fn encode_model(model: &Model, opts: MetricsOptions) -> Result<String, std::
                 };
             }
         }
+        for ((layer, op), [n, b, pn, pb]) in per_op {
+            let l = with(
+                base.clone(),
+                &[("layer", layer.to_string()), ("op", op.to_string())],
+            );
+            if n > 0 || b > 0 {
+                op_calls.get_or_create(&l).inc_by(n);
+                op_bytes.get_or_create(&l).inc_by(b);
+            }
+            // Receives the program posted (buffers handed to the library), apart from those
+            // that completed (`sigmatop_op_calls`).
+            if pn > 0 {
+                posted.get_or_create(&l).inc_by(pn);
+                posted_bytes.get_or_create(&l).inc_by(pb);
+            }
+        }
         for (layer, [tb, rb, to, ro, er]) in per_layer {
             let l = with(base.clone(), &[("layer", layer.to_string())]);
             tx_bytes.get_or_create(&l).inc_by(tb);
@@ -185,17 +212,20 @@ pub fn encode_model(model: &Model, opts: MetricsOptions) -> Result<String, std::
             ),
             _ => ("untraced".into(), String::new(), String::new()),
         };
-        let l = vec![
+        let mut l = vec![
             ("host".to_string(), fk.host.clone()),
             ("pid".into(), fk.pid.to_string()),
-            (
-                "rank".into(),
-                fp.identity.rank.map(|r| r.to_string()).unwrap_or_default(),
-            ),
-            ("peer_host".into(), ph),
-            ("peer_pid".into(), pp),
-            ("peer_rank".into(), pr),
         ];
+        if let Some(r) = fp.identity.rank {
+            l.push(("rank".into(), r.to_string()));
+        }
+        // Labels without a value are left out (Prometheus reads an empty label as absent).
+        l.extend(
+            [("peer_host", ph), ("peer_pid", pp), ("peer_rank", pr)]
+                .into_iter()
+                .filter(|(_, v)| !v.is_empty())
+                .map(|(k, v)| (k.to_string(), v)),
+        );
         peer_tx.get_or_create(&l).inc_by(bytes);
     }
 
@@ -224,6 +254,26 @@ pub fn encode_model(model: &Model, opts: MetricsOptions) -> Result<String, std::
         "sigmatop_errors",
         "Operations that failed (error completions other than flushes, failed calls), per RDMA layer",
         errors,
+    );
+    reg.register(
+        "sigmatop_op_calls",
+        "Operations per layer and operation name (tag_send, RDMA_WRITE...); receives count when they complete",
+        op_calls,
+    );
+    reg.register(
+        "sigmatop_op_bytes",
+        "Payload bytes per layer and operation name (receives: the bytes that arrived)",
+        op_bytes,
+    );
+    reg.register(
+        "sigmatop_posted_receives",
+        "Receive buffers the program posted (tag_recv, RECV, fi_recv...), completed or not",
+        posted,
+    );
+    reg.register(
+        "sigmatop_posted_receive_bytes",
+        "Capacity of the receive buffers the program posted",
+        posted_bytes,
     );
     reg.register(
         "sigmatop_peer_tx_bytes",
@@ -270,7 +320,103 @@ pub fn encode_model(model: &Model, opts: MetricsOptions) -> Result<String, std::
     super::openmetrics_nccl::register(model, &mut reg);
     let mut out = String::new();
     encode(&mut out, &reg)?;
-    Ok(out)
+    Ok(sorted_series(&out))
+}
+
+/// The exposition formats `/metrics` speaks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Format {
+    /// `application/openmetrics-text; version=1.0.0`.
+    OpenMetrics,
+    /// Prometheus's text format, `text/plain; version=0.0.4`.
+    PrometheusText,
+}
+
+impl Format {
+    /// What a scraper's `Accept` header asks for: OpenMetrics when it names it (Prometheus does,
+    /// first), else the Prometheus text format (what `text/plain;version=0.0.4`, `*/*` and no
+    /// header at all get, as from client_golang's exporters).
+    pub fn from_accept(accept: Option<&str>) -> Format {
+        match accept {
+            Some(a) if a.contains("application/openmetrics-text") => Format::OpenMetrics,
+            _ => Format::PrometheusText,
+        }
+    }
+
+    pub fn content_type(self) -> &'static str {
+        match self {
+            Format::OpenMetrics => "application/openmetrics-text; version=1.0.0; charset=utf-8",
+            Format::PrometheusText => "text/plain; version=0.0.4; charset=utf-8",
+        }
+    }
+}
+
+/// Each metric family's samples sorted (the encoder writes them in hash order): the same model
+/// gives the same text, and series of one process stay together.
+fn sorted_series(om: &str) -> String {
+    let mut out = String::with_capacity(om.len());
+    let mut samples: Vec<&str> = Vec::new();
+    let flush = |samples: &mut Vec<&str>, out: &mut String| {
+        samples.sort_unstable();
+        for s in samples.drain(..) {
+            out.push_str(s);
+            out.push('\n');
+        }
+    };
+    for line in om.lines() {
+        if line.starts_with('#') {
+            flush(&mut samples, &mut out);
+            out.push_str(line);
+            out.push('\n');
+        } else {
+            samples.push(line);
+        }
+    }
+    flush(&mut samples, &mut out);
+    out
+}
+
+/// The OpenMetrics text of `encode_model` in Prometheus's text format 0.0.4: a counter family
+/// is named as its samples (`sigmatop_tx_bytes_total`), no `# UNIT` and no `# EOF`, and HELP
+/// keeps only the escapes that format has (`\\`, `\n`).
+pub fn to_prometheus_text(om: &str) -> String {
+    let mut out = String::with_capacity(om.len());
+    // Family name → its samples' name when it is a counter.
+    let mut counters = std::collections::HashSet::new();
+    for line in om.lines() {
+        if let Some(rest) = line.strip_prefix("# TYPE ")
+            && let Some(name) = rest.strip_suffix(" counter")
+        {
+            counters.insert(name.to_string());
+        }
+    }
+    for line in om.lines() {
+        if line == "# EOF" || line.starts_with("# UNIT ") {
+            continue;
+        }
+        let meta = ["# HELP ", "# TYPE "]
+            .into_iter()
+            .find_map(|p| line.strip_prefix(p).map(|rest| (p, rest)));
+        match meta {
+            Some((p, rest)) => {
+                let (name, tail) = rest.split_once(' ').unwrap_or((rest, ""));
+                out.push_str(p);
+                out.push_str(name);
+                if counters.contains(name) {
+                    out.push_str("_total");
+                }
+                out.push(' ');
+                if p == "# HELP " {
+                    out.push_str(&tail.replace("\\\"", "\""));
+                } else {
+                    out.push_str(tail);
+                }
+            }
+            None => out.push_str(line),
+        }
+        out.push('\n');
+    }
+    out
 }
 
 #[cfg(test)]
@@ -308,5 +454,34 @@ mod tests {
             !text.contains("sigmatop_qp_tx_bytes"),
             "per-QP series only when asked"
         );
+        // The same model, the same text (samples sorted within each family).
+        for _ in 0..5 {
+            assert_eq!(
+                encode_model(&m, MetricsOptions::default()).expect("encodes"),
+                text
+            );
+        }
+        let plain = to_prometheus_text(&text);
+        assert!(
+            plain.contains("# TYPE sigmatop_tx_bytes_total counter\n"),
+            "{plain}"
+        );
+        assert!(
+            !plain.contains("# EOF") && !plain.contains("# UNIT"),
+            "{plain}"
+        );
+        assert_eq!(
+            plain.lines().filter(|l| !l.starts_with('#')).count(),
+            text.lines().filter(|l| !l.starts_with('#')).count()
+        );
+    }
+
+    #[test]
+    fn accept_headers_pick_the_format() {
+        let prometheus = "application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1";
+        assert_eq!(Format::from_accept(Some(prometheus)), Format::OpenMetrics);
+        for a in [Some("text/plain;version=0.0.4"), Some("*/*"), None] {
+            assert_eq!(Format::from_accept(a), Format::PrometheusText, "{a:?}");
+        }
     }
 }

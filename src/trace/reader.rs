@@ -2,6 +2,7 @@
 //! stream of chunks with bounded memory. Corruption or truncation stops that file at the last good
 //! chunk and is reported with the file and byte offset; everything before it is kept.
 
+use std::collections::HashMap;
 use std::fmt;
 use std::fs::File;
 use std::io::{self, BufReader, Read};
@@ -151,6 +152,14 @@ pub struct ProcessRecording {
     /// The schema version it was written with (`event::SCHEMA_VERSION` or an older one: 1 cut
     /// an event's `aux` to 16 bits and counted no refusals or posted receives).
     pub schema: u16,
+    /// How it ended, as its traced parent reaped it (`<host>/<pid>.exit` beside its directory:
+    /// killed by a signal or a non-zero exit; preload/src/reap.rs). The newest directory of a
+    /// pid (an exec makes `<pid>.1`) gets it.
+    pub reaped: Option<crate::event::ProcessEnd>,
+    /// A process a traced rank of the same host forked (with or without an exec: it inherited
+    /// the rank's variables): that rank. Its `identity.rank` says the same number, but it is
+    /// not a second rank of it (issue 25, item 4); labels say "child of r0".
+    pub child_of_rank: Option<u32>,
 }
 
 impl ProcessRecording {
@@ -435,10 +444,74 @@ impl Recording {
                 }
             ));
         }
+        read_reaped(&mut rec.processes);
+        mark_fork_children(&mut rec.processes);
         rec.processes.sort_by(|a, b| {
             (&a.identity.host, a.identity.pid).cmp(&(&b.identity.host, b.identity.pid))
         });
         Ok(rec)
+    }
+}
+
+/// Processes whose parent is a recorded process of the same host and the same rank: that
+/// rank's children (the rule of `agg::Model`'s live view).
+fn mark_fork_children(procs: &mut [ProcessRecording]) {
+    let ranks: HashMap<(&str, u32), u32> = procs
+        .iter()
+        .filter_map(|p| {
+            p.identity
+                .rank
+                .map(|r| ((p.identity.host.as_str(), p.identity.pid), r))
+        })
+        .collect();
+    let children: Vec<usize> = procs
+        .iter()
+        .enumerate()
+        .filter(|(_, p)| {
+            let id = &p.identity;
+            id.rank.is_some()
+                && id.ppid != id.pid
+                && ranks.get(&(id.host.as_str(), id.ppid)) == id.rank.as_ref()
+        })
+        .map(|(i, _)| i)
+        .collect();
+    for i in children {
+        procs[i].child_of_rank = procs[i].identity.rank;
+    }
+}
+
+/// (pid, generation) of a process directory named `<pid>` or `<pid>.<n>`.
+fn pid_generation(dir: &Path) -> Option<(u32, u32)> {
+    let name = dir.file_name()?.to_str()?;
+    match name.split_once('.') {
+        Some((p, g)) => Some((p.parse().ok()?, g.parse().ok()?)),
+        None => Some((name.parse().ok()?, 0)),
+    }
+}
+
+/// The `<pid>.exit` files beside the process directories, each applied to the newest directory
+/// of its pid. A file that is not a small regular file holding one status line is ignored.
+fn read_reaped(procs: &mut [ProcessRecording]) {
+    let newest: HashMap<(PathBuf, u32), u32> = procs.iter().fold(HashMap::new(), |mut m, p| {
+        if let (Some(parent), Some((pid, g))) = (p.dir.parent(), pid_generation(&p.dir)) {
+            let e = m.entry((parent.to_path_buf(), pid)).or_insert(g);
+            *e = (*e).max(g);
+        }
+        m
+    });
+    for p in procs.iter_mut() {
+        let (Some(parent), Some((pid, g))) = (p.dir.parent(), pid_generation(&p.dir)) else {
+            continue;
+        };
+        if newest.get(&(parent.to_path_buf(), pid)) != Some(&g) {
+            continue;
+        }
+        let path = parent.join(format!("{pid}.exit"));
+        let small_file =
+            std::fs::symlink_metadata(&path).is_ok_and(|m| m.is_file() && m.len() <= 64);
+        if small_file && let Ok(text) = std::fs::read_to_string(&path) {
+            p.reaped = crate::event::ProcessEnd::parse(&text);
+        }
     }
 }
 

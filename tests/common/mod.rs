@@ -729,6 +729,17 @@ fn scaled(v: u64, units: [&'static str; 5]) -> (f64, &'static str) {
 /// Bytes as sigmatop's summaries print them, written here from the figures a person reads
 /// ("640 B", "3.00 kB", "12.90 MB": powers of 1000, two decimals), so a test can compare what the
 /// CLI printed with a value computed from the workload's parameters.
+/// `n` operations of `b` bytes in all as the summary prints them: "15×100.00 kB = 1.50 MB"
+/// (count × size = total; "~" before a mean size when the sizes differ), "1×640 B".
+pub fn summary_times(n: u64, b: u64) -> String {
+    if n <= 1 || b == 0 {
+        return format!("{n}×{}", summary_bytes(b));
+    }
+    let approx = if b.is_multiple_of(n) { "" } else { "~" };
+    let each = sigmatop_tui::units::human_bytes(b as f64 / n as f64);
+    format!("{n}×{approx}{each} = {}", summary_bytes(b))
+}
+
 pub fn summary_bytes(b: u64) -> String {
     if b < 1000 {
         return format!("{b} B");

@@ -35,6 +35,11 @@
  *                             exec of a path that does not exist, the child then _exit(127)s
  *                             (as shells and Python's subprocess do); N more messages of 64 B
  *                             on the same endpoint, everything closed
+ *   ucx_life segv N R         an MPI rank (OMPI_COMM_WORLD_RANK, PMI_RANK): N messages of 64 B,
+ *                             everything closed; rank R then waits until every other rank of
+ *                             OMPI_COMM_WORLD_SIZE has ended (each leaves LIFE_DIR/<rank>.pid
+ *                             as it exits 0) and, under sigmatop, until sigmatop follows it
+ *                             live, then dies of SIGSEGV (a store through NULL)
  * It prints one line saying what it did.
  *
  * Built with -DUCX_LIFE_LIBRARY -shared -fPIC it is instead a library with one entry,
@@ -239,6 +244,115 @@ static void exit_from_handler(int s)
 	exit(7);
 }
 
+static int env_int(const char *a, const char *b)
+{
+	const char *v = getenv(a);
+
+	if (!v)
+		v = getenv(b);
+	return v ? atoi(v) : -1;
+}
+
+/* Process `pid` has ended: gone, or a zombie its parent has not reaped yet. */
+static int ended(long pid)
+{
+	char path[64], buf[512];
+	FILE *f;
+	char *p;
+
+	snprintf(path, sizeof path, "/proc/%ld/stat", pid);
+	f = fopen(path, "r");
+	if (!f)
+		return 1;
+	p = fgets(buf, sizeof buf, f);
+	fclose(f);
+	if (!p || !(p = strrchr(buf, ')')))
+		return 1;
+	return p[1] == ' ' && (p[2] == 'Z' || p[2] == 'X');
+}
+
+/* True once sigmatop follows this process live: its socket (<dir>/<host>-<pid>.sock) is listed
+ * twice in /proc/net/unix, the listener and an accepted connection. A rank that crashed before
+ * that would never be seen: it writes no final state. */
+static int followed_live(void)
+{
+	char suffix[64], line[4096];
+	int n = 0;
+	FILE *f = fopen("/proc/net/unix", "r");
+
+	if (!f)
+		return 0;
+	snprintf(suffix, sizeof suffix, "-%ld.sock", (long)getpid());
+	while (fgets(line, sizeof line, f)) {
+		size_t l = strcspn(line, "\n"), k = strlen(suffix);
+
+		line[l] = 0;
+		if (l >= k && !strcmp(line + l - k, suffix))
+			n++;
+	}
+	fclose(f);
+	return n >= 2;
+}
+
+static int segv_rank(long n, int crasher)
+{
+	int rank = env_int("OMPI_COMM_WORLD_RANK", "PMI_RANK");
+	int size = env_int("OMPI_COMM_WORLD_SIZE", "PMI_SIZE");
+	const char *dir = getenv("LIFE_DIR");
+	char path[4096];
+
+	if (rank < 0 || size < 1 || !dir)
+		return 2;
+	life(n, 64);
+	if (rank != crasher) {
+		FILE *f;
+
+		snprintf(path, sizeof path, "%s/%d.pid", dir, rank);
+		f = fopen(path, "w");
+		if (!f)
+			return 3;
+		fprintf(f, "%ld\n", (long)getpid());
+		fclose(f);
+		printf("segv rank %d sent %ld, exits\n", rank, n);
+		return 0;
+	}
+	for (int r = 0; r < size; r++) {
+		long pid = 0;
+
+		if (r == rank)
+			continue;
+		snprintf(path, sizeof path, "%s/%d.pid", dir, r);
+		/* At most 120 s: a rank that never ends fails the run (exit 4). */
+		for (int w = 0;; w++) {
+			FILE *f = fopen(path, "r");
+
+			if (f) {
+				if (fscanf(f, "%ld", &pid) != 1)
+					pid = 0;
+				fclose(f);
+			}
+			if (pid > 0 && ended(pid))
+				break;
+			if (w > 120000)
+				return 4;
+			usleep(1000);
+		}
+	}
+	/* Under sigmatop (SIGMATOP_SOCKET_DIR set), at most 60 s for it to follow this rank. */
+	for (int w = 0; getenv("SIGMATOP_SOCKET_DIR") && !followed_live(); w++) {
+		if (w > 60000)
+			return 6;
+		usleep(1000);
+	}
+	/* Then two of the collector's 250 ms snapshots, so that the last one sigmatop has carries
+	 * the sends (what a crash leaves is the last snapshot). */
+	if (getenv("SIGMATOP_SOCKET_DIR"))
+		usleep(600000);
+	printf("segv rank %d sent %ld, crashes\n", rank, n);
+	*(volatile int *)0 = 1;
+	return 5;
+}
+
 int main(int argc, char **argv)
 {
 	long n;
@@ -399,6 +513,8 @@ int main(int argc, char **argv)
 		printf("vfork-amid %d child %d status %d failed %d status %d\n", getpid(), c1,
 		       WEXITSTATUS(st1), c2, WEXITSTATUS(st2));
 		return WEXITSTATUS(st1) == 0 && WEXITSTATUS(st2) == 127 ? 0 : 1;
+	} else if (!strcmp(argv[1], "segv")) {
+		return segv_rank(n, argc > 3 ? atoi(argv[3]) : -1);
 	} else {
 		return 2;
 	}

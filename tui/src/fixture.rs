@@ -130,6 +130,7 @@ pub fn sample_view_model() -> ViewModel {
                 rx_bytes: (ingress(r) * 600.0) as u64,
                 drops: if r == 5 { 37 } else { 0 },
                 exited: false,
+                end: String::new(),
             }
         })
         .collect();

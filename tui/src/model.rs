@@ -169,6 +169,9 @@ pub struct ProcessRow {
     pub drops: u64,
     /// The process has exited; its totals are kept.
     pub exited: bool,
+    /// How it ended when that was not a plain exit: "SIGSEGV", "exit 3" (empty otherwise, or
+    /// while it runs). Shown in the state column instead of "exited".
+    pub end: String,
 }
 
 /// The far end of a QP or endpoint, as far as it is known.

@@ -2,8 +2,10 @@
 //!
 //! Terms are separated by spaces and all must match. `key=value` compares exactly (case-insensitive;
 //! QPNs compare as numbers, so `qpn=2a40` equals `qpn=0x2a40`), `key~value` matches a substring, and a
-//! bare word matches a substring of any field. Keys: host, rank, pid, qpn (alias qp, id, ep), layer,
-//! op (alias opcode; always a substring), gpu, peer, type (alias transport), state.
+//! bare word matches a substring of any field. Keys: host, rank, pid, qpn (alias qp, id, ep), layer
+//! (`--layers`'s names and the views' are one: ibverbs = verbs, libfabric = ofi), op (alias
+//! opcode; always a substring), gpu, peer (`peer=r5` matches one word of the peer column), type
+//! (alias transport), state.
 
 use crate::model::{
     DoorbellRecord, DoorbellSeries, EndpointRow, GpuRow, NodeRow, ProcessRow, RankRow,
@@ -146,7 +148,7 @@ impl Query {
                 rank: r.rank,
                 pid: Some(r.pid),
                 layers: r.layers.iter().map(String::as_str).collect(),
-                extra: vec![&r.mode, if r.exited { "exited" } else { "" }],
+                extra: vec![&r.mode, if r.exited { "exited" } else { "" }, &r.end],
                 ..Fields::default()
             })
     }
@@ -250,6 +252,34 @@ fn eq(have: &str, want: &str) -> bool {
     have.eq_ignore_ascii_case(want)
 }
 
+/// One name per layer, whichever a person types or a view shows: `--layers` spells them
+/// ibverbs, libfabric, ucx, mlx5, cuda; the endpoint tables verbs, ofi (issue 25, item 11).
+fn layer_name(s: &str) -> &str {
+    match s.to_ascii_lowercase().as_str() {
+        "ibverbs" | "verbs" => "verbs",
+        "libfabric" | "ofi" | "fabric" => "ofi",
+        "ucx" | "ucp" => "ucx",
+        "mlx5" | "mlx5dv" | "devx" => "mlx5",
+        "cuda" => "cuda",
+        _ => s,
+    }
+}
+
+/// Both spellings of a layer's name (views' and `--layers`'), for substring terms.
+fn layer_spellings(s: &str) -> [&str; 2] {
+    match layer_name(s) {
+        "verbs" => ["verbs", "ibverbs"],
+        "ofi" => ["ofi", "libfabric"],
+        _ => [s, s],
+    }
+}
+
+/// `peer=` is the whole peer label ("node1 r5 0x1b07") or one of its words, as the column shows
+/// them: `peer=r5`, `peer=node1`, `peer=1b07` (QPNs as numbers).
+fn peer_eq(label: &str, v: &str) -> bool {
+    eq(label, v) || label.split_whitespace().any(|w| eq(w, v) || id_eq(w, v))
+}
+
 fn term_matches(t: &Term, f: &Fields) -> bool {
     match t {
         Term::Exact(key, v) => match key {
@@ -258,8 +288,8 @@ fn term_matches(t: &Term, f: &Fields) -> bool {
             Key::Pid => f.pid.is_some() && f.pid == num(v),
             Key::Gpu => f.gpu.is_some() && f.gpu == num(v),
             Key::Qpn => f.qpn.as_deref().is_some_and(|q| id_eq(q, v)),
-            Key::Layer => f.layers.iter().any(|l| eq(l, v)),
-            Key::Peer => f.peer.as_deref().is_some_and(|p| eq(p, v)),
+            Key::Layer => f.layers.iter().any(|l| layer_name(l) == layer_name(v)),
+            Key::Peer => f.peer.as_deref().is_some_and(|p| peer_eq(p, v)),
             Key::Transport => f.transport.is_some_and(|x| eq(x, v)),
             Key::State => f.state.is_some_and(|x| eq(x, v)),
             Key::Op => f.ops.iter().any(|o| contains(o, v)),
@@ -270,7 +300,10 @@ fn term_matches(t: &Term, f: &Fields) -> bool {
             Key::Pid => f.pid.is_some_and(|r| r.to_string().contains(v.as_str())),
             Key::Gpu => f.gpu.is_some_and(|r| r.to_string().contains(v.as_str())),
             Key::Qpn => f.qpn.as_deref().is_some_and(|q| contains(q, v)),
-            Key::Layer => f.layers.iter().any(|l| contains(l, v)),
+            Key::Layer => f
+                .layers
+                .iter()
+                .any(|l| layer_spellings(l).iter().any(|n| contains(n, v))),
             Key::Peer => f.peer.as_deref().is_some_and(|p| contains(p, v)),
             Key::Transport => f.transport.is_some_and(|x| contains(x, v)),
             Key::State => f.state.is_some_and(|x| contains(x, v)),
@@ -324,6 +357,45 @@ mod tests {
             state: "RTS".into(),
             ops_by_opcode: vec![("RDMA_WRITE".into(), 10)],
             ..EndpointRow::default()
+        }
+    }
+
+    #[test]
+    fn layer_names_of_the_cli_and_of_the_views_are_one() {
+        let e = ep();
+        for q in [
+            "layer=verbs",
+            "layer=ibverbs",
+            "layer=IBVERBS",
+            "layer~ibv",
+            "layer~verb",
+        ] {
+            assert!(Query::parse(q).endpoint(&e), "{q}");
+        }
+        assert!(!Query::parse("layer=libfabric").endpoint(&e));
+        let p = ProcessRow {
+            layers: vec!["libfabric".into()],
+            ..ProcessRow::default()
+        };
+        assert!(Query::parse("layer=ofi").process(&p));
+        assert!(Query::parse("layer=libfabric").process(&p));
+    }
+
+    #[test]
+    fn peer_matches_a_word_of_what_the_column_shows() {
+        let e = ep();
+        assert_eq!(e.peer.label(), "node1 r5 0x1b07");
+        for q in [
+            "peer=r5",
+            "peer=node1",
+            "peer=0x1b07",
+            "peer=1b07",
+            "peer~r5",
+        ] {
+            assert!(Query::parse(q).endpoint(&e), "{q}");
+        }
+        for q in ["peer=r0", "peer=node", "peer=5"] {
+            assert!(!Query::parse(q).endpoint(&e), "{q}");
         }
     }
 

@@ -772,3 +772,36 @@ fn hung_collective_warning() {
         }
     }
 }
+
+/// Issue 25, item 8: a rank that segfaulted is not `exited` like the others: its state column
+/// says `SIGSEGV` (in the error style) and the status line says what killed it.
+#[test]
+fn a_killed_rank_says_its_signal() {
+    let mut vm = sample_view_model();
+    let r1 = vm
+        .processes
+        .iter_mut()
+        .find(|p| p.rank == Some(1))
+        .expect("rank 1");
+    r1.exited = true;
+    r1.end = "SIGSEGV".into();
+    r1.tx_bps = 0.0;
+    r1.rx_bps = 0.0;
+    let pid = r1.pid;
+    vm.status.message = Some("killed by SIGSEGV (signal 11)".into());
+    for (w, h) in SIZES {
+        let app = App::new(Theme::dark());
+        let b = render(&app, &vm, w, h);
+        let s = text(&b);
+        let row = s
+            .lines()
+            .find(|l| l.contains(&pid.to_string()))
+            .unwrap_or_else(|| panic!("{w}×{h}: no row of pid {pid}:\n{s}"));
+        assert!(
+            row.contains("SIGSEGV") && !row.contains("exited"),
+            "{w}×{h}: {row}"
+        );
+        assert!(s.contains("killed by SIGSEGV (signal 11)"), "{w}×{h}:\n{s}");
+        insta::assert_snapshot!(format!("rank_killed_{w}x{h}"), b);
+    }
+}

@@ -61,6 +61,15 @@ extern "C" fn after_fork_in_child() {
 /// written so far: the benchmark entry points' slow disk (bench.rs). Unset in the shipped library.
 static AFTER_CHUNK: std::sync::OnceLock<fn(u64)> = std::sync::OnceLock::new();
 
+/// A layer's own live frame, sent after each snapshot (NCCL's collectives: lib.rs installs it;
+/// the runtime names no layer).
+static LIVE_FRAME: std::sync::OnceLock<fn() -> Option<Frame>> = std::sync::OnceLock::new();
+
+/// Installs the per-snapshot live frame (constructor only; a second call changes nothing).
+pub fn live_frame(f: fn() -> Option<Frame>) {
+    let _ = LIVE_FRAME.set(f);
+}
+
 /// Installs the after-chunk hook (constructor only; a second call changes nothing).
 pub fn after_each_chunk(f: fn(u64)) {
     let _ = AFTER_CHUNK.set(f);
@@ -597,8 +606,8 @@ impl Collector {
             }
             s.broadcast(&Frame::Snapshot(snap.clone()));
             s.set_last_snapshot(snap);
-            if let Some(n) = crate::nccl::live() {
-                s.broadcast(&Frame::Nccl(n));
+            if let Some(frame) = LIVE_FRAME.get().and_then(|f| f()) {
+                s.broadcast(&frame);
             }
         }
         self.live_events.clear();

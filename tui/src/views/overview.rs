@@ -107,7 +107,9 @@ fn process_cols(app: &App) -> Vec<Col<ProcessRow>> {
             1,
             7,
             |r, c| {
-                if r.exited {
+                if !r.end.is_empty() {
+                    styled(r.end.clone(), c.th.error)
+                } else if r.exited {
                     styled("exited".into(), c.th.dim)
                 } else {
                     styled("up".into(), c.th.ok)
