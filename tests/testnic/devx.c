@@ -6,7 +6,9 @@
  *   and NVSHMEM then falls back to the plain umem_reg of the same device address).
  * - UARs (mlx5dv_devx_alloc_uar: BF, NC, NC_DEDICATED): a 4 KiB page; reg_addr = page + 0x800 is
  *   the doorbell register the NIC thread watches for every QP created on that page.
- * - QUERY_HCA_CAP (general and atomic capabilities) through mlx5dv_devx_general_cmd.
+ * - QUERY_HCA_CAP (general, atomic and RoCE capabilities) and QUERY_ROCE_ADDRESS (the one GID,
+ *   RoCE v2) through mlx5dv_devx_general_cmd: NVSHMEM reads the first two, DOCA GPUNetIO (NCCL's
+ *   GDAKI) the general port type, RC, queue and WQE sizes, the RoCE caps and the RoCE address.
  * - CREATE_CQ (64-byte CQEs in a umem, doorbell record in a umem, collapsed, overrun-ignore),
  *   CREATE_QP (RC or DCI, send queue and doorbell record in umems, SRQ or regular RQ), the QP
  *   transitions RST2INIT, INIT2RTR, RTR2RTS, RTS2RTS, 2ERR, 2RST, and destroy, with mailboxes
@@ -80,6 +82,17 @@ TN_API int mlx5dv_devx_general_cmd(struct ibv_context *c, const void *in, size_t
 	if (inlen < 16 || outlen < 16)
 		return EINVAL;
 	uint16_t op = (uint16_t)GET(in, 0, IN_OPCODE);
+	if (op == IFC_QUERY_ROCE_ADDRESS) {
+		memset(out, 0, outlen);
+		if (outlen < ROCE_ADDR_OUT_BYTES)
+			return bad(out, outlen, IFC_STATUS_BAD_PARAM, "QUERY_ROCE_ADDRESS output mailbox too small");
+		if (GET(in, 0, ROCE_ADDR_IN_INDEX) != 0)
+			return bad(out, outlen, IFC_STATUS_BAD_PARAM, "QUERY_ROCE_ADDRESS of a GID index other than 0");
+		memcpy((uint8_t *)out + (ROCE_ADDR_BASE + ROCE_ADDR_L3) / 8, tn_local_gid(), 16);
+		SET(out, ROCE_ADDR_BASE, ROCE_ADDR_L3_TYPE, 0); /* IPv4 (an IPv4-mapped GID) */
+		SET(out, ROCE_ADDR_BASE, ROCE_ADDR_VERSION, 2); /* RoCE v2 */
+		return 0;
+	}
 	if (op != IFC_QUERY_HCA_CAP)
 		return refuse_cmd("mlx5dv_devx_general_cmd", op, out, outlen);
 	uint32_t cap = (GET(in, 0, IN_OP_MOD) >> 1) & 0x7fff;
@@ -91,6 +104,17 @@ TN_API int mlx5dv_devx_general_cmd(struct ibv_context *c, const void *in, size_t
 		SET(out, CAP_BASE, HCA_CQE_VERSION, 1);
 		SET(out, CAP_BASE, HCA_COMPACT_AV, 1);
 		SET(out, CAP_BASE, HCA_LOG_BF_REG_SIZE, TN_LOG_BF_REG);
+		SET(out, CAP_BASE, HCA_PORT_TYPE, 1); /* Ethernet (RoCE) */
+		SET(out, CAP_BASE, HCA_RC, 1);
+		SET(out, CAP_BASE, HCA_LOG_MAX_QP_SZ, 15); /* as query_device's max_qp_wr */
+		SET(out, CAP_BASE, HCA_MAX_WQE_SZ_SQ, 1024); /* the NIC's WQE limit (1 KiB) */
+		SET(out, CAP_BASE, HCA_MAX_WQE_SZ_RQ, 512);
+		break;
+	case CAP_ROCE:
+		SET(out, CAP_BASE, ROCE_VERSION, 2);
+		SET(out, CAP_BASE, ROCE_MAX_SRC_UDP_PORT, 0xffff);
+		SET(out, CAP_BASE, ROCE_MIN_SRC_UDP_PORT, 0xc000);
+		SET(out, CAP_BASE, ROCE_ADDRESS_TABLE_SIZE, 1); /* one GID */
 		break;
 	case CAP_ATOMIC:
 		SET(out, CAP_BASE, ATOM_OPERATIONS, 0xf); /* CAS, FA, masked CAS, masked FA */

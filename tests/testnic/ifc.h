@@ -25,6 +25,7 @@
 #define IFC_2ERR_QP 0x507
 #define IFC_2RST_QP 0x50a
 #define IFC_QUERY_QP 0x50b
+#define IFC_QUERY_ROCE_ADDRESS 0x760
 
 /* Command status values in the output mailbox */
 #define IFC_STATUS_OK 0x0
@@ -45,12 +46,30 @@
 /* QUERY_HCA_CAP: op_mod = cap type << 1 | current; the capability starts at bit 0x80 of the out box */
 #define CAP_GENERAL 0
 #define CAP_ATOMIC 3
+#define CAP_ROCE 4
 #define CAP_BASE 0x80
 #define CAP_OUT_BYTES (0x80 / 8 + 0x1000)
 /* cmd_hca_cap */
 #define HCA_CQE_VERSION 0x1fc, 4
 #define HCA_COMPACT_AV 0x200, 1
 #define HCA_LOG_BF_REG_SIZE 0x26b, 5
+#define HCA_LOG_MAX_QP_SZ 0x88, 8
+#define HCA_PORT_TYPE 0x1b6, 2 /* 1 = Ethernet */
+#define HCA_RC 0x23f, 1
+#define HCA_MAX_WQE_SZ_SQ 0x290, 16
+#define HCA_MAX_WQE_SZ_RQ 0x2b0, 16
+/* roce_cap (QUERY_HCA_CAP type 4) */
+#define ROCE_VERSION 0x98, 8
+#define ROCE_MAX_SRC_UDP_PORT 0xc0, 16
+#define ROCE_MIN_SRC_UDP_PORT 0xd0, 16
+#define ROCE_ADDRESS_TABLE_SIZE 0xf0, 16
+/* QUERY_ROCE_ADDRESS: in, and the roce_addr_layout at bit 0x80 of the out box */
+#define ROCE_ADDR_IN_INDEX 0x40, 16
+#define ROCE_ADDR_BASE 0x80
+#define ROCE_ADDR_L3 0x00 /* 16 bytes: the GID */
+#define ROCE_ADDR_L3_TYPE 0xd4, 4
+#define ROCE_ADDR_VERSION 0xd8, 8
+#define ROCE_ADDR_OUT_BYTES 48
 /* atomic_caps */
 #define ATOM_REQ_8B_ENDIAN_MODE 0x40, 2
 #define ATOM_SUPPORTED_8B_ENDIAN_MODE_1 0x46, 1
