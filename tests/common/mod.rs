@@ -375,9 +375,10 @@ pub fn wait_timeout(child: impl Into<Proc>, limit: Duration) -> Output {
     }
 }
 
-/// SIGINT and SIGQUIT at their default in what `cmd` starts, as in a job a shell starts in the
-/// foreground, whatever the test runner inherited: a suite started in the background by a
-/// non-interactive shell ignores both, an ignored signal stays ignored across exec, and
+/// SIGINT, SIGQUIT, SIGHUP and SIGTERM at their default in what `cmd` starts, as in a job a shell
+/// starts in the foreground, whatever the test runner inherited: a suite started in the
+/// background by a non-interactive shell ignores the first two, one started under nohup ignores
+/// SIGHUP, an ignored signal stays ignored across exec, and
 /// `sigmatop run` rightly passes an ignored-at-start signal on as ignored (nohup) — a test that
 /// sends one would then wait for a program that never stops.
 pub fn default_signals(cmd: &mut Command) -> &mut Command {
@@ -386,15 +387,16 @@ pub fn default_signals(cmd: &mut Command) -> &mut Command {
     // which is async-signal-safe.
     unsafe {
         cmd.pre_exec(|| {
-            libc::signal(libc::SIGINT, libc::SIG_DFL);
-            libc::signal(libc::SIGQUIT, libc::SIG_DFL);
+            for sig in [libc::SIGINT, libc::SIGQUIT, libc::SIGHUP, libc::SIGTERM] {
+                libc::signal(sig, libc::SIG_DFL);
+            }
             Ok(())
         })
     }
 }
 
 /// Starts `cmd` with its output piped, in a process group of its own (see [`wait_timeout`]),
-/// guarded: dropped, it is ended with all it started. SIGINT and SIGQUIT are at their default
+/// guarded: dropped, it is ended with all it started. The signals are at their default
 /// in it, as in a job a shell starts in the foreground, whatever the test runner inherited (a
 /// suite started in the background by a non-interactive shell ignores both, and an ignored
 /// signal stays ignored across exec: a test's Ctrl-C would then stop nothing).
