@@ -4,7 +4,7 @@
 //! - `TESTNIC_STALL=200:1500` on an `ib_write_bw -s 4096 -n 1000` client: the run completes with
 //!   its exact bytes; its NIC log holds exactly 200 WQEs, the stall, the lift (≥ 1500 ms later by
 //!   the NIC's own clock), then the other 800; its run lasts at least the stall.
-//! - `TESTNIC_STALL=100:0` (for good) on an `ibv_rc_pingpong -n 500` client, with a 300 ms
+//! - `TESTNIC_STALL=100:0` (for good) on an `ibv_rc_pingpong -n 500` client, with a 1 s
 //!   transport timeout on both sides: after 2 s of stall both processes are alive, the client's NIC
 //!   executed exactly 100 WQEs and the server's 100 (none timed out), then the guards end them.
 //! - `TESTNIC_FAIL=50` on an `ibv_rc_pingpong` client: the program reports its failed completion
@@ -205,7 +205,6 @@ fn ib_write_bw_stalled_after_200_writes_for_1500_ms_completes_exact() {
         "-n",
         &n.to_string(),
     ]);
-    let t0 = Instant::now();
     let (server, client) = start_pair(
         &log,
         "ib_write_bw",
@@ -213,6 +212,7 @@ fn ib_write_bw_stalled_after_200_writes_for_1500_ms_completes_exact() {
         &[],
         &[format!("TESTNIC_STALL={after}:{ms}")],
     );
+    let t0 = Instant::now(); // the client was started just before: its run is longer than this
     let (spid, cpid) = (server.id(), client.id());
     let co = common::wait_timeout(client, LIMIT);
     let ran = t0.elapsed();
@@ -321,7 +321,7 @@ fn ib_write_bw_stalled_after_200_writes_for_1500_ms_completes_exact() {
     );
 }
 
-/// (b) A stall for good after 100 of ibv_rc_pingpong's 500 messages, with a 300 ms transport
+/// (b) A stall for good after 100 of ibv_rc_pingpong's 500 messages, with a 1 s transport
 /// timeout on both sides: for 2 s of the NIC's time the client executes nothing more, neither
 /// side times out, both stay alive; then the guards end them.
 #[test]
@@ -331,7 +331,8 @@ fn rc_pingpong_stalled_for_good_holds_without_timeouts() {
     let ctx = format!("ibv_rc_pingpong -n 500, client TESTNIC_STALL={after}:0");
     let (_dir, log) = log_dir("testnic-stall-pingpong");
     let args = strings(&["-g", "0", "-n", "500"]);
-    let timeout = "TESTNIC_TIMEOUT_MS=300".to_string();
+    // Half the time the test holds the stall: a held QP whose timers ran would fail within it.
+    let timeout = "TESTNIC_TIMEOUT_MS=1000".to_string();
     let (mut server, mut client) = start_pair(
         &log,
         "ibv_rc_pingpong",
