@@ -214,11 +214,17 @@ fn a_stalled_write_stream_is_named_in_time_and_cleared_at_the_lift() {
         "{ctx}: mid-stall queue {q:#}"
     );
     assert_eq!(q["sq_posted"].as_u64(), Some(done + out), "{ctx}: {q:#}");
-    assert_eq!((&q["stalled"], &q["health"]), (&true.into(), &"live".into()));
+    assert_eq!(
+        (&q["stalled"], &q["health"]),
+        (&true.into(), &"live".into())
+    );
     assert!(q["sq_stalled_s"].as_f64().unwrap_or(0.0) >= hang_s, "{q:#}");
     let stalls = v["stalls"].as_array().expect("stalls");
     assert_eq!(stalls.len(), 1, "{ctx}: one stalled edge: {stalls:#?}");
-    assert_eq!((&stalls[0]["pid"], &stalls[0]["qpn"]), (&pid.into(), &qpn.into()));
+    assert_eq!(
+        (&stalls[0]["pid"], &stalls[0]["qpn"]),
+        (&pid.into(), &qpn.into())
+    );
 
     // The lift: it moves again, and says how long it stood still.
     let lift = err.wait_for(" stall lifted: ", LIMIT);
@@ -236,7 +242,11 @@ fn a_stalled_write_stream_is_named_in_time_and_cleared_at_the_lift() {
     let o = client.finish(LIMIT);
     assert!(o.status.success(), "{ctx}: {}", err.finish());
     let so = srv.finish(LIMIT);
-    assert!(so.status.success(), "{ctx}: server {}", common::stderr_of(&so));
+    assert!(
+        so.status.success(),
+        "{ctx}: server {}",
+        common::stderr_of(&so)
+    );
 
     // The summary: every WR posted completed, nothing stalled at the end.
     let v: serde_json::Value =
@@ -248,4 +258,161 @@ fn a_stalled_write_stream_is_named_in_time_and_cleared_at_the_lift() {
         "{ctx}: {q:#}"
     );
     assert!(v.get("stalls").is_none(), "{ctx}: {:#}", v["stalls"]);
+}
+
+/// `with-testnic.sh env VARS... ibv_rc_pingpong -g 0 -n N ARGS`, traced into `sock` when `traced`.
+fn pingpong(host: u8, n: u64, extra: &[String], traced: Option<&Path>, more: &[String]) -> Command {
+    let mut vars = vec![format!("TESTNIC_HOST={host}")];
+    if let Some(sock) = traced {
+        vars.push(format!("LD_PRELOAD={}", common::preload().display()));
+        vars.push(format!("SIGMATOP_SOCKET_DIR={}", sock.display()));
+    }
+    vars.extend(more.iter().cloned());
+    let mut a = strings(&["-g", "0", "-n"]);
+    a.push(n.to_string());
+    a.extend(extra.iter().cloned());
+    nic(&vars, "ibv_rc_pingpong", &a)
+}
+
+#[test]
+fn of_two_pairs_on_four_hosts_the_held_edge_alone_is_named() {
+    build_nic();
+    common::require("ibv_rc_pingpong");
+    let sock = socket_dir("stalled-four-hosts");
+    let n = 10_000_000u64;
+    let ctx = "two ibv_rc_pingpong pairs (hosts 1↔2, 3↔4), client on host 4 TESTNIC_STALL=100:0";
+    let mut pairs = Vec::new();
+    for (s_host, c_host, held) in [(1u8, 2u8, false), (3, 4, true)] {
+        let (srv, port) = common::start_server(
+            |port| {
+                pingpong(
+                    s_host,
+                    n,
+                    &["-p".into(), port.to_string()],
+                    Some(&sock),
+                    &[],
+                )
+            },
+            Duration::from_secs(20),
+        );
+        let more: Vec<String> = if held {
+            vec!["TESTNIC_STALL=100:0".into()]
+        } else {
+            vec![]
+        };
+        let mut cmd = pingpong(
+            c_host,
+            n,
+            &["-p".into(), port.to_string(), "127.0.0.1".into()],
+            Some(&sock),
+            &more,
+        );
+        let mut c = common::spawn(&mut cmd).into_child();
+        let err = PipeReader::new(c.stderr.take().expect("stderr"));
+        pairs.push((srv, common::guard(c), err));
+    }
+    let text = pairs[1].2.wait_for(" stall: QP 0x", LIMIT);
+    let (pid, qpn, _) = stall_line(&text, " stall: QP 0x");
+    let v = attach_until(&sock, "a stalled edge in attach's JSON", |v| {
+        v["stalls"].as_array().is_some_and(|s| !s.is_empty())
+    });
+    let stalls = v["stalls"].as_array().expect("stalls");
+    assert_eq!(stalls.len(), 1, "{ctx}: one edge: {stalls:#?}");
+    let s = &stalls[0];
+    assert_eq!(
+        (&s["pid"], &s["qpn"]),
+        (&pid.into(), &qpn.into()),
+        "{ctx}: {s:#}"
+    );
+    // The peer is the held client's own server, a traced process (by its QP's address; the
+    // NIC's wrapper execs the program, so the server's pid is its guard's).
+    let server_pid = pairs[1].0.id();
+    let want = format!("{} pid {server_pid}", host_of(&v, server_pid));
+    assert_eq!(s["peer"].as_str(), Some(want.as_str()), "{ctx}: {s:#}");
+    assert!(
+        s["text"]
+            .as_str()
+            .is_some_and(|t| t.contains(&format!("pid {pid} → {want}: "))),
+        "{ctx}: {s:#}"
+    );
+    // All four processes report; the other three have no stalled queue.
+    let procs = v["processes"].as_array().expect("processes");
+    assert_eq!(procs.len(), 4, "{ctx}: {v:#}");
+    let stalled_qps: Vec<(u64, String)> = procs
+        .iter()
+        .flat_map(|p| {
+            p["endpoints"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter(|e| e["queue"]["stalled"] == true)
+                .map(move |e| (p["pid"].as_u64().unwrap_or(0), e["label"].to_string()))
+        })
+        .collect();
+    assert_eq!(
+        stalled_qps,
+        vec![(pid as u64, format!("\"qp 0x{qpn:x}\""))],
+        "{ctx}"
+    );
+    drop(pairs);
+}
+
+fn host_of(v: &serde_json::Value, pid: u32) -> String {
+    v["processes"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|p| p["pid"] == pid)
+        .and_then(|p| p["host"].as_str())
+        .unwrap_or_default()
+        .to_string()
+}
+
+#[test]
+fn a_failed_work_request_shows_its_status_and_is_no_stall() {
+    build_nic();
+    common::require("ibv_rc_pingpong");
+    let dir = common::scratch("stalled-failed");
+    let sock = socket_dir("stalled-failed");
+    let json = dir.join("summary.json");
+    let ctx =
+        "ibv_rc_pingpong -n 500, client TESTNIC_FAIL=50 under sigmatop run --hang-after 500ms";
+    let (srv, port) = common::start_server(
+        |port| pingpong(1, 500, &["-p".into(), port.to_string()], None, &[]),
+        Duration::from_secs(20),
+    );
+    let mut cargs = vec![
+        common::sigmatop_bin().display().to_string(),
+        "run".into(),
+        "--hang-after".into(),
+        "500ms".into(),
+        "--json".into(),
+        json.display().to_string(),
+        "--".into(),
+        "ibv_rc_pingpong".into(),
+    ];
+    cargs.extend(strings(&["-g", "0", "-n", "500", "-p"]));
+    cargs.extend([port.to_string(), "127.0.0.1".into()]);
+    let vars = vec![
+        "TESTNIC_HOST=2".to_string(),
+        "TESTNIC_FAIL=50".to_string(),
+        format!("SIGMATOP_SOCKET_DIR={}", sock.display()),
+    ];
+    let o = common::spawn(&mut nic(&vars, "env", &cargs)).finish(LIMIT);
+    let err = common::stderr_of(&o);
+    assert!(!o.status.success(), "{ctx}: the client fails:\n{err}");
+    assert!(
+        err.contains("Failed status transport retry counter exceeded (12)"),
+        "{ctx}: rdma-core's own words:\n{err}"
+    );
+    let (pid, qpn, _) = stall_line(&err, " fail: QP 0x");
+    assert!(!err.contains("⚠ stalled"), "{ctx}: no stall:\n{err}");
+    let v: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&json).expect("summary written")).expect("json");
+    let q = &qp(&v, pid, qpn)["queue"];
+    assert_eq!(q["health"], "error", "{ctx}: {q:#}");
+    assert_eq!(q["errors"]["transport retry exceeded"], 1, "{ctx}: {q:#}");
+    assert_eq!(q["stalled"], false, "{ctx}: {q:#}");
+    assert!(v.get("stalls").is_none(), "{ctx}: {v:#}");
+    drop(srv);
 }

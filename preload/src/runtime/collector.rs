@@ -773,7 +773,8 @@ fn run() {
     };
     c.record(&end);
     if let Some(dir) = &config::paths().final_dir {
-        crate::runtime::final_state::write(dir, &c.identity, clock::sample(), &snap);
+        let queues = QUEUES.get().and_then(|f| f(&snap));
+        crate::runtime::final_state::write(dir, &c.identity, clock::sample(), &snap, queues);
     }
     if let Some(s) = c.server.as_mut() {
         s.broadcast(&Frame::Bye {
