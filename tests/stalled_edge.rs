@@ -136,7 +136,7 @@ fn attach_until(
 }
 
 /// The endpoint labelled `qp 0x{qpn}` of process `pid` in a report.
-fn qp<'a>(v: &'a serde_json::Value, pid: u32, qpn: u32) -> &'a serde_json::Value {
+fn qp(v: &serde_json::Value, pid: u32, qpn: u32) -> &serde_json::Value {
     let label = format!("qp 0x{qpn:x}");
     v["processes"]
         .as_array()
