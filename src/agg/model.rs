@@ -91,6 +91,9 @@ pub struct ProcessState {
     pub missed: (u64, u64),
     /// The NCCL plugin's collectives, as its latest `Frame::Nccl` said (none: no NCCL).
     pub nccl: Option<crate::nccl::live::NcclLive>,
+    /// Outstanding work per verbs QP, as its latest `Frame::Queues` said (none: it posted on
+    /// no verbs QP, or its preload sends no queues).
+    pub queues: Option<crate::queue::Queues>,
 }
 
 impl ProcessState {
@@ -168,6 +171,7 @@ impl ProcessState {
             }
             Frame::Missed { frames, events } => self.missed = (frames, events),
             Frame::Nccl(n) => self.nccl = Some(n),
+            Frame::Queues(q) => self.queues = Some(q),
         }
     }
 
@@ -376,6 +380,7 @@ impl Model {
                 | Frame::Bye { .. }
                 | Frame::Missed { .. }
                 | Frame::Nccl(_)
+                | Frame::Queues(_)
         ) {
             self.topology += 1;
         }

@@ -123,6 +123,11 @@ fn port_from_rtr_text(text: &str) -> Option<PortAddr> {
 }
 
 impl Peers {
+    /// True when built from no process (a view of processes alone builds none).
+    pub fn is_empty(&self) -> bool {
+        self.owner.is_empty() && self.qps.is_empty()
+    }
+
     /// Builds the owner map and the QP index from each process's identity and endpoints (as their
     /// updates left them: the peer each connected to last), each endpoint with its own port
     /// address where it is a QP whose address is known ([`own_port`]).
@@ -249,6 +254,10 @@ pub struct QpIndex {
 }
 
 impl QpIndex {
+    pub fn is_empty(&self) -> bool {
+        self.qps.is_empty()
+    }
+
     /// QP `ep` of `proc`, numbered `qpn`, connected to QPN `peer_qpn`, on port address `port`.
     pub fn add(
         &mut self,

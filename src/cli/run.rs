@@ -212,13 +212,27 @@ pub fn run_headless(args: &RunArgs) -> CliResult {
     // A NCCL collective that hangs is said as it happens (a batch job's log has it), and again
     // when it goes on.
     let mut hung = crate::agg::nccl::HungWatch::default();
+    // A QP whose send work stopped completing likewise (issue 36).
+    let mut stalls = crate::agg::stalls::StallWatch::default();
     let mut hung_checked = Instant::now();
     let status = loop {
         live.poll(&mut model);
         if hung_checked.elapsed() >= Duration::from_millis(250) {
             hung_checked = Instant::now();
             let t = crate::agg::nccl::wall_ns();
-            for l in hung.check(&model, t, crate::agg::nccl::HANG_NS) {
+            let hang = crate::agg::warnings::hang_ns();
+            let at = crate::agg::ModelAt::new(
+                &model,
+                &crate::agg::AtOptions {
+                    now_ns: Some(t),
+                    detail: crate::agg::Detail::Processes,
+                    ..Default::default()
+                },
+            );
+            for l in stalls.check(&at, hang) {
+                say!("sigmatop: {l}");
+            }
+            for l in hung.check(&model, t, hang) {
                 say!("sigmatop: {l}");
             }
         }

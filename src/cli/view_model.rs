@@ -634,6 +634,7 @@ fn warning_kind(k: warnings::WarningKind) -> WarningKind {
     use warnings::WarningKind as W;
     match k {
         W::HungCollective => WarningKind::HungCollective,
+        W::StalledEdge => WarningKind::StalledEdge,
         W::EventsDropped | W::FramesLost => WarningKind::Drops,
         W::NodeSkew => WarningKind::NodeSkew,
         W::NodeIngressSkew => WarningKind::NodeIngressSkew,
@@ -650,7 +651,7 @@ pub fn warning_text(w: &warnings::Warning) -> String {
     use sigmatop_tui::units as fmt;
     use warnings::WarningKind as W;
     match w.kind {
-        W::HungCollective => w.subject.clone(),
+        W::HungCollective | W::StalledEdge => w.subject.clone(),
         W::EventsDropped if w.processes > 0 => format!(
             "{} events dropped (ring full, {} proc{})",
             fmt::count(w.value as u64),

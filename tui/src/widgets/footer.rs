@@ -76,7 +76,7 @@ pub(crate) fn status_line<'a>(
     let notice_w = vm.status.notice.as_ref().map_or(0, |n| n.width() + 4);
     // A hung collective, first of the warnings shown here: the counters keep only what is not
     // zero, so that the warning names the ranks it waits for.
-    let hung = warns.is_some_and(|ws| ws.iter().any(|w| w.kind == WarningKind::HungCollective));
+    let hung = warns.is_some_and(|ws| ws.iter().any(|w| w.kind.urgent()));
     let form = if hung && w < 120 {
         Counters::NonZero
     } else if w >= 120 {
@@ -115,7 +115,8 @@ pub(crate) fn status_line<'a>(
         // Drops are already in the counters on the right: show the first other warning.
         let first = ws
             .iter()
-            .find(|w| w.kind == WarningKind::HungCollective)
+            .find(|w| w.kind == WarningKind::StalledEdge)
+            .or_else(|| ws.iter().find(|w| w.kind == WarningKind::HungCollective))
             .or_else(|| ws.iter().find(|w| w.kind != WarningKind::Drops))
             .or(ws.first());
         // With a notice to show as well and too little room for both, the warnings shrink to
