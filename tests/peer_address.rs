@@ -16,7 +16,8 @@
 //! matrix, its peer named `10.0.21.1 qp 0x100` (`lid 22 qp 0x100`) in the export's JSON, the text
 //! report, the live summary and the dashboard's QP row; with both traced, to the server's pid.
 //! Before the fix the client's QP, numbered like the server's, was taken for its own peer: the
-//! bytes sat on the matrix's diagonal and the JSON named the client itself.
+//! bytes sat on the matrix's diagonal and the JSON named the client itself. Live too: `sigmatop
+//! attach --json --once` while a timed client (`-D`) runs names the same address.
 mod common;
 #[path = "common/testnic.rs"]
 mod testnic;
@@ -415,4 +416,116 @@ fn untraced_server_on_infiniband_is_named_by_its_lid() {
 fn both_traced_across_hosts_with_equal_qpns() {
     both_traced(Fabric::Roce, [25, 26]);
     both_traced(Fabric::Ib, [27, 28]);
+}
+
+/// Live: a timed client (`ib_write_bw -D 5`) traced, its server untraced on another host with
+/// the same QPN; `sigmatop attach --json --once` during the run names the server by its address,
+/// as the record does, and counts nothing on the diagonal.
+#[test]
+fn attach_once_names_the_untraced_peer_live() {
+    build_nic();
+    common::require("ib_write_bw");
+    let hosts = [29u8, 30];
+    let dir = common::scratch("peer-address-live");
+    let sock = dir.join("sock");
+    // SAFETY: geteuid has no preconditions.
+    let uid = unsafe { libc::geteuid() };
+    for h in hosts {
+        let _ = std::fs::remove_file(format!("/dev/shm/testnic-v1-{uid}-h{h}"));
+    }
+    let args = [
+        "ib_write_bw",
+        "-d",
+        "mlx5_0",
+        "-x",
+        "0",
+        "-s",
+        "4096",
+        "-D",
+        "5",
+    ];
+    let (s, port) = common::start_server(
+        |port| {
+            let mut a: Vec<String> = vec!["env".into(), format!("TESTNIC_HOST={}", hosts[0])];
+            a.extend(args.iter().map(|s| s.to_string()));
+            a.extend(["-p".into(), port.to_string()]);
+            with_testnic(&a)
+        },
+        LIMIT,
+    );
+    let mut a: Vec<String> = vec![
+        "env".into(),
+        format!("TESTNIC_HOST={}", hosts[1]),
+        format!("LD_PRELOAD={}", common::preload().display()),
+        format!("SIGMATOP_SOCKET_DIR={}", sock.display()),
+    ];
+    a.extend(args.iter().map(|s| s.to_string()));
+    a.extend(["-p".into(), port.to_string(), "127.0.0.1".into()]);
+    let c = common::spawn(&mut with_testnic(&a));
+    let cpid = c.id();
+    // Wait for the condition: the client's QP is connected and has moved bytes.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let (ep, matrix) = loop {
+        let o = Command::new(common::sigmatop_bin())
+            .args([
+                "attach",
+                "--json",
+                "--once",
+                "--interval-ms",
+                "300",
+                "--socket-dir",
+            ])
+            .arg(&sock)
+            .output()
+            .expect("sigmatop attach");
+        let j: Option<Value> = serde_json::from_slice(&o.stdout).ok();
+        let found = j.as_ref().and_then(|j| {
+            let p = j["processes"]
+                .as_array()?
+                .iter()
+                .find(|p| p["pid"].as_u64() == Some(cpid as u64))?;
+            let ep = p["endpoints"]
+                .as_array()?
+                .iter()
+                .find(|e| e["kind"] == "qp" && e["tx_bytes"].as_u64() > Some(0))?;
+            Some((ep.clone(), j["node_matrix"].clone()))
+        });
+        if let Some(f) = found {
+            break f;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no QP of pid {cpid} with bytes in `attach --json --once` within 30 s; last:\n{}\n{}",
+            common::stdout_of(&o),
+            common::stderr_of(&o)
+        );
+    };
+    let out = common::wait_timeout(c, LIMIT);
+    assert!(out.status.success(), "client: {}", common::stderr_of(&out));
+    assert!(
+        common::wait_timeout(s, LIMIT).status.success(),
+        "the server failed"
+    );
+    let cout = common::stdout_of(&out);
+    let (cq, sq) = (
+        perftest_qpn(&cout, "local address"),
+        perftest_qpn(&cout, "remote address"),
+    );
+    assert_eq!(cq, sq, "the two hosts number their QPs alike");
+    assert_eq!(ep["label"], format!("qp 0x{cq:x}"));
+    assert_eq!(
+        ep["peer"],
+        json!({"rank": null, "traced": false, "address": address(Fabric::Roce, hosts[0], sq)}),
+        "attach's peer"
+    );
+    assert_eq!(matrix["labels"][1], "untraced", "{matrix}");
+    assert_eq!(
+        matrix["bytes"][0][0], 0,
+        "nothing on the diagonal: {matrix}"
+    );
+    assert!(
+        matrix["bytes"][0][1].as_u64() > Some(0),
+        "the bytes go to the untraced peer: {matrix}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -11,7 +11,9 @@
 //!   address (the preload's `event::LOCAL_ADDR_STATE` update) is the peer's address: never by
 //!   the QPN alone. QPNs are per device, so equal numbers on two hosts (or two NICs) are common:
 //!   a client whose untraced server had its own QPN was shown talking to itself (issue 36). A
-//!   QP whose own address is not known is matched only inside the process the hash named.
+//!   QP whose own address is not known is matched only inside the process the hash named, or
+//!   where the record has no address of the peer either (devx records made before addresses
+//!   were: the number alone, loopback first, only when unambiguous, as they always were read).
 //! - A peer that is not traced is named by its address ([`PeerAddr`]): `10.0.1.1 qp 0x10c`,
 //!   `lid 3 qp 0x10c`, or the host of a traced process on that port address; never as a
 //!   process.
@@ -201,8 +203,8 @@ impl Peers {
         let by_hash = self.owner(def.peer.addr_hash);
         let qp = match (def.qpn, def.peer.qpn) {
             (Some(local), Some(remote)) => {
-                self.qps
-                    .resolve(proc, local, remote, def.peer.addr_hash, by_hash)
+                let confirmed = def.peer.port_addr().map(|_| def.peer.addr_hash);
+                self.qps.resolve(proc, local, remote, confirmed, by_hash)
             }
             _ => None,
         };
@@ -277,27 +279,33 @@ impl QpIndex {
         self.by_qpn.entry(qpn).or_default().push(i);
     }
 
-    /// The QP that QP `local` of `proc`, connected to QPN `remote` at the address hashed into
-    /// `peer_hash` (`event::qp_addr_hash` of the peer's port address and `remote`), talks to.
+    /// The QP that QP `local` of `proc`, connected to QPN `remote`, talks to. `peer_hash` is
+    /// the peer's address as the record confirms it (`event::qp_addr_hash` of the peer's port
+    /// address and `remote`: `Peer::port_addr` checked it), None where the record has no
+    /// address of the peer that its hash confirms (devx QPs recorded before addresses were).
+    ///
     /// Candidates are the QPs numbered `remote` that did not connect elsewhere (their own peer
     /// QPN is `local` or not known) and whose own port address is the peer's: a QP whose
-    /// address is not known, or another, is no candidate, whatever its number. When the address
-    /// hash already named the process (`known_peer`), the answer is its QP numbered `remote`
-    /// (unless that QP's address is known and another); else the candidate in `proc` itself (a
-    /// loopback connection); else the only process's. None when several processes qualify (two
-    /// runs in one record): a wrong peer is worse than none.
+    /// address is known and another, or not known while the peer's is, is no candidate,
+    /// whatever its number. Only where neither address is in the record (those older devx
+    /// records: the fixtures of the GPU machine) does the number decide, among QPs of unknown
+    /// address. When the address hash already named the process (`known_peer`), the answer is
+    /// its QP numbered `remote` (unless that QP's address is known and another); else the
+    /// candidate in `proc` itself (a loopback connection); else the only process's. None when
+    /// several processes qualify (two runs in one record): a wrong peer is worse than none.
     pub fn resolve(
         &self,
         proc: u32,
         local: u32,
         remote: u32,
-        peer_hash: u64,
+        peer_hash: Option<u64>,
         known_peer: Option<u32>,
     ) -> Option<(u32, u32)> {
-        let at_peer = |x: &QpEntry| {
-            peer_hash != 0
-                && x.port
-                    .is_some_and(|g| qp_addr_hash(&g, remote) == peer_hash)
+        let at_peer = |x: &QpEntry| match (peer_hash, x.port) {
+            (Some(h), Some(g)) => qp_addr_hash(&g, remote) == h,
+            (Some(_), None) | (None, Some(_)) => false,
+            // Neither address in the record: the number alone, as such records always were.
+            (None, None) => true,
         };
         let cands = self
             .by_qpn
@@ -356,7 +364,7 @@ mod tests {
         // Process 5: a QP 0x50 whose own address is not known.
         q.add(5, 1, 0x50, None, None);
 
-        let h = qp_addr_hash;
+        let h = |g: &PortAddr, q: u32| Some(qp_addr_hash(g, q));
         assert_eq!(q.resolve(0, 0x10, 0x20, h(&b, 0x20), None), Some((1, 7)));
         assert_eq!(q.resolve(1, 0x20, 0x10, h(&a, 0x10), None), Some((0, 1)));
         // Loopback: each process's own QP, not the other host's equal number.
@@ -367,7 +375,18 @@ mod tests {
         assert_eq!(q.resolve(0, 0x30, 0x30, h(&b, 0x30), None), None);
         // No address to check against: the number alone names nobody.
         assert_eq!(q.resolve(0, 0x11, 0x50, h(&a, 0x50), None), None);
-        assert_eq!(q.resolve(0, 0x10, 0x20, 0, None), None);
+        // No peer address in the record either (a devx record from before addresses): only QPs
+        // of unknown address qualify, by number, as such records always did.
+        assert_eq!(q.resolve(0, 0x10, 0x20, None, None), None);
+        assert_eq!(q.resolve(0, 0x11, 0x50, None, None), Some((5, 1)));
+        q.add(7, 2, 0x60, Some(0x60), None);
+        q.add(8, 2, 0x60, Some(0x60), None);
+        assert_eq!(
+            q.resolve(7, 0x60, 0x60, None, None),
+            Some((7, 2)),
+            "loopback"
+        );
+        assert_eq!(q.resolve(9, 0x61, 0x60, None, None), None, "two processes");
         // The address hash named process 1: only its QPs count; one of unknown address too.
         assert_eq!(q.resolve(0, 0x10, 0x20, h(&b, 0x20), Some(1)), Some((1, 7)));
         assert_eq!(q.resolve(0, 0x10, 0x20, h(&b, 0x20), Some(2)), None);
