@@ -478,7 +478,6 @@ mod tests {
         assert_eq!(by_qpn.qp, Some((0, 2)));
         // An endpoint without a peer of its own: its address vector decides.
         let rdm = ep(3, 0, None, None);
-        assert_eq!(p.of(0, &rdm, &[0xb, 0xb]).process, None);
         let b2 = ident("b", &[0xb]);
         let c = ident("c", &[0xc]);
         let none: [(EndpointDef, Option<PortAddr>); 0] = [];
