@@ -555,6 +555,9 @@ impl Model {
             for s in &pr.snapshots {
                 m.apply(&key, Frame::Snapshot(s.clone()));
             }
+            if let Some(q) = pr.queues.last() {
+                m.apply(&key, Frame::Queues(q.clone()));
+            }
             let p = m.process_mut(&key);
             p.exited = true;
             p.said_bye = pr.end.is_some();

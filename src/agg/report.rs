@@ -150,6 +150,7 @@ impl Model {
                 .iter()
                 .map(|(k, p)| (p.identity.rank, k.host.as_str())),
         );
+        let hang = super::warnings::hang_ns();
         for (pi, (key, p)) in procs.iter().enumerate() {
             let Some(last) = p.last() else {
                 r.processes.push(ProcessReport::empty(key, p));
@@ -192,6 +193,12 @@ impl Model {
                     peer_text: def.map(|d| d.peer.text.clone()).unwrap_or_default(),
                     flow: Flow::default(),
                     ops: BTreeMap::new(),
+                    queue: p.queues.as_ref().and_then(|qs| {
+                        qs.queues
+                            .iter()
+                            .find(|q| q.ep == *ep)
+                            .map(|q| QueueReport::of(q, qs.at_ns, hang))
+                    }),
                 };
                 if let Some(d) = def {
                     er.peer = PeerRef::of(&procs, &peers.of(pi as u32, d, p.av_of(*ep)));
@@ -223,7 +230,49 @@ impl Model {
         r.node_matrix = m.node;
         r.messages = self.messages.clone();
         r.hosts = self.links.clone();
+        r.stalls = self.stall_reports(hang);
         r
+    }
+
+    /// The stalled edges at the newest data (none unless some process reports send work
+    /// outstanding).
+    pub fn stall_reports(&self, threshold_ns: u64) -> Vec<StallReport> {
+        let outstanding = self.processes.values().any(|p| {
+            p.queues
+                .as_ref()
+                .is_some_and(|q| q.queues.iter().any(|s| s.sq_outstanding() > 0))
+        });
+        if !outstanding {
+            return Vec::new();
+        }
+        let at = super::at::ModelAt::new(
+            self,
+            &super::at::AtOptions {
+                detail: super::at::Detail::Processes,
+                ..Default::default()
+            },
+        );
+        // A live model judges the processes that report; a record, each process as it ended.
+        let live = self.processes.values().any(|p| !p.exited);
+        let scope = if live {
+            super::stalls::Scope::Reporting
+        } else {
+            super::stalls::Scope::AtTheirEnd
+        };
+        super::stalls::stalls_in(&at, threshold_ns, scope)
+            .into_iter()
+            .map(|s| StallReport {
+                host: s.host.clone(),
+                pid: s.pid,
+                rank: s.rank,
+                peer: s.peer.text(),
+                qpn: s.qpn,
+                qps: s.qps,
+                outstanding: s.outstanding,
+                stalled_s: s.stalled_ns as f64 / 1e9,
+                text: s.text(),
+            })
+            .collect()
     }
 }
 
@@ -324,6 +373,95 @@ pub struct EndpointReport {
     pub flow: Flow,
     /// By operation name: calls and payload bytes.
     pub ops: BTreeMap<String, OpTotals>,
+    /// Outstanding work of a verbs QP or SRQ (absent for other endpoints, and for processes
+    /// whose preload sends no queues).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub queue: Option<QueueReport>,
+}
+
+/// A QP's (or SRQ's) work queues as its process last reported them (`queue::QueueState`): counts
+/// cumulative, ages in seconds at `at_ns`.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct QueueReport {
+    /// CLOCK_REALTIME ns of the interval these figures are from.
+    pub at_ns: u64,
+    /// live | error | destroyed
+    pub health: &'static str,
+    pub sq_posted: u64,
+    pub sq_completed: u64,
+    pub sq_outstanding: u64,
+    /// Seconds the oldest outstanding send work request has waited since it was posted.
+    pub sq_oldest_s: f64,
+    /// Seconds with send work outstanding and no send completion.
+    pub sq_stalled_s: f64,
+    pub rq_posted: u64,
+    pub rq_completed: u64,
+    pub rq_outstanding: u64,
+    pub rq_oldest_s: f64,
+    /// Seconds since the last completion (null: none yet).
+    pub last_completion_s: Option<f64>,
+    /// Error completions by status name ("transport retry exceeded": 1, "flushed": 127).
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub errors: BTreeMap<String, u64>,
+    /// Send completions beyond the work sigmatop saw posted (counted, never guessed into the
+    /// counts).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub unmatched: u64,
+    /// Its CQ is polled through ibv_start_poll (not seen): completions unknown, never stalled.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub blind: bool,
+    /// Stalled at the hang threshold.
+    pub stalled: bool,
+}
+
+impl QueueReport {
+    pub fn of(q: &crate::queue::QueueState, at_ns: u64, threshold_ns: u64) -> QueueReport {
+        use crate::queue::QueueHealth;
+        let s = |ns: u64| ns as f64 / 1e9;
+        QueueReport {
+            at_ns,
+            health: match q.health {
+                QueueHealth::Live => "live",
+                QueueHealth::Error => "error",
+                QueueHealth::Destroyed => "destroyed",
+            },
+            sq_posted: q.sq_posted,
+            sq_completed: q.sq_completed,
+            sq_outstanding: q.sq_outstanding(),
+            sq_oldest_s: s(q.sq_oldest_ns),
+            sq_stalled_s: s(q.sq_stalled_ns),
+            rq_posted: q.rq_posted,
+            rq_completed: q.rq_completed,
+            rq_outstanding: q.rq_outstanding(),
+            rq_oldest_s: s(q.rq_oldest_ns),
+            last_completion_s: q.last_completion_ns.map(s),
+            errors: q
+                .errors
+                .iter()
+                .map(|(st, n)| (crate::queue::status_name(*st).to_string(), *n))
+                .collect(),
+            unmatched: q.unmatched,
+            blind: q.blind,
+            stalled: q.stalled(threshold_ns),
+        }
+    }
+}
+
+/// A stalled edge as the JSON reports it (`agg::stalls::Stall`).
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct StallReport {
+    pub host: String,
+    pub pid: u32,
+    pub rank: Option<u32>,
+    /// The peer: "node2 r1 pid 4712", or its address when it is not traced.
+    pub peer: String,
+    pub qpn: Option<u32>,
+    /// Stalled QPs of this edge (the one named included).
+    pub qps: u32,
+    pub outstanding: u64,
+    pub stalled_s: f64,
+    /// The warning's text.
+    pub text: String,
 }
 
 #[derive(Clone, Debug, Default, Serialize)]
@@ -425,6 +563,10 @@ pub struct Report {
     /// `attach HOST...`: every remote host with the state of its link (absent otherwise).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub hosts: Vec<super::model::HostLink>,
+    /// Stalled edges at the newest data: QPs with send work outstanding and no completion past
+    /// the hang threshold (absent when none).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub stalls: Vec<StallReport>,
 }
 
 impl Report {

@@ -108,6 +108,9 @@ pub struct Warning {
     pub value: f64,
     /// Processes concerned (drops), 0 when not counted.
     pub processes: u64,
+    /// A shorter text for a status line, where the kind has one (a stalled edge): empty
+    /// otherwise.
+    pub short: String,
 }
 
 /// A rule over the state at a view time.
@@ -152,6 +155,7 @@ impl Rule for StalledEdges {
                 subject: s.text(),
                 value: s.stalled_ns as f64 / 1e9,
                 processes: 1,
+                short: s.short_text(),
             });
         }
     }
@@ -170,6 +174,7 @@ impl Rule for HungCollective {
                 subject,
                 value: h.open_ns as f64 / 1e9,
                 processes: 0,
+                short: String::new(),
             });
         }
     }
@@ -198,6 +203,7 @@ impl Rule for Failed {
                     ),
                     value: e.errors as f64,
                     processes: 0,
+                    short: String::new(),
                 });
             }
         }
@@ -228,6 +234,7 @@ impl Rule for IdleWithPosted {
                     subject: format!("QP {id} ({})", a.key.host),
                     value: n as f64,
                     processes: 0,
+                    short: String::new(),
                 });
             }
         }
@@ -270,6 +277,7 @@ impl Rule for Drops {
                 subject: String::new(),
                 value: total as f64,
                 processes: lost.iter().filter(|n| **n > 0).count() as u64,
+                short: String::new(),
             });
         }
         let frames = at
@@ -284,6 +292,7 @@ impl Rule for Drops {
                 subject: String::new(),
                 value: frames as f64,
                 processes: 0,
+                short: String::new(),
             });
         }
     }
@@ -303,6 +312,7 @@ impl Rule for Skew {
                             subject: name(i),
                             value: ratio,
                             processes: 0,
+                            short: String::new(),
                         });
                     }
                 }
@@ -346,6 +356,7 @@ impl Rule for DoorbellStorm {
                     subject: format!("{} {} GPU{}", g.host, who, g.gpu),
                     value: g.doorbells_per_s,
                     processes: 0,
+                    short: String::new(),
                 });
             }
         }
@@ -363,6 +374,7 @@ impl Rule for DoorbellStorm {
                     subject: format!("QP {id} ({})", a.key.host),
                     value: e.doorbells_per_s,
                     processes: 0,
+                    short: String::new(),
                 });
             }
         }

@@ -363,6 +363,7 @@ pub fn build_sections_into(
         .map(|w| Warning {
             kind: warning_kind(w.kind),
             message: warning_text(w),
+            short: w.short.clone(),
         })
         .collect();
     (vm.history_pos, vm.history_len) = history_position(model, opts.at);
@@ -502,6 +503,27 @@ fn fill_endpoint_row(row: &mut EndpointRow, at: &ModelAt, e: &EndpointAt) {
     row.refused = e.tot.refused;
     row.errors = sums.map_or(0, |s| s.errors);
     row.unattributed = e.unattributed();
+    row.queue = p.queues.as_ref().and_then(|qs| {
+        let q = qs.get(e.ep)?;
+        let q = crate::agg::stalls::queue_at(q, qs.at_ns, at.t.max(qs.at_ns));
+        let r = crate::agg::report::QueueReport::of(&q, qs.at_ns, warnings::hang_ns());
+        // A process that stopped reporting is not judged (the warnings say it is silent).
+        let judged = crate::agg::stalls::reporting(at, e.proc as usize);
+        Some(sigmatop_tui::QueueRow {
+            sq_outstanding: r.sq_outstanding,
+            sq_posted: r.sq_posted,
+            sq_completed: r.sq_completed,
+            sq_oldest_s: r.sq_oldest_s,
+            sq_stalled_s: r.sq_stalled_s,
+            rq_outstanding: r.rq_outstanding,
+            rq_oldest_s: r.rq_oldest_s,
+            last_completion_s: r.last_completion_s,
+            errors: r.errors.into_iter().collect(),
+            health: r.health.to_string(),
+            stalled: r.stalled && judged,
+            blind: r.blind,
+        })
+    });
 }
 
 fn matrix(m: RateMatrix) -> Matrix {

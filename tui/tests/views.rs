@@ -173,6 +173,7 @@ fn history_and_error_message() {
         sigmatop_tui::Warning {
             kind: sigmatop_tui::WarningKind::Drops,
             message: "1 socket frames lost".into(),
+            ..Default::default()
         },
     );
     for (w, h) in SIZES {
@@ -753,11 +754,15 @@ fn collectives() {
 #[test]
 fn hung_collective_warning() {
     let mut vm = sample_view_model();
+    // The hung collective alone (the sample's stalled edge would come first).
+    vm.warnings
+        .retain(|w| w.kind != sigmatop_tui::WarningKind::StalledEdge);
     vm.warnings.insert(
         0,
         sigmatop_tui::Warning {
             kind: sigmatop_tui::WarningKind::HungCollective,
             message: "AllReduce #225 waits for r3 (silent) 3.4s · comm 7f3a1b2c".into(),
+            ..Default::default()
         },
     );
     for (w, h) in SIZES {

@@ -398,7 +398,7 @@ mod tests {
         assert_eq!(t.overrun.load(Ordering::Relaxed), 0);
         // Mixed and deeper than the ring: lower bounds, counted.
         let t = SqTrack::new();
-        for i in 0..2 * RING as u64 {
+        for i in 0..4 * RING as u64 {
             t.posted(i % 2 == 1);
         }
         t.completed();
