@@ -236,6 +236,16 @@ impl AgeTracker {
         out.last_completion_ns = t.last_completion.map(|l| now_ns.saturating_sub(l));
     }
 
+    /// Reads queue `ep`'s send counts between intervals (the collector's drains, every few ms), so
+    /// that its send ages are that precise rather than an interval's.
+    pub fn tick_sq(&mut self, ep: u32, now_ns: u64, posted: u64, completed: u64) {
+        let t = self.queues.entry(ep).or_default();
+        if completed != t.sq.completed {
+            t.last_completion = Some(now_ns);
+        }
+        t.sq.step(now_ns, posted, completed);
+    }
+
     /// Forgets queue `ep` (destroyed and reported).
     pub fn forget(&mut self, ep: u32) {
         self.queues.remove(&ep);
@@ -331,6 +341,18 @@ mod tests {
         let q = step(&mut t, 3002 * MS, 2000, 1800);
         assert!(q.sq_oldest_ns <= 1201 * MS, "{}", q.sq_oldest_ns);
         assert_eq!(q.sq_stalled_ns, 0);
+    }
+
+    #[test]
+    fn ticks_between_intervals_make_the_ages_finer() {
+        let mut t = AgeTracker::new();
+        step(&mut t, 0, 100, 100);
+        // Completions stop 5 ms into the interval; a tick sees the last one there.
+        t.tick_sq(7, 5 * MS, 120, 110);
+        t.tick_sq(7, 10 * MS, 120, 110);
+        let q = step(&mut t, 250 * MS, 120, 110);
+        assert_eq!((q.sq_oldest_ns, q.sq_stalled_ns), (245 * MS, 245 * MS));
+        assert_eq!(q.last_completion_ns, Some(245 * MS));
     }
 
     #[test]

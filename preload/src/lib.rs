@@ -119,7 +119,7 @@ extern "C" fn sigmatop_init() {
         fork::install(FORK_HOLDS, FORK_CHILD);
         lifecycle::install(BEFORE_FINAL_FLUSH);
         collector::live_frame(|| nccl::live().map(sigmatop::wire::Frame::Nccl));
-        collector::queue_source(ibverbs::queues);
+        collector::queue_source(ibverbs::queues, ibverbs::queues_tick);
         if config::fault() == config::Fault::Init {
             panic!("injected init fault (SIGMATOP_TEST_FAULT=init)");
         }

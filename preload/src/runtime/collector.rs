@@ -75,10 +75,15 @@ pub fn live_frame(f: fn() -> Option<Frame>) {
 /// installs the layer's; the runtime names no layer). Sent live and recorded.
 static QUEUES: std::sync::OnceLock<fn(&Snapshot) -> Option<Queues>> = std::sync::OnceLock::new();
 
-/// Installs the per-interval queue source (constructor only; a second call changes nothing).
-pub fn queue_source(f: fn(&Snapshot) -> Option<Queues>) {
+/// Installs the per-interval queue source and its per-drain tick (constructor only; a second
+/// call changes nothing).
+pub fn queue_source(f: fn(&Snapshot) -> Option<Queues>, tick: fn()) {
     let _ = QUEUES.set(f);
+    let _ = QUEUE_TICK.set(tick);
 }
+
+/// Called after each drain (every few ms): queue ages finer than an interval.
+static QUEUE_TICK: std::sync::OnceLock<fn()> = std::sync::OnceLock::new();
 
 /// Whether an interval's queues go to the record: when a count or a state changed since the last
 /// recorded one, or while send work is outstanding (its ages are what a stall is read from).
@@ -714,6 +719,9 @@ fn run() {
         c.publish_definitions();
         let flush = stopping || last_flush.elapsed() >= FLUSH_EVERY;
         let fullest = c.drain(flush);
+        if let Some(tick) = QUEUE_TICK.get() {
+            tick();
+        }
         if flush {
             last_flush = Instant::now();
         }
@@ -765,7 +773,8 @@ fn run() {
     };
     c.record(&end);
     if let Some(dir) = &config::paths().final_dir {
-        crate::runtime::final_state::write(dir, &c.identity, clock::sample(), &snap);
+        let queues = QUEUES.get().and_then(|f| f(&snap));
+        crate::runtime::final_state::write(dir, &c.identity, clock::sample(), &snap, queues);
     }
     if let Some(s) = c.server.as_mut() {
         s.broadcast(&Frame::Bye {

@@ -71,7 +71,7 @@ pub(crate) use control::define_cq;
 pub use control::{lid_as_gid, local_addr, qp_addr_hash};
 pub use exports::hooks;
 pub use patch::patch_context;
-pub use queues::{collect as queues, reset_after_fork as queues_after_fork};
+pub use queues::{collect as queues, reset_after_fork as queues_after_fork, tick as queues_tick};
 
 const SONAMES: &[&CStr] = &[c"libibverbs.so.1", c"libibverbs.so"];
 

@@ -251,6 +251,24 @@ pub fn on_destroyed(ep: u32) {
     }
 }
 
+/// Between intervals (each collector drain, every few ms): the send counts of every tracked QP,
+/// so that a stall's age is that precise. A try-lock: a drain never waits for the control path.
+pub fn tick() {
+    let Ok(mut g) = BOOK.try_lock() else { return };
+    let Some(b) = g.as_mut() else { return };
+    let now = crate::runtime::clock::mono_ns();
+    for &ep in &b.tracked {
+        if let Some(t) = track(ep) {
+            b.ages.tick_sq(
+                ep,
+                now,
+                t.posted.load(Ordering::Relaxed),
+                t.completed.load(Ordering::Relaxed),
+            );
+        }
+    }
+}
+
 /// The receive counts of endpoint `ep` in a snapshot's counters (sorted by endpoint, op).
 fn receives(counts: &[OpCount], ep: u32) -> (u64, u64) {
     let from = counts.partition_point(|c| c.ep < ep);
