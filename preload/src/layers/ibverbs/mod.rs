@@ -68,7 +68,7 @@ use core::sync::atomic::{AtomicU64, Ordering};
 pub use context::{device_gid, device_lid, note_device};
 #[cfg(feature = "bench")]
 pub(crate) use control::define_cq;
-pub use control::{lid_as_gid, qp_addr_hash};
+pub use control::{lid_as_gid, local_addr, qp_addr_hash};
 pub use exports::hooks;
 pub use patch::patch_context;
 pub use queues::{collect as queues, reset_after_fork as queues_after_fork, tick as queues_tick};
