@@ -75,6 +75,23 @@ pub use queues::{collect as queues, reset_after_fork as queues_after_fork, tick 
 
 const SONAMES: &[&CStr] = &[c"libibverbs.so.1", c"libibverbs.so"];
 
+/// The benchmark's fake QP `id` of `ctx`, QP number `qpn`, as `ibv_create_qp` leaves a real one:
+/// its completions found by number, its send queue followed.
+#[cfg(feature = "bench")]
+pub(crate) fn bench_qp(ctx: *mut core::ffi::c_void, qpn: u32, id: u32) {
+    context::note_qp(
+        ctx as *mut abi::IbvContext,
+        qpn,
+        context::RecvTarget {
+            ep: id,
+            srq: false,
+            ud: false,
+            qp: id,
+        },
+    );
+    queues::on_created(id, false, 0);
+}
+
 /// The verbs layer's locks, for `fork::prepare`.
 pub fn hold_for_fork(h: &mut crate::runtime::held::Held) {
     control::hold_for_fork(h);
