@@ -94,6 +94,8 @@ pub struct ProcessState {
     /// Outstanding work per verbs QP, as its latest `Frame::Queues` said (none: it posted on
     /// no verbs QP, or its preload sends no queues).
     pub queues: Option<crate::queue::Queues>,
+    /// Where its NCCL communicators wait, as its latest `Frame::NcclWaits` said.
+    pub nccl_waits: Option<crate::nccl::live::NcclWaits>,
 }
 
 impl ProcessState {
@@ -172,6 +174,7 @@ impl ProcessState {
             Frame::Missed { frames, events } => self.missed = (frames, events),
             Frame::Nccl(n) => self.nccl = Some(n),
             Frame::Queues(q) => self.queues = Some(q),
+            Frame::NcclWaits(w) => self.nccl_waits = Some(w),
         }
     }
 
@@ -381,6 +384,7 @@ impl Model {
                 | Frame::Missed { .. }
                 | Frame::Nccl(_)
                 | Frame::Queues(_)
+                | Frame::NcclWaits(_)
         ) {
             self.topology += 1;
         }

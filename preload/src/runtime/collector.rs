@@ -62,12 +62,12 @@ extern "C" fn after_fork_in_child() {
 /// written so far: the benchmark entry points' slow disk (bench.rs). Unset in the shipped library.
 static AFTER_CHUNK: std::sync::OnceLock<fn(u64)> = std::sync::OnceLock::new();
 
-/// A layer's own live frame, sent after each snapshot (NCCL's collectives: lib.rs installs it;
-/// the runtime names no layer).
-static LIVE_FRAME: std::sync::OnceLock<fn() -> Option<Frame>> = std::sync::OnceLock::new();
+/// A layer's own live frames, sent after each snapshot (NCCL's collectives and where they wait:
+/// lib.rs installs it; the runtime names no layer).
+static LIVE_FRAME: std::sync::OnceLock<fn(&mut Vec<Frame>)> = std::sync::OnceLock::new();
 
-/// Installs the per-snapshot live frame (constructor only; a second call changes nothing).
-pub fn live_frame(f: fn() -> Option<Frame>) {
+/// Installs the per-snapshot live frames (constructor only; a second call changes nothing).
+pub fn live_frame(f: fn(&mut Vec<Frame>)) {
     let _ = LIVE_FRAME.set(f);
 }
 
@@ -658,8 +658,12 @@ impl Collector {
             if let Some(q) = queues {
                 s.broadcast(&Frame::Queues(q));
             }
-            if let Some(frame) = LIVE_FRAME.get().and_then(|f| f()) {
-                s.broadcast(&frame);
+            if let Some(f) = LIVE_FRAME.get() {
+                let mut frames = Vec::new();
+                f(&mut frames);
+                for frame in &frames {
+                    s.broadcast(frame);
+                }
             }
         }
         self.live_events.clear();
