@@ -390,7 +390,9 @@ pub struct QueueReport {
     pub sq_posted: u64,
     pub sq_completed: u64,
     pub sq_outstanding: u64,
-    /// Seconds the oldest outstanding send work request has waited since it was posted.
+    /// Signaled send work requests whose completion has not come (what the program awaits).
+    pub sq_signaled_outstanding: u64,
+    /// Seconds the oldest outstanding signaled send work request has waited since it was posted.
     pub sq_oldest_s: f64,
     /// Seconds with send work outstanding and no send completion.
     pub sq_stalled_s: f64,
@@ -428,6 +430,7 @@ impl QueueReport {
             sq_posted: q.sq_posted,
             sq_completed: q.sq_completed,
             sq_outstanding: q.sq_outstanding(),
+            sq_signaled_outstanding: q.sq_signaled_outstanding,
             sq_oldest_s: s(q.sq_oldest_ns),
             sq_stalled_s: s(q.sq_stalled_ns),
             rq_posted: q.rq_posted,

@@ -262,8 +262,8 @@ pub fn tick() {
             b.ages.tick_sq(
                 ep,
                 now,
-                t.posted.load(Ordering::Relaxed),
-                t.completed.load(Ordering::Relaxed),
+                t.sig_posted.load(Ordering::Acquire),
+                t.sig_done.load(Ordering::Relaxed),
             );
         }
     }
@@ -301,6 +301,8 @@ pub fn collect(snap: &Snapshot) -> Option<Queues> {
             let c = QueueCounts {
                 sq_posted: t.posted.load(Ordering::Relaxed),
                 sq_completed: t.completed.load(Ordering::Relaxed),
+                sq_signaled: t.sig_posted.load(Ordering::Acquire),
+                sq_signaled_done: t.sig_done.load(Ordering::Relaxed),
                 rq_posted,
                 rq_completed,
             };
