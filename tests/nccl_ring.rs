@@ -415,6 +415,49 @@ fn calls_of(record: &Path, pid: u32) -> Option<(u64, u64, Option<u64>)> {
     Some((c.started, c.completed, c.oldest_open.map(|o| o.seq)))
 }
 
+/// Rank `pid`'s steps of call `seq` on `channel`, send or receive side, that have not stopped,
+/// each with the last state NCCL's calls recorded for it (none: 0), from its plugin file.
+fn open_steps(record: &Path, pid: u32, seq: u64, channel: u64, send: bool) -> Vec<(u64, u8)> {
+    use format::{etype, kind};
+    let name = format!("nccl-{pid}.stn");
+    let Some(path) = std::fs::read_dir(record).ok().and_then(|d| {
+        d.flatten()
+            .map(|h| h.path().join(&name))
+            .find(|p| p.is_file())
+    }) else {
+        return vec![];
+    };
+    let recs = format::decode(&std::fs::read(path).unwrap_or_default()).recs;
+    let starts = |t: u8| {
+        recs.iter()
+            .filter(move |r| r.kind() == kind::START && r.etype() == t)
+    };
+    let Some(call) = starts(etype::COLL).find(|r| r.p(0) == seq).map(|r| r.id()) else {
+        return vec![];
+    };
+    let Some(op) = starts(etype::PROXY_OP)
+        .find(|r| r.parent() == call && r.p(1) == channel && (r.p(5) == 1) == send)
+        .map(|r| r.id())
+    else {
+        return vec![];
+    };
+    starts(etype::PROXY_STEP)
+        .filter(|r| r.parent() == op)
+        .filter(|st| {
+            !recs
+                .iter()
+                .any(|r| r.kind() == kind::STOP && r.id() == st.id())
+        })
+        .map(|st| {
+            let last = recs
+                .iter()
+                .rfind(|r| r.kind() == kind::STATE && r.id() == st.id())
+                .map_or(0, |r| r.state());
+            (st.p(0), last)
+        })
+        .collect()
+}
+
 /// `sigmatop attach --json --once` over `sock` until `ok` holds of its JSON.
 fn attach_until(
     sock: &Path,
@@ -452,10 +495,15 @@ fn a_held_edge_keeps_every_rank_in_the_call() {
         iters: 1000,
     };
     // Rank 1's data writes to rank 2 (host 3) are the WQEs that count (TESTNIC_STALL_PEER: a
-    // process-wide stall would also hold rank 1's FIFO credits to rank 0, a second edge): C x
-    // 2(R-1) = 12 per call, so after K = 29 calls #0 and #1 completed and #2 is under way.
+    // process-wide stall would also hold rank 1's FIFO credits to rank 0, and then rank 0 waits
+    // for credit and rank 1 for data, with no data write to rank 2 necessarily held): C x 2(R-1)
+    // = 12 per call. K = 2 x 12 + 4: calls #0 and #1 complete and #2 is under way everywhere.
+    // Why 4: rank 0's last receive of a call needs rank 1's send step 3 (it travels 1 → 2 →
+    // 3 → 0), so rank 0 would complete call #2 once steps 0..3 of both channels ran (8 writes):
+    // at most 7 may; 4 also leaves 4 for the NIC taking one channel's call-#2 writes before the
+    // other channel's last of call #1.
     let per_call = shape.channels * shape.steps();
-    let (held_call, into) = (2u64, 5u64);
+    let (held_call, into) = (2u64, 4u64);
     let k = held_call * per_call + into;
     let ctx = format!("{shape:?}, rank 1 TESTNIC_STALL={k}:0 TESTNIC_STALL_PEER=3");
     let dir = common::scratch("nccl-ring-stall");
@@ -503,6 +551,26 @@ fn a_held_edge_keeps_every_rank_in_the_call() {
                 start.elapsed() < LIMIT,
                 "{ctx}: rank {r}: (started, completed, oldest open) = {got:?}, want ({}, {held_call}, Some({held_call}))",
                 held_call + 1
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    // What NCCL's calls say of that edge: rank 1's send step of the held write sits in SendWait
+    // (posted, never completed), rank 2's receive of it in RecvWait (posted, credit sent).
+    for (r, send, state) in [
+        (1, true, format::state::SEND_WAIT),
+        (2, false, format::state::RECV_WAIT),
+    ] {
+        let start = Instant::now();
+        loop {
+            let open = open_steps(&trace.record, pids[r], held_call, channel, send);
+            if open.iter().any(|&(_, s)| s == state) {
+                break;
+            }
+            assert!(
+                start.elapsed() < LIMIT,
+                "{ctx}: rank {r} ch {channel} call #{held_call}: no open step in state {state}: {open:?}"
             );
             std::thread::sleep(Duration::from_millis(50));
         }
@@ -560,7 +628,6 @@ fn a_held_edge_keeps_every_rank_in_the_call() {
     // also names every rank's receive-side QP (its unsignaled FIFO writes since the last
     // signaled one, see `an_idle_healthy_ring_names_no_stalled_edge`), so "only this edge" is
     // not asserted yet: assert `stalls.len() == 1` once that is fixed.
-    let _ = channel;
 
     // No rank got past the held call; all four are still running (their guards end them).
     for (r, k) in ring.iter().enumerate() {

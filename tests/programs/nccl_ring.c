@@ -33,9 +33,10 @@
  * the proxy operations handed to the proxy thread (ncclProxyStart), stopEvent(Coll),
  * stopEvent(Group), stopEvent(GroupApi); the host call returns and the host waits for the
  * "kernel" (cudaStreamSynchronize). Each stop/state is only called on a non-null handle, as NCCL
- * does. Proxy thread, per channel and side, when it takes the operation: startEvent ProxyOp
- * (parent = the Coll handle, pid, channelId, peer, nSteps = 2(R-1), chunkSize, isSend),
- * recordEventState(ProxyOpInProgress); per step, send side: startEvent ProxyStep + SendGPUWait
+ * does. Proxy thread, per channel and side, when it takes the operation (ProxyAppend, maybe
+ * after the Coll stop, as in NCCL): startEvent ProxyOp (parent = the Coll handle, pid, channelId,
+ * peer, nSteps = 2(R-1), chunkSize, isSend); recordEventState(ProxyOpInProgress) when it starts
+ * progressing (here: once the connection's previous operation ended); per step, send side: startEvent ProxyStep + SendGPUWait
  * when the buffer goes to the "GPU"; SendPeerWait on every poll for the receiver's credit once the
  * data is there; SendWait right after ibv_post_send of the data; stopEvent when its completion is
  * polled. Receive side: startEvent ProxyStep, irecv (post_recv + FIFO write), RecvWait;
@@ -284,7 +285,8 @@ struct recv_conn {
 	struct req reqs[FIFO_SLOTS];
 };
 
-/* One proxy operation (one "sub" of NCCL's ncclProxyArgs). */
+/* One proxy operation (one "sub" of NCCL's ncclProxyArgs): appended (its ProxyOp event
+ * started) when the proxy thread takes the call, active once it is its connection's oldest. */
 struct op {
 	int active, seq, is_send, nsteps;
 	uint64_t base;
@@ -299,7 +301,9 @@ struct op {
 struct channel {
 	struct send_conn s;
 	struct recv_conn r;
-	struct op sop, rop;
+	/* Operations appended per side, in call order: [cur, taken) of a ring of PENDING. */
+	struct op sops[4], rops[4]; /* PENDING */
+	int s_cur, s_taken, r_cur, r_taken;
 	/* "GPU" state of this channel: the call it works on, the steps it produced and consumed */
 	int g_seq, g_prod, g_cons;
 };
@@ -311,7 +315,7 @@ static struct channel *ch;
 static float *sendbuf, *recvbuf;
 
 /* Host → proxy: calls posted (the Coll handle of each) and how far the "kernel" got. */
-#define PENDING 4
+#define PENDING 4 /* calls between the host and the proxy: at most 2 per side at a time */
 static void *pending_coll[PENDING];
 static int posted_calls;   /* written by the host (release) */
 static int *kernel_done;   /* per channel: calls whose GPU work finished (proxy writes) */
@@ -432,16 +436,14 @@ static int test(struct ibv_cq *cq, struct req *reqs, int qi, int *size)
 }
 
 /* ---- The proxy thread: NCCL's sendProxyProgress / recvProxyProgress for one sub each. ---- */
-static void op_begin(struct op *o, int is_send, int seq, void *coll, int c, uint64_t *conn_step)
+/* ProxyAppend (ncclProxyOpToArgs): the operation's event starts when the proxy takes it. */
+static void op_append(struct op *o, int is_send, int seq, void *coll, int c)
 {
 	memset(o, 0, sizeof *o);
-	o->active = 1;
 	o->is_send = is_send;
 	o->seq = seq;
 	o->coll = coll;
 	o->nsteps = NST;
-	o->base = *conn_step; /* sliceSteps 1 here: no rounding */
-	*conn_step = o->base + (uint64_t)o->nsteps;
 	descr_t d;
 	memset(&d, 0, sizeof d);
 	d.type = ProfileProxyOp;
@@ -454,7 +456,21 @@ static void op_begin(struct op *o, int is_send, int seq, void *coll, int c, uint
 	d.proxyOp.chunkSize = (int)CHUNK;
 	d.proxyOp.isSend = is_send;
 	o->handle = p_start(&d);
+}
+
+/* The first progress call (ncclProxyOpReady → Progress): its steps follow the connection's. */
+static void op_activate(struct op *o, uint64_t *conn_step)
+{
+	o->active = 1;
+	o->base = *conn_step; /* sliceSteps 1 here: no rounding */
+	*conn_step = o->base + (uint64_t)o->nsteps;
 	p_state(o->handle, OpInProgress, 0);
+}
+
+/* The oldest operation of a side, or NULL. */
+static struct op *current(struct op *ring, int cur, int taken)
+{
+	return cur < taken ? &ring[cur % PENDING] : NULL;
 }
 
 static void *step_start(struct op *o, int step)
@@ -482,20 +498,23 @@ static void step_stop(struct op *o, int step)
 	o->steps[step % NSTEPS] = NULL;
 }
 
-static void op_end(struct op *o)
+static void op_end(struct op *o, int *cur)
 {
 	p_stop(o->handle);
 	o->handle = NULL;
 	o->active = 0;
+	(*cur)++;
 }
 
 /* One pass over a send operation; 1 when it did something. */
 static int send_progress(struct channel *k)
 {
-	struct op *o = &k->sop;
+	struct op *o = current(k->sops, k->s_cur, k->s_taken);
 	struct send_conn *sc = &k->s;
-	if (!o->active)
+	if (!o)
 		return 0;
+	if (!o->active)
+		op_activate(o, &sc->step);
 	if (o->posted < o->nsteps && o->posted < o->done + NSTEPS) {
 		int s = o->posted;
 		step_start(o, s);
@@ -522,7 +541,7 @@ static int send_progress(struct channel *k)
 			o->done++;
 			step_stop(o, s);
 			if (o->done == o->nsteps)
-				op_end(o);
+				op_end(o, &k->s_cur);
 			return 1;
 		}
 	}
@@ -531,10 +550,12 @@ static int send_progress(struct channel *k)
 
 static int recv_progress(struct channel *k, int c)
 {
-	struct op *o = &k->rop;
+	struct op *o = current(k->rops, k->r_cur, k->r_taken);
 	struct recv_conn *rc = &k->r;
-	if (!o->active)
+	if (!o)
 		return 0;
+	if (!o->active)
+		op_activate(o, &rc->step);
 	if (o->posted < o->nsteps && o->posted < o->done + NSTEPS) {
 		int s = o->posted;
 		step_start(o, s);
@@ -569,7 +590,7 @@ static int recv_progress(struct channel *k, int c)
 		did = 1;
 	}
 	if (o->done == o->nsteps) {
-		op_end(o);
+		op_end(o, &k->r_cur);
 		did = 1;
 	}
 	return did;
@@ -597,8 +618,12 @@ static int gpu_progress(struct channel *k, int c, int calls)
 	int did = 0;
 	if (k->g_seq >= calls)
 		return 0;
-	struct op *so = k->sop.active && k->sop.seq == k->g_seq ? &k->sop : NULL;
-	struct op *ro = k->rop.active && k->rop.seq == k->g_seq ? &k->rop : NULL;
+	struct op *so = current(k->sops, k->s_cur, k->s_taken);
+	struct op *ro = current(k->rops, k->r_cur, k->r_taken);
+	if (so && (!so->active || so->seq != k->g_seq))
+		so = NULL;
+	if (ro && (!ro->active || ro->seq != k->g_seq))
+		ro = NULL;
 	if (k->g_prod == 0) {
 		if (!so || so->posted == 0)
 			return 0;
@@ -645,30 +670,29 @@ static int gpu_progress(struct channel *k, int c, int calls)
 static void *proxy_thread(void *arg)
 {
 	(void)arg;
-	int taken_s[64] = {0}, taken_r[64] = {0};
 	long idle = 0;
 	for (;;) {
 		int calls = __atomic_load_n(&posted_calls, __ATOMIC_ACQUIRE);
 		int busy = 0, all_idle = 1;
 		for (int c = 0; c < C; c++) {
 			struct channel *k = &ch[c];
-			/* ProxyAppend: the next call's operations, in order per connection. */
-			if (!k->sop.active && taken_s[c] < calls) {
-				void *coll = pending_coll[taken_s[c] % PENDING];
-				op_begin(&k->sop, 1, taken_s[c], coll, c, &k->s.step);
-				taken_s[c]++;
+			/* ProxyAppend: the calls posted since, send then receive operation. */
+			while (k->s_taken < calls) {
+				void *coll = pending_coll[k->s_taken % PENDING];
+				op_append(&k->sops[k->s_taken % PENDING], 1, k->s_taken, coll, c);
+				k->s_taken++;
 				busy = 1;
 			}
-			if (!k->rop.active && taken_r[c] < calls) {
-				void *coll = pending_coll[taken_r[c] % PENDING];
-				op_begin(&k->rop, 0, taken_r[c], coll, c, &k->r.step);
-				taken_r[c]++;
+			while (k->r_taken < calls) {
+				void *coll = pending_coll[k->r_taken % PENDING];
+				op_append(&k->rops[k->r_taken % PENDING], 0, k->r_taken, coll, c);
+				k->r_taken++;
 				busy = 1;
 			}
 			busy |= send_progress(k);
 			busy |= recv_progress(k, c);
 			busy |= gpu_progress(k, c, calls);
-			if (k->sop.active || k->rop.active)
+			if (k->s_cur < k->s_taken || k->r_cur < k->r_taken)
 				all_idle = 0;
 		}
 		if (all_idle && __atomic_load_n(&quit, __ATOMIC_ACQUIRE))
