@@ -515,7 +515,7 @@ fn a_held_edge_keeps_every_rank_in_the_call() {
         std::os::unix::fs::PermissionsExt::from_mode(0o700),
     )
     .expect("chmod");
-    let ring = start(shape, &dir, Some(&trace), |r| {
+    let mut ring = start(shape, &dir, Some(&trace), |r| {
         if r == 1 {
             vec![
                 format!("TESTNIC_STALL={k}:0"),
@@ -539,8 +539,9 @@ fn a_held_edge_keeps_every_rank_in_the_call() {
 
     // Every rank completed the calls before and is inside call #2, for good: its plugin records
     // say #2 started and open, #0 and #1 completed.
-    for (r, k) in ring.iter().enumerate() {
-        k.out.wait_for(&format!("iter {} ok", held_call - 1), LIMIT);
+    for (r, rank) in ring.iter().enumerate() {
+        rank.out
+            .wait_for(&format!("iter {} ok", held_call - 1), LIMIT);
         let start = Instant::now();
         loop {
             let got = calls_of(&trace.record, pids[r]);
@@ -630,19 +631,20 @@ fn a_held_edge_keeps_every_rank_in_the_call() {
     // not asserted yet: assert `stalls.len() == 1` once that is fixed.
 
     // No rank got past the held call; all four are still running (their guards end them).
-    for (r, k) in ring.iter().enumerate() {
+    for (r, rank) in ring.iter().enumerate() {
         assert!(
-            !k.out.text().contains(&format!("iter {held_call} ok")),
+            !rank.out.text().contains(&format!("iter {held_call} ok")),
             "{ctx}: rank {r} finished the held call:\n{}",
-            k.out.text()
+            rank.out.text()
         );
     }
-    for (r, mut k) in ring.into_iter().enumerate() {
+    // All checked before any is ended: a killed rank's peers see their QPs' peer die.
+    for (r, rank) in ring.iter_mut().enumerate() {
         assert!(
-            k.proc.try_wait().expect("wait").is_none(),
+            rank.proc.try_wait().expect("wait").is_none(),
             "{ctx}: rank {r} exited:\n{}\n{}",
-            k.out.text(),
-            k.err.text()
+            rank.out.text(),
+            rank.err.text()
         );
     }
 }
