@@ -195,9 +195,10 @@ fn a_stalled_write_stream_is_named_in_time_and_cleared_at_the_lift() {
     );
     let want = format!("sigmatop: ⚠ stalled QP 0x{qpn:x} ");
     assert!(warn.starts_with(&want), "{ctx}: {warn:?} is not {want:?}…");
+    // The peer is the untraced server, named by its address (host 1's GID), never a process.
     assert!(
-        warn.contains(&format!(" pid {pid} → ")),
-        "{ctx}: the client (pid {pid}) waits: {warn:?}"
+        warn.contains(&format!(" pid {pid} → 10.0.1.1 qp 0x")),
+        "{ctx}: the client (pid {pid}) waits on the server at 10.0.1.1: {warn:?}"
     );
 
     // Mid-stall, the QP's queue as `attach --json --once` reads it: completions stopped at or

@@ -8,7 +8,7 @@ use serde::Serialize;
 
 use super::matrix::{Groups, Matrix, UNTRACED};
 use super::model::{Model, ProcKey, ProcessState};
-use super::peers::Peers;
+use super::peers::{EndpointPeer, Peers};
 use crate::event::{Dir, DropCounters, EndpointKind, Op, OpCount, UNATTRIBUTED_EP};
 
 fn is_zero(v: &u64) -> bool {
@@ -99,7 +99,7 @@ impl Model {
         let peers = Peers::build(
             procs
                 .iter()
-                .map(|(_, p)| (&p.identity, p.endpoints.values())),
+                .map(|(_, p)| (&p.identity, p.endpoints_with_ports())),
         );
         let mut cells: BTreeMap<(u32, u32), u64> = BTreeMap::new();
         for (pi, (_, p)) in procs.iter().enumerate() {
@@ -200,15 +200,8 @@ impl Model {
                             .map(|q| QueueReport::of(q, qs.at_ns, hang))
                     }),
                 };
-                let peer = def.and_then(|d| peers.of(pi as u32, d, p.av_of(*ep)).process);
-                if let Some(pp) = peer
-                    && let Some((pk, pps)) = procs.get(pp as usize)
-                {
-                    er.peer = Some(PeerRef {
-                        host: pk.host.clone(),
-                        pid: pk.pid,
-                        rank: pps.identity.rank,
-                    });
+                if let Some(d) = def {
+                    er.peer = PeerRef::of(&procs, &peers.of(pi as u32, d, p.av_of(*ep)));
                 }
                 for c in ops {
                     er.flow.add_count(c);
@@ -297,11 +290,71 @@ pub struct OpTotals {
     pub posted_bytes: u64,
 }
 
+/// The other side of an endpoint: a traced process (`host`, `pid`, `rank`), or for a verbs /
+/// devx QP whose peer is not traced its address (and its host, when a traced process is on
+/// that port address), never another process.
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct PeerRef {
-    pub host: String,
-    pub pid: u32,
+    /// The peer's host: the traced process's, or for an untraced peer the host of a traced
+    /// process on its port address (absent when none is known).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub host: Option<String>,
+    /// The traced peer process (absent: not traced).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pid: Option<u32>,
     pub rank: Option<u32>,
+    /// The peer is a traced process.
+    pub traced: bool,
+    /// Verbs / devx QPs: the peer's address, `10.0.1.1 qp 0x10c` (IPv4-mapped GID), `lid 3 qp
+    /// 0x10c` (InfiniBand without a GRH), `fe80::2c9:300:0:3 qp 0x10c` (another GID), or `qp
+    /// 0x10c` where the record has no address.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub address: Option<String>,
+}
+
+impl PeerRef {
+    /// The peer of an endpoint resolved by `agg::peers`: None when there is nothing to name (no
+    /// traced process and no QP address).
+    pub fn of(procs: &[(&ProcKey, &ProcessState)], x: &EndpointPeer) -> Option<PeerRef> {
+        let address = x.addr.map(|a| a.text(None));
+        if let Some((pk, pps)) = x.process.and_then(|pp| procs.get(pp as usize)) {
+            return Some(PeerRef {
+                host: Some(pk.host.clone()),
+                pid: Some(pk.pid),
+                rank: pps.identity.rank,
+                traced: true,
+                address,
+            });
+        }
+        let a = x.addr?;
+        Some(PeerRef {
+            host: a
+                .host_of
+                .and_then(|h| procs.get(h as usize))
+                .map(|(k, _)| k.host.clone()),
+            pid: None,
+            rank: None,
+            traced: false,
+            address,
+        })
+    }
+
+    /// How the report tables name it: `node1 pid 4121 r3`; an untraced peer by its address,
+    /// `10.0.1.1 qp 0x10c`, or on a known host `node1 qp 0x10c`.
+    pub fn label(&self) -> String {
+        if let Some(pid) = self.pid {
+            return format!(
+                "{} pid {pid}{}",
+                self.host.as_deref().unwrap_or("?"),
+                self.rank.map(|r| format!(" r{r}")).unwrap_or_default()
+            );
+        }
+        let addr = self.address.as_deref().unwrap_or("?");
+        match (&self.host, addr.find(" qp ")) {
+            (Some(h), Some(i)) => format!("{h}{}", &addr[i..]),
+            _ => addr.to_string(),
+        }
+    }
 }
 
 #[derive(Clone, Debug, Default, Serialize)]
@@ -312,7 +365,8 @@ pub struct EndpointReport {
     pub label: String,
     pub transport: String,
     pub state: String,
-    /// The traced process on the other side, when it is in this model.
+    /// The traced process on the other side, when it is in this model; for a verbs / devx QP
+    /// whose peer is not traced, that peer's address.
     pub peer: Option<PeerRef>,
     pub peer_text: String,
     #[serde(flatten)]

@@ -188,26 +188,22 @@ fn peer_name(at: &ModelAt, peers: &Peers, pi: usize, ep: u32) -> (PeerName, Opti
         };
         return (name, Some(o as usize));
     }
-    let name = match (def.peer.gid, def.peer.qpn) {
-        (Some(g), Some(q)) => PeerName::Address(format!("{} qp 0x{q:x}", address_text(&g))),
-        (None, Some(q)) => PeerName::Address(format!("qp 0x{q:x}")),
-        _ => PeerName::Unknown,
+    // Not traced: by its address, or the host of a traced process on it (`agg::peers`).
+    let name = match p.addr {
+        Some(addr) => {
+            let host = addr.host_of.and_then(|h| at.procs.get(h as usize));
+            PeerName::Address(addr.text(host.map(|h| h.key.host.as_str())))
+        }
+        None => PeerName::Unknown,
     };
     (name, None)
 }
 
 /// A peer's address as a user reads it: the IPv4 address of a v4-mapped GID (RoCE), `lid N` for
 /// what stands in for the GID on a LID-routed path (InfiniBand without a GRH: the LID in the last
-/// two bytes, the rest zero), the IPv6 text otherwise.
+/// two bytes, the rest zero), the IPv6 text otherwise (`event::port_addr_text`).
 pub fn address_text(g: &[u8; 16]) -> String {
-    let ip = std::net::Ipv6Addr::from(*g);
-    if let Some(v4) = ip.to_ipv4_mapped() {
-        return v4.to_string();
-    }
-    if g[..14].iter().all(|&b| b == 0) {
-        return format!("lid {}", u16::from_be_bytes([g[14], g[15]]));
-    }
-    ip.to_string()
+    crate::event::port_addr_text(g)
 }
 
 /// Which processes' queues are judged.
@@ -258,7 +254,7 @@ pub fn stalls_in(at: &ModelAt, threshold_ns: u64, scope: Scope) -> Vec<Stall> {
         built = Peers::build(
             at.procs
                 .iter()
-                .map(|a| (&a.p.identity, a.p.endpoints.values())),
+                .map(|a| (&a.p.identity, a.p.endpoints_with_ports())),
         );
         &built
     } else {

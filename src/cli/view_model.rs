@@ -441,10 +441,21 @@ fn fill_endpoint_row(row: &mut EndpointRow, at: &ModelAt, e: &EndpointAt) {
     row.peer.host.clear();
     row.peer.rank = None;
     if let Some(d) = def {
-        match d.peer.qpn {
-            Some(q) => set_fmt(&mut row.peer.id, format_args!("0x{q:x}")),
-            None if peer.is_none() => set_str(&mut row.peer.id, &d.peer.text),
-            None => {}
+        match (d.peer.qpn, e.peer.addr) {
+            // A QP whose peer is not traced: by its address (`10.0.1.1 qp 0x10c`), or on the
+            // host of a traced process on that address (`node1` `qp 0x10c`); never a process.
+            (Some(_), Some(addr)) if peer.is_none() && !e.peer.several => {
+                match addr.host_of.and_then(|h| at.procs.get(h as usize)) {
+                    Some(h) => {
+                        set_str(&mut row.peer.host, &h.key.host);
+                        set_fmt(&mut row.peer.id, format_args!("qp 0x{:x}", addr.qpn));
+                    }
+                    None => set_fmt(&mut row.peer.id, format_args!("{addr}")),
+                }
+            }
+            (Some(q), _) => set_fmt(&mut row.peer.id, format_args!("0x{q:x}")),
+            (None, _) if peer.is_none() => set_str(&mut row.peer.id, &d.peer.text),
+            (None, _) => {}
         }
     }
     if let Some(pa) = peer {

@@ -70,10 +70,12 @@ fn endpoint_cols(app: &App, queues: bool) -> Vec<Col<EndpointRow>> {
             |r| Key::Str(&r.local_id),
         )
         .mid(),
-        Col::left(
+        // Wide enough for an untraced peer's address (`fe80::2c9:300:0:18 qp 0x100`); cut in
+        // the middle, where its ends (the network, the QPN) tell peers apart.
+        Col::<EndpointRow>::left(
             "peer",
             2,
-            22,
+            28,
             |r, c| {
                 if r.unattributed {
                     styled("(unattributed)".into(), c.th.warn)
@@ -82,7 +84,8 @@ fn endpoint_cols(app: &App, queues: bool) -> Vec<Col<EndpointRow>> {
                 }
             },
             |r| Key::Text(r.peer.label()),
-        ),
+        )
+        .mid(),
         Col::left(
             "type",
             4,
