@@ -704,6 +704,19 @@ fn a_held_edge_keeps_every_rank_in_the_call() {
             rank.err.text()
         );
     }
+    // Killed where they stand, the record (cut) still says where the call waited when it ended:
+    // `export --json` locates it on the held edge, on the network.
+    drop(ring);
+    let v = common::export_json(&trace.record, &ctx);
+    let hung = &v["nccl_hung"][0];
+    let text = hung["text"].as_str().unwrap_or_default();
+    assert!(
+        text.starts_with(&format!("AllReduce #{held_call}: all 4 ranks in it "))
+            && text.contains("; r1→r2 ch")
+            && text.contains(" waits on the network (QP 0x"),
+        "{ctx}: the record's hung call: {:#}",
+        v["nccl_hung"]
+    );
 }
 
 /// NCCL's receiver posts its FIFO credits unsignaled but for one in 256 (net_ib.cc

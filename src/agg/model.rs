@@ -562,6 +562,12 @@ impl Model {
             if let Some(q) = pr.queues.last() {
                 m.apply(&key, Frame::Queues(q.clone()));
             }
+            // Its NCCL calls as the live tracker left them at the record's end (where a record
+            // cut by a hang waited).
+            if let Some(t) = crate::nccl::live::Tracker::of_file(pr) {
+                m.apply(&key, Frame::Nccl(t.live()));
+                m.apply(&key, Frame::NcclWaits(t.waits()));
+            }
             let p = m.process_mut(&key);
             p.exited = true;
             p.said_bye = pr.end.is_some();
