@@ -131,6 +131,7 @@ pub fn sample_view_model() -> ViewModel {
                 drops: if r == 5 { 37 } else { 0 },
                 exited: false,
                 end: String::new(),
+                silent_s: None,
             }
         })
         .collect();
@@ -189,6 +190,8 @@ pub fn sample_view_model() -> ViewModel {
                 refused: 0,
                 errors: 0,
                 unattributed: false,
+                mark: String::new(),
+                waits_on: String::new(),
             });
         }
     }
@@ -211,6 +214,7 @@ pub fn sample_view_model() -> ViewModel {
         ops_by_opcode: vec![("RDMA_WRITE".into(), 128)],
         doorbells_per_s: Some(0.0),
         posted: Some(128),
+        mark: "idle".into(),
         ..EndpointRow::default()
     });
     // Traffic seen on a device but not attributable to any QP we know.
@@ -233,6 +237,7 @@ pub fn sample_view_model() -> ViewModel {
                 host: format!("node{n}"),
                 state: String::new(),
                 processes: 2,
+                silent: 0,
                 egress_bps: e,
                 ingress_bps: i,
                 egress_bytes: (e * ELAPSED_S * 0.93) as u64,
@@ -244,6 +249,7 @@ pub fn sample_view_model() -> ViewModel {
         .map(|r| RankRow {
             rank: r as u32,
             host: host(r),
+            silent_s: None,
             egress_bps: egress(r),
             ingress_bps: ingress(r),
             egress_bytes: (egress(r) * ELAPSED_S * 0.93) as u64,

@@ -629,7 +629,9 @@ fn figures_from_process_totals_equal_figures_from_endpoints() {
             }
         }
     }
-    assert!(fast > 150, "the totals path was taken {fast} times");
+    // Process 4 stops reporting 4 s before the end: while it is silent, the processes with an
+    // endpoint whose peer it is are read from their endpoints (who waits on it: `agg::waits`).
+    assert!(fast > 60, "the totals path was taken {fast} times");
 }
 
 /// Frames built with the dashboard's cache while the job grows (endpoints, operations and

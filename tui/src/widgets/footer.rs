@@ -74,9 +74,17 @@ pub(crate) fn status_line<'a>(
     w: usize,
 ) -> Line<'a> {
     let notice_w = vm.status.notice.as_ref().map_or(0, |n| n.width() + 4);
-    // A hung collective, first of the warnings shown here: the counters keep only what is not
-    // zero, so that the warning names the ranks it waits for.
-    let hung = warns.is_some_and(|ws| ws.iter().any(|w| w.kind == WarningKind::HungCollective));
+    // A hung collective, a silent process or one the others wait on, first of the warnings
+    // shown here: the counters keep only what is not zero, so that the warning names whom to
+    // look at.
+    let hung = warns.is_some_and(|ws| {
+        ws.iter().any(|w| {
+            matches!(
+                w.kind,
+                WarningKind::HungCollective | WarningKind::Silent | WarningKind::WaitedOn
+            )
+        })
+    });
     let form = if hung && w < 120 {
         Counters::NonZero
     } else if w >= 120 {
