@@ -16,6 +16,8 @@
 //! - `waits`: who the others wait for: processes that stopped reporting (silent), and the far
 //!   end of receives that do not complete (the root of the chain of waits).
 //! - `warnings`: rules over the state at a view time (skew, drops, doorbell storms).
+//! - `stalls`: stalled edges: QPs with send work outstanding and no completion past the
+//!   threshold, with their process and peer.
 
 pub mod at;
 pub mod history;
@@ -25,6 +27,7 @@ pub mod nccl;
 pub mod peers;
 pub mod report;
 pub mod snapshots;
+pub mod stalls;
 pub mod sums;
 pub mod waits;
 pub mod warnings;
@@ -41,3 +44,16 @@ pub use report::{
     WaitReport, Waiter,
 };
 pub use window::Window;
+
+/// A count with thousands separators: "1,204".
+pub fn count_text(n: u64) -> String {
+    let d = n.to_string();
+    let mut out = String::with_capacity(d.len() + d.len() / 3);
+    for (i, c) in d.chars().enumerate() {
+        if i > 0 && (d.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}

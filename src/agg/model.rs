@@ -91,6 +91,9 @@ pub struct ProcessState {
     /// known, as in a recording): a live view judges silence by it (`agg::waits`), so that a
     /// host whose clock is off does not look silent, or alive.
     pub last_seen_ns: u64,
+    /// Outstanding work per verbs QP, as its latest `Frame::Queues` said (none: it posted on
+    /// no verbs QP, or its preload sends no queues).
+    pub queues: Option<crate::queue::Queues>,
 }
 
 impl ProcessState {
@@ -151,6 +154,7 @@ impl ProcessState {
             }
             Frame::Missed { frames, events } => self.missed = (frames, events),
             Frame::Nccl(n) => self.nccl = Some(n),
+            Frame::Queues(q) => self.queues = Some(q),
         }
     }
 
@@ -374,6 +378,7 @@ impl Model {
                 | Frame::Bye { .. }
                 | Frame::Missed { .. }
                 | Frame::Nccl(_)
+                | Frame::Queues(_)
         ) {
             self.topology += 1;
         }

@@ -51,6 +51,11 @@ impl EndpointPeer {
 }
 
 impl Peers {
+    /// True when built from no process (a view of processes alone builds none).
+    pub fn is_empty(&self) -> bool {
+        self.owner.is_empty() && self.qps.is_empty()
+    }
+
     /// Builds the owner map and the QP index from each process's identity and endpoints (as their
     /// updates left them: the peer each connected to last).
     pub fn build<'a, E>(procs: impl IntoIterator<Item = (&'a Identity, E)>) -> Peers
@@ -138,6 +143,10 @@ pub struct QpIndex {
 }
 
 impl QpIndex {
+    pub fn is_empty(&self) -> bool {
+        self.qps.is_empty()
+    }
+
     pub fn add(&mut self, proc: u32, ep: u32, qpn: u32, peer_qpn: Option<u32>) {
         let i = self.qps.len();
         self.qps.push((proc, ep, peer_qpn));

@@ -214,16 +214,30 @@ pub fn run_headless(args: &RunArgs) -> CliResult {
     let mut hung = crate::agg::nccl::HungWatch::default();
     // So is a process that goes silent, or that the others wait on (`agg::waits`).
     let mut waits = crate::agg::waits::WaitWatch::default();
+    // A QP whose send work stopped completing likewise (issue 36).
+    let mut stalls = crate::agg::stalls::StallWatch::default();
     let mut hung_checked = Instant::now();
     let status = loop {
         live.poll(&mut model);
         if hung_checked.elapsed() >= Duration::from_millis(250) {
             hung_checked = Instant::now();
             let t = crate::agg::nccl::wall_ns();
-            for l in hung.check(&model, t, crate::agg::nccl::HANG_NS) {
+            let hang = crate::agg::warnings::hang_ns();
+            let at = crate::agg::ModelAt::new(
+                &model,
+                &crate::agg::AtOptions {
+                    now_ns: Some(t),
+                    detail: crate::agg::Detail::Processes,
+                    ..Default::default()
+                },
+            );
+            for l in stalls.check(&at, hang) {
                 say!("sigmatop: {l}");
             }
-            for l in waits.check(&model, t, crate::agg::waits::WAIT_NS) {
+            for l in hung.check(&model, t, hang) {
+                say!("sigmatop: {l}");
+            }
+            for l in waits.check(&model, t, hang) {
                 say!("sigmatop: {l}");
             }
         }

@@ -702,6 +702,7 @@ fn warning_kind(k: warnings::WarningKind) -> WarningKind {
         W::HungCollective => WarningKind::HungCollective,
         W::Silent => WarningKind::Silent,
         W::WaitedOn => WarningKind::WaitedOn,
+        W::StalledEdge => WarningKind::StalledEdge,
         W::EventsDropped | W::FramesLost => WarningKind::Drops,
         W::NodeSkew => WarningKind::NodeSkew,
         W::NodeIngressSkew => WarningKind::NodeIngressSkew,
@@ -718,7 +719,7 @@ pub fn warning_text(w: &warnings::Warning) -> String {
     use sigmatop_tui::units as fmt;
     use warnings::WarningKind as W;
     match w.kind {
-        W::HungCollective | W::Silent | W::WaitedOn => w.subject.clone(),
+        W::HungCollective | W::StalledEdge | W::Silent | W::WaitedOn => w.subject.clone(),
         W::EventsDropped if w.processes > 0 => format!(
             "{} events dropped (ring full, {} proc{})",
             fmt::count(w.value as u64),

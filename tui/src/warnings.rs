@@ -52,6 +52,22 @@ pub enum WarningKind {
     DoorbellStorm,
     /// An endpoint's operations failed (error completions, failed calls).
     FailedOperations,
+    /// A QP has send work outstanding and no completion past the threshold; the message names
+    /// the process, its peer, the QP and the work.
+    StalledEdge,
+}
+
+impl WarningKind {
+    /// A warning that says where a job is stuck: shown first, with the room it needs.
+    pub fn urgent(self) -> bool {
+        matches!(
+            self,
+            WarningKind::StalledEdge
+                | WarningKind::HungCollective
+                | WarningKind::Silent
+                | WarningKind::WaitedOn
+        )
+    }
 }
 
 /// One warning line.

@@ -8,6 +8,7 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use sigmatop::event::{DropCounters, Event, Identity, Op, OpCount, RawEvent, Snapshot};
+use sigmatop::queue::Queues;
 use sigmatop::trace::ProcessRecord;
 use sigmatop::trace::writer::ProcessWriter;
 use sigmatop::wire::Frame;
@@ -68,6 +69,40 @@ static LIVE_FRAME: std::sync::OnceLock<fn() -> Option<Frame>> = std::sync::OnceL
 /// Installs the per-snapshot live frame (constructor only; a second call changes nothing).
 pub fn live_frame(f: fn() -> Option<Frame>) {
     let _ = LIVE_FRAME.set(f);
+}
+
+/// The work queues' state at each interval, from the snapshot just taken (verbs QPs: lib.rs
+/// installs the layer's; the runtime names no layer). Sent live and recorded.
+static QUEUES: std::sync::OnceLock<fn(&Snapshot) -> Option<Queues>> = std::sync::OnceLock::new();
+
+/// Installs the per-interval queue source (constructor only; a second call changes nothing).
+pub fn queue_source(f: fn(&Snapshot) -> Option<Queues>) {
+    let _ = QUEUES.set(f);
+}
+
+/// Whether an interval's queues go to the record: when a count or a state changed since the last
+/// recorded one, or while send work is outstanding (its ages are what a stall is read from).
+/// Receives that stay posted and unchanged are not written again: their ages follow from the
+/// last entry.
+fn queues_worth_recording(q: &Queues, last: &[(u32, [u64; 6])]) -> bool {
+    q.queues.len() != last.len()
+        || q.queues.iter().any(|s| s.sq_outstanding() > 0)
+        || q.queues.iter().zip(last).any(|(s, l)| queue_key(s) != *l)
+}
+
+fn queue_key(s: &sigmatop::queue::QueueState) -> (u32, [u64; 6]) {
+    let errors: u64 = s.errors.iter().map(|e| e.1).sum();
+    (
+        s.ep,
+        [
+            s.sq_posted,
+            s.sq_completed,
+            s.rq_posted,
+            s.rq_completed,
+            errors + s.unmatched,
+            s.health as u64,
+        ],
+    )
 }
 
 /// Installs the after-chunk hook (constructor only; a second call changes nothing).
@@ -366,6 +401,8 @@ struct Collector {
     events_total: u64,
     drops: DropCounters,
     seq: u64,
+    /// The key of each queue in the last `Queues` recorded.
+    queues_recorded: Vec<(u32, [u64; 6])>,
 }
 
 impl Collector {
@@ -599,6 +636,13 @@ impl Collector {
         self.record(&ProcessRecord::Clock(c));
         let snap = self.snapshot();
         self.record(&ProcessRecord::Snapshot(snap.clone()));
+        let queues = QUEUES.get().and_then(|f| f(&snap));
+        if let Some(q) = &queues
+            && queues_worth_recording(q, &self.queues_recorded)
+        {
+            self.queues_recorded = q.queues.iter().map(queue_key).collect();
+            self.record(&ProcessRecord::Queues(q.clone()));
+        }
         if let Some(s) = self.server.as_mut() {
             s.broadcast(&Frame::Clock(c));
             if !self.live_events.is_empty() {
@@ -606,6 +650,9 @@ impl Collector {
             }
             s.broadcast(&Frame::Snapshot(snap.clone()));
             s.set_last_snapshot(snap);
+            if let Some(q) = queues {
+                s.broadcast(&Frame::Queues(q));
+            }
             if let Some(frame) = LIVE_FRAME.get().and_then(|f| f()) {
                 s.broadcast(&frame);
             }
@@ -653,6 +700,7 @@ fn run() {
         events_total: 0,
         drops: DropCounters::default(),
         seq: 0,
+        queues_recorded: Vec::new(),
     };
     c.identity.own_addr_hashes = registry::own_addrs();
     c.record(&ProcessRecord::Identity(c.identity.clone()));

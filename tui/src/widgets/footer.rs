@@ -74,17 +74,9 @@ pub(crate) fn status_line<'a>(
     w: usize,
 ) -> Line<'a> {
     let notice_w = vm.status.notice.as_ref().map_or(0, |n| n.width() + 4);
-    // A hung collective, a silent process or one the others wait on, first of the warnings
-    // shown here: the counters keep only what is not zero, so that the warning names whom to
-    // look at.
-    let hung = warns.is_some_and(|ws| {
-        ws.iter().any(|w| {
-            matches!(
-                w.kind,
-                WarningKind::HungCollective | WarningKind::Silent | WarningKind::WaitedOn
-            )
-        })
-    });
+    // A hung collective, first of the warnings shown here: the counters keep only what is not
+    // zero, so that the warning names the ranks it waits for.
+    let hung = warns.is_some_and(|ws| ws.iter().any(|w| w.kind.urgent()));
     let form = if hung && w < 120 {
         Counters::NonZero
     } else if w >= 120 {
@@ -123,7 +115,8 @@ pub(crate) fn status_line<'a>(
         // Drops are already in the counters on the right: show the first other warning.
         let first = ws
             .iter()
-            .find(|w| w.kind == WarningKind::HungCollective)
+            .find(|w| w.kind == WarningKind::StalledEdge)
+            .or_else(|| ws.iter().find(|w| w.kind == WarningKind::HungCollective))
             .or_else(|| ws.iter().find(|w| w.kind != WarningKind::Drops))
             .or(ws.first());
         // With a notice to show as well and too little room for both, the warnings shrink to

@@ -78,11 +78,12 @@ fn transport(qp_type: u32) -> &'static str {
     }
 }
 
-/// Defines the endpoint of a new QP and binds it; patches its wr_* pointers when `ex_ops`.
+/// Defines the endpoint of a new QP and binds it, and gives it a queue tracker (`sig_all`: its
+/// `sq_sig_all`); patches its wr_* pointers when `ex_ops`.
 ///
 /// # Safety
 /// `qp` is NULL or a QP just created.
-pub(super) unsafe fn on_qp_created(qp: *mut IbvQp, ex_ops: bool) {
+pub(super) unsafe fn on_qp_created(qp: *mut IbvQp, ex_ops: bool, sig_all: bool) {
     if qp.is_null() {
         return;
     }
@@ -113,6 +114,8 @@ pub(super) unsafe fn on_qp_created(qp: *mut IbvQp, ex_ops: bool) {
         }
     };
     note_qp(ctx, qpn, target);
+    // SAFETY: a live QP.
+    super::queues::on_created(id, sig_all, unsafe { (*qp).send_cq } as usize);
     crate::runtime::registry::update(id, "RESET", None);
     if let Ok(mut m) = QPS.lock() {
         m.get_or_insert_with(HashMap::new).insert(
@@ -195,6 +198,7 @@ pub(super) unsafe fn on_modify(qp: *mut IbvQp, attr: *const IbvQpAttr, mask: c_i
     if mask & QP_STATE == 0 {
         return;
     }
+    super::queues::on_state(ctl.id, a.qp_state);
     let state = state_name(a.qp_state);
     let mut peer = None;
     if a.qp_state == 2 && mask & QP_DEST_QPN != 0 {
@@ -277,6 +281,7 @@ pub(super) fn on_qp_destroyed(qp: *mut IbvQp) {
         .and_then(|mut m| m.as_mut().and_then(|m| m.remove(&(qp as usize))));
     if let Some(c) = ctl {
         forget_qp(c.ctx as *mut IbvContext, c.qpn);
+        super::queues::on_destroyed(c.id);
         crate::runtime::registry::update(c.id, "DESTROYED", None);
     }
 }

@@ -60,6 +60,7 @@ mod data;
 mod exports;
 mod patch;
 mod qp_ex;
+mod queues;
 
 use core::ffi::CStr;
 use core::sync::atomic::{AtomicU64, Ordering};
@@ -70,6 +71,7 @@ pub(crate) use control::define_cq;
 pub use control::{lid_as_gid, qp_addr_hash};
 pub use exports::hooks;
 pub use patch::patch_context;
+pub use queues::{collect as queues, reset_after_fork as queues_after_fork};
 
 const SONAMES: &[&CStr] = &[c"libibverbs.so.1", c"libibverbs.so"];
 
@@ -78,6 +80,7 @@ pub fn hold_for_fork(h: &mut crate::runtime::held::Held) {
     control::hold_for_fork(h);
     context::hold_for_fork(h);
     qp_ex::hold_for_fork(h);
+    queues::hold_for_fork(h);
 }
 
 /// WRs walked per post call at most; the rest of a longer chain is counted in `UNTRACED`.
