@@ -233,7 +233,8 @@ impl Model {
         r
     }
 
-    /// The longest quiet period of a recording and who was waiting on whom at its end
+    /// The longest period of a recording in which no traced process received a byte, and who was
+    /// waiting on whom at its end
     /// (`agg::waits::longest_quiet`): what `report` and `export --json` say. None when nothing
     /// moved.
     pub fn quiet_report(&self) -> Option<QuietReport> {
@@ -249,11 +250,15 @@ impl Model {
         );
         // Waits shorter than the default threshold are still waits when the whole job was
         // quiet that long: judged over the quiet period itself.
-        let wait_ns = super::waits::WAIT_NS.min((q.to_ns - q.from_ns) / 2).max(1);
+        let wait_ns = super::warnings::hang_ns()
+            .min((q.to_ns - q.from_ns) / 2)
+            .max(1);
         let waits = self.wait_reports(&at, wait_ns);
+        // The one the others waited for; else one that had stopped reporting.
         let straggler = waits
             .iter()
             .find(|w| !w.waited_on_by.is_empty() || !w.behind.is_empty())
+            .or_else(|| waits.iter().find(|w| w.silent_s.is_some()))
             .map(|w| w.process.clone());
         Some(QuietReport {
             from_ns: q.from_ns,
@@ -335,7 +340,7 @@ impl Model {
                 ..Default::default()
             });
         }
-        r.waits = self.wait_reports(&at, super::waits::WAIT_NS);
+        r.waits = self.wait_reports(&at, super::warnings::hang_ns());
         r
     }
 }
@@ -365,8 +370,8 @@ pub struct WaitReport {
 /// The longest quiet period of a recording (`Model::quiet_report`).
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct QuietReport {
-    /// From the last snapshot that saw bytes move to the last one before they moved again (ns,
-    /// CLOCK_REALTIME), and its length in seconds.
+    /// From the last snapshot that saw bytes arrive to the last one before they arrived again
+    /// (ns, CLOCK_REALTIME), and its length in seconds.
     pub from_ns: u64,
     pub to_ns: u64,
     pub seconds: f64,

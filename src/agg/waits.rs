@@ -29,7 +29,7 @@ use super::model::ProcessState;
 use super::snapshots::SnapshotHistory;
 use super::sums::EpMap;
 use super::window::idx_at;
-use crate::event::EndpointKind;
+use crate::event::{EndpointKind, Op};
 
 /// A process that sent nothing for this long is silent (its snapshots come every 250 ms).
 pub const SILENT_NS: u64 = 1_000_000_000;
@@ -37,8 +37,9 @@ pub const SILENT_NS: u64 = 1_000_000_000;
 /// (`SIGMATOP_INTERVAL_MS`).
 pub const SILENT_INTERVALS: u64 = 4;
 /// Receives outstanding with none completed for this long, on an edge whose far end sent
-/// nothing to the waiter meanwhile: a wait.
-pub const WAIT_NS: u64 = 2_000_000_000;
+/// nothing to the waiter meanwhile: a wait. The default of the hang threshold
+/// (`warnings::hang_ns`: `--hang-after`, `SIGMATOP_HANG_AFTER`), which the front ends pass.
+pub const WAIT_NS: u64 = super::nccl::HANG_NS;
 
 /// How long process history `h`, read at its snapshot `i`, may send nothing before it is silent:
 /// `SILENT_NS`, or `SILENT_INTERVALS` of its snapshot interval (the shorter of its last two steps
@@ -280,8 +281,35 @@ pub fn waits(at: &ModelAt, wait_ns: u64) -> Waits {
         }
     }
     let waiting = |p: u32| !edges[p as usize].is_empty();
-    // The ones waited for: silent, or waiting on nobody themselves.
-    let root = |p: u32| silent(p) || !waiting(p);
+    // Receives each process has outstanding now, and what it left unconsumed: messages sent
+    // to it (two-sided sends on the endpoints whose peer it is) beyond the receives it
+    // completed.
+    let mut outstanding = vec![0u64; n];
+    let mut consumed = vec![0u64; n];
+    let mut arrived = vec![0u64; n];
+    for e in &at.endpoints {
+        let i = e.proc as usize;
+        outstanding[i] += e.tot.outstanding().unwrap_or(0);
+        consumed[i] += e.tot.recvs;
+        if let Some(q) = e.peer.process.filter(|&q| q != e.proc && (q as usize) < n)
+            && let Some(s) = at.procs[i].eps.get(e.ep)
+        {
+            arrived[q as usize] += s
+                .ops
+                .iter()
+                .filter(|(op, _)| Op::from_u8(*op).is_some_and(consumes_receive))
+                .map(|(_, n)| n)
+                .sum::<u64>();
+        }
+    }
+    // The ones waited for: silent; or waiting on nobody with nothing outstanding (a process
+    // whose receives were posted a moment ago waits too: its wait is not yet old enough); or
+    // one that leaves what was sent to it unconsumed (it does not wait for data: it does not
+    // take it).
+    let root = |p: u32| {
+        let i = p as usize;
+        silent(p) || arrived[i] > consumed[i] || (!waiting(p) && outstanding[i] == 0 && judged(p))
+    };
     let mut out: BTreeMap<u32, WaitedOn> = BTreeMap::new();
     for p in 0..n as u32 {
         if silent(p) {
@@ -289,7 +317,9 @@ pub fn waits(at: &ModelAt, wait_ns: u64) -> Waits {
         }
     }
     for p in 0..n as u32 {
-        if !waiting(p) || silent(p) {
+        // A root that waits itself (it leaves what was sent to it unconsumed) is the one waited
+        // for, not a waiter.
+        if !waiting(p) || root(p) {
             continue;
         }
         // Direct: the roots among its own far ends, with the endpoints that wait on them.
@@ -315,7 +345,7 @@ pub fn waits(at: &ModelAt, wait_ns: u64) -> Waits {
                 continue;
             }
             for (_, fars) in &edges[q as usize] {
-                for &r in fars {
+                for &r in fars.iter().filter(|&&r| r != p) {
                     if root(r) {
                         if !direct.contains(&r) {
                             let w = out.entry(r).or_insert_with(|| entry(at, r));
@@ -348,6 +378,22 @@ pub fn waits(at: &ModelAt, wait_ns: u64) -> Waits {
             .then(a.proc.cmp(&b.proc))
     });
     Waits { waited_on: v }
+}
+
+/// A send that consumes a receive posted at its peer (a two-sided message), as
+/// `Op::is_receive` counts them there.
+fn consumes_receive(op: Op) -> bool {
+    matches!(
+        op,
+        Op::UcxTagSend
+            | Op::UcxTagSendSync
+            | Op::OfiSend
+            | Op::OfiTSend
+            | Op::VerbsSend
+            | Op::VerbsSendImm
+            | Op::VerbsWriteImm
+            | Op::GpuSend
+    )
 }
 
 /// The entry of process `p`, without waiters yet.
@@ -560,28 +606,39 @@ pub fn not_answering_text(
     )
 }
 
-/// The longest period of a record in which no traced process moved a byte, and who was
+/// The longest period of a record in which no traced process received a byte, and who was
 /// waiting on whom at its end.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Quiet {
-    /// From the last snapshot that saw bytes move before it, to the last snapshot before bytes
-    /// moved again (ns, CLOCK_REALTIME): the quiet period is at least this long, and at most
+    /// From the last snapshot that saw bytes arrive before it, to the last snapshot before
+    /// bytes arrived again (ns, CLOCK_REALTIME): the quiet period is at least this long, and at most
     /// one snapshot interval longer on each side.
     pub from_ns: u64,
     pub to_ns: u64,
 }
 
-/// The longest quiet period between the first and the last bytes moved by the processes of
-/// `model` (a recording: `Model::from_recording`). A step between two snapshots of a process
-/// in which its sent or received bytes grew is activity somewhere in that step; a step longer
-/// than `silent_after` (the process was stopped: its record has a gap) is activity at its two
-/// ends only, for a stopped process moves nothing. None when nothing moved, or in one step.
+/// The longest quiet period between the first and the last bytes received by the processes of
+/// `model` (a recording: `Model::from_recording`): what arrived is what made progress (a sender
+/// may go on filling its buffers for a while after its receiver stopped). A record in which
+/// nothing was ever received (one-sided writes alone) is read by the bytes sent instead. A step
+/// between two snapshots of a process in which those bytes grew is activity somewhere in that
+/// step; a step longer than `silent_after` (the process was stopped: its record has a gap) is
+/// activity at its two ends only, for a stopped process moves nothing. None when nothing moved,
+/// or in one step.
 pub fn longest_quiet(model: &super::Model) -> Option<Quiet> {
+    let received = model.processes.values().any(|p| {
+        let h = &p.history;
+        !h.is_empty() && h.tx_rx(h.len() - 1).1 > 0
+    });
+    let bytes = |h: &SnapshotHistory, j: usize| {
+        let (tx, rx) = h.tx_rx(j);
+        if received { rx } else { tx }
+    };
     let mut busy: Vec<(u64, u64)> = Vec::new();
     for p in model.processes.values() {
         let h = &p.history;
         for j in 1..h.len() {
-            if h.tx_rx(j) == h.tx_rx(j - 1) {
+            if bytes(h, j) == bytes(h, j - 1) {
                 continue;
             }
             let (a, b) = (h.at_ns(j - 1), h.at_ns(j));

@@ -177,7 +177,7 @@ fn quiet_lines(s: &mut String, e: &Export) {
     let since = |t: u64| t.saturating_sub(start) as f64 / 1e9;
     let _ = writeln!(
         s,
-        "\nlongest quiet period: {} (t+{:.3}s → t+{:.3}s), no traced process moved a byte",
+        "\nlongest quiet period: {} (t+{:.3}s → t+{:.3}s), no traced process received a byte",
         ns(q.to_ns - q.from_ns),
         since(q.from_ns),
         since(q.to_ns)

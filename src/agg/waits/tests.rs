@@ -394,3 +394,116 @@ fn a_gap_in_a_stopped_process_record_is_quiet_not_busy() {
     assert_eq!(s.pid, 101);
     assert!(r.waits[0].silent_s.is_some(), "{:?}", r.waits);
 }
+
+#[test]
+fn a_wait_younger_than_the_threshold_ends_the_chain_without_naming_it() {
+    // The ring, but r0 posts its next receive only at 3 s (its snapshots caught it between
+    // its send and its receive): at 4.5 s r1 has waited on r0 for 2.25 s, r0 on r3 for 1.5 s.
+    let mut m = Model::new();
+    let ps: Vec<P> = (0..4u32)
+        .map(|i| {
+            let mut eps = vec![ep(1, EndpointKind::UcpWorker, None, None, "worker@0x7f00")];
+            for j in 0..4u32 {
+                eps.push(ep(2 + j, EndpointKind::UcpEp, Some(j), None, "ep@0x7f01"));
+            }
+            add(&mut m, i, Some(i), eps)
+        })
+        .collect();
+    for k in 0..=28u64 {
+        let t = T0 + k * 250 * MS;
+        let rounds = k.min(8) + 1;
+        for (i, p) in ps.iter().enumerate() {
+            let i = i as u64;
+            let posted = match i {
+                _ if t <= T0 + 2 * S => rounds,
+                0 if t < T0 + 3 * S => rounds,
+                3 => rounds,
+                _ => rounds + 1,
+            };
+            snap(
+                &mut m,
+                p,
+                k,
+                t,
+                vec![
+                    count(1, Op::UcxTagRecv, rounds, posted),
+                    count(2 + ((i + 1) % 4) as u32, Op::UcxTagSend, rounds, 0),
+                ],
+            );
+        }
+    }
+    let young = waits(&at_of(&m, T0 + 4_500 * MS), WAIT_NS);
+    assert_eq!(young, Waits::default(), "r0 is not named: it waits too");
+    let old = waits(&at_of(&m, T0 + 5_500 * MS), WAIT_NS);
+    assert_eq!(old.waited_on.len(), 1, "{old:?}");
+    assert_eq!(
+        (old.waited_on[0].proc, old.waited_on[0].behind.clone()),
+        (3, vec![1, 2])
+    );
+}
+
+#[test]
+fn a_peer_that_does_not_take_what_was_sent_to_it_is_named() {
+    // A verbs ping-pong whose pid 101 stops polling at 2 s (it reports, its receives stay
+    // posted): pid 100 sent it one more message than it took. Both have receives outstanding
+    // and nothing completes; pid 101 is the one waited for.
+    let mut m = Model::new();
+    let a = add(
+        &mut m,
+        0,
+        None,
+        vec![ep(
+            1,
+            EndpointKind::VerbsQp,
+            Some(1),
+            Some(0x107),
+            "qp 0x107",
+        )],
+    );
+    let b = add(
+        &mut m,
+        1,
+        None,
+        vec![ep(
+            1,
+            EndpointKind::VerbsQp,
+            Some(0),
+            Some(0x108),
+            "qp 0x108",
+        )],
+    );
+    for k in 0..=40u64 {
+        let t = T0 + k * 250 * MS;
+        let n = k.min(8) * 100;
+        let sent_a = if k > 8 { n + 1 } else { n };
+        snap(
+            &mut m,
+            &a,
+            k,
+            t,
+            vec![
+                count(1, Op::VerbsRecv, n, n + 16),
+                count(1, Op::VerbsSend, sent_a, 0),
+            ],
+        );
+        snap(
+            &mut m,
+            &b,
+            k,
+            t,
+            vec![
+                count(1, Op::VerbsRecv, n, n + 16),
+                count(1, Op::VerbsSend, n, 0),
+            ],
+        );
+    }
+    let at = at_of(&m, T0 + 10 * S);
+    let w = waits(&at, WAIT_NS);
+    assert_eq!(w.waited_on.len(), 1, "{w:?}");
+    let x = &w.waited_on[0];
+    assert_eq!((x.proc, x.silent_ns), (1, None));
+    assert_eq!(
+        text(&at, x),
+        "pid 101 (node1) sent nothing 8.0s — waited on by pid 100 (QP 0x107: 16 receives posted)"
+    );
+}
