@@ -599,6 +599,78 @@ mod tests {
         let _ = std::fs::remove_dir_all(&dir);
     }
 
+    /// Polls `src` into `model` until `cond` holds, or panics after 10 s.
+    fn poll_until(
+        src: &mut LiveSource,
+        model: &mut Model,
+        what: &str,
+        cond: impl Fn(&Model) -> bool,
+    ) {
+        let start = Instant::now();
+        while !cond(model) {
+            assert!(
+                start.elapsed() < Duration::from_secs(10),
+                "{what}: {:?}",
+                model.not_answering
+            );
+            src.poll(model);
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// A process whose collector never accepts (stopped, hung): its socket connects (or its
+    /// listen queue is full) and no hello comes. It is listed as not answering after
+    /// `NOT_ANSWERING`, never waited on (a full queue does not block the connect), and no longer
+    /// once it is gone.
+    #[test]
+    fn a_socket_that_never_says_hello_is_not_answering() {
+        use std::os::unix::io::AsRawFd;
+        let dir = std::env::temp_dir().join(format!("sigmatop-noanswer-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("dir");
+        let me = std::process::id();
+        let path = dir.join(format!("{}-{me}.sock", socket_host()));
+        let listener = std::os::unix::net::UnixListener::bind(&path).expect("bind");
+        // Room for one connection in its listen queue, taken by another reader: a blocking
+        // connect would now wait for an accept that never comes.
+        // SAFETY: listen(2) on a socket this test owns.
+        assert_eq!(unsafe { libc::listen(listener.as_raw_fd(), 0) }, 0);
+        let first = UnixStream::connect(&path).expect("the queue's one place");
+        let mut src = LiveSource::new(dir.clone(), ProcessFilter::Pids(vec![me]));
+        let mut model = Model::new();
+        let start = Instant::now();
+        src.poll(&mut model);
+        assert!(
+            start.elapsed() < Duration::from_secs(1),
+            "the connect did not block"
+        );
+        assert!(model.not_answering.is_empty(), "not before NOT_ANSWERING");
+        assert_eq!(src.pending(), 1);
+        let key = (hostname(), me);
+        poll_until(&mut src, &mut model, "a full queue is not answering", |m| {
+            m.not_answering.contains_key(&key)
+        });
+        let n = &model.not_answering[&key];
+        assert!(!n.stopped, "this process runs");
+        assert!(!n.exe.is_empty(), "its name from /proc");
+        // Gone: its socket with it.
+        drop(first);
+        drop(listener);
+        let _ = std::fs::remove_file(&path);
+        poll_until(&mut src, &mut model, "gone", |m| m.not_answering.is_empty());
+        // A queue with room: the connect succeeds, and the hello does not come.
+        let listener = std::os::unix::net::UnixListener::bind(&path).expect("bind again");
+        poll_until(&mut src, &mut model, "connected, no hello", |m| {
+            m.not_answering.contains_key(&key)
+        });
+        assert_eq!(src.connected(), 1);
+        drop(listener);
+        poll_until(&mut src, &mut model, "closed", |m| {
+            m.not_answering.is_empty()
+        });
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
     /// A process that ends with the view's connection still in its listen queue (it never
     /// accepted it) resets it before a byte came: an end, not a problem to show.
     #[test]

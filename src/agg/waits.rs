@@ -185,7 +185,7 @@ impl Bases<'_> {
     }
 }
 
-/// A label for a candidate far end: its index in `procs`, or `None` for "not known".
+/// A candidate far end: its index in `ModelAt::procs`.
 type Far = u32;
 
 /// Who waits on whom at the view time; waits need receives outstanding for `wait_ns` (and
@@ -414,6 +414,12 @@ fn entry(at: &ModelAt, p: u32) -> WaitedOn {
 
 /// Receives of endpoint `e` were outstanding at `t - wait_ns` already, and none completed since.
 fn stuck(bases: &mut Bases, e: &EndpointAt) -> bool {
+    // One completed in the last step: not stuck (and no older snapshot to decode: a healthy
+    // job's endpoints all end here).
+    let a = &bases.at.procs[e.proc as usize];
+    if a.now_ns > 0 && a.eps.get(e.ep).is_some_and(|s| s.now.recvs > 0) {
+        return false;
+    }
     let Some(base) = bases.get(e.proc).and_then(|b| b.get(e.ep)) else {
         return false;
     };
