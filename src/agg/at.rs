@@ -174,6 +174,9 @@ pub struct ModelAt<'m> {
     pub silent: Vec<Option<u64>>,
     /// The wall clock of a live view at its newest data (None: a replay, or a view of the past).
     pub live_now: Option<u64>,
+    /// `waits::waits` of this view time, for one threshold: its rule, the row marks and the
+    /// idle rule all read it (`waits::waits_cached`).
+    pub(crate) waits_memo: std::cell::OnceCell<(u64, super::waits::Waits)>,
 }
 
 /// Which endpoints `ModelAt` lists.
@@ -472,6 +475,7 @@ impl<'m> ModelAt<'m> {
             qps,
             silent,
             live_now,
+            waits_memo: std::cell::OnceCell::new(),
         }
     }
 

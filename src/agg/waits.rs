@@ -202,25 +202,40 @@ pub fn waits(at: &ModelAt, wait_ns: u64) -> Waits {
             a.has_data && !ended && !silent(p)
         })
     };
+    // Nobody silent and no receive outstanding: nothing waits (a healthy job ends here).
+    let any_silent = at.silent.iter().any(Option::is_some);
+    if !any_silent
+        && !at
+            .endpoints
+            .iter()
+            .any(|e| e.tot.outstanding().is_some_and(|o| o > 0))
+    {
+        return Waits::default();
+    }
     let mut bases = Bases {
         at,
         from: at.t.saturating_sub(wait_ns),
         got: BTreeMap::new(),
     };
-    // Who sends to whom (their endpoint's peer is the receiver), and who talks to whom.
-    let mut senders: Vec<BTreeSet<u32>> = vec![BTreeSet::new(); n];
-    let mut talks: Vec<BTreeSet<u32>> = vec![BTreeSet::new(); n];
-    for e in &at.endpoints {
-        let Some(q) = e.peer.process.filter(|&q| q != e.proc && (q as usize) < n) else {
-            continue;
-        };
-        if e.tot.tx > 0 || e.tot.ops > 0 {
-            talks[e.proc as usize].insert(q);
-            if e.tot.tx > 0 {
-                senders[q as usize].insert(e.proc);
+    // Who sends to whom (their endpoint's peer is the receiver), and who talks to whom: read
+    // when a wait has no peer of its own.
+    let mut peers_of: Option<(Vec<BTreeSet<u32>>, Vec<BTreeSet<u32>>)> = None;
+    let who_sends = || {
+        let mut senders: Vec<BTreeSet<u32>> = vec![BTreeSet::new(); n];
+        let mut talks: Vec<BTreeSet<u32>> = vec![BTreeSet::new(); n];
+        for e in &at.endpoints {
+            let Some(q) = e.peer.process.filter(|&q| q != e.proc && (q as usize) < n) else {
+                continue;
+            };
+            if e.tot.tx > 0 || e.tot.ops > 0 {
+                talks[e.proc as usize].insert(q);
+                if e.tot.tx > 0 {
+                    senders[q as usize].insert(e.proc);
+                }
             }
         }
-    }
+        (senders, talks)
+    };
     // The waiting endpoints and the far ends each may wait on.
     let mut waits: Vec<(Wait, Vec<Far>)> = Vec::new();
     for e in &at.endpoints {
@@ -239,6 +254,7 @@ pub fn waits(at: &ModelAt, wait_ns: u64) -> Waits {
         let fars: Vec<Far> = match peer {
             Some(q) => vec![q],
             None => {
+                let (senders, talks) = peers_of.get_or_insert_with(who_sends);
                 let s = &senders[e.proc as usize];
                 if s.is_empty() {
                     talks[e.proc as usize].iter().copied().collect()
@@ -279,6 +295,9 @@ pub fn waits(at: &ModelAt, wait_ns: u64) -> Waits {
         if !ok.is_empty() {
             edges[w.proc as usize].push((i, ok));
         }
+    }
+    if !any_silent && edges.iter().all(Vec::is_empty) {
+        return Waits::default();
     }
     let waiting = |p: u32| !edges[p as usize].is_empty();
     // Receives each process has outstanding now, and what it left unconsumed: messages sent
@@ -394,6 +413,18 @@ fn consumes_receive(op: Op) -> bool {
             | Op::VerbsWriteImm
             | Op::GpuSend
     )
+}
+
+/// `waits`, computed once per view time for the first threshold asked (the warnings, the row
+/// marks and the idle rule of one frame read the same), again for another.
+pub fn waits_cached<'a>(at: &'a ModelAt, wait_ns: u64) -> std::borrow::Cow<'a, Waits> {
+    use std::borrow::Cow;
+    let (ns, w) = at.waits_memo.get_or_init(|| (wait_ns, waits(at, wait_ns)));
+    if *ns == wait_ns {
+        Cow::Borrowed(w)
+    } else {
+        Cow::Owned(waits(at, wait_ns))
+    }
 }
 
 /// The entry of process `p`, without waiters yet.

@@ -193,14 +193,14 @@ impl Rule for HungCollective {
 
 impl Rule for Waits {
     fn check(&self, at: &ModelAt, cfg: &WarningConfig, out: &mut Vec<Warning>) {
-        for w in super::waits::waits(at, cfg.wait_ns).waited_on {
+        for w in &super::waits::waits_cached(at, cfg.wait_ns).waited_on {
             let (kind, value) = match w.silent_ns {
                 Some(ns) => (WarningKind::Silent, ns as f64 / 1e9),
                 None => (WarningKind::WaitedOn, w.quiet_ns as f64 / 1e9),
             };
             out.push(Warning {
                 kind,
-                subject: super::waits::text(at, &w),
+                subject: super::waits::text(at, w),
                 value,
                 processes: (w.waiting_processes().len()) as u64,
             });
@@ -267,14 +267,14 @@ pub fn idle_with_posted(at: &ModelAt, e: &super::at::EndpointAt) -> Option<u64> 
 
 impl Rule for IdleWithPosted {
     fn check(&self, at: &ModelAt, cfg: &WarningConfig, out: &mut Vec<Warning>) {
-        let mut waits: Option<super::waits::Waits> = None;
+        let mut waits = None;
         for e in &at.endpoints {
             let Some(n) = idle_with_posted(at, e) else {
                 continue;
             };
             // A QP that waits on a far end named by its own warning (`Waits`) is said there,
             // once, with that far end: not here again.
-            let w = waits.get_or_insert_with(|| super::waits::waits(at, cfg.wait_ns));
+            let w = waits.get_or_insert_with(|| super::waits::waits_cached(at, cfg.wait_ns));
             if w.waiter(e.proc, e.ep).is_some() {
                 continue;
             }
@@ -293,8 +293,11 @@ impl Rule for IdleWithPosted {
 
 /// Who waits on whom at the view time (`agg::waits`) with the threshold of `cfg`: what the
 /// `Waits` rule says, for the row marks.
-pub fn waits_for(at: &ModelAt, cfg: &WarningConfig) -> super::waits::Waits {
-    super::waits::waits(at, cfg.wait_ns)
+pub fn waits_for<'a>(
+    at: &'a ModelAt,
+    cfg: &WarningConfig,
+) -> std::borrow::Cow<'a, super::waits::Waits> {
+    super::waits::waits_cached(at, cfg.wait_ns)
 }
 
 /// All warnings for the model at a view time, most important first.
