@@ -42,13 +42,18 @@ pub struct QueueState {
     /// Receive work requests posted (on the QP, or on the SRQ for an SRQ) and completed.
     pub rq_posted: u64,
     pub rq_completed: u64,
-    /// How long the oldest outstanding send work request has waited since it was posted.
+    /// Signaled send work requests whose completion has not come: the work the program awaits.
+    /// Unsignaled requests posted after the last signaled one are outstanding too (verbs reports
+    /// them with the next signaled one) but nothing waits for them: an idle QP of NCCL's FIFO
+    /// writes holds some for good.
+    pub sq_signaled_outstanding: u64,
+    /// How long the oldest outstanding signaled send work request has waited since it was posted.
     pub sq_oldest_ns: u64,
     /// How long the oldest outstanding receive has waited since it was posted.
     pub rq_oldest_ns: u64,
-    /// How long the send queue has had work outstanding with no send completion: since the later
-    /// of its last send completion and the post of its oldest outstanding work request. What a
-    /// stalled edge is judged on (0: nothing outstanding).
+    /// How long the send queue has had signaled work outstanding with no send completion: since
+    /// the later of its last send completion and the post of its oldest outstanding signaled work
+    /// request. What a stalled edge is judged on (0: nothing awaited).
     pub sq_stalled_ns: u64,
     /// How long ago the last completion (send or receive) came; None: none yet.
     pub last_completion_ns: Option<u64>,
@@ -86,7 +91,7 @@ impl QueueState {
     pub fn stalled(&self, threshold_ns: u64) -> bool {
         self.health == QueueHealth::Live
             && !self.blind
-            && self.sq_outstanding() > 0
+            && self.sq_signaled_outstanding > 0
             && self.sq_stalled_ns >= threshold_ns
     }
 }
@@ -147,6 +152,9 @@ pub fn status_name(status: u8) -> &'static str {
 pub struct QueueCounts {
     pub sq_posted: u64,
     pub sq_completed: u64,
+    /// Signaled send work requests posted, and send completions polled for them.
+    pub sq_signaled: u64,
+    pub sq_signaled_done: u64,
     pub rq_posted: u64,
     pub rq_completed: u64,
 }
@@ -220,20 +228,33 @@ impl AgeTracker {
     pub fn step(&mut self, ep: u32, now_ns: u64, c: QueueCounts, out: &mut QueueState) {
         let t = self.queues.entry(ep).or_default();
         let before = (t.sq.completed, t.rq.completed);
-        let (sq_oldest, sq_stalled) = t.sq.step(now_ns, c.sq_posted, c.sq_completed);
+        // The send side's ages are of the signaled work: what a completion is awaited for.
+        let (sq_oldest, sq_stalled) = t.sq.step(now_ns, c.sq_signaled, c.sq_signaled_done);
         let (rq_oldest, _) = t.rq.step(now_ns, c.rq_posted, c.rq_completed);
-        if before != (c.sq_completed, c.rq_completed) {
+        if before != (c.sq_signaled_done, c.rq_completed) {
             t.last_completion = Some(now_ns);
         }
         out.ep = ep;
         out.sq_posted = c.sq_posted;
         out.sq_completed = c.sq_completed;
+        out.sq_signaled_outstanding = c.sq_signaled.saturating_sub(c.sq_signaled_done);
         out.rq_posted = c.rq_posted;
         out.rq_completed = c.rq_completed;
         out.sq_oldest_ns = sq_oldest;
         out.rq_oldest_ns = rq_oldest;
         out.sq_stalled_ns = sq_stalled;
         out.last_completion_ns = t.last_completion.map(|l| now_ns.saturating_sub(l));
+    }
+
+    /// Reads queue `ep`'s signaled send counts (posted, completions) between intervals (the
+    /// collector's drains, every few ms), so that its send ages are that precise rather than an
+    /// interval's.
+    pub fn tick_sq(&mut self, ep: u32, now_ns: u64, posted: u64, completed: u64) {
+        let t = self.queues.entry(ep).or_default();
+        if completed != t.sq.completed {
+            t.last_completion = Some(now_ns);
+        }
+        t.sq.step(now_ns, posted, completed);
     }
 
     /// Forgets queue `ep` (destroyed and reported).
@@ -257,6 +278,8 @@ mod tests {
             QueueCounts {
                 sq_posted: sp,
                 sq_completed: sc,
+                sq_signaled: sp,
+                sq_signaled_done: sc,
                 ..Default::default()
             },
             &mut q,
@@ -334,10 +357,43 @@ mod tests {
     }
 
     #[test]
+    fn ticks_between_intervals_make_the_ages_finer() {
+        let mut t = AgeTracker::new();
+        step(&mut t, 0, 100, 100);
+        // Completions stop 5 ms into the interval; a tick sees the last one there.
+        t.tick_sq(7, 5 * MS, 120, 110);
+        t.tick_sq(7, 10 * MS, 120, 110);
+        let q = step(&mut t, 250 * MS, 120, 110);
+        assert_eq!((q.sq_oldest_ns, q.sq_stalled_ns), (245 * MS, 245 * MS));
+        assert_eq!(q.last_completion_ns, Some(245 * MS));
+    }
+
+    /// NCCL's FIFO writes: unsignaled but every Nth; after the last signaled one completed,
+    /// the unsignaled ones after it stay outstanding for good on an idle QP, and that is no stall.
+    #[test]
+    fn trailing_unsignaled_requests_are_outstanding_but_not_awaited() {
+        let mut t = AgeTracker::new();
+        let mut q = QueueState::default();
+        let c = QueueCounts {
+            sq_posted: 20,
+            sq_completed: 16,
+            sq_signaled: 1,
+            sq_signaled_done: 1,
+            ..Default::default()
+        };
+        t.step(7, S, c, &mut q);
+        t.step(7, 60 * S, c, &mut q);
+        assert_eq!((q.sq_outstanding(), q.sq_signaled_outstanding), (4, 0));
+        assert_eq!(q.sq_stalled_ns, 0);
+        assert!(!q.stalled(S));
+    }
+
+    #[test]
     fn errors_and_health_decide_what_is_a_stall() {
         let mut q = QueueState {
             sq_posted: 5,
             sq_completed: 1,
+            sq_signaled_outstanding: 2,
             sq_stalled_ns: 10 * S,
             errors: vec![(5, 3), (12, 1)],
             ..Default::default()

@@ -54,6 +54,10 @@ pub enum Frame {
     /// (version 5) Outstanding work per verbs QP and SRQ (`queue::Queues`), every interval after
     /// the snapshot, once the process posted on one.
     Queues(crate::queue::Queues),
+    /// (version 5) Where the NCCL plugin's communicators wait (`nccl::live::NcclWaits`): their
+    /// point-to-point calls and the proxy operations of each one's oldest open call, every
+    /// interval after `Nccl`.
+    NcclWaits(crate::nccl::live::NcclWaits),
 }
 
 impl Frame {

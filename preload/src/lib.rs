@@ -118,8 +118,8 @@ extern "C" fn sigmatop_init() {
         dlsym::install(hooks());
         fork::install(FORK_HOLDS, FORK_CHILD);
         lifecycle::install(BEFORE_FINAL_FLUSH);
-        collector::live_frame(|| nccl::live().map(sigmatop::wire::Frame::Nccl));
-        collector::queue_source(ibverbs::queues);
+        collector::live_frame(nccl::live_frames);
+        collector::queue_source(ibverbs::queues, ibverbs::queues_tick);
         if config::fault() == config::Fault::Init {
             panic!("injected init fault (SIGMATOP_TEST_FAULT=init)");
         }

@@ -40,8 +40,8 @@ pub use model::{
     ProcessState, RECENT_EVENTS, RecentEvents, WINDOW_FLOOR_NS, clock_of,
 };
 pub use report::{
-    EndpointReport, Flow, LiveMissed, OpTotals, PeerRef, ProcessReport, QuietReport, Report,
-    WaitReport, Waiter,
+    EndpointReport, Flow, LiveMissed, OpTotals, PeerRef, ProcessRef, ProcessReport, QuietReport,
+    Report, WaitReport, Waiter,
 };
 pub use window::Window;
 

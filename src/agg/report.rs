@@ -8,7 +8,7 @@ use serde::Serialize;
 
 use super::matrix::{Groups, Matrix, UNTRACED};
 use super::model::{Model, ProcKey, ProcessState};
-use super::peers::Peers;
+use super::peers::{EndpointPeer, Peers};
 use crate::event::{Dir, DropCounters, EndpointKind, Op, OpCount, UNATTRIBUTED_EP};
 
 fn is_zero(v: &u64) -> bool {
@@ -99,7 +99,7 @@ impl Model {
         let peers = Peers::build(
             procs
                 .iter()
-                .map(|(_, p)| (&p.identity, p.endpoints.values())),
+                .map(|(_, p)| (&p.identity, p.endpoints_with_ports())),
         );
         let mut cells: BTreeMap<(u32, u32), u64> = BTreeMap::new();
         for (pi, (_, p)) in procs.iter().enumerate() {
@@ -150,6 +150,7 @@ impl Model {
                 .iter()
                 .map(|(k, p)| (p.identity.rank, k.host.as_str())),
         );
+        let hang = super::warnings::hang_ns();
         for (pi, (key, p)) in procs.iter().enumerate() {
             let Some(last) = p.last() else {
                 r.processes.push(ProcessReport::empty(key, p));
@@ -192,16 +193,15 @@ impl Model {
                     peer_text: def.map(|d| d.peer.text.clone()).unwrap_or_default(),
                     flow: Flow::default(),
                     ops: BTreeMap::new(),
+                    queue: p.queues.as_ref().and_then(|qs| {
+                        qs.queues
+                            .iter()
+                            .find(|q| q.ep == *ep)
+                            .map(|q| QueueReport::of(q, qs.at_ns, hang))
+                    }),
                 };
-                let peer = def.and_then(|d| peers.of(pi as u32, d, p.av_of(*ep)).process);
-                if let Some(pp) = peer
-                    && let Some((pk, pps)) = procs.get(pp as usize)
-                {
-                    er.peer = Some(PeerRef {
-                        host: pk.host.clone(),
-                        pid: pk.pid,
-                        rank: pps.identity.rank,
-                    });
+                if let Some(d) = def {
+                    er.peer = PeerRef::of(&procs, &peers.of(pi as u32, d, p.av_of(*ep)));
                 }
                 for c in ops {
                     er.flow.add_count(c);
@@ -230,6 +230,7 @@ impl Model {
         r.node_matrix = m.node;
         r.messages = self.messages.clone();
         r.hosts = self.links.clone();
+        r.stalls = self.stall_reports(hang);
         r
     }
 
@@ -274,7 +275,7 @@ impl Model {
         let proc_ref = |p: u32| {
             at.procs
                 .get(p as usize)
-                .map_or_else(PeerRef::default, |a| PeerRef {
+                .map_or_else(ProcessRef::default, |a| ProcessRef {
                     host: a.key.host.clone(),
                     pid: a.key.pid,
                     rank: a.p.identity.rank,
@@ -343,6 +344,47 @@ impl Model {
         r.waits = self.wait_reports(&at, super::warnings::hang_ns());
         r
     }
+
+    /// The stalled edges at the newest data (none unless some process reports send work
+    /// outstanding).
+    pub fn stall_reports(&self, threshold_ns: u64) -> Vec<StallReport> {
+        let outstanding = self.processes.values().any(|p| {
+            p.queues
+                .as_ref()
+                .is_some_and(|q| q.queues.iter().any(|s| s.sq_outstanding() > 0))
+        });
+        if !outstanding {
+            return Vec::new();
+        }
+        let at = super::at::ModelAt::new(
+            self,
+            &super::at::AtOptions {
+                detail: super::at::Detail::Processes,
+                ..Default::default()
+            },
+        );
+        // A live model judges the processes that report; a record, each process as it ended.
+        let live = self.processes.values().any(|p| !p.exited);
+        let scope = if live {
+            super::stalls::Scope::Reporting
+        } else {
+            super::stalls::Scope::AtTheirEnd
+        };
+        super::stalls::stalls_in(&at, threshold_ns, scope)
+            .into_iter()
+            .map(|s| StallReport {
+                host: s.host.clone(),
+                pid: s.pid,
+                rank: s.rank,
+                peer: s.peer.text(),
+                qpn: s.qpn,
+                qps: s.qps,
+                outstanding: s.outstanding,
+                stalled_s: s.stalled_ns as f64 / 1e9,
+                text: s.text(),
+            })
+            .collect()
+    }
 }
 
 /// Seconds, to the millisecond.
@@ -350,10 +392,18 @@ fn secs(ns: u64) -> f64 {
     (ns / 1_000_000) as f64 / 1e3
 }
 
+/// A traced process, by its host, pid and rank.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct ProcessRef {
+    pub host: String,
+    pub pid: u32,
+    pub rank: Option<u32>,
+}
+
 /// A process the others wait on, live (`Report::waits`, `agg::waits`).
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct WaitReport {
-    pub process: PeerRef,
+    pub process: ProcessRef,
     /// Seconds since its last frame, when it is silent.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub silent_s: Option<f64>,
@@ -362,7 +412,7 @@ pub struct WaitReport {
     /// The endpoints that wait on it directly.
     pub waited_on_by: Vec<Waiter>,
     /// Processes that wait on it through others.
-    pub behind: Vec<PeerRef>,
+    pub behind: Vec<ProcessRef>,
     /// The warning's text.
     pub text: String,
 }
@@ -378,13 +428,13 @@ pub struct QuietReport {
     /// Who waited on whom at its end (silent processes included).
     pub waits: Vec<WaitReport>,
     /// The process the others waited for (the first one waited on), if any.
-    pub straggler: Option<PeerRef>,
+    pub straggler: Option<ProcessRef>,
 }
 
 /// One endpoint that waits (`WaitReport::waited_on_by`).
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct Waiter {
-    pub process: PeerRef,
+    pub process: ProcessRef,
     /// "QP 0x107", "ucp_worker", "ep#3".
     pub endpoint: String,
     /// Receives posted there and not completed (0: its peer is silent and nothing moves).
@@ -405,11 +455,71 @@ pub struct OpTotals {
     pub posted_bytes: u64,
 }
 
+/// The other side of an endpoint: a traced process (`host`, `pid`, `rank`), or for a verbs /
+/// devx QP whose peer is not traced its address (and its host, when a traced process is on
+/// that port address), never another process.
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct PeerRef {
-    pub host: String,
-    pub pid: u32,
+    /// The peer's host: the traced process's, or for an untraced peer the host of a traced
+    /// process on its port address (absent when none is known).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub host: Option<String>,
+    /// The traced peer process (absent: not traced).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pid: Option<u32>,
     pub rank: Option<u32>,
+    /// The peer is a traced process.
+    pub traced: bool,
+    /// Verbs / devx QPs: the peer's address, `10.0.1.1 qp 0x10c` (IPv4-mapped GID), `lid 3 qp
+    /// 0x10c` (InfiniBand without a GRH), `fe80::2c9:300:0:3 qp 0x10c` (another GID), or `qp
+    /// 0x10c` where the record has no address.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub address: Option<String>,
+}
+
+impl PeerRef {
+    /// The peer of an endpoint resolved by `agg::peers`: None when there is nothing to name (no
+    /// traced process and no QP address).
+    pub fn of(procs: &[(&ProcKey, &ProcessState)], x: &EndpointPeer) -> Option<PeerRef> {
+        let address = x.addr.map(|a| a.text(None));
+        if let Some((pk, pps)) = x.process.and_then(|pp| procs.get(pp as usize)) {
+            return Some(PeerRef {
+                host: Some(pk.host.clone()),
+                pid: Some(pk.pid),
+                rank: pps.identity.rank,
+                traced: true,
+                address,
+            });
+        }
+        let a = x.addr?;
+        Some(PeerRef {
+            host: a
+                .host_of
+                .and_then(|h| procs.get(h as usize))
+                .map(|(k, _)| k.host.clone()),
+            pid: None,
+            rank: None,
+            traced: false,
+            address,
+        })
+    }
+
+    /// How the report tables name it: `node1 pid 4121 r3`; an untraced peer by its address,
+    /// `10.0.1.1 qp 0x10c`, or on a known host `node1 qp 0x10c`.
+    pub fn label(&self) -> String {
+        if let Some(pid) = self.pid {
+            return format!(
+                "{} pid {pid}{}",
+                self.host.as_deref().unwrap_or("?"),
+                self.rank.map(|r| format!(" r{r}")).unwrap_or_default()
+            );
+        }
+        let addr = self.address.as_deref().unwrap_or("?");
+        match (&self.host, addr.find(" qp ")) {
+            (Some(h), Some(i)) => format!("{h}{}", &addr[i..]),
+            _ => addr.to_string(),
+        }
+    }
 }
 
 #[derive(Clone, Debug, Default, Serialize)]
@@ -420,13 +530,106 @@ pub struct EndpointReport {
     pub label: String,
     pub transport: String,
     pub state: String,
-    /// The traced process on the other side, when it is in this model.
+    /// The traced process on the other side, when it is in this model; for a verbs / devx QP
+    /// whose peer is not traced, that peer's address.
     pub peer: Option<PeerRef>,
     pub peer_text: String,
     #[serde(flatten)]
     pub flow: Flow,
     /// By operation name: calls and payload bytes.
     pub ops: BTreeMap<String, OpTotals>,
+    /// Outstanding work of a verbs QP or SRQ (absent for other endpoints, and for processes
+    /// whose preload sends no queues).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub queue: Option<QueueReport>,
+}
+
+/// A QP's (or SRQ's) work queues as its process last reported them (`queue::QueueState`): counts
+/// cumulative, ages in seconds at `at_ns`.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct QueueReport {
+    /// CLOCK_REALTIME ns of the interval these figures are from.
+    pub at_ns: u64,
+    /// live | error | destroyed
+    pub health: &'static str,
+    pub sq_posted: u64,
+    pub sq_completed: u64,
+    pub sq_outstanding: u64,
+    /// Signaled send work requests whose completion has not come (what the program awaits).
+    pub sq_signaled_outstanding: u64,
+    /// Seconds the oldest outstanding signaled send work request has waited since it was posted.
+    pub sq_oldest_s: f64,
+    /// Seconds with send work outstanding and no send completion.
+    pub sq_stalled_s: f64,
+    pub rq_posted: u64,
+    pub rq_completed: u64,
+    pub rq_outstanding: u64,
+    pub rq_oldest_s: f64,
+    /// Seconds since the last completion (null: none yet).
+    pub last_completion_s: Option<f64>,
+    /// Error completions by status name ("transport retry exceeded": 1, "flushed": 127).
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub errors: BTreeMap<String, u64>,
+    /// Send completions beyond the work sigmatop saw posted (counted, never guessed into the
+    /// counts).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub unmatched: u64,
+    /// Its CQ is polled through ibv_start_poll (not seen): completions unknown, never stalled.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub blind: bool,
+    /// Stalled at the hang threshold.
+    pub stalled: bool,
+}
+
+impl QueueReport {
+    pub fn of(q: &crate::queue::QueueState, at_ns: u64, threshold_ns: u64) -> QueueReport {
+        use crate::queue::QueueHealth;
+        let s = |ns: u64| ns as f64 / 1e9;
+        QueueReport {
+            at_ns,
+            health: match q.health {
+                QueueHealth::Live => "live",
+                QueueHealth::Error => "error",
+                QueueHealth::Destroyed => "destroyed",
+            },
+            sq_posted: q.sq_posted,
+            sq_completed: q.sq_completed,
+            sq_outstanding: q.sq_outstanding(),
+            sq_signaled_outstanding: q.sq_signaled_outstanding,
+            sq_oldest_s: s(q.sq_oldest_ns),
+            sq_stalled_s: s(q.sq_stalled_ns),
+            rq_posted: q.rq_posted,
+            rq_completed: q.rq_completed,
+            rq_outstanding: q.rq_outstanding(),
+            rq_oldest_s: s(q.rq_oldest_ns),
+            last_completion_s: q.last_completion_ns.map(s),
+            errors: q
+                .errors
+                .iter()
+                .map(|(st, n)| (crate::queue::status_name(*st).to_string(), *n))
+                .collect(),
+            unmatched: q.unmatched,
+            blind: q.blind,
+            stalled: q.stalled(threshold_ns),
+        }
+    }
+}
+
+/// A stalled edge as the JSON reports it (`agg::stalls::Stall`).
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct StallReport {
+    pub host: String,
+    pub pid: u32,
+    pub rank: Option<u32>,
+    /// The peer: "node2 r1 pid 4712", or its address when it is not traced.
+    pub peer: String,
+    pub qpn: Option<u32>,
+    /// Stalled QPs of this edge (the one named included).
+    pub qps: u32,
+    pub outstanding: u64,
+    pub stalled_s: f64,
+    /// The warning's text.
+    pub text: String,
 }
 
 #[derive(Clone, Debug, Default, Serialize)]
@@ -541,6 +744,10 @@ pub struct Report {
     /// waits on them (absent when none).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub waits: Vec<WaitReport>,
+    /// Stalled edges at the newest data: QPs with send work outstanding and no completion past
+    /// the hang threshold (absent when none).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub stalls: Vec<StallReport>,
 }
 
 impl Report {

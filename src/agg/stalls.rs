@@ -35,6 +35,19 @@ pub enum PeerName {
 }
 
 impl PeerName {
+    /// As a warning names the far end: host and rank ("node2 r1"), host and pid without a rank,
+    /// the address of an untraced peer.
+    pub fn short(&self) -> String {
+        match self {
+            PeerName::Process {
+                host,
+                rank: Some(r),
+                ..
+            } => format!("{host} r{r}"),
+            _ => self.text(),
+        }
+    }
+
     /// "node2 r3 pid 4711", "10.0.1.1 qp 0x10c", "an unknown peer".
     pub fn text(&self) -> String {
         match self {
@@ -70,7 +83,7 @@ pub struct Stall {
 }
 
 impl Stall {
-    /// "r0 pid 4711 (node1)": the process as warnings name it.
+    /// "node1 r0 pid 4711": the process as warnings name it.
     pub fn who(&self) -> String {
         match self.rank {
             Some(r) => format!("{} r{r} pid {}", self.host, self.pid),
@@ -78,38 +91,54 @@ impl Stall {
         }
     }
 
-    /// The warning's text: "stalled: node1 r0 pid 4711 → node2 r1 pid 4712, QP 0x107: 12 WRs
-    /// outstanding, none completed for 4.1s (1,000 completed before)".
+    /// The warning's text, short enough for an 80-column terminal: "stalled QP 0x107 node1 r0
+    /// pid 4711 → node2 r1: 12 WRs, none done in 4.1s" (the peer by host and rank, by pid
+    /// without a rank, by address when it is not traced; "+2" for more stalled QPs of the edge).
     pub fn text(&self) -> String {
         let qp = match self.qpn {
             Some(n) => format!("QP 0x{n:x}"),
             None => format!("endpoint {}", self.ep),
         };
         let more = if self.qps > 1 {
+            format!(" +{}", self.qps - 1)
+        } else {
+            String::new()
+        };
+        let when = if self.queue.sq_completed == 0 {
             format!(
-                " (+{} more QP{})",
-                self.qps - 1,
-                if self.qps > 2 { "s" } else { "" }
+                "none done since posted {:.1}s ago",
+                self.queue.sq_oldest_ns as f64 / 1e9
             )
         } else {
-            String::new()
-        };
-        let none = if self.queue.sq_completed == 0 {
-            "none completed yet".to_string()
-        } else {
-            format!("none completed for {:.1}s", self.stalled_ns as f64 / 1e9)
-        };
-        let since = if self.queue.sq_completed == 0 {
-            format!(", posted {:.1}s ago", self.queue.sq_oldest_ns as f64 / 1e9)
-        } else {
-            String::new()
+            format!("none done in {:.1}s", self.stalled_ns as f64 / 1e9)
         };
         format!(
-            "stalled: {} → {}, {qp}{more}: {} WR{} outstanding, {none}{since}",
+            "stalled {qp}{more} {} → {}: {} WR{}, {when}",
             self.who(),
-            self.peer.text(),
+            self.peer.short(),
             crate::agg::count_text(self.outstanding),
             if self.outstanding == 1 { "" } else { "s" },
+        )
+    }
+}
+
+impl Stall {
+    /// The warning for a status line: "stalled QP 0x107 node1 r0 → node2 r1: 12 WRs 4.1s".
+    pub fn short_text(&self) -> String {
+        let who = match self.rank {
+            Some(r) => format!("{} r{r}", self.host),
+            None => format!("{} pid {}", self.host, self.pid),
+        };
+        let qp = match self.qpn {
+            Some(n) => format!("QP 0x{n:x}"),
+            None => format!("endpoint {}", self.ep),
+        };
+        format!(
+            "stalled {qp} {who} → {}: {} WR{} {:.1}s",
+            self.peer.short(),
+            crate::agg::count_text(self.outstanding),
+            if self.outstanding == 1 { "" } else { "s" },
+            self.stalled_ns.max(self.queue.sq_oldest_ns) as f64 / 1e9
         )
     }
 }
@@ -156,40 +185,58 @@ fn peer_name(at: &ModelAt, peers: &Peers, pi: usize, ep: u32) -> (PeerName, Opti
         };
         return (name, Some(o as usize));
     }
-    let name = match (def.peer.gid, def.peer.qpn) {
-        (Some(g), Some(q)) => PeerName::Address(format!("{} qp 0x{q:x}", address_text(&g))),
-        (None, Some(q)) => PeerName::Address(format!("qp 0x{q:x}")),
-        _ => PeerName::Unknown,
+    // Not traced: by its address, or the host of a traced process on it (`agg::peers`).
+    let name = match p.addr {
+        Some(addr) => {
+            let host = addr.host_of.and_then(|h| at.procs.get(h as usize));
+            PeerName::Address(addr.text(host.map(|h| h.key.host.as_str())))
+        }
+        None => PeerName::Unknown,
     };
     (name, None)
 }
 
 /// A peer's address as a user reads it: the IPv4 address of a v4-mapped GID (RoCE), `lid N` for
 /// what stands in for the GID on a LID-routed path (InfiniBand without a GRH: the LID in the last
-/// two bytes, the rest zero), the IPv6 text otherwise.
+/// two bytes, the rest zero), the IPv6 text otherwise (`event::port_addr_text`).
 pub fn address_text(g: &[u8; 16]) -> String {
-    let ip = std::net::Ipv6Addr::from(*g);
-    if let Some(v4) = ip.to_ipv4_mapped() {
-        return v4.to_string();
-    }
-    if g[..14].iter().all(|&b| b == 0) {
-        return format!("lid {}", u16::from_be_bytes([g[14], g[15]]));
-    }
-    ip.to_string()
+    crate::event::port_addr_text(g)
+}
+
+/// Which processes' queues are judged.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Scope {
+    /// A live view (or a replay at its view time): processes that report now.
+    Reporting,
+    /// A record read whole (`report`, `export --json`): every process as it ended, a process
+    /// whose record was cut by a kill included, each judged at its last snapshot (what it was
+    /// waiting on when the record ends).
+    AtTheirEnd,
 }
 
 /// Every stalled edge at the view time, the longest stalled first.
 pub fn stalls(at: &ModelAt, threshold_ns: u64) -> Vec<Stall> {
+    stalls_in(at, threshold_ns, Scope::Reporting)
+}
+
+/// [`stalls`] of the processes `scope` names.
+pub fn stalls_in(at: &ModelAt, threshold_ns: u64, scope: Scope) -> Vec<Stall> {
     let mut found: Vec<(usize, u32, QueueState)> = Vec::new();
     for (i, a) in at.procs.iter().enumerate() {
         let Some(qs) = a.p.queues.as_ref() else {
             continue;
         };
-        if qs.at_ns > at.t || !reporting(at, i) {
-            continue;
-        }
+        let when = match scope {
+            Scope::Reporting if qs.at_ns <= at.t && reporting(at, i) => at.t,
+            Scope::Reporting => continue,
+            Scope::AtTheirEnd => {
+                a.p.history
+                    .last_head()
+                    .map_or(qs.at_ns, |s| s.at_ns.max(qs.at_ns))
+            }
+        };
         for q in &qs.queues {
-            let q = queue_at(q, qs.at_ns, at.t);
+            let q = queue_at(q, qs.at_ns, when);
             if q.stalled(threshold_ns) {
                 found.push((i, q.ep, q));
             }
@@ -204,7 +251,7 @@ pub fn stalls(at: &ModelAt, threshold_ns: u64) -> Vec<Stall> {
         built = Peers::build(
             at.procs
                 .iter()
-                .map(|a| (&a.p.identity, a.p.endpoints.values())),
+                .map(|a| (&a.p.identity, a.p.endpoints_with_ports())),
         );
         &built
     } else {
@@ -215,7 +262,9 @@ pub fn stalls(at: &ModelAt, threshold_ns: u64) -> Vec<Stall> {
         let (peer, peer_proc) = peer_name(at, peers, i, ep);
         // A peer that stopped reporting is what the silent-process warning names: the edge
         // waits on it, it is not an edge of its own.
-        if peer_proc.is_some_and(|o| !at.procs[o].p.exited && !reporting(at, o)) {
+        if scope == Scope::Reporting
+            && peer_proc.is_some_and(|o| !at.procs[o].p.exited && !reporting(at, o))
+        {
             continue;
         }
         let a = &at.procs[i];

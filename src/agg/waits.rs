@@ -188,6 +188,9 @@ impl Bases<'_> {
 /// A candidate far end: its index in `ModelAt::procs`.
 type Far = u32;
 
+/// Per process: the processes that send to it, and those it talks to.
+type SendersAndTalks = (Vec<BTreeSet<u32>>, Vec<BTreeSet<u32>>);
+
 /// Who waits on whom at the view time; waits need receives outstanding for `wait_ns` (and
 /// their far end quiet as long) unless the far end is silent.
 pub fn waits(at: &ModelAt, wait_ns: u64) -> Waits {
@@ -219,7 +222,7 @@ pub fn waits(at: &ModelAt, wait_ns: u64) -> Waits {
     };
     // Who sends to whom (their endpoint's peer is the receiver), and who talks to whom: read
     // when a wait has no peer of its own.
-    let mut peers_of: Option<(Vec<BTreeSet<u32>>, Vec<BTreeSet<u32>>)> = None;
+    let mut peers_of: Option<SendersAndTalks> = None;
     let who_sends = || {
         let mut senders: Vec<BTreeSet<u32>> = vec![BTreeSet::new(); n];
         let mut talks: Vec<BTreeSet<u32>> = vec![BTreeSet::new(); n];
@@ -615,6 +618,27 @@ pub fn text(at: &ModelAt, w: &WaitedOn) -> String {
                 String::new()
             }
         );
+    }
+    s
+}
+
+/// The short form of `text`, for a narrow status line: "pid 30459 silent 6.2s · waited on by
+/// pid 30460", "r3 sent nothing 18.2s · waited on by r0 +2".
+pub fn short_text(at: &ModelAt, w: &WaitedOn) -> String {
+    let mut s = short(at, w.proc);
+    match w.silent_ns {
+        Some(ns) => s.push_str(&format!(" silent {:.1}s", ns as f64 / 1e9)),
+        None if w.quiet_ns > 0 => {
+            s.push_str(&format!(" sent nothing {:.1}s", w.quiet_ns as f64 / 1e9))
+        }
+        None => s.push_str(" sends nothing to them"),
+    }
+    let procs = w.waiting_processes();
+    if let Some(first) = procs.first() {
+        s.push_str(&format!(" · waited on by {}", short(at, *first)));
+        if procs.len() > 1 {
+            s.push_str(&format!(" +{}", procs.len() - 1));
+        }
     }
     s
 }

@@ -121,6 +121,9 @@ pub struct Warning {
     pub value: f64,
     /// Processes concerned (drops), 0 when not counted.
     pub processes: u64,
+    /// A shorter text for a status line, where the kind has one (a stalled edge): empty
+    /// otherwise.
+    pub short: String,
 }
 
 /// A rule over the state at a view time.
@@ -168,6 +171,7 @@ impl Rule for StalledEdges {
                 subject: s.text(),
                 value: s.stalled_ns as f64 / 1e9,
                 processes: 1,
+                short: s.short_text(),
             });
         }
     }
@@ -186,6 +190,7 @@ impl Rule for HungCollective {
                 subject,
                 value: h.open_ns as f64 / 1e9,
                 processes: 0,
+                short: String::new(),
             });
         }
     }
@@ -203,6 +208,7 @@ impl Rule for Waits {
                 subject: super::waits::text(at, w),
                 value,
                 processes: (w.waiting_processes().len()) as u64,
+                short: super::waits::short_text(at, w),
             });
         }
         // Traced processes known by their socket alone: they never said hello.
@@ -214,6 +220,7 @@ impl Rule for Waits {
                 subject: super::waits::not_answering_text(host, *pid, n, age),
                 value: age as f64 / 1e9,
                 processes: 0,
+                short: format!("pid {pid} silent {:.1}s: not answering", age as f64 / 1e9),
             });
         }
     }
@@ -242,6 +249,7 @@ impl Rule for Failed {
                     ),
                     value: e.errors as f64,
                     processes: 0,
+                    short: String::new(),
                 });
             }
         }
@@ -286,6 +294,7 @@ impl Rule for IdleWithPosted {
                 subject: format!("QP {id} ({})", a.key.host),
                 value: n as f64,
                 processes: 0,
+                short: String::new(),
             });
         }
     }
@@ -336,6 +345,7 @@ impl Rule for Drops {
                 subject: String::new(),
                 value: total as f64,
                 processes: lost.iter().filter(|n| **n > 0).count() as u64,
+                short: String::new(),
             });
         }
         let frames = at
@@ -350,6 +360,7 @@ impl Rule for Drops {
                 subject: String::new(),
                 value: frames as f64,
                 processes: 0,
+                short: String::new(),
             });
         }
     }
@@ -369,6 +380,7 @@ impl Rule for Skew {
                             subject: name(i),
                             value: ratio,
                             processes: 0,
+                            short: String::new(),
                         });
                     }
                 }
@@ -412,6 +424,7 @@ impl Rule for DoorbellStorm {
                     subject: format!("{} {} GPU{}", g.host, who, g.gpu),
                     value: g.doorbells_per_s,
                     processes: 0,
+                    short: String::new(),
                 });
             }
         }
@@ -429,6 +442,7 @@ impl Rule for DoorbellStorm {
                     subject: format!("QP {id} ({})", a.key.host),
                     value: e.doorbells_per_s,
                     processes: 0,
+                    short: String::new(),
                 });
             }
         }

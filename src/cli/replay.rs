@@ -337,6 +337,7 @@ impl ReplaySource {
                     }
                     n.pos += due;
                     model.apply(&f.key, Frame::Nccl(n.tracker.live()));
+                    model.apply(&f.key, Frame::NcclWaits(n.tracker.waits()));
                     applied += 1;
                 }
             }

@@ -76,6 +76,9 @@ pub struct Warning {
     pub kind: WarningKind,
     /// Short, self-contained text: "node2 egress 2.13× mean".
     pub message: String,
+    /// A shorter form for the status line of a narrow terminal (empty: `message` serves).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub short: String,
 }
 
 /// The ratio max/mean of `values`, with the index of the max; None when fewer than two values or no

@@ -173,6 +173,7 @@ fn history_and_error_message() {
         sigmatop_tui::Warning {
             kind: sigmatop_tui::WarningKind::Drops,
             message: "1 socket frames lost".into(),
+            ..Default::default()
         },
     );
     for (w, h) in SIZES {
@@ -753,11 +754,15 @@ fn collectives() {
 #[test]
 fn hung_collective_warning() {
     let mut vm = sample_view_model();
+    // The hung collective alone (the sample's stalled edge would come first).
+    vm.warnings
+        .retain(|w| w.kind != sigmatop_tui::WarningKind::StalledEdge);
     vm.warnings.insert(
         0,
         sigmatop_tui::Warning {
             kind: sigmatop_tui::WarningKind::HungCollective,
             message: "AllReduce #225 waits for r3 (silent) 3.4s · comm 7f3a1b2c".into(),
+            ..Default::default()
         },
     );
     for (w, h) in SIZES {
@@ -806,6 +811,12 @@ fn a_killed_rank_says_its_signal() {
     }
 }
 
+fn line_of<'a>(s: &'a str, what: &str) -> &'a str {
+    s.lines()
+        .find(|l| l.contains(what))
+        .unwrap_or_else(|| panic!("no line with {what}:\n{s}"))
+}
+
 /// Issue 36, item 3: a rank that stopped reporting (SIGSTOPped) is `silent 6.2s` in its row, its
 /// rates 0 (not its last ones); the QPs of its peers that wait on it are marked `waits` and its
 /// own `silent`; the Nodes view says which rank and node; one warning names it and who waits on
@@ -849,11 +860,23 @@ fn a_silent_rank_and_who_waits_on_it() {
     let warning = format!(
         "r3 ({host} pid {pid}) silent 6.2s — waited on by r2 (QP 0x2a23: 382 receives posted), r7 (ep#3: nothing moves)"
     );
+    // Where the core puts it: after the stalled edges and hung collectives.
+    let at = vm
+        .warnings
+        .iter()
+        .take_while(|w| {
+            matches!(
+                w.kind,
+                sigmatop_tui::WarningKind::StalledEdge | sigmatop_tui::WarningKind::HungCollective
+            )
+        })
+        .count();
     vm.warnings.insert(
-        0,
+        at,
         sigmatop_tui::Warning {
             kind: sigmatop_tui::WarningKind::Silent,
             message: warning.clone(),
+            short: "r3 silent 6.2s · waited on by r2 +1".into(),
         },
     );
     for (w, h) in SIZES {
@@ -863,13 +886,14 @@ fn a_silent_rank_and_who_waits_on_it() {
             keys(&mut app, tab);
             let backend = render(&app, &vm, w, h);
             let s = text(&backend);
-            // The status line names it on every view (its start at least).
-            assert!(
-                s.contains(&format!("r3 ({host} pid {pid}) silent")),
-                "{tab} {w}x{h}:\n{s}"
-            );
             match tab {
                 "1" => {
+                    assert!(
+                        s.contains(&format!(
+                            "⚠ r3 ({host} pid {pid}) silent 6.2s — waited on by r2"
+                        )),
+                        "{w}x{h}:\n{s}"
+                    );
                     let row = s
                         .lines()
                         .find(|l| l.contains(&pid.to_string()) && !l.contains("waited on"))
@@ -886,9 +910,58 @@ fn a_silent_rank_and_who_waits_on_it() {
                     "{w}x{h}:\n{s}"
                 ),
                 "2" => {}
-                _ => assert!(s.contains("r3"), "{s}"),
+                _ => {
+                    assert!(s.contains("silent: r3"), "{w}x{h}:\n{s}");
+                    assert!(line_of(&s, "silent 6.2s").contains(" 3 "), "{w}x{h}:\n{s}");
+                }
             }
             insta::assert_snapshot!(format!("silent_{name}_{w}x{h}"), backend);
         }
     }
+}
+
+/// QPs whose peers are not traced (issue 36): each is named by its address, as the core fills
+/// the peer (`10.0.21.1 qp 0x100` for an IPv4-mapped GID, `lid 24 qp 0x100` on InfiniBand
+/// without a GRH, an IPv6 GID, `node7 qp 0x10c` where a traced process is on that address),
+/// beside one traced peer. Whole at 200 columns; at 80 cut in the middle, so the QPN stays.
+#[test]
+fn qps_to_untraced_peers_are_named_by_address() {
+    let mut vm = rankless_pair();
+    vm.endpoints.clear();
+    let peers: [(&str, &str); 5] = [
+        ("", "10.0.21.1 qp 0x100"),
+        ("", "lid 24 qp 0x101"),
+        ("", "fe80::2c9:300:0:18 qp 0x102"),
+        ("node7", "qp 0x10c"),
+        ("vm", "pid 4200"),
+    ];
+    for (i, (host, id)) in peers.iter().enumerate() {
+        let mut e = endpoint(4100, &format!("0x{:x}", 0x100 + i), false);
+        e.layer = "verbs".into();
+        e.transport = "RC".into();
+        e.state = "RTS".into();
+        e.tx_bps = 1e6 * (5 - i) as f64;
+        e.peer = sigmatop_tui::Peer {
+            host: host.to_string(),
+            rank: None,
+            id: id.to_string(),
+        };
+        vm.endpoints.push(e);
+    }
+    vm.header.processes = 1;
+    vm.header.qps = peers.len() as u32;
+    vm.processes.truncate(1);
+    let mut app = App::new(Theme::dark());
+    keys(&mut app, "2");
+    let wide = text(&render(&app, &vm, 200, 60));
+    for (host, id) in peers {
+        let whole = format!("{host} {id}");
+        assert!(wide.contains(whole.trim()), "{whole} whole at 200:\n{wide}");
+    }
+    let narrow = text(&render(&app, &vm, 80, 24));
+    for q in ["qp 0x100", "qp 0x101", "qp 0x102", "qp 0x10c"] {
+        assert!(narrow.contains(q), "{q} at 80 columns:\n{narrow}");
+    }
+    insta::assert_snapshot!("qps_untraced_peers_80x24", narrow);
+    insta::assert_snapshot!("qps_untraced_peers_200x60", wide);
 }

@@ -62,12 +62,12 @@ extern "C" fn after_fork_in_child() {
 /// written so far: the benchmark entry points' slow disk (bench.rs). Unset in the shipped library.
 static AFTER_CHUNK: std::sync::OnceLock<fn(u64)> = std::sync::OnceLock::new();
 
-/// A layer's own live frame, sent after each snapshot (NCCL's collectives: lib.rs installs it;
-/// the runtime names no layer).
-static LIVE_FRAME: std::sync::OnceLock<fn() -> Option<Frame>> = std::sync::OnceLock::new();
+/// A layer's own live frames, sent after each snapshot (NCCL's collectives and where they wait:
+/// lib.rs installs it; the runtime names no layer).
+static LIVE_FRAME: std::sync::OnceLock<fn(&mut Vec<Frame>)> = std::sync::OnceLock::new();
 
-/// Installs the per-snapshot live frame (constructor only; a second call changes nothing).
-pub fn live_frame(f: fn() -> Option<Frame>) {
+/// Installs the per-snapshot live frames (constructor only; a second call changes nothing).
+pub fn live_frame(f: fn(&mut Vec<Frame>)) {
     let _ = LIVE_FRAME.set(f);
 }
 
@@ -75,10 +75,15 @@ pub fn live_frame(f: fn() -> Option<Frame>) {
 /// installs the layer's; the runtime names no layer). Sent live and recorded.
 static QUEUES: std::sync::OnceLock<fn(&Snapshot) -> Option<Queues>> = std::sync::OnceLock::new();
 
-/// Installs the per-interval queue source (constructor only; a second call changes nothing).
-pub fn queue_source(f: fn(&Snapshot) -> Option<Queues>) {
+/// Installs the per-interval queue source and its per-drain tick (constructor only; a second
+/// call changes nothing).
+pub fn queue_source(f: fn(&Snapshot) -> Option<Queues>, tick: fn()) {
     let _ = QUEUES.set(f);
+    let _ = QUEUE_TICK.set(tick);
 }
+
+/// Called after each drain (every few ms): queue ages finer than an interval.
+static QUEUE_TICK: std::sync::OnceLock<fn()> = std::sync::OnceLock::new();
 
 /// Whether an interval's queues go to the record: when a count or a state changed since the last
 /// recorded one, or while send work is outstanding (its ages are what a stall is read from).
@@ -653,8 +658,12 @@ impl Collector {
             if let Some(q) = queues {
                 s.broadcast(&Frame::Queues(q));
             }
-            if let Some(frame) = LIVE_FRAME.get().and_then(|f| f()) {
-                s.broadcast(&frame);
+            if let Some(f) = LIVE_FRAME.get() {
+                let mut frames = Vec::new();
+                f(&mut frames);
+                for frame in &frames {
+                    s.broadcast(frame);
+                }
             }
         }
         self.live_events.clear();
@@ -714,6 +723,9 @@ fn run() {
         c.publish_definitions();
         let flush = stopping || last_flush.elapsed() >= FLUSH_EVERY;
         let fullest = c.drain(flush);
+        if let Some(tick) = QUEUE_TICK.get() {
+            tick();
+        }
         if flush {
             last_flush = Instant::now();
         }
@@ -765,7 +777,8 @@ fn run() {
     };
     c.record(&end);
     if let Some(dir) = &config::paths().final_dir {
-        crate::runtime::final_state::write(dir, &c.identity, clock::sample(), &snap);
+        let queues = QUEUES.get().and_then(|f| f(&snap));
+        crate::runtime::final_state::write(dir, &c.identity, clock::sample(), &snap, queues);
     }
     if let Some(s) = c.server.as_mut() {
         s.broadcast(&Frame::Bye {

@@ -89,8 +89,14 @@ pub(crate) fn status_line<'a>(
         right = vec![
             Span::styled("drops ", th.dim),
             Span::styled(units::count(vm.status.dropped_events), th.warn),
-            Span::raw(" "),
         ];
+        // Failed operations stay in sight beside a stall or a hang (they may be its cause).
+        if vm.status.errors > 0 {
+            right.push(Span::styled(" · ", th.dim));
+            right.push(Span::styled(units::count(vm.status.errors), th.error));
+            right.push(Span::styled(" failed", th.dim));
+        }
+        right.push(Span::raw(" "));
     }
     let mut rw: usize = right.iter().map(|s| s.width()).sum();
     // A notice names things a person needs whole (the program's state, its log file): zero loss
@@ -139,7 +145,13 @@ pub(crate) fn status_line<'a>(
                 } else {
                     String::new()
                 };
-                let text = truncate(&first.message, room.saturating_sub(3 + more.width()));
+                let fits = room.saturating_sub(3 + more.width());
+                let message = if first.message.width() > fits && !first.short.is_empty() {
+                    &first.short
+                } else {
+                    &first.message
+                };
+                let text = truncate(message, fits);
                 vec![
                     Span::styled(format!(" ⚠ {text}"), th.warn),
                     Span::styled(more, th.dim),

@@ -271,6 +271,7 @@ pub unsafe extern "C" fn post_send_hook(
         || unsafe { f(qp, wr, bad) },
         |ts, r| {
             let ep = crate::runtime::registry::lookup(qp as usize);
+            ts.note_post(ep);
             // SAFETY: the chain the provider just walked: a single accepted WR is recorded
             // inline.
             unsafe {
@@ -303,6 +304,7 @@ pub unsafe extern "C" fn post_recv_hook(
         || unsafe { f(qp, wr, bad) },
         |ts, r| {
             let ep = crate::runtime::registry::lookup(qp as usize);
+            ts.note_post(ep);
             // SAFETY: the chain the provider just walked.
             unsafe { record_recv_chain(ts, ep, Op::VerbsRecv, wr, r, bad) }
         },

@@ -150,6 +150,7 @@ fn flush_pending(st: &QpxState, p: &mut Pending) {
 
 /// Records the WRs of a batch: as posted, or (`Refused`: wr_complete failed) with no bytes.
 fn record_batch(ts: &ThreadState, st: &QpxState, p: &Pending, outcome: Outcome) {
+    ts.note_post(st.ep);
     let track = super::queues::track(st.ep).filter(|_| outcome != Outcome::Refused);
     for w in &p.items[..p.n] {
         if let Some(t) = track {

@@ -251,6 +251,24 @@ pub fn on_destroyed(ep: u32) {
     }
 }
 
+/// Between intervals (each collector drain, every few ms): the send counts of every tracked QP,
+/// so that a stall's age is that precise. A try-lock: a drain never waits for the control path.
+pub fn tick() {
+    let Ok(mut g) = BOOK.try_lock() else { return };
+    let Some(b) = g.as_mut() else { return };
+    let now = crate::runtime::clock::mono_ns();
+    for &ep in &b.tracked {
+        if let Some(t) = track(ep) {
+            b.ages.tick_sq(
+                ep,
+                now,
+                t.sig_posted.load(Ordering::Acquire),
+                t.sig_done.load(Ordering::Relaxed),
+            );
+        }
+    }
+}
+
 /// The receive counts of endpoint `ep` in a snapshot's counters (sorted by endpoint, op).
 fn receives(counts: &[OpCount], ep: u32) -> (u64, u64) {
     let from = counts.partition_point(|c| c.ep < ep);
@@ -283,6 +301,8 @@ pub fn collect(snap: &Snapshot) -> Option<Queues> {
             let c = QueueCounts {
                 sq_posted: t.posted.load(Ordering::Relaxed),
                 sq_completed: t.completed.load(Ordering::Relaxed),
+                sq_signaled: t.sig_posted.load(Ordering::Acquire),
+                sq_signaled_done: t.sig_done.load(Ordering::Relaxed),
                 rq_posted,
                 rq_completed,
             };
@@ -398,7 +418,7 @@ mod tests {
         assert_eq!(t.overrun.load(Ordering::Relaxed), 0);
         // Mixed and deeper than the ring: lower bounds, counted.
         let t = SqTrack::new();
-        for i in 0..2 * RING as u64 {
+        for i in 0..4 * RING as u64 {
             t.posted(i % 2 == 1);
         }
         t.completed();
