@@ -621,14 +621,71 @@ fn a_held_edge_keeps_every_rank_in_the_call() {
         "{ctx}: the held QP's peer is rank 2 (its QP 0x{peer_qpn:x}): {ep:#}"
     );
 
-    // TODO(lead, issue 36 item 4): the hung collective's warning names this edge and its wait
-    // state, e.g. (fill in where the warning is read: attach's JSON, `run --headless`):
-    //   let want = format!("r1→r2 ch{channel} waits on the network (QP 0x{qpn:x}: ");
-    //   assert!(warning.contains(&want) && warning.contains(" WRs, none completed)"), ...);
-    // and no other edge waits on the network: rank 1's credits to rank 0 flow. Today `stalls[]`
-    // also names every rank's receive-side QP (its unsignaled FIFO writes since the last
-    // signaled one, see `an_idle_healthy_ring_names_no_stalled_edge`), so "only this edge" is
-    // not asserted yet: assert `stalls.len() == 1` once that is fixed.
+    // The hung collective, every rank in it and reporting: located on the held edge, waiting on
+    // the network with the held QP's writes outstanding (issue 36, item 4). It is the one stalled
+    // edge: rank 1's credits to rank 0 flow, the idle FIFO QPs' unsignaled writes wait for
+    // nothing.
+    let v = attach_until(&trace.socket_dir, "the hung AllReduce located", |v| {
+        v["nccl_hung"].as_array().is_some_and(|h| {
+            h.iter().any(|h| {
+                h["waiting_for"].as_array().is_some_and(|w| w.is_empty())
+                    && !h["wheres"].as_array().is_none_or(|w| w.is_empty())
+            })
+        })
+    });
+    let hung = &v["nccl_hung"][0];
+    let text = hung["text"].as_str().unwrap_or_default();
+    // The first wait is one of rank 1's send channels to rank 2 (both are held), on the
+    // network, on that channel's QP.
+    let w = &hung["wheres"][0];
+    let c = w["channel"].as_u64().unwrap_or(u64::MAX);
+    let c_qpn = qps.get(&c).map(|q| q.0);
+    assert_eq!(
+        (
+            &w["rank"],
+            &w["send"],
+            &w["peer"],
+            &w["state"],
+            w["qpn"].as_u64()
+        ),
+        (
+            &1.into(),
+            &true.into(),
+            &2.into(),
+            &"network".into(),
+            c_qpn.map(u64::from)
+        ),
+        "{ctx}: rank 1's channel {c} send QP ({c_qpn:x?}) waits on the network: {hung:#}"
+    );
+    let want = format!("AllReduce #{held_call}: all 4 ranks in it ");
+    let edge = format!(
+        "; r1→r2 ch{c} waits on the network (QP 0x{:x}: ",
+        c_qpn.unwrap_or_default()
+    );
+    assert!(
+        text.starts_with(&want) && text.contains(&edge) && text.contains(" none completed "),
+        "{ctx}: the hung collective: {hung:#}"
+    );
+    // Both of rank 1's channels to rank 2 are held (the stall names host 3): every wait on the
+    // network is that edge's, none other.
+    assert!(
+        hung["wheres"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|w| w["state"] == "network")
+            .all(|w| w["rank"] == 1 && w["peer"] == 2 && w["send"] == true),
+        "{ctx}: only r1→r2 waits on the network: {hung:#}"
+    );
+    let stalls = v["stalls"].as_array().expect("stalls");
+    assert_eq!(stalls.len(), 1, "{ctx}: one stalled edge: {stalls:#?}");
+    assert!(
+        stalls[0]["pid"] == pid
+            && stalls[0]["peer"]
+                .as_str()
+                .is_some_and(|p| p.contains(&format!(" r2 pid {}", pids[2]))),
+        "{ctx}: the stalled edge is r1 → r2: {stalls:#?}"
+    );
 
     // No rank got past the held call; all four are still running (their guards end them).
     for (r, rank) in ring.iter().enumerate() {
@@ -654,8 +711,6 @@ fn a_held_edge_keeps_every_rank_in_the_call() {
 /// receive-side QP keeps up to 255 executed work requests that no completion will ever report,
 /// in a perfectly healthy job. They must not make a stalled edge.
 #[test]
-#[ignore = "issue 36: the stalled-edge rule counts unsignaled work requests that wait for no \
-            completion (every receiver's FIFO QP is named while idle); un-ignore with the fix"]
 fn an_idle_healthy_ring_names_no_stalled_edge() {
     build_nic();
     let shape = Shape {
@@ -677,16 +732,24 @@ fn an_idle_healthy_ring_names_no_stalled_edge() {
     for k in &ring {
         k.out.wait_for("iter 0 ok", LIMIT);
     }
-    // Idle past the threshold (1 s): the receive-side QPs' oldest work request is older.
-    let v = attach_until(&trace.socket_dir, "the FIFO QPs idle past 1.5 s", |v| {
-        let olds: Vec<f64> = v["processes"]
+    // Idle past the threshold (1 s): every QP's last completion is older, and the receive-side
+    // QPs hold unsignaled FIFO writes no completion will report (outstanding, awaited by none).
+    let v = attach_until(&trace.socket_dir, "the QPs idle past 1.5 s", |v| {
+        let qs: Vec<&serde_json::Value> = v["processes"]
             .as_array()
             .into_iter()
             .flatten()
             .flat_map(|p| p["endpoints"].as_array().into_iter().flatten())
-            .filter_map(|e| e["queue"]["sq_oldest_s"].as_f64())
+            .map(|e| &e["queue"])
+            .filter(|q| q.is_object())
             .collect();
-        olds.len() as u64 == shape.ranks * shape.channels * 2 && olds.iter().any(|&s| s >= 1.5)
+        qs.len() as u64 == shape.ranks * shape.channels * 2
+            && qs
+                .iter()
+                .all(|q| q["last_completion_s"].as_f64().is_some_and(|s| s >= 1.5))
+            && qs.iter().any(|q| {
+                q["sq_outstanding"].as_u64().unwrap_or(0) > 0 && q["sq_signaled_outstanding"] == 0
+            })
     });
     for k in &ring {
         assert!(!k.out.text().contains("iter 1 ok"), "{ctx}: not idle");

@@ -231,6 +231,7 @@ impl Model {
         r.messages = self.messages.clone();
         r.hosts = self.links.clone();
         r.stalls = self.stall_reports(hang);
+        r.nccl_hung = self.hung_reports(hang);
         r
     }
 
@@ -298,6 +299,51 @@ impl Model {
                     .collect(),
                 behind: x.behind.iter().map(|&p| proc_ref(p)).collect(),
                 text: super::waits::text(at, x),
+            })
+            .collect()
+    }
+
+    /// The hung NCCL calls at the view time: now for a live model, the newest data of a record.
+    pub fn hung_reports(&self, threshold_ns: u64) -> Vec<HungReport> {
+        if !self.processes.values().any(|p| p.nccl.is_some()) {
+            return Vec::new();
+        }
+        let live = self.processes.values().any(|p| !p.exited);
+        let t = if live {
+            super::nccl::wall_ns().max(self.latest_ns())
+        } else {
+            self.latest_ns()
+        };
+        super::nccl::collectives(self, t, threshold_ns)
+            .hung
+            .iter()
+            .map(|h| HungReport {
+                comm: format!("{:016x}", h.comm_id),
+                func: h.func.clone(),
+                seq: h.seq,
+                rank: h.p2p.map(|p| p.rank),
+                peer: h.p2p.map(|p| p.peer),
+                open_s: h.open_ns as f64 / 1e9,
+                waiting_for: h.waiting_for.clone(),
+                silent: h.silent.clone(),
+                wheres: h
+                    .wheres
+                    .iter()
+                    .map(|w| WhereReport {
+                        rank: w.rank,
+                        channel: w.channel,
+                        send: w.send,
+                        peer: w.peer,
+                        state: w.state_name(),
+                        for_s: w.for_ns as f64 / 1e9,
+                        qpn: w.qp.map(|q| q.0),
+                        outstanding: w.qp.map(|q| q.1),
+                        steps_done: w.steps_done,
+                        steps: w.steps,
+                        text: w.text(),
+                    })
+                    .collect(),
+                text: super::nccl::hung_text(h),
             })
             .collect()
     }
@@ -748,6 +794,53 @@ pub struct Report {
     /// the hang threshold (absent when none).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub stalls: Vec<StallReport>,
+    /// NCCL calls open past the hang threshold (`agg::nccl`): who they wait for, or, when every
+    /// rank is in one and reports, where each rank waits (absent when none).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub nccl_hung: Vec<HungReport>,
+}
+
+/// A hung NCCL call as the JSON reports it (`agg::nccl::Hung`).
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct HungReport {
+    /// NCCL's communicator id, hex.
+    pub comm: String,
+    pub func: String,
+    /// A collective's sequence number; a point-to-point call's number in its lane.
+    pub seq: u64,
+    /// A point-to-point call: its rank and peer.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rank: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub peer: Option<u32>,
+    pub open_s: f64,
+    /// Ranks that have not started it, or went silent.
+    pub waiting_for: Vec<u32>,
+    pub silent: Vec<u32>,
+    /// Where it waits, closest to the cause first (every rank in it and reporting).
+    pub wheres: Vec<WhereReport>,
+    /// The warning's text.
+    pub text: String,
+}
+
+/// One proxy operation of a hung call (`agg::nccl::WaitView`).
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct WhereReport {
+    pub rank: u32,
+    pub channel: u8,
+    pub send: bool,
+    pub peer: u32,
+    /// network, send done, GPU produce, GPU consume, peer credit, data, idle.
+    pub state: &'static str,
+    pub for_s: f64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub qpn: Option<u32>,
+    /// Send WRs outstanding on that QP.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub outstanding: Option<u64>,
+    pub steps_done: u32,
+    pub steps: u32,
+    pub text: String,
 }
 
 impl Report {

@@ -662,6 +662,29 @@ fn doorbells(model: &Model, at: &ModelAt, times: &[u64], w: window::Window) -> D
     }
 }
 
+/// A rank's waits as the Collectives view lists them: closest to a hang's cause first, each
+/// "ch1→r2 network QP 0x2a1 3 WRs" ("ch0←r0 data" for a receive).
+fn waits_text(waits: &[crate::agg::nccl::WaitView]) -> String {
+    let mut v: Vec<&crate::agg::nccl::WaitView> = waits.iter().collect();
+    v.sort_by(|a, b| a.what.cmp(&b.what).then(b.for_ns.cmp(&a.for_ns)));
+    v.iter()
+        .map(|w| {
+            let dir = if w.send { '→' } else { '←' };
+            let mut s = format!("ch{}{dir}r{} {}", w.channel, w.peer, w.state_name());
+            if let Some((qpn, n, _)) =
+                w.qp.filter(|_| w.what == crate::agg::nccl::WaitKind::Network)
+            {
+                s.push_str(&format!(
+                    " QP 0x{qpn:x} {n} WR{}",
+                    if n == 1 { "" } else { "s" }
+                ));
+            }
+            s
+        })
+        .collect::<Vec<_>>()
+        .join(" · ")
+}
+
 /// The Collectives tab: `agg::nccl` at the view time, as rows.
 fn collectives(model: &Model, t: u64) -> CollectivesModel {
     let hang = WarningConfig::default().collective_hang_ns;
@@ -715,6 +738,11 @@ fn collectives(model: &Model, t: u64) -> CollectivesModel {
                     }
                     (false, None) => String::new(),
                 },
+                waits: waits_text(&r.waits),
+                waits_hot: r.waits.iter().any(|w| {
+                    use crate::agg::nccl::WaitKind as K;
+                    matches!(w.what, K::Network | K::GpuProduce | K::GpuConsume)
+                }),
             });
         }
         m.arrivals.push(CollArrivals {

@@ -557,8 +557,10 @@ fn sample_collectives() -> CollectivesModel {
         last_arrivals: last,
         mean_lag_s: lag,
         state: state.into(),
+        waits: String::new(),
+        waits_hot: false,
     };
-    let ranks = vec![
+    let mut ranks = vec![
         rank(
             "7f3a1b2c",
             0,
@@ -614,6 +616,14 @@ fn sample_collectives() -> CollectivesModel {
         rank("c0d4e5f6", 0, "node0", 41_207, 0, 0, "", 0.0, 0, 0.0, ""),
         rank("c0d4e5f6", 1, "node1", 41_208, 0, 0, "", 0.0, 0, 0.0, ""),
     ];
+    // Where AllReduce #225 waits on the ranks in it: all for silent rank 3, or for those behind.
+    for (r, w) in [
+        (0, "ch0←r3 data · ch1←r3 data · ch0→r1 send done"),
+        (1, "ch0←r0 data · ch1←r0 data"),
+        (2, "ch0→r3 peer credit · ch1→r3 peer credit · ch0←r1 data"),
+    ] {
+        ranks[r].waits = w.into();
+    }
     CollectivesModel {
         rows,
         ranks,

@@ -99,6 +99,13 @@ pub struct CollRankRow {
     pub mean_lag_s: f64,
     /// "silent 3.1s" (no frame for longer than the threshold), "exited", or "".
     pub state: String,
+    /// Where its oldest open call waits, per proxy operation, closest to a hang's cause first:
+    /// "ch1→r2 network QP 0x2a1 3 WRs · ch0←r0 data" (empty: nothing open, or not known).
+    #[serde(default)]
+    pub waits: String,
+    /// One of them waits on the network or a GPU (the colour of the column).
+    #[serde(default)]
+    pub waits_hot: bool,
 }
 
 /// The arrival spread of a communicator's latest collectives.
