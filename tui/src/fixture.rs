@@ -131,6 +131,7 @@ pub fn sample_view_model() -> ViewModel {
                 drops: if r == 5 { 37 } else { 0 },
                 exited: false,
                 end: String::new(),
+                silent_s: None,
             }
         })
         .collect();
@@ -189,6 +190,8 @@ pub fn sample_view_model() -> ViewModel {
                 refused: 0,
                 errors: 0,
                 unattributed: false,
+                mark: String::new(),
+                waits_on: String::new(),
                 queue: (layer == "verbs").then(|| QueueRow {
                     sq_outstanding: (k % 5) as u64,
                     sq_posted: total_ops,
@@ -253,6 +256,7 @@ pub fn sample_view_model() -> ViewModel {
                 host: format!("node{n}"),
                 state: String::new(),
                 processes: 2,
+                silent: 0,
                 egress_bps: e,
                 ingress_bps: i,
                 egress_bytes: (e * ELAPSED_S * 0.93) as u64,
@@ -264,6 +268,7 @@ pub fn sample_view_model() -> ViewModel {
         .map(|r| RankRow {
             rank: r as u32,
             host: host(r),
+            silent_s: None,
             egress_bps: egress(r),
             ingress_bps: ingress(r),
             egress_bytes: (egress(r) * ELAPSED_S * 0.93) as u64,
