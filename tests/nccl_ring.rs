@@ -707,7 +707,19 @@ fn a_held_edge_keeps_every_rank_in_the_call() {
     // Killed where they stand, the record (cut) still says where the call waited when it ended:
     // `export --json` locates it on the held edge, on the network.
     drop(ring);
-    let v = common::export_json(&trace.record, &ctx);
+    // At the threshold the live view used (1 s): the call was held at least that long.
+    let out = Command::new(common::sigmatop_bin())
+        .arg("export")
+        .arg(&trace.record)
+        .args(["--json", "-", "--hang-after", "1s"])
+        .output()
+        .expect("sigmatop export");
+    assert!(
+        out.status.success(),
+        "{ctx}: export: {}",
+        common::stderr_of(&out)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("export JSON");
     let hung = &v["nccl_hung"][0];
     let text = hung["text"].as_str().unwrap_or_default();
     assert!(
