@@ -729,6 +729,22 @@ fn a_held_edge_keeps_every_rank_in_the_call() {
         "{ctx}: the record's hung call: {:#}",
         v["nccl_hung"]
     );
+    // `report` says the same, under where the record ends waiting.
+    let out = Command::new(common::sigmatop_bin())
+        .arg("report")
+        .arg(&trace.record)
+        .args(["--hang-after", "1s"])
+        .output()
+        .expect("sigmatop report");
+    let text = common::stdout_of(&out);
+    let at = text
+        .find("where it waits at the end of the record:")
+        .unwrap_or_else(|| panic!("{ctx}: report:\n{text}"));
+    assert!(
+        text[at..].contains(&format!("AllReduce #{held_call}: all 4 ranks in it "))
+            && text[at..].contains(" waits on the network (QP 0x"),
+        "{ctx}: report:\n{text}"
+    );
 }
 
 /// NCCL's receiver posts its FIFO credits unsignaled but for one in 256 (net_ib.cc

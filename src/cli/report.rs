@@ -112,6 +112,7 @@ pub fn render(e: &Export) -> String {
     }
 
     quiet_lines(&mut s, e);
+    where_lines(&mut s, e);
 
     let c = &e.clocks;
     let b = |v: Option<u64>| v.map(ns).unwrap_or_else(|| "unknown".into());
@@ -165,6 +166,32 @@ pub fn render(e: &Export) -> String {
         }
     }
     s
+}
+
+/// Where the record ends waiting (issue 36): the stalled edges (each process as it ended) and the
+/// NCCL calls open past the threshold, with who they wait for or where each rank waits.
+fn where_lines(s: &mut String, e: &Export) {
+    let r = &e.report;
+    if r.stalls.is_empty() && r.nccl_hung.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        s,
+        "
+where it waits at the end of the record:"
+    );
+    for st in &r.stalls {
+        let _ = writeln!(s, "  {}", st.text);
+    }
+    for h in &r.nccl_hung {
+        let _ = writeln!(s, "  {}", h.text);
+        for w in h.wheres.iter().skip(1).take(8) {
+            let _ = writeln!(s, "      also {} ({:.1}s)", w.text, w.for_s);
+        }
+        if h.wheres.len() > 9 {
+            let _ = writeln!(s, "      … {} more waits", h.wheres.len() - 9);
+        }
+    }
 }
 
 /// The longest quiet period and who was waiting on whom at its end: the straggler is the one
