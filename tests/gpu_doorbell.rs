@@ -19,7 +19,7 @@ use common::*;
 fn have(prog: &str, args: &[&str]) -> bool {
     Command::new(prog)
         .args(args)
-        .output()
+        .output_bounded()
         .map(|o| o.status.success())
         .unwrap_or(false)
 }
@@ -30,7 +30,7 @@ fn build(dir: &Path) -> PathBuf {
         .current_dir(dir)
         .args(["-O2", "-shared", "-fPIC", "-o", "libmlx5emu.so"])
         .arg(src.join("devx_emu.c"))
-        .output()
+        .output_bounded()
         .expect("gcc");
     assert!(out.status.success(), "{}", stderr_of(&out));
     let out = Command::new("nvcc")
@@ -41,7 +41,7 @@ fn build(dir: &Path) -> PathBuf {
         .arg(src.join("gpu_workload.cu"))
         .args(["-L.", "-lmlx5emu", "-Xlinker"])
         .arg(format!("-rpath,{}", dir.display()))
-        .output()
+        .output_bounded()
         .expect("nvcc");
     assert!(out.status.success(), "nvcc: {}", stderr_of(&out));
     dir.join("gpu_workload")

@@ -44,7 +44,7 @@ fn nic_lib() -> PathBuf {
     let o = Command::new("bash")
         .arg(root().join("scripts/with-testnic.sh"))
         .arg("true")
-        .output()
+        .output_bounded()
         .expect("scripts/with-testnic.sh");
     assert!(o.status.success(), "NIC build: {}", stderr_of(&o));
     root().join("target/testnic/lib")
@@ -55,7 +55,7 @@ fn gcc(dir: &Path, args: &[&str]) {
         .current_dir(dir)
         .args(["-O2", "-Wall"])
         .args(args)
-        .output()
+        .output_bounded()
         .expect("run gcc");
     assert!(out.status.success(), "gcc {args:?}: {}", stderr_of(&out));
 }
@@ -428,7 +428,7 @@ const PROOF_MEMS: [&str; 2] = ["gpumem", "hostmem"];
 fn have(prog: &str, args: &[&str]) -> bool {
     Command::new(prog)
         .args(args)
-        .output()
+        .output_bounded()
         .map(|o| o.status.success())
         .unwrap_or(false)
 }
@@ -478,7 +478,8 @@ fn nvshmem_perftests_on_the_software_nic() {
         .env("PRE", preload())
         .env("SIGMATOP", sigmatop_bin())
         .env("TESTNIC_LIB", nic_lib())
-        .output()
+        // It builds NVSHMEM's perftests with nvcc, then runs ten of them traced.
+        .output_within(std::time::Duration::from_secs(3600))
         .expect("run nvshmem_device.sh");
     assert!(
         o.status.success(),

@@ -111,7 +111,7 @@ fn keygen(path: &Path) {
     let o = Command::new(require("ssh-keygen"))
         .args(["-q", "-t", "ed25519", "-N", "", "-C", "sigmatop-test", "-f"])
         .arg(path)
-        .output()
+        .output_bounded()
         .expect("ssh-keygen");
     assert!(o.status.success(), "ssh-keygen: {}", stderr_of(&o));
 }
@@ -143,7 +143,7 @@ fn wait_ssh(cfg: &Path, host: &str) {
             .arg(cfg)
             .args([host, "true"])
             .stdin(Stdio::null())
-            .output()
+            .output_bounded()
             .expect("ssh");
         if o.status.success() {
             return;
@@ -194,7 +194,7 @@ fn linger(dir: &Path) -> PathBuf {
         .arg(&out)
         .arg(&src)
         .arg("-ldl")
-        .output()
+        .output_bounded()
         .expect("cc");
     assert!(o.status.success(), "cc linger.c: {}", stderr_of(&o));
     out
@@ -205,7 +205,7 @@ fn json_once(args: &[String]) -> serde_json::Value {
         .args(["attach", "--json", "--once"])
         .args(args)
         .stdin(Stdio::null())
-        .output()
+        .output_bounded()
         .expect("sigmatop attach");
     assert!(
         o.status.success(),
