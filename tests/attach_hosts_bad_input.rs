@@ -42,11 +42,7 @@ fn ssh_present() -> bool {
     if Command::new("ssh").arg("-V").output_bounded().is_ok() {
         return true;
     }
-    assert!(
-        std::env::var("CI").as_deref() != Ok("true"),
-        "ssh is not installed (CI=true): scripts/test.sh installs openssh-client"
-    );
-    eprintln!("\n!!!!!!!! SKIPPED: ssh is not installed (openssh-client) !!!!!!!!\n");
+    skip("ssh is not installed: scripts/test.sh installs openssh-client");
     false
 }
 

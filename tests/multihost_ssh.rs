@@ -34,13 +34,12 @@ const N: u64 = 3000;
 const SIZE: u64 = 4096;
 const SSHD: &str = "/usr/sbin/sshd";
 
-/// A missing prerequisite: a failure under CI=true, a loud skip elsewhere.
+/// A missing prerequisite: a failure under CI=true, a loud skip elsewhere, listed by
+/// scripts/test.sh (tests/common `skip`).
 fn skip(what: &str) {
-    assert!(
-        std::env::var("CI").as_deref() != Ok("true"),
-        "multihost_ssh: {what} (CI=true: scripts/test.sh installs every prerequisite and runs as root)"
-    );
-    eprintln!("\n!!!!!!!! SKIPPED multihost_ssh: {what} !!!!!!!!\n");
+    common::skip(&format!(
+        "{what} (scripts/test.sh installs every prerequisite and runs as root)"
+    ));
 }
 
 /// /run/sshd, sshd's privilege separation directory, made for the test when missing and removed

@@ -110,13 +110,40 @@ pub fn note_retry(what: &str) {
     record_skip(&format!("RETRIED in {}: {what}", test_name()));
 }
 
-/// The one skip allowed under CI: tests that need a GPU (CI has none). Visible like [`skip`]
-/// (stderr and the summary of scripts/test.sh), and the test passes.
+/// The one skip allowed under CI: tests that need a GPU, on a machine without one (CI has none).
+/// Visible like [`skip`] (stderr and the summary of scripts/test.sh), and the test passes. On a
+/// machine with a GPU ([`gpu_here`]) it is a failure whose message is `reason`: a GPU test
+/// never passes by skipping where it could run (what else it needs must be installed).
 pub fn skip_gpu_test(reason: &str) {
     let name = test_name();
+    if let Some(gpu) = gpu_here() {
+        panic!("{name}: a GPU is here ({gpu}), so this GPU test may not skip: {reason}");
+    }
     record_skip(&format!(
-        "SKIPPED {name} (a GPU test: the one skip allowed on CI): {reason}"
+        "SKIPPED {name} (a GPU test, no GPU here: the one skip allowed on CI): {reason}"
     ));
+}
+
+/// How this machine shows an NVIDIA GPU, if it has one: a device node `/dev/nvidia<N>` (the
+/// driver is loaded), or a `GPU <n>:` line of `nvidia-smi -L`. None: no GPU here.
+pub fn gpu_here() -> Option<String> {
+    if let Ok(rd) = std::fs::read_dir("/dev") {
+        for e in rd.flatten() {
+            let n = e.file_name().to_string_lossy().into_owned();
+            if n.strip_prefix("nvidia")
+                .is_some_and(|d| !d.is_empty() && d.bytes().all(|b| b.is_ascii_digit()))
+            {
+                return Some(format!("/dev/{n}"));
+            }
+        }
+    }
+    let o = Command::new("nvidia-smi")
+        .arg("-L")
+        .output_within(Duration::from_secs(60))
+        .ok()?;
+    let text = String::from_utf8_lossy(&o.stdout).into_owned();
+    let line = text.lines().find(|l| l.starts_with("GPU "))?;
+    (o.status.success()).then(|| format!("nvidia-smi -L: {line}"))
 }
 
 /// Whether this process runs as root; tests that need it call [`skip`] otherwise.
