@@ -86,9 +86,9 @@ fn finish(c: Proc) {
 
 /// A pid that no process has: a child that has exited and been reaped.
 fn dead_pid() -> u32 {
-    let mut c = Command::new("true").spawn().expect("spawn true");
+    let c = spawn(&mut Command::new("true"));
     let pid = c.id();
-    c.wait().expect("wait");
+    wait_timeout(c, LIMIT);
     pid
 }
 
@@ -328,7 +328,12 @@ fn attach_to_a_missing_or_an_untraced_pid_says_so() {
         sock_arg,
         &pid,
     ]));
-    let _ = sleeper.wait();
+    wait_until("the untraced sleep 2 to end", LIMIT, || {
+        match sleeper.try_wait() {
+            Ok(Some(_)) => Ok(()),
+            _ => Err("still running".into()),
+        }
+    });
     let out = wait_timeout(follow, Duration::from_secs(20));
     assert!(start.elapsed() < Duration::from_secs(15));
     assert_eq!(out.status.code(), Some(2));
