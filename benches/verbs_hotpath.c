@@ -64,7 +64,9 @@ __attribute__((noinline)) static int stub_post_send(struct ibv_qp *qp, struct ib
     sink += wr->num_sge; return 0;
 }
 __attribute__((noinline)) static int stub_poll_cq(struct ibv_cq *cq, int n, struct ibv_wc *wc) {
-    wc[0].status = IBV_WC_SUCCESS; wc[0].opcode = IBV_WC_RDMA_WRITE; wc[0].byte_len = 64; return 1;
+    // The completion of QP 1's signaled write (sigmatop retires it from that QP's send queue).
+    wc[0].status = IBV_WC_SUCCESS; wc[0].opcode = IBV_WC_RDMA_WRITE; wc[0].byte_len = 64;
+    wc[0].qp_num = 1; return 1;
 }
 
 static volatile uint64_t tsink;

@@ -317,8 +317,76 @@ pub struct Peer {
     pub text: String,
     /// Remote QP number for verbs / devx QPs.
     pub qpn: Option<u32>,
-    /// Remote GID (16 bytes) for verbs QPs.
+    /// Verbs / devx QPs: the remote port address the path routes by: its GID, or on a path
+    /// without a GRH (InfiniBand within a subnet) its LID as [`lid_as_gid`] writes it. With
+    /// `qpn` it is what `addr_hash` hashes ([`qp_addr_hash`]). Records of devx QPs made before
+    /// this held the mailbox's remote GID even on a LID-routed path: a reader trusts the field
+    /// only where it hashes to `addr_hash` ([`Peer::port_addr`]).
     pub gid: Option<[u8; 16]>,
+}
+
+/// The `EndpointUpdate::state` of a verbs / devx QP's own port address, sent right before the
+/// update of its RTR transition: `peer.gid` is the address the QP's path uses on this side (the
+/// local GID of a GRH path, the port's LID as [`lid_as_gid`] writes it otherwise), `peer.qpn`
+/// the QP's own number, `peer.addr_hash` their [`qp_addr_hash`] (an own address of the process).
+/// A reader that does not know this state ends with the RTR update's state and peer all the
+/// same: it comes after.
+pub const LOCAL_ADDR_STATE: &str = "local";
+
+/// What stands in for the GID of a LID-routed path (InfiniBand without a GRH) in the address
+/// hash: the LID in the last two bytes, big-endian.
+pub fn lid_as_gid(lid: u16) -> [u8; 16] {
+    let mut g = [0u8; 16];
+    g[14..].copy_from_slice(&lid.to_be_bytes());
+    g
+}
+
+/// The LID of a port address written by [`lid_as_gid`] (14 zero bytes and a LID other than
+/// 0): no GID has that form (`::/112` is no unicast GID prefix).
+pub fn gid_as_lid(g: &[u8; 16]) -> Option<u16> {
+    let lid = u16::from_be_bytes([g[14], g[15]]);
+    (g[..14].iter().all(|&b| b == 0) && lid != 0).then_some(lid)
+}
+
+/// The 20-byte key both ends of a verbs / devx connection hash: the port address (GID, or
+/// [`lid_as_gid`]) then the QPN (u32 little-endian). A QP's peer `addr_hash` equals the
+/// `own_addr_hashes` entry the peer process added for that QP.
+pub fn qp_addr_hash(gid: &[u8; 16], qpn: u32) -> u64 {
+    let mut k = [0u8; 20];
+    k[..16].copy_from_slice(gid);
+    k[16..].copy_from_slice(&qpn.to_le_bytes());
+    fnv1a64(&k)
+}
+
+/// A port address as people read it: `10.0.1.1` for an IPv4-mapped GID (RoCE v2 over IPv4),
+/// `lid 3` for a LID ([`lid_as_gid`]), the IPv6 text otherwise (`fe80::2c9:300:0:3`).
+pub fn port_addr_text(g: &[u8; 16]) -> String {
+    PortText(g).to_string()
+}
+
+/// [`port_addr_text`] as a `Display`, which allocates nothing.
+pub struct PortText<'a>(pub &'a [u8; 16]);
+
+impl std::fmt::Display for PortText<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if let Some(lid) = gid_as_lid(self.0) {
+            return write!(f, "lid {lid}");
+        }
+        let v6 = std::net::Ipv6Addr::from(*self.0);
+        match v6.to_ipv4_mapped() {
+            Some(v4) => write!(f, "{v4}"),
+            None => write!(f, "{v6}"),
+        }
+    }
+}
+
+impl Peer {
+    /// The remote port address of a verbs / devx QP (GID, or LID as [`lid_as_gid`]), when `gid`
+    /// is the one `addr_hash` was made of (see `gid`). None for other endpoints.
+    pub fn port_addr(&self) -> Option<[u8; 16]> {
+        let (g, q) = (self.gid?, self.qpn?);
+        (g != [0; 16] && qp_addr_hash(&g, q) == self.addr_hash).then_some(g)
+    }
 }
 
 /// A traced endpoint: defined once (control path), then referred to by id in counters and events.

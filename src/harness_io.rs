@@ -415,7 +415,7 @@ fn process_file(file: &[u8]) {
             ProcessRecord::ThreadStart { .. } => want.threads += 1,
             ProcessRecord::ThreadEnd { .. } => want.thread_ends += 1,
             ProcessRecord::End { .. } => want.end = true,
-            ProcessRecord::MemRegion(_) => {}
+            ProcessRecord::MemRegion(_) | ProcessRecord::Queues(_) => {}
         }
         true
     });

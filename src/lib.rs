@@ -7,6 +7,7 @@
 //! - `trace`: the record directory: format, writer (used in-process) and reader.
 //! - `decode`: pure decoders of mlx5 doorbell words, WQEs and devx mailboxes.
 //! - `nccl`: the NCCL profiler-event file (and, with `analysis`, collectives joined to verbs).
+//! - `queue`: outstanding work per QP (posted, completed, ages, error completions) and its ages.
 //!
 //! With the `analysis` feature (no terminal UI):
 //! - `agg`: the model of every traced process, peers, matrices, windows, reports, warnings.
@@ -24,6 +25,7 @@ pub mod event;
 #[cfg(feature = "testing")]
 pub mod harness_io;
 pub mod nccl;
+pub mod queue;
 pub mod trace;
 pub mod wire;
 

@@ -14,6 +14,10 @@ fn main() {
             libc::signal(libc::SIGPIPE, libc::SIG_DFL);
         }
     }
+    if let Err(msg) = cli.apply_hang_after() {
+        eprintln!("sigmatop: {msg}");
+        std::process::exit(2);
+    }
     let result = match cli.command {
         Some(Command::Run(a)) => run::run_cmd(&a),
         Some(Command::Attach(a)) => attach::attach(&a),

@@ -9,8 +9,9 @@ use crate::event::{ClockSample, EndpointDef, EndpointUpdate, Event, Identity, Sn
 /// Bumped on any incompatible change to `Frame`. 2: snapshots carry refusals, posted receives
 /// and the layers used (`event::SCHEMA_VERSION` 2). 3: `Missed`, what a slow reader was not
 /// sent. 4: `Nccl`, the NCCL plugin's collectives. Streams of versions 1 to 3 are still read (2
-/// is 3 without `Missed`, 3 is 4 without `Nccl`).
-pub const PROTOCOL_VERSION: u16 = 4;
+/// is 3 without `Missed`, 3 is 4 without `Nccl`). 5: `Queues`, outstanding work per QP (4 is 5
+/// without it).
+pub const PROTOCOL_VERSION: u16 = 5;
 /// The oldest live protocol version a reader accepts.
 pub const OLDEST_READ: u16 = 1;
 /// Frame magic in the hello, to reject a socket that is not sigmatop's.
@@ -50,6 +51,13 @@ pub enum Frame {
     /// (version 4) The NCCL plugin's collectives per communicator, cumulative
     /// (`nccl::live::NcclLive`), every interval while NCCL profiles the process.
     Nccl(crate::nccl::live::NcclLive),
+    /// (version 5) Outstanding work per verbs QP and SRQ (`queue::Queues`), every interval after
+    /// the snapshot, once the process posted on one.
+    Queues(crate::queue::Queues),
+    /// (version 5) Where the NCCL plugin's communicators wait (`nccl::live::NcclWaits`): their
+    /// point-to-point calls and the proxy operations of each one's oldest open call, every
+    /// interval after `Nccl`.
+    NcclWaits(crate::nccl::live::NcclWaits),
 }
 
 impl Frame {

@@ -182,7 +182,8 @@ fn nic_log(dir: &Path) -> Vec<NicWqe> {
     let mut out = Vec::new();
     for e in std::fs::read_dir(dir).expect("NIC log dir").flatten() {
         let text = std::fs::read_to_string(e.path()).expect("NIC log");
-        for l in text.lines() {
+        // WQE lines only (TESTNIC_STALL / TESTNIC_FAIL add `testnic-event` lines).
+        for l in text.lines().filter(|l| l.starts_with("testnic pid=")) {
             let f = |k: &str| {
                 l.split_whitespace()
                     .find_map(|w| w.strip_prefix(k)?.strip_prefix('='))

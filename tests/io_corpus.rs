@@ -177,6 +177,38 @@ fn nccl_live() -> sigmatop::nccl::live::NcclLive {
 
 /// Seeds from the real recording: its frames as a live stream would carry them, its files and
 /// chunk payloads, and the built-in themes.
+/// Outstanding work of two QPs, one stalled with an error completion counted, as the preload's
+/// collector sends it (docs/WIRE.md, version 5).
+fn queues() -> sigmatop::queue::Queues {
+    use sigmatop::queue::{QueueHealth, QueueState, Queues};
+    Queues {
+        at_ns: 1_700_000_000_000_000_000,
+        queues: vec![
+            QueueState {
+                ep: 3,
+                sq_posted: 1_000,
+                sq_completed: 872,
+                rq_posted: 512,
+                rq_completed: 384,
+                sq_oldest_ns: 4_100_000_000,
+                rq_oldest_ns: 9_800_000_000,
+                sq_stalled_ns: 4_100_000_000,
+                last_completion_ns: Some(4_100_000_000),
+                ..Default::default()
+            },
+            QueueState {
+                ep: 4,
+                sq_posted: 50,
+                sq_completed: 50,
+                errors: vec![(5, 12), (12, 1)],
+                health: QueueHealth::Error,
+                unmatched: 1,
+                ..Default::default()
+            },
+        ],
+    }
+}
+
 fn seeds() -> Vec<(&'static str, String, Vec<u8>)> {
     let mut out = Vec::new();
     for (i, dir) in demo_dirs().iter().enumerate() {
@@ -207,6 +239,7 @@ fn seeds() -> Vec<(&'static str, String, Vec<u8>)> {
         frames.push(Frame::Identity(rec.identity.clone()));
         if i == 0 {
             frames.push(Frame::Nccl(nccl_live()));
+            frames.push(Frame::Queues(queues()));
         }
         frames.push(Frame::Bye {
             at_ns: rec.end.map(|e| e.0).unwrap_or(1),

@@ -335,3 +335,187 @@ fn a_collective_open_everywhere_is_said_after_two_checks() {
         "{lines:?}"
     );
 }
+
+/// The symmetric hang (issue 36, item 4): every rank of a 3-rank ring is in AllReduce #5 and
+/// reports, nothing completes. From the proxy-step states each rank sends (`Frame::NcclWaits`)
+/// and the queue of the QP rank 1's channel-1 send went to (`Frame::Queues`: 3 WRs outstanding,
+/// none completed for 4 s), the warning names that edge and that it waits on the network, not
+/// the ranks that wait for its data or credit.
+#[test]
+fn a_hang_every_rank_is_in_is_located_on_the_edge_that_waits_on_the_network() {
+    use sigmatop::event::{EndpointDef, EndpointKind, Layer};
+    use sigmatop::nccl::format::state;
+    use sigmatop::nccl::live::{CollAt, CommLive, CommWaits, NcclWaits, OpWait, OpenCall};
+    use sigmatop::queue::{QueueState, Queues};
+    const S: u64 = 1_000_000_000;
+    let t0 = 1_800_000_000 * S;
+    let t = t0 + 5 * S;
+    let comm = 0x7f3a_1b2c_0000_0001u64;
+    let op = |channel: u8, send: bool, peer: u32, st: u8, ep: u32| OpWait {
+        channel,
+        peer,
+        send,
+        state: st,
+        since_ns: t0 + S,
+        ep,
+        steps_done: 3,
+        steps: 8,
+    };
+    // Rank r sends to r+1 and receives from r-1 on channels 0 and 1.
+    let waits = [
+        vec![
+            op(0, true, 1, state::SEND_PEER_WAIT, 0),
+            op(0, false, 2, state::RECV_WAIT, 0),
+            op(1, true, 1, state::SEND_PEER_WAIT, 0),
+            op(1, false, 2, state::RECV_WAIT, 0),
+        ],
+        vec![
+            op(0, true, 2, state::SEND_WAIT, 4),
+            op(0, false, 0, state::RECV_WAIT, 0),
+            op(1, true, 2, state::SEND_WAIT, 3),
+            op(1, false, 0, state::RECV_WAIT, 0),
+        ],
+        vec![
+            op(0, true, 0, state::SEND_PEER_WAIT, 0),
+            op(0, false, 1, state::RECV_WAIT, 0),
+            op(1, true, 0, state::SEND_PEER_WAIT, 0),
+            op(1, false, 1, state::RECV_WAIT, 0),
+        ],
+    ];
+    let mut m = Model::new();
+    for (rank, w) in waits.into_iter().enumerate() {
+        let rank = rank as u32;
+        let pid = 100 + rank;
+        let key = ProcKey {
+            host: format!("node{rank}"),
+            pid,
+            start_ns: 0,
+        };
+        let open = CollAt {
+            seq: 5,
+            func: 1,
+            start_ns: t0,
+        };
+        let mut frames = vec![
+            Frame::hello(Identity {
+                host: key.host.clone(),
+                pid,
+                rank: Some(rank),
+                ..Default::default()
+            }),
+            Frame::Snapshot(Snapshot {
+                at_ns: t - S / 10,
+                ..Default::default()
+            }),
+            Frame::Nccl(NcclLive {
+                at_ns: t - S / 10,
+                comms: vec![CommLive {
+                    comm_id: comm,
+                    nranks: 3,
+                    rank,
+                    started: 5,
+                    completed: 4,
+                    last_started: Some(open),
+                    last_completed: Some(4),
+                    oldest_open: Some(open),
+                    last_completed_ns: t0 - S / 1000,
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }),
+            Frame::NcclWaits(NcclWaits {
+                at_ns: t - S / 10,
+                comms: vec![CommWaits {
+                    comm_id: comm,
+                    rank,
+                    call: Some(OpenCall {
+                        p2p: false,
+                        func: 1,
+                        seq: 5,
+                        peer: 0,
+                        start_ns: t0,
+                    }),
+                    waits: w,
+                    ..Default::default()
+                }],
+            }),
+        ];
+        if rank == 1 {
+            // Its two send QPs: channel 0's moved on (nothing outstanding), channel 1's did not.
+            frames.push(Frame::Endpoints(
+                [(3, 0x2a1), (4, 0x2a2)]
+                    .iter()
+                    .map(|&(id, qpn)| EndpointDef {
+                        id,
+                        layer: Layer::Ibverbs,
+                        kind: EndpointKind::VerbsQp,
+                        label: format!("qp 0x{qpn:x}"),
+                        transport: "RC".into(),
+                        peer: Default::default(),
+                        qpn: Some(qpn),
+                        gpu: None,
+                        created_ns: t0 - S,
+                    })
+                    .collect(),
+            ));
+            frames.push(Frame::Queues(Queues {
+                at_ns: t - S / 10,
+                queues: vec![
+                    QueueState {
+                        ep: 3,
+                        sq_posted: 10,
+                        sq_completed: 7,
+                        sq_oldest_ns: 4 * S,
+                        sq_stalled_ns: 4 * S,
+                        ..Default::default()
+                    },
+                    QueueState {
+                        ep: 4,
+                        sq_posted: 12,
+                        sq_completed: 12,
+                        ..Default::default()
+                    },
+                ],
+            }));
+        }
+        for f in frames {
+            m.apply(&key, f);
+        }
+    }
+    let v = anccl::collectives(&m, t, anccl::HANG_NS);
+    assert_eq!(v.hung.len(), 1, "{:?}", v.hung);
+    let h = &v.hung[0];
+    assert!(h.waiting_for.is_empty(), "{h:?}");
+    let text = anccl::hung_text(h);
+    assert!(
+        text.starts_with(
+            "AllReduce #5: all 3 ranks in it 5.0s; r1→r2 ch1 waits on the network (QP 0x2a1: 3 WRs, none completed 4.1s)"
+        ),
+        "{text}"
+    );
+    // The other waits follow, closest to the cause first: channel 0's send is posted with
+    // nothing outstanding on its QP, then the GPU-less waits for credit and data.
+    let kinds: Vec<anccl::WaitKind> = h.wheres.iter().map(|w| w.what).collect();
+    assert_eq!(
+        kinds[..2],
+        [anccl::WaitKind::Network, anccl::WaitKind::SendCompletion]
+    );
+    assert!(
+        kinds[2..]
+            .iter()
+            .all(|k| matches!(k, anccl::WaitKind::PeerCredit | anccl::WaitKind::Data))
+    );
+    // The Collectives view's per-rank waits.
+    let r1 = &v.comms[0].ranks[1];
+    assert_eq!(r1.waits.len(), 4);
+    assert_eq!(r1.waits[2].qp, Some((0x2a1, 3, 4_100_000_000)));
+    // run --headless: said once it held over two checks, with where it waits.
+    let mut watch = HungWatch::default();
+    assert!(watch.check(&m, t, anccl::HANG_NS).is_empty());
+    let lines = watch.check(&m, t + S / 4, anccl::HANG_NS);
+    assert_eq!(lines.len(), 1, "{lines:?}");
+    assert!(
+        lines[0].contains("r1→r2 ch1 waits on the network (QP 0x2a1"),
+        "{lines:?}"
+    );
+}

@@ -271,6 +271,16 @@ fn check_record(ctx: &str, t: &Trace, rs: &[Role], gids: [[u8; 16]; 2]) {
             Some(rs[1 - i].pid as u64),
             "{ctx}: JSON peer of {label}"
         );
+        let address = format!(
+            "{} qp {:#x}",
+            sigmatop::event::port_addr_text(&gids[1 - i]),
+            rs[1 - i].qpn
+        );
+        assert_eq!(
+            ep["peer"]["address"].as_str(),
+            Some(address.as_str()),
+            "{ctx}: JSON peer address of {label}"
+        );
     }
 }
 
@@ -364,12 +374,16 @@ fn ibgda_host_sequence_on_the_nic_and_under_sigmatop() {
         }
         if let Some(t) = &trace {
             let ib = *port == "TESTNIC_PORT=ib";
-            check_record(
-                &ctx,
-                t,
-                &rs,
-                [host_gid(hosts[0], ib), host_gid(hosts[1], ib)],
-            );
+            // The address each path routes by: on InfiniBand without a GRH the LID (host + 1),
+            // which the preload records in the peer's GID field, as verbs does.
+            let routed = |h: u8| {
+                if ib && *grh == "IBGDA_GRH=0" {
+                    sigmatop::event::lid_as_gid(u16::from(h) + 1)
+                } else {
+                    host_gid(h, ib)
+                }
+            };
+            check_record(&ctx, t, &rs, [routed(hosts[0]), routed(hosts[1])]);
         }
     }
 }

@@ -89,6 +89,8 @@ pub unsafe extern "C" fn sigmatop_bench_verbs_setup(
             Peer::default(),
         );
         crate::runtime::registry::bind(qp as usize, id);
+        // QP number 1, as benches/verbs_hotpath.c sets it and its completions name it.
+        crate::layers::ibverbs::bench_qp(ctx, 1, id);
         crate::layers::ibverbs::define_cq(cq);
     });
     crate::runtime::collector::ensure_started();

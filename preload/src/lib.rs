@@ -75,7 +75,10 @@ const FORK_HOLDS: &[fork::HoldFn] = &[
 
 /// What a fork child does before its collector may start: the parent's doorbell poller thread
 /// does not exist in it.
-const FORK_CHILD: &[fork::ChildFn] = &[doorbell::forget_poller_after_fork];
+const FORK_CHILD: &[fork::ChildFn] = &[
+    doorbell::forget_poller_after_fork,
+    ibverbs::queues_after_fork,
+];
 
 /// The layers' steps before the collector's last flush: GPU doorbells parse their pending WQEs
 /// first, so the collector's last snapshot has them; NCCL's profiler plugin writes its last
@@ -115,7 +118,8 @@ extern "C" fn sigmatop_init() {
         dlsym::install(hooks());
         fork::install(FORK_HOLDS, FORK_CHILD);
         lifecycle::install(BEFORE_FINAL_FLUSH);
-        collector::live_frame(|| nccl::live().map(sigmatop::wire::Frame::Nccl));
+        collector::live_frame(nccl::live_frames);
+        collector::queue_source(ibverbs::queues, ibverbs::queues_tick);
         if config::fault() == config::Fault::Init {
             panic!("injected init fault (SIGMATOP_TEST_FAULT=init)");
         }

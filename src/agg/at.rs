@@ -261,7 +261,7 @@ impl Topology {
                 Arc::new(Peers::build(
                     procs
                         .iter()
-                        .map(|a| (&a.p.identity, a.p.endpoints.values())),
+                        .map(|a| (&a.p.identity, a.p.endpoints_with_ports())),
                 ))
             })
             .clone()

@@ -14,6 +14,8 @@
 //! - `report`: cumulative totals per process, endpoint and operation (the JSON report).
 //! - `nccl`: NCCL collectives per communicator across processes, live, and the hung collective.
 //! - `warnings`: rules over the state at a view time (skew, drops, doorbell storms).
+//! - `stalls`: stalled edges: QPs with send work outstanding and no completion past the
+//!   threshold, with their process and peer.
 
 pub mod at;
 pub mod history;
@@ -23,6 +25,7 @@ pub mod nccl;
 pub mod peers;
 pub mod report;
 pub mod snapshots;
+pub mod stalls;
 pub mod sums;
 pub mod warnings;
 pub mod window;
@@ -35,3 +38,16 @@ pub use model::{
 };
 pub use report::{EndpointReport, Flow, LiveMissed, OpTotals, PeerRef, ProcessReport, Report};
 pub use window::Window;
+
+/// A count with thousands separators: "1,204".
+pub fn count_text(n: u64) -> String {
+    let d = n.to_string();
+    let mut out = String::with_capacity(d.len() + d.len() / 3);
+    for (i, c) in d.chars().enumerate() {
+        if i > 0 && (d.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}

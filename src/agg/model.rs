@@ -8,8 +8,8 @@ use serde::{Deserialize, Serialize};
 
 use super::snapshots::{Keep, SnapshotHistory, Totals};
 use crate::event::{
-    ClockSample, DropCounters, EndpointDef, Event, Identity, Layer, Op, ProcessEnd, Snapshot,
-    TscClock,
+    ClockSample, DropCounters, EndpointDef, Event, Identity, LOCAL_ADDR_STATE, Layer, Op,
+    ProcessEnd, Snapshot, TscClock,
 };
 use crate::wire::Frame;
 
@@ -62,6 +62,10 @@ pub struct ProcessState {
     /// libfabric endpoints: the address hashes of the peers inserted in their address vector
     /// (the "av" updates), for endpoints that name their peer per operation.
     pub av: HashMap<u32, Vec<u64>>,
+    /// Verbs / devx QPs: their own port address (GID, or LID as `event::lid_as_gid` writes it),
+    /// from the `event::LOCAL_ADDR_STATE` updates: what a peer's QPN match is checked against
+    /// (`agg::peers`).
+    pub local: HashMap<u32, [u8; 16]>,
     /// Cumulative snapshots, oldest first (compact: `agg::snapshots`).
     pub history: SnapshotHistory,
     pub recent: RecentEvents,
@@ -87,12 +91,28 @@ pub struct ProcessState {
     pub missed: (u64, u64),
     /// The NCCL plugin's collectives, as its latest `Frame::Nccl` said (none: no NCCL).
     pub nccl: Option<crate::nccl::live::NcclLive>,
+    /// Outstanding work per verbs QP, as its latest `Frame::Queues` said (none: it posted on
+    /// no verbs QP, or its preload sends no queues).
+    pub queues: Option<crate::queue::Queues>,
+    /// Where its NCCL communicators wait, as its latest `Frame::NcclWaits` said.
+    pub nccl_waits: Option<crate::nccl::live::NcclWaits>,
 }
 
 impl ProcessState {
     /// The address-vector hashes of endpoint `ep` (empty for most endpoints).
     pub fn av_of(&self, ep: u32) -> &[u64] {
         self.av.get(&ep).map_or(&[], |v| v)
+    }
+
+    /// The own port address of QP endpoint `d` (its `LOCAL_ADDR_STATE` update, else what an
+    /// older record's RTR peer text says): see `agg::peers::own_port`.
+    pub fn port_of(&self, d: &EndpointDef) -> Option<[u8; 16]> {
+        super::peers::own_port(d, self.local.get(&d.id).copied())
+    }
+
+    /// Every endpoint with its own port address, for `agg::peers::Peers::build`.
+    pub fn endpoints_with_ports(&self) -> impl Iterator<Item = (&EndpointDef, Option<[u8; 16]>)> {
+        self.endpoints.values().map(|d| (d, self.port_of(d)))
     }
 
     /// The newest snapshot (its counters rebuilt from the history: for reports and scrapes).
@@ -111,6 +131,12 @@ impl ProcessState {
             }
             Frame::Updates(ups) => {
                 for u in ups {
+                    if u.state == LOCAL_ADDR_STATE {
+                        if let Some(g) = u.peer.as_ref().and_then(|p| p.gid) {
+                            self.local.insert(u.id, g);
+                        }
+                        continue;
+                    }
                     if u.state == "av" {
                         if let Some(peer) = &u.peer {
                             let hashes = self.av.entry(u.id).or_default();
@@ -147,6 +173,8 @@ impl ProcessState {
             }
             Frame::Missed { frames, events } => self.missed = (frames, events),
             Frame::Nccl(n) => self.nccl = Some(n),
+            Frame::Queues(q) => self.queues = Some(q),
+            Frame::NcclWaits(w) => self.nccl_waits = Some(w),
         }
     }
 
@@ -355,6 +383,8 @@ impl Model {
                 | Frame::Bye { .. }
                 | Frame::Missed { .. }
                 | Frame::Nccl(_)
+                | Frame::Queues(_)
+                | Frame::NcclWaits(_)
         ) {
             self.topology += 1;
         }
@@ -528,6 +558,9 @@ impl Model {
             }
             for s in &pr.snapshots {
                 m.apply(&key, Frame::Snapshot(s.clone()));
+            }
+            if let Some(q) = pr.queues.last() {
+                m.apply(&key, Frame::Queues(q.clone()));
             }
             let p = m.process_mut(&key);
             p.exited = true;

@@ -7,8 +7,9 @@
 use std::collections::BTreeMap;
 
 use super::Model;
-use crate::nccl::format::{self, ALGOS, FUNCS, PROTOS};
-use crate::nccl::live::{CommLive, NcclLive};
+use super::model::ProcessState;
+use crate::nccl::format::{self, ALGOS, FUNCS, PROTOS, state};
+use crate::nccl::live::{CommLive, CommWaits, NcclLive, OpWait};
 
 /// A collective open longer than this on some rank is reported as hung.
 pub const HANG_NS: u64 = 2_000_000_000;
@@ -41,6 +42,90 @@ pub struct RankView {
     /// goodbye) and has not exited.
     pub silent_ns: Option<u64>,
     pub exited: bool,
+    /// Where its oldest open call waits, per proxy operation (channel, side, peer), from NCCL's
+    /// proxy-step states: what the Collectives view lists.
+    pub waits: Vec<WaitView>,
+}
+
+/// One proxy operation of a rank's oldest open call, and where it stands.
+#[derive(Clone, Debug, PartialEq)]
+pub struct WaitView {
+    pub rank: u32,
+    pub channel: u8,
+    pub send: bool,
+    /// The rank it sends to or receives from.
+    pub peer: u32,
+    /// What it waits for.
+    pub what: WaitKind,
+    /// How long it has been in that state at the view time.
+    pub for_ns: u64,
+    /// The QP its last work request went to, when known: (QPN, send WRs outstanding, none
+    /// completed for ns).
+    pub qp: Option<(u32, u64, u64)>,
+    pub steps_done: u32,
+    pub steps: u32,
+}
+
+/// Where a proxy operation waits, from its oldest unfinished step's state; the order is how
+/// close each is to the cause of a hang (the network first).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum WaitKind {
+    /// SendWait with its QP's work outstanding: posted, the network does not complete it.
+    Network,
+    /// SendWait, nothing known outstanding on its QP.
+    SendCompletion,
+    /// SendGPUWait: the local GPU has not produced the data.
+    GpuProduce,
+    /// RecvGPUWait / RecvFlushWait: the local GPU has not consumed (or the flush not completed).
+    GpuConsume,
+    /// SendPeerWait: the peer has not granted credit (posted its receive buffer).
+    PeerCredit,
+    /// RecvWait: no data from the peer.
+    Data,
+    /// No step in flight.
+    Idle,
+}
+
+impl WaitView {
+    /// "r2→r3 ch1 waits on the network (QP 0x2a1: 3 WRs, none completed 4.1s)".
+    pub fn text(&self) -> String {
+        let edge = if self.send {
+            format!("r{}→r{} ch{}", self.rank, self.peer, self.channel)
+        } else {
+            format!("r{}←r{} ch{}", self.rank, self.peer, self.channel)
+        };
+        let what = match self.what {
+            WaitKind::Network => match self.qp {
+                Some((qpn, n, ns)) => format!(
+                    "waits on the network (QP 0x{qpn:x}: {} WR{}, none completed {:.1}s)",
+                    super::count_text(n),
+                    if n == 1 { "" } else { "s" },
+                    ns as f64 / 1e9
+                ),
+                None => "waits on the network".into(),
+            },
+            WaitKind::SendCompletion => "waits for its send to complete".into(),
+            WaitKind::GpuProduce => format!("waits for r{}'s GPU to produce", self.rank),
+            WaitKind::GpuConsume => format!("waits for r{}'s GPU to consume", self.rank),
+            WaitKind::PeerCredit => format!("waits for r{}'s credit", self.peer),
+            WaitKind::Data => format!("waits for data from r{}", self.peer),
+            WaitKind::Idle => "has no step in flight".into(),
+        };
+        format!("{edge} {what}")
+    }
+
+    /// The state's short name, as the Collectives view prints it.
+    pub fn state_name(&self) -> &'static str {
+        match self.what {
+            WaitKind::Network => "network",
+            WaitKind::SendCompletion => "send done",
+            WaitKind::GpuProduce => "GPU produce",
+            WaitKind::GpuConsume => "GPU consume",
+            WaitKind::PeerCredit => "peer credit",
+            WaitKind::Data => "data",
+            WaitKind::Idle => "idle",
+        }
+    }
 }
 
 /// One row per (communicator, collective, algorithm, protocol): the figures of the rank that
@@ -90,6 +175,20 @@ pub struct Hung {
     pub silent: Vec<u32>,
     /// The ranks that started it and have not completed it.
     pub incomplete: Vec<u32>,
+    /// A point-to-point call (Send, Recv; AlltoAll's parts): `seq` is its number among the
+    /// rank's calls of that function to `peer`.
+    pub p2p: Option<P2pHang>,
+    /// When every rank is in it and reports: where it waits, the wait closest to the cause
+    /// first (`WaitKind` order), from each rank's proxy-step states.
+    pub wheres: Vec<WaitView>,
+}
+
+/// The ranks of a hung point-to-point call.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct P2pHang {
+    pub rank: u32,
+    pub peer: u32,
+    pub send: bool,
 }
 
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -109,6 +208,9 @@ struct Member<'m> {
     last_ns: u64,
     exited: bool,
     c: &'m CommLive,
+    /// Where it waits (NCCL's proxy-step states), when its preload sends it.
+    w: Option<&'m CommWaits>,
+    p: &'m ProcessState,
 }
 
 /// The collectives of every process at view time `t` (CLOCK_REALTIME ns), hung after
@@ -125,12 +227,19 @@ pub fn collectives(model: &Model, t: u64, hang_ns: u64) -> CollectivesView {
             .map_or(n.at_ns, |s| s.at_ns)
             .max(n.at_ns);
         for c in &n.comms {
+            let w = p.nccl_waits.as_ref().and_then(|w| {
+                w.comms
+                    .iter()
+                    .find(|x| x.comm_id == c.comm_id && x.rank == c.rank)
+            });
             by_comm.entry(c.comm_id).or_default().push(Member {
                 host: &key.host,
                 pid: key.pid,
                 last_ns,
                 exited: p.exited,
                 c,
+                w,
+                p,
             });
         }
     }
@@ -138,6 +247,9 @@ pub fn collectives(model: &Model, t: u64, hang_ns: u64) -> CollectivesView {
         ms.sort_by_key(|m| m.c.rank);
         v.comms.push(comm_view(comm_id, &ms, t, hang_ns));
         if let Some(h) = hung(comm_id, &ms, t, hang_ns) {
+            v.hung.push(h);
+        }
+        if let Some(h) = hung_p2p(comm_id, &ms, t, hang_ns) {
             v.hung.push(h);
         }
     }
@@ -254,6 +366,7 @@ fn comm_view(comm_id: u64, ms: &[Member], t: u64, hang_ns: u64) -> CommView {
                 .map_or(0, |(s, n)| if *n > 0 { s / n } else { 0 }),
             silent_ns: silent(m, t, hang_ns),
             exited: m.exited,
+            waits: waits_of(m, t),
         })
         .collect();
     CommView {
@@ -318,6 +431,18 @@ fn hung(comm_id: u64, ms: &[Member], t: u64, hang_ns: u64) -> Option<Hung> {
             incomplete.push(r);
         }
     }
+    // Every rank in it and reporting: where it waits, from the ranks' proxy steps.
+    let wheres = if waiting_for.is_empty() {
+        located(
+            ms.iter().filter(|m| {
+                m.w.and_then(|w| w.call)
+                    .is_some_and(|c| !c.p2p && c.seq == seq)
+            }),
+            t,
+        )
+    } else {
+        Vec::new()
+    };
     Some(Hung {
         comm_id,
         func: format::name(FUNCS, func).to_string(),
@@ -327,7 +452,138 @@ fn hung(comm_id: u64, ms: &[Member], t: u64, hang_ns: u64) -> Option<Hung> {
         waiting_for,
         silent: silent_ranks,
         incomplete,
+        p2p: None,
+        wheres,
     })
+}
+
+/// `format::FUNCS` indexes of Send and Recv.
+const SEND: u8 = 10;
+const RECV: u8 = 5;
+
+/// The hung point-to-point call of a communicator: the oldest Send or Recv some rank has had
+/// open for longer than `hang_ns` (since the later of its host call and the lane's previous
+/// completion is not known: since its host call), with the rank it waits for (the peer, when the
+/// peer has not started its side: the k-th Send of a to b meets the k-th Recv of b from a).
+fn hung_p2p(comm_id: u64, ms: &[Member], t: u64, hang_ns: u64) -> Option<Hung> {
+    let nranks = ms.iter().map(|m| m.c.nranks).max().unwrap_or(0);
+    let (since, m, lane) = ms
+        .iter()
+        .filter_map(|m| m.w.map(|w| (m, w)))
+        .flat_map(|(m, w)| w.lanes.iter().map(move |l| (m, l)))
+        .filter(|(_, l)| {
+            l.oldest_open_ns > 0 && matches!(l.func, SEND | RECV) && l.peer != u32::MAX
+        })
+        .filter(|(m, l)| l.peer != m.c.rank && t.saturating_sub(l.oldest_open_ns) > hang_ns)
+        .map(|(m, l)| (l.oldest_open_ns, m, l))
+        .min_by_key(|(since, m, l)| (*since, m.c.rank, l.peer))?;
+    let n = lane.completed + 1;
+    let send = lane.func == SEND;
+    let peer = lane.peer;
+    let other = ms.iter().find(|x| x.c.rank == peer);
+    // The peer's side of the same call: its lane of the other function to this rank.
+    let other_started = other
+        .and_then(|x| x.w)
+        .and_then(|w| {
+            w.lanes
+                .iter()
+                .find(|l| l.func == if send { RECV } else { SEND } && l.peer == m.c.rank)
+        })
+        .map_or(0, |l| l.started);
+    let peer_silent = other.is_none_or(|x| silent(x, t, hang_ns).is_some());
+    let mut waiting_for = Vec::new();
+    let mut silent_ranks = Vec::new();
+    if other.is_some_and(|x| silent(x, t, hang_ns).is_some()) {
+        silent_ranks.push(peer);
+    }
+    if other_started < n || peer_silent {
+        waiting_for.push(peer);
+    }
+    let wheres = if waiting_for.is_empty() {
+        located(
+            ms.iter()
+                .filter(|x| x.c.rank == m.c.rank || x.c.rank == peer)
+                .filter(|x| x.w.and_then(|w| w.call).is_some_and(|c| c.p2p)),
+            t,
+        )
+    } else {
+        Vec::new()
+    };
+    Some(Hung {
+        comm_id,
+        func: format::name(FUNCS, lane.func).to_string(),
+        seq: n,
+        nranks,
+        open_ns: t.saturating_sub(since),
+        waiting_for,
+        silent: silent_ranks,
+        incomplete: vec![m.c.rank],
+        p2p: Some(P2pHang {
+            rank: m.c.rank,
+            peer,
+            send,
+        }),
+        wheres,
+    })
+}
+
+/// What one proxy operation waits for, from its step's state and its QP's queue.
+fn wait_kind(w: &OpWait, qp: Option<(u32, u64, u64)>) -> WaitKind {
+    match w.state {
+        state::SEND_WAIT if qp.is_some_and(|q| q.1 > 0) => WaitKind::Network,
+        state::SEND_WAIT => WaitKind::SendCompletion,
+        state::SEND_GPU_WAIT => WaitKind::GpuProduce,
+        state::RECV_GPU_WAIT | state::RECV_FLUSH_WAIT => WaitKind::GpuConsume,
+        state::SEND_PEER_WAIT => WaitKind::PeerCredit,
+        state::RECV_WAIT => WaitKind::Data,
+        _ => WaitKind::Idle,
+    }
+}
+
+/// The waits of a member's oldest open call, at view time `t`.
+fn waits_of(m: &Member, t: u64) -> Vec<WaitView> {
+    let Some(cw) = m.w else { return Vec::new() };
+    cw.waits
+        .iter()
+        .map(|w| {
+            let qp = (w.ep != 0)
+                .then(|| {
+                    let qpn = m.p.endpoints.get(&w.ep)?.qpn?;
+                    let (out, stalled) = m.p.queues.as_ref().map_or((0, 0), |qs| {
+                        qs.get(w.ep).map_or((0, 0), |q| {
+                            let q = super::stalls::queue_at(q, qs.at_ns, t.max(qs.at_ns));
+                            (q.sq_outstanding(), q.sq_stalled_ns)
+                        })
+                    });
+                    Some((qpn, out, stalled))
+                })
+                .flatten();
+            WaitView {
+                rank: cw.rank,
+                channel: w.channel,
+                send: w.send,
+                peer: w.peer,
+                what: wait_kind(w, qp),
+                for_ns: t.saturating_sub(w.since_ns),
+                qp,
+                steps_done: w.steps_done,
+                steps: w.steps,
+            }
+        })
+        .collect()
+}
+
+/// Every wait of the members given, the one closest to a hang's cause first: by kind, then the
+/// longest.
+fn located<'m>(ms: impl Iterator<Item = &'m Member<'m>>, t: u64) -> Vec<WaitView> {
+    let mut v: Vec<WaitView> = ms.flat_map(|m| waits_of(m, t)).collect();
+    v.sort_by(|a, b| {
+        a.what
+            .cmp(&b.what)
+            .then(b.for_ns.cmp(&a.for_ns))
+            .then((a.rank, a.channel).cmp(&(b.rank, b.channel)))
+    });
+    v
 }
 
 /// The warning's text: "AllReduce #225 waits for r1 (silent) 3.1s · comm 7773728f" (the
@@ -337,6 +593,27 @@ pub fn hung_text(h: &Hung) -> String {
     let who = ranks_text(h);
     let open = h.open_ns as f64 / 1e9;
     let comm = h.comm_id >> 32;
+    let call = match h.p2p {
+        Some(p) if p.send => format!("{} #{} r{}→r{}", h.func, h.seq, p.rank, p.peer),
+        Some(p) => format!("{} #{} r{}←r{}", h.func, h.seq, p.rank, p.peer),
+        None => format!("{} #{}", h.func, h.seq),
+    };
+    if who.is_empty()
+        && let Some(w) = h.wheres.first()
+    {
+        let all = match h.p2p {
+            Some(_) => "both ranks in it".to_string(),
+            None => format!("all {} ranks in it", h.nranks),
+        };
+        return format!("{call}: {all} {open:.1}s; {} · comm {comm:08x}", w.text());
+    }
+    if h.p2p.is_some() {
+        return if who.is_empty() {
+            format!("{call} not completed {open:.1}s · comm {comm:08x}")
+        } else {
+            format!("{call} waits for {who} {open:.1}s · comm {comm:08x}")
+        };
+    }
     if who.is_empty() {
         let on: Vec<String> = h.incomplete.iter().map(|r| format!("r{r}")).collect();
         format!(
@@ -358,13 +635,18 @@ pub fn hung_text(h: &Hung) -> String {
 /// when it completes.
 #[derive(Debug, Default)]
 pub struct HungWatch {
-    /// (communicator, sequence number) → (waiting for, open since ns, function).
-    shown: BTreeMap<(u64, u64), (Vec<u32>, u64, String)>,
+    /// (communicator, sequence number, function) → (waiting for, open since ns, the call's name).
+    shown: BTreeMap<HungKey, Said>,
     /// Hung collectives that name no rank to wait for (every rank started it and reports), seen
     /// at the previous check: such a one is said once it holds over two checks, since a rank
     /// that just resumed reports before its tracker read its progress (the H200 stall run).
-    unnamed: std::collections::BTreeSet<(u64, u64)>,
+    unnamed: std::collections::BTreeSet<HungKey>,
 }
+
+/// (communicator, sequence number, function) of a hung call.
+type HungKey = (u64, u64, String);
+/// What was said of it: (the ranks it waits for and where, open since ns, the call's name).
+type Said = (Vec<u32>, u64, String);
 
 impl HungWatch {
     /// The lines to print at view time `t`.
@@ -374,28 +656,30 @@ impl HungWatch {
             return lines;
         }
         let v = collectives(model, t, hang_ns);
-        let mut now: BTreeMap<(u64, u64), (Vec<u32>, u64, String)> = BTreeMap::new();
+        let mut now: BTreeMap<HungKey, Said> = BTreeMap::new();
         let mut unnamed = std::collections::BTreeSet::new();
         for h in &v.hung {
-            let key = (h.comm_id, h.seq);
+            let key = (h.comm_id, h.seq, h.func.clone());
             if h.waiting_for.is_empty() && !self.shown.contains_key(&key) {
-                unnamed.insert(key);
+                unnamed.insert(key.clone());
                 if !self.unnamed.contains(&key) {
                     continue;
                 }
             }
-            let val = (
-                h.waiting_for.clone(),
-                t.saturating_sub(h.open_ns),
-                h.func.clone(),
-            );
+            // Said again when the ranks it waits for, or where it waits, change.
+            let mut said = h.waiting_for.clone();
+            if let Some(w) = h.wheres.first() {
+                said.extend([u32::MAX, w.rank, w.peer, w.channel as u32, w.what as u32]);
+            }
+            let val = (said, t.saturating_sub(h.open_ns), h.func.clone());
             if self.shown.get(&key).map(|x| &x.0) != Some(&val.0) {
                 lines.push(format!("⚠ {}", hung_text(h)));
             }
             now.insert(key, val);
         }
-        for ((comm, seq), (_, since, func)) in &self.shown {
-            if !now.contains_key(&(*comm, *seq)) {
+        for (key, (_, since, func)) in &self.shown {
+            let (comm, seq) = (key.0, key.1);
+            if !now.contains_key(key) {
                 lines.push(format!(
                     "✓ {func} #{seq} · comm {:08x}: no longer hung, after {:.1}s open",
                     comm >> 32,

@@ -8,7 +8,7 @@ use serde::Serialize;
 
 use super::matrix::{Groups, Matrix, UNTRACED};
 use super::model::{Model, ProcKey, ProcessState};
-use super::peers::Peers;
+use super::peers::{EndpointPeer, Peers};
 use crate::event::{Dir, DropCounters, EndpointKind, Op, OpCount, UNATTRIBUTED_EP};
 
 fn is_zero(v: &u64) -> bool {
@@ -99,7 +99,7 @@ impl Model {
         let peers = Peers::build(
             procs
                 .iter()
-                .map(|(_, p)| (&p.identity, p.endpoints.values())),
+                .map(|(_, p)| (&p.identity, p.endpoints_with_ports())),
         );
         let mut cells: BTreeMap<(u32, u32), u64> = BTreeMap::new();
         for (pi, (_, p)) in procs.iter().enumerate() {
@@ -150,6 +150,7 @@ impl Model {
                 .iter()
                 .map(|(k, p)| (p.identity.rank, k.host.as_str())),
         );
+        let hang = super::warnings::hang_ns();
         for (pi, (key, p)) in procs.iter().enumerate() {
             let Some(last) = p.last() else {
                 r.processes.push(ProcessReport::empty(key, p));
@@ -192,16 +193,15 @@ impl Model {
                     peer_text: def.map(|d| d.peer.text.clone()).unwrap_or_default(),
                     flow: Flow::default(),
                     ops: BTreeMap::new(),
+                    queue: p.queues.as_ref().and_then(|qs| {
+                        qs.queues
+                            .iter()
+                            .find(|q| q.ep == *ep)
+                            .map(|q| QueueReport::of(q, qs.at_ns, hang))
+                    }),
                 };
-                let peer = def.and_then(|d| peers.of(pi as u32, d, p.av_of(*ep)).process);
-                if let Some(pp) = peer
-                    && let Some((pk, pps)) = procs.get(pp as usize)
-                {
-                    er.peer = Some(PeerRef {
-                        host: pk.host.clone(),
-                        pid: pk.pid,
-                        rank: pps.identity.rank,
-                    });
+                if let Some(d) = def {
+                    er.peer = PeerRef::of(&procs, &peers.of(pi as u32, d, p.av_of(*ep)));
                 }
                 for c in ops {
                     er.flow.add_count(c);
@@ -230,7 +230,95 @@ impl Model {
         r.node_matrix = m.node;
         r.messages = self.messages.clone();
         r.hosts = self.links.clone();
+        r.stalls = self.stall_reports(hang);
+        r.nccl_hung = self.hung_reports(hang);
         r
+    }
+
+    /// The hung NCCL calls at the view time: now for a live model, the newest data of a record.
+    pub fn hung_reports(&self, threshold_ns: u64) -> Vec<HungReport> {
+        if !self.processes.values().any(|p| p.nccl.is_some()) {
+            return Vec::new();
+        }
+        let live = self.processes.values().any(|p| !p.exited);
+        let t = if live {
+            super::nccl::wall_ns().max(self.latest_ns())
+        } else {
+            self.latest_ns()
+        };
+        super::nccl::collectives(self, t, threshold_ns)
+            .hung
+            .iter()
+            .map(|h| HungReport {
+                comm: format!("{:016x}", h.comm_id),
+                func: h.func.clone(),
+                seq: h.seq,
+                rank: h.p2p.map(|p| p.rank),
+                peer: h.p2p.map(|p| p.peer),
+                open_s: h.open_ns as f64 / 1e9,
+                waiting_for: h.waiting_for.clone(),
+                silent: h.silent.clone(),
+                wheres: h
+                    .wheres
+                    .iter()
+                    .map(|w| WhereReport {
+                        rank: w.rank,
+                        channel: w.channel,
+                        send: w.send,
+                        peer: w.peer,
+                        state: w.state_name(),
+                        for_s: w.for_ns as f64 / 1e9,
+                        qpn: w.qp.map(|q| q.0),
+                        outstanding: w.qp.map(|q| q.1),
+                        steps_done: w.steps_done,
+                        steps: w.steps,
+                        text: w.text(),
+                    })
+                    .collect(),
+                text: super::nccl::hung_text(h),
+            })
+            .collect()
+    }
+
+    /// The stalled edges at the newest data (none unless some process reports send work
+    /// outstanding).
+    pub fn stall_reports(&self, threshold_ns: u64) -> Vec<StallReport> {
+        let outstanding = self.processes.values().any(|p| {
+            p.queues
+                .as_ref()
+                .is_some_and(|q| q.queues.iter().any(|s| s.sq_outstanding() > 0))
+        });
+        if !outstanding {
+            return Vec::new();
+        }
+        let at = super::at::ModelAt::new(
+            self,
+            &super::at::AtOptions {
+                detail: super::at::Detail::Processes,
+                ..Default::default()
+            },
+        );
+        // A live model judges the processes that report; a record, each process as it ended.
+        let live = self.processes.values().any(|p| !p.exited);
+        let scope = if live {
+            super::stalls::Scope::Reporting
+        } else {
+            super::stalls::Scope::AtTheirEnd
+        };
+        super::stalls::stalls_in(&at, threshold_ns, scope)
+            .into_iter()
+            .map(|s| StallReport {
+                host: s.host.clone(),
+                pid: s.pid,
+                rank: s.rank,
+                peer: s.peer.text(),
+                qpn: s.qpn,
+                qps: s.qps,
+                outstanding: s.outstanding,
+                stalled_s: s.stalled_ns as f64 / 1e9,
+                text: s.text(),
+            })
+            .collect()
     }
 }
 
@@ -248,11 +336,71 @@ pub struct OpTotals {
     pub posted_bytes: u64,
 }
 
+/// The other side of an endpoint: a traced process (`host`, `pid`, `rank`), or for a verbs /
+/// devx QP whose peer is not traced its address (and its host, when a traced process is on
+/// that port address), never another process.
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct PeerRef {
-    pub host: String,
-    pub pid: u32,
+    /// The peer's host: the traced process's, or for an untraced peer the host of a traced
+    /// process on its port address (absent when none is known).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub host: Option<String>,
+    /// The traced peer process (absent: not traced).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pid: Option<u32>,
     pub rank: Option<u32>,
+    /// The peer is a traced process.
+    pub traced: bool,
+    /// Verbs / devx QPs: the peer's address, `10.0.1.1 qp 0x10c` (IPv4-mapped GID), `lid 3 qp
+    /// 0x10c` (InfiniBand without a GRH), `fe80::2c9:300:0:3 qp 0x10c` (another GID), or `qp
+    /// 0x10c` where the record has no address.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub address: Option<String>,
+}
+
+impl PeerRef {
+    /// The peer of an endpoint resolved by `agg::peers`: None when there is nothing to name (no
+    /// traced process and no QP address).
+    pub fn of(procs: &[(&ProcKey, &ProcessState)], x: &EndpointPeer) -> Option<PeerRef> {
+        let address = x.addr.map(|a| a.text(None));
+        if let Some((pk, pps)) = x.process.and_then(|pp| procs.get(pp as usize)) {
+            return Some(PeerRef {
+                host: Some(pk.host.clone()),
+                pid: Some(pk.pid),
+                rank: pps.identity.rank,
+                traced: true,
+                address,
+            });
+        }
+        let a = x.addr?;
+        Some(PeerRef {
+            host: a
+                .host_of
+                .and_then(|h| procs.get(h as usize))
+                .map(|(k, _)| k.host.clone()),
+            pid: None,
+            rank: None,
+            traced: false,
+            address,
+        })
+    }
+
+    /// How the report tables name it: `node1 pid 4121 r3`; an untraced peer by its address,
+    /// `10.0.1.1 qp 0x10c`, or on a known host `node1 qp 0x10c`.
+    pub fn label(&self) -> String {
+        if let Some(pid) = self.pid {
+            return format!(
+                "{} pid {pid}{}",
+                self.host.as_deref().unwrap_or("?"),
+                self.rank.map(|r| format!(" r{r}")).unwrap_or_default()
+            );
+        }
+        let addr = self.address.as_deref().unwrap_or("?");
+        match (&self.host, addr.find(" qp ")) {
+            (Some(h), Some(i)) => format!("{h}{}", &addr[i..]),
+            _ => addr.to_string(),
+        }
+    }
 }
 
 #[derive(Clone, Debug, Default, Serialize)]
@@ -263,13 +411,106 @@ pub struct EndpointReport {
     pub label: String,
     pub transport: String,
     pub state: String,
-    /// The traced process on the other side, when it is in this model.
+    /// The traced process on the other side, when it is in this model; for a verbs / devx QP
+    /// whose peer is not traced, that peer's address.
     pub peer: Option<PeerRef>,
     pub peer_text: String,
     #[serde(flatten)]
     pub flow: Flow,
     /// By operation name: calls and payload bytes.
     pub ops: BTreeMap<String, OpTotals>,
+    /// Outstanding work of a verbs QP or SRQ (absent for other endpoints, and for processes
+    /// whose preload sends no queues).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub queue: Option<QueueReport>,
+}
+
+/// A QP's (or SRQ's) work queues as its process last reported them (`queue::QueueState`): counts
+/// cumulative, ages in seconds at `at_ns`.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct QueueReport {
+    /// CLOCK_REALTIME ns of the interval these figures are from.
+    pub at_ns: u64,
+    /// live | error | destroyed
+    pub health: &'static str,
+    pub sq_posted: u64,
+    pub sq_completed: u64,
+    pub sq_outstanding: u64,
+    /// Signaled send work requests whose completion has not come (what the program awaits).
+    pub sq_signaled_outstanding: u64,
+    /// Seconds the oldest outstanding signaled send work request has waited since it was posted.
+    pub sq_oldest_s: f64,
+    /// Seconds with send work outstanding and no send completion.
+    pub sq_stalled_s: f64,
+    pub rq_posted: u64,
+    pub rq_completed: u64,
+    pub rq_outstanding: u64,
+    pub rq_oldest_s: f64,
+    /// Seconds since the last completion (null: none yet).
+    pub last_completion_s: Option<f64>,
+    /// Error completions by status name ("transport retry exceeded": 1, "flushed": 127).
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub errors: BTreeMap<String, u64>,
+    /// Send completions beyond the work sigmatop saw posted (counted, never guessed into the
+    /// counts).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub unmatched: u64,
+    /// Its CQ is polled through ibv_start_poll (not seen): completions unknown, never stalled.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub blind: bool,
+    /// Stalled at the hang threshold.
+    pub stalled: bool,
+}
+
+impl QueueReport {
+    pub fn of(q: &crate::queue::QueueState, at_ns: u64, threshold_ns: u64) -> QueueReport {
+        use crate::queue::QueueHealth;
+        let s = |ns: u64| ns as f64 / 1e9;
+        QueueReport {
+            at_ns,
+            health: match q.health {
+                QueueHealth::Live => "live",
+                QueueHealth::Error => "error",
+                QueueHealth::Destroyed => "destroyed",
+            },
+            sq_posted: q.sq_posted,
+            sq_completed: q.sq_completed,
+            sq_outstanding: q.sq_outstanding(),
+            sq_signaled_outstanding: q.sq_signaled_outstanding,
+            sq_oldest_s: s(q.sq_oldest_ns),
+            sq_stalled_s: s(q.sq_stalled_ns),
+            rq_posted: q.rq_posted,
+            rq_completed: q.rq_completed,
+            rq_outstanding: q.rq_outstanding(),
+            rq_oldest_s: s(q.rq_oldest_ns),
+            last_completion_s: q.last_completion_ns.map(s),
+            errors: q
+                .errors
+                .iter()
+                .map(|(st, n)| (crate::queue::status_name(*st).to_string(), *n))
+                .collect(),
+            unmatched: q.unmatched,
+            blind: q.blind,
+            stalled: q.stalled(threshold_ns),
+        }
+    }
+}
+
+/// A stalled edge as the JSON reports it (`agg::stalls::Stall`).
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct StallReport {
+    pub host: String,
+    pub pid: u32,
+    pub rank: Option<u32>,
+    /// The peer: "node2 r1 pid 4712", or its address when it is not traced.
+    pub peer: String,
+    pub qpn: Option<u32>,
+    /// Stalled QPs of this edge (the one named included).
+    pub qps: u32,
+    pub outstanding: u64,
+    pub stalled_s: f64,
+    /// The warning's text.
+    pub text: String,
 }
 
 #[derive(Clone, Debug, Default, Serialize)]
@@ -371,6 +612,57 @@ pub struct Report {
     /// `attach HOST...`: every remote host with the state of its link (absent otherwise).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub hosts: Vec<super::model::HostLink>,
+    /// Stalled edges at the newest data: QPs with send work outstanding and no completion past
+    /// the hang threshold (absent when none).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub stalls: Vec<StallReport>,
+    /// NCCL calls open past the hang threshold (`agg::nccl`): who they wait for, or, when every
+    /// rank is in one and reports, where each rank waits (absent when none).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub nccl_hung: Vec<HungReport>,
+}
+
+/// A hung NCCL call as the JSON reports it (`agg::nccl::Hung`).
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct HungReport {
+    /// NCCL's communicator id, hex.
+    pub comm: String,
+    pub func: String,
+    /// A collective's sequence number; a point-to-point call's number in its lane.
+    pub seq: u64,
+    /// A point-to-point call: its rank and peer.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rank: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub peer: Option<u32>,
+    pub open_s: f64,
+    /// Ranks that have not started it, or went silent.
+    pub waiting_for: Vec<u32>,
+    pub silent: Vec<u32>,
+    /// Where it waits, closest to the cause first (every rank in it and reporting).
+    pub wheres: Vec<WhereReport>,
+    /// The warning's text.
+    pub text: String,
+}
+
+/// One proxy operation of a hung call (`agg::nccl::WaitView`).
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct WhereReport {
+    pub rank: u32,
+    pub channel: u8,
+    pub send: bool,
+    pub peer: u32,
+    /// network, send done, GPU produce, GPU consume, peer credit, data, idle.
+    pub state: &'static str,
+    pub for_s: f64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub qpn: Option<u32>,
+    /// Send WRs outstanding on that QP.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub outstanding: Option<u64>,
+    pub steps_done: u32,
+    pub steps: u32,
+    pub text: String,
 }
 
 impl Report {

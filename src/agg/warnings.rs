@@ -14,6 +14,9 @@ pub struct WarningConfig {
     pub doorbell_storm_per_s: f64,
     /// A NCCL collective open longer than this (ns) on some rank is reported as hung.
     pub collective_hang_ns: u64,
+    /// A QP with send work outstanding and no completion for longer than this (ns) is a stalled
+    /// edge.
+    pub stall_ns: u64,
 }
 
 impl Default for WarningConfig {
@@ -21,14 +24,54 @@ impl Default for WarningConfig {
         WarningConfig {
             skew_ratio: 1.5,
             doorbell_storm_per_s: 500_000.0,
-            collective_hang_ns: super::nccl::HANG_NS,
+            collective_hang_ns: hang_ns(),
+            stall_ns: hang_ns(),
         }
     }
+}
+
+/// The hang threshold this process uses (`--hang-after`, `SIGMATOP_HANG_AFTER`; default
+/// `nccl::HANG_NS`): how long a collective stays open, or a QP's send work without a completion,
+/// before it is reported.
+static HANG_AFTER_NS: std::sync::atomic::AtomicU64 =
+    std::sync::atomic::AtomicU64::new(super::nccl::HANG_NS);
+
+/// The hang threshold (ns).
+pub fn hang_ns() -> u64 {
+    HANG_AFTER_NS.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+/// Sets the hang threshold for this process (the command line, once at start).
+pub fn set_hang_ns(ns: u64) {
+    HANG_AFTER_NS.store(ns.max(1), std::sync::atomic::Ordering::Relaxed);
+}
+
+/// Parses a duration as `--hang-after` takes it: "4s", "500ms", "1.5s", "2m", "250us"; a bare
+/// number is seconds. None for anything else (zero and negative included).
+pub fn parse_duration(text: &str) -> Option<u64> {
+    let t = text.trim();
+    let (num, mul) = [
+        ("ms", 1e6),
+        ("us", 1e3),
+        ("µs", 1e3),
+        ("ns", 1.0),
+        ("s", 1e9),
+        ("m", 60e9),
+    ]
+    .iter()
+    .find_map(|(u, m)| t.strip_suffix(u).map(|n| (n, *m)))
+    .unwrap_or((t, 1e9));
+    let v: f64 = num.trim().parse().ok()?;
+    let ns = v * mul;
+    (1.0..1e18).contains(&ns).then_some(ns as u64)
 }
 
 /// What a warning is about, most important first.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub enum WarningKind {
+    /// A QP with send work outstanding and no completion past the threshold (`stalls`): `value`
+    /// the seconds without a completion; `subject` the whole text (process, peer, QP, work).
+    StalledEdge,
     /// A NCCL collective some ranks started has not completed after the threshold: `value` the
     /// seconds it has been open; `subject` names it and the ranks it waits for.
     HungCollective,
@@ -65,6 +108,9 @@ pub struct Warning {
     pub value: f64,
     /// Processes concerned (drops), 0 when not counted.
     pub processes: u64,
+    /// A shorter text for a status line, where the kind has one (a stalled edge): empty
+    /// otherwise.
+    pub short: String,
 }
 
 /// A rule over the state at a view time.
@@ -89,6 +135,7 @@ pub struct HungCollective;
 
 /// Every rule, in the order their warnings are listed (then sorted by kind).
 pub const RULES: &[&dyn Rule] = &[
+    &StalledEdges,
     &HungCollective,
     &Failed,
     &Drops,
@@ -96,6 +143,23 @@ pub const RULES: &[&dyn Rule] = &[
     &IdleWithPosted,
     &DoorbellStorm,
 ];
+
+/// QPs with send work outstanding and no completion past the threshold.
+pub struct StalledEdges;
+
+impl Rule for StalledEdges {
+    fn check(&self, at: &ModelAt, cfg: &WarningConfig, out: &mut Vec<Warning>) {
+        for s in super::stalls::stalls(at, cfg.stall_ns) {
+            out.push(Warning {
+                kind: WarningKind::StalledEdge,
+                subject: s.text(),
+                value: s.stalled_ns as f64 / 1e9,
+                processes: 1,
+                short: s.short_text(),
+            });
+        }
+    }
+}
 
 impl Rule for HungCollective {
     fn check(&self, at: &ModelAt, cfg: &WarningConfig, out: &mut Vec<Warning>) {
@@ -110,6 +174,7 @@ impl Rule for HungCollective {
                 subject,
                 value: h.open_ns as f64 / 1e9,
                 processes: 0,
+                short: String::new(),
             });
         }
     }
@@ -138,6 +203,7 @@ impl Rule for Failed {
                     ),
                     value: e.errors as f64,
                     processes: 0,
+                    short: String::new(),
                 });
             }
         }
@@ -168,6 +234,7 @@ impl Rule for IdleWithPosted {
                     subject: format!("QP {id} ({})", a.key.host),
                     value: n as f64,
                     processes: 0,
+                    short: String::new(),
                 });
             }
         }
@@ -210,6 +277,7 @@ impl Rule for Drops {
                 subject: String::new(),
                 value: total as f64,
                 processes: lost.iter().filter(|n| **n > 0).count() as u64,
+                short: String::new(),
             });
         }
         let frames = at
@@ -224,6 +292,7 @@ impl Rule for Drops {
                 subject: String::new(),
                 value: frames as f64,
                 processes: 0,
+                short: String::new(),
             });
         }
     }
@@ -243,6 +312,7 @@ impl Rule for Skew {
                             subject: name(i),
                             value: ratio,
                             processes: 0,
+                            short: String::new(),
                         });
                     }
                 }
@@ -286,6 +356,7 @@ impl Rule for DoorbellStorm {
                     subject: format!("{} {} GPU{}", g.host, who, g.gpu),
                     value: g.doorbells_per_s,
                     processes: 0,
+                    short: String::new(),
                 });
             }
         }
@@ -303,6 +374,7 @@ impl Rule for DoorbellStorm {
                     subject: format!("QP {id} ({})", a.key.host),
                     value: e.doorbells_per_s,
                     processes: 0,
+                    short: String::new(),
                 });
             }
         }
@@ -422,5 +494,22 @@ mod tests {
         assert_eq!(w[0].kind, WarningKind::EventsDropped);
         assert_eq!((w[0].value, w[0].processes), (1204.0, 1));
         assert!(w.iter().skip(1).all(|w| w.kind > WarningKind::FramesLost));
+    }
+}
+
+#[cfg(test)]
+mod duration_tests {
+    use super::parse_duration;
+
+    #[test]
+    fn durations_parse_as_users_write_them() {
+        assert_eq!(parse_duration("4s"), Some(4_000_000_000));
+        assert_eq!(parse_duration("500ms"), Some(500_000_000));
+        assert_eq!(parse_duration("1.5"), Some(1_500_000_000));
+        assert_eq!(parse_duration("2m"), Some(120_000_000_000));
+        assert_eq!(parse_duration(" 250us "), Some(250_000));
+        for bad in ["", "0", "-1s", "s", "fast", "1e30s", "nan"] {
+            assert_eq!(parse_duration(bad), None, "{bad:?}");
+        }
     }
 }

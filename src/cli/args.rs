@@ -18,6 +18,36 @@ pub struct Cli {
     /// Record the run headless into this directory (the card's `sigmatop --record out/ -- CMD`).
     #[command(flatten)]
     pub top: TopRun,
+    /// How long a NCCL collective may stay open, or a QP's send work go without a completion,
+    /// before it is reported as hung or stalled: 500ms, 4s, 1m (default 2s; SIGMATOP_HANG_AFTER
+    /// sets it too).
+    #[arg(long, value_name = "DURATION", global = true, value_parser = parse_hang_arg)]
+    pub hang_after: Option<u64>,
+}
+
+/// `--hang-after DURATION` (and `SIGMATOP_HANG_AFTER`): a positive duration, in ns.
+pub fn parse_hang_arg(s: &str) -> Result<u64, String> {
+    crate::agg::warnings::parse_duration(s).ok_or_else(|| {
+        format!("{s:?} is not a duration: give a positive time such as 500ms, 4s or 1m")
+    })
+}
+
+impl Cli {
+    /// Sets the hang threshold of this run from `--hang-after`, else `SIGMATOP_HANG_AFTER`, else
+    /// the default; a bad variable is said in one line and the default kept.
+    pub fn apply_hang_after(&self) -> Result<(), String> {
+        let ns = match self.hang_after {
+            Some(ns) => ns,
+            None => match std::env::var("SIGMATOP_HANG_AFTER") {
+                Ok(v) if !v.is_empty() => {
+                    parse_hang_arg(&v).map_err(|e| format!("SIGMATOP_HANG_AFTER: {e}"))?
+                }
+                _ => return Ok(()),
+            },
+        };
+        crate::agg::warnings::set_hang_ns(ns);
+        Ok(())
+    }
 }
 
 #[derive(Args, Debug, Default)]

@@ -43,6 +43,7 @@ struct ProcFeed {
     started: bool,
     next_snapshot: usize,
     next_update: usize,
+    next_queues: usize,
     threads: Vec<ThreadFeed>,
     ended: bool,
     /// Time after which the process is over: its clean end, else its last snapshot.
@@ -160,6 +161,7 @@ impl ReplaySource {
                 started: false,
                 next_snapshot: 0,
                 next_update: 0,
+                next_queues: 0,
                 threads,
                 ended: false,
                 end_ns,
@@ -315,6 +317,18 @@ impl ReplaySource {
                 f.next_snapshot += 1;
                 applied += 1;
             }
+            // The queues' state of the newest interval passed (each is whole: only the last
+            // one due matters).
+            let n_q = f.rec.queues[f.next_queues..]
+                .iter()
+                .take_while(|q| q.at_ns <= now)
+                .count();
+            if n_q > 0 {
+                f.next_queues += n_q;
+                let q = std::mem::take(&mut f.rec.queues[f.next_queues - 1]);
+                model.apply(&f.key, Frame::Queues(q));
+                applied += 1;
+            }
             if let Some(n) = f.nccl.as_mut() {
                 let due = n.recs[n.pos..].iter().take_while(|x| x.0 <= now).count();
                 if due > 0 {
@@ -323,6 +337,7 @@ impl ReplaySource {
                     }
                     n.pos += due;
                     model.apply(&f.key, Frame::Nccl(n.tracker.live()));
+                    model.apply(&f.key, Frame::NcclWaits(n.tracker.waits()));
                     applied += 1;
                 }
             }

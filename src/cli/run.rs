@@ -225,13 +225,34 @@ pub fn run_headless(args: &RunArgs) -> CliResult {
     // A NCCL collective that hangs is said as it happens (a batch job's log has it), and again
     // when it goes on.
     let mut hung = crate::agg::nccl::HungWatch::default();
+    // A QP whose send work stopped completing likewise (issue 36).
+    let mut stalls = crate::agg::stalls::StallWatch::default();
     let mut hung_checked = Instant::now();
+    let mut stalls_checked = Instant::now();
     let status = loop {
         live.poll(&mut model);
+        // Every 100 ms (cheap: processes only, peers resolved only when something stalled): a
+        // stall is said within its threshold and an interval.
+        if model.processes.values().any(|p| p.queues.is_some())
+            && stalls_checked.elapsed() >= Duration::from_millis(100)
+        {
+            stalls_checked = Instant::now();
+            let at = crate::agg::ModelAt::new(
+                &model,
+                &crate::agg::AtOptions {
+                    now_ns: Some(crate::agg::nccl::wall_ns()),
+                    detail: crate::agg::Detail::Processes,
+                    ..Default::default()
+                },
+            );
+            for l in stalls.check(&at, crate::agg::warnings::hang_ns()) {
+                say!("sigmatop: {l}");
+            }
+        }
         if hung_checked.elapsed() >= Duration::from_millis(250) {
             hung_checked = Instant::now();
             let t = crate::agg::nccl::wall_ns();
-            for l in hung.check(&model, t, crate::agg::nccl::HANG_NS) {
+            for l in hung.check(&model, t, crate::agg::warnings::hang_ns()) {
                 say!("sigmatop: {l}");
             }
         }

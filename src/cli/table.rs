@@ -45,6 +45,16 @@ pub fn render(report: &Report, live: Option<&Model>) -> String {
         "{:<16} {:>8} {:>5} {:<14} {:>12} {:>12} {:>10} {:>10} {:>8}",
         "host", "pid", "rank", "program", "▲ tx bytes", "▼ rx bytes", "tx ops", "rx ops", "lost"
     );
+    // The peer column fits the longest peer name (an IPv6 GID), within reason.
+    let peer_w = report
+        .processes
+        .iter()
+        .flat_map(|p| &p.endpoints)
+        .filter_map(|e| e.peer.as_ref())
+        .map(|pr| pr.label().chars().count() + 2)
+        .max()
+        .unwrap_or(0)
+        .clamp(22, 48);
     for p in &report.processes {
         let _ = writeln!(
             s,
@@ -89,12 +99,7 @@ pub fn render(report: &Report, live: Option<&Model>) -> String {
         }
         for e in &p.endpoints {
             let peer = match &e.peer {
-                Some(pr) => format!(
-                    "→ {} pid {}{}",
-                    pr.host,
-                    pr.pid,
-                    pr.rank.map(|r| format!(" r{r}")).unwrap_or_default()
-                ),
+                Some(pr) => format!("→ {}", pr.label()),
                 None if !e.peer_text.is_empty() => format!("→ {}", e.peer_text),
                 None => String::new(),
             };
@@ -121,10 +126,10 @@ pub fn render(report: &Report, live: Option<&Model>) -> String {
                 .collect();
             let _ = writeln!(
                 s,
-                "    {:<6} {:<14} {:<22} {}",
+                "    {:<6} {:<14} {:<peer_w$} {}",
                 e.layer,
                 trunc(&e.label, 14),
-                trunc(&peer, 22),
+                trunc(&peer, peer_w),
                 ops.join(", ")
             );
         }

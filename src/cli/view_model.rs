@@ -363,6 +363,7 @@ pub fn build_sections_into(
         .map(|w| Warning {
             kind: warning_kind(w.kind),
             message: warning_text(w),
+            short: w.short.clone(),
         })
         .collect();
     (vm.history_pos, vm.history_len) = history_position(model, opts.at);
@@ -440,10 +441,21 @@ fn fill_endpoint_row(row: &mut EndpointRow, at: &ModelAt, e: &EndpointAt) {
     row.peer.host.clear();
     row.peer.rank = None;
     if let Some(d) = def {
-        match d.peer.qpn {
-            Some(q) => set_fmt(&mut row.peer.id, format_args!("0x{q:x}")),
-            None if peer.is_none() => set_str(&mut row.peer.id, &d.peer.text),
-            None => {}
+        match (d.peer.qpn, e.peer.addr) {
+            // A QP whose peer is not traced: by its address (`10.0.1.1 qp 0x10c`), or on the
+            // host of a traced process on that address (`node1` `qp 0x10c`); never a process.
+            (Some(_), Some(addr)) if peer.is_none() && !e.peer.several => {
+                match addr.host_of.and_then(|h| at.procs.get(h as usize)) {
+                    Some(h) => {
+                        set_str(&mut row.peer.host, &h.key.host);
+                        set_fmt(&mut row.peer.id, format_args!("qp 0x{:x}", addr.qpn));
+                    }
+                    None => set_fmt(&mut row.peer.id, format_args!("{addr}")),
+                }
+            }
+            (Some(q), _) => set_fmt(&mut row.peer.id, format_args!("0x{q:x}")),
+            (None, _) if peer.is_none() => set_str(&mut row.peer.id, &d.peer.text),
+            (None, _) => {}
         }
     }
     if let Some(pa) = peer {
@@ -491,6 +503,27 @@ fn fill_endpoint_row(row: &mut EndpointRow, at: &ModelAt, e: &EndpointAt) {
     row.refused = e.tot.refused;
     row.errors = sums.map_or(0, |s| s.errors);
     row.unattributed = e.unattributed();
+    row.queue = p.queues.as_ref().and_then(|qs| {
+        let q = qs.get(e.ep)?;
+        let q = crate::agg::stalls::queue_at(q, qs.at_ns, at.t.max(qs.at_ns));
+        let r = crate::agg::report::QueueReport::of(&q, qs.at_ns, warnings::hang_ns());
+        // A process that stopped reporting is not judged (the warnings say it is silent).
+        let judged = crate::agg::stalls::reporting(at, e.proc as usize);
+        Some(sigmatop_tui::QueueRow {
+            sq_outstanding: r.sq_outstanding,
+            sq_posted: r.sq_posted,
+            sq_completed: r.sq_completed,
+            sq_oldest_s: r.sq_oldest_s,
+            sq_stalled_s: r.sq_stalled_s,
+            rq_outstanding: r.rq_outstanding,
+            rq_oldest_s: r.rq_oldest_s,
+            last_completion_s: r.last_completion_s,
+            errors: r.errors.into_iter().collect(),
+            health: r.health.to_string(),
+            stalled: r.stalled && judged,
+            blind: r.blind,
+        })
+    });
 }
 
 fn matrix(m: RateMatrix) -> Matrix {
@@ -623,6 +656,7 @@ fn warning_kind(k: warnings::WarningKind) -> WarningKind {
     use warnings::WarningKind as W;
     match k {
         W::HungCollective => WarningKind::HungCollective,
+        W::StalledEdge => WarningKind::StalledEdge,
         W::EventsDropped | W::FramesLost => WarningKind::Drops,
         W::NodeSkew => WarningKind::NodeSkew,
         W::NodeIngressSkew => WarningKind::NodeIngressSkew,
@@ -639,7 +673,7 @@ pub fn warning_text(w: &warnings::Warning) -> String {
     use sigmatop_tui::units as fmt;
     use warnings::WarningKind as W;
     match w.kind {
-        W::HungCollective => w.subject.clone(),
+        W::HungCollective | W::StalledEdge => w.subject.clone(),
         W::EventsDropped if w.processes > 0 => format!(
             "{} events dropped (ring full, {} proc{})",
             fmt::count(w.value as u64),

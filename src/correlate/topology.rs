@@ -5,13 +5,14 @@
 //! - libfabric RDM endpoints name their peer per operation by `fi_addr`; the endpoint's "av"
 //!   updates map each `fi_addr` to the hash of the address inserted in the address vector.
 //! - Verbs and devx QPs, and the owners of address hashes, are resolved by `agg::peers` (the one
-//!   resolution the dashboard and `report` use too).
+//!   resolution the dashboard and `report` use too): a QP's peer by its address (port address
+//!   and QPN), never by the QPN alone; each QP's own port address is its "local" update.
 
 use std::collections::HashMap;
 
 use super::FxMap;
-use crate::agg::peers::Peers;
-use crate::event::{EndpointDef, Event, Layer, Op};
+use crate::agg::peers::{Peers, own_port};
+use crate::event::{EndpointDef, Event, LOCAL_ADDR_STATE, Layer, Op};
 use crate::trace::reader::ProcessRecording;
 
 /// What the correlator knows of one endpoint.
@@ -24,6 +25,8 @@ pub struct EpTopo {
     pub av: HashMap<u64, u32>,
     /// Verbs / devx QPs: the peer QP (process, endpoint) when it was traced.
     pub peer_ep: Option<(u32, u32)>,
+    /// Verbs / devx QPs: their own port address (the `event::LOCAL_ADDR_STATE` update).
+    pub local: Option<[u8; 16]>,
 }
 
 impl EpTopo {
@@ -74,7 +77,9 @@ impl Topology {
             for u in &p.updates {
                 let e = eps.entry(u.id).or_default();
                 let Some(peer) = &u.peer else { continue };
-                if u.state == "av" {
+                if u.state == LOCAL_ADDR_STATE {
+                    e.local = peer.gid.or(e.local);
+                } else if u.state == "av" {
                     if let Some(n) = peer
                         .text
                         .strip_prefix("fi_addr ")
@@ -88,12 +93,13 @@ impl Topology {
             }
             t.eps.push(eps);
         }
-        t.peers = Peers::build(
-            procs
-                .iter()
-                .zip(&t.eps)
-                .map(|(p, eps)| (&p.identity, eps.values().filter_map(|e| e.def.as_ref()))),
-        );
+        t.peers = Peers::build(procs.iter().zip(&t.eps).map(|(p, eps)| {
+            (
+                &p.identity,
+                eps.values()
+                    .filter_map(|e| e.def.as_ref().map(|d| (d, own_port(d, e.local)))),
+            )
+        }));
         for (i, ep, fi_addr, hash) in av {
             if let Some(o) = t.peers.owner(hash)
                 && let Some(e) = t.eps[i].get_mut(&ep)

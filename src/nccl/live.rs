@@ -15,13 +15,15 @@ use std::collections::{BTreeMap, HashMap};
 
 use serde::{Deserialize, Serialize};
 
-use super::format::{DATATYPES, Rec, etype, kind};
+use super::format::{DATATYPES, Rec, etype, kind, state};
 use crate::event::{ClockSample, TscClock};
 
 /// Collectives per communicator whose start times each frame carries.
 pub const RECENT: usize = 64;
 /// Calls (and proxy operations) followed at once; more are counted in `untracked`.
 pub const MAX_OPEN: usize = 1 << 16;
+/// Proxy operations of one open call a frame carries at most (channels × peers × 2 sides).
+pub const WAITS_MAX: usize = 512;
 /// A call that started no proxy operation completes this long after NCCL stopped it.
 pub const NO_OP_GRACE_NS: u64 = 200_000_000;
 
@@ -74,6 +76,79 @@ pub struct CollAt {
     pub start_ns: u64,
 }
 
+/// (live protocol 5, `wire::Frame::NcclWaits`) Where each communicator of a process waits: its
+/// point-to-point calls (started, completed, per peer), and the proxy operations of its oldest
+/// open call with the state of each one's oldest unfinished step, from NCCL's own proxy-step
+/// states. Cumulative counts; what a reader needs to say where a hang sits.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct NcclWaits {
+    /// CLOCK_REALTIME ns of the newest record the tracker read.
+    pub at_ns: u64,
+    pub comms: Vec<CommWaits>,
+}
+
+/// One communicator of the process: its point-to-point calls and its oldest open call's waits.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct CommWaits {
+    pub comm_id: u64,
+    pub rank: u32,
+    /// Point-to-point calls (Send, Recv: NCCL 2.28's AlltoAll, Gather, Scatter and grouped
+    /// send/recv arrive as these) started and completed.
+    pub p2p_started: u64,
+    pub p2p_completed: u64,
+    /// Per (function, peer): calls started and completed, and the host call of the oldest open
+    /// one (0: none open). The k-th Send of rank a to b meets the k-th Recv of b from a.
+    pub lanes: Vec<Lane>,
+    /// The oldest open call (collective or point-to-point), whose proxy operations `waits` are.
+    pub call: Option<OpenCall>,
+    pub waits: Vec<OpWait>,
+}
+
+/// The point-to-point calls of one function to one peer.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Lane {
+    /// `format::FUNCS` index (Send, Recv).
+    pub func: u8,
+    pub peer: u32,
+    pub started: u64,
+    pub completed: u64,
+    /// CLOCK_REALTIME ns of the oldest open call's host call; 0: none open.
+    pub oldest_open_ns: u64,
+}
+
+/// A call that has not completed.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OpenCall {
+    pub p2p: bool,
+    /// `format::FUNCS` index.
+    pub func: u8,
+    /// A collective's sequence number; a point-to-point call's number in its lane (from 1).
+    pub seq: u64,
+    /// A point-to-point call's peer (0 for a collective).
+    pub peer: u32,
+    /// CLOCK_REALTIME ns of its host call.
+    pub start_ns: u64,
+}
+
+/// One proxy operation of an open call: where its oldest unfinished step stands.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OpWait {
+    pub channel: u8,
+    /// The rank it sends to or receives from.
+    pub peer: u32,
+    pub send: bool,
+    /// `format::state` of its oldest unfinished step (SendGPUWait, SendPeerWait, SendWait,
+    /// RecvWait, RecvFlushWait, RecvGPUWait); 0: no step in flight (between steps, or none yet).
+    pub state: u8,
+    /// CLOCK_REALTIME ns since it is in that state.
+    pub since_ns: u64,
+    /// The endpoint (QP) of the work request its proxy posted right before SendWait / RecvWait
+    /// (on the same thread); 0: not known.
+    pub ep: u32,
+    pub steps_done: u32,
+    pub steps: u32,
+}
+
 /// Per (function, algorithm, protocol, to itself): as `model::CollRow`.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct RowLive {
@@ -108,6 +183,27 @@ struct Call {
     ops_open: u32,
     ops_seen: u32,
     last_op_stop: u64,
+    /// A point-to-point call's number in its lane (from 1).
+    lane_n: u64,
+}
+
+/// A proxy operation being followed: its call, where it goes, its steps.
+#[derive(Clone, Debug, Default)]
+struct OpState {
+    call: u64,
+    channel: u8,
+    peer: u32,
+    send: bool,
+    steps: u32,
+    done: u32,
+    /// The endpoint of the last work request posted before one of its steps was posted.
+    ep: u32,
+    /// Open steps by step number: (state, since tsc).
+    open: BTreeMap<u32, (u8, u64)>,
+    /// When it started (tsc): its wait while no step is in flight.
+    start: u64,
+    /// The tsc of its last step's stop.
+    last_stop: u64,
 }
 
 /// A communicator as the tracker keeps it: `live` holds TSC values where the frame has ns
@@ -129,7 +225,14 @@ pub struct Tracker {
     comms: HashMap<u64, Comm>,
     rows: HashMap<(u64, RowKey), usize>,
     calls: HashMap<u64, Call>,
-    op_call: HashMap<u64, u64>,
+    /// Proxy operations by id.
+    ops: HashMap<u64, OpState>,
+    /// Proxy steps by id → (operation id, step number).
+    steps: HashMap<u64, (u64, u32)>,
+    /// Per (communicator, function, peer): point-to-point calls started, completed.
+    lanes: BTreeMap<(u64, u8, u32), (u64, u64)>,
+    /// Per communicator: point-to-point calls started, completed.
+    p2p: HashMap<u64, (u64, u64)>,
     /// Lane → end tsc of its last completed call.
     prev_end: HashMap<(u64, bool, u8, u32), u64>,
     newest_tsc: u64,
@@ -203,7 +306,13 @@ impl Tracker {
                 let i = row_index(&mut self.rows, c, call.comm, key);
                 c.live.rows[i].open += 1;
                 c.live.rows[i].channels = channels;
-                if !p2p {
+                let mut call = call;
+                if p2p {
+                    let lane = self.lanes.entry((call.comm, func, call.peer)).or_default();
+                    lane.0 += 1;
+                    call.lane_n = lane.0;
+                    self.p2p.entry(call.comm).or_default().0 += 1;
+                } else {
                     c.live.started += 1;
                     let at = CollAt {
                         seq: call.seq,
@@ -220,13 +329,59 @@ impl Tracker {
                 self.calls.insert(r.id(), call);
             }
             (kind::START, etype::PROXY_OP) => match self.calls.get_mut(&r.parent()) {
-                Some(c) if self.op_call.len() < MAX_OPEN => {
+                Some(c) if self.ops.len() < MAX_OPEN => {
                     c.ops_open += 1;
                     c.ops_seen += 1;
-                    self.op_call.insert(r.id(), r.parent());
+                    self.ops.insert(
+                        r.id(),
+                        OpState {
+                            call: r.parent(),
+                            channel: r.p(1) as u8,
+                            peer: r.p(2) as u32,
+                            steps: r.p(3) as u32,
+                            send: r.p(5) != 0,
+                            start: r.tsc(),
+                            ..Default::default()
+                        },
+                    );
                 }
                 _ => self.untracked += 1,
             },
+            (kind::START, etype::PROXY_STEP) => match self.ops.get_mut(&r.parent()) {
+                Some(o) if self.steps.len() < MAX_OPEN => {
+                    let n = r.p(0) as u32;
+                    o.open.insert(n, (0, r.tsc()));
+                    self.steps.insert(r.id(), (r.parent(), n));
+                }
+                // Steps of operations not followed: nothing to place them in (their operation
+                // was counted as untracked already).
+                _ => {}
+            },
+            (kind::STATE, etype::PROXY_STEP) => {
+                if let Some(&(op, n)) = self.steps.get(&r.id())
+                    && let Some(o) = self.ops.get_mut(&op)
+                {
+                    let st = r.state();
+                    if let Some(e) = o.open.get_mut(&n)
+                        && e.0 != st
+                    {
+                        *e = (st, r.tsc());
+                    }
+                    // The work request its proxy posted right before: the step's QP.
+                    if matches!(st, state::SEND_WAIT | state::RECV_WAIT) && r.p(1) != 0 {
+                        o.ep = r.p(1) as u32;
+                    }
+                }
+            }
+            (kind::STOP, etype::PROXY_STEP) => {
+                if let Some((op, n)) = self.steps.remove(&r.id())
+                    && let Some(o) = self.ops.get_mut(&op)
+                {
+                    o.open.remove(&n);
+                    o.done += 1;
+                    o.last_stop = r.tsc();
+                }
+            }
             (kind::STOP, etype::COLL | etype::P2P) => match self.calls.get_mut(&r.id()) {
                 Some(c) => {
                     c.stop = Some(r.tsc());
@@ -238,8 +393,10 @@ impl Tracker {
                 }
                 None => self.untracked += 1,
             },
-            (kind::STOP, etype::PROXY_OP) => match self.op_call.remove(&r.id()) {
+            (kind::STOP, etype::PROXY_OP) => match self.ops.remove(&r.id()).map(|o| o.call) {
                 Some(call) => {
+                    let id = r.id();
+                    self.steps.retain(|_, (op, _)| *op != id);
                     if let Some(c) = self.calls.get_mut(&call) {
                         c.ops_open = c.ops_open.saturating_sub(1);
                         c.last_op_stop = c.last_op_stop.max(r.tsc());
@@ -332,12 +489,100 @@ impl Tracker {
         row.count += 1;
         row.bytes += c.bytes;
         row.time_ns += dt;
-        if !c.p2p {
+        if c.p2p {
+            if let Some(l) = self.lanes.get_mut(&(c.comm, c.func, c.peer)) {
+                l.1 += 1;
+            }
+            self.p2p.entry(c.comm).or_default().1 += 1;
+        } else {
             m.live.completed += 1;
             // In ticks here; `live` converts.
             m.live.last_completed_ns = m.live.last_completed_ns.max(end);
             m.open.remove(&c.seq);
             m.live.last_completed = Some(m.live.last_completed.map_or(c.seq, |s| s.max(c.seq)));
+        }
+    }
+
+    /// Where each communicator waits now (TSC values converted with the newest clock sample): its
+    /// point-to-point lanes, and the proxy operations of its oldest open call (at most
+    /// [`WAITS_MAX`]).
+    pub fn waits(&self) -> NcclWaits {
+        let real = |tsc: u64| self.clock.to_real_ns(tsc);
+        let mut comms: Vec<CommWaits> = self
+            .comms
+            .iter()
+            .map(|(&comm, c)| {
+                let (p2p_started, p2p_completed) = self.p2p.get(&comm).copied().unwrap_or((0, 0));
+                // The oldest open call of this communicator (by its host call).
+                let oldest = self
+                    .calls
+                    .iter()
+                    .filter(|(_, k)| k.comm == comm)
+                    .min_by_key(|(id, k)| (k.start, **id));
+                let mut lanes: Vec<Lane> = self
+                    .lanes
+                    .range((comm, 0, 0)..=(comm, u8::MAX, u32::MAX))
+                    .map(|(&(_, func, peer), &(started, completed))| Lane {
+                        func,
+                        peer,
+                        started,
+                        completed,
+                        oldest_open_ns: 0,
+                    })
+                    .collect();
+                for k in self.calls.values().filter(|k| k.comm == comm && k.p2p) {
+                    if let Some(l) = lanes
+                        .iter_mut()
+                        .find(|l| l.func == k.func && l.peer == k.peer)
+                    {
+                        let ns = real(k.start);
+                        if l.oldest_open_ns == 0 || ns < l.oldest_open_ns {
+                            l.oldest_open_ns = ns;
+                        }
+                    }
+                }
+                let mut waits: Vec<OpWait> = Vec::new();
+                if let Some((&id, _)) = oldest {
+                    for o in self.ops.values().filter(|o| o.call == id) {
+                        let (state, since) = match o.open.iter().next() {
+                            Some((_, &(st, since))) => (st, since),
+                            None => (0, o.last_stop.max(o.start)),
+                        };
+                        waits.push(OpWait {
+                            channel: o.channel,
+                            peer: o.peer,
+                            send: o.send,
+                            state,
+                            since_ns: real(since),
+                            ep: o.ep,
+                            steps_done: o.done,
+                            steps: o.steps,
+                        });
+                    }
+                }
+                waits.sort_by_key(|w| (w.channel, !w.send, w.peer));
+                waits.truncate(WAITS_MAX);
+                CommWaits {
+                    comm_id: c.live.comm_id,
+                    rank: c.live.rank,
+                    p2p_started,
+                    p2p_completed,
+                    lanes,
+                    call: oldest.map(|(_, k)| OpenCall {
+                        p2p: k.p2p,
+                        func: k.func,
+                        seq: if k.p2p { k.lane_n } else { k.seq },
+                        peer: if k.p2p { k.peer } else { 0 },
+                        start_ns: real(k.start),
+                    }),
+                    waits,
+                }
+            })
+            .collect();
+        comms.sort_by_key(|c| (c.comm_id, c.rank));
+        NcclWaits {
+            at_ns: self.clock.to_real_ns(self.newest_tsc),
+            comms,
         }
     }
 
@@ -470,5 +715,95 @@ mod tests {
         );
         assert_eq!(c.recent, vec![(5, 1_000_000_100), (6, 1_000_000_500)]);
         assert_eq!(l.untracked, 1);
+    }
+
+    /// A proxy operation's oldest step's state and the QP of its post, as `waits` says them;
+    /// point-to-point calls counted per lane, started and completed.
+    #[test]
+    fn waits_follow_the_steps_and_lanes_count_point_to_point_calls() {
+        let coll = format::pack_coll(1, 7, 1, 2, 2, 0);
+        let mut t = Tracker::new();
+        let mut clk = Rec::new(0, 1, kind::CLOCK, 0, 0);
+        clk.0[6] = 1_000_000_000;
+        t.push(&clk);
+        let mut clk2 = Rec::new(1_000_000, 1, kind::CLOCK, 0, 0);
+        clk2.0[5] = 1_000_000;
+        clk2.0[6] = 1_001_000_000;
+        t.push(&clk2);
+        t.push(&rec(10, kind::INIT, 0, 0, 0, &[0xabc, 3, 3, 1]));
+        t.push(&rec(
+            100,
+            kind::START,
+            etype::COLL,
+            0x11,
+            0,
+            &[5, 2048, coll],
+        ));
+        // ProxyOp: pid, channel 1, peer 2, 8 steps, chunk, send.
+        t.push(&rec(
+            110,
+            kind::START,
+            etype::PROXY_OP,
+            0x23,
+            0x11,
+            &[9, 1, 2, 8, 0, 1],
+        ));
+        t.push(&rec(120, kind::START, etype::PROXY_STEP, 0x34, 0x23, &[0]));
+        let st = |tsc: u64, s: u8, ep: u64| {
+            let mut r = Rec::new(tsc, 1, kind::STATE, etype::PROXY_STEP, s);
+            r.0[2] = 0x34;
+            r.0[6] = ep;
+            r
+        };
+        t.push(&st(130, state::SEND_PEER_WAIT, 0));
+        let w = t.waits();
+        let c = &w.comms[0];
+        assert_eq!(c.call.map(|k| (k.p2p, k.seq)), Some((false, 5)));
+        assert_eq!(
+            c.waits,
+            vec![OpWait {
+                channel: 1,
+                peer: 2,
+                send: true,
+                state: state::SEND_PEER_WAIT,
+                since_ns: 1_000_000_130,
+                ep: 0,
+                steps_done: 0,
+                steps: 8,
+            }]
+        );
+        t.push(&st(140, state::SEND_WAIT, 7));
+        let w = t.waits();
+        assert_eq!(
+            (w.comms[0].waits[0].state, w.comms[0].waits[0].ep),
+            (state::SEND_WAIT, 7)
+        );
+        t.push(&rec(150, kind::STOP, etype::PROXY_STEP, 0x34, 0, &[]));
+        let o = t.waits().comms[0].waits[0];
+        assert_eq!((o.state, o.steps_done, o.since_ns), (0, 1, 1_000_000_150));
+        // A Send to rank 0 with its proxy operation: one started in its lane, open, then done.
+        let p2p = format::pack_coll(10, 7, 255, 255, 1, 0);
+        let mut send = rec(200, kind::START, etype::P2P, 0x51, 0, &[0, 64, p2p, 0]);
+        send.0[4] = 1;
+        t.push(&send);
+        t.push(&rec(
+            210,
+            kind::START,
+            etype::PROXY_OP,
+            0x63,
+            0x51,
+            &[9, 0, 0, 1, 0, 1],
+        ));
+        let w = t.waits();
+        let l = w.comms[0].lanes[0];
+        assert_eq!((l.func, l.peer, l.started, l.completed), (10, 0, 1, 0));
+        assert_eq!(l.oldest_open_ns, 1_000_000_200);
+        assert_eq!((w.comms[0].p2p_started, w.comms[0].p2p_completed), (1, 0));
+        t.push(&rec(220, kind::STOP, etype::P2P, 0x51, 0, &[]));
+        t.push(&rec(230, kind::STOP, etype::PROXY_OP, 0x63, 0, &[]));
+        let w = t.waits();
+        let l = w.comms[0].lanes[0];
+        assert_eq!((l.started, l.completed, l.oldest_open_ns), (1, 1, 0));
+        assert_eq!(w.comms[0].p2p_completed, 1);
     }
 }

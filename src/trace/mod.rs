@@ -67,6 +67,8 @@ pub enum ProcessRecord {
     /// A memory region registered or deregistered (appended: older readers stop here with a
     /// clear error, older records simply have none).
     MemRegion(MemRegion),
+    /// Outstanding work per verbs QP and SRQ at one interval (appended, as `MemRegion`).
+    Queues(crate::queue::Queues),
 }
 
 /// `ProcessRecord` as schema version 1 wrote it (its snapshots had fewer counters): the same

@@ -149,6 +149,8 @@ pub struct ProcessRecording {
     pub problems: Vec<Problem>,
     /// Memory regions registered and deregistered, in record order.
     pub mrs: Vec<crate::event::MemRegion>,
+    /// Outstanding work per QP, one entry per interval that had any (`queue::Queues`).
+    pub queues: Vec<crate::queue::Queues>,
     /// The schema version it was written with (`event::SCHEMA_VERSION` or an older one: 1 cut
     /// an event's `aux` to 16 bits and counted no refusals or posted receives).
     pub schema: u16,
@@ -210,6 +212,7 @@ impl ProcessRecording {
                         }
                         Ok(ProcessRecord::End { at_ns, drops }) => rec.end = Some((at_ns, drops)),
                         Ok(ProcessRecord::MemRegion(m)) => rec.mrs.push(m),
+                        Ok(ProcessRecord::Queues(q)) => rec.queues.push(q),
                         Err(e) => {
                             rec.problems
                                 .push(problem(offset, format!("undecodable record chunk: {e}")));

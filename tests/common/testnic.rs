@@ -64,12 +64,13 @@ pub fn hex(s: &str) -> u64 {
     u64::from_str_radix(s.trim_start_matches("0x"), 16).unwrap_or_else(|e| panic!("{s}: {e}"))
 }
 
-/// Every WQE the NIC logged in `dir` (one file per process).
+/// Every WQE the NIC logged in `dir` (one file per process). The event lines of
+/// TESTNIC_STALL / TESTNIC_FAIL (`testnic-event ...`, [`nic_events`]) are left out.
 pub fn nic_log(dir: &Path) -> Vec<NicWqe> {
     let mut out = Vec::new();
     for e in std::fs::read_dir(dir).expect("NIC log dir").flatten() {
         let text = std::fs::read_to_string(e.path()).expect("read NIC log");
-        for l in text.lines() {
+        for l in text.lines().filter(|l| l.starts_with("testnic pid=")) {
             out.push(NicWqe {
                 pid: field(l, "pid").parse().expect("pid"),
                 qpn: hex(field(l, "qpn")) as u32,
@@ -114,4 +115,59 @@ pub fn nic_program(name: &str) -> PathBuf {
     let p = root().join("target/testnic/bin").join(name);
     assert!(p.is_file(), "{} missing after the NIC build", p.display());
     p
+}
+
+/// One line of a process's NIC log file, in the order the NIC wrote it: a WQE it took, or an
+/// event of TESTNIC_STALL / TESTNIC_FAIL (`testnic-event pid=P event=stall|lift|fail ...`).
+#[derive(Debug, Clone)]
+pub enum NicLine {
+    Wqe(NicWqe),
+    /// The event's name and its `key=value` fields (pid included).
+    Event(String, std::collections::BTreeMap<String, String>),
+}
+
+/// The lines of process `pid`'s NIC log in `dir` (`testnic-<pid>.log`), in order.
+pub fn nic_lines(dir: &Path, pid: u32) -> Vec<NicLine> {
+    let path = dir.join(format!("testnic-{pid}.log"));
+    let text = std::fs::read_to_string(&path).unwrap_or_default();
+    let mut out = Vec::new();
+    for l in text.lines() {
+        if l.starts_with("testnic-event ") {
+            let kv: std::collections::BTreeMap<String, String> = l
+                .split_whitespace()
+                .skip(1)
+                .filter_map(|w| w.split_once('='))
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect();
+            let name = kv.get("event").cloned().unwrap_or_default();
+            out.push(NicLine::Event(name, kv));
+        } else if l.starts_with("testnic pid=") {
+            out.push(NicLine::Wqe(NicWqe {
+                pid: field(l, "pid").parse().expect("pid"),
+                qpn: hex(field(l, "qpn")) as u32,
+                idx: field(l, "idx").parse().expect("idx"),
+                opcode: hex(field(l, "opcode")) as u32,
+                opmod: hex(field(l, "opmod")) as u32,
+                op: field(l, "op").to_string(),
+                len: field(l, "len").parse().expect("len"),
+                raddr: hex(field(l, "raddr")),
+                rkey: hex(field(l, "rkey")) as u32,
+                signaled: field(l, "signaled") == "1",
+                status: hex(field(l, "status")) as u32,
+            }));
+        }
+        // A line cut short at the end (the NIC is writing it) is read next time.
+    }
+    out
+}
+
+/// CLOCK_MONOTONIC now, in ns: the clock of the NIC's own timestamps (`t=` on its stderr lines,
+/// `t_ns=` in the log; every simulated host shares this machine's clock).
+pub fn monotonic_ns() -> u64 {
+    // SAFETY: timespec is plain old data, filled by clock_gettime.
+    let mut ts: libc::timespec = unsafe { std::mem::zeroed() };
+    // SAFETY: the pointer is valid for the call; CLOCK_MONOTONIC always exists.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    assert_eq!(rc, 0, "clock_gettime");
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }

@@ -114,6 +114,8 @@ def nic_log(d):
     nd = os.path.join(d, "nic")
     for f in sorted(os.listdir(nd)) if os.path.isdir(nd) else []:
         for line in read(os.path.join(nd, f)).splitlines():
+            if not line.startswith("testnic pid="):
+                continue  # TESTNIC_STALL / TESTNIC_FAIL event lines
             kv = dict(x.split("=", 1) for x in line.split()[1:] if "=" in x)
             out[int(kv["pid"])].append({
                 "qpn": int(kv["qpn"], 16), "op": kv["op"], "len": int(kv["len"]),

@@ -486,8 +486,52 @@ live() {
   (cd "$W" && tar czf "$OUTDIR/live.tgz" --exclude='*/sock' --exclude='*/nic' live.*)
 }
 
+# ---- hang: one rank's sends held by the NIC mid-run, every rank in the call (issue 36 item 6) --
+# hang_one NAME TEST: 4-rank TEST_perf under `sigmatop run --headless --hang-after 2s --record`,
+# rank 1's sends held by the NIC (TESTNIC_STALL=NCT_STALL, default 2000:8000: after its 2000th
+# send WQE, for 8 s); sigmatop's stderr stamped (epoch seconds). Then tests/gpu/hang_check.py:
+# the first warning naming rank 1's edge (r1→) and where it waits came within the threshold + 1 s
+# of the NIC's stall line, it cleared after the lift, the job completed and nccl-tests' check
+# passed.
+hang_one() {
+  local name=$1 t=$2 d=$W/$1 t0
+  mkdir -p "$d/nic"
+  {
+    echo "export LD_LIBRARY_PATH=$TESTNIC_LIB:$NCCL_DIR/lib\${LD_LIBRARY_PATH:+:\$LD_LIBRARY_PATH}"
+    echo "export NCCL_NET=IB NCCL_IB_HCA=mlx5_0 NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 NCCL_NET_GDR_LEVEL=LOC"
+    echo "export NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET,ENV NCCL_DEBUG_FILE=$d/nccl.%h.%p.log"
+    echo "export TRACE=inherit NCT_UTS=1 NCT_STALL_RANK=1 NCT_STALL=${NCT_STALL:-2000:8000}"
+    echo "$MPS_ENV"
+  } >"$d/env"
+  t0=$(date +%s.%N)
+  # shellcheck disable=SC2086 # nccl-tests arguments
+  timeout -k 5 "${NCT_TIMEOUT:-240}" "$SIGMATOP" run --headless --hang-after 2s --record "$d/rec" -- \
+    bash "$ROOT/tests/testnic/sysfs-ns.sh" \
+    mpirun --allow-run-as-root -np 4 --oversubscribe --bind-to none --mca pml ob1 --mca btl self,vader \
+    --mca osc '^ucx' --mca coll '^hcoll' \
+    bash "$ROOT/tests/gpu/nccl_rank.sh" "$d" "$NCT_BIN/${t}_perf" \
+    ${NCT_HANG_ARGS:--b 64K -e 64K -n 3000 -w 5 -c 1} -g 1 \
+    >"$d/run.out" 2> >(while IFS= read -r l; do printf '%s %s\n' "$(date +%s.%N)" "$l"; done >"$d/sigmatop.err") </dev/null
+  echo $? >"$d/rc"
+  sleep 1
+  echo "run $name rc=$(cat "$d/rc") secs=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }') t=$(elapsed)s"
+  grep 'sigmatop:' "$d/sigmatop.err" | head -12 | cut -c1-260 | sed 's/^/    /'
+  grep -h 'testnic: pid .* stall' "$d"/err.* | sed 's/^/    /'
+  grep -h 'Out of bounds\|Avg bus' "$d"/out.* | head -2 | sed 's/^/    /'
+  python3 "$ROOT/tests/gpu/hang_check.py" "$d" || FAILED=1
+  "$SIGMATOP" report "$d/rec" >"$d/report.txt" 2>&1
+}
+hang() {
+  echo "== hang (t=$(elapsed)s)"
+  for t in ${NCT_HANG_TESTS:-all_reduce alltoall}; do
+    hang_one "hang.$t.np4" "$t"
+  done
+  (cd "$W" && tar czf "$OUTDIR/hang.tgz" --exclude='*/sock' --exclude='*/nic' --exclude='*/rec' hang.*)
+}
+
 for what in $WHAT; do
 case "$what" in
+hang) hang ;;
 calib) calib ;;
 fig5) fig5 ;;
 moe) moe ;;

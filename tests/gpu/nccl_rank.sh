@@ -19,6 +19,10 @@ rank=${OMPI_COMM_WORLD_RANK:-${PMI_RANK:-0}}
 . "$run/env"
 echo $$ >"$run/pid.$rank"
 export NCCL_HOSTID=softhost$rank NCCL_TESTS_DEVICE=0
+# The NIC holds this rank's sends (issue 36 item 6): NCT_STALL_RANK's TESTNIC_STALL=NCT_STALL.
+if [ -n "${NCT_STALL:-}" ] && [ "${NCT_STALL_RANK:-}" = "$rank" ]; then
+  export TESTNIC_STALL=$NCT_STALL
+fi
 case "$TRACE" in
 base | inherit) ;;
 *)

@@ -13,6 +13,7 @@
  * 4. answers CQ arm requests with a completion-channel event;
  * 5. every millisecond: retransmits after a NAK, notices dead or silent peers (error CQE).
  * When nothing happened for a while it yields, then naps (TESTNIC_SPIN=1: never).
+ * TESTNIC_STALL / TESTNIC_FAIL act where a WQE is taken for execution (fault.c).
  */
 #include "nic.h"
 
@@ -264,7 +265,8 @@ static int tx_one(struct tn_hqp *qp, const struct tn_wqe *w, int last_in_batch)
 {
 	uint64_t pos;
 	struct tn_pkt *p;
-	int ackreq = w->signaled || last_in_batch || qp->since_ack >= 15;
+	int ackreq = w->signaled || last_in_batch || qp->since_ack >= 15 ||
+		     ((tn_stall.state | tn_fail.state) && tn_fault_ack_now(qp, w));
 	switch (w->opcode) {
 	case MLX5_OPCODE_RDMA_READ:
 	case MLX5_OPCODE_ATOMIC_CS:
@@ -355,7 +357,17 @@ static int transmit(struct tn_hqp *qp, uint64_t now)
 	uint32_t mask = qp->sq_cnt - 1;
 	while (qp->sent != qp->pi) {
 		uint8_t s = tn_wqe_parse(qp, qp->sent, &w);
-		if (qp->logged == qp->sent) {
+		int fresh = qp->logged == qp->sent; /* taken for the first time (no retransmission) */
+		/* TESTNIC_STALL: a WQE none of which is out yet waits while the stall holds its QP. */
+		if (qp->tx_off == 0 && (tn_stall.state == TN_FAULT_ARMED || tn_stall.state == TN_FAULT_ACTIVE) &&
+		    tn_stall_holds(qp, &w, fresh))
+			break;
+		if (fresh) {
+			if (tn_stall.state == TN_FAULT_ARMED || tn_fail.state == TN_FAULT_ARMED) {
+				uint8_t f = tn_fault_take(qp, &w, s); /* TESTNIC_FAIL: retry exceeded */
+				if (f)
+					s = f;
+			}
 			tn_log_wqe(qp, &w, s);
 			qp->logged += w.nbb;
 		}
@@ -454,6 +466,12 @@ static void check_unrung(struct tn_hqp *qp, uint64_t now)
 static void timers(struct tn_hqp *qp, uint64_t now)
 {
 	check_unrung(qp, now);
+	if (tn_stall.state == TN_FAULT_ACTIVE && tn_stall_holding(qp)) {
+		/* TESTNIC_STALL holds this QP: it transmits nothing, so nothing times out; the wait
+		 * starts again when the stall lifts. */
+		qp->wait_since_ns = 0;
+		return;
+	}
 	/* Waiting = posted WQEs not completed, outside an RNR/retry pause (a peer ring that stays
 	 * full counts as waiting too). */
 	if (qp->done == qp->pi || qp->resume_ns) {
@@ -512,6 +530,10 @@ static void *nic_main(void *arg)
 	while (!tn_nic.stop) {
 		int work = 0;
 		uint64_t now = 0;
+		if (tn_stall.state == TN_FAULT_ACTIVE) {
+			now = tn_now_ns();
+			tn_stall_tick(now); /* lifts it when due */
+		}
 		uint32_t n = __atomic_load_n(&tn_nic.nqps, __ATOMIC_ACQUIRE);
 		for (uint32_t i = 0; i < n; i++) {
 			struct tn_hqp *qp = __atomic_load_n(&tn_nic.qps[i], __ATOMIC_ACQUIRE);
@@ -596,6 +618,7 @@ int tn_nic_start(void)
 		s = getenv("TESTNIC_LENIENT");
 		tn_nic.lenient = s && *s == '1';
 		tn_log_init();
+		tn_fault_init();
 		err = pthread_create(&tn_nic.thread, NULL, nic_main, NULL);
 		if (!err) {
 			tn_nic.started = 1;

@@ -285,6 +285,11 @@ static unsigned host_of_gid(const uint8_t gid[16])
 	return gid[14];
 }
 
+unsigned tn_host_of_gid(const uint8_t gid[16])
+{
+	return host_of_gid(gid);
+}
+
 int tn_port_ib(void)
 {
 	static int ib = -1;

@@ -10,10 +10,15 @@
  * syndrome of a WQE the NIC refused (0 = accepted), rqpn and rpid the connected peer QP and its
  * process (0 when unknown; a DCI's are those of its last target). Lines are buffered in the NIC
  * thread and written when the buffer fills, when the NIC goes idle and at exit.
+ *
+ * TESTNIC_STALL / TESTNIC_FAIL add event lines, written at once (fault.c):
+ *   testnic-event pid=P event=stall|lift|fail qpn=0xQPN idx=N wr=N ... t_ns=CLOCK_MONOTONIC
+ * They start with "testnic-event", so a reader of WQE lines takes only "testnic pid=" lines.
  */
 #include "nic.h"
 
 #include <fcntl.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -72,4 +77,24 @@ void tn_log_wqe(const struct tn_hqp *qp, const struct tn_wqe *w, uint8_t status)
 			 qp->peer ? (int)tn_peer_pid(qp->peer) : 0);
 	if (n > 0 && (size_t)n < sizeof buf - used)
 		used += (size_t)n;
+}
+
+void tn_log_event(const char *fmt, ...)
+{
+	if (!tn_log_on)
+		return;
+	if (sizeof buf - used < 512)
+		tn_log_flush();
+	int n = snprintf(buf + used, sizeof buf - used, "testnic-event pid=%d ", pid);
+	if (n <= 0 || (size_t)n >= sizeof buf - used)
+		return;
+	va_list ap;
+	va_start(ap, fmt);
+	int m = vsnprintf(buf + used + n, sizeof buf - used - n, fmt, ap);
+	va_end(ap);
+	if (m < 0 || (size_t)(n + m + 1) >= sizeof buf - used)
+		return;
+	used += (size_t)(n + m);
+	buf[used++] = '\n';
+	tn_log_flush();
 }

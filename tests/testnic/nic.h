@@ -221,6 +221,7 @@ struct tn_hqp *tn_nic_find_qp(uint32_t qpn);
 int tn_hqp_alloc_nic_state(struct tn_hqp *qp); /* shadow SQ and PSN table */
 void tn_hqp_free_nic_state(struct tn_hqp *qp);
 uint64_t tn_now_ns(void);
+uint8_t tn_vendor_syndrome(uint8_t synd); /* what a ConnectX puts beside the syndrome (vendor_err) */
 void tn_cqe_write(struct tn_hcq *cq, uint8_t opcode, uint8_t synd, uint32_t qpn, uint16_t wqe_counter,
 		  uint32_t byte_cnt, uint32_t imm, uint8_t wqe_opcode, uint32_t srqn_uidx, uint32_t rqpn, int se);
 
@@ -288,6 +289,8 @@ int tn_cuda_available(void);
 void tn_log_init(void);
 void tn_log_wqe(const struct tn_hqp *qp, const struct tn_wqe *w, uint8_t status);
 void tn_log_flush(void);
+/* One "testnic-event pid=P ..." line (a stall, its lift, an injected failure), flushed at once. */
+void tn_log_event(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 extern int tn_log_on;
 
 /* fabric.c */
@@ -301,6 +304,7 @@ uint32_t tn_id_alloc(int kind);             /* host-wide numbers: QPN, CQN, SRQN
 enum { TN_ID_QPN, TN_ID_CQN, TN_ID_SRQN, TN_ID_PDN, TN_ID_UAR, TN_ID_MKEY, TN_ID_UMEM, TN_ID_KINDS };
 int tn_qpn_publish(uint32_t qpn);           /* records this process as the QPN's owner */
 void tn_qpn_retire(uint32_t qpn);
+unsigned tn_host_of_gid(const uint8_t gid[16]); /* the simulated host behind a GID (0: host 0) */
 struct tn_peer *tn_peer_resolve(const uint8_t gid[16], uint32_t qpn); /* NULL if unknown */
 int tn_peer_alive(struct tn_peer *p);
 pid_t tn_peer_pid(const struct tn_peer *p);
@@ -358,6 +362,32 @@ void *tn_obj_get(int kind, uint32_t id);
 void tn_obj_del(int kind, uint32_t id);
 /* Whether pred(obj, arg) holds for any live object of `kind`. */
 int tn_obj_any(int kind, int (*pred)(const void *obj, const void *arg), const void *arg);
+
+/* fault.c: TESTNIC_STALL, TESTNIC_STALL_PEER and TESTNIC_FAIL (docs/TESTNIC.md, "Stalls and
+ * injected failures"). NIC thread only, after tn_fault_init (tn_nic_start). */
+enum { TN_FAULT_OFF, TN_FAULT_ARMED, TN_FAULT_ACTIVE, TN_FAULT_DONE };
+struct tn_fault {
+	volatile int state;   /* TN_FAULT_*; a failure goes ARMED -> DONE, a stall ARMED -> ACTIVE -> DONE */
+	uint64_t n;           /* stall: WQEs that run first; fail: the WQE that fails (from 1) */
+	uint64_t ms;          /* stall: how long it holds (0 = for good) */
+	uint32_t qpn;         /* only this QP (0: every QP of the process) */
+	int peer_host;        /* only QPs whose peer is on this simulated host (-1: any) */
+	uint64_t count;       /* matching WQEs taken so far */
+	uint64_t since_ns, until_ns;
+	uint32_t at_qpn;      /* the QP and WQE that met it */
+	uint16_t at_idx;
+	char text[64];        /* the variable's value, for the lines */
+};
+extern struct tn_fault tn_stall, tn_fail;
+void tn_fault_init(void);
+/* Before WQE `w` at qp->sent is transmitted (none of it sent yet): 1 when the stall holds it (and
+ * starts the stall when `w` is the (N+1)-th; `fresh`: taken for the first time, no retransmission). */
+int tn_stall_holds(struct tn_hqp *qp, const struct tn_wqe *w, int fresh);
+int tn_stall_holding(const struct tn_hqp *qp); /* the stall holds this QP now (its timers are off) */
+void tn_stall_tick(uint64_t now);           /* lifts the stall when its time is up */
+/* Counts a WQE taken for the first time; the syndrome TESTNIC_FAIL gives it (0: none). */
+uint8_t tn_fault_take(struct tn_hqp *qp, const struct tn_wqe *w, uint8_t synd);
+int tn_fault_ack_now(const struct tn_hqp *qp, const struct tn_wqe *w); /* last WQE before a fault */
 
 /* util */
 void tn_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));

@@ -18,6 +18,19 @@
  *                  into empty queues -> ENOMEM, bad_wr = the first WR past the queue's room; the
  *                  WRs before it run (A: max_send_wr successful completions)
  *   peer_death     B exits without cleanup; A writes   -> RETRY_EXC_ERR within 5 s
+ * Vendor syndromes as a ConnectX gives them: 0x81 for retry exceeded, 0xf9 for a flush; the
+ * other errors carry their syndrome.
+ *
+ * `verbs_faults fail`, run with TESTNIC_FAIL=3 (B posts no send), instead checks the injected
+ * failure: A posts 2 receives (wr_id 101, 102), then one chain of 5 RDMA writes of 8 bytes to B's
+ * buffer + 64 * wr_id, signaled 1 0 1 0 1 (wr_id 1..5):
+ *   fail_first_runs      wr 1 succeeds; unsignaled wr 2 gives no completion
+ *   fail_retry_exceeded  wr 3: RETRY_EXC_ERR, vendor 0x81
+ *   fail_flush_unsignaled wr 4 (unsignaled): WR_FLUSH_ERR, vendor 0xf9; wr 5 the same
+ *   fail_flush_receives  receives 101, 102: WR_FLUSH_ERR
+ *   fail_flush_later     wr 6 posted after the error: WR_FLUSH_ERR
+ *   fail_qp_state        ibv_query_qp: IBV_QPS_ERR
+ *   fail_not_sent        B's buffer holds what wr 1 and 2 wrote and nothing of wr 3..6
  * Prints "verbs_faults CASE status=S vendor_err=0xV ms=T ok" per case; exits non-zero on any miss.
  */
 #define _GNU_SOURCE
@@ -200,7 +213,7 @@ static void cases(void)
 		expect("bad_rkey", wait_wc(c.cq, 5000), IBV_WC_REM_ACCESS_ERR, 0x13, t0);
 		t0 = now_ms();
 		post(&c, IBV_WR_RDMA_WRITE, mine, 64, mr->lkey, c.addr, c.rkey);
-		expect("flush_after_error", wait_wc(c.cq, 5000), IBV_WC_WR_FLUSH_ERR, 0x05, t0);
+		expect("flush_after_error", wait_wc(c.cq, 5000), IBV_WC_WR_FLUSH_ERR, 0xf9, t0);
 	}
 	close_pair(&c);
 
@@ -409,7 +422,7 @@ static void cases(void)
 			      (unsigned long long)wc.wr_id);
 			CHECK(wc.status == IBV_WC_WR_FLUSH_ERR, "flushed receive status %d", wc.status);
 		}
-		expect("flush_on_modify_err", wc, IBV_WC_WR_FLUSH_ERR, 0x05, t0);
+		expect("flush_on_modify_err", wc, IBV_WC_WR_FLUSH_ERR, 0xf9, t0);
 	}
 	close_pair(&c);
 
@@ -468,10 +481,99 @@ static void cases(void)
 	t0 = now_ms();
 	post(&c, IBV_WR_RDMA_WRITE, mine, 8, mr->lkey, c.addr, c.rkey);
 	struct ibv_wc wc = wait_wc(c.cq, 5000);
-	expect("peer_death", wc, IBV_WC_RETRY_EXC_ERR, 0x15, t0);
+	expect("peer_death", wc, IBV_WC_RETRY_EXC_ERR, 0x81, t0);
 }
 
-int main(void)
+/* TESTNIC_FAIL=3: the third send WQE of A fails with retry exceeded; the QP goes to error. */
+static void fail_case(void)
+{
+	struct conn c = connect_pair(ALL, 7);
+	if (role) /* B: wr i writes 8 bytes at 64 * i */
+		memset(buf, 0, 1024);
+	barrier();
+	if (!role) {
+		long t0 = now_ms();
+		struct ibv_sge rs = {.addr = (uintptr_t)buf + 3072, .length = 64, .lkey = mr->lkey};
+		struct ibv_recv_wr rw = {.sg_list = &rs, .num_sge = 1}, *rbad;
+		for (uint64_t i = 101; i <= 102; i++) {
+			rw.wr_id = i;
+			CHECK(!ibv_post_recv(c.qp, &rw, &rbad), "post recv");
+		}
+		struct ibv_sge sge[7];
+		struct ibv_send_wr w[7], *bad;
+		for (uint64_t i = 1; i <= 6; i++) {
+			*(uint64_t *)(buf + 2048 + 8 * i) = 0x1000 + i;
+			sge[i] = (struct ibv_sge){.addr = (uintptr_t)buf + 2048 + 8 * i, .length = 8, .lkey = mr->lkey};
+			w[i] = (struct ibv_send_wr){.wr_id = i, .sg_list = &sge[i], .num_sge = 1,
+						    .opcode = IBV_WR_RDMA_WRITE,
+						    .send_flags = (i & 1) ? IBV_SEND_SIGNALED : 0,
+						    .next = i < 5 ? &w[i + 1] : NULL,
+						    .wr.rdma = {.remote_addr = c.addr + 64 * i, .rkey = c.rkey}};
+		}
+		CHECK(!ibv_post_send(c.qp, &w[1], &bad), "post the chain of 5 writes");
+		/* In send-queue order: 1 (success), 3 (retry exceeded), 4 and 5 (flushed); the two
+		 * receives flush too. Nothing of wr 2 (unsignaled, successful). */
+		struct ibv_wc got[6];
+		for (int i = 0; i < 6; i++)
+			got[i] = wait_wc(c.cq, 5000);
+		uint64_t sq_order[4], nsq = 0, recvs = 0;
+		for (int i = 0; i < 6; i++) {
+			struct ibv_wc *x = &got[i];
+			if (x->wr_id >= 101) {
+				CHECK(x->status == IBV_WC_WR_FLUSH_ERR && x->vendor_err == 0xf9 && x->qp_num == c.qp->qp_num,
+				      "receive %llu: status %d vendor_err 0x%x", (unsigned long long)x->wr_id, x->status,
+				      x->vendor_err);
+				recvs |= 1u << (x->wr_id - 101);
+				continue;
+			}
+			CHECK(nsq < 4, "more than 4 send completions (wr_id %llu)", (unsigned long long)x->wr_id);
+			sq_order[nsq++] = x->wr_id;
+		}
+		CHECK(recvs == 3 && nsq == 4 && sq_order[0] == 1 && sq_order[1] == 3 && sq_order[2] == 4 &&
+			      sq_order[3] == 5,
+		      "send completions %llu %llu %llu %llu (want 1 3 4 5), receives flushed 0x%llx",
+		      (unsigned long long)sq_order[0], (unsigned long long)sq_order[1],
+		      (unsigned long long)sq_order[2], (unsigned long long)sq_order[3], (unsigned long long)recvs);
+		struct ibv_wc by[6];
+		for (int i = 0; i < 6; i++)
+			if (got[i].wr_id <= 5)
+				by[got[i].wr_id] = got[i];
+		expect("fail_first_runs", by[1], IBV_WC_SUCCESS, 0, t0);
+		expect("fail_retry_exceeded", by[3], IBV_WC_RETRY_EXC_ERR, 0x81, t0);
+		expect("fail_flush_unsignaled", by[4], IBV_WC_WR_FLUSH_ERR, 0xf9, t0);
+		expect("fail_flush_signaled", by[5], IBV_WC_WR_FLUSH_ERR, 0xf9, t0);
+		for (int i = 0; i < 6; i++)
+			if (got[i].wr_id == 102)
+				expect("fail_flush_receives", got[i], IBV_WC_WR_FLUSH_ERR, 0xf9, t0);
+		/* Posted after the error (the program never moved the QP): flushed as well. */
+		w[6].next = NULL;
+		CHECK(!ibv_post_send(c.qp, &w[6], &bad), "post wr 6 after the error");
+		struct ibv_wc x = wait_wc(c.cq, 5000);
+		CHECK(x.wr_id == 6, "after the error: wr_id %llu", (unsigned long long)x.wr_id);
+		expect("fail_flush_later", x, IBV_WC_WR_FLUSH_ERR, 0xf9, t0);
+		struct ibv_qp_attr qa;
+		struct ibv_qp_init_attr qi;
+		CHECK(!ibv_query_qp(c.qp, &qa, IBV_QP_STATE, &qi), "ibv_query_qp");
+		CHECK(qa.qp_state == IBV_QPS_ERR, "query_qp: state %d, want IBV_QPS_ERR (%d)", qa.qp_state,
+		      IBV_QPS_ERR);
+		struct ibv_wc ok = {.status = IBV_WC_SUCCESS};
+		expect("fail_qp_state", ok, IBV_WC_SUCCESS, 0, t0);
+	}
+	barrier();
+	if (role) {
+		for (uint64_t i = 1; i <= 6; i++) {
+			uint64_t want = i <= 2 ? 0x1000 + i : 0;
+			CHECK(*(uint64_t *)(buf + 64 * i) == want,
+			      "B's slot %llu holds 0x%llx, want 0x%llx", (unsigned long long)i,
+			      (unsigned long long)*(uint64_t *)(buf + 64 * i), (unsigned long long)want);
+		}
+		struct ibv_wc ok = {.status = IBV_WC_SUCCESS};
+		expect("fail_not_sent", ok, IBV_WC_SUCCESS, 0, now_ms());
+	}
+	close_pair(&c);
+}
+
+int main(int argc, char **argv)
 {
 	int sv[2];
 	if (socketpair(AF_UNIX, SOCK_STREAM, 0, sv))
@@ -492,7 +594,10 @@ int main(void)
 	memset(buf, 0x5c, 4096);
 	mr = ibv_reg_mr(pd, buf, 4096, ALL);
 	CHECK(mr, "ibv_reg_mr");
-	cases();
+	if (argc > 1 && !strcmp(argv[1], "fail"))
+		fail_case();
+	else
+		cases();
 	int st = 0;
 	waitpid(child, &st, 0); /* B exited in peer_death */
 	return WIFEXITED(st) && WEXITSTATUS(st) == 0 ? 0 : 1;

@@ -306,7 +306,7 @@ void tn_cqe_write(struct tn_hcq *cq, uint8_t opcode, uint8_t synd, uint32_t qpn,
 	v = htobe32(srqn_uidx & 0xffffff);
 	memcpy(e + 32, &v, 4);
 	if (opcode == TN_CQE_REQ_ERR || opcode == TN_CQE_RESP_ERR) {
-		e[54] = synd; /* vendor syndrome: the same value */
+		e[54] = tn_vendor_syndrome(synd);
 		e[55] = synd;
 	} else {
 		v = htobe32(rqpn & 0xffffff);
@@ -343,6 +343,17 @@ void tn_cqe_write(struct tn_hcq *cq, uint8_t opcode, uint8_t synd, uint32_t qpn,
 		__atomic_store_n(dst + 63, op_own, __ATOMIC_RELEASE);
 	}
 	cq->pi++;
+}
+
+uint8_t tn_vendor_syndrome(uint8_t synd)
+{
+	/* The vendor syndromes a ConnectX reports for these (UCX prints "synd 0x15 vend 0x81"; a
+	 * flushed WQE has vendor_err 0xf9); for the others this NIC repeats the syndrome. */
+	switch (synd) {
+	case TN_SYN_RETRY_EXC: return 0x81;
+	case TN_SYN_WR_FLUSH: return 0xf9;
+	default: return synd;
+	}
 }
 
 static void req_cqe(struct tn_hqp *qp, uint32_t pos, uint8_t op, uint16_t idx, uint8_t synd)

@@ -189,10 +189,20 @@ pub fn sample_view_model() -> ViewModel {
                 refused: 0,
                 errors: 0,
                 unattributed: false,
+                queue: (layer == "verbs").then(|| QueueRow {
+                    sq_outstanding: (k % 5) as u64,
+                    sq_posted: total_ops,
+                    sq_completed: total_ops - (k % 5) as u64,
+                    rq_outstanding: ((k * 7) % 24) as u64,
+                    rq_oldest_s: 0.2,
+                    last_completion_s: Some(0.0),
+                    health: "live".into(),
+                    ..QueueRow::default()
+                }),
             });
         }
     }
-    // A QP that holds posted work and moves nothing: the idle warning.
+    // A QP whose writes stopped completing: the stalled edge.
     endpoints.push(EndpointRow {
         host: "node2".into(),
         rank: Some(5),
@@ -210,7 +220,17 @@ pub fn sample_view_model() -> ViewModel {
         rx_bytes: 0,
         ops_by_opcode: vec![("RDMA_WRITE".into(), 128)],
         doorbells_per_s: Some(0.0),
-        posted: Some(128),
+        queue: Some(QueueRow {
+            sq_outstanding: 128,
+            sq_posted: 1_152,
+            sq_completed: 1_024,
+            sq_oldest_s: 4.1,
+            sq_stalled_s: 4.1,
+            last_completion_s: Some(4.1),
+            health: "live".into(),
+            stalled: true,
+            ..QueueRow::default()
+        }),
         ..EndpointRow::default()
     });
     // Traffic seen on a device but not attributable to any QP we know.
@@ -413,19 +433,24 @@ pub fn sample_view_model() -> ViewModel {
         collectives: sample_collectives(),
         // What the core's rules give for figures like these (plus an idle QP with posted work).
         warnings: [
+            (
+                WarningKind::StalledEdge,
+                "stalled QP 0x2a41 node2 r5 pid 41265 → node3 r7: 128 WRs, none done in 4.1s",
+            ),
             (WarningKind::Drops, "37 events dropped (ring full, 1 proc)"),
             (WarningKind::NodeSkew, "node2 egress 2.08× mean"),
             (WarningKind::RankSkew, "rank 5 egress 3.53× mean"),
             (WarningKind::RankIngressSkew, "rank 7 ingress 1.93× mean"),
-            (
-                WarningKind::IdleWithPosted,
-                "QP 0x2a41 (node2) idle with 128 posted WQEs",
-            ),
         ]
         .into_iter()
         .map(|(kind, m)| Warning {
             kind,
             message: m.to_string(),
+            short: if kind == WarningKind::StalledEdge {
+                "stalled QP 0x2a41 node2 r5 → node3 r7: 128 WRs 4.1s".into()
+            } else {
+                String::new()
+            },
         })
         .collect(),
     }

@@ -53,7 +53,7 @@ pub use app::{Action, App, MatrixKind, Sort, Tab, Window};
 pub use model::{
     CollArrivals, CollRankRow, CollRow, CollectivesModel, DoorbellModel, DoorbellRecord,
     DoorbellSeries, EndpointRow, GpuRow, Header, Matrices, Matrix, NodeRow, Peer, Percentiles,
-    ProcessRow, RankRow, StatusCounters, ViewModel,
+    ProcessRow, QueueRow, RankRow, StatusCounters, ViewModel,
 };
 pub use query::Query;
 pub use theme::{BUILTIN as BUILTIN_THEMES, Theme, ThemeError};

@@ -250,6 +250,35 @@ pub struct EndpointRow {
     pub errors: u64,
     /// Traffic seen but not attributable to a QP or endpoint.
     pub unattributed: bool,
+    /// A verbs QP's (or SRQ's) outstanding work (None: not a queue sigmatop follows).
+    #[serde(default)]
+    pub queue: Option<QueueRow>,
+}
+
+/// A QP's work queues: outstanding work, ages, error completions (issue 36).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct QueueRow {
+    /// Send work requests posted and not completed.
+    pub sq_outstanding: u64,
+    pub sq_posted: u64,
+    pub sq_completed: u64,
+    /// Seconds the oldest outstanding send work request has waited.
+    pub sq_oldest_s: f64,
+    /// Seconds with send work outstanding and no send completion.
+    pub sq_stalled_s: f64,
+    pub rq_outstanding: u64,
+    pub rq_oldest_s: f64,
+    /// Seconds since the last completion (None: none yet).
+    pub last_completion_s: Option<f64>,
+    /// Error completions by status ("transport retry exceeded", 1).
+    pub errors: Vec<(String, u64)>,
+    /// "live", "error", "destroyed".
+    pub health: String,
+    /// Stalled at the hang threshold: the row is marked, the warning names it.
+    pub stalled: bool,
+    /// Its completions cannot be seen (an extended CQ).
+    pub blind: bool,
 }
 
 /// One GPU that drives RDMA itself (GPU-initiated doorbells).

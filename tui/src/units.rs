@@ -153,6 +153,25 @@ pub fn nanos(ns: f64) -> String {
     }
 }
 
+/// An age in seconds, as warnings and queue columns write it: "0.4s", "4.1s", "12s", "3m05s",
+/// "2h01m".
+pub fn secs(s: f64) -> String {
+    if !s.is_finite() || s < 0.0 {
+        return "?".to_string();
+    }
+    if s < 9.95 {
+        format!("{s:.1}s")
+    } else if s < 59.5 {
+        format!("{s:.0}s")
+    } else if s < 3599.5 {
+        let t = s.round() as u64;
+        format!("{}m{:02}s", t / 60, t % 60)
+    } else {
+        let m = (s / 60.0).round() as u64;
+        format!("{}h{:02}m", m / 60, m % 60)
+    }
+}
+
 /// An address split in 16-bit groups for reading: "0x7f3a_5600_0000".
 pub fn addr(a: u64) -> String {
     let hex = format!("{a:x}");
@@ -251,5 +270,18 @@ mod tests {
         assert_eq!(mix(&ops, 3), "WRITE 71% READ 22% ATOMIC_FA 7%");
         assert_eq!(mix(&ops, 1), "WRITE 71% +2");
         assert_eq!(mix(&[], 3), "—");
+    }
+}
+
+#[cfg(test)]
+mod secs_tests {
+    #[test]
+    fn ages_read_short() {
+        assert_eq!(super::secs(0.04), "0.0s");
+        assert_eq!(super::secs(4.14), "4.1s");
+        assert_eq!(super::secs(12.4), "12s");
+        assert_eq!(super::secs(185.0), "3m05s");
+        assert_eq!(super::secs(7260.0), "2h01m");
+        assert_eq!(super::secs(f64::NAN), "?");
     }
 }

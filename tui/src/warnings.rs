@@ -48,6 +48,16 @@ pub enum WarningKind {
     DoorbellStorm,
     /// An endpoint's operations failed (error completions, failed calls).
     FailedOperations,
+    /// A QP has send work outstanding and no completion past the threshold; the message names
+    /// the process, its peer, the QP and the work.
+    StalledEdge,
+}
+
+impl WarningKind {
+    /// A warning that says where a job is stuck: shown first, with the room it needs.
+    pub fn urgent(self) -> bool {
+        matches!(self, WarningKind::StalledEdge | WarningKind::HungCollective)
+    }
 }
 
 /// One warning line.
@@ -56,6 +66,9 @@ pub struct Warning {
     pub kind: WarningKind,
     /// Short, self-contained text: "node2 egress 2.13× mean".
     pub message: String,
+    /// A shorter form for the status line of a narrow terminal (empty: `message` serves).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub short: String,
 }
 
 /// The ratio max/mean of `values`, with the index of the max; None when fewer than two values or no

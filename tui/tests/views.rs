@@ -173,6 +173,7 @@ fn history_and_error_message() {
         sigmatop_tui::Warning {
             kind: sigmatop_tui::WarningKind::Drops,
             message: "1 socket frames lost".into(),
+            ..Default::default()
         },
     );
     for (w, h) in SIZES {
@@ -753,11 +754,15 @@ fn collectives() {
 #[test]
 fn hung_collective_warning() {
     let mut vm = sample_view_model();
+    // The hung collective alone (the sample's stalled edge would come first).
+    vm.warnings
+        .retain(|w| w.kind != sigmatop_tui::WarningKind::StalledEdge);
     vm.warnings.insert(
         0,
         sigmatop_tui::Warning {
             kind: sigmatop_tui::WarningKind::HungCollective,
             message: "AllReduce #225 waits for r3 (silent) 3.4s · comm 7f3a1b2c".into(),
+            ..Default::default()
         },
     );
     for (w, h) in SIZES {
@@ -804,4 +809,50 @@ fn a_killed_rank_says_its_signal() {
         assert!(s.contains("killed by SIGSEGV (signal 11)"), "{w}×{h}:\n{s}");
         insta::assert_snapshot!(format!("rank_killed_{w}x{h}"), b);
     }
+}
+
+/// QPs whose peers are not traced (issue 36): each is named by its address, as the core fills
+/// the peer (`10.0.21.1 qp 0x100` for an IPv4-mapped GID, `lid 24 qp 0x100` on InfiniBand
+/// without a GRH, an IPv6 GID, `node7 qp 0x10c` where a traced process is on that address),
+/// beside one traced peer. Whole at 200 columns; at 80 cut in the middle, so the QPN stays.
+#[test]
+fn qps_to_untraced_peers_are_named_by_address() {
+    let mut vm = rankless_pair();
+    vm.endpoints.clear();
+    let peers: [(&str, &str); 5] = [
+        ("", "10.0.21.1 qp 0x100"),
+        ("", "lid 24 qp 0x101"),
+        ("", "fe80::2c9:300:0:18 qp 0x102"),
+        ("node7", "qp 0x10c"),
+        ("vm", "pid 4200"),
+    ];
+    for (i, (host, id)) in peers.iter().enumerate() {
+        let mut e = endpoint(4100, &format!("0x{:x}", 0x100 + i), false);
+        e.layer = "verbs".into();
+        e.transport = "RC".into();
+        e.state = "RTS".into();
+        e.tx_bps = 1e6 * (5 - i) as f64;
+        e.peer = sigmatop_tui::Peer {
+            host: host.to_string(),
+            rank: None,
+            id: id.to_string(),
+        };
+        vm.endpoints.push(e);
+    }
+    vm.header.processes = 1;
+    vm.header.qps = peers.len() as u32;
+    vm.processes.truncate(1);
+    let mut app = App::new(Theme::dark());
+    keys(&mut app, "2");
+    let wide = text(&render(&app, &vm, 200, 60));
+    for (host, id) in peers {
+        let whole = format!("{host} {id}");
+        assert!(wide.contains(whole.trim()), "{whole} whole at 200:\n{wide}");
+    }
+    let narrow = text(&render(&app, &vm, 80, 24));
+    for q in ["qp 0x100", "qp 0x101", "qp 0x102", "qp 0x10c"] {
+        assert!(narrow.contains(q), "{q} at 80 columns:\n{narrow}");
+    }
+    insta::assert_snapshot!("qps_untraced_peers_80x24", narrow);
+    insta::assert_snapshot!("qps_untraced_peers_200x60", wide);
 }

@@ -22,7 +22,7 @@ use sigmatop::decode::devx::{
     CreateQpOut, DEVX_UAR_BYTES, DevxUar, QpCommand, QpState, decode_command, st,
 };
 use sigmatop::decode::wqe::QpType;
-use sigmatop::event::{EndpointDef, EndpointKind, Layer, Peer};
+use sigmatop::event::{EndpointDef, EndpointKind, LOCAL_ADDR_STATE, Layer, Peer};
 
 use crate::interpose::dlsym::hook_table;
 use crate::interpose::hook::{self, Guard};
@@ -462,39 +462,40 @@ unsafe extern "C" fn mlx5dv_devx_obj_modify(
             });
             let Some((ep, ctx, qpn)) = found else { return };
             let peer = m.path.filter(|p| p.remote_qpn != 0).map(|p| {
-                // As for verbs QPs: (remote GID, remote QPN) hashed into the peer address, and
-                // (local GID, QPN) into this process's own addresses, when the context is a
-                // real device whose GID table can be read. The path is GID-routed when the grh
-                // bit is set, and also when it is clear with a GID and no LID: a RoCE port
+                // As for verbs QPs: (remote address, remote QPN) hashed into the peer address,
+                // and (local address, QPN) into this process's own addresses, when the context
+                // is a real device whose GID table can be read. The path is GID-routed when the
+                // grh bit is set, and also when it is clear with a GID and no LID: a RoCE port
                 // routes by rgid_rip whatever the bit says (NVSHMEM 3.4.5's INIT2RTR leaves it
                 // 0), and LID 0 is no InfiniBand destination. Otherwise (InfiniBand without a
-                // GRH) the LID stands in for the remote GID.
+                // GRH) the LID stands in for the GID, on both sides.
+                use crate::layers::ibverbs::{device_gid, device_lid, lid_as_gid, qp_addr_hash};
                 let by_gid = gid_routed(&p);
-                let rgid = if by_gid {
-                    p.rgid
+                let (remote, own) = if by_gid {
+                    (p.rgid, device_gid(ctx, p.port.max(1), p.src_addr_index))
                 } else {
-                    crate::layers::ibverbs::lid_as_gid(p.rlid)
+                    (
+                        lid_as_gid(p.rlid),
+                        device_lid(ctx, p.port.max(1)).map(lid_as_gid),
+                    )
                 };
-                if by_gid {
-                    if let Some(l) =
-                        crate::layers::ibverbs::device_gid(ctx, p.port.max(1), p.src_addr_index)
-                    {
-                        crate::runtime::registry::add_own_addr(
-                            crate::layers::ibverbs::qp_addr_hash(&l, qpn),
-                        );
-                    }
-                } else if let Some(lid) = crate::layers::ibverbs::device_lid(ctx, p.port.max(1)) {
-                    // LID-routed: the peer hashes this port's LID + QPN.
-                    crate::runtime::registry::add_own_addr(crate::layers::ibverbs::qp_addr_hash(
-                        &crate::layers::ibverbs::lid_as_gid(lid),
-                        qpn,
-                    ));
+                if let Some(l) = own {
+                    crate::runtime::registry::add_own_addr(qp_addr_hash(&l, qpn));
+                    crate::runtime::registry::update(
+                        ep,
+                        LOCAL_ADDR_STATE,
+                        Some(crate::layers::ibverbs::local_addr(&l, qpn)),
+                    );
                 }
                 Peer {
-                    addr_hash: crate::layers::ibverbs::qp_addr_hash(&rgid, p.remote_qpn),
-                    text: format!("qpn {:#x}", p.remote_qpn),
+                    addr_hash: qp_addr_hash(&remote, p.remote_qpn),
+                    text: format!(
+                        "qpn {:#x} {}",
+                        p.remote_qpn,
+                        sigmatop::event::port_addr_text(&remote)
+                    ),
                     qpn: Some(p.remote_qpn),
-                    gid: (p.rgid != [0; 16]).then_some(p.rgid),
+                    gid: (remote != [0; 16]).then_some(remote),
                 }
             });
             crate::runtime::registry::update(ep, state_name(m.transition.target_state()), peer);

@@ -8,6 +8,7 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use sigmatop::event::{DropCounters, Event, Identity, Op, OpCount, RawEvent, Snapshot};
+use sigmatop::queue::Queues;
 use sigmatop::trace::ProcessRecord;
 use sigmatop::trace::writer::ProcessWriter;
 use sigmatop::wire::Frame;
@@ -61,13 +62,52 @@ extern "C" fn after_fork_in_child() {
 /// written so far: the benchmark entry points' slow disk (bench.rs). Unset in the shipped library.
 static AFTER_CHUNK: std::sync::OnceLock<fn(u64)> = std::sync::OnceLock::new();
 
-/// A layer's own live frame, sent after each snapshot (NCCL's collectives: lib.rs installs it;
-/// the runtime names no layer).
-static LIVE_FRAME: std::sync::OnceLock<fn() -> Option<Frame>> = std::sync::OnceLock::new();
+/// A layer's own live frames, sent after each snapshot (NCCL's collectives and where they wait:
+/// lib.rs installs it; the runtime names no layer).
+static LIVE_FRAME: std::sync::OnceLock<fn(&mut Vec<Frame>)> = std::sync::OnceLock::new();
 
-/// Installs the per-snapshot live frame (constructor only; a second call changes nothing).
-pub fn live_frame(f: fn() -> Option<Frame>) {
+/// Installs the per-snapshot live frames (constructor only; a second call changes nothing).
+pub fn live_frame(f: fn(&mut Vec<Frame>)) {
     let _ = LIVE_FRAME.set(f);
+}
+
+/// The work queues' state at each interval, from the snapshot just taken (verbs QPs: lib.rs
+/// installs the layer's; the runtime names no layer). Sent live and recorded.
+static QUEUES: std::sync::OnceLock<fn(&Snapshot) -> Option<Queues>> = std::sync::OnceLock::new();
+
+/// Installs the per-interval queue source and its per-drain tick (constructor only; a second
+/// call changes nothing).
+pub fn queue_source(f: fn(&Snapshot) -> Option<Queues>, tick: fn()) {
+    let _ = QUEUES.set(f);
+    let _ = QUEUE_TICK.set(tick);
+}
+
+/// Called after each drain (every few ms): queue ages finer than an interval.
+static QUEUE_TICK: std::sync::OnceLock<fn()> = std::sync::OnceLock::new();
+
+/// Whether an interval's queues go to the record: when a count or a state changed since the last
+/// recorded one, or while send work is outstanding (its ages are what a stall is read from).
+/// Receives that stay posted and unchanged are not written again: their ages follow from the
+/// last entry.
+fn queues_worth_recording(q: &Queues, last: &[(u32, [u64; 6])]) -> bool {
+    q.queues.len() != last.len()
+        || q.queues.iter().any(|s| s.sq_outstanding() > 0)
+        || q.queues.iter().zip(last).any(|(s, l)| queue_key(s) != *l)
+}
+
+fn queue_key(s: &sigmatop::queue::QueueState) -> (u32, [u64; 6]) {
+    let errors: u64 = s.errors.iter().map(|e| e.1).sum();
+    (
+        s.ep,
+        [
+            s.sq_posted,
+            s.sq_completed,
+            s.rq_posted,
+            s.rq_completed,
+            errors + s.unmatched,
+            s.health as u64,
+        ],
+    )
 }
 
 /// Installs the after-chunk hook (constructor only; a second call changes nothing).
@@ -366,6 +406,8 @@ struct Collector {
     events_total: u64,
     drops: DropCounters,
     seq: u64,
+    /// The key of each queue in the last `Queues` recorded.
+    queues_recorded: Vec<(u32, [u64; 6])>,
 }
 
 impl Collector {
@@ -599,6 +641,13 @@ impl Collector {
         self.record(&ProcessRecord::Clock(c));
         let snap = self.snapshot();
         self.record(&ProcessRecord::Snapshot(snap.clone()));
+        let queues = QUEUES.get().and_then(|f| f(&snap));
+        if let Some(q) = &queues
+            && queues_worth_recording(q, &self.queues_recorded)
+        {
+            self.queues_recorded = q.queues.iter().map(queue_key).collect();
+            self.record(&ProcessRecord::Queues(q.clone()));
+        }
         if let Some(s) = self.server.as_mut() {
             s.broadcast(&Frame::Clock(c));
             if !self.live_events.is_empty() {
@@ -606,8 +655,15 @@ impl Collector {
             }
             s.broadcast(&Frame::Snapshot(snap.clone()));
             s.set_last_snapshot(snap);
-            if let Some(frame) = LIVE_FRAME.get().and_then(|f| f()) {
-                s.broadcast(&frame);
+            if let Some(q) = queues {
+                s.broadcast(&Frame::Queues(q));
+            }
+            if let Some(f) = LIVE_FRAME.get() {
+                let mut frames = Vec::new();
+                f(&mut frames);
+                for frame in &frames {
+                    s.broadcast(frame);
+                }
             }
         }
         self.live_events.clear();
@@ -653,6 +709,7 @@ fn run() {
         events_total: 0,
         drops: DropCounters::default(),
         seq: 0,
+        queues_recorded: Vec::new(),
     };
     c.identity.own_addr_hashes = registry::own_addrs();
     c.record(&ProcessRecord::Identity(c.identity.clone()));
@@ -666,6 +723,9 @@ fn run() {
         c.publish_definitions();
         let flush = stopping || last_flush.elapsed() >= FLUSH_EVERY;
         let fullest = c.drain(flush);
+        if let Some(tick) = QUEUE_TICK.get() {
+            tick();
+        }
         if flush {
             last_flush = Instant::now();
         }
@@ -717,7 +777,8 @@ fn run() {
     };
     c.record(&end);
     if let Some(dir) = &config::paths().final_dir {
-        crate::runtime::final_state::write(dir, &c.identity, clock::sample(), &snap);
+        let queues = QUEUES.get().and_then(|f| f(&snap));
+        crate::runtime::final_state::write(dir, &c.identity, clock::sample(), &snap, queues);
     }
     if let Some(s) = c.server.as_mut() {
         s.broadcast(&Frame::Bye {

@@ -26,7 +26,13 @@ use sigmatop::wire::{self, Frame};
 
 /// Writes the final state of this process into `dir` (best effort: a failure is silent, since
 /// the live view and the record are unaffected and the program must not hear of it).
-pub fn write(dir: &Path, identity: &Identity, clock: ClockSample, snapshot: &Snapshot) {
+pub fn write(
+    dir: &Path,
+    identity: &Identity,
+    clock: ClockSample,
+    snapshot: &Snapshot,
+    queues: Option<sigmatop::queue::Queues>,
+) {
     if !private_dir(dir) {
         return;
     }
@@ -42,6 +48,9 @@ pub fn write(dir: &Path, identity: &Identity, clock: ClockSample, snapshot: &Sna
     }
     frames.push(Frame::Clock(clock));
     frames.push(Frame::Snapshot(snapshot.clone()));
+    if let Some(q) = queues {
+        frames.push(Frame::Queues(q));
+    }
     frames.push(Frame::Bye {
         at_ns: crate::runtime::clock::real_ns(),
     });

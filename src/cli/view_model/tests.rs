@@ -740,3 +740,80 @@ fn a_failure_in_the_final_snapshot_reaches_the_overview() {
         assert_eq!(vm.status.errors, 1, "now {now:?}");
     }
 }
+
+/// A verbs QP whose peer is not traced (issue 36): the QPs view names the peer by its address,
+/// or by the host of a traced process on that address, never as a process (the client's QP and
+/// its untraced server's have the same number: the number alone named the client itself).
+#[test]
+fn an_untraced_qp_peer_is_named_by_its_address() {
+    use crate::event::{EndpointUpdate, LOCAL_ADDR_STATE, qp_addr_hash};
+    let gid = |h: u8| {
+        let mut g = [0u8; 16];
+        g[10..12].copy_from_slice(&[0xff, 0xff]);
+        g[12..].copy_from_slice(&[10, 0, h, 1]);
+        g
+    };
+    let qp = |id: u32, qpn: u32, peer: [u8; 16], peer_qpn: u32| EndpointDef {
+        id,
+        layer: Layer::Ibverbs,
+        kind: EndpointKind::VerbsQp,
+        label: format!("qp 0x{qpn:x}"),
+        transport: "RC".into(),
+        peer: EvPeer {
+            addr_hash: qp_addr_hash(&peer, peer_qpn),
+            text: String::new(),
+            qpn: Some(peer_qpn),
+            gid: Some(peer),
+        },
+        qpn: Some(qpn),
+        gpu: None,
+        created_ns: T0,
+    };
+    let local = |id: u32, own: [u8; 16], qpn: u32| EndpointUpdate {
+        id,
+        state: LOCAL_ADDR_STATE.into(),
+        peer: Some(EvPeer {
+            addr_hash: qp_addr_hash(&own, qpn),
+            text: String::new(),
+            qpn: Some(qpn),
+            gid: Some(own),
+        }),
+        at_ns: T0,
+    };
+    let mut m = Model::new();
+    let c = key("h2", 30);
+    m.apply(
+        &c,
+        Frame::hello(ident(30, 0, "h2", qp_addr_hash(&gid(2), 0x10c))),
+    );
+    m.apply(&c, Frame::Endpoints(vec![qp(1, 0x10c, gid(1), 0x10c)]));
+    m.apply(&c, Frame::Updates(vec![local(1, gid(2), 0x10c)]));
+    m.apply(
+        &c,
+        Frame::Snapshot(snap(T0 + S, 1, &[(1, Op::VerbsWrite, 1000, 4_096_000)])),
+    );
+    let row = |m: &Model| {
+        let vm = build_view(m, &opts(Window::All, None));
+        let e = vm
+            .endpoints
+            .into_iter()
+            .find(|e| e.pid == 30 && e.local_id == "0x10c")
+            .expect("the client's QP");
+        (e.peer.label(), vm.matrices.node)
+    };
+    let (label, node) = row(&m);
+    assert_eq!(label, "10.0.1.1 qp 0x10c");
+    assert_eq!(node.labels, vec!["h2".to_string(), "untraced".into()]);
+    assert_eq!(node.bytes[0], vec![0.0, 4_096_000.0]);
+
+    // A traced process on host h1 (another QP, another peer): the peer is on h1.
+    let o = key("h1", 40);
+    m.apply(
+        &o,
+        Frame::hello(ident(40, 1, "h1", qp_addr_hash(&gid(1), 0x200))),
+    );
+    m.apply(&o, Frame::Endpoints(vec![qp(1, 0x200, gid(9), 0x300)]));
+    m.apply(&o, Frame::Updates(vec![local(1, gid(1), 0x200)]));
+    let (label, _) = row(&m);
+    assert_eq!(label, "h1 qp 0x10c");
+}

@@ -20,12 +20,13 @@ super::traffic!(
     window(tx_bps_window, rx_bps_window)
 );
 
-fn endpoint_cols(app: &App) -> Vec<Col<EndpointRow>> {
+/// The columns; "WRs out" only where some row is a queue sigmatop follows (verbs QPs).
+fn endpoint_cols(app: &App, queues: bool) -> Vec<Col<EndpointRow>> {
     let [tx_now, rx_now] = super::now_rate_cols(app);
     let [tx_window, rx_window] = super::window_rate_cols(app, 6);
     let [sent_total, received_total] = super::total_cols(app, 7);
-    vec![
-        Col::left(
+    [
+        Col::<EndpointRow>::left(
             "host",
             0,
             14,
@@ -69,10 +70,12 @@ fn endpoint_cols(app: &App) -> Vec<Col<EndpointRow>> {
             |r| Key::Str(&r.local_id),
         )
         .mid(),
-        Col::left(
+        // Wide enough for an untraced peer's address (`fe80::2c9:300:0:18 qp 0x100`); cut in
+        // the middle, where its ends (the network, the QPN) tell peers apart.
+        Col::<EndpointRow>::left(
             "peer",
             2,
-            22,
+            28,
             |r, c| {
                 if r.unattributed {
                     styled("(unattributed)".into(), c.th.warn)
@@ -81,7 +84,8 @@ fn endpoint_cols(app: &App) -> Vec<Col<EndpointRow>> {
                 }
             },
             |r| Key::Text(r.peer.label()),
-        ),
+        )
+        .mid(),
         Col::left(
             "type",
             4,
@@ -128,18 +132,60 @@ fn endpoint_cols(app: &App) -> Vec<Col<EndpointRow>> {
             },
             |r| Key::Num(r.doorbells_per_s.unwrap_or(-1.0)),
         ),
-        Col::right(
+    ]
+    .into_iter()
+    .chain(queues.then(|| {
+        Col::<EndpointRow>::right(
+            "WRs out",
+            2,
+            8,
+            // Send work outstanding, and for how long none of it completed.
+            // One width for every row ("WRs out" and its sort mark: 8), so that sorting by it
+            // never moves it off screen.
+            |r, c| match &r.queue {
+                Some(q) if q.sq_outstanding > 0 => {
+                    let text = format!(
+                        "{:>8}",
+                        format!(
+                            "{} {}",
+                            units::count(q.sq_outstanding),
+                            units::secs(q.sq_stalled_s)
+                        )
+                    );
+                    if q.stalled {
+                        styled(text, c.th.error)
+                    } else {
+                        num(text)
+                    }
+                }
+                Some(_) => num(format!("{:>8}", "0")),
+                None => num(format!("{:>8}", "—")),
+            },
+            |r| {
+                Key::Num(
+                    r.queue
+                        .as_ref()
+                        .map_or(-1.0, |q| q.sq_outstanding as f64 + q.sq_stalled_s * 1e12),
+                )
+            },
+        )
+    }))
+    .chain([
+        Col::<EndpointRow>::right(
             "posted WR",
             3,
             9,
             |r, _| num(r.posted.map(units::count).unwrap_or_else(|| "—".into())),
             |r| Key::Num(r.posted.map(|p| p as f64).unwrap_or(-1.0)),
         ),
-        Col::left(
+        Col::<EndpointRow>::left(
             "",
             0,
             7,
             |r, c| {
+                if r.queue.as_ref().is_some_and(|q| q.stalled) {
+                    return styled("⚠ stall".into(), c.th.error);
+                }
                 let idle = r.posted.unwrap_or(0) > 0
                     && !r.unattributed
                     && r.tx_bps == 0.0
@@ -151,16 +197,26 @@ fn endpoint_cols(app: &App) -> Vec<Col<EndpointRow>> {
                     Span::raw("")
                 }
             },
-            |r| Key::Num(r.posted.unwrap_or(0) as f64),
+            |r| {
+                Key::Num(
+                    r.posted.unwrap_or(0) as f64
+                        + if r.queue.as_ref().is_some_and(|q| q.stalled) {
+                            1e18
+                        } else {
+                            0.0
+                        },
+                )
+            },
         ),
-    ]
+    ])
+    .collect()
 }
 
 pub(super) fn draw(frame: &mut Frame, area: Rect, app: &App, vm: &ViewModel) {
     let th = &app.theme;
     let filter = app.parsed_filter();
     let t = Tab::Qps.index();
-    let cols = endpoint_cols(app);
+    let cols = endpoint_cols(app, vm.endpoints.iter().any(|r| r.queue.is_some()));
     // Unattributed traffic always sits at the bottom, whatever the sort. Of the (possibly
     // thousands of) other rows, only those up to the cursor's page need to be in order.
     let (mut rows, mut unattributed): (Vec<&EndpointRow>, Vec<&EndpointRow>) = vm
@@ -290,7 +346,7 @@ fn endpoint_detail(frame: &mut Frame, area: Rect, app: &App, r: &EndpointRow) {
             ops.join(" · ")
         }),
     ]));
-    lines.push(Line::from(vec![
+    let mut rates = vec![
         Span::styled(" ops/s ", th.dim),
         Span::raw(units::si(r.ops_per_s)),
         Span::styled("   doorbells/s ", th.dim),
@@ -299,9 +355,21 @@ fn endpoint_detail(frame: &mut Frame, area: Rect, app: &App, r: &EndpointRow) {
                 .map(units::si)
                 .unwrap_or_else(|| "—".into()),
         ),
-        Span::styled("   receives posted, not completed ", th.dim),
-        Span::raw(r.posted.map(units::count).unwrap_or_else(|| "—".into())),
-    ]));
+    ];
+    match &r.queue {
+        // A queue sigmatop follows: its outstanding work, receives included.
+        Some(q) => {
+            rates.push(Span::styled("  ·", th.dim));
+            rates.extend(queue_spans(app, q));
+        }
+        None => {
+            rates.push(Span::styled("   receives posted, not completed ", th.dim));
+            rates.push(Span::raw(
+                r.posted.map(units::count).unwrap_or_else(|| "—".into()),
+            ));
+        }
+    }
+    lines.push(Line::from(rates));
     if r.errors > 0 {
         lines.push(Line::from(vec![
             Span::styled(" failed: ", th.dim),
@@ -327,4 +395,62 @@ fn endpoint_detail(frame: &mut Frame, area: Rect, app: &App, r: &EndpointRow) {
         ]));
     }
     frame.render_widget(Paragraph::new(lines), inner);
+}
+
+/// The selected QP's queues: " send 12 out, none completed 4.1s (oldest 4.1s) of 1,000 posted ·
+/// receive 382 out (oldest 9.8s) · last completion 4.1s ago · transport retry exceeded 1, flushed
+/// 127".
+fn queue_spans<'a>(app: &App, q: &crate::model::QueueRow) -> Vec<Span<'a>> {
+    let th = &app.theme;
+    let mut v = vec![Span::styled(" send ", th.dim)];
+    if q.blind {
+        v.push(Span::raw(format!(
+            "{} posted, completions not seen (extended CQ)",
+            units::count(q.sq_posted)
+        )));
+    } else if q.sq_outstanding > 0 {
+        let style = if q.stalled { th.error } else { th.text };
+        v.push(Span::styled(
+            format!(
+                "{} out, none completed {} (oldest {})",
+                units::count(q.sq_outstanding),
+                units::secs(q.sq_stalled_s),
+                units::secs(q.sq_oldest_s)
+            ),
+            style,
+        ));
+        v.push(Span::styled(
+            format!(" of {} posted", units::count(q.sq_posted)),
+            th.dim,
+        ));
+    } else {
+        v.push(Span::raw(format!("{} done", units::count(q.sq_completed))));
+    }
+    v.push(Span::styled(" · receive ", th.dim));
+    if q.rq_outstanding > 0 {
+        v.push(Span::raw(format!(
+            "{} out (oldest {})",
+            units::count(q.rq_outstanding),
+            units::secs(q.rq_oldest_s)
+        )));
+    } else {
+        v.push(Span::raw("0 out"));
+    }
+    v.push(Span::styled(" · last completion ", th.dim));
+    v.push(Span::raw(match q.last_completion_s {
+        Some(s) => format!("{} ago", units::secs(s)),
+        None => "none yet".into(),
+    }));
+    if q.health != "live" && !q.health.is_empty() {
+        v.push(Span::styled(format!(" · {}", q.health), th.error));
+    }
+    if !q.errors.is_empty() {
+        let e: Vec<String> = q
+            .errors
+            .iter()
+            .map(|(n, c)| format!("{n} {}", units::count(*c)))
+            .collect();
+        v.push(Span::styled(format!(" · {}", e.join(", ")), th.error));
+    }
+    v
 }

@@ -76,7 +76,7 @@ pub(crate) fn status_line<'a>(
     let notice_w = vm.status.notice.as_ref().map_or(0, |n| n.width() + 4);
     // A hung collective, first of the warnings shown here: the counters keep only what is not
     // zero, so that the warning names the ranks it waits for.
-    let hung = warns.is_some_and(|ws| ws.iter().any(|w| w.kind == WarningKind::HungCollective));
+    let hung = warns.is_some_and(|ws| ws.iter().any(|w| w.kind.urgent()));
     let form = if hung && w < 120 {
         Counters::NonZero
     } else if w >= 120 {
@@ -89,8 +89,14 @@ pub(crate) fn status_line<'a>(
         right = vec![
             Span::styled("drops ", th.dim),
             Span::styled(units::count(vm.status.dropped_events), th.warn),
-            Span::raw(" "),
         ];
+        // Failed operations stay in sight beside a stall or a hang (they may be its cause).
+        if vm.status.errors > 0 {
+            right.push(Span::styled(" · ", th.dim));
+            right.push(Span::styled(units::count(vm.status.errors), th.error));
+            right.push(Span::styled(" failed", th.dim));
+        }
+        right.push(Span::raw(" "));
     }
     let mut rw: usize = right.iter().map(|s| s.width()).sum();
     // A notice names things a person needs whole (the program's state, its log file): zero loss
@@ -115,7 +121,8 @@ pub(crate) fn status_line<'a>(
         // Drops are already in the counters on the right: show the first other warning.
         let first = ws
             .iter()
-            .find(|w| w.kind == WarningKind::HungCollective)
+            .find(|w| w.kind == WarningKind::StalledEdge)
+            .or_else(|| ws.iter().find(|w| w.kind == WarningKind::HungCollective))
             .or_else(|| ws.iter().find(|w| w.kind != WarningKind::Drops))
             .or(ws.first());
         // With a notice to show as well and too little room for both, the warnings shrink to
@@ -138,7 +145,13 @@ pub(crate) fn status_line<'a>(
                 } else {
                     String::new()
                 };
-                let text = truncate(&first.message, room.saturating_sub(3 + more.width()));
+                let fits = room.saturating_sub(3 + more.width());
+                let message = if first.message.width() > fits && !first.short.is_empty() {
+                    &first.short
+                } else {
+                    &first.message
+                };
+                let text = truncate(message, fits);
                 vec![
                     Span::styled(format!(" ⚠ {text}"), th.warn),
                     Span::styled(more, th.dim),

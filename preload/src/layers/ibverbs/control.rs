@@ -7,7 +7,7 @@ use core::sync::atomic::{AtomicU64, Ordering};
 use std::collections::HashMap;
 use std::sync::Mutex;
 
-use sigmatop::event::{EndpointDef, EndpointKind, Layer, Peer, fnv1a64};
+use sigmatop::event::{EndpointDef, EndpointKind, LOCAL_ADDR_STATE, Layer, Peer, port_addr_text};
 
 use super::SONAMES;
 use super::abi::{
@@ -78,11 +78,12 @@ fn transport(qp_type: u32) -> &'static str {
     }
 }
 
-/// Defines the endpoint of a new QP and binds it; patches its wr_* pointers when `ex_ops`.
+/// Defines the endpoint of a new QP and binds it, and gives it a queue tracker (`sig_all`: its
+/// `sq_sig_all`); patches its wr_* pointers when `ex_ops`.
 ///
 /// # Safety
 /// `qp` is NULL or a QP just created.
-pub(super) unsafe fn on_qp_created(qp: *mut IbvQp, ex_ops: bool) {
+pub(super) unsafe fn on_qp_created(qp: *mut IbvQp, ex_ops: bool, sig_all: bool) {
     if qp.is_null() {
         return;
     }
@@ -113,6 +114,8 @@ pub(super) unsafe fn on_qp_created(qp: *mut IbvQp, ex_ops: bool) {
         }
     };
     note_qp(ctx, qpn, target);
+    // SAFETY: a live QP.
+    super::queues::on_created(id, sig_all, unsafe { (*qp).send_cq } as usize);
     crate::runtime::registry::update(id, "RESET", None);
     if let Ok(mut m) = QPS.lock() {
         m.get_or_insert_with(HashMap::new).insert(
@@ -135,21 +138,18 @@ fn gid_text(g: &[u8; 16]) -> String {
     std::net::Ipv6Addr::from(*g).to_string()
 }
 
-/// What stands in for the GID of a LID-routed path (InfiniBand without a GRH) in the address
-/// hash: the LID in the last two bytes, big-endian.
-pub fn lid_as_gid(lid: u16) -> [u8; 16] {
-    let mut g = [0u8; 16];
-    g[14..].copy_from_slice(&lid.to_be_bytes());
-    g
+/// The peer of a `LOCAL_ADDR_STATE` update: a QP's own port address `own` (GID, or LID as
+/// `lid_as_gid` writes it) and number, hashed as its peer hashes them.
+pub fn local_addr(own: &[u8; 16], qpn: u32) -> Peer {
+    Peer {
+        addr_hash: qp_addr_hash(own, qpn),
+        text: format!("{} qp 0x{qpn:x}", port_addr_text(own)),
+        qpn: Some(qpn),
+        gid: Some(*own),
+    }
 }
 
-/// The 20-byte key both ends of a connection hash: GID then QPN (u32 little-endian).
-pub fn qp_addr_hash(gid: &[u8; 16], qpn: u32) -> u64 {
-    let mut k = [0u8; 20];
-    k[..16].copy_from_slice(gid);
-    k[16..].copy_from_slice(&qpn.to_le_bytes());
-    fnv1a64(&k)
-}
+pub use sigmatop::event::{lid_as_gid, qp_addr_hash};
 
 fn state_name(s: u32) -> &'static str {
     match s {
@@ -195,6 +195,7 @@ pub(super) unsafe fn on_modify(qp: *mut IbvQp, attr: *const IbvQpAttr, mask: c_i
     if mask & QP_STATE == 0 {
         return;
     }
+    super::queues::on_state(ctl.id, a.qp_state);
     let state = state_name(a.qp_state);
     let mut peer = None;
     if a.qp_state == 2 && mask & QP_DEST_QPN != 0 {
@@ -214,11 +215,16 @@ pub(super) unsafe fn on_modify(qp: *mut IbvQp, attr: *const IbvQpAttr, mask: c_i
         } else {
             0
         };
-        if let Some(l) = lgid {
+        // This side's port address as the peer hashes it: the local GID of a GRH path, else
+        // (LID-routed: InfiniBand, no GRH) this port's LID.
+        let own = lgid.or_else(|| super::context::port_lid(ctl.ctx, ctl.port).map(lid_as_gid));
+        if let Some(l) = own {
             crate::runtime::registry::add_own_addr(qp_addr_hash(&l, ctl.qpn));
-        } else if let Some(lid) = super::context::port_lid(ctl.ctx, ctl.port) {
-            // LID-routed (InfiniBand, no GRH): the peer hashes this port's LID + QPN.
-            crate::runtime::registry::add_own_addr(qp_addr_hash(&lid_as_gid(lid), ctl.qpn));
+            crate::runtime::registry::update(
+                ctl.id,
+                LOCAL_ADDR_STATE,
+                Some(local_addr(&l, ctl.qpn)),
+            );
         }
         let ltext = lgid.map(|g| gid_text(&g)).unwrap_or_else(|| "-".into());
         peer = Some(Peer {
@@ -277,6 +283,7 @@ pub(super) fn on_qp_destroyed(qp: *mut IbvQp) {
         .and_then(|mut m| m.as_mut().and_then(|m| m.remove(&(qp as usize))));
     if let Some(c) = ctl {
         forget_qp(c.ctx as *mut IbvContext, c.qpn);
+        super::queues::on_destroyed(c.id);
         crate::runtime::registry::update(c.id, "DESTROYED", None);
     }
 }
@@ -284,6 +291,8 @@ pub(super) fn on_qp_destroyed(qp: *mut IbvQp) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    use sigmatop::event::fnv1a64;
 
     #[test]
     fn qp_hash_is_gid_then_qpn() {

@@ -82,6 +82,11 @@ unsafe fn record_one_send(
         let sg = core::ptr::addr_of!((*p).sg_list).read();
         (op, sge_bytes(sg, core::ptr::addr_of!((*p).num_sge).read()))
     };
+    if let Some(t) = super::queues::track(ep) {
+        // SAFETY: as above.
+        let sf = unsafe { core::ptr::addr_of!((*p).send_flags).read() };
+        t.posted(sf & SEND_SIGNALED != 0);
+    }
     let detail = || {
         // SAFETY: as above. (The opcode is read again here, so that only the op lives through
         // aggregate mode's path.)
@@ -266,6 +271,7 @@ pub unsafe extern "C" fn post_send_hook(
         || unsafe { f(qp, wr, bad) },
         |ts, r| {
             let ep = crate::runtime::registry::lookup(qp as usize);
+            ts.note_post(ep);
             // SAFETY: the chain the provider just walked: a single accepted WR is recorded
             // inline.
             unsafe {
@@ -298,6 +304,7 @@ pub unsafe extern "C" fn post_recv_hook(
         || unsafe { f(qp, wr, bad) },
         |ts, r| {
             let ep = crate::runtime::registry::lookup(qp as usize);
+            ts.note_post(ep);
             // SAFETY: the chain the provider just walked.
             unsafe { record_recv_chain(ts, ep, Op::VerbsRecv, wr, r, bad) }
         },
@@ -437,8 +444,16 @@ unsafe fn record_poll(
 #[inline(always)]
 fn count_completion(ts: &ThreadState, st: &CtxState, cq: *mut c_void, w: &IbvWc) {
     if w.status != 0 {
-        if w.status != WC_WR_FLUSH_ERR {
-            failed_completion(ts, st, cq, w.qp_num);
+        failed_completion(ts, st, cq, w.qp_num, w.status);
+        return;
+    }
+    if w.opcode < WC_RECV {
+        // A send-queue completion: it retires its QP's work up to the signaled request.
+        if let Some(t) = st
+            .recv_target(w.qp_num)
+            .and_then(|t| super::queues::track(t.qp))
+        {
+            t.completed();
         }
         return;
     }
@@ -464,16 +479,24 @@ fn count_completion(ts: &ThreadState, st: &CtxState, cq: *mut c_void, w: &IbvWc)
     ts.arrived(ep, op, len, true);
 }
 
-/// An error completion (not a flush): one error on its QP, under `OTHER` (an error completion's
-/// opcode is not defined). A flush (`IBV_WC_WR_FLUSH_ERR`) is not counted: it follows a QP's move
-/// to the error state (an earlier error, or a program tearing the QP down) and reports WRs that
-/// were never executed. Out of line: error completions are rare.
+/// An error completion: counted by status on its QP's queue tracker, and when it is not a flush,
+/// one error on its QP, under `OTHER` (an error completion's opcode is not defined). A flush
+/// (`IBV_WC_WR_FLUSH_ERR`) is not an error of its own: it follows a QP's move to the error state
+/// (an earlier error, or a program tearing the QP down) and reports WRs that were never executed.
+/// Out of line: error completions are rare.
 #[cold]
 #[inline(never)]
-fn failed_completion(ts: &ThreadState, st: &CtxState, cq: *mut c_void, qpn: u32) {
-    let ep = match st.recv_target(qpn) {
-        Some(t) if t.qp != 0 => t.qp,
-        _ => cq_endpoint(cq),
+fn failed_completion(ts: &ThreadState, st: &CtxState, cq: *mut c_void, qpn: u32, status: u32) {
+    let target = st.recv_target(qpn).filter(|t| t.qp != 0);
+    if let Some(t) = target.and_then(|t| super::queues::track(t.qp)) {
+        t.failed(status);
+    }
+    if status == WC_WR_FLUSH_ERR {
+        return;
+    }
+    let ep = match target {
+        Some(t) => t.qp,
+        None => cq_endpoint(cq),
     };
     ts.failed(ep, Op::VerbsOther);
 }

@@ -9,7 +9,7 @@ use core::ffi::{c_int, c_uint, c_void};
 use sigmatop::event::{Layer, Op};
 
 use super::SONAMES;
-use super::abi::{IbvContext, IbvDevice, IbvQp, IbvQpAttr};
+use super::abi::{IbvContext, IbvDevice, IbvQp, IbvQpAttr, IbvQpInitAttrEx};
 use super::context::{REAL_QUERY_GID, REAL_QUERY_PORT, forget_ctx, record_device};
 use super::control::{define_cq, define_srq, on_modify, on_qp_created, on_qp_destroyed};
 use super::patch::patch_context;
@@ -336,8 +336,12 @@ unsafe extern "C" fn ibv_create_qp(pd: Ptr, attr: Ptr) -> *mut IbvQp {
     after(
         // SAFETY: the program's arguments, unchanged.
         || unsafe { f(pd, attr) },
-        // SAFETY: NULL or a QP just created.
-        |qp| unsafe { on_qp_created(qp, false) },
+        // SAFETY: NULL or a QP just created; `attr` is the program's `ibv_qp_init_attr`, whose
+        // `sq_sig_all` sits where `ibv_qp_init_attr_ex` has it (the _ex struct extends it).
+        |qp| unsafe {
+            let sig_all = !attr.is_null() && (*(attr as *const IbvQpInitAttrEx)).sq_sig_all != 0;
+            on_qp_created(qp, false, sig_all)
+        },
     )
 }
 

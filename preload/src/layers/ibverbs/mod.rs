@@ -60,6 +60,7 @@ mod data;
 mod exports;
 mod patch;
 mod qp_ex;
+mod queues;
 
 use core::ffi::CStr;
 use core::sync::atomic::{AtomicU64, Ordering};
@@ -67,17 +68,36 @@ use core::sync::atomic::{AtomicU64, Ordering};
 pub use context::{device_gid, device_lid, note_device};
 #[cfg(feature = "bench")]
 pub(crate) use control::define_cq;
-pub use control::{lid_as_gid, qp_addr_hash};
+pub use control::{lid_as_gid, local_addr, qp_addr_hash};
 pub use exports::hooks;
 pub use patch::patch_context;
+pub use queues::{collect as queues, reset_after_fork as queues_after_fork, tick as queues_tick};
 
 const SONAMES: &[&CStr] = &[c"libibverbs.so.1", c"libibverbs.so"];
+
+/// The benchmark's fake QP `id` of `ctx`, QP number `qpn`, as `ibv_create_qp` leaves a real one:
+/// its completions found by number, its send queue followed.
+#[cfg(feature = "bench")]
+pub(crate) fn bench_qp(ctx: *mut core::ffi::c_void, qpn: u32, id: u32) {
+    context::note_qp(
+        ctx as *mut abi::IbvContext,
+        qpn,
+        context::RecvTarget {
+            ep: id,
+            srq: false,
+            ud: false,
+            qp: id,
+        },
+    );
+    queues::on_created(id, false, 0);
+}
 
 /// The verbs layer's locks, for `fork::prepare`.
 pub fn hold_for_fork(h: &mut crate::runtime::held::Held) {
     control::hold_for_fork(h);
     context::hold_for_fork(h);
     qp_ex::hold_for_fork(h);
+    queues::hold_for_fork(h);
 }
 
 /// WRs walked per post call at most; the rest of a longer chain is counted in `UNTRACED`.

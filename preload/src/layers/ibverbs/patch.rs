@@ -157,7 +157,14 @@ pub(super) unsafe extern "C" fn create_cq_ex_hook(ctx: *mut IbvContext, attr: Pt
         return core::ptr::null_mut();
     };
     // SAFETY: the program's arguments, unchanged.
-    after(|| unsafe { f(ctx, attr) }, define_cq)
+    after(
+        || unsafe { f(ctx, attr) },
+        |cq| {
+            define_cq(cq);
+            // Polled with ibv_start_poll / ibv_next_poll, which sigmatop does not see.
+            super::queues::note_cq_ex(cq as usize);
+        },
+    )
 }
 
 /// `verbs_context::create_qp_ex` of patched contexts (verbs.h's inline ibv_create_qp_ex).
@@ -178,7 +185,8 @@ pub(super) unsafe extern "C" fn create_qp_ex_hook(
                 let ex = !attr.is_null()
                     && (*attr).comp_mask & QP_INIT_ATTR_SEND_OPS_FLAGS != 0
                     && (*attr).send_ops_flags != 0;
-                on_qp_created(qp, ex);
+                let sig_all = !attr.is_null() && (*attr).sq_sig_all != 0;
+                on_qp_created(qp, ex, sig_all);
             }
         },
     )

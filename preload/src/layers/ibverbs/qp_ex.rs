@@ -150,7 +150,12 @@ fn flush_pending(st: &QpxState, p: &mut Pending) {
 
 /// Records the WRs of a batch: as posted, or (`Refused`: wr_complete failed) with no bytes.
 fn record_batch(ts: &ThreadState, st: &QpxState, p: &Pending, outcome: Outcome) {
+    ts.note_post(st.ep);
+    let track = super::queues::track(st.ep).filter(|_| outcome != Outcome::Refused);
     for w in &p.items[..p.n] {
+        if let Some(t) = track {
+            t.posted(w.flags & flags::SIGNALED != 0);
+        }
         let op = Op::from_u8(w.op).unwrap_or(Op::VerbsOther);
         let bytes = if outcome == Outcome::Refused {
             0

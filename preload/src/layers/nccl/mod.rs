@@ -469,20 +469,53 @@ unsafe extern "C" fn stop_event(h: *mut c_void) -> c_int {
 }
 
 /// `ncclProfilerProxyStepSendPeerWait_v4`: NCCL records it on every poll of the peer's FIFO
-/// (tens of thousands per second of waiting); the join needs none of them, so they are skipped.
+/// (tens of thousands per second of waiting): only its first occurrence per step is kept (what
+/// a hang's "waits for the peer's credit" needs).
 const SEND_PEER_WAIT: c_int = 20;
+/// `ncclProfilerProxyStepSendWait` and `RecvWait`: recorded right after the step's post; the
+/// record carries the endpoint that post went to (the QP a hang waits on).
+const SEND_WAIT: c_int = format::state::SEND_WAIT as c_int;
+const RECV_WAIT: c_int = format::state::RECV_WAIT as c_int;
+
+thread_local! {
+    /// Steps whose SendPeerWait this thread recorded, by a few bits of their id: a step found
+    /// here is skipped; a collision only records a step's state once more.
+    static PEER_WAITED: core::cell::RefCell<[u64; 128]> = const { core::cell::RefCell::new([0; 128]) };
+}
+
+/// Whether this SendPeerWait of step `id` is its first (and notes it).
+fn first_peer_wait(id: u64) -> bool {
+    PEER_WAITED
+        .try_with(|s| {
+            let mut s = s.borrow_mut();
+            let slot = &mut s[((id >> 4) & 127) as usize];
+            let first = *slot != id;
+            *slot = id;
+            first
+        })
+        .unwrap_or(false)
+}
 
 unsafe extern "C" fn record_event_state(h: *mut c_void, state: c_int, a: *mut StateArgs) -> c_int {
-    if !h.is_null() && state != SEND_PEER_WAIT {
-        let id = h as u64;
-        let mut r = rec(kind::STATE, (id & 15) as u8, state as u8);
-        r.0[2] = id;
-        if !a.is_null() {
-            // SAFETY: NCCL's state arguments, valid for the call (8 bytes at least).
-            r.0[5] = unsafe { (*a).w };
-        }
-        ring::push(&r);
+    if h.is_null() {
+        return NCCL_SUCCESS;
     }
+    let id = h as u64;
+    if state == SEND_PEER_WAIT && !first_peer_wait(id) {
+        return NCCL_SUCCESS;
+    }
+    let mut r = rec(kind::STATE, (id & 15) as u8, state as u8);
+    r.0[2] = id;
+    if !a.is_null() {
+        // SAFETY: NCCL's state arguments, valid for the call (8 bytes at least).
+        r.0[5] = unsafe { (*a).w };
+    }
+    if matches!(state, SEND_WAIT | RECV_WAIT)
+        && let Some(ts) = crate::runtime::thread::current()
+    {
+        r.0[6] = ts.last_post() as u64;
+    }
+    ring::push(&r);
     NCCL_SUCCESS
 }
 
@@ -493,10 +526,13 @@ unsafe extern "C" fn finalize(ctx: *mut c_void) -> c_int {
     NCCL_SUCCESS
 }
 
-/// The collectives as the live tracker knows them now (none before NCCL's first `init`): the
-/// collector sends them each interval (`Frame::Nccl`).
-pub fn live() -> Option<sigmatop::nccl::live::NcclLive> {
-    ring::live()
+/// The collectives as the live tracker knows them now, and where they wait (none before NCCL's
+/// first `init`): the collector sends them each interval (`Frame::Nccl`, `Frame::NcclWaits`).
+pub fn live_frames(out: &mut Vec<sigmatop::wire::Frame>) {
+    if let Some((live, waits)) = ring::live() {
+        out.push(sigmatop::wire::Frame::Nccl(live));
+        out.push(sigmatop::wire::Frame::NcclWaits(waits));
+    }
 }
 
 /// The final flush, from the preload's destructor.

@@ -12,7 +12,7 @@ use std::io::Write;
 use std::sync::Mutex;
 
 use sigmatop::nccl::format::{self, REC_BYTES, Rec, WORDS};
-use sigmatop::nccl::live::{NcclLive, Tracker};
+use sigmatop::nccl::live::{NcclLive, NcclWaits, Tracker};
 
 /// Slots in the queue (a power of two): 8 MiB of address space, touched as used.
 const CAP: u64 = 1 << 16;
@@ -47,13 +47,14 @@ pub fn active() -> bool {
     !SLOTS.load(Ordering::Acquire).is_null()
 }
 
-/// What the live tracker knows now (none before NCCL's first `init`): the collector sends it.
-pub fn live() -> Option<NcclLive> {
+/// What the live tracker knows now, and where it waits (none before NCCL's first `init`): the
+/// collector sends both.
+pub fn live() -> Option<(NcclLive, NcclWaits)> {
     if !active() {
         return None;
     }
     let w = WRITER.lock().unwrap_or_else(|e| e.into_inner());
-    w.as_ref().map(|w| w.tracker.live())
+    w.as_ref().map(|w| (w.tracker.live(), w.tracker.waits()))
 }
 
 /// Opens the file (with a record directory) and starts the writer (control path: the first
