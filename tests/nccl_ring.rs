@@ -27,7 +27,7 @@ use std::process::{Command, Stdio};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use common::{PipeReader, Proc, Trace};
+use common::{Bounded, PipeReader, Proc, Trace};
 use sigmatop::nccl::format;
 use sigmatop::nccl::live::Tracker;
 use testnic::{build_nic, hex, nic_log, with_testnic};
@@ -347,7 +347,7 @@ fn traced_every_call_and_every_work_request_is_joined() {
     let out = Command::new(common::sigmatop_bin())
         .arg("report")
         .arg(&trace.record)
-        .output()
+        .output_bounded()
         .expect("sigmatop report");
     let text = common::stdout_of(&out);
     assert!(out.status.success(), "{}", common::stderr_of(&out));
