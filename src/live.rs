@@ -11,8 +11,12 @@ use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use crate::agg::{Model, ProcKey};
+use crate::agg::{Model, NotAnswering, ProcKey};
 use crate::wire::{Decoder, Frame};
+
+/// A connected socket whose process has not said hello for this long does not answer (its
+/// collector accepts and says hello within a few ms): `agg::waits::SILENT_NS`.
+pub const NOT_ANSWERING: Duration = Duration::from_nanos(crate::agg::waits::SILENT_NS);
 
 /// The socket directory a traced process uses by default (the preload's rule).
 pub fn default_socket_dir() -> PathBuf {
@@ -71,11 +75,23 @@ pub trait LiveSink {
     fn closed(&mut self, key: &ProcKey, problem: Option<String>);
     /// A message about a source (a refused socket, a bad frame), for a person.
     fn message(&mut self, msg: String);
+    /// Process `pid` of `host` has a socket but does not answer (`Some`: connected, or its
+    /// listen queue full, and no hello for `NOT_ANSWERING`), or no longer so (`None`: it
+    /// answered, or it is gone). Said again while it lasts (its state may change).
+    fn not_answering(&mut self, _host: &str, _pid: u32, _state: Option<NotAnswering>) {}
 }
 
 impl LiveSink for Model {
     fn frame(&mut self, key: &ProcKey, frame: Frame) {
+        if !self.not_answering.is_empty() {
+            self.note_not_answering(&key.host, key.pid, None);
+        }
         self.apply(key, frame);
+        self.seen(key, crate::agg::nccl::wall_ns());
+    }
+
+    fn not_answering(&mut self, host: &str, pid: u32, state: Option<NotAnswering>) {
+        self.note_not_answering(host, pid, state);
     }
 
     fn closed(&mut self, key: &ProcKey, problem: Option<String>) {
@@ -91,6 +107,96 @@ struct Conn {
     key: Option<ProcKey>,
     stream: UnixStream,
     decoder: Decoder,
+    /// Whose socket it is (the host as the process names itself, when it is this host).
+    host: String,
+    pid: u32,
+    /// Since the first connection attempt: its wall clock (ns) and instant.
+    since_ns: u64,
+    since: Instant,
+    /// `LiveSink::not_answering` was said (Some) for it.
+    said: bool,
+}
+
+/// A socket whose listen queue is full (a non-blocking connect would block): its process does
+/// not accept. Tried again at every scan.
+struct Busy {
+    host: String,
+    pid: u32,
+    since_ns: u64,
+    since: Instant,
+    said: bool,
+}
+
+/// Connects to the Unix socket at `path` without blocking: a process that does not accept
+/// (stopped, hung) with a full listen queue gives `WouldBlock` at once instead of a connect
+/// that waits for it.
+fn connect_nonblocking(path: &Path) -> io::Result<UnixStream> {
+    use std::os::unix::ffi::OsStrExt;
+    use std::os::unix::io::FromRawFd;
+    let bytes = path.as_os_str().as_bytes();
+    // SAFETY: sockaddr_un is plain old data; all zeros is a valid value.
+    let mut addr: libc::sockaddr_un = unsafe { std::mem::zeroed() };
+    if bytes.len() >= addr.sun_path.len() || bytes.contains(&0) {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "socket path too long for a Unix socket address",
+        ));
+    }
+    addr.sun_family = libc::AF_UNIX as libc::sa_family_t;
+    for (d, b) in addr.sun_path.iter_mut().zip(bytes) {
+        *d = *b as libc::c_char;
+    }
+    // SAFETY: plain socket(2) call; the descriptor is owned by the stream below or closed.
+    let fd = unsafe {
+        libc::socket(
+            libc::AF_UNIX,
+            libc::SOCK_STREAM | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
+            0,
+        )
+    };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `fd` is a fresh socket nothing else owns; the stream closes it when dropped.
+    let stream = unsafe { UnixStream::from_raw_fd(fd) };
+    let len = std::mem::size_of::<libc::sa_family_t>() + bytes.len() + 1;
+    // SAFETY: `addr` is a valid sockaddr_un of at least `len` bytes, alive for the call.
+    let r = unsafe {
+        libc::connect(
+            fd,
+            (&raw const addr).cast::<libc::sockaddr>(),
+            len as libc::socklen_t,
+        )
+    };
+    if r != 0 {
+        let e = io::Error::last_os_error();
+        // A non-blocking connect to a Unix socket whose listen queue is full.
+        if e.raw_os_error() == Some(libc::EAGAIN) || e.raw_os_error() == Some(libc::EINPROGRESS) {
+            return Err(io::Error::new(io::ErrorKind::WouldBlock, e));
+        }
+        return Err(e);
+    }
+    Ok(stream)
+}
+
+/// What /proc says of a local process that does not answer: its name, and whether it is
+/// stopped (state T or t).
+fn proc_state(pid: u32, since_ns: u64) -> NotAnswering {
+    let exe = std::fs::read_to_string(format!("/proc/{pid}/comm"))
+        .map(|s| s.trim_end().to_string())
+        .unwrap_or_default();
+    let stopped = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|st| {
+            st.rsplit_once(')')
+                .and_then(|(_, rest)| rest.trim_start().chars().next())
+        })
+        .is_some_and(|c| c == 'T' || c == 't');
+    NotAnswering {
+        since_ns,
+        exe,
+        stopped,
+    }
 }
 
 /// Which processes to follow.
@@ -121,6 +227,8 @@ pub struct LiveSource {
     pub stale_removed: Vec<PathBuf>,
     /// This host's name as socket names spell it.
     host: String,
+    /// Sockets whose listen queue was full at the last try.
+    busy: HashMap<PathBuf, Busy>,
 }
 
 /// Is `pid` `ancestor` or one of its descendants (walking PPid in /proc)?
@@ -161,6 +269,7 @@ impl LiveSource {
             sockets_seen: 0,
             stale_removed: Vec::new(),
             host: socket_host(),
+            busy: HashMap::new(),
         }
     }
 
@@ -195,6 +304,20 @@ impl LiveSource {
 
     pub fn connected(&self) -> usize {
         self.conns.len()
+    }
+
+    /// Sockets connected (or with a full listen queue) whose process has not said hello yet,
+    /// for less than `NOT_ANSWERING`: a one-shot reader waits for them before it prints.
+    pub fn pending(&self) -> usize {
+        self.conns
+            .values()
+            .filter(|c| c.key.is_none() && c.since.elapsed() < NOT_ANSWERING)
+            .count()
+            + self
+                .busy
+                .values()
+                .filter(|b| b.since.elapsed() < NOT_ANSWERING)
+                .count()
     }
 
     fn wanted(&self, pid: u32) -> bool {
@@ -234,8 +357,10 @@ impl LiveSource {
                 }
                 continue;
             }
-            self.seen.insert(id);
-            self.sockets_seen += 1;
+            self.seen.insert(id.clone());
+            if !self.busy.contains_key(&path) {
+                self.sockets_seen += 1;
+            }
             if !md.file_type().is_socket() {
                 continue;
             }
@@ -247,18 +372,43 @@ impl LiveSource {
                 ));
                 continue;
             }
-            match UnixStream::connect(&path) {
+            let local = if host == self.host {
+                hostname()
+            } else {
+                host.clone()
+            };
+            match connect_nonblocking(&path) {
                 Ok(s) => {
-                    if s.set_nonblocking(true).is_ok() {
-                        self.conns.insert(
-                            path,
-                            Conn {
-                                key: None,
-                                stream: s,
-                                decoder: Decoder::new(),
-                            },
-                        );
-                    }
+                    let busy = self.busy.remove(&path);
+                    let (since_ns, since, said) = busy.map_or_else(
+                        || (crate::agg::nccl::wall_ns(), Instant::now(), false),
+                        |b| (b.since_ns, b.since, b.said),
+                    );
+                    self.conns.insert(
+                        path,
+                        Conn {
+                            key: None,
+                            stream: s,
+                            decoder: Decoder::new(),
+                            host: local,
+                            pid,
+                            since_ns,
+                            since,
+                            said,
+                        },
+                    );
+                }
+                // Its listen queue is full: the process does not accept (stopped, hung).
+                // Tried again at the next scan; said as not answering meanwhile.
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    self.seen.remove(&id);
+                    self.busy.entry(path).or_insert_with(|| Busy {
+                        host: local,
+                        pid,
+                        since_ns: crate::agg::nccl::wall_ns(),
+                        since: Instant::now(),
+                        said: false,
+                    });
                 }
                 Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => {
                     // A stale socket of a process that died without cleaning up (removed), or
@@ -278,15 +428,32 @@ impl LiveSource {
     /// Reads everything available from every connection into `sink`. Returns the number of
     /// frames passed on.
     pub fn poll<S: LiveSink + ?Sized>(&mut self, sink: &mut S) -> usize {
-        if self
+        let scanned = self
             .last_scan
-            .is_none_or(|t| t.elapsed() >= self.scan_every)
-        {
+            .is_none_or(|t| t.elapsed() >= self.scan_every);
+        if scanned {
             self.last_scan = Some(Instant::now());
             self.scan(sink);
         }
         let mut applied = 0;
         let mut closed = Vec::new();
+        // Sockets whose listen queue stays full: not answering; gone once the file or the
+        // process is.
+        let mut gone = Vec::new();
+        for (path, b) in self.busy.iter_mut() {
+            if !path.exists() || !process_exists(b.pid) {
+                if b.said {
+                    sink.not_answering(&b.host, b.pid, None);
+                }
+                gone.push(path.clone());
+            } else if b.since.elapsed() >= NOT_ANSWERING && (!b.said || scanned) {
+                b.said = true;
+                sink.not_answering(&b.host, b.pid, Some(proc_state(b.pid, b.since_ns)));
+            }
+        }
+        for p in gone {
+            self.busy.remove(&p);
+        }
         for (path, c) in self.conns.iter_mut() {
             let mut problem = None;
             let mut eof = false;
@@ -322,6 +489,10 @@ impl LiveSource {
                     Ok(Some(f)) => {
                         if let Frame::Hello { identity, .. } = &f {
                             c.key = Some(ProcKey::of(identity));
+                            if c.said {
+                                c.said = false;
+                                sink.not_answering(&c.host, c.pid, None);
+                            }
                         }
                         if let Some(k) = &c.key {
                             sink.frame(k, f);
@@ -336,7 +507,17 @@ impl LiveSource {
                     }
                 }
             }
+            // Connected, and no hello: its process does not answer (stopped, hung). Said
+            // again at each scan while it lasts (whether it is stopped may change).
+            if !eof && c.key.is_none() && c.since.elapsed() >= NOT_ANSWERING && (!c.said || scanned)
+            {
+                c.said = true;
+                sink.not_answering(&c.host, c.pid, Some(proc_state(c.pid, c.since_ns)));
+            }
             if eof {
+                if c.said && c.key.is_none() {
+                    sink.not_answering(&c.host, c.pid, None);
+                }
                 if problem.is_none() && c.decoder.pending() > 0 {
                     problem = Some(format!(
                         "{}: connection closed in the middle of a frame",
@@ -415,6 +596,78 @@ mod tests {
         for p in [&ours, &other_host, &live_path] {
             assert!(p.exists(), "{} kept", p.display());
         }
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// Polls `src` into `model` until `cond` holds, or panics after 10 s.
+    fn poll_until(
+        src: &mut LiveSource,
+        model: &mut Model,
+        what: &str,
+        cond: impl Fn(&Model) -> bool,
+    ) {
+        let start = Instant::now();
+        while !cond(model) {
+            assert!(
+                start.elapsed() < Duration::from_secs(10),
+                "{what}: {:?}",
+                model.not_answering
+            );
+            src.poll(model);
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// A process whose collector never accepts (stopped, hung): its socket connects (or its
+    /// listen queue is full) and no hello comes. It is listed as not answering after
+    /// `NOT_ANSWERING`, never waited on (a full queue does not block the connect), and no longer
+    /// once it is gone.
+    #[test]
+    fn a_socket_that_never_says_hello_is_not_answering() {
+        use std::os::unix::io::AsRawFd;
+        let dir = std::env::temp_dir().join(format!("sigmatop-noanswer-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("dir");
+        let me = std::process::id();
+        let path = dir.join(format!("{}-{me}.sock", socket_host()));
+        let listener = std::os::unix::net::UnixListener::bind(&path).expect("bind");
+        // Room for one connection in its listen queue, taken by another reader: a blocking
+        // connect would now wait for an accept that never comes.
+        // SAFETY: listen(2) on a socket this test owns.
+        assert_eq!(unsafe { libc::listen(listener.as_raw_fd(), 0) }, 0);
+        let first = UnixStream::connect(&path).expect("the queue's one place");
+        let mut src = LiveSource::new(dir.clone(), ProcessFilter::Pids(vec![me]));
+        let mut model = Model::new();
+        let start = Instant::now();
+        src.poll(&mut model);
+        assert!(
+            start.elapsed() < Duration::from_secs(1),
+            "the connect did not block"
+        );
+        assert!(model.not_answering.is_empty(), "not before NOT_ANSWERING");
+        assert_eq!(src.pending(), 1);
+        let key = (hostname(), me);
+        poll_until(&mut src, &mut model, "a full queue is not answering", |m| {
+            m.not_answering.contains_key(&key)
+        });
+        let n = &model.not_answering[&key];
+        assert!(!n.stopped, "this process runs");
+        assert!(!n.exe.is_empty(), "its name from /proc");
+        // Gone: its socket with it.
+        drop(first);
+        drop(listener);
+        let _ = std::fs::remove_file(&path);
+        poll_until(&mut src, &mut model, "gone", |m| m.not_answering.is_empty());
+        // A queue with room: the connect succeeds, and the hello does not come.
+        let listener = std::os::unix::net::UnixListener::bind(&path).expect("bind again");
+        poll_until(&mut src, &mut model, "connected, no hello", |m| {
+            m.not_answering.contains_key(&key)
+        });
+        assert_eq!(src.connected(), 1);
+        drop(listener);
+        poll_until(&mut src, &mut model, "closed", |m| {
+            m.not_answering.is_empty()
+        });
         let _ = std::fs::remove_dir_all(&dir);
     }
 

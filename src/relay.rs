@@ -905,6 +905,8 @@ fn apply(i: usize, owner: &mut Owners, f: RelayFrame, model: &mut Model) -> Resu
                 _ => {}
             }
             model.apply(&key, frame);
+            // Silence is judged by arrival on this side's clock (`agg::waits`).
+            model.seen(&key, crate::agg::nccl::wall_ns());
         }
         RelayFrame::Closed { key, problem } => {
             let owned = owner.get(&key);
@@ -959,6 +961,7 @@ fn apply(i: usize, owner: &mut Owners, f: RelayFrame, model: &mut Model) -> Resu
                     crate::agg::snapshots::MAX_TOTALS_RUN
                 ));
             }
+            model.seen(&key, crate::agg::nccl::wall_ns());
         }
     }
     Ok(())

@@ -465,6 +465,7 @@ fn a_hang_every_rank_is_in_is_located_on_the_edge_that_waits_on_the_network() {
                         ep: 3,
                         sq_posted: 10,
                         sq_completed: 7,
+                        sq_signaled_outstanding: 1,
                         sq_oldest_ns: 4 * S,
                         sq_stalled_ns: 4 * S,
                         ..Default::default()
@@ -518,4 +519,29 @@ fn a_hang_every_rank_is_in_is_located_on_the_edge_that_waits_on_the_network() {
         lines[0].contains("r1→r2 ch1 waits on the network (QP 0x2a1"),
         "{lines:?}"
     );
+    // serve: rank 1's stalled QP and its outstanding work, per process and (with --qp-metrics)
+    // per QP.
+    let text = sigmatop::export::openmetrics::encode_model(
+        &m,
+        sigmatop::export::openmetrics::MetricsOptions { qp_metrics: true },
+    )
+    .expect("text");
+    let series = |name: &str, with: &[&str]| -> Vec<String> {
+        text.lines()
+            .filter(|l| l.starts_with(name) && with.iter().all(|w| l.contains(w)))
+            .map(str::to_string)
+            .collect()
+    };
+    let stalled = series("sigmatop_stalled_qps{", &["pid=\"101\""]);
+    assert!(stalled.len() == 1 && stalled[0].ends_with(" 1"), "{text}");
+    let out = series(
+        "sigmatop_qp_outstanding_wrs{",
+        &["qpn=\"0x2a1\"", "queue=\"send\""],
+    );
+    assert!(out.len() == 1 && out[0].ends_with(" 3"), "{out:?}\n{text}");
+    let out = series(
+        "sigmatop_outstanding_wrs{",
+        &["pid=\"101\"", "queue=\"send\""],
+    );
+    assert!(out.len() == 1 && out[0].ends_with(" 3"), "{out:?}");
 }

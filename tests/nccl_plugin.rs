@@ -1,7 +1,7 @@
 //! sigmatop's NCCL profiler plugin driven on the CPU the way NCCL 2.28 drives it
 //! (tests/nccl_plugin_driver.c: the v5 descriptors laid out by the C compiler from NCCL's header
 //! fields): every field NCCL passes lands where src/nccl/format.rs says, with the parent links;
-//! NCCL's per-poll SendPeerWait state is skipped; the totals record closes the file.
+//! NCCL's per-poll SendPeerWait state is kept once per step; the totals record closes the file.
 mod common;
 
 use common::Bounded;
@@ -86,10 +86,19 @@ fn the_plugin_records_what_nccl_passes_it() {
         ),
         (0x10001, 1, 0, 0x7700000000000005, 3, 0x1c3, 32768)
     );
+    // SendPeerWait polled three times: its first kept; then SendWait.
     let states: Vec<_> = d.recs.iter().filter(|r| r.kind() == kind::STATE).collect();
-    assert_eq!(states.len(), 1, "SendPeerWait is skipped: {states:?}");
+    assert_eq!(
+        states.len(),
+        2,
+        "one SendPeerWait, one SendWait: {states:?}"
+    );
     assert_eq!(
         (states[0].id(), states[0].state(), states[0].p(0)),
+        (step.id(), 20, 32768)
+    );
+    assert_eq!(
+        (states[1].id(), states[1].state(), states[1].p(0)),
         (step.id(), 9, 32768)
     );
     let stops: Vec<u64> = d

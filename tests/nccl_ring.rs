@@ -704,6 +704,47 @@ fn a_held_edge_keeps_every_rank_in_the_call() {
             rank.err.text()
         );
     }
+    // Killed where they stand, the record (cut) still says where the call waited when it ended:
+    // `export --json` locates it on the held edge, on the network.
+    drop(ring);
+    // At the threshold the live view used (1 s): the call was held at least that long.
+    let out = Command::new(common::sigmatop_bin())
+        .arg("export")
+        .arg(&trace.record)
+        .args(["--json", "-", "--hang-after", "1s"])
+        .output()
+        .expect("sigmatop export");
+    assert!(
+        out.status.success(),
+        "{ctx}: export: {}",
+        common::stderr_of(&out)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("export JSON");
+    let hung = &v["nccl_hung"][0];
+    let text = hung["text"].as_str().unwrap_or_default();
+    assert!(
+        text.starts_with(&format!("AllReduce #{held_call}: all 4 ranks in it "))
+            && text.contains("; r1→r2 ch")
+            && text.contains(" waits on the network (QP 0x"),
+        "{ctx}: the record's hung call: {:#}",
+        v["nccl_hung"]
+    );
+    // `report` says the same, under where the record ends waiting.
+    let out = Command::new(common::sigmatop_bin())
+        .arg("report")
+        .arg(&trace.record)
+        .args(["--hang-after", "1s"])
+        .output()
+        .expect("sigmatop report");
+    let text = common::stdout_of(&out);
+    let at = text
+        .find("where it waits at the end of the record:")
+        .unwrap_or_else(|| panic!("{ctx}: report:\n{text}"));
+    assert!(
+        text[at..].contains(&format!("AllReduce #{held_call}: all 4 ranks in it "))
+            && text[at..].contains(" waits on the network (QP 0x"),
+        "{ctx}: report:\n{text}"
+    );
 }
 
 /// NCCL's receiver posts its FIFO credits unsignaled but for one in 256 (net_ib.cc

@@ -169,6 +169,14 @@ pub struct ModelAt<'m> {
     pub detail: Detail,
     /// Endpoint rows other than the unattributed ones (every process, whatever `detail`).
     pub qps: usize,
+    /// Per process: how long it has been silent (ns: no frame for longer than
+    /// `waits::silent_after`, and it has not exited), None while it reports (`agg::waits`).
+    pub silent: Vec<Option<u64>>,
+    /// The wall clock of a live view at its newest data (None: a replay, or a view of the past).
+    pub live_now: Option<u64>,
+    /// `waits::waits` of this view time, for one threshold: its rule, the row marks and the
+    /// idle rule all read it (`waits::waits_cached`).
+    pub(crate) waits_memo: std::cell::OnceCell<(u64, super::waits::Waits)>,
 }
 
 /// Which endpoints `ModelAt` lists.
@@ -319,6 +327,18 @@ impl<'m> ModelAt<'m> {
                 procs.push(ProcAt::new(k, p, t, opts.window, every));
             }
         }
+        // Who stopped reporting: their "now" is not known (0, never their last rates).
+        let live_now = if opts.at.is_none() { opts.now_ns } else { None };
+        let silent: Vec<Option<u64>> = procs
+            .iter()
+            .map(|a| super::waits::silent_ns(a.p, t, live_now))
+            .collect();
+        for (a, s) in procs.iter_mut().zip(&silent) {
+            if s.is_some() {
+                a.forget_now();
+            }
+        }
+        let any_silent = silent.iter().any(Option::is_some);
         if !cache
             .topo
             .as_ref()
@@ -329,18 +349,51 @@ impl<'m> ModelAt<'m> {
         let topo = cache
             .topo
             .get_or_insert_with(|| Topology::new(model, included, &procs));
+        // While some process is silent, who waits on it is read from the endpoints whose peer
+        // it is (`agg::waits`): their processes list them.
+        let talks_to_silent: Vec<bool> = if any_silent && !every {
+            let peers = topo.peers(&procs);
+            procs
+                .iter()
+                .enumerate()
+                .map(|(pi, a)| {
+                    a.p.endpoints.values().any(|d| {
+                        peers
+                            .of(pi as u32, d, a.p.av_of(d.id))
+                            .process
+                            .is_some_and(|q| q as usize != pi && silent[q as usize].is_some())
+                    })
+                })
+                .collect()
+        } else {
+            vec![false; procs.len()]
+        };
         // Which processes list their endpoints.
         let listed: Vec<bool> = procs
             .iter()
             .zip(&topo.gpu)
-            .map(|(a, gpu)| every || *gpu || a.sums.tot.doorbells > 0 || a.sums.tot.posted > 0)
+            .zip(&talks_to_silent)
+            .map(|((a, gpu), t)| {
+                every || *t || *gpu || a.sums.tot.doorbells > 0 || a.sums.tot.posted > 0
+            })
             .collect();
-        for (a, l) in procs.iter_mut().zip(&listed) {
+        for ((a, l), s) in procs.iter_mut().zip(&listed).zip(&silent) {
             if *l && !a.detailed {
                 *a = ProcAt::new(a.key, a.p, t, opts.window, true);
+                if s.is_some() {
+                    a.forget_now();
+                }
             }
         }
-        let peers = if every {
+        // Peers are resolved for every endpoint listed when the waits need them (receives
+        // outstanding somewhere, or a silent process): cached with the topology.
+        let with_peers = every
+            || any_silent
+            || procs
+                .iter()
+                .zip(&listed)
+                .any(|(a, l)| *l && a.sums.tot.outstanding().is_some_and(|n| n > 0));
+        let peers = if with_peers {
             topo.peers(&procs)
         } else {
             Arc::new(Peers::default())
@@ -395,7 +448,7 @@ impl<'m> ModelAt<'m> {
                     ep,
                     def,
                     peer: match def {
-                        Some(d) if every => peers.of(pi as u32, d, p.av_of(ep)),
+                        Some(d) if with_peers => peers.of(pi as u32, d, p.av_of(ep)),
                         _ => EndpointPeer::default(),
                     },
                     tot,
@@ -420,7 +473,15 @@ impl<'m> ModelAt<'m> {
             groups: topo.groups.clone(),
             detail: opts.detail,
             qps,
+            silent,
+            live_now,
+            waits_memo: std::cell::OnceCell::new(),
         }
+    }
+
+    /// How long process `proc` (its index in `procs`) has been silent, None while it reports.
+    pub fn silent_ns(&self, proc: u32) -> Option<u64> {
+        self.silent.get(proc as usize).copied().flatten()
     }
 
     /// Total egress and ingress now, bytes/s.

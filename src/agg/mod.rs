@@ -13,6 +13,8 @@
 //! - `history`: bandwidth and doorbell series up to a view time.
 //! - `report`: cumulative totals per process, endpoint and operation (the JSON report).
 //! - `nccl`: NCCL collectives per communicator across processes, live, and the hung collective.
+//! - `waits`: who the others wait for: processes that stopped reporting (silent), and the far
+//!   end of receives that do not complete (the root of the chain of waits).
 //! - `warnings`: rules over the state at a view time (skew, drops, doorbell storms).
 //! - `stalls`: stalled edges: QPs with send work outstanding and no completion past the
 //!   threshold, with their process and peer.
@@ -27,16 +29,20 @@ pub mod report;
 pub mod snapshots;
 pub mod stalls;
 pub mod sums;
+pub mod waits;
 pub mod warnings;
 pub mod window;
 
 pub use at::{AtCache, AtOptions, Detail, ModelAt};
 pub use matrix::Matrix;
 pub use model::{
-    HISTORY, HISTORY_BYTES, HostLink, LinkState, Model, OpTable, ProcKey, ProcessState,
-    RECENT_EVENTS, RecentEvents, WINDOW_FLOOR_NS, clock_of,
+    HISTORY, HISTORY_BYTES, HostLink, LinkState, Model, NotAnswering, OpTable, ProcKey,
+    ProcessState, RECENT_EVENTS, RecentEvents, WINDOW_FLOOR_NS, clock_of,
 };
-pub use report::{EndpointReport, Flow, LiveMissed, OpTotals, PeerRef, ProcessReport, Report};
+pub use report::{
+    EndpointReport, Flow, LiveMissed, OpTotals, PeerRef, ProcessRef, ProcessReport, QuietReport,
+    Report, WaitReport, Waiter,
+};
 pub use window::Window;
 
 /// A count with thousands separators: "1,204".

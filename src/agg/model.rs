@@ -91,6 +91,10 @@ pub struct ProcessState {
     pub missed: (u64, u64),
     /// The NCCL plugin's collectives, as its latest `Frame::Nccl` said (none: no NCCL).
     pub nccl: Option<crate::nccl::live::NcclLive>,
+    /// When its latest frame arrived, by the reader's own clock (ns, CLOCK_REALTIME; 0: not
+    /// known, as in a recording): a live view judges silence by it (`agg::waits`), so that a
+    /// host whose clock is off does not look silent, or alive.
+    pub last_seen_ns: u64,
     /// Outstanding work per verbs QP, as its latest `Frame::Queues` said (none: it posted on
     /// no verbs QP, or its preload sends no queues).
     pub queues: Option<crate::queue::Queues>,
@@ -329,10 +333,25 @@ impl LinkState {
     }
 }
 
+/// A traced process whose socket is there but which has not said hello (its collector does not
+/// accept or answer: the process is stopped, or hung hard): known by its socket alone.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct NotAnswering {
+    /// Since when (ns, CLOCK_REALTIME, the reader's clock): the first connection attempt.
+    pub since_ns: u64,
+    /// The program's name (`/proc/PID/comm`), when it could be read.
+    pub exe: String,
+    /// `/proc/PID/stat` says it is stopped (state T: SIGSTOP, Ctrl-Z, a debugger).
+    pub stopped: bool,
+}
+
 /// The model of all processes.
 #[derive(Default)]
 pub struct Model {
     pub processes: BTreeMap<ProcKey, ProcessState>,
+    /// Traced processes of this host that do not answer (no hello yet), by (host, pid): listed
+    /// as such, never dropped (`live::LiveSource` fills it).
+    pub not_answering: BTreeMap<(String, u32), NotAnswering>,
     /// Messages about sources (refused sockets, bad frames), newest last.
     pub messages: Vec<String>,
     /// Remote hosts in the order they were given (empty for a local attach, a run or a replay).
@@ -536,6 +555,28 @@ impl Model {
             .fold((0, 0), |a, p| (a.0 + p.missed.0, a.1 + p.missed.1))
     }
 
+    /// A frame of process `key` arrived at `now_ns` (the reader's clock): what a live view
+    /// judges silence by.
+    pub fn seen(&mut self, key: &ProcKey, now_ns: u64) {
+        if let Some(p) = self.processes.get_mut(key) {
+            p.last_seen_ns = now_ns;
+        }
+    }
+
+    /// Process `pid` of `host` has a socket but does not answer (`Some`), or answers again or is
+    /// gone (`None`).
+    pub fn note_not_answering(&mut self, host: &str, pid: u32, state: Option<NotAnswering>) {
+        let key = (host.to_string(), pid);
+        match state {
+            Some(s) => {
+                self.not_answering.insert(key, s);
+            }
+            None => {
+                self.not_answering.remove(&key);
+            }
+        }
+    }
+
     /// Marks a process whose source ended.
     pub fn source_closed(&mut self, key: &ProcKey, problem: Option<String>) {
         let p = self.process_mut(key);
@@ -561,6 +602,12 @@ impl Model {
             }
             if let Some(q) = pr.queues.last() {
                 m.apply(&key, Frame::Queues(q.clone()));
+            }
+            // Its NCCL calls as the live tracker left them at the record's end (where a record
+            // cut by a hang waited).
+            if let Some(t) = crate::nccl::live::Tracker::of_file(pr) {
+                m.apply(&key, Frame::Nccl(t.live()));
+                m.apply(&key, Frame::NcclWaits(t.waits()));
             }
             let p = m.process_mut(&key);
             p.exited = true;

@@ -59,8 +59,8 @@ pub struct WaitView {
     pub what: WaitKind,
     /// How long it has been in that state at the view time.
     pub for_ns: u64,
-    /// The QP its last work request went to, when known: (QPN, send WRs outstanding, none
-    /// completed for ns).
+    /// The QP its last work request went to, when known: (QPN, send WRs outstanding while a
+    /// signaled one is awaited (0 otherwise), none completed for ns).
     pub qp: Option<(u32, u64, u64)>,
     pub steps_done: u32,
     pub steps: u32,
@@ -552,7 +552,13 @@ fn waits_of(m: &Member, t: u64) -> Vec<WaitView> {
                     let (out, stalled) = m.p.queues.as_ref().map_or((0, 0), |qs| {
                         qs.get(w.ep).map_or((0, 0), |q| {
                             let q = super::stalls::queue_at(q, qs.at_ns, t.max(qs.at_ns));
-                            (q.sq_outstanding(), q.sq_stalled_ns)
+                            // Work is awaited only where a signaled request is outstanding
+                            // (unsignaled ones after the last signaled one wait for nothing).
+                            if q.sq_signaled_outstanding > 0 {
+                                (q.sq_outstanding(), q.sq_stalled_ns)
+                            } else {
+                                (0, 0)
+                            }
                         })
                     });
                     Some((qpn, out, stalled))

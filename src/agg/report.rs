@@ -235,6 +235,74 @@ impl Model {
         r
     }
 
+    /// The longest period of a recording in which no traced process received a byte, and who was
+    /// waiting on whom at its end
+    /// (`agg::waits::longest_quiet`): what `report` and `export --json` say. None when nothing
+    /// moved.
+    pub fn quiet_report(&self) -> Option<QuietReport> {
+        let q = super::waits::longest_quiet(self)?;
+        // Just before its end: a process that was stopped is silent until the snapshot that
+        // ends the quiet period.
+        let at = super::at::ModelAt::new(
+            self,
+            &super::at::AtOptions {
+                at: Some(q.to_ns.saturating_sub(1)),
+                ..Default::default()
+            },
+        );
+        // Waits shorter than the default threshold are still waits when the whole job was
+        // quiet that long: judged over the quiet period itself.
+        let wait_ns = super::warnings::hang_ns()
+            .min((q.to_ns - q.from_ns) / 2)
+            .max(1);
+        let waits = self.wait_reports(&at, wait_ns);
+        // The one the others waited for; else one that had stopped reporting.
+        let straggler = waits
+            .iter()
+            .find(|w| !w.waited_on_by.is_empty() || !w.behind.is_empty())
+            .or_else(|| waits.iter().find(|w| w.silent_s.is_some()))
+            .map(|w| w.process.clone());
+        Some(QuietReport {
+            from_ns: q.from_ns,
+            to_ns: q.to_ns,
+            seconds: secs(q.to_ns - q.from_ns),
+            waits,
+            straggler,
+        })
+    }
+
+    fn wait_reports(&self, at: &super::at::ModelAt, wait_ns: u64) -> Vec<WaitReport> {
+        let w = super::waits::waits(at, wait_ns);
+        let proc_ref = |p: u32| {
+            at.procs
+                .get(p as usize)
+                .map_or_else(ProcessRef::default, |a| ProcessRef {
+                    host: a.key.host.clone(),
+                    pid: a.key.pid,
+                    rank: a.p.identity.rank,
+                })
+        };
+        w.waited_on
+            .iter()
+            .map(|x| WaitReport {
+                process: proc_ref(x.proc),
+                silent_s: x.silent_ns.map(secs),
+                quiet_s: secs(x.quiet_ns),
+                waited_on_by: x
+                    .waiters
+                    .iter()
+                    .map(|y| Waiter {
+                        process: proc_ref(y.proc),
+                        endpoint: super::waits::endpoint_name(at, y.proc, y.ep),
+                        receives_posted: y.outstanding,
+                    })
+                    .collect(),
+                behind: x.behind.iter().map(|&p| proc_ref(p)).collect(),
+                text: super::waits::text(at, x),
+            })
+            .collect()
+    }
+
     /// The hung NCCL calls at the view time: now for a live model, the newest data of a record.
     pub fn hung_reports(&self, threshold_ns: u64) -> Vec<HungReport> {
         if !self.processes.values().any(|p| p.nccl.is_some()) {
@@ -280,6 +348,49 @@ impl Model {
             .collect()
     }
 
+    /// `report`, live: at wall clock `now_ns` (None: the model's newest data), each process's
+    /// state (`running`, `silent` with its `silent_s`, `exited`), the processes whose socket is
+    /// there but which do not answer (`not answering`: never dropped), and who waits on whom
+    /// (`waits`, `agg::waits`).
+    pub fn report_at(&self, now_ns: Option<u64>) -> Report {
+        let mut r = self.report();
+        let at = super::at::ModelAt::new(
+            self,
+            &super::at::AtOptions {
+                now_ns,
+                ..Default::default()
+            },
+        );
+        // `report` lists the processes in model order, as `ModelAt` does without a view time.
+        for (pi, pr) in r.processes.iter_mut().enumerate() {
+            if let Some(ns) = at.silent_ns(pi as u32) {
+                pr.state = "silent";
+                pr.silent_s = Some(secs(ns));
+            }
+        }
+        let now = at.live_now.unwrap_or(at.t);
+        for ((host, pid), n) in &self.not_answering {
+            r.processes.push(ProcessReport {
+                host: host.clone(),
+                pid: *pid,
+                exe: n.exe.clone(),
+                state: "not answering",
+                silent_s: Some(secs(now.saturating_sub(n.since_ns))),
+                problem: Some(format!(
+                    "traced (its socket is there) but not answering{}",
+                    if n.stopped {
+                        ": stopped (SIGSTOP, Ctrl-Z or a debugger)"
+                    } else {
+                        ""
+                    }
+                )),
+                ..Default::default()
+            });
+        }
+        r.waits = self.wait_reports(&at, super::warnings::hang_ns());
+        r
+    }
+
     /// The stalled edges at the newest data (none unless some process reports send work
     /// outstanding).
     pub fn stall_reports(&self, threshold_ns: u64) -> Vec<StallReport> {
@@ -320,6 +431,60 @@ impl Model {
             })
             .collect()
     }
+}
+
+/// Seconds, to the millisecond.
+fn secs(ns: u64) -> f64 {
+    (ns / 1_000_000) as f64 / 1e3
+}
+
+/// A traced process, by its host, pid and rank.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct ProcessRef {
+    pub host: String,
+    pub pid: u32,
+    pub rank: Option<u32>,
+}
+
+/// A process the others wait on, live (`Report::waits`, `agg::waits`).
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct WaitReport {
+    pub process: ProcessRef,
+    /// Seconds since its last frame, when it is silent.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub silent_s: Option<f64>,
+    /// Seconds it has sent nothing (0 when it is silent, or sends to others).
+    pub quiet_s: f64,
+    /// The endpoints that wait on it directly.
+    pub waited_on_by: Vec<Waiter>,
+    /// Processes that wait on it through others.
+    pub behind: Vec<ProcessRef>,
+    /// The warning's text.
+    pub text: String,
+}
+
+/// The longest quiet period of a recording (`Model::quiet_report`).
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct QuietReport {
+    /// From the last snapshot that saw bytes arrive to the last one before they arrived again
+    /// (ns, CLOCK_REALTIME), and its length in seconds.
+    pub from_ns: u64,
+    pub to_ns: u64,
+    pub seconds: f64,
+    /// Who waited on whom at its end (silent processes included).
+    pub waits: Vec<WaitReport>,
+    /// The process the others waited for (the first one waited on), if any.
+    pub straggler: Option<ProcessRef>,
+}
+
+/// One endpoint that waits (`WaitReport::waited_on_by`).
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Waiter {
+    pub process: ProcessRef,
+    /// "QP 0x107", "ucp_worker", "ep#3".
+    pub endpoint: String,
+    /// Receives posted there and not completed (0: its peer is silent and nothing moves).
+    pub receives_posted: u64,
 }
 
 #[derive(Clone, Debug, Default, Serialize)]
@@ -531,6 +696,13 @@ pub struct ProcessReport {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub exit_code: Option<i32>,
     pub exe: String,
+    /// "running"; "silent" (live: it has not exited and no frame came for a while: stopped or
+    /// hung; `silent_s` says how long); "not answering" (live: its socket is there, and it never
+    /// said hello); "exited".
+    pub state: &'static str,
+    /// Seconds since its last frame (or since its socket first did not answer), when silent.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub silent_s: Option<f64>,
     pub mode: String,
     /// The layers the process used (defined an endpoint or counted an operation in).
     pub layers: String,
@@ -575,6 +747,8 @@ impl ProcessReport {
             exit_signal: p.exit_signal,
             exit_code: p.exit_code,
             exe: p.identity.exe.clone(),
+            state: if p.exited { "exited" } else { "running" },
+            silent_s: None,
             mode: p.identity.mode().name().to_string(),
             layers: crate::event::layer_names(p.layers_used()),
             layers_enabled: if p.layers_used() == p.identity.layers {
@@ -612,6 +786,10 @@ pub struct Report {
     /// `attach HOST...`: every remote host with the state of its link (absent otherwise).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub hosts: Vec<super::model::HostLink>,
+    /// Live: silent processes and the processes the others wait on (`agg::waits`), with who
+    /// waits on them (absent when none).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub waits: Vec<WaitReport>,
     /// Stalled edges at the newest data: QPs with send work outstanding and no completion past
     /// the hang threshold (absent when none).
     #[serde(skip_serializing_if = "Vec::is_empty")]

@@ -15,9 +15,9 @@ use super::at::ModelAt;
 use super::peers::Peers;
 use crate::queue::QueueState;
 
-/// A process whose newest snapshot is this much older than the view time has stopped reporting
-/// (snapshots come every 250 ms): its queues are not judged.
-pub const SILENT_NS: u64 = 1_000_000_000;
+/// A process that stopped reporting (silent: `agg::waits::silent_after`, 1 s at the default
+/// 250 ms snapshots): its queues are not judged.
+pub use super::waits::SILENT_NS;
 
 /// Who is on the other side of a stalled edge.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -161,14 +161,11 @@ pub fn queue_at(q: &QueueState, sent_at_ns: u64, t: u64) -> QueueState {
     q
 }
 
-/// Whether process `i` of `at` reports: it has not exited and its newest snapshot is recent.
+/// Whether process `i` of `at` reports: it has not exited and it is not silent (`agg::waits`:
+/// the one rule of silence, which the silent-process warning follows).
 pub fn reporting(at: &ModelAt, i: usize) -> bool {
     let a = &at.procs[i];
-    if a.p.exited {
-        return false;
-    }
-    let last = a.p.history.last_head().map_or(0, |s| s.at_ns);
-    at.t.saturating_sub(last) < SILENT_NS
+    !a.p.exited && at.silent_ns(i as u32).is_none()
 }
 
 /// The name of the peer of endpoint `ep` of process `pi`, and its process when it is traced.

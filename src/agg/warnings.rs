@@ -14,6 +14,9 @@ pub struct WarningConfig {
     pub doorbell_storm_per_s: f64,
     /// A NCCL collective open longer than this (ns) on some rank is reported as hung.
     pub collective_hang_ns: u64,
+    /// Receives outstanding with none completed for this long (ns), on an edge whose far end
+    /// sent nothing meanwhile, are a wait (`agg::waits`).
+    pub wait_ns: u64,
     /// A QP with send work outstanding and no completion for longer than this (ns) is a stalled
     /// edge.
     pub stall_ns: u64,
@@ -26,6 +29,7 @@ impl Default for WarningConfig {
             doorbell_storm_per_s: 500_000.0,
             collective_hang_ns: hang_ns(),
             stall_ns: hang_ns(),
+            wait_ns: hang_ns(),
         }
     }
 }
@@ -75,6 +79,15 @@ pub enum WarningKind {
     /// A NCCL collective some ranks started has not completed after the threshold: `value` the
     /// seconds it has been open; `subject` names it and the ranks it waits for.
     HungCollective,
+    /// A process that has not exited stopped reporting (stopped, or hung so hard that its
+    /// collector does not run), or a traced process whose socket is there does not answer:
+    /// `value` the seconds since its last frame; `subject` names it and who waits on it
+    /// (`agg::waits`).
+    Silent,
+    /// Processes wait on edges (receives outstanding, nothing completing) whose far end sends
+    /// them nothing: `subject` names that far end (the root of the chain of waits) and who
+    /// waits on it; `value` how long it has sent nothing, seconds.
+    WaitedOn,
     /// An endpoint's operations failed (error completions other than flushes, failed calls):
     /// `count` since the start.
     FailedOperations,
@@ -128,6 +141,8 @@ pub struct DoorbellStorm;
 pub struct IdleWithPosted;
 /// Endpoints whose operations failed.
 pub struct Failed;
+/// Silent processes and the processes the others wait on (`agg::waits`), one warning each.
+pub struct Waits;
 
 /// Every rule, in the order their warnings are listed (then sorted by kind).
 /// NCCL collectives open past the threshold, with the ranks they wait for.
@@ -137,6 +152,7 @@ pub struct HungCollective;
 pub const RULES: &[&dyn Rule] = &[
     &StalledEdges,
     &HungCollective,
+    &Waits,
     &Failed,
     &Drops,
     &Skew,
@@ -180,6 +196,36 @@ impl Rule for HungCollective {
     }
 }
 
+impl Rule for Waits {
+    fn check(&self, at: &ModelAt, cfg: &WarningConfig, out: &mut Vec<Warning>) {
+        for w in &super::waits::waits_cached(at, cfg.wait_ns).waited_on {
+            let (kind, value) = match w.silent_ns {
+                Some(ns) => (WarningKind::Silent, ns as f64 / 1e9),
+                None => (WarningKind::WaitedOn, w.quiet_ns as f64 / 1e9),
+            };
+            out.push(Warning {
+                kind,
+                subject: super::waits::text(at, w),
+                value,
+                processes: (w.waiting_processes().len()) as u64,
+                short: super::waits::short_text(at, w),
+            });
+        }
+        // Traced processes known by their socket alone: they never said hello.
+        let now = at.live_now.unwrap_or(at.t);
+        for ((host, pid), n) in &at.model.not_answering {
+            let age = now.saturating_sub(n.since_ns);
+            out.push(Warning {
+                kind: WarningKind::Silent,
+                subject: super::waits::not_answering_text(host, *pid, n, age),
+                value: age as f64 / 1e9,
+                processes: 0,
+                short: format!("pid {pid} silent {:.1}s: not answering", age as f64 / 1e9),
+            });
+        }
+    }
+}
+
 impl Rule for Failed {
     fn check(&self, at: &ModelAt, _cfg: &WarningConfig, out: &mut Vec<Warning>) {
         for a in &at.procs {
@@ -210,35 +256,57 @@ impl Rule for Failed {
     }
 }
 
+/// A verbs QP or SRQ of a running process that reports, with receive WRs posted and no traffic
+/// now: the receives outstanding (the rule `IdleWithPosted` and the QPs view's `idle` mark).
+pub fn idle_with_posted(at: &ModelAt, e: &super::at::EndpointAt) -> Option<u64> {
+    let a = &at.procs[e.proc as usize];
+    let verbs = e.def.is_some_and(|d| {
+        matches!(
+            d.kind,
+            crate::event::EndpointKind::VerbsQp | crate::event::EndpointKind::VerbsSrq
+        )
+    });
+    let n = e.tot.outstanding().filter(|&n| n > 0)?;
+    // Idle: a rate between two snapshots exists and is zero (a process that stopped
+    // reporting, or whose first snapshot is all there is, is not judged).
+    let idle = a.now_ns > 0 && e.tx_bps == 0.0 && e.rx_bps == 0.0 && e.ops_per_s == 0.0;
+    (verbs && idle && !a.p.exited).then_some(n)
+}
+
 impl Rule for IdleWithPosted {
-    fn check(&self, at: &ModelAt, _cfg: &WarningConfig, out: &mut Vec<Warning>) {
+    fn check(&self, at: &ModelAt, cfg: &WarningConfig, out: &mut Vec<Warning>) {
+        let mut waits = None;
         for e in &at.endpoints {
-            let a = &at.procs[e.proc as usize];
-            let verbs = e.def.is_some_and(|d| {
-                matches!(
-                    d.kind,
-                    crate::event::EndpointKind::VerbsQp | crate::event::EndpointKind::VerbsSrq
-                )
-            });
-            let Some(n) = e.tot.outstanding().filter(|&n| n > 0) else {
+            let Some(n) = idle_with_posted(at, e) else {
                 continue;
             };
-            // Idle: a rate between two snapshots exists and is zero (a process that stopped
-            // reporting, or whose first snapshot is all there is, is not judged).
-            let idle = a.now_ns > 0 && e.tx_bps == 0.0 && e.rx_bps == 0.0 && e.ops_per_s == 0.0;
-            if verbs && idle && !a.p.exited {
-                let mut id = String::new();
-                write_local_id(&mut id, e.def, e.ep);
-                out.push(Warning {
-                    kind: WarningKind::IdleWithPosted,
-                    subject: format!("QP {id} ({})", a.key.host),
-                    value: n as f64,
-                    processes: 0,
-                    short: String::new(),
-                });
+            // A QP that waits on a far end named by its own warning (`Waits`) is said there,
+            // once, with that far end: not here again.
+            let w = waits.get_or_insert_with(|| super::waits::waits_cached(at, cfg.wait_ns));
+            if w.waiter(e.proc, e.ep).is_some() {
+                continue;
             }
+            let a = &at.procs[e.proc as usize];
+            let mut id = String::new();
+            write_local_id(&mut id, e.def, e.ep);
+            out.push(Warning {
+                kind: WarningKind::IdleWithPosted,
+                subject: format!("QP {id} ({})", a.key.host),
+                value: n as f64,
+                processes: 0,
+                short: String::new(),
+            });
         }
     }
+}
+
+/// Who waits on whom at the view time (`agg::waits`) with the threshold of `cfg`: what the
+/// `Waits` rule says, for the row marks.
+pub fn waits_for<'a>(
+    at: &'a ModelAt,
+    cfg: &WarningConfig,
+) -> std::borrow::Cow<'a, super::waits::Waits> {
+    super::waits::waits_cached(at, cfg.wait_ns)
 }
 
 /// All warnings for the model at a view time, most important first.

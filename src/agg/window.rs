@@ -17,8 +17,10 @@ use super::model::{Model, ProcKey, ProcessState};
 use super::snapshots::SnapshotHistory;
 use crate::event::{DropCounters, Snapshot};
 
-/// A process whose newest snapshot is older than this (relative to the view time) has a "now"
-/// rate of zero (it exited or stopped reporting).
+/// A process that exited, whose last snapshot is older than this (relative to the view time),
+/// has a "now" rate of zero. A process that has not exited and sends no snapshot is silent
+/// sooner (`agg::waits::silent_after`: 1 s, or four of its snapshot intervals), and its "now"
+/// rates are zero from then on.
 pub const STALE_NS: u64 = 2_000_000_000;
 
 /// The period windowed figures cover, ending at the view time.
@@ -159,7 +161,15 @@ impl<'a> ProcAt<'a> {
         };
         out.has_data = true;
         let s1_at = h.at_ns(i1);
-        let stale = t.saturating_sub(s1_at) > STALE_NS;
+        // An exited process's last rates stand for STALE_NS; one that goes on without sending
+        // snapshots (stopped, hung, or in a gap of its record) is silent sooner, and its "now"
+        // is unknown from then on (shown as 0, never frozen at its last value).
+        let stale = t.saturating_sub(s1_at)
+            > if p.exited && i1 + 1 == h.len() {
+                STALE_NS
+            } else {
+                super::waits::silent_after(h, i1)
+            };
         let start = p.identity.start_ns;
         // Averages stop at the end of a process that exited; a live one that went quiet is
         // averaged up to the view time.
@@ -303,6 +313,14 @@ impl<'a> ProcAt<'a> {
             }
         }
         out
+    }
+
+    /// Forgets the "now" rates (the process went silent: what it does now is not known).
+    pub fn forget_now(&mut self) {
+        self.now_ns = 0;
+        self.sums.tx_bps = 0.0;
+        self.sums.rx_bps = 0.0;
+        self.sums.ops_per_s = 0.0;
     }
 
     /// The sums of every endpoint of the process.

@@ -150,9 +150,9 @@ fn say_messages(model: &Model, said: &mut usize) {
     *said = model.messages.len();
 }
 
-/// Prints one snapshot of `model` (JSON or tables).
+/// Prints one snapshot of `model` (JSON or tables), live: states and waits at the wall clock.
 fn print_snapshot(model: &Model, json: bool, pretty: bool) -> Result<(), String> {
-    let report = model.report();
+    let report = model.report_at(Some(crate::agg::nccl::wall_ns()));
     let mut out = std::io::stdout().lock();
     if json {
         let s = if pretty {
@@ -220,10 +220,21 @@ pub fn attach_print(args: &AttachArgs, pids: &[u32]) -> CliResult {
             live.poll(&mut model);
             std::thread::sleep(Duration::from_millis(10));
         }
+        // One snapshot waits for the sockets it connected to until each process said hello or
+        // did not answer for `NOT_ANSWERING` (a stopped process is listed as such, never
+        // dropped, and never waited on for longer).
+        if args.once {
+            let deadline = Instant::now() + crate::live::NOT_ANSWERING + Duration::from_millis(300);
+            while live.pending() > 0 && Instant::now() < deadline {
+                live.poll(&mut model);
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            live.poll(&mut model);
+        }
         // Refused sockets, bad frames: one line each on stderr, the output stays clean.
         say_messages(&model, &mut said);
         say_stale(&live, &mut said_stale);
-        if model.processes.is_empty() {
+        if model.processes.is_empty() && model.not_answering.is_empty() {
             if args.once {
                 return Err(nothing_traced(&dir, pids));
             }

@@ -54,8 +54,9 @@ pub fn export(args: &ExportArgs) -> CliResult {
         }
     }
     if let Some(path) = &args.json {
-        let mut ex =
-            crate::export::json::build(&corr, &analysis, Model::from_recording(&rec).report());
+        let model = Model::from_recording(&rec);
+        let mut ex = crate::export::json::build(&corr, &analysis, model.report());
+        ex.quiet = model.quiet_report();
         ex.perfetto = pstats;
         ex.nccl = crate::nccl::model::load(&rec);
         let s = serde_json::to_string_pretty(&ex).map_err(|e| e.to_string())?;

@@ -111,6 +111,9 @@ pub fn render(e: &Export) -> String {
         }
     }
 
+    quiet_lines(&mut s, e);
+    where_lines(&mut s, e);
+
     let c = &e.clocks;
     let b = |v: Option<u64>| v.map(ns).unwrap_or_else(|| "unknown".into());
     let _ = writeln!(
@@ -163,6 +166,65 @@ pub fn render(e: &Export) -> String {
         }
     }
     s
+}
+
+/// Where the record ends waiting (issue 36): the stalled edges (each process as it ended) and the
+/// NCCL calls open past the threshold, with who they wait for or where each rank waits.
+fn where_lines(s: &mut String, e: &Export) {
+    let r = &e.report;
+    if r.stalls.is_empty() && r.nccl_hung.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        s,
+        "
+where it waits at the end of the record:"
+    );
+    for st in &r.stalls {
+        let _ = writeln!(s, "  {}", st.text);
+    }
+    for h in &r.nccl_hung {
+        let _ = writeln!(s, "  {}", h.text);
+        for w in h.wheres.iter().skip(1).take(8) {
+            let _ = writeln!(s, "      also {} ({:.1}s)", w.text, w.for_s);
+        }
+        if h.wheres.len() > 9 {
+            let _ = writeln!(s, "      … {} more waits", h.wheres.len() - 9);
+        }
+    }
+}
+
+/// The longest quiet period and who was waiting on whom at its end: the straggler is the one
+/// the others waited for.
+fn quiet_lines(s: &mut String, e: &Export) {
+    let Some(q) = &e.quiet else {
+        return;
+    };
+    let start = e.first_ns.min(q.from_ns);
+    let since = |t: u64| t.saturating_sub(start) as f64 / 1e9;
+    let _ = writeln!(
+        s,
+        "\nlongest quiet period: {} (t+{:.3}s → t+{:.3}s), no traced process received a byte",
+        ns(q.to_ns - q.from_ns),
+        since(q.from_ns),
+        since(q.to_ns)
+    );
+    if q.waits.is_empty() {
+        let _ = writeln!(s, "  nobody was waiting on anybody at its end");
+    }
+    for w in &q.waits {
+        let _ = writeln!(s, "  {}", w.text);
+    }
+    if let Some(p) = &q.straggler {
+        let _ = writeln!(
+            s,
+            "  straggler: {} (the one the others waited for)",
+            match p.rank {
+                Some(r) => format!("r{r} ({} pid {})", p.host, p.pid),
+                None => format!("pid {} ({})", p.pid, p.host),
+            }
+        );
+    }
 }
 
 fn doorbell_lines(s: &mut String, e: &Export) {
@@ -284,8 +346,9 @@ pub fn report(args: &ReportArgs) -> CliResult {
             &crate::correlate::RunOptions::default(),
             &mut crate::correlate::NoSink,
         );
-        let mut ex =
-            crate::export::json::build(&corr, &analysis, Model::from_recording(rec).report());
+        let model = Model::from_recording(rec);
+        let mut ex = crate::export::json::build(&corr, &analysis, model.report());
+        ex.quiet = model.quiet_report();
         ex.nccl = crate::nccl::model::load(rec);
         print!("{}", render(&ex));
     }

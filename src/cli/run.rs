@@ -225,6 +225,8 @@ pub fn run_headless(args: &RunArgs) -> CliResult {
     // A NCCL collective that hangs is said as it happens (a batch job's log has it), and again
     // when it goes on.
     let mut hung = crate::agg::nccl::HungWatch::default();
+    // So is a process that goes silent, or that the others wait on (`agg::waits`).
+    let mut waits = crate::agg::waits::WaitWatch::default();
     // A QP whose send work stopped completing likewise (issue 36).
     let mut stalls = crate::agg::stalls::StallWatch::default();
     let mut hung_checked = Instant::now();
@@ -253,6 +255,9 @@ pub fn run_headless(args: &RunArgs) -> CliResult {
             hung_checked = Instant::now();
             let t = crate::agg::nccl::wall_ns();
             for l in hung.check(&model, t, crate::agg::warnings::hang_ns()) {
+                say!("sigmatop: {l}");
+            }
+            for l in waits.check(&model, t, crate::agg::warnings::hang_ns()) {
                 say!("sigmatop: {l}");
             }
         }
@@ -293,7 +298,11 @@ pub fn run_headless(args: &RunArgs) -> CliResult {
         }
     }
     note_killed(&mut model, child.id(), status);
-    let report = model.report();
+    let report = if from_record {
+        model.report()
+    } else {
+        model.report_at(Some(crate::agg::nccl::wall_ns()))
+    };
     if let Some(f) = &finals {
         for path in f.loaded_objects() {
             libraries.note_library(&path);

@@ -83,6 +83,24 @@ pub fn render(report: &Report, live: Option<&Model>) -> String {
                 _ => String::new(),
             }
         );
+        match (p.state, p.silent_s) {
+            ("silent", Some(secs)) => {
+                let _ = writeln!(
+                    s,
+                    "    silent {secs:.1}s: no frame since (stopped, or hung so hard that its collector does not run); its figures are those of its last snapshot"
+                );
+            }
+            ("not answering", Some(secs)) => {
+                let _ = writeln!(
+                    s,
+                    "    silent {secs:.1}s: {}",
+                    p.problem
+                        .as_deref()
+                        .unwrap_or("traced (its socket is there) but not answering")
+                );
+            }
+            _ => {}
+        }
         if p.flow.refused > 0 {
             let _ = writeln!(
                 s,
@@ -168,6 +186,9 @@ pub fn render(report: &Report, live: Option<&Model>) -> String {
             "failed: {} operations reported an error in all (see each process above)",
             report.totals.errors
         );
+    }
+    for w in &report.waits {
+        let _ = writeln!(s, "⚠ {}", w.text);
     }
     let n_cut = report.processes.iter().filter(|p| cut(p, live)).count();
     if n_cut > 0 {

@@ -200,7 +200,7 @@ pub fn build_sections_into(
     }
     vm.processes.clear();
     if sections.processes {
-        for (a, r) in at.procs.iter().zip(&at.rates) {
+        for (pi, (a, r)) in at.procs.iter().zip(&at.rates).enumerate() {
             vm.processes.push(ProcessRow {
                 host: a.key.host.clone(),
                 pid: a.key.pid,
@@ -224,9 +224,27 @@ pub fn build_sections_into(
                     (None, Some(c)) => crate::event::ProcessEnd::Exit(c).short(),
                     _ => String::new(),
                 },
+                silent_s: at.silent_ns(pi as u32).map(|n| n as f64 / 1e9),
+            });
+        }
+        // Traced processes that never answered (their socket is there): a row each, never
+        // dropped.
+        let now = at.live_now.unwrap_or(t);
+        for ((host, pid), n) in &model.not_answering {
+            vm.processes.push(ProcessRow {
+                host: host.clone(),
+                pid: *pid,
+                silent_s: Some(now.saturating_sub(n.since_ns) as f64 / 1e9),
+                ..Default::default()
             });
         }
     }
+    // Who waits on whom, for the endpoint rows' marks (the warnings say the same).
+    let waits = if sections.endpoints {
+        warnings::waits_for(&at, &WarningConfig::default())
+    } else {
+        Default::default()
+    };
     if sections.endpoints {
         vm.endpoints.truncate(at.endpoints.len());
         while vm.endpoints.len() < at.endpoints.len() {
@@ -234,6 +252,7 @@ pub fn build_sections_into(
         }
         for (row, e) in vm.endpoints.iter_mut().zip(&at.endpoints) {
             fill_endpoint_row(row, &at, e);
+            mark_endpoint_row(row, &at, &waits, e);
         }
     } else {
         vm.endpoints.clear();
@@ -241,22 +260,26 @@ pub fn build_sections_into(
     vm.nodes.clear();
     vm.ranks.clear();
     if sections.nodes {
-        let mut per_host = vec![0u32; at.groups.hosts.len()];
+        let mut per_host = vec![(0u32, 0u32); at.groups.hosts.len()];
         for pi in 0..at.procs.len() {
             if let Some(n) = at
                 .groups
                 .host_of(pi as u32)
                 .and_then(|h| per_host.get_mut(h))
             {
-                *n += 1;
+                n.0 += 1;
+                if at.silent_ns(pi as u32).is_some() {
+                    n.1 += 1;
+                }
             }
         }
         vm.nodes = at
             .nodes()
             .into_iter()
             .zip(per_host)
-            .map(|(n, processes)| NodeRow {
+            .map(|(n, (processes, silent))| NodeRow {
                 processes,
+                silent,
                 host: n.host,
                 state: String::new(),
                 egress_bps: n.egress_bps,
@@ -270,6 +293,7 @@ pub fn build_sections_into(
             .ranks()
             .into_iter()
             .map(|r| RankRow {
+                silent_s: rank_silent(&at, r.rank),
                 rank: r.rank.unwrap_or_default(),
                 host: r.host,
                 egress_bps: r.egress_bps,
@@ -526,6 +550,59 @@ fn fill_endpoint_row(row: &mut EndpointRow, at: &ModelAt, e: &EndpointAt) {
     });
 }
 
+/// The longest silence among the processes of `rank`, seconds.
+fn rank_silent(at: &ModelAt, rank: Option<u32>) -> Option<f64> {
+    let rank = rank?;
+    at.procs
+        .iter()
+        .enumerate()
+        .filter(|(_, a)| a.p.identity.rank == Some(rank))
+        .filter_map(|(i, _)| at.silent_ns(i as u32))
+        .max()
+        .map(|n| n as f64 / 1e9)
+}
+
+/// The row's mark and what it waits on, from the rule the warnings follow (`agg::waits`,
+/// `warnings::idle_with_posted`): one rule for marks and warnings.
+fn mark_endpoint_row(
+    row: &mut EndpointRow,
+    at: &ModelAt,
+    waits: &crate::agg::waits::Waits,
+    e: &EndpointAt,
+) {
+    use crate::agg::waits;
+    row.mark.clear();
+    row.waits_on.clear();
+    if e.unattributed() {
+        return;
+    }
+    if let Some(ns) = at.silent_ns(e.proc) {
+        set_str(&mut row.mark, "silent");
+        set_fmt(
+            &mut row.waits_on,
+            format_args!(
+                "{} silent {:.1}s: no frame since (stopped or hung); rates not known",
+                waits::short(at, e.proc),
+                ns as f64 / 1e9
+            ),
+        );
+    } else if let Some(i) = waits.waiter(e.proc, e.ep) {
+        set_str(&mut row.mark, "waits");
+        let w = &waits.waited_on[i];
+        let state = match w.silent_ns {
+            Some(ns) => format!("silent {:.1}s", ns as f64 / 1e9),
+            None if w.quiet_ns > 0 => format!("sent nothing {:.1}s", w.quiet_ns as f64 / 1e9),
+            None => "sends nothing to it".to_string(),
+        };
+        set_fmt(
+            &mut row.waits_on,
+            format_args!("{}, {state}", waits::who(at, w.proc)),
+        );
+    } else if warnings::idle_with_posted(at, e).is_some() {
+        set_str(&mut row.mark, "idle");
+    }
+}
+
 fn matrix(m: RateMatrix) -> Matrix {
     Matrix {
         untraced: m.untraced,
@@ -585,6 +662,29 @@ fn doorbells(model: &Model, at: &ModelAt, times: &[u64], w: window::Window) -> D
     }
 }
 
+/// A rank's waits as the Collectives view lists them: closest to a hang's cause first, each
+/// "ch1→r2 network QP 0x2a1 3 WRs" ("ch0←r0 data" for a receive).
+fn waits_text(waits: &[crate::agg::nccl::WaitView]) -> String {
+    let mut v: Vec<&crate::agg::nccl::WaitView> = waits.iter().collect();
+    v.sort_by(|a, b| a.what.cmp(&b.what).then(b.for_ns.cmp(&a.for_ns)));
+    v.iter()
+        .map(|w| {
+            let dir = if w.send { '→' } else { '←' };
+            let mut s = format!("ch{}{dir}r{} {}", w.channel, w.peer, w.state_name());
+            if let Some((qpn, n, _)) =
+                w.qp.filter(|_| w.what == crate::agg::nccl::WaitKind::Network)
+            {
+                s.push_str(&format!(
+                    " QP 0x{qpn:x} {n} WR{}",
+                    if n == 1 { "" } else { "s" }
+                ));
+            }
+            s
+        })
+        .collect::<Vec<_>>()
+        .join(" · ")
+}
+
 /// The Collectives tab: `agg::nccl` at the view time, as rows.
 fn collectives(model: &Model, t: u64) -> CollectivesModel {
     let hang = WarningConfig::default().collective_hang_ns;
@@ -638,6 +738,11 @@ fn collectives(model: &Model, t: u64) -> CollectivesModel {
                     }
                     (false, None) => String::new(),
                 },
+                waits: waits_text(&r.waits),
+                waits_hot: r.waits.iter().any(|w| {
+                    use crate::agg::nccl::WaitKind as K;
+                    matches!(w.what, K::Network | K::GpuProduce | K::GpuConsume)
+                }),
             });
         }
         m.arrivals.push(CollArrivals {
@@ -656,6 +761,8 @@ fn warning_kind(k: warnings::WarningKind) -> WarningKind {
     use warnings::WarningKind as W;
     match k {
         W::HungCollective => WarningKind::HungCollective,
+        W::Silent => WarningKind::Silent,
+        W::WaitedOn => WarningKind::WaitedOn,
         W::StalledEdge => WarningKind::StalledEdge,
         W::EventsDropped | W::FramesLost => WarningKind::Drops,
         W::NodeSkew => WarningKind::NodeSkew,
@@ -673,7 +780,7 @@ pub fn warning_text(w: &warnings::Warning) -> String {
     use sigmatop_tui::units as fmt;
     use warnings::WarningKind as W;
     match w.kind {
-        W::HungCollective | W::StalledEdge => w.subject.clone(),
+        W::HungCollective | W::StalledEdge | W::Silent | W::WaitedOn => w.subject.clone(),
         W::EventsDropped if w.processes > 0 => format!(
             "{} events dropped (ring full, {} proc{})",
             fmt::count(w.value as u64),

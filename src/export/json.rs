@@ -186,6 +186,10 @@ pub struct Export {
     /// process recorded NCCL profiler events.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub nccl: Option<crate::nccl::model::NcclReport>,
+    /// The longest period in which no traced process moved a byte, and who was waiting on
+    /// whom at its end (`agg::waits`): present when something moved.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub quiet: Option<crate::agg::QuietReport>,
 }
 
 fn opt(v: u64) -> Option<u64> {
@@ -464,6 +468,7 @@ pub fn build(c: &Correlation, a: &Analysis, mut report: Report) -> Export {
         skipped: skipped(c, a),
         perfetto: None,
         nccl: None,
+        quiet: None,
         report,
     }
 }

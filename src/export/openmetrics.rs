@@ -79,6 +79,13 @@ pub fn encode_model(model: &Model, opts: MetricsOptions) -> Result<String, std::
     let op_bytes = counters();
     let posted = counters();
     let posted_bytes = counters();
+    let q_out = Family::<Labels, Gauge>::default();
+    let q_stalled = Family::<Labels, Gauge>::default();
+    let q_errors = counters();
+    let qp_out = Family::<Labels, Gauge>::default();
+    let qp_stalled_s = Family::<Labels, Gauge<f64, std::sync::atomic::AtomicU64>>::default();
+    let now = crate::agg::nccl::wall_ns();
+    let hang = crate::agg::warnings::hang_ns();
 
     let traffic = model.traffic();
     for (k, p) in &traffic.procs {
@@ -92,6 +99,51 @@ pub fn encode_model(model: &Model, opts: MetricsOptions) -> Result<String, std::
             ],
         ))
         .set(1);
+        // Outstanding work of its verbs QPs (docs/COUNTS.md, "Outstanding work per QP"), at
+        // the scrape: send and receive WRs outstanding, QPs stalled at the hang threshold,
+        // error completions by status.
+        if let Some(qs) = &p.queues {
+            let (mut sq, mut rq, mut stalled) = (0u64, 0u64, 0i64);
+            let mut by_status: BTreeMap<u8, u64> = BTreeMap::new();
+            for q in &qs.queues {
+                let q = crate::agg::stalls::queue_at(q, qs.at_ns, now.max(qs.at_ns));
+                sq += q.sq_outstanding();
+                rq += q.rq_outstanding();
+                let is_stalled = q.stalled(hang) && !p.exited;
+                stalled += i64::from(is_stalled);
+                for &(st, n) in &q.errors {
+                    *by_status.entry(st).or_default() += n;
+                }
+                if opts.qp_metrics
+                    && let Some(qpn) = p.endpoints.get(&q.ep).and_then(|d| d.qpn)
+                {
+                    let l = with(base.clone(), &[("qpn", format!("0x{qpn:x}"))]);
+                    qp_out
+                        .get_or_create(&with(l.clone(), &[("queue", "send".into())]))
+                        .set(q.sq_outstanding() as i64);
+                    qp_out
+                        .get_or_create(&with(l.clone(), &[("queue", "receive".into())]))
+                        .set(q.rq_outstanding() as i64);
+                    qp_stalled_s
+                        .get_or_create(&l)
+                        .set(q.sq_stalled_ns as f64 / 1e9);
+                }
+            }
+            for (queue, n) in [("send", sq), ("receive", rq)] {
+                q_out
+                    .get_or_create(&with(base.clone(), &[("queue", queue.into())]))
+                    .set(n as i64);
+            }
+            q_stalled.get_or_create(&base).set(stalled);
+            for (st, n) in by_status {
+                q_errors
+                    .get_or_create(&with(
+                        base.clone(),
+                        &[("status", crate::queue::status_name(st).to_string())],
+                    ))
+                    .inc_by(n);
+            }
+        }
         let Some(last) = p.last() else { continue };
         // Per layer: the layer of each operation.
         let mut per_layer: BTreeMap<&str, [u64; 5]> = BTreeMap::new();
@@ -305,7 +357,32 @@ pub fn encode_model(model: &Model, opts: MetricsOptions) -> Result<String, std::
         "A traced process: its program, rank, collection mode, enabled layers and sigmatop version",
         info,
     );
+    reg.register(
+        "sigmatop_outstanding_wrs",
+        "Work requests posted on the process's verbs QPs and not completed, per queue (send, receive)",
+        q_out,
+    );
+    reg.register(
+        "sigmatop_stalled_qps",
+        "Verbs QPs with signaled send work outstanding and no completion past the hang threshold (--hang-after)",
+        q_stalled,
+    );
+    reg.register(
+        "sigmatop_error_completions",
+        "Work completions with an error status on the process's verbs QPs, per status (flushed included)",
+        q_errors,
+    );
     if opts.qp_metrics {
+        reg.register(
+            "sigmatop_qp_outstanding_wrs",
+            "Work requests outstanding per QP and queue (send, receive)",
+            qp_out,
+        );
+        reg.register(
+            "sigmatop_qp_stalled_seconds",
+            "Seconds a QP's send queue has had signaled work outstanding and no completion",
+            qp_stalled_s,
+        );
         reg.register(
             "sigmatop_qp_tx_bytes",
             "Payload bytes sent per QP (device and port as node_exporter names them)",

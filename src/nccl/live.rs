@@ -248,6 +248,26 @@ impl Tracker {
         Tracker::default()
     }
 
+    /// The tracker after every record of a process's NCCL file (`nccl-<pid>.stn` beside its
+    /// record directory), in the file's order; None when it has none or it cannot be read (a
+    /// record's problems are `report`'s to say).
+    pub fn of_file(pr: &crate::trace::reader::ProcessRecording) -> Option<Tracker> {
+        let path = pr
+            .dir
+            .parent()?
+            .join(format!("nccl-{}.stn", pr.identity.pid));
+        let bytes = std::fs::read(path).ok()?;
+        let d = super::format::decode(&bytes);
+        if d.recs.is_empty() {
+            return None;
+        }
+        let mut t = Tracker::new();
+        for r in &d.recs {
+            t.push(r);
+        }
+        Some(t)
+    }
+
     /// The plugin's counters of records it could not keep and events it does not read.
     pub fn set_losses(&mut self, dropped: u64, unknown: u64) {
         self.dropped = dropped;

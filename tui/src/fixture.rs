@@ -131,6 +131,7 @@ pub fn sample_view_model() -> ViewModel {
                 drops: if r == 5 { 37 } else { 0 },
                 exited: false,
                 end: String::new(),
+                silent_s: None,
             }
         })
         .collect();
@@ -189,6 +190,8 @@ pub fn sample_view_model() -> ViewModel {
                 refused: 0,
                 errors: 0,
                 unattributed: false,
+                mark: String::new(),
+                waits_on: String::new(),
                 queue: (layer == "verbs").then(|| QueueRow {
                     sq_outstanding: (k % 5) as u64,
                     sq_posted: total_ops,
@@ -253,6 +256,7 @@ pub fn sample_view_model() -> ViewModel {
                 host: format!("node{n}"),
                 state: String::new(),
                 processes: 2,
+                silent: 0,
                 egress_bps: e,
                 ingress_bps: i,
                 egress_bytes: (e * ELAPSED_S * 0.93) as u64,
@@ -264,6 +268,7 @@ pub fn sample_view_model() -> ViewModel {
         .map(|r| RankRow {
             rank: r as u32,
             host: host(r),
+            silent_s: None,
             egress_bps: egress(r),
             ingress_bps: ingress(r),
             egress_bytes: (egress(r) * ELAPSED_S * 0.93) as u64,
@@ -552,8 +557,10 @@ fn sample_collectives() -> CollectivesModel {
         last_arrivals: last,
         mean_lag_s: lag,
         state: state.into(),
+        waits: String::new(),
+        waits_hot: false,
     };
-    let ranks = vec![
+    let mut ranks = vec![
         rank(
             "7f3a1b2c",
             0,
@@ -609,6 +616,14 @@ fn sample_collectives() -> CollectivesModel {
         rank("c0d4e5f6", 0, "node0", 41_207, 0, 0, "", 0.0, 0, 0.0, ""),
         rank("c0d4e5f6", 1, "node1", 41_208, 0, 0, "", 0.0, 0, 0.0, ""),
     ];
+    // Where AllReduce #225 waits on the ranks in it: all for silent rank 3, or for those behind.
+    for (r, w) in [
+        (0, "ch0←r3 data · ch1←r3 data · ch0→r1 send done"),
+        (1, "ch0←r0 data · ch1←r0 data"),
+        (2, "ch0→r3 peer credit · ch1→r3 peer credit · ch0←r1 data"),
+    ] {
+        ranks[r].waits = w.into();
+    }
     CollectivesModel {
         rows,
         ranks,

@@ -99,6 +99,13 @@ pub struct CollRankRow {
     pub mean_lag_s: f64,
     /// "silent 3.1s" (no frame for longer than the threshold), "exited", or "".
     pub state: String,
+    /// Where its oldest open call waits, per proxy operation, closest to a hang's cause first:
+    /// "ch1→r2 network QP 0x2a1 3 WRs · ch0←r0 data" (empty: nothing open, or not known).
+    #[serde(default)]
+    pub waits: String,
+    /// One of them waits on the network or a GPU (the colour of the column).
+    #[serde(default)]
+    pub waits_hot: bool,
 }
 
 /// The arrival spread of a communicator's latest collectives.
@@ -172,6 +179,10 @@ pub struct ProcessRow {
     /// How it ended when that was not a plain exit: "SIGSEGV", "exit 3" (empty otherwise, or
     /// while it runs). Shown in the state column instead of "exited".
     pub end: String,
+    /// It has not exited but sends nothing (stopped, or hung hard): seconds since its last
+    /// frame (its "now" rates are then 0: not known). Shown as "silent 6.2s".
+    #[serde(default)]
+    pub silent_s: Option<f64>,
 }
 
 /// The far end of a QP or endpoint, as far as it is known.
@@ -250,6 +261,14 @@ pub struct EndpointRow {
     pub errors: u64,
     /// Traffic seen but not attributable to a QP or endpoint.
     pub unattributed: bool,
+    /// The mark of the row, from the same rule as the warnings: "silent" (its process stopped
+    /// reporting), "waits" (it waits on a far end a warning names), "idle" (a verbs QP with
+    /// receives posted that moves nothing); empty otherwise.
+    #[serde(default)]
+    pub mark: String,
+    /// What it waits on, for the detail pane: "r3 (node2 pid 4242), sent nothing 18.2s".
+    #[serde(default)]
+    pub waits_on: String,
     /// A verbs QP's (or SRQ's) outstanding work (None: not a queue sigmatop follows).
     #[serde(default)]
     pub queue: Option<QueueRow>,
@@ -321,6 +340,9 @@ pub struct NodeRow {
     pub state: String,
     /// Traced processes seen on this host.
     pub processes: u32,
+    /// Of those, the ones that are silent (not exited, no frame for a while).
+    #[serde(default)]
+    pub silent: u32,
     pub egress_bps: f64,
     pub ingress_bps: f64,
     pub egress_bytes: u64,
@@ -333,6 +355,9 @@ pub struct NodeRow {
 pub struct RankRow {
     pub rank: u32,
     pub host: String,
+    /// Its process is silent: seconds since its last frame ("silent 6.2s").
+    #[serde(default)]
+    pub silent_s: Option<f64>,
     pub egress_bps: f64,
     pub ingress_bps: f64,
     pub egress_bytes: u64,

@@ -34,6 +34,10 @@ pub enum WarningKind {
     /// A NCCL collective some ranks started has not completed after the threshold; the message
     /// names the ranks it waits for.
     HungCollective,
+    /// A process stopped reporting (silent), with who waits on it.
+    Silent,
+    /// Processes wait on a far end that sends them nothing; the message names it.
+    WaitedOn,
     /// A node's egress is far above the mean.
     NodeSkew,
     /// A node's ingress is far above the mean (a hot receiver: incast, an unbalanced reduction).
@@ -56,7 +60,13 @@ pub enum WarningKind {
 impl WarningKind {
     /// A warning that says where a job is stuck: shown first, with the room it needs.
     pub fn urgent(self) -> bool {
-        matches!(self, WarningKind::StalledEdge | WarningKind::HungCollective)
+        matches!(
+            self,
+            WarningKind::StalledEdge
+                | WarningKind::HungCollective
+                | WarningKind::Silent
+                | WarningKind::WaitedOn
+        )
     }
 }
 

@@ -811,6 +811,115 @@ fn a_killed_rank_says_its_signal() {
     }
 }
 
+fn line_of<'a>(s: &'a str, what: &str) -> &'a str {
+    s.lines()
+        .find(|l| l.contains(what))
+        .unwrap_or_else(|| panic!("no line with {what}:\n{s}"))
+}
+
+/// Issue 36, item 3: a rank that stopped reporting (SIGSTOPped) is `silent 6.2s` in its row, its
+/// rates 0 (not its last ones); the QPs of its peers that wait on it are marked `waits` and its
+/// own `silent`; the Nodes view says which rank and node; one warning names it and who waits on
+/// it, with pids.
+#[test]
+fn a_silent_rank_and_who_waits_on_it() {
+    let mut vm = sample_view_model();
+    let r3 = vm
+        .processes
+        .iter_mut()
+        .find(|p| p.rank == Some(3))
+        .expect("rank 3");
+    r3.silent_s = Some(6.2);
+    r3.tx_bps = 0.0;
+    r3.rx_bps = 0.0;
+    r3.ops_per_s = 0.0;
+    let pid = r3.pid;
+    let host = r3.host.clone();
+    for e in &mut vm.endpoints {
+        if e.rank == Some(3) {
+            e.mark = "silent".into();
+            e.waits_on =
+                "r3 silent 6.2s: no frame since (stopped or hung); rates not known".to_string();
+            (e.tx_bps, e.rx_bps, e.ops_per_s) = (0.0, 0.0, 0.0);
+        } else if e.peer.rank == Some(3) {
+            e.mark = "waits".into();
+            e.waits_on = format!("r3 ({host} pid {pid}), silent 6.2s");
+            (e.tx_bps, e.rx_bps, e.ops_per_s) = (0.0, 0.0, 0.0);
+        }
+    }
+    for n in &mut vm.nodes {
+        if n.host == host {
+            n.silent = 1;
+        }
+    }
+    for r in &mut vm.ranks {
+        if r.rank == 3 {
+            r.silent_s = Some(6.2);
+        }
+    }
+    let warning = format!(
+        "r3 ({host} pid {pid}) silent 6.2s — waited on by r2 (QP 0x2a23: 382 receives posted), r7 (ep#3: nothing moves)"
+    );
+    // Where the core puts it: after the stalled edges and hung collectives.
+    let at = vm
+        .warnings
+        .iter()
+        .take_while(|w| {
+            matches!(
+                w.kind,
+                sigmatop_tui::WarningKind::StalledEdge | sigmatop_tui::WarningKind::HungCollective
+            )
+        })
+        .count();
+    vm.warnings.insert(
+        at,
+        sigmatop_tui::Warning {
+            kind: sigmatop_tui::WarningKind::Silent,
+            message: warning.clone(),
+            short: "r3 silent 6.2s · waited on by r2 +1".into(),
+        },
+    );
+    for (w, h) in SIZES {
+        for (tab, name) in [("1", "overview"), ("2", "qps"), ("4", "nodes")] {
+            let mut app = App::new(Theme::dark());
+            render(&app, &vm, w, h);
+            keys(&mut app, tab);
+            let backend = render(&app, &vm, w, h);
+            let s = text(&backend);
+            match tab {
+                "1" => {
+                    assert!(
+                        s.contains(&format!(
+                            "⚠ r3 ({host} pid {pid}) silent 6.2s — waited on by r2"
+                        )),
+                        "{w}x{h}:\n{s}"
+                    );
+                    let row = s
+                        .lines()
+                        .find(|l| l.contains(&pid.to_string()) && !l.contains("waited on"))
+                        .unwrap_or_else(|| panic!("{w}×{h}: no row of pid {pid}:\n{s}"));
+                    if w >= 200 {
+                        assert!(row.contains("silent 6.2s"), "{w}×{h}: {row}");
+                        assert!(s.contains("1 silent"), "{s}");
+                    }
+                }
+                // Its rows and its waiters' sink in the default sort (their rates are 0): on
+                // the tall terminal they show, marked.
+                "2" if h >= 60 => assert!(
+                    s.contains("⚠ silent") && s.contains("⚠ waits"),
+                    "{w}x{h}:\n{s}"
+                ),
+                "2" => {}
+                _ => {
+                    assert!(s.contains("silent: r3"), "{w}x{h}:\n{s}");
+                    assert!(line_of(&s, "silent 6.2s").contains(" 3 "), "{w}x{h}:\n{s}");
+                }
+            }
+            insta::assert_snapshot!(format!("silent_{name}_{w}x{h}"), backend);
+        }
+    }
+}
+
 /// QPs whose peers are not traced (issue 36): each is named by its address, as the core fills
 /// the peer (`10.0.21.1 qp 0x100` for an IPv4-mapped GID, `lid 24 qp 0x100` on InfiniBand
 /// without a GRH, an IPv6 GID, `node7 qp 0x10c` where a traced process is on that address),

@@ -195,6 +195,21 @@ fn rank_cols() -> Vec<Col<CollRankRow>> {
             },
             |r| Key::Str(&r.state),
         ),
+        Col::left(
+            "waits (closest to the cause first)",
+            3,
+            90,
+            |r, c| {
+                if r.waits.is_empty() {
+                    styled("—".into(), c.th.dim)
+                } else if r.waits_hot {
+                    styled(r.waits.clone(), c.th.warn)
+                } else {
+                    Span::raw(r.waits.clone())
+                }
+            },
+            |r| Key::Str(&r.waits),
+        ),
     ]
 }
 

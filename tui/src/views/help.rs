@@ -108,6 +108,10 @@ pub(crate) fn draw_help(frame: &mut Frame, area: Rect, app: &App) {
                 cfg.collective_hang_s
             )),
         ]),
+        Line::from(vec![
+            k(""),
+            t("silent: no frame for 1 s · waits: the one the others wait on".into()),
+        ]),
     ];
     let want_w = 72u16;
     let want_h = lines.len() as u16 + 2;

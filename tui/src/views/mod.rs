@@ -174,6 +174,15 @@ pub(super) fn ctx(app: &App) -> Ctx<'_> {
     }
 }
 
+/// "silent 6.2s" (seconds since a process's last frame), "silent 123s" from 100 s on.
+pub(super) fn silent_label(s: f64) -> String {
+    if s < 99.95 {
+        format!("silent {s:.1}s")
+    } else {
+        format!("silent {s:.0}s")
+    }
+}
+
 pub(super) fn opt_rank(r: Option<u32>) -> String {
     r.map(|r| r.to_string()).unwrap_or_else(|| "—".into())
 }

@@ -126,7 +126,9 @@ fn node_cols(app: &App, links: bool) -> Vec<Col<NodeRow>> {
     cols
 }
 
-fn rank_cols(app: &App) -> Vec<Col<RankRow>> {
+/// The rank table's columns; `silent`: some rank is silent, so each row says whether it is
+/// (right after the rank: it is what to look at).
+fn rank_cols(app: &App, silent: bool) -> Vec<Col<RankRow>> {
     let mut cols: Vec<Col<RankRow>> = vec![Col::right(
         "rank",
         0,
@@ -134,6 +136,18 @@ fn rank_cols(app: &App) -> Vec<Col<RankRow>> {
         |r, _| num(r.rank.to_string()),
         |r| Key::Num(f64::from(r.rank)),
     )];
+    if silent {
+        cols.push(Col::left(
+            "state",
+            0,
+            12,
+            |r, c| match r.silent_s {
+                Some(s) => styled(super::silent_label(s), c.th.warn),
+                None => styled("up".into(), c.th.ok),
+            },
+            |r| Key::Num(r.silent_s.unwrap_or(-1.0)),
+        ));
+    }
     cols.extend(flow_cols(app));
     cols.push(Col::left(
         "host",
@@ -225,7 +239,7 @@ pub(super) fn draw(frame: &mut Frame, area: Rect, app: &App, vm: &ViewModel) {
     let ncols = node_cols(app, links);
     let mut nrows: Vec<&NodeRow> = vm.nodes.iter().filter(|r| filter.node(r)).collect();
     sort_rows(&mut nrows, &ncols, col, desc);
-    let rcols = rank_cols(app);
+    let rcols = rank_cols(app, vm.ranks.iter().any(|r| r.silent_s.is_some()));
     let mut rrows: Vec<&RankRow> = vm.ranks.iter().filter(|r| filter.rank(r)).collect();
     sort_rows(&mut rrows, &rcols, col, desc);
 
@@ -243,11 +257,25 @@ pub(super) fn draw(frame: &mut Frame, area: Rect, app: &App, vm: &ViewModel) {
         .iter()
         .filter(|n| n.state.starts_with("lost"))
         .count();
-    let note = if lost > 0 {
-        format!("{lost} lost")
-    } else {
-        String::new()
-    };
+    let silent: u32 = vm.nodes.iter().map(|n| n.silent).sum();
+    let mut notes: Vec<String> = Vec::new();
+    if lost > 0 {
+        notes.push(format!("{lost} lost"));
+    }
+    if silent > 0 {
+        let on: Vec<&str> = vm
+            .nodes
+            .iter()
+            .filter(|n| n.silent > 0)
+            .map(|n| n.host.as_str())
+            .collect();
+        notes.push(format!(
+            "{silent} silent process{} on {}",
+            if silent == 1 { "" } else { "es" },
+            on.join(", ")
+        ));
+    }
+    let note = notes.join(" · ");
     let block = section(
         th,
         title_line(th, "Nodes", nrows.len(), vm.nodes.len(), &note),
@@ -272,7 +300,21 @@ pub(super) fn draw(frame: &mut Frame, area: Rect, app: &App, vm: &ViewModel) {
     );
 
     let (mean, max) = mean_max(&rank_e);
-    let block = section(th, title_line(th, "Ranks", rrows.len(), vm.ranks.len(), ""));
+    let silent_ranks: Vec<String> = vm
+        .ranks
+        .iter()
+        .filter(|r| r.silent_s.is_some())
+        .map(|r| format!("r{}", r.rank))
+        .collect();
+    let rank_note = if silent_ranks.is_empty() {
+        String::new()
+    } else {
+        format!("silent: {}", silent_ranks.join(", "))
+    };
+    let block = section(
+        th,
+        title_line(th, "Ranks", rrows.len(), vm.ranks.len(), &rank_note),
+    );
     let inner = block.inner(bottom);
     frame.render_widget(block, bottom);
     let c = Ctx {

@@ -105,17 +105,27 @@ fn process_cols(app: &App) -> Vec<Col<ProcessRow>> {
         Col::left(
             "state",
             1,
-            7,
+            12,
             |r, c| {
                 if !r.end.is_empty() {
                     styled(r.end.clone(), c.th.error)
                 } else if r.exited {
                     styled("exited".into(), c.th.dim)
+                } else if let Some(s) = r.silent_s {
+                    styled(super::silent_label(s), c.th.warn)
                 } else {
                     styled("up".into(), c.th.ok)
                 }
             },
-            |r| Key::Num(if r.exited { 1.0 } else { 0.0 }),
+            |r| {
+                Key::Num(if r.exited {
+                    1.0
+                } else if r.silent_s.is_some() {
+                    2.0
+                } else {
+                    0.0
+                })
+            },
         ),
     ]
 }
@@ -149,11 +159,19 @@ pub(super) fn draw(frame: &mut Frame, area: Rect, app: &App, vm: &ViewModel, war
     ])
     .areas(area);
     let exited = vm.processes.iter().filter(|p| p.exited).count();
-    let extra = if exited > 0 {
-        format!("{exited} exited, totals kept")
-    } else {
-        String::new()
-    };
+    let silent = vm
+        .processes
+        .iter()
+        .filter(|p| !p.exited && p.silent_s.is_some())
+        .count();
+    let mut notes: Vec<String> = Vec::new();
+    if silent > 0 {
+        notes.push(format!("{silent} silent"));
+    }
+    if exited > 0 {
+        notes.push(format!("{exited} exited, totals kept"));
+    }
+    let extra = notes.join(", ");
     let block = section(
         th,
         title_line(th, "Processes", rows.len(), vm.processes.len(), &extra),

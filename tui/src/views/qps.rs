@@ -181,31 +181,25 @@ fn endpoint_cols(app: &App, queues: bool) -> Vec<Col<EndpointRow>> {
         Col::<EndpointRow>::left(
             "",
             0,
-            7,
+            8,
+            // The core's mark, from the rule the warnings follow (a silent process, a QP that
+            // waits on the far end a warning names, an idle QP with receives posted).
             |r, c| {
                 if r.queue.as_ref().is_some_and(|q| q.stalled) {
                     return styled("⚠ stall".into(), c.th.error);
                 }
-                let idle = r.posted.unwrap_or(0) > 0
-                    && !r.unattributed
-                    && r.tx_bps == 0.0
-                    && r.rx_bps == 0.0
-                    && r.ops_per_s == 0.0;
-                if idle {
-                    styled("⚠ idle".into(), c.th.warn)
-                } else {
+                if r.mark.is_empty() {
                     Span::raw("")
+                } else {
+                    styled(format!("⚠ {}", r.mark), c.th.warn)
                 }
             },
             |r| {
-                Key::Num(
-                    r.posted.unwrap_or(0) as f64
-                        + if r.queue.as_ref().is_some_and(|q| q.stalled) {
-                            1e18
-                        } else {
-                            0.0
-                        },
-                )
+                if r.queue.as_ref().is_some_and(|q| q.stalled) {
+                    Key::Str("~stall")
+                } else {
+                    Key::Str(&r.mark)
+                }
             },
         ),
     ])
@@ -370,6 +364,23 @@ fn endpoint_detail(frame: &mut Frame, area: Rect, app: &App, r: &EndpointRow) {
         }
     }
     lines.push(Line::from(rates));
+    // What it waits on comes right after whose row it is: the pane is 5 lines high.
+    if !r.waits_on.is_empty() {
+        lines.insert(
+            1,
+            Line::from(vec![
+                Span::styled(
+                    if r.mark == "silent" {
+                        " ⚠ "
+                    } else {
+                        " ⚠ waits on "
+                    },
+                    th.warn,
+                ),
+                Span::styled(r.waits_on.clone(), th.warn),
+            ]),
+        );
+    }
     if r.errors > 0 {
         lines.push(Line::from(vec![
             Span::styled(" failed: ", th.dim),

@@ -127,11 +127,11 @@ impl SqTrack {
         }
         self.sig_done.store(d + 1, Ordering::Relaxed);
         let done = self.completed.load(Ordering::Relaxed);
-        let pos = if s - d <= RING as u64 {
-            self.ring[(d & RING_MASK) as usize].load(Ordering::Relaxed)
-        } else if !self.mixed.load(Ordering::Relaxed) {
+        let pos = if !self.mixed.load(Ordering::Relaxed) {
             // Every work request so far was signaled: the d-th completion is the d-th post.
             d + 1
+        } else if s - d <= RING as u64 {
+            self.ring[(d & RING_MASK) as usize].load(Ordering::Relaxed)
         } else {
             self.overrun
                 .store(self.overrun.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
