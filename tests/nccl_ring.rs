@@ -712,7 +712,7 @@ fn a_held_edge_keeps_every_rank_in_the_call() {
         .arg("export")
         .arg(&trace.record)
         .args(["--json", "-", "--hang-after", "1s"])
-        .output()
+        .output_bounded()
         .expect("sigmatop export");
     assert!(
         out.status.success(),
@@ -734,7 +734,7 @@ fn a_held_edge_keeps_every_rank_in_the_call() {
         .arg("report")
         .arg(&trace.record)
         .args(["--hang-after", "1s"])
-        .output()
+        .output_bounded()
         .expect("sigmatop report");
     let text = common::stdout_of(&out);
     let at = text

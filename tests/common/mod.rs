@@ -754,11 +754,12 @@ pub fn refusing_port() -> (std::os::fd::OwnedFd, u16) {
 }
 
 /// Whether a server's words say its port was taken ("bind(): Address already in use", Go's
-/// "bind: address already in use", EADDRINUSE).
-fn in_use(words: &str) -> bool {
-    words
-        .to_ascii_lowercase()
-        .contains("address already in use")
+/// "bind: address already in use", EADDRINUSE, rdma-core's pingpong examples' "Couldn't listen
+/// to port N").
+pub fn in_use(words: &str) -> bool {
+    let w = words.to_ascii_lowercase();
+    w.contains("address already in use")
+        || w.contains("couldn't listen to port")
         || words.contains("EADDRINUSE")
 }
 
