@@ -82,7 +82,6 @@ phase() {
     # Usable once its port is ACTIVE with the IPv4 address's GID (filled in from netdev events).
     until_ok "grep -q ACTIVE /sys/class/infiniband/$dev/ports/1/state && grep -qx $gid /sys/class/infiniband/$dev/ports/1/gids/*"
     PHASE=$1
-    sleep 0.5
 }
 A=10.77.0.1
 L=127.0.0.1
@@ -159,9 +158,25 @@ run_once() {
         { ls /sys/class/infiniband; rdma link show; rdma resource show cm_id; } >"$dir/diag" 2>&1
     fi
     if [ "$kill_server" = kill ]; then
-        # Time for the server's collector to write a snapshot after its last operation (every
-        # 250 ms; a SIGTERM'd process writes no final one).
-        sleep 2
+        # Traced, until the server's collector has appended two snapshots to its record since
+        # the client ended (one every 250 ms; a SIGTERM'd process writes no final one): the
+        # second began after the server's last operation (its answer to the client's last
+        # message). The server is the child of the `timeout` in server.pid.
+        if [ "$mode" != none ]; then
+            local srv_pid stp size now grew=0 i
+            srv_pid=$(cat /proc/"$(cat "$dir/server.pid")"/task/*/children 2>/dev/null | awk '{print $1; exit}')
+            stp=$(ls "$dir"/rec/*/"$srv_pid"/process.stp 2>/dev/null | head -1)
+            size=$(stat -c %s "$stp" 2>/dev/null || echo 0)
+            for ((i = 0; i < 600 && grew < 2; i++)); do
+                sleep 0.05
+                now=$(stat -c %s "$stp" 2>/dev/null || echo 0)
+                if [ "$now" != "$size" ]; then
+                    grew=$((grew + 1))
+                    size=$now
+                fi
+            done
+            [ $grew -ge 2 ] || echo "$name $mode: the server's record ($stp) did not grow twice in 30 s after the client ended"
+        fi
         kill -TERM "$(cat "$dir/server.pid")" 2>/dev/null
     fi
     local i

@@ -85,7 +85,7 @@ fn socket_is_private_and_other_uids_are_refused_by_their_credentials() {
         let out = Command::new(common::require("python3"))
             .arg("-c")
             .arg(&script)
-            .output()
+            .output_bounded()
             .expect("python3");
         format!(
             "{}{}",
@@ -573,7 +573,7 @@ fn attach_refuses_sockets_it_does_not_own() {
             "--socket-dir",
         ])
         .arg(&sockdir)
-        .output()
+        .output_bounded()
         .unwrap();
     assert!(!out.status.success(), "nothing to attach to");
     let err = common::stderr_of(&out);

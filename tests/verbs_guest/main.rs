@@ -40,7 +40,7 @@ use printed::*;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use common::*;
 use sigmatop::event::{Dir, EndpointKind, Op, flags};
@@ -118,7 +118,7 @@ pub fn boot(vng: &Path, kernel: &str, out: &Path, script: &str, args: &[&str]) -
         .arg("-c")
         .arg(&cmd)
         .env("PATH", path)
-        .output()
+        .output_within(Duration::from_secs(2460))
         .expect("run vng");
     let text = String::from_utf8_lossy(&o.stdout).into_owned();
     eprintln!("guest ran {:?}", start.elapsed());
