@@ -291,10 +291,19 @@ fn load_dir(dir: PathBuf) -> Run {
             dir.display(),
             rc.saturating_sub(128)
         );
-        common::note_retry(&format!(
-            "{}: run twice, its client having lost perftest's rdma_cm race the first time (exit {rc})",
-            dir.display()
-        ));
+        let why = retried
+            .lines()
+            .nth(1)
+            .filter(|l| l.starts_with("the untraced server did not end"))
+            .map_or_else(
+                || {
+                    format!(
+                        "its client having lost perftest's rdma_cm race the first time (exit {rc})"
+                    )
+                },
+                |l| format!("{l} the first time"),
+            );
+        common::note_retry(&format!("{}: run twice, {why}", dir.display()));
     }
     Run {
         client_rc: read(&dir.join("client.rc")).trim().to_string(),
