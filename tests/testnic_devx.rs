@@ -38,6 +38,13 @@ struct Role {
     dci_qpn: u32,
     /// Where the DCI's four WQEs start (the AV's size, 48 or 16 bytes, sets their WQEBBs).
     dci_idx: [u32; 4],
+    /// The loopback QPs (each connected to itself): the verbs one, the bytes its writes and its
+    /// read moved, its buffer and rkey; the devx one.
+    loop_qpn: u32,
+    loop_bytes: u64,
+    loop_addr: u64,
+    loop_rkey: u32,
+    dx_loop_qpn: u32,
 }
 
 fn roles(out: &Output) -> Vec<Role> {
@@ -62,6 +69,11 @@ fn roles(out: &Output) -> Vec<Role> {
                         .collect();
                     v.try_into().expect("four dci_idx")
                 },
+                loop_qpn: hex(testnic::field(l, "loop_qpn")) as u32,
+                loop_bytes: testnic::field(l, "loop_bytes").parse().expect("loop_bytes"),
+                loop_addr: hex(testnic::field(l, "loop_addr")),
+                loop_rkey: hex(testnic::field(l, "loop_rkey")) as u32,
+                dx_loop_qpn: hex(testnic::field(l, "dx_loop_qpn")) as u32,
             }
         })
         .collect();
@@ -151,9 +163,70 @@ fn check_wqes(ctx: &str, r: &Role, qpn: u32, nic: &[NicWqe], want: &[Wqe]) -> us
     mine.len()
 }
 
+/// A WQE line as compared: (qpn, idx, op, len, raddr, rkey, signaled, status, peer qpn, peer pid).
+type LoggedWqe = (u32, u32, String, u64, u64, u32, bool, u32, u32, u32);
+
+/// The loopback QPs' WQEs (ibgda_host.c `loopback`): the verbs QP's three writes (1000, 1500,
+/// 2000 + 8 × role bytes) and its 256-byte read, all at its buffer + 4096, signaled; the devx QP's
+/// signaled 64-byte write at + 12288. Each names its own QP and process as its peer.
+fn check_loopback_log(ctx: &str, r: &Role, nic: &[NicWqe]) -> usize {
+    let lens = [1000, 1500, 2000 + 8 * u64::from(r.role), 256];
+    let want: Vec<LoggedWqe> = lens
+        .iter()
+        .enumerate()
+        .map(|(i, &len)| {
+            let op = if i == 3 { "RDMA_READ" } else { "RDMA_WRITE" };
+            let q = r.loop_qpn;
+            let a = r.loop_addr + 4096;
+            (
+                q,
+                i as u32,
+                op.into(),
+                len,
+                a,
+                r.loop_rkey,
+                true,
+                0,
+                q,
+                r.pid,
+            )
+        })
+        .chain(std::iter::once((
+            r.dx_loop_qpn,
+            0,
+            "RDMA_WRITE".into(),
+            64,
+            r.loop_addr + 12288,
+            r.loop_rkey,
+            true,
+            0,
+            r.dx_loop_qpn,
+            r.pid,
+        )))
+        .collect();
+    let got: Vec<_> = nic
+        .iter()
+        .filter(|w| w.pid == r.pid && (w.qpn == r.loop_qpn || w.qpn == r.dx_loop_qpn))
+        .map(|w| {
+            let x = w.clone();
+            (
+                x.qpn, x.idx, x.op, x.len, x.raddr, x.rkey, x.signaled, x.status, x.rqpn, x.rpid,
+            )
+        })
+        .collect();
+    assert_eq!(
+        got, want,
+        "{ctx}: NIC log of pid {}'s loopback QPs (qpn, idx, op, len, raddr, rkey, signaled, \
+         status, peer qpn, peer pid)",
+        r.pid
+    );
+    got.len()
+}
+
 fn check_nic_log(ctx: &str, nic: &[NicWqe], r: &Role) {
     let n = check_wqes(ctx, r, r.qpn, nic, &expected_wqes(r.role))
-        + check_wqes(ctx, r, r.dci_qpn, nic, &dci_wqes(r.dci_idx));
+        + check_wqes(ctx, r, r.dci_qpn, nic, &dci_wqes(r.dci_idx))
+        + check_loopback_log(ctx, r, nic);
     assert_eq!(
         nic.iter().filter(|w| w.pid == r.pid).count(),
         n,
@@ -281,7 +354,60 @@ fn check_record(ctx: &str, t: &Trace, rs: &[Role], gids: [[u8; 16]; 2]) {
             Some(address.as_str()),
             "{ctx}: JSON peer address of {label}"
         );
+        // The loopback QPs: each its own process's, at its own address (issue 40 item 6).
+        for label in [
+            format!("qp {:#x}", r.loop_qpn),
+            format!("devx qp {:#x}", r.dx_loop_qpn),
+        ] {
+            let ep = p["endpoints"]
+                .as_array()
+                .expect("endpoints")
+                .iter()
+                .find(|e| e["label"].as_str() == Some(label.as_str()))
+                .unwrap_or_else(|| panic!("{ctx}: no '{label}' in {p}"));
+            assert_eq!(
+                ep["peer"]["pid"].as_u64(),
+                Some(r.pid as u64),
+                "{ctx}: the loopback {label} of pid {} is its own peer: {}",
+                r.pid,
+                ep["peer"]
+            );
+        }
     }
+    // The process matrix: each process's loopback bytes on itself, exactly (the verbs QP's
+    // writes and read; on the CPU nothing else of ibgda_host is counted: its devx QPs ring
+    // their UARs directly), nothing between the two and no `untraced` row or column.
+    let pm = &j["process_matrix"];
+    let labels: Vec<&str> = pm["labels"]
+        .as_array()
+        .expect("labels")
+        .iter()
+        .map(|l| l.as_str().expect("label"))
+        .collect();
+    assert_eq!(labels.len(), 2, "{ctx}: process matrix labels {labels:?}");
+    let at = |pid: u32| {
+        labels
+            .iter()
+            .position(|l| l.contains(&format!(" {pid}@")))
+            .unwrap_or_else(|| panic!("{ctx}: pid {pid} not in {labels:?}"))
+    };
+    let mut want = vec![vec![0u64; 2]; 2];
+    for r in rs {
+        want[at(r.pid)][at(r.pid)] = r.loop_bytes;
+    }
+    let got: Vec<Vec<u64>> = pm["bytes"]
+        .as_array()
+        .expect("bytes")
+        .iter()
+        .map(|row| {
+            row.as_array()
+                .expect("row")
+                .iter()
+                .map(|b| b.as_f64().expect("bytes") as u64)
+                .collect()
+        })
+        .collect();
+    assert_eq!(got, want, "{ctx}: process matrix {labels:?}");
 }
 
 /// ibgda_host on one host with NVSHMEM's INIT2RTR (grh bit 0), then its two processes on two
