@@ -721,3 +721,123 @@ fn check_error_counts(ctx: &str, procs: &[sigmatop::trace::reader::ProcessRecord
     totals.sort();
     assert_eq!(totals, [1, 8], "{ctx}: errors per process");
 }
+
+/// A WQE line as compared: (qpn, idx, op, len, signaled, status, peer qpn, peer pid).
+type SentWqe = (u32, u32, String, u64, bool, u32, u32, u32);
+
+/// The fields of the "gdaki_host STEP qp=X ..." line for `step` and QP `qp`.
+fn gdaki_line<'a>(text: &'a str, step: &str, qp: &str) -> &'a str {
+    let head = format!("gdaki_host {step} qp={qp} ");
+    text.lines()
+        .find(|l| l.starts_with(&head) && l.ends_with(" ok"))
+        .unwrap_or_else(|| panic!("no '{head}... ok' line in:\n{text}"))
+}
+
+/// NCCL 2.28's GIN error query on the NIC (issue 40, items 1 and 5): `gdaki_host`
+/// (tests/testnic/gdaki_host.c) builds two devx RC QPs with DOCA GPUNetIO's commands in DOCA's
+/// order and queries them with QUERY_QP through `mlx5dv_devx_obj_query`, as
+/// `doca_gpu_verbs_query_last_error` does. A healthy QP says RTS with the PSNs, remote QPN and
+/// path it was given (one write later: both PSNs one further); the QP the NIC put in error
+/// (a wrong rkey) says ERR, NCCL's `has_error`; the program's 2ERR / 2RST show; a query naming
+/// another QPN, a short output box and QUERY_CQ are refused. Untraced and in every mode (the
+/// preload lets the query through untouched); the NIC log holds A's two writes, peer B; under
+/// sigmatop both devx QPs are recorded, each the other's peer in the same process.
+#[test]
+fn gdaki_qp_error_query_on_a_healthy_and_an_errored_qp() {
+    build_nic();
+    let prog = nic_program("gdaki_host");
+    for mode in MODES {
+        let dir = common::scratch("testnic-gdaki");
+        let log = dir.join("nic-log");
+        std::fs::create_dir_all(&log).expect("log dir");
+        let trace = mode.map(|m| Trace::new(m, &dir));
+        let out = run_one(&prog, &[], &log, trace.as_ref());
+        let ctx = format!("gdaki_host mode {mode:?}");
+        let text = common::stdout_of(&out);
+        assert!(
+            out.status.success(),
+            "{ctx} failed:\n{text}\n{}",
+            common::stderr_of(&out)
+        );
+        let created = text
+            .lines()
+            .find(|l| l.starts_with("gdaki_host created "))
+            .unwrap_or_else(|| panic!("{ctx}: no 'created' line:\n{text}"));
+        let pid: u32 = testnic::field(created, "pid").parse().expect("pid");
+        let qa = hex(testnic::field(created, "qpn_a")) as u32;
+        let qb = hex(testnic::field(created, "qpn_b")) as u32;
+        // (step, qp, state, has_error, sq_psn, rq_psn, remote QPN)
+        let want = [
+            ("healthy", "A", "RTS", "0", 0x1234, 0x5678, qb),
+            ("healthy", "B", "RTS", "0", 0x5678, 0x1234, qa),
+            ("after_write", "A", "RTS", "0", 0x1235, 0x5678, qb),
+            ("after_write", "B", "RTS", "0", 0x5678, 0x1235, qa),
+        ];
+        for (step, qp, state, err, sq, rq, remote) in want {
+            let l = gdaki_line(&text, step, qp);
+            assert_eq!(
+                (
+                    testnic::field(l, "state"),
+                    testnic::field(l, "has_error"),
+                    hex(testnic::field(l, "sq_psn")),
+                    hex(testnic::field(l, "rq_psn")),
+                    hex(testnic::field(l, "remote_qpn")) as u32,
+                ),
+                (state, err, sq, rq, remote),
+                "{ctx}: {l}"
+            );
+        }
+        let l = gdaki_line(&text, "errored", "A");
+        assert_eq!(
+            (testnic::field(l, "state"), testnic::field(l, "has_error")),
+            ("ERR", "1"),
+            "{ctx}: {l}"
+        );
+        gdaki_line(&text, "transitions", "B");
+        assert!(
+            text.lines()
+                .any(|l| l.starts_with("gdaki_host refused ") && l.ends_with(" ok")),
+            "{ctx}: {text}"
+        );
+        // The NIC log: A's good write (64 B) and the wrong-rkey one (8 B; a remote error is in
+        // the CQE, not the log), both to B; B sent nothing.
+        let nic = nic_log(&log);
+        let got: Vec<SentWqe> = nic
+            .iter()
+            .filter(|w| w.pid == pid)
+            .map(|w| {
+                (
+                    w.qpn,
+                    w.idx,
+                    w.op.clone(),
+                    w.len,
+                    w.signaled,
+                    w.status,
+                    w.rqpn,
+                    w.rpid,
+                )
+            })
+            .collect();
+        let w = |idx, len| (qa, idx, "RDMA_WRITE".to_string(), len, true, 0, qb, pid);
+        assert_eq!(
+            got,
+            vec![w(0, 64), w(1, 8)],
+            "{ctx}: NIC log (qpn, idx, op, len, signaled, status, peer qpn, peer pid)"
+        );
+        if let Some(t) = &trace {
+            let procs = common::processes(t);
+            let p = procs
+                .iter()
+                .find(|p| p.identity.pid == pid)
+                .unwrap_or_else(|| panic!("{ctx}: pid {pid} not recorded"));
+            for (me, other) in [(qa, qb), (qb, qa)] {
+                let peer = devx_peer(&ctx, p, me);
+                assert_eq!(peer.qpn, Some(other), "{ctx}: peer of devx QP 0x{me:x}");
+                assert!(
+                    p.identity.own_addr_hashes.contains(&peer.addr_hash),
+                    "{ctx}: the peer of 0x{me:x} is no own address of the process"
+                );
+            }
+        }
+    }
+}
