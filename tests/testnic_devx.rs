@@ -739,7 +739,8 @@ fn gdaki_line<'a>(text: &'a str, step: &str, qp: &str) -> &'a str {
 /// `doca_gpu_verbs_query_last_error` does. A healthy QP says RTS with the PSNs, remote QPN and
 /// path it was given (one write later: both PSNs one further); the QP the NIC put in error
 /// (a wrong rkey) says ERR, NCCL's `has_error`; the program's 2ERR / 2RST show; a query naming
-/// another QPN, a short output box and QUERY_CQ are refused. Untraced and in every mode (the
+/// another QPN, a short output box and QUERY_CQ are refused; the NIC's exit line counts the
+/// queries it answered and those that said ERR. Untraced and in every mode (the
 /// preload lets the query through untouched); the NIC log holds A's two writes, peer B; under
 /// sigmatop both devx QPs are recorded, each the other's peer in the same process.
 #[test]
@@ -794,6 +795,14 @@ fn gdaki_qp_error_query_on_a_healthy_and_an_errored_qp() {
             "{ctx}: {l}"
         );
         gdaki_line(&text, "transitions", "B");
+        // The NIC's exit line: the seven queries it answered (2 healthy, 2 after the write, A in
+        // error, B after 2ERR and after 2RST; the refused ones are not answers), two in ERR.
+        let err = common::stderr_of(&out);
+        let want_line = format!("testnic: pid {pid} QUERY_QP answered 7 times, 2 in ERR");
+        assert!(
+            err.lines().any(|l| l == want_line),
+            "{ctx}: no '{want_line}' on stderr:\n{err}"
+        );
         assert!(
             text.lines()
                 .any(|l| l.starts_with("gdaki_host refused ") && l.ends_with(" ok")),

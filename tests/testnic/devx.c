@@ -27,6 +27,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <unistd.h>
 
 struct tn_umem {
 	struct mlx5dv_devx_umem pub;
@@ -591,6 +592,18 @@ static uint32_t prm_state(int s)
 /* QUERY_QP (0x50b): status, then the QP context at bit 0xc0 of the out box, as a ConnectX
  * answers it: the fields CREATE_QP and the transitions set, the current state, the next send
  * PSN (RTS and later) and the next expected receive PSN (RTR and later) as the NIC has them now. */
+static unsigned long queries_answered, queries_in_err;
+
+/* At exit, when any QUERY_QP was answered: how many, and how many said ERR (the evidence that a
+ * program's error query, NCCL's GIN one, ran and what it heard). */
+__attribute__((destructor)) static void devx_fini(void)
+{
+	unsigned long n = __atomic_load_n(&queries_answered, __ATOMIC_RELAXED);
+	if (n)
+		tn_warn("pid %d QUERY_QP answered %lu times, %lu in ERR", (int)getpid(), n,
+			__atomic_load_n(&queries_in_err, __ATOMIC_RELAXED));
+}
+
 static int query_qp(struct tn_dobj *o, const void *in, void *out, size_t outlen)
 {
 	if (GET(in, 0, IN_QPN) != o->qp.qpn)
@@ -606,6 +619,9 @@ static int query_qp(struct tn_dobj *o, const void *in, void *out, size_t outlen)
 		SET(qpc, 0, QPC_NEXT_SEND_PSN, __atomic_load_n(&h->next_psn, __ATOMIC_RELAXED) & 0xffffff);
 	if (h->st == TN_ST_RC && st >= TN_RTR && st != TN_ERR)
 		SET(qpc, 0, QPC_NEXT_RCV_PSN, __atomic_load_n(&h->exp_psn, __ATOMIC_RELAXED) & 0xffffff);
+	__atomic_fetch_add(&queries_answered, 1, __ATOMIC_RELAXED);
+	if (st == TN_ERR)
+		__atomic_fetch_add(&queries_in_err, 1, __ATOMIC_RELAXED);
 	return 0;
 }
 
