@@ -24,6 +24,7 @@
  */
 #include "ifc.h"
 
+#include <dlfcn.h>
 #include <endian.h>
 #include <errno.h>
 #include <infiniband/mlx5dv.h>
@@ -805,6 +806,14 @@ static int run(void)
 	uint32_t d_nop = d_fa + fa_bb, d_w2 = d_nop + 1;
 	ctrl(d_nop, 0, MLX5_OPCODE_NOP, 1, 0);
 	ring((volatile uint32_t *)(dbr + 128), uar->reg_addr, d_nop + 1);
+	/* The NIC reads the RC register while it holds the stray doorbell: two loops of the software
+	 * NIC's thread (its private call). Without it a fast peer's ACK could complete the DCI write
+	 * in the NIC loop that read the RC register just before the stray store, and the RC QP's own
+	 * doorbell below overwrite the stray one unseen (foreign=0; once under load). A ConnectX sees
+	 * every doorbell: a write to the register is a posted write it receives. */
+	void (*nic_quiesce)(void) = (void (*)(void))dlsym(RTLD_DEFAULT, "tn_nic_quiesce");
+	CHECK(nic_quiesce, "tn_nic_quiesce not found: run under scripts/with-testnic.sh");
+	nic_quiesce();
 	for (int i = 0; i < 32; i++)
 		buf[1200 + i] = (uint8_t)(0xe0 + role + i);
 	ctrl(d_w2, 0, MLX5_OPCODE_RDMA_WRITE, w_ds, MLX5_WQE_CTRL_CQ_UPDATE);
