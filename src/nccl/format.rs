@@ -45,7 +45,15 @@ pub mod etype {
     pub const PROXY_CTRL: u8 = 5;
     pub const KERNEL_CH: u8 = 6;
     pub const NET_PLUGIN: u8 = 7;
-    /// Any other (an API event or a type newer than 2.28).
+    /// (profiler v5, NCCL 2.28) The API events: a group (`groupDepth` 1: NCCL's own, around
+    /// one API call; more: the user's `ncclGroupStart`), a collective API call, a
+    /// point-to-point API call (AlltoAll, Gather and Scatter arrive as one group of these per
+    /// call), a kernel launch. Written since sigmatop 0.9: older files hold none.
+    pub const GROUP_API: u8 = 8;
+    pub const COLL_API: u8 = 9;
+    pub const P2P_API: u8 = 10;
+    pub const KERNEL_LAUNCH: u8 = 11;
+    /// Any other (a type newer than those above).
     pub const OTHER: u8 = 15;
     /// The event-type bit NCCL uses for the index above (`1 << i`).
     pub const fn bit(i: u8) -> u64 {
@@ -66,6 +74,11 @@ pub mod state {
     pub const RECV_FLUSH_WAIT: u8 = 11;
     pub const RECV_GPU_WAIT: u8 = 12;
     pub const SEND_PEER_WAIT: u8 = 20;
+    /// `ncclProfilerKernelChStop`: payload word 0 the kernel's stop on the GPU's globaltimer.
+    pub const KERNEL_CH_STOP: u8 = 22;
+    /// GroupApi states: `ncclGroupStart` returned, `ncclGroupEnd` called.
+    pub const GROUP_START_API_STOP: u8 = 23;
+    pub const GROUP_END_API_START: u8 = 24;
 }
 
 /// NCCL's function names (`ncclFuncToString`, 2.28) by index; 255: another.
