@@ -32,7 +32,10 @@ fn the_plugin_records_what_nccl_passes_it() {
         .expect("driver");
     assert!(out.status.success(), "{}", common::stderr_of(&out));
     let so = common::stdout_of(&out);
-    assert!(so.contains("mask=158") && so.contains("handles ok"), "{so}");
+    assert!(
+        so.contains("mask=2014") && so.contains("handles ok"),
+        "{so}"
+    );
     let files: Vec<_> = std::fs::read_dir(&rec)
         .expect("record dir")
         .flatten()

@@ -262,7 +262,7 @@ fn traced_every_call_and_every_work_request_is_joined() {
     let done = finish(ring, &ctx);
     assert_checked(shape, &done, &ctx);
     for (_, so, _) in &done {
-        assert!(so.contains("profiler sigmatop mask 158"), "{so}");
+        assert!(so.contains("profiler sigmatop mask 2014"), "{so}");
     }
     assert_nic_log(shape, &dir, &pids, &ctx);
 

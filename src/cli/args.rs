@@ -254,6 +254,10 @@ pub struct ReportArgs {
     /// first). Runs are never merged.
     #[arg(long, value_name = "N")]
     pub run: Option<usize>,
+    /// NCCL: list every call of every rank (as the user made it, its parts under it: sequence
+    /// number, bytes, algorithm, protocol, channels, host and GPU times, work requests joined).
+    #[arg(long)]
+    pub calls: bool,
 }
 
 #[derive(Args, Debug, Clone)]

@@ -33,6 +33,9 @@ pub mod kind {
     /// Written last by the plugin: records it could not keep (its ring was full), events of
     /// types it does not know.
     pub const TOTALS: u8 = 7;
+    /// (aggregate mode, written at exit) One communicator's host calls of one function: payload
+    /// function index, calls, bytes. Older files hold none.
+    pub const COUNTS: u8 = 8;
 }
 
 /// NCCL's event types (`ncclProfileColl` ...), as in `nccl_profiler.h` (2.28).

@@ -293,6 +293,23 @@ impl Tracker {
                 self.dropped = self.dropped.max(r.p(0));
                 self.unknown = self.unknown.max(r.p(1));
             }
+            (kind::COUNTS, _) => {
+                // Aggregate mode's counted host calls (written at exit): completed as made.
+                let func = r.p(0) as u8;
+                let p2p = matches!(
+                    super::format::name(super::format::FUNCS, func),
+                    "Send" | "Recv"
+                );
+                let key = (func, 255, 255, false);
+                let c = self.comms.entry(r.comm()).or_default();
+                let i = row_index(&mut self.rows, c, r.comm(), key);
+                c.live.rows[i].count = r.p(1);
+                c.live.rows[i].bytes = r.p(2);
+                if !p2p {
+                    c.live.started += r.p(1);
+                    c.live.completed += r.p(1);
+                }
+            }
             (kind::INIT, _) => {
                 let c = self.comms.entry(r.comm()).or_default();
                 c.live.comm_id = r.p(0);

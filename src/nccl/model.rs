@@ -588,6 +588,8 @@ fn build_one(p: &ProcessInput, rep: &mut NcclReport, starts: &mut Starts) {
     let j = &mut rep.join;
     // Proxy ops / steps of the timeline, filled in as their records come.
     let mut tl_ops: Vec<(u64, TlOp)> = Vec::new();
+    // Aggregate mode's counted host calls: (communicator, function, calls, bytes).
+    let mut counted: Vec<(u64, u8, u64, u64)> = Vec::new();
     let note_gpu = |host_tsc: u64, gpu: u64, off: &mut Option<i128>| {
         if gpu != 0 {
             let d = clock.to_real_ns(host_tsc) as i128 - gpu as i128;
@@ -611,6 +613,7 @@ fn build_one(p: &ProcessInput, rep: &mut NcclReport, starts: &mut Starts) {
                 j.dropped_records += r.p(0);
                 j.unknown_events += r.p(1);
             }
+            (kind::COUNTS, _) => counted.push((r.comm(), r.p(0) as u8, r.p(1), r.p(2))),
             (kind::START, t @ (etype::GROUP_API | etype::COLL_API | etype::P2P_API)) => {
                 let (func, ..) = format::unpack_coll(r.p(2));
                 apis.insert(
@@ -1185,6 +1188,27 @@ fn build_one(p: &ProcessInput, rep: &mut NcclReport, starts: &mut Starts) {
                 });
         }
     }
+    // Aggregate mode: the calls counted, per communicator and function (no time, no algorithm).
+    for (c, func, n, bytes) in counted {
+        let comm = comms.get(&c).cloned().unwrap_or_default();
+        let name = func_name(func).to_string();
+        let row = rows
+            .entry((comm.id, name.clone(), String::new(), "-".into(), "-".into()))
+            .or_insert_with(|| CollRow {
+                host: p.host.clone(),
+                pid: p.pid,
+                rank: comm.rank,
+                nranks: comm.nranks,
+                comm: format!("{:016x}", comm.id),
+                comm_name: comm.name.clone(),
+                func: name,
+                algo: "-".into(),
+                proto: "-".into(),
+                ..Default::default()
+            });
+        row.count += n;
+        row.bytes += bytes;
+    }
     for mut row in rows.into_values() {
         let (size, factor) = size_and_factor(&row.func, row.bytes, row.nranks as u64);
         if row.time_ns > 0 {
@@ -1308,6 +1332,11 @@ pub fn render(r: &NcclReport) -> String {
         "WR bytes"
     );
     for c in &r.collectives {
+        let func = if c.part_of.is_empty() {
+            c.func.clone()
+        } else {
+            format!("└ {}", c.func)
+        };
         let _ = writeln!(
             s,
             "  {:<12} {:>2}/{:<2} {:<16} {:<13} {:<6} {:<6} {:>3} {:>7} {:>14} {:>11.3} {:>9.3} {:>8} {:>13}{}",
@@ -1315,7 +1344,7 @@ pub fn render(r: &NcclReport) -> String {
             c.rank,
             c.nranks,
             c.comm,
-            c.func,
+            func,
             c.algo,
             c.proto,
             c.channels,
@@ -1331,6 +1360,57 @@ pub fn render(r: &NcclReport) -> String {
                 String::new()
             }
         );
+    }
+    if r.collectives.iter().any(|c| !c.part_of.is_empty()) {
+        let _ = writeln!(
+            s,
+            "  (└: the Send/Recv parts NCCL made of the call above, counted there too)"
+        );
+    }
+    if !r.by_size.is_empty() {
+        let _ = writeln!(
+            s,
+            "NCCL calls by message size (per rank, communicator, call; bytes ≤ the power of two):"
+        );
+        let _ = writeln!(
+            s,
+            "  {:<12} {:>5} {:<16} {:<13} {:>10} {:>7} {:>11} {:>10} {:>11} {:>10}",
+            "host",
+            "rank",
+            "comm",
+            "call",
+            "size ≤",
+            "count",
+            "time ms",
+            "busbw GB/s",
+            "GPU ms",
+            "GPU GB/s"
+        );
+        for z in &r.by_size {
+            let _ = writeln!(
+                s,
+                "  {:<12} {:>2}/{:<2} {:<16} {:<13} {:>10} {:>7} {:>11.3} {:>10.3} {:>11} {:>10}",
+                z.host,
+                z.rank,
+                z.nranks,
+                z.comm,
+                z.func,
+                z.size_bucket,
+                z.count,
+                z.time_ns as f64 / 1e6,
+                z.busbw_gbs,
+                if z.gpu_time_ns > 0 {
+                    format!("{:.3}", z.gpu_time_ns as f64 / 1e6)
+                } else {
+                    "-".into()
+                },
+                if z.gpu_time_ns > 0 {
+                    format!("{:.3}", z.gpu_busbw_gbs)
+                } else {
+                    "-".into()
+                },
+            );
+        }
     }
     let j = &r.join;
     let _ = writeln!(
@@ -1364,7 +1444,7 @@ pub fn render(r: &NcclReport) -> String {
             .collect();
         let _ = writeln!(
             s,
-            "  comm {}: {} collectives, arrival spread median {:.3} ms, max {:.3} ms (r{} last); last to arrive: {}",
+            "  comm {}: {} collectives, arrival spread (host calls) median {:.3} ms, max {:.3} ms (r{} last); last to arrive: {}",
             a.comm,
             a.collectives,
             a.median_spread_ns as f64 / 1e6,
@@ -1372,6 +1452,23 @@ pub fn render(r: &NcclReport) -> String {
             a.max_spread_last_rank,
             last.join(" ")
         );
+        if a.gpu_collectives > 0 {
+            let last: Vec<String> = a
+                .gpu_last_rank
+                .iter()
+                .map(|(r, n)| format!("r{r}×{n}"))
+                .collect();
+            let _ = writeln!(
+                s,
+                "  comm {}: {} collectives, arrival spread (GPU kernel starts) median {:.3} ms, max {:.3} ms (r{} last); last to arrive: {}",
+                a.comm,
+                a.gpu_collectives,
+                a.gpu_median_spread_ns as f64 / 1e6,
+                a.gpu_max_spread_ns as f64 / 1e6,
+                a.gpu_max_spread_last_rank,
+                last.join(" ")
+            );
+        }
     }
     for x in &r.stalled {
         let _ = writeln!(
@@ -1392,6 +1489,83 @@ pub fn render(r: &NcclReport) -> String {
     }
     for p in &r.problems {
         let _ = writeln!(s, "  ⚠ {p}");
+    }
+    s
+}
+
+/// `report --calls`: every call of every rank, one line each, in each rank's order.
+pub fn render_calls(r: &NcclReport) -> String {
+    use std::fmt::Write;
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "NCCL calls ({}; times ms from each rank's first call; └: a part of the call it follows):",
+        r.calls.len()
+    );
+    let _ = writeln!(
+        s,
+        "  {:<12} {:>5} {:<16} {:>6} {:<16} {:>12} {:<6} {:<6} {:>3} {:>10} {:>9} {:>9} {:>9} {:>6} {:>10}",
+        "host",
+        "rank",
+        "comm",
+        "seq",
+        "call",
+        "bytes",
+        "algo",
+        "proto",
+        "ch",
+        "host call",
+        "time",
+        "GPU start",
+        "GPU time",
+        "WRs",
+        "WR bytes"
+    );
+    let mut first: HashMap<(String, u32), u64> = HashMap::new();
+    for c in &r.calls {
+        let t0 = *first
+            .entry((c.host.clone(), c.pid))
+            .or_insert(c.host_call_ns);
+        let ms = |ns: u64| format!("{:.3}", ns.saturating_sub(t0) as f64 / 1e6);
+        let mut func = match c.peer {
+            Some(p) => format!(
+                "{} {} r{p}",
+                c.func,
+                if c.func.starts_with("Send") {
+                    "→"
+                } else {
+                    "←"
+                }
+            ),
+            None => c.func.clone(),
+        };
+        if c.parent.is_some() {
+            func = format!("└ {func}");
+        }
+        let _ = writeln!(
+            s,
+            "  {:<12} {:>2}/{:<2} {:<16} {:>6} {:<16} {:>12} {:<6} {:<6} {:>3} {:>10} {:>9} {:>9} {:>9} {:>6} {:>10}",
+            c.host,
+            c.rank,
+            c.nranks,
+            c.comm,
+            c.seq,
+            func,
+            c.bytes,
+            c.algo.unwrap_or("-"),
+            c.proto.unwrap_or("-"),
+            c.channels,
+            ms(c.host_call_ns),
+            c.time_ns
+                .map_or("open".into(), |t| format!("{:.3}", t as f64 / 1e6)),
+            c.gpu_start_ns.map_or("-".into(), ms),
+            match (c.gpu_start_ns, c.gpu_end_ns) {
+                (Some(a), Some(b)) => format!("{:.3}", b.saturating_sub(a) as f64 / 1e6),
+                _ => "-".into(),
+            },
+            c.wrs,
+            c.wr_bytes
+        );
     }
     s
 }
