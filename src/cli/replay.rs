@@ -338,6 +338,7 @@ impl ReplaySource {
                     n.pos += due;
                     model.apply(&f.key, Frame::Nccl(n.tracker.live()));
                     model.apply(&f.key, Frame::NcclWaits(n.tracker.waits()));
+                    model.apply(&f.key, Frame::NcclCalls(n.tracker.calls()));
                     applied += 1;
                 }
             }

@@ -147,6 +147,52 @@ pub fn name(table: &[&'static str], i: u8) -> &'static str {
     table.get(i as usize).copied().unwrap_or("?")
 }
 
+/// The function index of a user's group of point-to-point calls ("Group").
+pub const GROUP_FUNC: u8 = 254;
+
+/// The name of a function index ([`FUNCS`], or [`GROUP_FUNC`]).
+pub fn func_name(f: u8) -> &'static str {
+    if f == GROUP_FUNC {
+        "Group"
+    } else {
+        name(FUNCS, f)
+    }
+}
+
+/// The power of two at or above `bytes` (0 for 0).
+pub fn size_bucket(bytes: u64) -> u64 {
+    if bytes == 0 {
+        0
+    } else {
+        bytes.checked_next_power_of_two().unwrap_or(1 << 63)
+    }
+}
+
+/// How a group of point-to-point API calls is named: AlltoAll, Gather, Scatter when NCCL made
+/// them of one API call (depth 1) in the shape of that call, "Group" for a user's group; none
+/// for a lone Send or Recv (no parent).
+pub fn group_func(depth: u64, sends: &[u64], recvs: &[u64], nranks: u32) -> Option<u8> {
+    let n = nranks as usize;
+    if depth >= 2 {
+        return Some(GROUP_FUNC);
+    }
+    let all_eq = |v: &[u64], c: u64| v.iter().all(|&x| x == c);
+    let c = sends.first().or(recvs.first()).copied().unwrap_or(0);
+    if n >= 2 && sends.len() == n && recvs.len() == n && all_eq(sends, c) && all_eq(recvs, c) {
+        return Some(index_of(FUNCS, b"AlltoAll"));
+    }
+    if n >= 2 && sends.len() == 1 && recvs.len() == n && all_eq(recvs, c) {
+        return Some(index_of(FUNCS, b"Gather"));
+    }
+    if n >= 2 && sends.len() == n && recvs.len() == 1 && all_eq(sends, c) {
+        return Some(index_of(FUNCS, b"Scatter"));
+    }
+    if sends.len() + recvs.len() > 1 {
+        return Some(GROUP_FUNC);
+    }
+    None
+}
+
 /// One record.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Rec(pub [u64; WORDS]);

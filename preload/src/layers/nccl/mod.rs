@@ -751,9 +751,10 @@ unsafe extern "C" fn finalize(ctx: *mut c_void) -> c_int {
 /// The collectives as the live tracker knows them now, and where they wait (none before NCCL's
 /// first `init`): the collector sends them each interval (`Frame::Nccl`, `Frame::NcclWaits`).
 pub fn live_frames(out: &mut Vec<sigmatop::wire::Frame>) {
-    if let Some((live, waits)) = ring::live() {
+    if let Some((live, waits, calls)) = ring::live() {
         out.push(sigmatop::wire::Frame::Nccl(live));
         out.push(sigmatop::wire::Frame::NcclWaits(waits));
+        out.push(sigmatop::wire::Frame::NcclCalls(calls));
     }
 }
 

@@ -12,7 +12,7 @@ use std::io::Write;
 use std::sync::Mutex;
 
 use sigmatop::nccl::format::{self, REC_BYTES, Rec, WORDS};
-use sigmatop::nccl::live::{NcclLive, NcclWaits, Tracker};
+use sigmatop::nccl::live::{NcclCalls, NcclLive, NcclWaits, Tracker};
 
 /// Slots in the queue (a power of two): 8 MiB of address space, touched as used.
 const CAP: u64 = 1 << 16;
@@ -49,7 +49,7 @@ pub fn active() -> bool {
 
 /// What the live tracker knows now, and where it waits (none before NCCL's first `init`): the
 /// collector sends both.
-pub fn live() -> Option<(NcclLive, NcclWaits)> {
+pub fn live() -> Option<(NcclLive, NcclWaits, NcclCalls)> {
     if !active() {
         return None;
     }
@@ -59,7 +59,7 @@ pub fn live() -> Option<(NcclLive, NcclWaits)> {
         if crate::runtime::config::mode() == sigmatop::event::Mode::Aggregate {
             counted_rows(&mut live);
         }
-        (live, w.tracker.waits())
+        (live, w.tracker.waits(), w.tracker.calls())
     })
 }
 
