@@ -129,8 +129,11 @@ fn demo_mpi_headless_has_the_moe_workloads_figures() {
 
 #[test]
 fn demo_mpi_as_typed_replays_to_the_moe_workloads_figures() {
-    // `sigmatop demo mpi`, at the recorded speed: 6 s of replay.
-    let cmd = format!("{} demo mpi", common::sigmatop_bin().display());
+    // `sigmatop demo mpi --once` at the recorded speed: 6 s of replay.
+    let cmd = format!(
+        "{} demo mpi --once --speed 1",
+        common::sigmatop_bin().display()
+    );
     let Some(t) = Tmux::start("demo-typed", &cmd) else {
         return;
     };
@@ -405,6 +408,30 @@ fn demo_headless_has_the_nccl_moe_figures() {
             w[0]
         );
     }
+}
+
+/// The demo plays again and again (4 s after its end, from an empty view): after the second
+/// pass the matrix holds one run's figures, not two.
+#[test]
+fn demo_plays_again_from_an_empty_view() {
+    let cmd = format!("{} demo mpi --speed 4", common::sigmatop_bin().display());
+    let Some(t) = Tmux::start("demo-loop", &cmd) else {
+        return;
+    };
+    let limit = Duration::from_secs(60);
+    t.wait_for("the first pass", limit, |s| s.contains("demo pass 1"));
+    t.wait_for("the second pass to end", limit, |s| {
+        s.contains("demo pass 2") && s.contains("ended, plays again")
+    });
+    // Paused, it stays there.
+    t.keys(&["Space", "5"]);
+    let m = t.wait_for("the matrix", limit, |s| s.contains("rank × rank"));
+    let matrix: Vec<Vec<u64>> = (0..RANKS)
+        .map(|r| (0..RANKS).map(|d| pair(r, d)).collect())
+        .collect();
+    common::assert_rank_matrix(&m, &matrix);
+    t.keys(&["q"]);
+    t.wait_for("exit status 0", limit, |s| s.contains("SIGMATOP-EXIT=0"));
 }
 
 #[test]

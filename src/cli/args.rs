@@ -291,10 +291,14 @@ pub struct DemoArgs {
     /// GPU-initiated (IBGDA) over the software NIC (press d for its doorbells).
     #[arg(value_name = "WHICH", default_value = "nccl", value_parser = ["nccl", "mpi", "gpu"])]
     pub which: String,
-    /// Playback speed: 1 = as recorded, 10 = ten times faster, 0.5 = half; 0 = no playback: the
-    /// dashboard opens on the end of the recording ([ ] step back through it).
-    #[arg(long, default_value = "1", value_name = "X", value_parser = parse_speed, allow_negative_numbers = true)]
-    pub speed: f64,
+    /// Playback speed: 1 = as recorded, 10 = ten times faster, 0.5 = half (default 0.1: the
+    /// recordings are seconds long); 0 = no playback: the dashboard opens on the end of the
+    /// recording ([ ] step back through it).
+    #[arg(long, value_name = "X", value_parser = parse_speed, allow_negative_numbers = true)]
+    pub speed: Option<f64>,
+    /// Play the recording once (by default it plays again, 4 s after its end, until q).
+    #[arg(long)]
+    pub once: bool,
     /// Dashboard theme: dark (default), light, mono, or a theme .toml file; NO_COLOR=1 means mono.
     #[arg(long, value_name = "THEME")]
     pub theme: Option<String>,
