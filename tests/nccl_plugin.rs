@@ -9,6 +9,8 @@
 //! is said in one line and sigmatop's attribution goes on.
 mod common;
 
+use common::Bounded;
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -26,7 +28,7 @@ fn gcc(src: &str, out: &Path, args: &[&str]) {
         .arg(out)
         .arg(&src)
         .arg("-ldl")
-        .output()
+        .output_bounded()
         .expect("gcc");
     assert!(o.status.success(), "{}", common::stderr_of(&o));
 }
@@ -51,7 +53,7 @@ fn drive(dir: &Path, env: &[(&str, &str)]) -> (String, String, Vec<Rec>) {
     for (k, v) in env {
         cmd.env(k, v);
     }
-    let out = cmd.output().expect("driver");
+    let out = cmd.output_bounded().expect("driver");
     assert!(out.status.success(), "{}", common::stderr_of(&out));
     let files: Vec<PathBuf> = std::fs::read_dir(&rec)
         .expect("record dir")
