@@ -59,6 +59,8 @@ struct NcclFeed {
     recs: Vec<(u64, crate::nccl::format::Rec)>,
     pos: usize,
     tracker: crate::nccl::live::Tracker,
+    /// Every record played and the tracker told the record ended.
+    done: bool,
 }
 
 /// The NCCL file of a process of a recording, if it has one; a problem reading it is said.
@@ -93,6 +95,7 @@ fn nccl_feed(
         recs,
         pos: 0,
         tracker: crate::nccl::live::Tracker::new(),
+        done: false,
     })
 }
 
@@ -293,6 +296,7 @@ impl ReplaySource {
             model.messages.push(p);
         }
         let now = self.vnow;
+        let replay_end = self.end_ns;
         let mut applied = 0;
         for f in &mut self.procs {
             if f.ended {
@@ -409,6 +413,23 @@ impl ReplaySource {
                     model.apply(&f.key, Frame::NcclCalls(n.tracker.calls()));
                     applied += 1;
                 }
+                // Its last record is past by the grace: what waits only for it completes (the
+                // live plugin's tracker sees its clock move on; a record's tracker does not).
+                let last = n.recs.last().map_or(0, |x| x.0);
+                if !n.done
+                    && n.pos == n.recs.len()
+                    && now
+                        >= last
+                            .saturating_add(crate::nccl::live::NO_OP_GRACE_NS)
+                            .min(replay_end)
+                {
+                    n.done = true;
+                    n.tracker.end();
+                    model.apply(&f.key, Frame::Nccl(n.tracker.live()));
+                    model.apply(&f.key, Frame::NcclWaits(n.tracker.waits()));
+                    model.apply(&f.key, Frame::NcclCalls(n.tracker.calls()));
+                    applied += 1;
+                }
             }
             if f.next_snapshot >= f.rec.snapshots.len() && now >= f.end_ns {
                 f.ended = true;
@@ -470,6 +491,12 @@ impl Source for ReplaySource {
 
     fn label(&self) -> String {
         self.label.clone()
+    }
+
+    fn collectives_hint(&self) -> Option<String> {
+        (self.label == "demo").then(|| {
+            "this recording's NCCL profiler events were left out for size (the verbs traffic is all here): `sigmatop demo collectives` replays an NCCL-shaped MoE exchange with them".to_string()
+        })
     }
 
     fn clock_style(&self) -> ClockStyle {
@@ -636,6 +663,7 @@ pub fn demo(args: &DemoArgs) -> CliResult {
     let (files, label) = match args.which.as_str() {
         "gpu" => (embedded::DEMO_GPU_FILES, "demo gpu"),
         "mpi" => (embedded::DEMO_FILES, "demo mpi"),
+        "collectives" => (embedded::DEMO_COLL_FILES, "demo collectives"),
         _ => (embedded::DEMO_NCCL_FILES, "demo"),
     };
     if files.is_empty() {

@@ -371,6 +371,7 @@ impl Tracker {
         for r in &d.recs {
             t.push(r);
         }
+        t.end();
         Some(t)
     }
 
@@ -668,6 +669,15 @@ impl Tracker {
             true
         });
         self.waiting = w;
+    }
+
+    /// The record ended (its last record was read): what waits only for the grace completes
+    /// now (calls NCCL stopped with no proxy operation, calls made of parts whose last part
+    /// came); what waits for NCCL stays open.
+    pub fn end(&mut self) {
+        let grace = (NO_OP_GRACE_NS as f64 * self.clock.ticks_per_ns()) as u64;
+        self.newest_tsc = self.newest_tsc.saturating_add(grace);
+        self.check_waiting();
     }
 
     /// The reader's clock moved on with no record (the preload, at each drain): the grace of

@@ -245,11 +245,14 @@ pub(super) fn draw(frame: &mut Frame, area: Rect, app: &App, vm: &ViewModel) {
     let inner = block.inner(top);
     frame.render_widget(block, top);
     if m.rows.is_empty() {
+        let text = match &app.collectives_hint {
+            Some(h) => format!(" {h}"),
+            None => {
+                " no NCCL collectives seen (NCCL_PROFILER_PLUGIN: `sigmatop run` sets it)".into()
+            }
+        };
         frame.render_widget(
-            Paragraph::new(Span::styled(
-                " no NCCL collectives seen (NCCL_PROFILER_PLUGIN: `sigmatop run` sets it)",
-                th.dim,
-            )),
+            Paragraph::new(Span::styled(text, th.dim)).wrap(ratatui::widgets::Wrap { trim: false }),
             inner,
         );
     } else {
