@@ -76,6 +76,12 @@ pub struct CollRow {
     pub wr_bytes: u64,
     /// Not completed when the record ended (no stop of the call or of a proxy operation).
     pub incomplete: u64,
+    /// From the GPU's view (NCCL's KernelCh events), over the completed calls whose kernel
+    /// times came: their GPU time (first channel's start to last channel's stop), summed, and
+    /// the bus bandwidth over it; 0 without kernel events.
+    pub gpu_calls: u64,
+    pub gpu_time_ns: u64,
+    pub gpu_busbw_gbs: f64,
 }
 
 /// Per communicator: how ranks arrived at each collective and each call made of parts (same
@@ -1104,6 +1110,10 @@ fn build_one(p: &ProcessInput, rep: &mut NcclReport, starts: &mut Starts) {
             Some(ns) => row.time_ns += ns,
             None => row.incomplete += 1,
         }
+        if let (Some(a), Some(b), Some(_)) = (r.gpu_start_ns, r.gpu_end_ns, r.end_ns) {
+            row.gpu_calls += 1;
+            row.gpu_time_ns += b.saturating_sub(a);
+        }
         if !part_of.is_empty() {
             continue;
         }
@@ -1169,6 +1179,11 @@ fn build_one(p: &ProcessInput, rep: &mut NcclReport, starts: &mut Starts) {
         let (size, factor) = size_and_factor(&row.func, row.bytes, row.nranks as u64);
         if row.time_ns > 0 {
             row.busbw_gbs = size as f64 * factor / row.time_ns as f64;
+        }
+        if row.gpu_time_ns > 0 && row.count > 0 {
+            // Over the calls the GPU times cover: their share of the bytes.
+            let bytes = size as f64 * row.gpu_calls as f64 / row.count as f64;
+            row.gpu_busbw_gbs = bytes * factor / row.gpu_time_ns as f64;
         }
         rep.collectives.push(row);
     }
@@ -1270,9 +1285,11 @@ pub fn render(r: &NcclReport) -> String {
     use std::fmt::Write;
     let mut s = String::new();
     let _ = writeln!(s, "NCCL collectives (per rank, communicator, collective):");
+    // From the GPU's view beside the host's, when kernel events came (KernelCh).
+    let gpu = r.collectives.iter().any(|c| c.gpu_calls > 0);
     let _ = writeln!(
         s,
-        "  {:<12} {:>5} {:<16} {:<13} {:<6} {:<6} {:>3} {:>7} {:>14} {:>11} {:>9} {:>8} {:>13}",
+        "  {:<12} {:>5} {:<16} {:<13} {:<6} {:<6} {:>3} {:>7} {:>14} {:>11} {:>9} {:>8} {:>13}{}",
         "host",
         "rank",
         "comm",
@@ -1285,7 +1302,12 @@ pub fn render(r: &NcclReport) -> String {
         "time ms",
         "busbw GB/s",
         "WRs",
-        "WR bytes"
+        "WR bytes",
+        if gpu {
+            format!(" {:>10} {:>10}", "GPU ms", "GPU GB/s")
+        } else {
+            String::new()
+        }
     );
     for c in &r.collectives {
         let func = if c.part_of.is_empty() {
@@ -1295,7 +1317,7 @@ pub fn render(r: &NcclReport) -> String {
         };
         let _ = writeln!(
             s,
-            "  {:<12} {:>2}/{:<2} {:<16} {:<13} {:<6} {:<6} {:>3} {:>7} {:>14} {:>11.3} {:>9.3} {:>8} {:>13}{}",
+            "  {:<12} {:>2}/{:<2} {:<16} {:<13} {:<6} {:<6} {:>3} {:>7} {:>14} {:>11.3} {:>9.3} {:>8} {:>13}{}{}",
             c.host,
             c.rank,
             c.nranks,
@@ -1310,6 +1332,15 @@ pub fn render(r: &NcclReport) -> String {
             c.busbw_gbs,
             c.wrs,
             c.wr_bytes,
+            match (gpu, c.gpu_calls) {
+                (false, _) => String::new(),
+                (true, 0) => format!(" {:>10} {:>10}", "-", "-"),
+                (true, _) => format!(
+                    " {:>10.3} {:>10.3}",
+                    c.gpu_time_ns as f64 / 1e6,
+                    c.gpu_busbw_gbs
+                ),
+            },
             if c.incomplete > 0 {
                 format!("  ⚠ {} not completed", c.incomplete)
             } else {
@@ -1751,6 +1782,25 @@ mod calls_tests {
         );
         assert_eq!(ar1.gpu_start_ns, Some(1_000_000_650));
         assert!(!r.gpu_clock.is_empty());
+        // The AllReduce rows: one call with kernel times each, 800 ns from first start to
+        // last stop; bus bandwidth over it (2 ranks: factor 1).
+        for pid in [10, 11] {
+            let row = r
+                .collectives
+                .iter()
+                .find(|c| c.pid == pid && c.func == "AllReduce")
+                .expect("AllReduce row");
+            assert_eq!((row.gpu_calls, row.gpu_time_ns), (1, 800), "{row:?}");
+            let want = synth::ALLREDUCE_BYTES as f64 / 800.0;
+            assert!((row.gpu_busbw_gbs - want).abs() < 1e-9, "{row:?}");
+        }
+        // Calls without kernel events have no GPU time.
+        assert!(
+            r.collectives
+                .iter()
+                .filter(|c| c.func != "AllReduce")
+                .all(|c| c.gpu_calls == 0 && c.gpu_time_ns == 0)
+        );
         assert_eq!(r.arrivals.len(), 1);
         let a = &r.arrivals[0];
         // AllReduce #0, AlltoAll #1, Group #1: three calls compared on the host.
@@ -1772,5 +1822,6 @@ mod calls_tests {
             text.contains("arrival spread (GPU kernel starts)"),
             "{text}"
         );
+        assert!(text.contains("GPU GB/s"), "{text}");
     }
 }
