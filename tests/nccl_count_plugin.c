@@ -5,7 +5,8 @@
  * context is its own, every handle passed back is one it made and not yet stopped, every parent
  * is one of its handles or null, and the event's type is one it asked for. At finalize it writes
  * to $COUNT_OUT one line: "inits I finalizes F starts S stops T states U types=<type:count,...>
- * bad B". Built by tests/nccl_plugin.rs. */
+ * bad B". With $COUNT_FAIL_INIT set its init fails (ncclSystemError) and it writes nothing.
+ * Built by tests/nccl_plugin.rs. */
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -42,6 +43,8 @@ static ncclResult_t c_init(void **context, uint64_t commId, int *mask, const cha
 			   int nranks, int rank, void *logfn)
 {
 	(void)commId, (void)name, (void)nNodes, (void)nranks, (void)rank, (void)logfn;
+	if (getenv("COUNT_FAIL_INIT")) /* an init that fails, as a misconfigured plugin's would */
+		return 3;                /* ncclSystemError */
 	struct ctx *c = calloc(1, sizeof *c);
 	if (!c)
 		return 1;

@@ -6,7 +6,8 @@
 //! only and counts them. A user's own plugin (tests/nccl_count_plugin.c, a counting plugin of
 //! ours) chained behind sigmatop's gets every event of the types it asked for, with its own
 //! handles and parents, while sigmatop records what it recorded alone; one that cannot be loaded
-//! is said in one line and sigmatop's attribution goes on.
+//! is said in one line and sigmatop's attribution goes on, and so is one whose init fails. An
+//! event of a type profiler v5 does not have (v6's CeColl) is counted, never recorded.
 mod common;
 
 use common::Bounded;
@@ -101,6 +102,14 @@ fn the_plugin_records_what_nccl_passes_it() {
         (0x1234abcd5678ef00, 2, 2, 1)
     );
     assert_eq!(format::unpack_name(&init.0[10..14]), "driver comm");
+    // The event of a type v5 does not have (profiler v6's CeColl): counted in the totals, not
+    // recorded, no handle given.
+    assert!(!so.contains("an unknown type got a handle"), "{so}");
+    assert!(
+        !d.recs.iter().any(|r| r.etype() == etype::OTHER),
+        "an event of an unknown type was recorded: {:?}",
+        d.recs
+    );
     let gapi = find(kind::START, etype::GROUP_API);
     assert_eq!((gapi.parent(), gapi.p(0)), (0, 1), "GroupApi of depth 1");
     let capi = find(kind::START, etype::COLL_API);
@@ -186,7 +195,8 @@ fn the_plugin_records_what_nccl_passes_it() {
     );
     assert!(d.recs.iter().any(|r| r.kind() == kind::FINALIZE));
     let last = d.recs.last().expect("records");
-    assert_eq!((last.kind(), last.p(0), last.p(1)), (kind::TOTALS, 0, 0));
+    // Last, the totals: nothing dropped, the one event of an unknown type counted.
+    assert_eq!((last.kind(), last.p(0), last.p(1)), (kind::TOTALS, 0, 1));
 }
 
 /// A user's plugin chained behind sigmatop's (SIGMATOP_NCCL_PROFILER_PLUGIN, what `sigmatop run`
@@ -256,6 +266,43 @@ fn a_plugin_that_cannot_be_loaded_is_said_and_sigmatop_goes_on() {
     assert_eq!(lines.len(), 1, "{se}");
     assert!(lines[0].contains("/nonexistent/libmine.so") && lines[0].contains("goes on"));
     assert_eq!(starts_by_type(&recs), starts_by_type(&alone));
+}
+
+/// A chained plugin whose init fails: one line, NCCL asked for sigmatop's types alone, and
+/// sigmatop's records as before; the plugin gets no event.
+#[test]
+fn a_plugin_whose_init_fails_is_said_and_sigmatop_goes_on() {
+    let dir = common::scratch("nccl-plugin-failinit");
+    let lib = dir.join("libnccl-profiler-counter.so");
+    gcc("nccl_count_plugin.c", &lib, &["-shared", "-fPIC"]);
+    let (_, _, alone) = drive(&dir, &[]);
+    let out = dir.join("counts.txt");
+    let (so, se, recs) = drive(
+        &dir,
+        &[
+            ("SIGMATOP_NCCL_PROFILER_PLUGIN", lib.to_str().expect("path")),
+            ("COUNT_OUT", out.to_str().expect("path")),
+            ("COUNT_FAIL_INIT", "1"),
+        ],
+    );
+    assert!(
+        so.contains("mask=2014") && so.contains("handles ok"),
+        "{so}"
+    );
+    let lines: Vec<&str> = se.lines().filter(|l| l.contains("init failed")).collect();
+    assert_eq!(lines.len(), 1, "{se}");
+    assert!(
+        lines[0].contains("error 3") && lines[0].contains("goes on"),
+        "{}",
+        lines[0]
+    );
+    assert!(
+        !out.exists(),
+        "a plugin whose init failed was finalized: {:?}",
+        std::fs::read_to_string(&out)
+    );
+    assert_eq!(starts_by_type(&recs), starts_by_type(&alone));
+    assert_eq!(recs.len(), alone.len());
 }
 
 /// Aggregate mode asks NCCL for its host calls only (Coll, P2p: mask 6), records none of them and
