@@ -102,6 +102,10 @@ fn the_plugin_records_what_nccl_passes_it() {
         (0x1234abcd5678ef00, 2, 2, 1)
     );
     assert_eq!(format::unpack_name(&init.0[10..14]), "driver comm");
+    assert_eq!(
+        init.0[14], 5,
+        "the profiler interface the events came through"
+    );
     // The event of a type v5 does not have (profiler v6's CeColl): counted in the totals, not
     // recorded, no handle given.
     assert!(!so.contains("an unknown type got a handle"), "{so}");

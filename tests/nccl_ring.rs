@@ -327,6 +327,8 @@ fn traced_every_call_and_every_work_request_is_joined() {
         ("proxy_steps", steps),
         ("steps_without_wr", 0),
         ("dropped_records", 0),
+        ("unknown_events", 0),
+        ("profiler_version", 5),
     ];
     for (k, w) in want {
         assert_eq!(j[k].as_u64(), Some(w), "{ctx}: join.{k}: {j:#}");
@@ -352,6 +354,10 @@ fn traced_every_call_and_every_work_request_is_joined() {
     let text = common::stdout_of(&out);
     assert!(out.status.success(), "{}", common::stderr_of(&out));
     assert!(text.contains("NCCL collectives"), "{ctx}: report:\n{text}");
+    assert!(
+        text.contains("NCCL events read through profiler interface v5"),
+        "{ctx}: report:\n{text}"
+    );
     let lines: Vec<&str> = text
         .lines()
         .filter(|l| l.contains("AllReduce") && l.contains("RING") && l.contains("SIMPLE"))

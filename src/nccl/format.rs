@@ -18,7 +18,9 @@ pub const REC_BYTES: usize = WORDS * 8;
 
 /// Record kinds (word 1, bits 32..40).
 pub mod kind {
-    /// A communicator's `init`: payload commId, nranks, nNodes, rank, activation mask, name.
+    /// A communicator's `init`: payload commId, nranks, nNodes, rank, activation mask, name
+    /// (words 10..14), and in word 14 the profiler interface NCCL's events came through (5; 0
+    /// in files written before it was noted).
     pub const INIT: u8 = 1;
     /// `startEvent`.
     pub const START: u8 = 2;

@@ -131,6 +131,9 @@ pub struct JoinStats {
     /// Records the plugin could not keep (its queue was full) and events of types it skips.
     pub dropped_records: u64,
     pub unknown_events: u64,
+    /// The NCCL profiler interface the events were read through (the `INIT` records' word 14:
+    /// 5; 0 when the file does not say).
+    pub profiler_version: u64,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
@@ -561,6 +564,7 @@ fn build_one(p: &ProcessInput, rep: &mut NcclReport, starts: &mut Starts) {
     for r in &recs {
         match (r.kind(), r.etype()) {
             (kind::INIT, _) => {
+                j.profiler_version = j.profiler_version.max(r.0[14]);
                 comms.insert(
                     r.comm(),
                     Comm {
@@ -1416,6 +1420,13 @@ pub fn render(r: &NcclReport) -> String {
         j.proxy_steps,
         j.steps_without_wr
     );
+    if j.profiler_version > 0 {
+        let _ = writeln!(
+            s,
+            "  NCCL events read through profiler interface v{} (the newest sigmatop reads; an NCCL that offers a newer one drives this one)",
+            j.profiler_version
+        );
+    }
     if j.dropped_records > 0 || j.unknown_events > 0 {
         let _ = writeln!(
             s,

@@ -25,6 +25,9 @@ use sigmatop::nccl::format::{
 
 const NCCL_SUCCESS: c_int = 0;
 
+/// The profiler interface sigmatop's events are read through (`ncclProfiler_v5`).
+const INTERFACE_VERSION: u64 = 5;
+
 /// `ncclProfiler_v5_t`.
 #[repr(C)]
 pub struct ProfilerV5 {
@@ -445,6 +448,9 @@ unsafe extern "C" fn init(
             r.0[9] = ours as u64;
             // SAFETY: as above.
             pack_name(unsafe { cstr(name) }, &mut r.0[10..14]);
+            // The interface NCCL's events come through: v5, the newest sigmatop reads (an NCCL
+            // that offers v6 looks for it first and, not finding it, drives this one).
+            r.0[14] = INTERFACE_VERSION;
             ring::push(&r);
         }
     });
