@@ -351,6 +351,14 @@ pub fn report(args: &ReportArgs) -> CliResult {
         ex.quiet = model.quiet_report();
         ex.nccl = crate::nccl::model::load(rec);
         print!("{}", render(&ex));
+        if args.calls {
+            match &ex.nccl {
+                Some(n) => print!("{}", crate::nccl::model::render_calls(n)),
+                None => println!(
+                    "--calls: this record holds no NCCL profiler events (docs/NCCL.md: sigmatop is NCCL's profiler plugin when NCCL_PROFILER_PLUGIN names it)"
+                ),
+            }
+        }
     }
     Ok(0)
 }

@@ -24,6 +24,9 @@ pub fn register(model: &Model, reg: &mut Registry) {
     let seconds = Family::<Labels, Counter<f64>>::default();
     let open = Family::<Labels, Gauge>::default();
     let lost = Family::<Labels, Counter>::default();
+    let size_count = Family::<Labels, Counter>::default();
+    let size_bytes = Family::<Labels, Counter>::default();
+    let size_seconds = Family::<Labels, Counter<f64>>::default();
     for (k, p) in &model.processes {
         let Some(n) = &p.nccl else { continue };
         let proc_labels = |more: &[(&str, String)]| -> Labels {
@@ -73,6 +76,42 @@ pub fn register(model: &Model, reg: &mut Registry) {
                 seconds.get_or_create(&l).inc_by(r.time_ns as f64 / 1e9);
                 open.get_or_create(&l).set(r.open as i64);
             }
+            let Some(k) = p.nccl_calls.as_ref().and_then(|k| {
+                k.comms
+                    .iter()
+                    .find(|x| x.comm_id == c.comm_id && x.rank == c.rank)
+            }) else {
+                continue;
+            };
+            let comm_labels = |call: &str, more: &[(&str, String)]| {
+                let mut v = vec![
+                    ("rank", c.rank.to_string()),
+                    ("nranks", c.nranks.to_string()),
+                    ("comm", format!("{:016x}", c.comm_id)),
+                    ("collective", call.to_string()),
+                ];
+                v.extend(more.iter().cloned());
+                proc_labels(&v)
+            };
+            // Calls NCCL made of point-to-point parts (AlltoAll, Gather, Scatter, Group).
+            for r in &k.api_rows {
+                let l = comm_labels(
+                    format::func_name(r.func),
+                    &[("algo", String::new()), ("proto", String::new())],
+                );
+                count.get_or_create(&l).inc_by(r.count);
+                bytes.get_or_create(&l).inc_by(r.bytes);
+                seconds.get_or_create(&l).inc_by(r.time_ns as f64 / 1e9);
+                open.get_or_create(&l).set(r.open as i64);
+            }
+            for z in &k.sizes {
+                let l = comm_labels(format::func_name(z.func), &[("size", z.bucket.to_string())]);
+                size_count.get_or_create(&l).inc_by(z.count);
+                size_bytes.get_or_create(&l).inc_by(z.bytes);
+                size_seconds
+                    .get_or_create(&l)
+                    .inc_by(z.time_ns as f64 / 1e9);
+            }
         }
     }
     reg.register(
@@ -94,6 +133,21 @@ pub fn register(model: &Model, reg: &mut Registry) {
         "sigmatop_nccl_collectives_open",
         "NCCL calls started and not completed now",
         open,
+    );
+    reg.register(
+        "sigmatop_nccl_calls_by_size",
+        "NCCL calls completed as the user made them, per process, communicator, call and message size (size: the power of two at or above the call's bytes)",
+        size_count,
+    );
+    reg.register(
+        "sigmatop_nccl_call_bytes_by_size",
+        "Bytes of those calls (NCCL's count times the datatype size)",
+        size_bytes,
+    );
+    reg.register(
+        "sigmatop_nccl_call_seconds_by_size",
+        "Seconds in those calls (from the host call, or the previous call's end when later, to the last proxy operation's end)",
+        size_seconds,
     );
     reg.register(
         "sigmatop_nccl_events_lost",
