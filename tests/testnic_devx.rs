@@ -839,6 +839,54 @@ fn gdaki_qp_error_query_on_a_healthy_and_an_errored_qp() {
                 .iter()
                 .find(|p| p.identity.pid == pid)
                 .unwrap_or_else(|| panic!("{ctx}: pid {pid} not recorded"));
+            // The states sigmatop says of each devx QP: its modify commands', and what the
+            // device answered the program's QUERY_QPs when that differs: A failed on the NIC
+            // (no modify says so; NCCL's GIN error query is how a GPU-polled QP is seen failed),
+            // B was moved to ERR, then RESET, by the program.
+            let states = |qpn: u32| -> Vec<String> {
+                let ep = p
+                    .endpoints
+                    .iter()
+                    .find(|e| e.kind == EndpointKind::DevxQp && e.qpn == Some(qpn))
+                    .map(|e| e.id);
+                p.updates
+                    .iter()
+                    .filter(|u| Some(u.id) == ep)
+                    .filter(|u| u.state != sigmatop::event::LOCAL_ADDR_STATE)
+                    // Created: "RESET sq=… uar_page=… sq_addr=…".
+                    .map(|u| match u.state.strip_prefix("RESET sq=") {
+                        Some(_) => "RESET".to_string(),
+                        None => u.state.clone(),
+                    })
+                    .collect()
+            };
+            assert_eq!(
+                states(qa),
+                ["RESET", "INIT", "RTR", "RTS", "ERR by the NIC", "destroyed"],
+                "{ctx}: states of devx QP A 0x{qa:x}"
+            );
+            assert_eq!(
+                states(qb),
+                ["RESET", "INIT", "RTR", "RTS", "ERR", "RESET", "destroyed"],
+                "{ctx}: states of devx QP B 0x{qb:x}"
+            );
+            // The warning (the dashboard's, printed by `replay --headless`): A alone, the QP the
+            // NIC failed; B, moved to ERR by the program, is no warning.
+            let out = std::process::Command::new(common::sigmatop_bin())
+                .args(["replay", "--headless"])
+                .arg(&t.record)
+                .output_bounded()
+                .expect("sigmatop replay --headless");
+            let text = common::stdout_of(&out);
+            let said: Vec<&str> = text.lines().filter(|l| l.contains(" by the NIC")).collect();
+            assert_eq!(
+                said,
+                [format!(
+                    "warning: QP 0x{qa:x} ({} pid {pid}): ERR by the NIC, as the NIC answered the program's QUERY_QP",
+                    p.identity.host
+                )],
+                "{ctx}: replay --headless:\n{text}"
+            );
             for (me, other) in [(qa, qb), (qb, qa)] {
                 let peer = devx_peer(&ctx, p, me);
                 assert_eq!(peer.qpn, Some(other), "{ctx}: peer of devx QP 0x{me:x}");

@@ -59,6 +59,10 @@ pub struct ProcessState {
     pub endpoints: BTreeMap<u32, EndpointDef>,
     /// Latest state per endpoint (from updates), e.g. "RTS", "closed".
     pub ep_state: HashMap<u32, String>,
+    /// QPs the NIC put in error without the program asking ("ERR by the NIC", from the device's
+    /// answer to the program's QUERY_QP): kept when the QP later goes (a record's warnings say
+    /// it at the end, after teardown destroyed it).
+    pub nic_failed: BTreeMap<u32, String>,
     /// libfabric endpoints: the address hashes of the peers inserted in their address vector
     /// (the "av" updates), for endpoints that name their peer per operation.
     pub av: HashMap<u32, Vec<u64>>,
@@ -157,6 +161,9 @@ impl ProcessState {
                         && let Some(d) = self.endpoints.get_mut(&u.id)
                     {
                         d.peer = peer;
+                    }
+                    if u.state.ends_with(" by the NIC") {
+                        self.nic_failed.insert(u.id, u.state.clone());
                     }
                     self.ep_state.insert(u.id, u.state);
                 }

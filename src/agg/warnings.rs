@@ -91,6 +91,10 @@ pub enum WarningKind {
     /// An endpoint's operations failed (error completions other than flushes, failed calls):
     /// `count` since the start.
     FailedOperations,
+    /// The NIC holds a devx QP in error (ERR or SQE) that the program did not move there, as the
+    /// device answered the program's own QUERY_QP (NCCL GIN's error query): a GPU-polled queue
+    /// whose error completions sigmatop cannot see. `subject` names the QP and what was said.
+    QpFailed,
     /// Events were lost (ring overflow): `count` events, in `processes` processes.
     EventsDropped,
     /// Sources that ended with a problem before saying goodbye (lost socket frames): `count`.
@@ -250,6 +254,27 @@ impl Rule for Failed {
                     value: e.errors as f64,
                     processes: 0,
                     short: String::new(),
+                });
+            }
+            // The device's word on a QP the program queried (the preload's mlx5 layer).
+            for (ep, state) in &a.p.nic_failed {
+                let def = a.p.endpoints.get(ep);
+                let mut id = String::new();
+                write_local_id(&mut id, def, *ep);
+                let rank =
+                    a.p.identity
+                        .rank
+                        .map(|r| format!(" r{r}"))
+                        .unwrap_or_default();
+                out.push(Warning {
+                    kind: WarningKind::QpFailed,
+                    subject: format!(
+                        "QP {id} ({} pid {}{rank}): {state}, as the NIC answered the program's QUERY_QP",
+                        a.key.host, a.key.pid
+                    ),
+                    value: 0.0,
+                    processes: 0,
+                    short: format!("QP {id}{rank}: {state}"),
                 });
             }
         }

@@ -775,7 +775,7 @@ fn warning_kind(k: warnings::WarningKind) -> WarningKind {
         W::RankIngressSkew => WarningKind::RankIngressSkew,
         W::IdleWithPosted => WarningKind::IdleWithPosted,
         W::DoorbellStorm => WarningKind::DoorbellStorm,
-        W::FailedOperations => WarningKind::FailedOperations,
+        W::FailedOperations | W::QpFailed => WarningKind::FailedOperations,
     }
 }
 
@@ -784,7 +784,9 @@ pub fn warning_text(w: &warnings::Warning) -> String {
     use sigmatop_tui::units as fmt;
     use warnings::WarningKind as W;
     match w.kind {
-        W::HungCollective | W::StalledEdge | W::Silent | W::WaitedOn => w.subject.clone(),
+        W::HungCollective | W::StalledEdge | W::Silent | W::WaitedOn | W::QpFailed => {
+            w.subject.clone()
+        }
         W::EventsDropped if w.processes > 0 => format!(
             "{} events dropped (ring full, {} proc{})",
             fmt::count(w.value as u64),

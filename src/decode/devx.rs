@@ -638,6 +638,112 @@ pub fn decode_command(inbox: &[u8]) -> Result<QpCommand, DevxError> {
     })
 }
 
+/// `qpc.state` (4 bits at the top of the QP context), in the PRM's encoding.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum QpcState {
+    Reset,
+    Init,
+    Rtr,
+    Rts,
+    /// Send queue error: the send queue stopped on a failed WQE.
+    SqError,
+    SqDrain,
+    Error,
+    Suspended,
+    /// A value the PRM does not name.
+    Other(u8),
+}
+
+impl QpcState {
+    pub fn from_prm(v: u8) -> QpcState {
+        match v {
+            0x0 => Self::Reset,
+            0x1 => Self::Init,
+            0x2 => Self::Rtr,
+            0x3 => Self::Rts,
+            0x4 => Self::SqError,
+            0x5 => Self::SqDrain,
+            0x6 => Self::Error,
+            0x9 => Self::Suspended,
+            o => Self::Other(o),
+        }
+    }
+
+    pub fn prm(self) -> u8 {
+        match self {
+            Self::Reset => 0x0,
+            Self::Init => 0x1,
+            Self::Rtr => 0x2,
+            Self::Rts => 0x3,
+            Self::SqError => 0x4,
+            Self::SqDrain => 0x5,
+            Self::Error => 0x6,
+            Self::Suspended => 0x9,
+            Self::Other(o) => o & 0xf,
+        }
+    }
+
+    /// As sigmatop names QP states (the names of the modify commands' target states).
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Reset => "RESET",
+            Self::Init => "INIT",
+            Self::Rtr => "RTR",
+            Self::Rts => "RTS",
+            Self::SqError => "SQE",
+            Self::SqDrain => "SQD",
+            Self::Error => "ERR",
+            Self::Suspended => "SUSPENDED",
+            Self::Other(_) => "unknown",
+        }
+    }
+
+    /// The QP no longer executes its send queue: ERR or SQE.
+    pub fn failed(self) -> bool {
+        matches!(self, Self::Error | Self::SqError)
+    }
+}
+
+/// `sizeof(query_qp_in)`: 0x80 bits (opcode, uid, op_mod, qpn).
+pub const QUERY_QP_IN_BYTES: usize = 0x80 / 8;
+/// The least of `query_qp_out` that holds `qpc.state`: the header and the QP context's first
+/// dword (the QPC starts at bit 0xC0, as in the commands).
+pub const QUERY_QP_OUT_MIN_BYTES: usize = (bit::QPC / 8) as usize + 4;
+
+/// A QUERY_QP a program made (`mlx5dv_devx_obj_query`) and the device's answer: the QP number it
+/// named and the state the device said. Err when the input is not a QUERY_QP, a mailbox is too
+/// short, or the answer's status is not 0 (the device refused: nothing was said of the QP).
+pub fn decode_query_qp(inbox: &[u8], outbox: &[u8]) -> Result<Option<(u32, QpcState)>, DevxError> {
+    need(inbox, QUERY_QP_IN_BYTES)?;
+    let opcode = command_opcode(inbox)?;
+    if opcode != op::QUERY_QP {
+        return Err(DevxError::WrongOpcode {
+            expected: op::QUERY_QP,
+            found: opcode,
+        });
+    }
+    need(outbox, QUERY_QP_OUT_MIN_BYTES)?;
+    if get(outbox, bit::STATUS) != Some(0) {
+        return Ok(None);
+    }
+    let qpn = get(inbox, bit::QPN).unwrap_or(0);
+    let state = get(outbox, qpc((0x00, 4))).unwrap_or(0) as u8;
+    Ok(Some((qpn, QpcState::from_prm(state))))
+}
+
+/// A QUERY_QP input naming `qpn`, and an answer saying `state` (tests, the fuzz round trip).
+pub fn encode_query_qp(
+    qpn: u32,
+    state: QpcState,
+) -> ([u8; QUERY_QP_IN_BYTES], [u8; QUERY_QP_OUT_MIN_BYTES]) {
+    let mut i = [0u8; QUERY_QP_IN_BYTES];
+    set(&mut i, bit::OPCODE, u32::from(op::QUERY_QP));
+    set(&mut i, bit::QPN, qpn);
+    let mut o = [0u8; QUERY_QP_OUT_MIN_BYTES];
+    set(&mut o, qpc((0x00, 4)), u32::from(state.prm()));
+    (i, o)
+}
+
 /// `struct mlx5dv_devx_uar` as it sits in this process's memory (LP64, native endian):
 /// `reg_addr@0, base_addr@8, page_id@16 (u32), mmap_off@24, comp_mask@32` (rdma-core `mlx5dv.h`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]

@@ -290,3 +290,29 @@ fn devx_uar_struct() {
     assert_eq!(back, b);
     assert!(DevxUar::from_ne_bytes(&b[..39]).is_err());
 }
+
+#[test]
+fn query_qp_answers_decode_to_their_state() {
+    for st in [
+        QpcState::Rts,
+        QpcState::Error,
+        QpcState::SqError,
+        QpcState::Reset,
+    ] {
+        let (i, o) = encode_query_qp(0x1234, st);
+        assert_eq!(decode_query_qp(&i, &o), Ok(Some((0x1234, st))));
+    }
+    let (i, mut o) = encode_query_qp(0x10, QpcState::Error);
+    // A refused query says nothing of the QP.
+    o[0] = 0x03;
+    assert_eq!(decode_query_qp(&i, &o), Ok(None));
+    assert!(decode_query_qp(&i, &o[..8]).is_err());
+    let (mut i, o) = encode_query_qp(0x10, QpcState::Rts);
+    i[0] = 0x05;
+    i[1] = 0x00;
+    assert!(matches!(
+        decode_query_qp(&i, &o),
+        Err(DevxError::WrongOpcode { .. })
+    ));
+    assert!(QpcState::Error.failed() && QpcState::SqError.failed() && !QpcState::Rts.failed());
+}

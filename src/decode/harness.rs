@@ -3,7 +3,10 @@
 //!
 //! A panic here is a bug in a decoder (or in an invariant below), never an expected outcome.
 
-use super::devx::{CreateQpIn, CreateQpOut, DevxUar, ModifyQpIn, QpCommand, decode_command};
+use super::devx::{
+    CreateQpIn, CreateQpOut, DevxUar, ModifyQpIn, QUERY_QP_IN_BYTES, QpCommand, decode_command,
+    decode_query_qp, encode_query_qp,
+};
 use super::doorbell::{DoorbellStep, DoorbellWord, SqTracker};
 use super::wqe::{QpType, WalkError, WqeRange, parse_ctrl, parse_wqe, walk_new_wqes};
 use super::{MAX_SQ_CNT, WQEBB_BYTES, be};
@@ -162,6 +165,14 @@ pub fn devx_mailbox(data: &[u8]) {
     let _ = ModifyQpIn::decode(data);
     if let Ok(o) = CreateQpOut::decode(data) {
         assert_eq!(CreateQpOut::decode(&o.encode()), Ok(o));
+    }
+    // A QUERY_QP and its answer: the input is the data's first 16 bytes, the answer the rest.
+    if data.len() >= QUERY_QP_IN_BYTES {
+        let (i, o) = data.split_at(QUERY_QP_IN_BYTES);
+        if let Ok(Some((qpn, st))) = decode_query_qp(i, o) {
+            let (i2, o2) = encode_query_qp(qpn, st);
+            assert_eq!(decode_query_qp(&i2, &o2), Ok(Some((qpn & 0xff_ffff, st))));
+        }
     }
     if let Ok(u) = DevxUar::from_ne_bytes(data) {
         assert_eq!(DevxUar::from_ne_bytes(&u.to_ne_bytes()), Ok(u));

@@ -19,7 +19,8 @@ use core::ffi::{CStr, c_int, c_void};
 use std::sync::Mutex;
 
 use sigmatop::decode::devx::{
-    CreateQpOut, DEVX_UAR_BYTES, DevxUar, QpCommand, QpState, decode_command, st,
+    CreateQpOut, DEVX_UAR_BYTES, DevxUar, QpCommand, QpState, QpcState, decode_command,
+    decode_query_qp, st,
 };
 use sigmatop::decode::wqe::QpType;
 use sigmatop::event::{EndpointDef, EndpointKind, LOCAL_ADDR_STATE, Layer, Peer};
@@ -45,6 +46,7 @@ real_fns! { SONAMES;
     OBJ_CREATE: Mailbox = c"mlx5dv_devx_obj_create";
     OBJ_MODIFY: MailboxStatus = c"mlx5dv_devx_obj_modify";
     OBJ_DESTROY: unsafe extern "C" fn(Ptr) -> c_int = c"mlx5dv_devx_obj_destroy";
+    OBJ_QUERY: MailboxStatus = c"mlx5dv_devx_obj_query";
 }
 
 /// `MLX5DV_UMEM_MASK_DMABUF` (mlx5dv.h).
@@ -83,6 +85,9 @@ struct Obj {
     ep: u32,
     /// The devx context the QP was created on.
     ctx: usize,
+    /// The state sigmatop last said of it (a modify command's target, or what the device
+    /// answered a QUERY_QP of the program): a QUERY_QP that says otherwise is an update.
+    said: Option<&'static str>,
 }
 
 static UMEMS: Mutex<Vec<Umem>> = Mutex::new(Vec::new());
@@ -364,6 +369,7 @@ fn on_create_qp(ctx: Ptr, obj: Ptr, inbox: &[u8], outbox: &[u8]) {
             qpn: out.qpn,
             ep,
             ctx: ctx as usize,
+            said: None,
         });
     }
     if sq_addr != 0 && c.sq_cnt() != 0 {
@@ -455,10 +461,14 @@ unsafe extern "C" fn mlx5dv_devx_obj_modify(
             let Ok(QpCommand::Modify(m)) = decode_command(i) else {
                 return;
             };
-            let found = OBJS.lock().ok().and_then(|o| {
-                o.iter()
+            let target = state_name(m.transition.target_state());
+            let found = OBJS.lock().ok().and_then(|mut o| {
+                o.iter_mut()
                     .find(|x| x.handle == obj as usize || x.qpn == m.qpn)
-                    .map(|x| (x.ep, x.ctx, x.qpn))
+                    .map(|x| {
+                        x.said = Some(target);
+                        (x.ep, x.ctx, x.qpn)
+                    })
             });
             let Some((ep, ctx, qpn)) = found else { return };
             let peer = m.path.filter(|p| p.remote_qpn != 0).map(|p| {
@@ -498,7 +508,61 @@ unsafe extern "C" fn mlx5dv_devx_obj_modify(
                     gid: (remote != [0; 16]).then_some(remote),
                 }
             });
-            crate::runtime::registry::update(ep, state_name(m.transition.target_state()), peer);
+            crate::runtime::registry::update(ep, target, peer);
+        },
+    )
+}
+
+/// Hook of `mlx5dv_devx_obj_query`: a program's QUERY_QP of a devx QP (NCCL 2.28's GIN error
+/// query through DOCA GPUNetIO, every `NCCL_GIN_ERROR_QUERY_SEC`) tells sigmatop the state the
+/// device holds the QP in. A change is an endpoint update (`ERR`: the QP failed, which no CQE
+/// sigmatop sees says for a GPU-polled queue). sigmatop never queries on its own.
+#[unsafe(no_mangle)]
+unsafe extern "C" fn mlx5dv_devx_obj_query(
+    obj: Ptr,
+    inbox: *const c_void,
+    inlen: usize,
+    outbox: *mut c_void,
+    outlen: usize,
+) -> c_int {
+    let Some(real) = OBJ_QUERY.get() else {
+        return libc::EOPNOTSUPP;
+    };
+    // SAFETY: the program's arguments, unchanged.
+    observe(
+        || unsafe { real(obj, inbox, inlen, outbox, outlen) },
+        |r| {
+            if r != 0 || inbox.is_null() || outbox.is_null() {
+                return;
+            }
+            // SAFETY: the program's mailboxes and their lengths; the call has returned.
+            let (i, o) = unsafe {
+                (
+                    core::slice::from_raw_parts(inbox as *const u8, inlen),
+                    core::slice::from_raw_parts(outbox as *const u8, outlen),
+                )
+            };
+            let Ok(Some((_, state))) = decode_query_qp(i, o) else {
+                return;
+            };
+            // A failure the program did not ask for (no 2ERR of its own) is the NIC's: said so.
+            let name = match state {
+                QpcState::Error => "ERR by the NIC",
+                QpcState::SqError => "SQE by the NIC",
+                s => s.name(),
+            };
+            let changed = OBJS.lock().ok().and_then(|mut objs| {
+                let x = objs.iter_mut().find(|x| x.handle == obj as usize)?;
+                // The program's own 2ERR already said ERR: the device agreeing is no news.
+                let same = x.said == Some(name) || (x.said == Some("ERR") && state.failed());
+                (!same).then(|| {
+                    x.said = Some(name);
+                    x.ep
+                })
+            });
+            if let Some(ep) = changed {
+                crate::runtime::registry::update(ep, name, None);
+            }
         },
     )
 }
@@ -535,5 +599,6 @@ pub fn hooks() -> Vec<crate::interpose::dlsym::Hook> {
         mlx5dv_devx_obj_create => OBJ_CREATE,
         mlx5dv_devx_obj_modify => OBJ_MODIFY,
         mlx5dv_devx_obj_destroy => OBJ_DESTROY,
+        mlx5dv_devx_obj_query => OBJ_QUERY,
     ]
 }
