@@ -101,7 +101,7 @@ fn nonzero_si(tok: &str) -> bool {
     num.parse::<f64>().is_ok_and(|v| v > 0.0)
 }
 
-/// Rows of the QPs tab of process `pid` (its pid column, then the layer column `ofi`), not rows
+/// Rows of the QPs tab of process `pid` (its pid column, then the layer column `libfabric`), not rows
 /// that merely name it as their peer.
 fn ofi_rows(screen: &str, pid: u32) -> Vec<&str> {
     let pid = pid.to_string();
@@ -109,7 +109,7 @@ fn ofi_rows(screen: &str, pid: u32) -> Vec<&str> {
         .lines()
         .filter(|l| {
             let toks: Vec<&str> = l.split_whitespace().collect();
-            toks.windows(2).any(|w| w[0] == pid && w[1] == "ofi")
+            toks.windows(2).any(|w| w[0] == pid && w[1] == "libfabric")
         })
         .collect()
 }

@@ -507,7 +507,7 @@ fn fill_endpoint_row(row: &mut EndpointRow, at: &ModelAt, e: &EndpointAt) {
     set_str(&mut row.host, &a.key.host);
     row.rank = p.identity.rank;
     row.pid = a.key.pid;
-    set_str(&mut row.layer, def.map_or("", |d| d.layer.short()));
+    set_str(&mut row.layer, def.map_or("", |d| d.layer.name()));
     write_local_id(&mut row.local_id, def, e.ep);
     set_str(&mut row.transport, def.map_or("", |d| d.transport.as_str()));
     match p.ep_state.get(&e.ep) {

@@ -937,7 +937,7 @@ fn qps_to_untraced_peers_are_named_by_address() {
     ];
     for (i, (host, id)) in peers.iter().enumerate() {
         let mut e = endpoint(4100, &format!("0x{:x}", 0x100 + i), false);
-        e.layer = "verbs".into();
+        e.layer = "ibverbs".into();
         e.transport = "RC".into();
         e.state = "RTS".into();
         e.tx_bps = 1e6 * (5 - i) as f64;

@@ -16,17 +16,9 @@ use ratatui::widgets::{Paragraph, Sparkline};
 
 super::traffic!(ProcessRow, totals(tx_bytes, rx_bytes), now(tx_bps, rx_bps));
 
-/// "ibverbs,libfabric" → "ib,ofi": the layer names as the QPs tab spells them.
-fn short_layers(layers: &[String]) -> String {
-    layers
-        .iter()
-        .map(|l| match l.as_str() {
-            "ibverbs" => "ib",
-            "libfabric" => "ofi",
-            other => other,
-        })
-        .collect::<Vec<_>>()
-        .join(",")
+/// "ibverbs,libfabric": the layer names as `--layers`, the QPs tab and the filter spell them.
+fn layer_list(layers: &[String]) -> String {
+    layers.join(",")
 }
 
 fn process_cols(app: &App) -> Vec<Col<ProcessRow>> {
@@ -76,8 +68,8 @@ fn process_cols(app: &App) -> Vec<Col<ProcessRow>> {
             "layers",
             5,
             28,
-            |r, _| Span::raw(short_layers(&r.layers)),
-            |r| Key::Text(short_layers(&r.layers)),
+            |r, _| Span::raw(layer_list(&r.layers)),
+            |r| Key::Text(layer_list(&r.layers)),
         ),
         tx_now,
         rx_now,

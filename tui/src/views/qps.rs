@@ -48,10 +48,11 @@ fn endpoint_cols(app: &App, queues: bool) -> Vec<Col<EndpointRow>> {
             |r, _| num(r.pid.to_string()),
             |r| Key::Num(f64::from(r.pid)),
         ),
+        // "libfabric" is the longest name (`--layers`' names, issue 39 item 5).
         Col::left(
             "layer",
             1,
-            6,
+            9,
             |r, _| Span::raw(r.layer.clone()),
             |r| Key::Str(&r.layer),
         ),
