@@ -133,7 +133,11 @@ fn renders_at_80x24_and_200x60() {
     for (w, h) in [(80u16, 24u16), (200, 60)] {
         let mut app = App::new(theme.clone());
         let overview = render(&app, &vm, w, h);
-        assert!(overview.contains("4 ranks"), "{overview}");
+        // At 80 columns the header names the rows by kind before it spells out "ranks".
+        assert!(
+            overview.contains("4 ranks") || overview.contains("4r · 16 endpoints"),
+            "{overview}"
+        );
         assert!(overview.contains("▲ tx B/s"), "{overview}");
         assert!(overview.contains("▼ rx B/s"), "{overview}");
         assert!(overview.contains("demo"), "{overview}");

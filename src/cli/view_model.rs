@@ -440,6 +440,12 @@ fn header(model: &Model, at: &ModelAt, opts: &ViewOptions) -> Header {
         ranks: at.groups.ranks.len() as u32,
         processes: at.procs.len() as u32,
         qps: at.qps as u32,
+        row_kinds: crate::agg::at::RowKind::ALL
+            .iter()
+            .zip(at.row_kinds)
+            .filter(|(_, n)| *n > 0)
+            .map(|(k, n)| (k.noun(n).to_string(), n as u32))
+            .collect(),
         tx_bps,
         rx_bps,
         window: opts.window.label().to_string(),

@@ -402,6 +402,12 @@ pub fn sample_view_model() -> ViewModel {
         .collect();
 
     let qps = endpoints.iter().filter(|e| !e.unattributed).count() as u32;
+    // UCX and libfabric rows are endpoints, verbs and mlx5 rows QPs (as the core counts them).
+    let eps = endpoints
+        .iter()
+        .filter(|e| !e.unattributed && matches!(e.layer.as_str(), "ucx" | "libfabric"))
+        .count() as u32;
+    let row_kinds = vec![("QPs".to_string(), qps - eps), ("endpoints".into(), eps)];
     ViewModel {
         header: Header {
             source: "demo".into(),
@@ -410,6 +416,7 @@ pub fn sample_view_model() -> ViewModel {
             ranks: RANKS as u32,
             processes: processes.len() as u32,
             qps,
+            row_kinds,
             tx_bps: total_tx,
             rx_bps: total_rx,
             window: "10s".into(),

@@ -135,8 +135,11 @@ pub struct Header {
     pub ranks: u32,
     /// Number of traced processes.
     pub processes: u32,
-    /// Number of QPs and endpoints.
+    /// Number of QPs and endpoints (every row of the QPs view but the unattributed ones).
     pub qps: u32,
+    /// The same rows by kind, as the header names them: ("QPs", 48), ("CQs", 24); ("endpoints",
+    /// 16), ("workers", 4). Empty: the header says "{qps} QPs".
+    pub row_kinds: Vec<(String, u32)>,
     /// Total egress, bytes/s.
     pub tx_bps: f64,
     /// Total ingress, bytes/s.

@@ -590,9 +590,11 @@ fn endpoint_names_are_whole_on_a_wide_terminal() {
         assert!(wide.contains(&name), "{name} whole at 200 columns:\n{wide}");
     }
     insta::assert_snapshot!("first_day_qps_200x60", render(&app, &vm, 200, 60));
-    // At 80 columns the name is cut in the middle (its ends tell endpoints apart).
+    // At 80 columns the name is cut in the middle (its ends tell endpoints apart), after its
+    // kind's name, never within it (issue 39, item 3: "worke…07fdf010").
     let narrow = text(&render(&app, &vm, 80, 24));
-    assert!(narrow.contains("worke…9f0584100"), "{narrow}");
+    assert!(narrow.contains("worker@…584100"), "{narrow}");
+    assert!(!narrow.contains("worke…"), "{narrow}");
     assert!(
         !narrow.contains("worker@0x55d1c2a04100→ep@0x7f660e39f0584100"),
         "{narrow}"
@@ -964,4 +966,69 @@ fn qps_to_untraced_peers_are_named_by_address() {
     }
     insta::assert_snapshot!("qps_untraced_peers_80x24", narrow);
     insta::assert_snapshot!("qps_untraced_peers_200x60", wide);
+}
+
+/// Issue 39, item 3 (80 columns, the ssh case): the Nodes view drops its bar (a picture of the
+/// rate out, which is on screen) before the totals; each ◀ stands right after the figure it
+/// flags (the rate, then its ratio to the mean), never after the other direction's figure.
+#[test]
+fn nodes_at_80_columns_keep_the_totals_and_mark_the_figure_they_flag() {
+    let vm = sample_view_model();
+    for (w, h) in SIZES {
+        let mut app = App::new(Theme::dark());
+        keys(&mut app, "4");
+        let s = text(&render(&app, &vm, w, h));
+        let head = line_of(&s, "node↑");
+        assert!(head.contains("▼ total"), "{w}×{h}: {head:?}");
+        if w == 80 {
+            assert!(!head.contains("▲ egress"), "{w}×{h}: no bar: {head:?}");
+        }
+        // node2's egress is 2.08× the mean: "13.2G ◀ 2.08×", the ingress next.
+        let node2: Vec<&str> = line_of(&s, "  node2 ").split_whitespace().collect();
+        assert_eq!(
+            &node2[..6],
+            ["node2", "13.2G", "◀", "2.08×", "4.02G", "0.63×"]
+        );
+        // rank 7's ingress, 1.93×: its ◀ follows the ingress rate.
+        let r7 = s
+            .lines()
+            .find(|l| l.split_whitespace().next() == Some("7"))
+            .unwrap_or_default();
+        let r7: Vec<&str> = r7.split_whitespace().collect();
+        assert_eq!(&r7[..6], ["7", "2.04G", "0.64×", "6.13G", "◀", "1.93×"]);
+    }
+}
+
+/// Issue 39, item 3: the header names rows by kind (a UCX job's endpoints and workers are not
+/// "QPs"), at 80 columns too; counters that say 0 give way to a warning in the status line.
+#[test]
+fn the_header_names_rows_by_kind_and_zeros_give_way_to_a_warning() {
+    let mut vm = sample_view_model();
+    vm.header.qps = 20;
+    vm.header.row_kinds = vec![("endpoints".into(), 16), ("workers".into(), 4)];
+    vm.status = Default::default();
+    vm.warnings = vec![sigmatop_tui::Warning {
+        kind: sigmatop_tui::WarningKind::NodeSkew,
+        message: "node2 egress 2.08× mean over the last 10s".into(),
+        short: String::new(),
+    }];
+    for (w, h) in SIZES {
+        let mut app = App::new(Theme::dark());
+        keys(&mut app, "2");
+        let s = text(&render(&app, &vm, w, h));
+        let top = s.lines().next().unwrap_or_default();
+        assert!(
+            top.contains("16 endpoints · 4 workers") && !top.contains("QPs"),
+            "{w}×{h}: {top:?}"
+        );
+        let status: Vec<&str> = s.lines().rev().take(3).collect();
+        let status = status.join("\n");
+        assert!(
+            status.contains("⚠ node2 egress 2.08× mean over the last 10s"),
+            "{w}×{h}: the warning whole: {status}"
+        );
+        if w == 80 {
+            assert!(!status.contains("drops 0"), "{w}×{h}: {status:?}");
+        }
+    }
 }

@@ -19,6 +19,23 @@ pub(crate) fn header_line<'a>(app: &App, vm: &'a ViewModel, w: usize) -> Line<'a
     };
     let title = Span::styled(" sigmatop ", th.title);
     let n = |v: u32, one: &str, many: &str| format!("{v} {}", if v == 1 { one } else { many });
+    // The rows by kind ("16 endpoints · 4 workers"), all of them or only the first.
+    let kinds = |all: bool| -> Vec<Span<'a>> {
+        let mut v = Vec::new();
+        if h.row_kinds.is_empty() {
+            v.push(Span::raw(format!("{} QPs", units::count(u64::from(h.qps)))));
+        }
+        for (i, (noun, c)) in h.row_kinds.iter().enumerate() {
+            if i > 0 {
+                if !all {
+                    break;
+                }
+                v.push(sep());
+            }
+            v.push(Span::raw(format!("{} {noun}", units::count(u64::from(*c)))));
+        }
+        v
+    };
     let full = vec![
         title.clone(),
         Span::raw(" "),
@@ -28,38 +45,44 @@ pub(crate) fn header_line<'a>(app: &App, vm: &'a ViewModel, w: usize) -> Line<'a
         sep(),
         Span::raw(n(h.processes, "proc", "procs")),
         sep(),
-        Span::raw(format!("{} QPs", units::count(u64::from(h.qps)))),
     ];
     let mut full = full;
+    full.extend(kinds(true));
     if !h.mode.is_empty() {
         full.push(sep());
         full.push(Span::raw(format!("mode {}", h.mode)));
     }
     full.push(sep());
     full.push(Span::styled(source.clone(), source_style));
-    let medium = vec![
-        title.clone(),
-        Span::raw(" "),
-        Span::raw(n(h.nodes, "node", "nodes")),
-        sep(),
-        Span::raw(n(h.ranks, "rank", "ranks")),
-        sep(),
-        Span::raw(format!("{} QPs", units::count(u64::from(h.qps)))),
-        sep(),
-        Span::styled(source.clone(), source_style),
-    ];
-    let narrow = vec![
-        title.clone(),
-        Span::raw(" "),
-        Span::raw(format!("{}n", h.nodes)),
-        sep(),
-        Span::raw(format!("{}r", h.ranks)),
-        sep(),
-        Span::raw(format!("{} QPs", units::count(u64::from(h.qps)))),
-        sep(),
-        Span::styled(source.clone(), source_style),
-    ];
-    let short = vec![title, Span::styled(source.clone(), source_style)];
+    let medium = |all: bool| {
+        let mut v = vec![
+            title.clone(),
+            Span::raw(" "),
+            Span::raw(n(h.nodes, "node", "nodes")),
+            sep(),
+            Span::raw(n(h.ranks, "rank", "ranks")),
+            sep(),
+        ];
+        v.extend(kinds(all));
+        v.push(sep());
+        v.push(Span::styled(source.clone(), source_style));
+        v
+    };
+    let narrow = |all: bool| {
+        let mut v = vec![
+            title.clone(),
+            Span::raw(" "),
+            Span::raw(format!("{}n", h.nodes)),
+            sep(),
+            Span::raw(format!("{}r", h.ranks)),
+            sep(),
+        ];
+        v.extend(kinds(all));
+        v.push(sep());
+        v.push(Span::styled(source.clone(), source_style));
+        v
+    };
+    let short = vec![title.clone(), Span::styled(source.clone(), source_style)];
     let totals = vec![
         Span::styled(
             format!("▲ {}", units::rate_unit(h.tx_bps, app.units)),
@@ -72,7 +95,16 @@ pub(crate) fn header_line<'a>(app: &App, vm: &'a ViewModel, w: usize) -> Line<'a
         ),
         Span::raw(" "),
     ];
-    for left in [full, medium, narrow, short.clone()] {
+    // Every kind of row is named before the words "nodes" and "ranks" are kept: "20 QPs" for a
+    // job of 16 endpoints and 4 workers would say what it is not.
+    for left in [
+        full,
+        medium(true),
+        narrow(true),
+        medium(false),
+        narrow(false),
+        short.clone(),
+    ] {
         if let Some(l) = left_right(left, totals.clone(), w) {
             return l;
         }
