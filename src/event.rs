@@ -212,6 +212,7 @@ ops! {
     VerbsPollCq = 41, "poll_cq", None, Ibverbs;
     VerbsOther = 42, "OTHER", Tx, Ibverbs;
     VerbsCqEvent = 43, "get_cq_event", None, Ibverbs;
+    VerbsSendDone = 44, "send_done", None, Ibverbs;
     GpuDoorbell = 48, "doorbell", None, Mlx5;
     GpuWrite = 49, "RDMA_WRITE", Tx, Mlx5;
     GpuRead = 50, "RDMA_READ", Rx, Mlx5;

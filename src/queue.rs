@@ -87,6 +87,25 @@ impl QueueState {
             .map(|(_, n)| n)
             .sum()
     }
+    /// This state as it stands at `t` when it was sent at `sent_at_ns` (both CLOCK_REALTIME ns):
+    /// its ages moved on by the time since, while work is outstanding (nothing the process sent
+    /// since then says otherwise).
+    pub fn at(&self, sent_at_ns: u64, t: u64) -> QueueState {
+        let dt = t.saturating_sub(sent_at_ns);
+        let mut q = self.clone();
+        if q.sq_signaled_outstanding > 0 {
+            q.sq_oldest_ns += dt;
+            q.sq_stalled_ns += dt;
+        }
+        if q.rq_outstanding() > 0 {
+            q.rq_oldest_ns += dt;
+        }
+        if let Some(l) = q.last_completion_ns.as_mut() {
+            *l += dt;
+        }
+        q
+    }
+
     /// A stalled edge at `threshold_ns`: live, send work outstanding, no completion for longer.
     pub fn stalled(&self, threshold_ns: u64) -> bool {
         self.health == QueueHealth::Live

@@ -179,7 +179,7 @@ pub struct ModelAt<'m> {
     pub live_now: Option<u64>,
     /// `waits::waits` of this view time, for one threshold: its rule, the row marks and the
     /// idle rule all read it (`waits::waits_cached`).
-    pub(crate) waits_memo: std::cell::OnceCell<(u64, super::waits::Waits)>,
+    pub(crate) waits_memo: std::cell::OnceCell<(u64, super::silence::Waits)>,
 }
 
 /// What an endpoint row is, as the header counts them.
@@ -396,7 +396,7 @@ impl<'m> ModelAt<'m> {
         let live_now = if opts.at.is_none() { opts.now_ns } else { None };
         let silent: Vec<Option<u64>> = procs
             .iter()
-            .map(|a| super::waits::silent_ns(a.p, t, live_now))
+            .map(|a| super::silence::silent_ns(a.p, t, live_now))
             .collect();
         for (a, s) in procs.iter_mut().zip(&silent) {
             if s.is_some() {

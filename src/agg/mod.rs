@@ -26,6 +26,7 @@ pub mod model;
 pub mod nccl;
 pub mod peers;
 pub mod report;
+pub mod silence;
 pub mod snapshots;
 pub mod stalls;
 pub mod sums;

@@ -551,7 +551,7 @@ fn waits_of(m: &Member, t: u64) -> Vec<WaitView> {
                     let qpn = m.p.endpoints.get(&w.ep)?.qpn?;
                     let (out, stalled) = m.p.queues.as_ref().map_or((0, 0), |qs| {
                         qs.get(w.ep).map_or((0, 0), |q| {
-                            let q = super::stalls::queue_at(q, qs.at_ns, t.max(qs.at_ns));
+                            let q = q.at(qs.at_ns, t.max(qs.at_ns));
                             // Work is awaited only where a signaled request is outstanding
                             // (unsignaled ones after the last signaled one wait for nothing).
                             if q.sq_signaled_outstanding > 0 {

@@ -143,22 +143,9 @@ impl Stall {
     }
 }
 
-/// The queue state of a process's endpoint `ep` at view time `t`: the last state it sent, its
-/// ages moved on by the time since (nothing it sent since then says otherwise).
+/// The queue state of a process's endpoint at view time `t` (`QueueState::at`).
 pub fn queue_at(q: &QueueState, sent_at_ns: u64, t: u64) -> QueueState {
-    let dt = t.saturating_sub(sent_at_ns);
-    let mut q = q.clone();
-    if q.sq_outstanding() > 0 {
-        q.sq_oldest_ns += dt;
-        q.sq_stalled_ns += dt;
-    }
-    if q.rq_outstanding() > 0 {
-        q.rq_oldest_ns += dt;
-    }
-    if let Some(l) = q.last_completion_ns.as_mut() {
-        *l += dt;
-    }
-    q
+    q.at(sent_at_ns, t)
 }
 
 /// Whether process `i` of `at` reports: it has not exited and it is not silent (`agg::waits`:
@@ -368,6 +355,7 @@ mod tests {
         let q = QueueState {
             sq_posted: 10,
             sq_completed: 4,
+            sq_signaled_outstanding: 2,
             sq_oldest_ns: 1_000,
             sq_stalled_ns: 500,
             rq_posted: 3,

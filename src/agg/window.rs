@@ -168,7 +168,7 @@ impl<'a> ProcAt<'a> {
             > if p.exited && i1 + 1 == h.len() {
                 STALE_NS
             } else {
-                super::waits::silent_after(h, i1)
+                super::silence::silent_after(h, i1)
             };
         let start = p.identity.start_ns;
         // Averages stop at the end of a process that exited; a live one that went quiet is

@@ -100,8 +100,8 @@ fn a_fork_never_leaves_the_child_a_lock_held_by_another_thread() {
     // `fork_and_exec_stay_separate_in_the_export`: about one child in 200-300 here hung); the
     // other layers' locks were held across it only later (preload/src/fork.rs). The program
     // reports a child that has not exited within 10 s as hung, and how many locks the preload
-    // holds across a fork: 15 (registry 5, verbs 4, devx 2, doorbell, libfabric, CUDA, warnings),
-    // no verbs context being open.
+    // holds across a fork: 16 (registry 5, verbs 5 with the queue book, devx 2, doorbell,
+    // libfabric, CUDA, warnings), no verbs context being open.
     let dir = common::scratch("fork-locks");
     let trace = Trace::new("aggregate", &dir);
     let mut cmd = Command::new(fork_locks());
@@ -110,7 +110,7 @@ fn a_fork_never_leaves_the_child_a_lock_held_by_another_thread() {
     let out = common::wait_timeout(common::spawn(&mut cmd), LIMIT);
     let stdout = common::stdout_of(&out);
     assert!(
-        out.status.success() && stdout.contains("locks=15 forks=300 hung=0"),
+        out.status.success() && stdout.contains("locks=16 forks=300 hung=0"),
         "{stdout}{}",
         common::stderr_of(&out)
     );

@@ -449,11 +449,14 @@ fn count_completion(ts: &ThreadState, st: &CtxState, cq: *mut c_void, w: &IbvWc)
     }
     if w.opcode < WC_RECV {
         // A send-queue completion: it retires its QP's work up to the signaled request.
-        if let Some(t) = st
-            .recv_target(w.qp_num)
-            .and_then(|t| super::queues::track(t.qp))
-        {
-            t.completed();
+        match st.recv_target(w.qp_num) {
+            Some(t) => {
+                if let Some(t) = super::queues::track(t.qp) {
+                    t.completed();
+                }
+            }
+            // A QP sigmatop never saw created: counted on its CQ, never guessed.
+            None => unknown_send_completion(ts, cq),
         }
         return;
     }
@@ -499,6 +502,14 @@ fn failed_completion(ts: &ThreadState, st: &CtxState, cq: *mut c_void, qpn: u32,
         None => cq_endpoint(cq),
     };
     ts.failed(ep, Op::VerbsOther);
+}
+
+/// A send completion naming a QP sigmatop did not see created: one `send_done` on its CQ. Out of
+/// line: a program's QPs are seen created unless they predate the preload.
+#[cold]
+#[inline(never)]
+fn unknown_send_completion(ts: &ThreadState, cq: *mut c_void) {
+    ts.count(cq_endpoint(cq), Op::VerbsSendDone, 0, Outcome::Ok);
 }
 
 /// The endpoint of a CQ whose completion names a QP sigmatop did not see created: out of line,

@@ -426,6 +426,32 @@ mod tests {
         assert_eq!(t.overrun.load(Ordering::Relaxed), 1);
     }
 
+    /// A QP destroyed with work outstanding: reported once as destroyed (no stall), then
+    /// forgotten; its tracker waits out its quarantine before a new QP gets it.
+    #[test]
+    fn a_destroyed_queue_ends_its_edge() {
+        let ep = MAX_EPS - 3;
+        on_created(ep, false, 0);
+        let t = track(ep).expect("tracked");
+        for _ in 0..5 {
+            t.posted(true);
+        }
+        let snap = Snapshot::default();
+        let q = collect(&snap).expect("queues");
+        let s = q.get(ep).expect("its queue");
+        assert_eq!((s.sq_outstanding(), s.sq_signaled_outstanding), (5, 5));
+        on_destroyed(ep);
+        let q = collect(&snap).expect("queues");
+        let s = q.get(ep).expect("reported once more");
+        assert_eq!(s.health, QueueHealth::Destroyed);
+        assert!(!s.stalled(0));
+        assert!(track(ep).is_none(), "retired");
+        assert!(
+            collect(&snap).is_none_or(|q| q.get(ep).is_none()),
+            "forgotten"
+        );
+    }
+
     #[test]
     fn errors_count_by_status_and_only_a_real_error_ends_the_edge() {
         let t = SqTrack::new();
