@@ -134,3 +134,106 @@ fn a_ucx_job_at_80_columns_reads_as_what_it_is() {
         t.wait_for("exit status 0", LIMIT, |s| s.contains("SIGMATOP-EXIT=0"));
     }
 }
+
+/// fixtures/src/moe_demo.c's tokens(): 4-byte tokens rank `src` sends `dst` at `step`
+/// (fixtures/make-demo.sh: 4 ranks, 120 steps, one host `vm`).
+fn tokens(src: u64, dst: u64, step: u64) -> u64 {
+    let base = 2048 + 512 * ((src + step) % 4);
+    let wave = if step % 40 < 20 {
+        (step % 20) * 256
+    } else {
+        (20 - step % 20) * 256
+    };
+    (base + wave) * if dst == 2 { 3 } else { 1 }
+}
+
+fn pair(src: u64, dst: u64) -> u64 {
+    if src == dst {
+        return 0;
+    }
+    (0..120).map(|s| 4 * tokens(src, dst, s)).sum()
+}
+
+fn fixture(name: &str) -> String {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("fixtures")
+        .join(name)
+        .display()
+        .to_string()
+}
+
+/// Item 1: one name, one quantity. `export --json` of fixtures/demo-moe (4 ranks on one host):
+/// a node's `egress_bytes` is what its processes sent wherever to, the node matrix's egress
+/// column and `skew.nodes.egress_bytes` alike (it said 0: off-node bytes only); the off-node part
+/// has a name of its own. Ingress likewise, and the skew carries both directions.
+#[test]
+fn egress_is_one_quantity_in_the_json() {
+    let dir = common::scratch("figures-json");
+    let out = dir.join("agg.json");
+    let o = std::process::Command::new(common::sigmatop_bin())
+        .args(["export", &fixture("demo-moe"), "--json"])
+        .arg(&out)
+        .output()
+        .expect("sigmatop export");
+    assert!(o.status.success(), "{}", common::stderr_of(&o));
+    let j: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&out).expect("agg.json")).expect("JSON");
+    let all: u64 = (0..4).flat_map(|s| (0..4).map(move |d| pair(s, d))).sum();
+    assert_eq!(all, 46_448_640);
+    let n = &j["nodes"][0];
+    assert_eq!(n["host"], "vm");
+    assert_eq!(n["egress_bytes"], all, "{n}");
+    assert_eq!(n["ingress_bytes"], all, "{n}");
+    assert_eq!(n["local_bytes"], all, "{n}");
+    assert_eq!(n["off_node_egress_bytes"], 0, "{n}");
+    assert_eq!(n["off_node_ingress_bytes"], 0, "{n}");
+    assert_eq!(j["skew"]["nodes"]["egress_bytes"][0], n["egress_bytes"]);
+    let nm = &j["node_matrix"]["bytes"][0][0];
+    assert_eq!(nm, &n["egress_bytes"], "the node matrix's one cell");
+    for r in 0..4u64 {
+        let eg: u64 = (0..4).map(|d| pair(r, d)).sum();
+        let ing: u64 = (0..4).map(|s| pair(s, r)).sum();
+        let rk = &j["ranks"][r as usize];
+        assert_eq!(
+            (rk["egress_bytes"].as_u64(), rk["ingress_bytes"].as_u64()),
+            (Some(eg), Some(ing))
+        );
+        assert_eq!(j["skew"]["ranks"]["egress_bytes"][r as usize], eg);
+        assert_eq!(j["skew"]["ranks"]["ingress_bytes"][r as usize], ing);
+    }
+    // Rank 2 hosts the hot expert: 3× the tokens, twice the mean of the ranks' ingress.
+    let sk = &j["skew"]["ranks"];
+    assert_eq!(sk["ingress_max_label"], "r2");
+    assert_eq!(sk["ingress_ratio"].as_f64(), Some(2.0));
+    assert_eq!(sk["ingress_flagged"], true);
+    assert_eq!(sk["flagged"], false, "egress 1.11×");
+    // One node: no skew to judge.
+    assert_eq!(j["skew"]["nodes"]["flagged"], false);
+}
+
+/// Item 7 (one-way benchmarks): NVSHMEM's shmem_put_bw (fixtures/nvshmem, PE 0 writes 2,150,400
+/// bytes to PE 1, by design) is no skew: with two parties max/mean only says which way the
+/// traffic went. `report` said `⚠ SKEWED 2.00×`.
+#[test]
+fn a_one_way_benchmark_is_not_skewed() {
+    let o = std::process::Command::new(common::sigmatop_bin())
+        .args(["report", &fixture("nvshmem/put_bw.gpumem.traced/rec")])
+        .output()
+        .expect("sigmatop report");
+    assert!(o.status.success(), "{}", common::stderr_of(&o));
+    let out = common::stdout_of(&o);
+    assert!(!out.contains("SKEWED") && !out.contains('◀'), "{out}");
+    assert!(
+        out.contains("ranks      not judged among 2 (skew needs 3 or more"),
+        "{out}"
+    );
+    let o = std::process::Command::new(common::sigmatop_bin())
+        .args(["demo", "gpu", "--headless"])
+        .output()
+        .expect("sigmatop demo gpu");
+    let out = common::stdout_of(&o);
+    assert!(
+        !out.contains("warning: rank") && !out.contains('◀'),
+        "{out}"
+    );
+}

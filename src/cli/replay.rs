@@ -16,7 +16,7 @@ use super::dashboard::{self, Source};
 use super::view_model::{ClockStyle, warning_text};
 use super::{CliResult, DemoArgs, ReplayArgs, table};
 use crate::agg::at::{AtOptions, ModelAt};
-use crate::agg::warnings::{WarningConfig, warnings};
+use crate::agg::warnings::{SUMMARY_RULES, WarningConfig, matrix_skew, warnings_of};
 use crate::agg::{Model, ProcKey};
 use crate::event::{Event, Snapshot, TscClock};
 use crate::trace::reader::{ProcessRecording, ThreadEventReader};
@@ -439,7 +439,13 @@ fn print_summary(dirs: &[PathBuf], run: Option<usize>) -> CliResult {
     print!("{}", table::render_matrix("rank × rank", &r.rank_matrix));
     print!("{}", table::render_matrix("node × node", &r.node_matrix));
     let at = ModelAt::new(&model, &AtOptions::default());
-    for w in warnings(&at, &WarningConfig::default()) {
+    // Skew is judged on the matrices printed above (their ◀ and these warnings are one figure:
+    // the bytes of the whole record); the other rules on the record's end.
+    let cfg = WarningConfig::default();
+    let mut ws = warnings_of(&at, &cfg, SUMMARY_RULES);
+    ws.extend(matrix_skew(&r.rank_matrix, &r.node_matrix, &cfg));
+    ws.sort_by_key(|w| w.kind);
+    for w in ws {
         println!("warning: {}", warning_text(&w));
     }
     for p in &rec.problems {

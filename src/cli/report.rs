@@ -24,14 +24,36 @@ fn skew_line(s: &mut String, what: &str, k: &Skew) {
         let _ = writeln!(s, "  {what:<10} (none)");
         return;
     }
+    if k.labels.len() < crate::agg::warnings::SKEW_MIN_MEMBERS {
+        // Two parties: max/mean says which way the traffic went (a one-way benchmark's sender
+        // reads 2.00×), not that one is a hot spot among its peers.
+        let _ = writeln!(
+            s,
+            "  {what:<10} not judged among {} (skew needs 3 or more: with two, max/mean only says which way the traffic went)",
+            k.labels.len(),
+        );
+        return;
+    }
     let _ = writeln!(
         s,
-        "  {what:<10} max/mean {:.2}×  (max {} = {}, mean {}){}",
+        "  {what:<10} ▲ egress max/mean {:.2}×  (max {} = {}, mean {}){}",
         k.ratio,
         k.max_label,
         human_bytes(k.max_bytes as f64),
         human_bytes(k.mean_bytes),
         if k.flagged {
+            "  ⚠ SKEWED (≥ 1.5×)"
+        } else {
+            ""
+        }
+    );
+    let _ = writeln!(
+        s,
+        "  {:<10} ▼ ingress max/mean {:.2}×  (max {}){}",
+        "",
+        k.ingress_ratio,
+        k.ingress_max_label,
+        if k.ingress_flagged {
             "  ⚠ SKEWED (≥ 1.5×)"
         } else {
             ""
@@ -71,7 +93,10 @@ pub fn render(e: &Export) -> String {
         );
     }
 
-    let _ = writeln!(s, "\negress skew:");
+    let _ = writeln!(
+        s,
+        "\nskew (egress: a row's sum in the matrices above, ingress: a column's; over the whole record):"
+    );
     skew_line(&mut s, "nodes", &e.skew.nodes);
     skew_line(&mut s, "ranks", &e.skew.ranks);
     skew_line(&mut s, "processes", &e.skew.processes);

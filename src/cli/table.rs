@@ -224,11 +224,11 @@ pub fn render_matrix(title: &str, m: &crate::agg::Matrix) -> String {
     }
     let _ = writeln!(s, " {:>w$}", "egress");
     let egress: Vec<u64> = m.bytes.iter().map(|r| r.iter().sum()).collect();
-    let mean = if egress.is_empty() {
-        0.0
-    } else {
-        egress.iter().sum::<u64>() as f64 / egress.len() as f64
-    };
+    // The ◀ is the skew warning's figure (`warnings::matrix_skew`): each traced row's egress
+    // against their mean, the `untraced` row no member, among three or more.
+    let cfg = crate::agg::warnings::WarningConfig::default();
+    let ratios = crate::agg::warnings::ratios_to_mean(&crate::agg::warnings::margins(m).0)
+        .unwrap_or_default();
     for (i, row) in m.bytes.iter().enumerate() {
         let _ = write!(s, "{:>w$}", trunc(&m.labels[i], w));
         for (j, v) in row.iter().enumerate() {
@@ -238,17 +238,30 @@ pub fn render_matrix(title: &str, m: &crate::agg::Matrix) -> String {
                 let _ = write!(s, " {:>w$}", human_bytes(*v as f64));
             }
         }
-        let skew = if mean > 0.0 {
-            egress[i] as f64 / mean
-        } else {
-            0.0
-        };
-        let mark = if skew >= 1.5 {
-            format!("  ◀ {skew:.2}× mean")
-        } else {
-            String::new()
+        let mark = match ratios.get(i) {
+            Some(&skew) if skew >= cfg.skew_ratio => format!("  ◀ {skew:.2}× mean"),
+            _ => String::new(),
         };
         let _ = writeln!(s, " {:>w$}{mark}", human_bytes(egress[i] as f64));
+    }
+    // The column sums, and the columns whose ingress the skew warnings name (the same figure).
+    let ingress = crate::agg::warnings::margins(m).1;
+    let _ = write!(s, "{:>w$}", "ingress");
+    for j in 0..m.labels.len() {
+        let v: u64 = m.bytes.iter().map(|r| r.get(j).copied().unwrap_or(0)).sum();
+        let _ = write!(s, " {:>w$}", human_bytes(v as f64));
+    }
+    let hot: Vec<String> = crate::agg::warnings::ratios_to_mean(&ingress)
+        .unwrap_or_default()
+        .iter()
+        .enumerate()
+        .filter(|(_, r)| **r >= cfg.skew_ratio)
+        .map(|(j, r)| format!("◀ {} {r:.2}× mean", m.labels[j]))
+        .collect();
+    if hot.is_empty() {
+        let _ = writeln!(s);
+    } else {
+        let _ = writeln!(s, " {:>w$}  {}", "", hot.join(", "));
     }
     s
 }

@@ -161,12 +161,17 @@ fn rank_cols(app: &App, silent: bool) -> Vec<Col<RankRow>> {
     cols
 }
 
+/// The mean (0 among fewer than `SKEW_MIN_MEMBERS`: no "× mean" to read, as no skew is judged)
+/// and the max of `v`.
 fn mean_max(v: &[f64]) -> (f64, f64) {
     if v.is_empty() {
         return (0.0, 0.0);
     }
-    let mean = v.iter().sum::<f64>() / v.len() as f64;
-    (mean, v.iter().copied().fold(0.0, f64::max))
+    let max = v.iter().copied().fold(0.0, f64::max);
+    if v.len() < crate::warnings::SKEW_MIN_MEMBERS {
+        return (0.0, max);
+    }
+    (v.iter().sum::<f64>() / v.len() as f64, max)
 }
 
 pub(super) fn draw(frame: &mut Frame, area: Rect, app: &App, vm: &ViewModel) {
