@@ -237,3 +237,81 @@ fn a_one_way_benchmark_is_not_skewed() {
         "{out}"
     );
 }
+
+fn recording_model(name: &str) -> sigmatop::agg::Model {
+    let rec = sigmatop::trace::reader::Recording::open(&[std::path::PathBuf::from(fixture(name))])
+        .expect("the recording opens");
+    sigmatop::agg::Model::from_recording(&rec)
+}
+
+/// Item 2: a window's average is over the window, for every process alike. fixtures/demo-moe's
+/// ranks started over several milliseconds; 0.5 s into the job, with the 10 s window, each
+/// rank's "10s" rate is what it sent by then over the time since the job's first process
+/// started (it moved nothing before it started), not over its own life.
+#[test]
+fn a_window_average_is_over_the_window() {
+    use sigmatop::cli::view_model::{ClockStyle, ViewOptions, build_view};
+    let m = recording_model("demo-moe");
+    let first = m.first_start_ns();
+    let starts: Vec<u64> = m.processes.values().map(|p| p.identity.start_ns).collect();
+    let spread = starts.iter().max().unwrap() - starts.iter().min().unwrap();
+    assert!(spread > 1_000_000, "the ranks started {spread} ns apart");
+    let t = first + 500_000_000;
+    let vm = build_view(
+        &m,
+        &ViewOptions {
+            window: sigmatop_tui::Window::S10,
+            at: Some(t),
+            source: "replay".into(),
+            clock: ClockStyle::SinceStart,
+            now_ns: None,
+        },
+    );
+    for p in m.processes.values() {
+        let h = &p.history;
+        let i = sigmatop::agg::window::idx_at(h, t).expect("a snapshot by then");
+        let (tx, rx) = h.tx_rx(i);
+        let over = (h.at_ns(i) - first) as f64 / 1e9;
+        let row = vm
+            .processes
+            .iter()
+            .find(|r| r.pid == p.identity.pid)
+            .expect("a row");
+        let rank = vm
+            .ranks
+            .iter()
+            .find(|r| Some(r.rank) == p.identity.rank)
+            .expect("a rank row");
+        assert_eq!(row.tx_bytes, tx);
+        // Exact up to the last bit of a float division.
+        let close = |a: f64, b: f64| (a / b - 1.0).abs() < 1e-12;
+        let r = p.identity.rank;
+        assert!(
+            close(rank.egress_bps, tx as f64 / over),
+            "rank {r:?}: {} vs {}",
+            rank.egress_bps,
+            tx as f64 / over
+        );
+        assert!(
+            close(rank.ingress_bps, rx as f64 / over),
+            "rank {r:?}: {} vs {}",
+            rank.ingress_bps,
+            rx as f64 / over
+        );
+    }
+    // The header says how much of the window there is, and (a view of the past) how far apart
+    // the processes' snapshots may be: each is read at its own latest one.
+    assert_eq!(vm.header.window, "10s");
+    assert_eq!(vm.header.window_span_s, Some(0.5));
+    let lag = m
+        .processes
+        .values()
+        .map(|p| {
+            let h = &p.history;
+            t - h.at_ns(sigmatop::agg::window::idx_at(h, t).expect("a snapshot"))
+        })
+        .max()
+        .expect("processes");
+    assert!(lag > 0, "snapshots are not at the view time");
+    assert_eq!(vm.header.snapshot_lag_s, Some(lag as f64 / 1e9));
+}

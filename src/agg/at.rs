@@ -384,12 +384,13 @@ impl<'m> ModelAt<'m> {
             (at, _) => view_time(model, at),
         };
         let every = opts.detail == Detail::Endpoints;
+        let first_ns = model.first_start_ns();
         let mut included: Vec<u32> = Vec::with_capacity(model.processes.len());
         let mut procs: Vec<ProcAt> = Vec::with_capacity(model.processes.len());
         for (i, (k, p)) in model.processes.iter().enumerate() {
             if opts.at.is_none() || p.identity.start_ns == 0 || p.identity.start_ns <= t {
                 included.push(i as u32);
-                procs.push(ProcAt::new(k, p, t, opts.window, every));
+                procs.push(ProcAt::new(k, p, t, opts.window, every, first_ns));
             }
         }
         // Who stopped reporting: their "now" is not known (0, never their last rates).
@@ -444,7 +445,7 @@ impl<'m> ModelAt<'m> {
             .collect();
         for ((a, l), s) in procs.iter_mut().zip(&listed).zip(&silent) {
             if *l && !a.detailed {
-                *a = ProcAt::new(a.key, a.p, t, opts.window, true);
+                *a = ProcAt::new(a.key, a.p, t, opts.window, true, first_ns);
                 if s.is_some() {
                     a.forget_now();
                 }

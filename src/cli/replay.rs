@@ -413,12 +413,19 @@ impl Source for ReplaySource {
                 "replay finished ({len:.1}s) · [ ] steps back · q quits"
             ));
         }
-        let state = if self.playing {
-            format!("playing {}×", fmt_speed(self.speed))
-        } else {
-            format!("stopped at {}×", fmt_speed(self.speed))
-        };
-        Some(format!("{state} · {pos:.1}/{len:.1}s · +/- speed"))
+        if !self.playing {
+            // A replay's figures are the processes' snapshots, 250 ms apart: `]` steps to the
+            // next one (the record's events are not counters: their timeline is in
+            // `export --perfetto`; docs/DESIGN.md, "Windows and averages").
+            return Some(format!(
+                "stopped at {}× · {pos:.1}/{len:.1}s · ] next snapshot (250 ms) · +/- speed",
+                fmt_speed(self.speed)
+            ));
+        }
+        Some(format!(
+            "playing {}× · {pos:.1}/{len:.1}s · +/- speed",
+            fmt_speed(self.speed)
+        ))
     }
 }
 

@@ -449,6 +449,29 @@ fn header(model: &Model, at: &ModelAt, opts: &ViewOptions) -> Header {
         tx_bps,
         rx_bps,
         window: opts.window.label().to_string(),
+        snapshot_lag_s: opts.at.map(|_| {
+            at.procs
+                .iter()
+                .filter_map(|a| {
+                    let h = &a.p.history;
+                    let i = window::idx_at(h, at.t)?;
+                    // A process that ended before the view time is at its end, not behind.
+                    (!(a.p.exited && i + 1 == h.len())).then(|| h.at_ns(i))
+                })
+                .map(|s| at.t.saturating_sub(s))
+                .max()
+                .unwrap_or(0) as f64
+                / 1e9
+        }),
+        window_span_s: {
+            let span = at.t.saturating_sub(model.first_start_ns()) as f64 / 1e9;
+            let first = model.first_start_ns();
+            match opts.window.seconds() {
+                _ if first == 0 => None,
+                Some(w) if (w as f64) <= span => None,
+                _ => Some(span),
+            }
+        },
         clock: match opts.clock {
             ClockStyle::Wall if at.t > 0 => wall_clock(at.t),
             ClockStyle::Wall => String::new(),

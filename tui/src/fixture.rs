@@ -420,6 +420,8 @@ pub fn sample_view_model() -> ViewModel {
             tx_bps: total_tx,
             rx_bps: total_rx,
             window: "10s".into(),
+            window_span_s: None,
+            snapshot_lag_s: None,
             clock: "t+12.004s".into(),
         },
         processes,

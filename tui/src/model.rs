@@ -146,6 +146,16 @@ pub struct Header {
     pub rx_bps: f64,
     /// Window the windowed figures cover, as the source computed them ("10s", "all").
     pub window: String,
+    /// How long the view is (seconds since its first process started) when that is shorter
+    /// than the window, or the window is "all": the windowed figures are averages over this
+    /// long, for every process (None: the window is whole).
+    #[serde(default)]
+    pub window_span_s: Option<f64>,
+    /// In a view of the past: each process's figures are those of its own latest snapshot at
+    /// or before the view time (processes snapshot apart, every 250 ms); the oldest of those
+    /// snapshots is this many seconds before the view time (None: the newest data).
+    #[serde(default)]
+    pub snapshot_lag_s: Option<f64>,
     /// Time of the sample, already formatted ("12:04:18" live, "t+12.004s" in replay).
     pub clock: String,
 }

@@ -1032,3 +1032,50 @@ fn the_header_names_rows_by_kind_and_zeros_give_way_to_a_warning() {
         }
     }
 }
+
+/// Issue 39, item 2: the "max" under each bandwidth row is that row's (it was the larger of ▲
+/// and ▼ under both), and each row is scaled to it.
+#[test]
+fn each_bandwidth_row_says_its_own_max() {
+    let mut vm = sample_view_model();
+    vm.bandwidth_history = (0..10)
+        .map(|i| (5e9 * (i + 1) as f64 / 10.0, 2e9 * (10 - i) as f64 / 10.0))
+        .collect();
+    for (w, h) in SIZES {
+        let s = text(&render(&App::new(Theme::dark()), &vm, w, h));
+        let maxes: Vec<&str> = s
+            .lines()
+            .filter(|l| l.trim_start().starts_with("max "))
+            .map(|l| l.split("max ").nth(1).unwrap_or_default())
+            .map(|l| l.split("  ").next().unwrap_or_default().trim())
+            .collect();
+        if w < 200 && maxes.is_empty() {
+            continue; // one line per row: no room for a max line
+        }
+        assert_eq!(maxes, ["5.00 GB/s", "2.00 GB/s"], "{w}×{h}:\n{s}");
+    }
+}
+
+/// Issue 39, item 2: a view of the past says that each process is read at its own latest
+/// snapshot, and how far apart they may be; a job younger than the window says how long its
+/// averages are over.
+#[test]
+fn the_tab_line_says_what_the_figures_are_over() {
+    let mut vm = sample_view_model();
+    vm.history_len = 25;
+    vm.history_pos = 16;
+    vm.header.snapshot_lag_s = Some(0.21);
+    vm.header.window_span_s = Some(3.2);
+    let s = text(&render(&App::new(Theme::dark()), &vm, 200, 60));
+    let tabs = s.lines().nth(1).unwrap_or_default();
+    assert!(
+        tabs.contains("window 10s (3.2s so far)")
+            && tabs.contains("◀ sample 17/25, each process's snapshot ≤ 0.2s before"),
+        "{tabs:?}"
+    );
+    let s = text(&render(&App::new(Theme::dark()), &vm, 80, 24));
+    assert!(
+        s.lines().nth(1).unwrap_or_default().contains("17/25"),
+        "{s}"
+    );
+}

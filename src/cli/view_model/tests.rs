@@ -687,8 +687,8 @@ fn a_trimmed_history_shows_the_same_live_figures() {
         let t = p.history.at_ns(n - 1);
         for w in [Window::S1, Window::S10, Window::S60] {
             for detail in [false, true] {
-                let a = ProcAt::new(k, p, t, core_window(w), detail);
-                let b = ProcAt::new(k, &small, t, core_window(w), detail);
+                let a = ProcAt::new(k, p, t, core_window(w), detail, 0);
+                let b = ProcAt::new(k, &small, t, core_window(w), detail, 0);
                 assert_eq!(
                     format!("{:?} {} {}", a.sums, a.window_ns, a.now_ns),
                     format!("{:?} {} {}", b.sums, b.window_ns, b.now_ns),

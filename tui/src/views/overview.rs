@@ -208,17 +208,25 @@ pub(super) fn draw(frame: &mut Frame, area: Rect, app: &App, vm: &ViewModel, war
     let label_w = 20usize;
     let spark_w = (inner.width as usize).saturating_sub(label_w + 1);
     let label = |arrow: &str, v: f64| format!(" {arrow} {:>12}  ", units::rate_unit(v, app.units));
+    // Each row is scaled to its own largest sample on screen, and its "max" line says that one
+    // (issue 39, item 2: it said the larger of ▲ and ▼ under both).
+    let row_max = |pick: usize, n: usize| {
+        hist[hist.len().saturating_sub(n)..]
+            .iter()
+            .map(|h| if pick == 0 { h.0 } else { h.1 })
+            .fold(0.0f64, f64::max)
+    };
     if inner.height < 6 {
         let tx: Vec<f64> = hist.iter().map(|h| h.0).collect();
         let rx: Vec<f64> = hist.iter().map(|h| h.1).collect();
         let lines = vec![
             Line::from(vec![
                 Span::styled(label("▲ tx", tx_now), th.tx),
-                Span::styled(spark(&tx, max, spark_w), th.tx),
+                Span::styled(spark(&tx, row_max(0, spark_w), spark_w), th.tx),
             ]),
             Line::from(vec![
                 Span::styled(label("▼ rx", rx_now), th.rx),
-                Span::styled(spark(&rx, max, spark_w), th.rx),
+                Span::styled(spark(&rx, row_max(1, spark_w), spark_w), th.rx),
             ]),
         ];
         frame.render_widget(Paragraph::new(lines), inner);
@@ -231,6 +239,8 @@ pub(super) fn draw(frame: &mut Frame, area: Rect, app: &App, vm: &ViewModel, war
             let [l, r] =
                 Layout::horizontal([Constraint::Length(label_w as u16), Constraint::Min(1)])
                     .areas(area);
+            let n = r.width as usize;
+            let max = row_max(pick, n);
             frame.render_widget(
                 Paragraph::new(vec![
                     Line::from(Span::styled(label(arrow, now), style)),
@@ -241,7 +251,6 @@ pub(super) fn draw(frame: &mut Frame, area: Rect, app: &App, vm: &ViewModel, war
                 ]),
                 l,
             );
-            let n = r.width as usize;
             let start = hist.len().saturating_sub(n);
             // Scaled to kilo-units so the integer sparkline keeps three digits of precision.
             // Newest sample at the right edge, as in the one-line sparkline: a short history

@@ -145,6 +145,13 @@ pub(crate) fn tab_line(app: &App, vm: &ViewModel, w: usize) -> Line<'static> {
     let mut window = format!("window {}", app.window.label());
     if !h.window.is_empty() && h.window != app.window.label() {
         window.push_str(&format!(" (data {})", h.window));
+    } else if let Some(s) = h.window_span_s {
+        // The job is younger than the window: its averages are over this long, for everyone.
+        window.push_str(&if h.window == "all" {
+            format!(" ({})", units::secs(s))
+        } else {
+            format!(" ({} so far)", units::secs(s))
+        });
     }
     let in_past = vm.history_len > 0 && vm.history_pos + 1 < vm.history_len;
     let (pos, len) = (vm.history_pos + 1, vm.history_len);
@@ -168,10 +175,14 @@ pub(crate) fn tab_line(app: &App, vm: &ViewModel, w: usize) -> Line<'static> {
             push(&mut v, Span::raw(h.clock.clone()));
         }
         if in_past {
-            let text = if detail >= 2 {
-                format!("◀ sample {pos}/{len}")
-            } else {
-                format!("◀ {pos}/{len}")
+            let text = match h.snapshot_lag_s {
+                // Each process at its own latest snapshot: say how far apart they may be.
+                Some(lag) if detail >= 3 && lag > 0.0 => format!(
+                    "◀ sample {pos}/{len}, each process's snapshot ≤ {} before",
+                    units::secs(lag)
+                ),
+                _ if detail >= 2 => format!("◀ sample {pos}/{len}"),
+                _ => format!("◀ {pos}/{len}"),
             };
             push(&mut v, Span::styled(text, th.warn));
         }
