@@ -15,7 +15,7 @@ fn sigmatop(args: &[&str], dir: &Path) -> Output {
         .args(args)
         .env("SIGMATOP_SOCKET_DIR", dir.join("sock"))
         .current_dir(dir)
-        .output()
+        .output_bounded()
         .expect("sigmatop runs")
 }
 

@@ -70,7 +70,7 @@ fn run_shows_a_real_programs_exact_totals_in_the_dashboard() {
     t.keys(&["2"]);
     let mut seen = (false, false);
     for _ in 0..4 {
-        let s = t.wait_for("a selected row", LIMIT, |s| s.contains("selected row"));
+        let s = t.wait_settled("a selected row", LIMIT, |s| s.contains("selected row"));
         let (before, sel) = s.split_once("selected row").unwrap_or_default();
         let header = before.lines().last().unwrap_or_default();
         // The endpoint sent, the receiving worker received; the sending worker did neither.
@@ -95,8 +95,20 @@ fn run_shows_a_real_programs_exact_totals_in_the_dashboard() {
                 "{line}"
             );
         }
+        if seen == (true, true) {
+            break;
+        }
+        // The next row, once the selection has moved to it.
         t.keys(&["Down"]);
-        std::thread::sleep(Duration::from_millis(300));
+        t.wait_for(
+            &format!("the selection to move down from {header:?}"),
+            LIMIT,
+            |s| {
+                s.split_once("selected row")
+                    .and_then(|(before, _)| before.lines().last())
+                    .is_some_and(|h| h != header)
+            },
+        );
     }
     assert_eq!(seen, (true, true), "the endpoint's and the worker's rows");
     t.keys(&["q"]);
@@ -154,7 +166,7 @@ fn record_mpirun_without_x_then_replay_it_in_the_dashboard() {
         .env_remove("OMPI_MCA_pml")
         .env_remove("UCX_TLS")
         .stdin(std::process::Stdio::null())
-        .output()
+        .output_bounded()
         .expect("sigmatop --record out/ -- mpirun");
     let err = stderr_of(&out);
     assert!(out.status.success(), "{err}");
@@ -262,7 +274,17 @@ fn record_mpirun_without_x_then_replay_it_in_the_dashboard() {
         .collect();
     assert_rank_matrix(&m, &matrix);
     t.keys(&["4"]);
-    let v = t.wait_for("the Nodes view", LIMIT, |s| s.contains("[4 Nodes]"));
+    let v = t.wait_settled("the Nodes view with its 4 rank rows", LIMIT, |s| {
+        s.contains("[4 Nodes]")
+            && (0..np).all(|i| {
+                s.lines().skip_while(|l| !l.contains("Ranks 4")).any(|l| {
+                    words(l)
+                        .into_iter()
+                        .find(|w| w != "▸" && w != "◀")
+                        .is_some_and(|w| w == i.to_string())
+                })
+            })
+    });
     let vm = v
         .lines()
         .find(|l| l.trim_start().starts_with("vm "))

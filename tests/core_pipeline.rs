@@ -9,7 +9,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::process::Command;
 use std::time::Duration;
 
-use common::Trace;
+use common::{Bounded, Trace};
 
 const LIMIT: Duration = Duration::from_secs(60);
 
@@ -93,7 +93,7 @@ fn record_spelling_traces_children_and_passes_exit_status() {
         .args(["--record"])
         .arg(dir.join("out2"))
         .args(["--", "sh", "-c", "exit 3"])
-        .output()
+        .output_bounded()
         .unwrap();
     assert_eq!(out.status.code(), Some(3));
     let err = common::stderr_of(&out);
@@ -125,7 +125,7 @@ fn export_json_matches_the_record() {
         .arg(&trace.record)
         .arg("--json")
         .arg(&json)
-        .status()
+        .status_bounded()
         .unwrap();
     assert!(st.success());
     let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
@@ -160,7 +160,33 @@ fn sigkill_mid_run_reads_back_and_says_it_was_cut() {
     let mut client = perftest_client(port, 100_000_000);
     trace.apply(&mut client);
     let mut child = common::spawn(&mut client);
-    std::thread::sleep(Duration::from_millis(1500));
+    // Until both records on disk hold a snapshot and flushed events.
+    common::wait_until(
+        "a snapshot and flushed events in both records",
+        LIMIT,
+        || {
+            let rec = sigmatop::trace::reader::Recording::open(std::slice::from_ref(&trace.record))
+                .map_err(|e| format!("the record does not open yet: {e}"))?;
+            let seen: Vec<(u64, usize)> = rec
+                .processes
+                .iter()
+                .map(|p| {
+                    let mut probs = Vec::new();
+                    (
+                        p.last_snapshot().map_or(0, |s| s.events),
+                        p.read_all_events(&mut probs).len(),
+                    )
+                })
+                .collect();
+            if seen.len() == 2 && seen.iter().all(|&(snap, disk)| snap > 0 && disk > 0) {
+                Ok(())
+            } else {
+                Err(format!(
+                    "(events in the last snapshot, on disk) per process: {seen:?}"
+                ))
+            }
+        },
+    );
     // SAFETY: plain kill(2) of our own children.
     unsafe {
         libc::kill(child.id() as i32, libc::SIGKILL);
@@ -191,7 +217,7 @@ fn sigkill_mid_run_reads_back_and_says_it_was_cut() {
         .arg("export")
         .arg(&trace.record)
         .args(["--json", "-"])
-        .output()
+        .output_bounded()
         .unwrap();
     assert!(out.status.success(), "{}", common::stderr_of(&out));
     assert!(common::stderr_of(&out).contains("record cut"));
@@ -293,7 +319,7 @@ fn untraced_programs_stay_silent() {
     let mut cmd = Command::new("ls");
     cmd.arg("/");
     trace.apply(&mut cmd);
-    let out = cmd.output().unwrap();
+    let out = cmd.output_bounded().unwrap();
     assert!(out.status.success());
     assert_eq!(common::stderr_of(&out), "");
     assert!(
@@ -311,7 +337,35 @@ fn attach_once_json_sees_a_running_program() {
     let mut client = perftest_client(port, 2_000_000);
     trace.apply(&mut client);
     let mut child = common::spawn(&mut client);
-    std::thread::sleep(Duration::from_millis(800));
+    // Until the client has sent (its record says so) and both serve their live sockets.
+    common::wait_until("the client's first sends in its record", LIMIT, || {
+        let rec = sigmatop::trace::reader::Recording::open(std::slice::from_ref(&trace.record))
+            .map_err(|e| format!("the record does not open yet: {e}"))?;
+        let sends: u64 = rec
+            .processes
+            .iter()
+            .filter(|p| p.identity.pid == child.id())
+            .filter_map(|p| p.last_snapshot())
+            .flat_map(|s| s.counts.iter())
+            .filter(|c| c.op == sigmatop::event::Op::UcxTagSend as u8)
+            .map(|c| c.ops)
+            .sum();
+        if sends > 0 {
+            Ok(())
+        } else {
+            Err("no send yet".into())
+        }
+    });
+    for pid in [server.id(), child.id()] {
+        let s = trace
+            .socket_dir
+            .join(format!("{}-{pid}.sock", sigmatop::live::socket_host()));
+        common::wait_until(&format!("pid {pid}'s live socket"), LIMIT, || {
+            std::os::unix::net::UnixStream::connect(&s)
+                .map(drop)
+                .map_err(|e| format!("{}: {e}", s.display()))
+        });
+    }
     let out = Command::new(common::sigmatop_bin())
         .args([
             "attach",
@@ -322,7 +376,7 @@ fn attach_once_json_sees_a_running_program() {
             "--socket-dir",
         ])
         .arg(&trace.socket_dir)
-        .output()
+        .output_bounded()
         .unwrap();
     let mut server = server;
     for c in [&mut child, &mut server] {

@@ -16,6 +16,7 @@ mod common;
 use std::process::Command;
 use std::time::Duration;
 
+use common::Bounded;
 use common::tmux::Tmux;
 use common::{summary_bytes, summary_times, words};
 
@@ -55,7 +56,7 @@ fn demo_mpi_headless_has_the_moe_workloads_figures() {
     let o = Command::new(common::sigmatop_bin())
         .args(["demo", "mpi", "--headless"])
         .current_dir(std::env::temp_dir())
-        .output()
+        .output_bounded()
         .expect("sigmatop demo mpi");
     assert!(o.status.success(), "{}", common::stderr_of(&o));
     let out = common::stdout_of(&o);
@@ -153,7 +154,7 @@ fn demo_gpu_headless_has_the_perftests_figures() {
     let o = Command::new(common::sigmatop_bin())
         .args(["demo", "gpu", "--headless"])
         .current_dir(std::env::temp_dir())
-        .output()
+        .output_bounded()
         .expect("sigmatop demo gpu");
     assert!(o.status.success(), "{}", common::stderr_of(&o));
     let out = common::stdout_of(&o);
@@ -326,7 +327,7 @@ fn demo_headless_has_the_nccl_moe_figures() {
     let o = Command::new(common::sigmatop_bin())
         .args(["demo", "--headless"])
         .current_dir(std::env::temp_dir())
-        .output()
+        .output_bounded()
         .expect("sigmatop demo");
     assert!(o.status.success(), "{}", common::stderr_of(&o));
     let out = common::stdout_of(&o);

@@ -32,7 +32,7 @@ fn build(dir: &Path) -> PathBuf {
             .args(["-O2", "-Wall", "-I"])
             .arg(&src)
             .args(args)
-            .output()
+            .output_bounded()
             .expect("run gcc");
         assert!(out.status.success(), "gcc {args:?}: {}", stderr_of(&out));
     };

@@ -10,6 +10,8 @@
 //!   producer-index steps, QP by QP, are the ones tests/gpu/scenario.h was written to make (its
 //!   WQE counts per doorbell), and each step equals the WQE events recorded with the doorbell.
 mod common;
+
+use common::Bounded;
 #[path = "export_util.rs"]
 mod util;
 
@@ -175,7 +177,7 @@ print(dbs, wqes, linked, with_ops)
     let o = Command::new(py)
         .args(["-c", script])
         .arg(&trace)
-        .output()
+        .output_bounded()
         .expect("python");
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let v: Vec<u64> = String::from_utf8_lossy(&o.stdout)
@@ -614,7 +616,7 @@ print(len(gpu), parents[0] if parents else '-', len(samples), max(samples) if sa
     let o = Command::new(util::perfetto_python())
         .args(["-c", script])
         .arg(out.join("trace.pftrace"))
-        .output()
+        .output_bounded()
         .expect("python");
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let v: Vec<String> = String::from_utf8_lossy(&o.stdout)

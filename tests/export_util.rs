@@ -4,12 +4,53 @@
 #![allow(dead_code)]
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, Output, Stdio};
 use std::sync::Mutex;
 
 use sigmatop::trace::reader::Recording;
 
 static VENV_LOCK: Mutex<()> = Mutex::new(());
+
+/// `cmd`'s output, the test failing when it runs past `limit` (it is then killed): no program
+/// these helpers run can keep a test waiting forever. (tests/common's `Bounded` does the same;
+/// this file is also a test target of its own, without tests/common.)
+fn output_within(cmd: &mut Command, limit: std::time::Duration) -> std::io::Result<Output> {
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()?;
+    let read = |p: Option<Box<dyn std::io::Read + Send>>| {
+        std::thread::spawn(move || {
+            let mut v = Vec::new();
+            if let Some(mut p) = p {
+                let _ = p.read_to_end(&mut v);
+            }
+            v
+        })
+    };
+    let out = read(child.stdout.take().map(|p| Box::new(p) as _));
+    let err = read(child.stderr.take().map(|p| Box::new(p) as _));
+    let start = std::time::Instant::now();
+    let status = loop {
+        if let Some(st) = child.try_wait()? {
+            break st;
+        }
+        if start.elapsed() > limit {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("{cmd:?} still ran after {limit:?}: killed");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    Ok(Output {
+        status,
+        stdout: out.join().unwrap_or_default(),
+        stderr: err.join().unwrap_or_default(),
+    })
+}
+
+const LIMIT: std::time::Duration = std::time::Duration::from_secs(300);
 
 /// target/<profile>/ of the running test binary.
 fn target_profile_dir() -> PathBuf {
@@ -31,33 +72,36 @@ pub fn perfetto_python() -> PathBuf {
         .join("pyenv-perfetto");
     let py = venv.join("bin/python");
     let ok = |py: &Path| {
-        Command::new(py)
-            .args([
+        output_within(
+            Command::new(py).args([
                 "-c",
                 "from perfetto.protos.perfetto.trace import perfetto_trace_pb2; from google.protobuf import unknown_fields",
-            ])
-            .status()
-            .map(|s| s.success())
-            .unwrap_or(false)
+            ]),
+            LIMIT,
+        )
+        .map(|o| o.status.success())
+        .unwrap_or(false)
     };
     if py.is_file() && ok(&py) {
         return py;
     }
-    let st = Command::new("python3")
-        .args(["-m", "venv"])
-        .arg(&venv)
-        .status()
-        .unwrap_or_else(|e| {
-            panic!(
-                "python3 -m venv {}: cannot run python3: {e}",
-                venv.display()
-            )
-        });
+    let st = output_within(
+        Command::new("python3").args(["-m", "venv"]).arg(&venv),
+        LIMIT,
+    )
+    .map(|o| o.status)
+    .unwrap_or_else(|e| {
+        panic!(
+            "python3 -m venv {}: cannot run python3: {e}",
+            venv.display()
+        )
+    });
     assert!(st.success(), "python3 -m venv {} failed", venv.display());
-    let out = Command::new(venv.join("bin/pip"))
-        .args(["install", "-q", "perfetto", "protobuf"])
-        .output()
-        .expect("run pip");
+    let out = output_within(
+        Command::new(venv.join("bin/pip")).args(["install", "-q", "perfetto", "protobuf"]),
+        LIMIT,
+    )
+    .expect("run pip");
     assert!(
         out.status.success(),
         "pip install perfetto protobuf failed (the Perfetto validity test needs PyPI):\n{}\n{}",
@@ -76,12 +120,14 @@ pub fn perfetto_python() -> PathBuf {
 pub fn check_perfetto(trace: &Path, ops: u64) -> serde_json::Value {
     let py = perfetto_python();
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/tools/check_perfetto.py");
-    let out = Command::new(py)
-        .arg(script)
-        .arg(trace)
-        .args(["--ops", &ops.to_string()])
-        .output()
-        .expect("run check_perfetto.py");
+    let out = output_within(
+        Command::new(py)
+            .arg(script)
+            .arg(trace)
+            .args(["--ops", &ops.to_string()]),
+        LIMIT,
+    )
+    .expect("run check_perfetto.py");
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
         out.status.success(),
@@ -101,10 +147,7 @@ pub fn sigmatop(args: &[&std::ffi::OsStr]) -> (bool, String, String) {
         "{} is missing: build it first with `cargo build --workspace`",
         bin.display()
     );
-    let out = Command::new(&bin)
-        .args(args)
-        .output()
-        .expect("run sigmatop");
+    let out = output_within(Command::new(&bin).args(args), LIMIT).expect("run sigmatop");
     (
         out.status.success(),
         String::from_utf8_lossy(&out.stdout).into_owned(),

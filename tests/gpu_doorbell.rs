@@ -3,8 +3,9 @@
 //! formats (RC write, read, inline write, fetch-add, compare-swap, DOCA's double ring, a 64-byte
 //! BlueFlame write by 8 lanes, a sweep of 1 to 1024 WQEs per doorbell, a 32-thread batch under one
 //! doorbell) and the test NIC thread. Asserted as for the CPU-played GPU (tests/devx_doorbell.rs).
-//! Needs nvcc and a GPU: without them it is skipped, visibly (tests/common `skip_gpu_test`:
-//! stderr and the summary of scripts/test.sh), the one skip allowed on CI (CI has no GPU).
+//! Needs a GPU and nvcc. Without a GPU it is skipped, visibly (tests/common `skip_gpu_test`:
+//! stderr and the summary of scripts/test.sh), the one skip allowed on CI (CI has no GPU); on a
+//! machine with a GPU, a missing nvcc is a failure.
 //! On a GPU machine the same proof plus the benchmark: `bash tests/gpu/run_device.sh OUTDIR`.
 
 #[path = "gpu/check.rs"]
@@ -19,7 +20,7 @@ use common::*;
 fn have(prog: &str, args: &[&str]) -> bool {
     Command::new(prog)
         .args(args)
-        .output()
+        .output_bounded()
         .map(|o| o.status.success())
         .unwrap_or(false)
 }
@@ -30,7 +31,7 @@ fn build(dir: &Path) -> PathBuf {
         .current_dir(dir)
         .args(["-O2", "-shared", "-fPIC", "-o", "libmlx5emu.so"])
         .arg(src.join("devx_emu.c"))
-        .output()
+        .output_bounded()
         .expect("gcc");
     assert!(out.status.success(), "{}", stderr_of(&out));
     let out = Command::new("nvcc")
@@ -41,7 +42,7 @@ fn build(dir: &Path) -> PathBuf {
         .arg(src.join("gpu_workload.cu"))
         .args(["-L.", "-lmlx5emu", "-Xlinker"])
         .arg(format!("-rpath,{}", dir.display()))
-        .output()
+        .output_bounded()
         .expect("nvcc");
     assert!(out.status.success(), "nvcc: {}", stderr_of(&out));
     dir.join("gpu_workload")
@@ -49,12 +50,14 @@ fn build(dir: &Path) -> PathBuf {
 
 #[test]
 fn gpu_doorbells_are_forwarded_and_recovered() {
-    if !have("nvcc", &["--version"]) || !have("nvidia-smi", &["-L"]) {
-        skip_gpu_test(
-            "no nvcc or no GPU here (run it on a GPU machine; see BENCHMARKS.md \"GPU doorbells\")",
-        );
+    if gpu_here().is_none() {
+        skip_gpu_test("no GPU here (run it on a GPU machine; see BENCHMARKS.md \"GPU doorbells\")");
         return;
     }
+    assert!(
+        have("nvcc", &["--version"]),
+        "a GPU is here but nvcc is not on PATH: install the CUDA toolkit (nvcc builds tests/gpu/gpu_workload.cu)"
+    );
     let dir = check::scratch_dir("gpu-doorbell");
     let exe = build(&dir);
     let cmd = || {

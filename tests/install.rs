@@ -27,7 +27,7 @@ fn sections(f: &Path) -> Vec<String> {
     let o = Command::new(require("readelf"))
         .args(["-W", "-S"])
         .arg(f)
-        .output()
+        .output_bounded()
         .expect("readelf");
     assert!(
         o.status.success(),
@@ -50,11 +50,45 @@ fn repo() -> &'static Path {
 
 /// `sigmatop run --json -- sh -c 'server & client'` with `bin`, from `cwd`, the environment
 /// cleared of sigmatop's variables, with `cache` as XDG_CACHE_HOME. Returns the summary.
+///
+/// The script starts the client once the server listens itself (a listening socket on its port
+/// that the server's own descriptors hold, read from /proc: see tests/common `listened`), and
+/// starts the server again on another port when it ends saying the address is in use (another
+/// process took the port between the look and the bind); anything else fails the run, and so
+/// does a server that does not listen within 60 s.
 fn traced_pair(bin: &Path, cwd: &Path, cache: &Path) -> serde_json::Value {
     let perftest = require("ucx_perftest").display().to_string();
-    let p = port();
+    let ports: Vec<String> = (0..8).map(|_| port().to_string()).collect();
     let script = format!(
-        "{perftest} -p {p} >/dev/null & sleep 1; {perftest} 127.0.0.1 -p {p} -t tag_bw -n {N} -s {SIZE} -w 1 >/dev/null; wait"
+        r#"
+listens() {{ # PID PORT: PID holds a listening socket on PORT
+  for i in $(awk -v p=":$(printf %04X "$2")" '$4 == "0A" && substr($2, length($2) - 4) == p {{ print $10 }}' /proc/net/tcp /proc/net/tcp6); do
+    ls -l /proc/"$1"/fd 2>/dev/null | grep -q "socket:\[$i\]" && return 0
+  done
+  return 1
+}}
+for p in {ports}; do
+  {perftest} -p $p >/dev/null 2>server.err & s=$!
+  n=0
+  while ! listens $s $p; do
+    if ! kill -0 $s 2>/dev/null; then break; fi
+    n=$((n + 1))
+    if [ $n -gt 1200 ]; then echo "the server does not listen on $p after 60 s" >&2; kill $s; exit 3; fi
+    sleep 0.05
+  done
+  if listens $s $p; then
+    {perftest} 127.0.0.1 -p $p -t tag_bw -n {N} -s {SIZE} -w 1 >/dev/null
+    c=$?
+    wait $s
+    exit $c
+  fi
+  wait $s
+  grep -qi "address already in use" server.err || {{ echo "the server ended:" >&2; cat server.err >&2; exit 4; }}
+done
+echo "8 ports were taken between the look and the server's bind" >&2
+exit 5
+"#,
+        ports = ports.join(" ")
     );
     let o = Command::new(bin)
         .args(["run", "--json", "--", "sh", "-c", &script])
@@ -63,7 +97,7 @@ fn traced_pair(bin: &Path, cwd: &Path, cache: &Path) -> serde_json::Value {
         .env("XDG_CACHE_HOME", cache)
         .env("UCX_TLS", "tcp")
         .stdin(Stdio::null())
-        .output()
+        .output_bounded()
         .expect("sigmatop run");
     assert!(
         o.status.success(),
@@ -103,7 +137,8 @@ fn installed_tree_and_lone_binary_run_programs() {
         .env("SIGMATOP_INSTALL_PROFILE", "dev")
         .env("CARGO_TARGET_DIR", repo().join("target/install"))
         .stdin(Stdio::null())
-        .output()
+        // The first run compiles sigmatop and its dependencies in target/install.
+        .output_within(Duration::from_secs(1800))
         .expect("scripts/install.sh");
     assert!(o.status.success(), "install.sh: {}", stderr_of(&o));
     for (f, debug) in [
@@ -194,7 +229,7 @@ fn installed_tree_and_lone_binary_run_programs() {
         .args(["run", "--", "true"])
         .env_remove("SIGMATOP_PRELOAD")
         .stdin(Stdio::null())
-        .output()
+        .output_bounded()
         .expect("run");
     assert!(!o.status.success());
     assert!(

@@ -36,8 +36,8 @@ mod common;
 use common::{now_ns, rusage};
 
 use std::io::{Read, Write};
-use std::os::unix::net::UnixListener;
-use std::process::{Command, Stdio};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::process::Command;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{Receiver, sync_channel};
@@ -436,10 +436,17 @@ fn merge_256_hosts_at_4hz() {
         .and_then(|v| v.parse().ok())
         .unwrap_or(30u64);
     // The first tick (hellos, endpoints) is set up before the clock starts.
-    while dash.model.processes.len() < (HOSTS * PROCS) as usize {
-        dash.tick();
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    common::wait_until(
+        "every process in the dashboard's model",
+        Duration::from_secs(120),
+        || {
+            dash.tick();
+            match dash.model.processes.len() {
+                n if n >= (HOSTS * PROCS) as usize => Ok(()),
+                n => Err(format!("{n} of {}", HOSTS * PROCS)),
+            }
+        },
+    );
     let (cpu0, _) = rusage(libc::RUSAGE_THREAD);
     let t0 = Instant::now();
     let mut frames = 0u32;
@@ -486,32 +493,35 @@ fn relay_bytes_per_process() {
     // The preload serves only from a directory nobody else can enter.
     std::fs::set_permissions(&sock, std::os::unix::fs::PermissionsExt::from_mode(0o700))
         .expect("chmod");
-    let perftest = common::require("ucx_perftest");
-    let port = common::port().to_string();
     let traced = |c: &mut Command| {
         c.env("LD_PRELOAD", common::preload())
             .env("SIGMATOP_SOCKET_DIR", &sock)
-            .env("UCX_TLS", "tcp")
-            .stdout(Stdio::null())
-            .stderr(Stdio::null());
+            .env("UCX_TLS", "tcp");
     };
-    let mut server = Command::new(&perftest);
-    server.args(["-p", &port]);
-    traced(&mut server);
-    let mut server = server.spawn().expect("server");
-    common::wait_listening(port.parse().expect("port"), Duration::from_secs(20));
-    let mut client = Command::new(&perftest);
+    let (server, port) = common::ucx_perftest_server("tcp", traced);
+    let port = port.to_string();
+    let mut client = Command::new(common::require("ucx_perftest"));
     client.args(["127.0.0.1", "-p", &port, "-t", "tag_bw", "-n", "2000000000"]);
     client.args(["-s", "4096", "-w", "1"]);
     traced(&mut client);
-    let mut client = client.spawn().expect("client");
-    std::thread::sleep(Duration::from_secs(2));
-    let mut relay = Command::new(common::sigmatop_bin())
-        .args(["relay", "--socket-dir"])
-        .arg(&sock)
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("relay");
+    let mut client = common::spawn(&mut client);
+    let _client_out = common::PipeReader::new(client.stdout.take().expect("stdout"));
+    // Both traced processes serve their sockets before the relay starts.
+    let sockets = [server.id(), client.id()]
+        .map(|pid| sock.join(format!("{}-{pid}.sock", sigmatop::live::socket_host())));
+    common::wait_until(
+        "both traced processes' sockets",
+        Duration::from_secs(60),
+        || match sockets.iter().find(|s| UnixStream::connect(s).is_err()) {
+            None => Ok(()),
+            Some(s) => Err(format!("{} does not accept", s.display())),
+        },
+    );
+    let mut relay = common::spawn(
+        Command::new(common::sigmatop_bin())
+            .args(["relay", "--socket-dir"])
+            .arg(&sock),
+    );
     let mut out = relay.stdout.take().expect("stdout");
     // Skip the start (hellos, endpoints): count 10 s of the steady stream.
     let mut buf = vec![0u8; 1 << 16];
@@ -525,10 +535,7 @@ fn relay_bytes_per_process() {
         bytes += out.read(&mut buf).expect("read") as u64;
     }
     let secs = t0.elapsed().as_secs_f64();
-    for c in [&mut relay, &mut client, &mut server] {
-        let _ = c.kill();
-        let _ = c.wait();
-    }
+    drop((relay, client, server));
     assert!(
         bytes > 10_000,
         "the relay found the traced processes ({bytes} bytes)"
@@ -597,21 +604,41 @@ fn serve_64_processes() {
             }
         }));
     }
-    let port = common::port();
-    let mut serve = Command::new(common::sigmatop_bin())
-        .args([
-            "serve",
-            "--qp-metrics",
-            "--listen",
-            &format!("127.0.0.1:{port}"),
-        ])
-        .arg("--socket-dir")
-        .arg(&sock)
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("serve");
-    common::wait_listening(port, Duration::from_secs(10));
-    std::thread::sleep(Duration::from_secs(3));
+    let (serve, port) = common::start_server(
+        |port| {
+            let mut c = Command::new(common::sigmatop_bin());
+            c.args([
+                "serve",
+                "--qp-metrics",
+                "--listen",
+                &format!("127.0.0.1:{port}"),
+            ])
+            .arg("--socket-dir")
+            .arg(&sock);
+            c
+        },
+        Duration::from_secs(10),
+    );
+    let get = || -> String {
+        let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).expect("connect");
+        s.write_all(b"GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n")
+            .expect("request");
+        let mut body = String::new();
+        let _ = s.read_to_string(&mut body);
+        body
+    };
+    // Scrapes are timed once serve holds all 64 processes.
+    common::wait_until(
+        "serve to hold all 64 processes",
+        Duration::from_secs(60),
+        || {
+            let body = get();
+            match (0..64u32).find(|p| !body.contains(&format!("pid=\"{}\"", 10_000 + p))) {
+                None => Ok(()),
+                Some(p) => Err(format!("no pid=\"{}\" in the scrape", 10_000 + p)),
+            }
+        },
+    );
     let scrape = || -> (Duration, usize) {
         let t = Instant::now();
         let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).expect("connect");
@@ -638,8 +665,7 @@ fn serve_64_processes() {
         .unwrap_or("VmHWM: ?")
         .to_string();
     stop.store(true, Ordering::Relaxed);
-    let _ = serve.kill();
-    let _ = serve.wait();
+    drop(serve);
     for p in producers {
         let _ = p.join();
     }

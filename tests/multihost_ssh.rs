@@ -34,13 +34,12 @@ const N: u64 = 3000;
 const SIZE: u64 = 4096;
 const SSHD: &str = "/usr/sbin/sshd";
 
-/// A missing prerequisite: a failure under CI=true, a loud skip elsewhere.
+/// A missing prerequisite: a failure under CI=true, a loud skip elsewhere, listed by
+/// scripts/test.sh (tests/common `skip`).
 fn skip(what: &str) {
-    assert!(
-        std::env::var("CI").as_deref() != Ok("true"),
-        "multihost_ssh: {what} (CI=true: scripts/test.sh installs every prerequisite and runs as root)"
-    );
-    eprintln!("\n!!!!!!!! SKIPPED multihost_ssh: {what} !!!!!!!!\n");
+    common::skip(&format!(
+        "{what} (scripts/test.sh installs every prerequisite and runs as root)"
+    ));
 }
 
 /// /run/sshd, sshd's privilege separation directory, made for the test when missing and removed
@@ -111,7 +110,7 @@ fn keygen(path: &Path) {
     let o = Command::new(require("ssh-keygen"))
         .args(["-q", "-t", "ed25519", "-N", "", "-C", "sigmatop-test", "-f"])
         .arg(path)
-        .output()
+        .output_bounded()
         .expect("ssh-keygen");
     assert!(o.status.success(), "ssh-keygen: {}", stderr_of(&o));
 }
@@ -143,7 +142,7 @@ fn wait_ssh(cfg: &Path, host: &str) {
             .arg(cfg)
             .args([host, "true"])
             .stdin(Stdio::null())
-            .output()
+            .output_bounded()
             .expect("ssh");
         if o.status.success() {
             return;
@@ -194,7 +193,7 @@ fn linger(dir: &Path) -> PathBuf {
         .arg(&out)
         .arg(&src)
         .arg("-ldl")
-        .output()
+        .output_bounded()
         .expect("cc");
     assert!(o.status.success(), "cc linger.c: {}", stderr_of(&o));
     out
@@ -205,7 +204,7 @@ fn json_once(args: &[String]) -> serde_json::Value {
         .args(["attach", "--json", "--once"])
         .args(args)
         .stdin(Stdio::null())
-        .output()
+        .output_bounded()
         .expect("sigmatop attach");
     assert!(
         o.status.success(),

@@ -4,6 +4,8 @@
 //! NCCL's per-poll SendPeerWait state is kept once per step; the totals record closes the file.
 mod common;
 
+use common::Bounded;
+
 use std::process::Command;
 
 use sigmatop::nccl::format::{self, etype, kind};
@@ -18,7 +20,7 @@ fn the_plugin_records_what_nccl_passes_it() {
         .arg(&drv)
         .arg(&src)
         .arg("-ldl")
-        .output()
+        .output_bounded()
         .expect("gcc");
     assert!(out.status.success(), "{}", common::stderr_of(&out));
     let rec = dir.join("rec");
@@ -28,7 +30,7 @@ fn the_plugin_records_what_nccl_passes_it() {
         .env("LD_PRELOAD", &pre)
         .env("SIGMATOP_RECORD", &rec)
         .env("SIGMATOP_SOCKET_DIR", dir.join("sock"))
-        .output()
+        .output_bounded()
         .expect("driver");
     assert!(out.status.success(), "{}", common::stderr_of(&out));
     let so = common::stdout_of(&out);

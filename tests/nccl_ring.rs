@@ -27,7 +27,7 @@ use std::process::{Command, Stdio};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use common::{PipeReader, Proc, Trace};
+use common::{Bounded, PipeReader, Proc, Trace};
 use sigmatop::nccl::format;
 use sigmatop::nccl::live::Tracker;
 use testnic::{build_nic, hex, nic_log, with_testnic};
@@ -347,7 +347,7 @@ fn traced_every_call_and_every_work_request_is_joined() {
     let out = Command::new(common::sigmatop_bin())
         .arg("report")
         .arg(&trace.record)
-        .output()
+        .output_bounded()
         .expect("sigmatop report");
     let text = common::stdout_of(&out);
     assert!(out.status.success(), "{}", common::stderr_of(&out));
@@ -712,7 +712,7 @@ fn a_held_edge_keeps_every_rank_in_the_call() {
         .arg("export")
         .arg(&trace.record)
         .args(["--json", "-", "--hang-after", "1s"])
-        .output()
+        .output_bounded()
         .expect("sigmatop export");
     assert!(
         out.status.success(),
@@ -734,7 +734,7 @@ fn a_held_edge_keeps_every_rank_in_the_call() {
         .arg("report")
         .arg(&trace.record)
         .args(["--hang-after", "1s"])
-        .output()
+        .output_bounded()
         .expect("sigmatop report");
     let text = common::stdout_of(&out);
     let at = text

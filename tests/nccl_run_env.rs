@@ -2,6 +2,8 @@
 //! path) and leaves a plugin the user chose alone, saying so in one line (docs/NCCL.md).
 mod common;
 
+use common::Bounded;
+
 use std::process::Command;
 
 fn run(user_plugin: Option<&str>) -> (String, String) {
@@ -18,7 +20,7 @@ fn run(user_plugin: Option<&str>) -> (String, String) {
         Some(p) => c.env("NCCL_PROFILER_PLUGIN", p),
         None => c.env_remove("NCCL_PROFILER_PLUGIN"),
     };
-    let out = c.output().expect("sigmatop run");
+    let out = c.output_bounded().expect("sigmatop run");
     assert!(out.status.success(), "{}", common::stderr_of(&out));
     (common::stdout_of(&out), common::stderr_of(&out))
 }

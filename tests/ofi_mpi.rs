@@ -17,6 +17,7 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::time::Duration;
 
+use common::Bounded;
 use common::Trace;
 use common::tmux::Tmux;
 use sigmatop::event::Op;
@@ -128,7 +129,7 @@ fn aggregate_mode_says_what_its_matrix_leaves_out() {
     );
     let report = Command::new(common::sigmatop_bin())
         .args(["report", &trace.record.display().to_string()])
-        .output()
+        .output_bounded()
         .expect("sigmatop report");
     let text = common::stdout_of(&report);
     assert!(

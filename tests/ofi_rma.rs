@@ -32,7 +32,7 @@ fn build(defines: &[&str]) -> PathBuf {
         .args(defines)
         .arg(&src)
         .args(["-lfabric", "-ldl"])
-        .output()
+        .output_bounded()
         .expect("run gcc");
     assert!(
         out.status.success(),

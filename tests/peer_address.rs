@@ -25,6 +25,7 @@ mod testnic;
 use std::path::PathBuf;
 use std::process::{Command, Output};
 
+use common::Bounded;
 use serde_json::{Value, json};
 use sigmatop::agg::Model;
 use sigmatop::cli::view_model::{ClockStyle, ViewOptions, build_view};
@@ -213,7 +214,7 @@ fn export_json(p: &Pair) -> Value {
         .arg("export")
         .args(&p.records)
         .args(["--json", "-"])
-        .output()
+        .output_bounded()
         .expect("sigmatop export");
     assert!(
         o.status.success(),
@@ -311,7 +312,7 @@ fn untraced_server(fabric: Fabric, hosts: [u8; 2]) {
     let o = Command::new(common::sigmatop_bin())
         .arg("report")
         .args(&p.records)
-        .output()
+        .output_bounded()
         .expect("sigmatop report");
     assert!(o.status.success(), "{ctx}: {}", common::stderr_of(&o));
     let text = common::stdout_of(&o);
@@ -476,7 +477,7 @@ fn attach_once_names_the_untraced_peer_live() {
                 "--socket-dir",
             ])
             .arg(&sock)
-            .output()
+            .output_bounded()
             .expect("sigmatop attach");
         let j: Option<Value> = serde_json::from_slice(&o.stdout).ok();
         let found = j.as_ref().and_then(|j| {

@@ -16,6 +16,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+use common::Bounded;
 use common::Trace;
 
 const N: u64 = 3000;
@@ -84,7 +85,7 @@ fn mpi_program(dir: &Path) -> PathBuf {
         .args(["-O1", "-o"])
         .arg(&out)
         .arg(&src)
-        .output()
+        .output_bounded()
         .expect("mpicc");
     assert!(o.status.success(), "{}", common::stderr_of(&o));
     out

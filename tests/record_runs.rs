@@ -8,6 +8,7 @@ mod common;
 use std::process::Command;
 use std::time::Duration;
 
+use common::Bounded;
 use common::Trace;
 
 const SIZE: u64 = 4096;
@@ -35,7 +36,7 @@ fn pair(trace: &Trace, n: u64) {
 fn sigmatop(args: &[&str]) -> std::process::Output {
     Command::new(common::sigmatop_bin())
         .args(args)
-        .output()
+        .output_bounded()
         .expect("sigmatop runs")
 }
 
@@ -58,8 +59,23 @@ fn two_runs_in_one_directory_are_kept_apart() {
     let dir = common::scratch("record-runs");
     let trace = Trace::new("aggregate", &dir);
     pair(&trace, 100);
-    // Longer than the gap that separates runs.
-    std::thread::sleep(Duration::from_millis(1500));
+    // Until the gap that separates runs has passed since the first run's end (as its record
+    // says): the second pair then starts a run of its own.
+    let end = sigmatop::trace::reader::Recording::open(std::slice::from_ref(&trace.record))
+        .expect("the first run's record")
+        .runs()
+        .last()
+        .expect("a run")
+        .end_ns;
+    let after = end + sigmatop::trace::runs::RUN_GAP_NS;
+    common::wait_until(
+        "the gap between runs to pass",
+        Duration::from_secs(10),
+        || match common::now_ns() {
+            now if now > after => Ok(()),
+            now => Err(format!("{} ms to go", (after - now) / 1_000_000)),
+        },
+    );
     pair(&trace, 300);
     let rec = trace.record.to_str().expect("utf-8 path");
 

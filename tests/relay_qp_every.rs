@@ -18,6 +18,9 @@ use sigmatop::event::{Event, Identity, Op, OpCount, Snapshot};
 use sigmatop::relay::{RelayDecoder, RelayFrame, RelayItem};
 use sigmatop::wire::{self, Frame};
 
+/// Longest wait for the frames a check needs (they come every 50 ms).
+const LIMIT: Duration = Duration::from_secs(60);
+
 /// Serves one fake traced process on `dir`: hello, then every 50 ms a snapshot (seq 0, 1, ...)
 /// and two verbs events, until `stop`.
 fn fake_process(dir: &std::path::Path, stop: Arc<AtomicBool>) -> std::thread::JoinHandle<()> {
@@ -75,33 +78,56 @@ fn fake_process(dir: &std::path::Path, stop: Arc<AtomicBool>) -> std::thread::Jo
     })
 }
 
-/// What the relay sent for the process, in order: ('S', seq) a whole snapshot, ('T', seq)
-/// totals, ('E', total) events as a count or a frame of kept ones, ('V', n) whole events.
-fn read_relay(d: &mut RelayDecoder, out: &mut impl Read, until: Instant) -> Vec<(char, u64)> {
-    let mut got = Vec::new();
-    let mut buf = [0u8; 4096];
-    while Instant::now() < until {
-        let n = out.read(&mut buf).expect("read");
-        if n == 0 {
-            break;
-        }
-        d.push(&buf[..n]);
-        while let Some(item) = d.next_item().expect("a relay stream") {
-            match item {
-                RelayItem::Frame(RelayFrame::Proc {
-                    frame: Frame::Snapshot(s),
-                    ..
-                }) => got.push(('S', s.seq)),
-                RelayItem::Frame(RelayFrame::Proc {
-                    frame: Frame::Events(e),
-                    ..
-                }) => got.push(('V', e.len() as u64)),
-                RelayItem::Frame(RelayFrame::Totals { totals, .. }) => got.push(('T', totals.seq)),
-                RelayItem::Frame(RelayFrame::Events { total, .. }) => {
-                    got.push(('E', u64::from(total)))
-                }
-                _ => {}
+/// What the relay sends for the process, in order, as it comes (decoded on a thread of its own):
+/// ('S', seq) a whole snapshot, ('T', seq) totals, ('E', total) events as a count or a frame of
+/// kept ones, ('V', n) whole events.
+fn relay_items(mut out: impl Read + Send + 'static) -> std::sync::mpsc::Receiver<(char, u64)> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut d = RelayDecoder::new();
+        let mut buf = [0u8; 4096];
+        while let Ok(n) = out.read(&mut buf) {
+            if n == 0 {
+                return;
             }
+            d.push(&buf[..n]);
+            while let Some(item) = d.next_item().expect("a relay stream") {
+                let got = match item {
+                    RelayItem::Frame(RelayFrame::Proc {
+                        frame: Frame::Snapshot(s),
+                        ..
+                    }) => ('S', s.seq),
+                    RelayItem::Frame(RelayFrame::Proc {
+                        frame: Frame::Events(e),
+                        ..
+                    }) => ('V', e.len() as u64),
+                    RelayItem::Frame(RelayFrame::Totals { totals, .. }) => ('T', totals.seq),
+                    RelayItem::Frame(RelayFrame::Events { total, .. }) => ('E', u64::from(total)),
+                    _ => continue,
+                };
+                if tx.send(got).is_err() {
+                    return;
+                }
+            }
+        }
+    });
+    rx
+}
+
+/// What came from `items` until `enough` holds of it; fails after `limit` with what came.
+fn read_until(
+    items: &std::sync::mpsc::Receiver<(char, u64)>,
+    what: &str,
+    limit: Duration,
+    enough: impl Fn(&[(char, u64)]) -> bool,
+) -> Vec<(char, u64)> {
+    let until = Instant::now() + limit;
+    let mut got = Vec::new();
+    while !enough(&got) {
+        let left = until.saturating_duration_since(Instant::now());
+        match items.recv_timeout(left) {
+            Ok(item) => got.push(item),
+            Err(e) => panic!("waited {limit:?} for {what} ({e}); came: {got:?}"),
         }
     }
     got
@@ -115,32 +141,33 @@ fn relay_sends_every_qp_every_nth_snapshot_when_asked() {
     std::fs::set_permissions(&sock, std::fs::Permissions::from_mode(0o700)).expect("chmod");
     let stop = Arc::new(AtomicBool::new(false));
     let producer = fake_process(&sock, stop.clone());
-    let mut relay = Command::new(common::sigmatop_bin())
-        .args(["relay", "--socket-dir"])
-        .arg(&sock)
+    // Guarded: ended when the test ends, a panic included.
+    let mut relay = common::guard(
+        std::os::unix::process::CommandExt::process_group(
+            common::default_signals(
+                Command::new(common::sigmatop_bin())
+                    .args(["relay", "--socket-dir"])
+                    .arg(&sock),
+            ),
+            0,
+        )
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .spawn()
-        .expect("relay");
-    let mut out = relay.stdout.take().expect("stdout");
-    let mut input = relay.stdin.take().expect("stdin");
-    // qp-every 1 (the start): whole snapshots and events, no totals.
-    let mut d = RelayDecoder::new();
-    let first = read_relay(
-        &mut d,
-        &mut out,
-        Instant::now() + Duration::from_millis(600),
+        .expect("relay"),
     );
+    let items = relay_items(relay.stdout.take().expect("stdout"));
+    let mut input = relay.stdin.take().expect("stdin");
+    let count = |got: &[(char, u64)], kind: char| got.iter().filter(|f| f.0 == kind).count();
+    // qp-every 1 (the start): whole snapshots and events, no totals.
+    let first = read_until(&items, "5 whole snapshots", LIMIT, |g| count(g, 'S') >= 5);
     let _ = input.write_all(b"qp-every 4\n");
     let _ = input.flush();
-    let second = read_relay(
-        &mut d,
-        &mut out,
-        Instant::now() + Duration::from_millis(2500),
-    );
+    let second = read_until(&items, "the totals of 20 snapshots", LIMIT, |g| {
+        count(g, 'T') >= 20
+    });
     stop.store(true, Ordering::Relaxed);
-    let _ = relay.kill();
-    let _ = relay.wait();
+    drop(relay);
     let _ = producer.join();
     assert!(
         first.iter().filter(|f| f.0 == 'S').count() >= 5,

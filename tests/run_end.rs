@@ -130,7 +130,7 @@ fn the_json_of_a_run_that_traced_nothing_says_why() {
     let out = std::process::Command::new(sigmatop_bin())
         .args(["run", "--json", "-", "--", "true"])
         .env("SIGMATOP_SOCKET_DIR", dir.join("sock"))
-        .output()
+        .output_bounded()
         .expect("sigmatop run --json");
     assert!(out.status.success(), "{}", stderr_of(&out));
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
@@ -160,7 +160,7 @@ fn a_ranks_fork_child_is_its_child_not_a_second_rank() {
         .env("UCX_TLS", "sm,self")
         .current_dir(&dir)
         .stdin(std::process::Stdio::null())
-        .output()
+        .output_bounded()
         .expect("sigmatop run");
     let err = stderr_of(&out);
     assert!(out.status.success(), "{err}");

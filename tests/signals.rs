@@ -74,7 +74,10 @@ fn parent(pid: u32) -> u32 {
 fn wait_until(what: &str, limit: Duration, cond: impl Fn() -> bool) {
     let start = Instant::now();
     while !cond() {
-        assert!(start.elapsed() < limit, "waited {limit:?} for {what}");
+        assert!(
+            start.elapsed() < limit,
+            "waited {limit:?} for {what}: not so at any look (every 20 ms)"
+        );
         std::thread::sleep(Duration::from_millis(20));
     }
 }
@@ -515,8 +518,13 @@ fn a_signal_while_the_program_starts_leaves_nothing_behind() {
             other => panic!("sigmatop ended with {other:?}"),
         };
         *outcomes.entry(how).or_default() += 1;
-        wait_until("no program left running", Duration::from_secs(5), || {
-            with_argument(&secs).is_empty()
+        common::wait_until("no program left running", Duration::from_secs(5), || {
+            let left = with_argument(&secs);
+            if left.is_empty() {
+                Ok(())
+            } else {
+                Err(format!("still running: pids {left:?}"))
+            }
         });
     }
     eprintln!("outcomes: {outcomes:?}");

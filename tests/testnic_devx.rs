@@ -20,6 +20,7 @@ mod testnic;
 use std::collections::BTreeMap;
 use std::process::{Command, Output};
 
+use common::Bounded;
 use common::Trace;
 use sigmatop::event::EndpointKind;
 use sigmatop::trace::reader::ProcessRecording;
@@ -242,7 +243,7 @@ fn check_record(ctx: &str, t: &Trace, rs: &[Role], gids: [[u8; 16]; 2]) {
         .arg(&t.record)
         .arg("--json")
         .arg(&out)
-        .output()
+        .output_bounded()
         .expect("sigmatop export");
     assert!(
         o.status.success(),
@@ -497,7 +498,7 @@ fn error_completions_with_and_without_sigmatop() {
             let out = std::process::Command::new(common::sigmatop_bin())
                 .arg("report")
                 .arg(&t.record)
-                .output()
+                .output_bounded()
                 .expect("sigmatop report");
             let text = common::stdout_of(&out);
             for n in [8, 1] {
@@ -514,7 +515,7 @@ fn error_completions_with_and_without_sigmatop() {
             let out = std::process::Command::new(common::sigmatop_bin())
                 .args(["replay", "--headless"])
                 .arg(&t.record)
-                .output()
+                .output_bounded()
                 .expect("sigmatop replay --headless");
             let text = common::stdout_of(&out);
             let failing = text

@@ -34,6 +34,7 @@ use std::path::PathBuf;
 use std::process::{Command, Output};
 use std::time::Duration;
 
+use common::Bounded;
 use common::{Trace, number_before, perftest_row};
 use sigmatop::event::{EndpointKind, Op};
 use sigmatop::trace::reader::ProcessRecording;
@@ -303,7 +304,7 @@ fn check_json(ctx: &str, run: &Run, qpns: [(u32, u32); 2], sent: [u64; 2]) {
         .arg(&t.record)
         .arg("--json")
         .arg(&out)
-        .output()
+        .output_bounded()
         .expect("run sigmatop export");
     assert!(
         o.status.success(),
@@ -593,7 +594,7 @@ fn larger_recv_program() -> PathBuf {
             .arg(&exe)
             .arg(&src)
             .arg("-libverbs")
-            .output()
+            .output_bounded()
             .expect("run gcc");
         assert!(o.status.success(), "gcc: {}", common::stderr_of(&o));
         exe

@@ -185,8 +185,18 @@ fn attach_to_a_running_workload_and_drive_every_key() {
         s.to_lowercase().contains("paused")
     });
     // Frozen: the screen does not change while paused (collection goes on underneath).
-    std::thread::sleep(Duration::from_millis(800));
-    assert_eq!(t.capture(), paused, "the view is frozen while paused");
+    common::holds_for(
+        "the view frozen while paused",
+        Duration::from_millis(800),
+        || {
+            let now = t.capture();
+            if now == paused {
+                Ok(())
+            } else {
+                Err(format!("the screen changed from\n{paused}\nto\n{now}"))
+            }
+        },
+    );
     t.keys(&["["]);
     t.wait_for("a step back through history", limit, |s| s != paused);
     t.keys(&["Space"]);

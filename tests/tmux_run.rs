@@ -124,8 +124,17 @@ fn q_leaves_the_program_running_and_says_how_to_stop_it() {
         ))) && unwrapped.contains(&bare("Ctrl-C sends it SIGINT")),
         "{waiting}"
     );
-    std::thread::sleep(Duration::from_millis(500));
-    assert!(alive(pid), "q leaves the program running");
+    holds_for(
+        "q leaves the program running",
+        Duration::from_millis(500),
+        || {
+            if alive(pid) {
+                Ok(())
+            } else {
+                Err(format!("pid {pid} is gone"))
+            }
+        },
+    );
     t.keys(&["C-c"]);
     let done = t.wait_for("sigmatop to exit", LIMIT, |s| s.contains("SIGMATOP-EXIT="));
     stop(srv);
@@ -285,7 +294,7 @@ fn a_short_program_run_headless_has_its_summary() {
             .env("SIGMATOP_SOCKET_DIR", dir.join("sock"))
             .env("UCX_TLS", "sm,self")
             .current_dir(&dir)
-            .output()
+            .output_bounded()
             .expect("sigmatop run --headless");
         let err = stderr_of(&out);
         assert!(out.status.success(), "{err}");

@@ -1,5 +1,5 @@
 //! A UCX endpoint whose peer dies: tests/programs/ucx_peer_fail.c connects a client to a forked
-//! server over UCX's client-server API (tcp, peer error handling), sends one 64-byte message, and
+//! server over UCX's client-server API (tcp, peer error handling, on a port the kernel picks), sends one 64-byte message, and
 //! the server ends without closing anything, as a crashed rank does. UCX calls the client's
 //! endpoint error handler; under `sigmatop run` the program's handler still runs (it prints
 //! UCX's words), and the summary marks that endpoint `failed: <the same words>` with exactly one
@@ -14,7 +14,7 @@ mod common;
 use std::time::Duration;
 
 use common::tmux::Tmux;
-use common::{build_program, port, run_json, scratch, sigmatop_bin, stdout_of};
+use common::{build_program, run_json, scratch, sigmatop_bin, stdout_of};
 
 fn program() -> std::path::PathBuf {
     build_program(
@@ -33,11 +33,7 @@ fn a_dead_peer_marks_the_endpoint_failed_with_one_error() {
         "ucx_peer_fail",
         &["-lucp", "-lucs"],
     );
-    let (out, v) = run_json(
-        &scratch("ucx-endpoint-failure"),
-        &prog,
-        &[&port().to_string()],
-    );
+    let (out, v) = run_json(&scratch("ucx-endpoint-failure"), &prog, &[]);
     let said = stdout_of(&out);
     let words = said
         .lines()
@@ -86,11 +82,10 @@ fn the_dashboard_names_the_failed_endpoint() {
     let prog = program();
     let dir = scratch("ucx-endpoint-failure-tmux");
     let line = format!(
-        "SIGMATOP_SOCKET_DIR={} UCX_TLS=tcp {} run -- {} {}",
+        "SIGMATOP_SOCKET_DIR={} UCX_TLS=tcp {} run -- {}",
         dir.join("sock").display(),
         sigmatop_bin().display(),
-        prog.display(),
-        port()
+        prog.display()
     );
     let Some(t) = Tmux::start_in("endpoint-failure", &line, Some(&dir)) else {
         return;

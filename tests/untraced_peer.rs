@@ -8,6 +8,7 @@ mod common;
 use std::process::Command;
 use std::time::Duration;
 
+use common::Bounded;
 use common::Trace;
 use sigmatop::agg::Model;
 use sigmatop::cli::view_model::{ClockStyle, ViewOptions, build_view};
@@ -43,7 +44,7 @@ fn egress_to_an_untraced_server_is_egress_everywhere() {
     let json = dir.join("x.json");
     let o = Command::new(common::sigmatop_bin())
         .args(["export", &rec_dir, "--json", json.to_str().expect("utf-8")])
-        .output()
+        .output_bounded()
         .expect("export");
     assert!(o.status.success(), "{}", common::stderr_of(&o));
     let v: serde_json::Value =
@@ -67,7 +68,7 @@ fn egress_to_an_untraced_server_is_egress_everywhere() {
     // The text report: the node's egress is what it sent.
     let o = Command::new(common::sigmatop_bin())
         .args(["report", &rec_dir])
-        .output()
+        .output_bounded()
         .expect("report");
     let text = common::stdout_of(&o);
     let mb = format!("{:.2} MB", sent as f64 / 1e6);

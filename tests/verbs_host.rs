@@ -58,7 +58,7 @@ fn build_fake() -> PathBuf {
         .arg(&exe)
         .arg(&src)
         .args(["-libverbs", "-ldl"])
-        .output()
+        .output_bounded()
         .expect("run gcc");
     assert!(
         out.status.success(),

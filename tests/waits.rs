@@ -25,7 +25,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::{PipeReader, Proc};
+use common::{Bounded, PipeReader, Proc};
 use ratatui::Terminal;
 use ratatui::backend::TestBackend;
 use sigmatop::agg::Model;
@@ -197,13 +197,36 @@ fn quote(args: &[String]) -> String {
         .join(" ")
 }
 
+/// Starts the pair `make(port)` gives (server and client command lines) on a port free when
+/// looked at: once the server listens on it itself (tests/common `wait_listening`), the client
+/// is let go. A server that ends saying its port was taken meanwhile (another process bound it
+/// first) is started again, with its client, on another port (at most 8 times); any other early
+/// end fails with what it printed.
 fn start_pair(
+    name: &str,
+    make: impl Fn(u16) -> (Vec<String>, Vec<String>),
+    env: &[(&str, &str)],
+) -> Pair {
+    let mut last = String::new();
+    for _ in 0..8 {
+        let port = common::port();
+        let (server, client) = make(port);
+        match try_pair(name, &server, &client, port, env) {
+            Ok(p) => return p,
+            Err(why) if common::in_use(&why) => last = why,
+            Err(why) => panic!("{why}"),
+        }
+    }
+    panic!("8 ports were taken between the look and the server's bind; the last:\n{last}");
+}
+
+fn try_pair(
     name: &str,
     server: &[String],
     client: &[String],
     port: u16,
     env: &[(&str, &str)],
-) -> Pair {
+) -> Result<Pair, String> {
     let dir = common::scratch(name);
     let sock = socket_dir(&dir);
     let rec = dir.join("rec");
@@ -233,12 +256,34 @@ fn start_pair(
     }
     let mut run = common::spawn(&mut cmd);
     let err = PipeReader::new(run.stderr.take().expect("stderr"));
-    let _out = PipeReader::new(run.stdout.take().expect("stdout"));
+    let out = PipeReader::new(run.stdout.take().expect("stdout"));
     let server_pid = pid_file(&dir.join("server.pid"), Duration::from_secs(30));
-    common::wait_listening(port, Duration::from_secs(30));
+    // The server listens on the port itself, or ends (its words are in the run's output).
+    let up = common::wait_until(
+        &format!("the server (pid {server_pid}) to listen on port {port} or end"),
+        Duration::from_secs(30),
+        || {
+            let l = common::listener_inodes("/proc/net", port);
+            if !l.is_empty() && common::holds_any(server_pid, &l) {
+                Ok(true)
+            } else if !Path::new(&format!("/proc/{server_pid}")).exists() {
+                Ok(false)
+            } else {
+                Err(format!("listeners on the port: socket inodes {l:?}"))
+            }
+        },
+    );
+    if !up {
+        drop(run);
+        return Err(format!(
+            "the server ended before it listened on port {port}:\n{}\n{}",
+            out.text(),
+            err.text()
+        ));
+    }
     std::fs::write(dir.join("go"), "").expect("go");
     let client_pid = pid_file(&dir.join("client.pid"), Duration::from_secs(30));
-    Pair {
+    Ok(Pair {
         dir,
         sock,
         rec,
@@ -246,7 +291,7 @@ fn start_pair(
         err,
         server: server_pid,
         client: client_pid,
-    }
+    })
 }
 
 /// The line of `text` that holds `what`.
@@ -420,7 +465,7 @@ fn stopped_server(p: Pair, waiter: &str) {
     let once = Command::new(common::sigmatop_bin())
         .args(["attach", "--json", "--once", "--socket-dir"])
         .arg(&p.sock)
-        .output()
+        .output_bounded()
         .expect("attach --once");
     assert!(once.status.success(), "{}", common::stderr_of(&once));
     let v: serde_json::Value = serde_json::from_slice(&once.stdout).expect("JSON");
@@ -438,7 +483,7 @@ fn stopped_server(p: Pair, waiter: &str) {
     let one = Command::new(common::sigmatop_bin())
         .args(["attach", &s.to_string(), "--once", "--socket-dir"])
         .arg(&p.sock)
-        .output()
+        .output_bounded()
         .expect("attach PID");
     let text = common::stdout_of(&one);
     assert!(one.status.success(), "{text}{}", common::stderr_of(&one));
@@ -497,7 +542,7 @@ fn stopped_server(p: Pair, waiter: &str) {
     let report = Command::new(common::sigmatop_bin())
         .arg("report")
         .arg(&p.rec)
-        .output()
+        .output_bounded()
         .expect("report");
     let r = common::stdout_of(&report);
     assert!(report.status.success(), "{r}{}", common::stderr_of(&report));
@@ -514,9 +559,8 @@ fn stopped_server(p: Pair, waiter: &str) {
 fn a_stopped_verbs_server_is_silent_and_named_with_its_waiting_client() {
     testnic::build_nic();
     common::require("ibv_rc_pingpong");
-    let port = common::port();
     let nic = testnic::root().join("scripts/with-testnic.sh");
-    let side = |host: &str, client: bool| {
+    let side = |host: &str, client: bool, port: u16| {
         let mut a: Vec<String> = vec![
             "env".into(),
             format!("TESTNIC_HOST={host}"),
@@ -545,9 +589,7 @@ fn a_stopped_verbs_server_is_silent_and_named_with_its_waiting_client() {
     }
     let p = start_pair(
         "waits-verbs",
-        &side("1", false),
-        &side("2", true),
-        port,
+        |port| (side("1", false, port), side("2", true, port)),
         &[],
     );
     stopped_server(p, "QP 0x");
@@ -556,24 +598,26 @@ fn a_stopped_verbs_server_is_silent_and_named_with_its_waiting_client() {
 #[test]
 fn a_stopped_ucx_server_is_silent_and_no_row_says_idle() {
     let bin = common::require("ucx_perftest").display().to_string();
-    let port = common::port();
-    let server: Vec<String> = vec![bin.clone(), "-p".into(), port.to_string()];
-    let client: Vec<String> = [
-        bin.as_str(),
-        "127.0.0.1",
-        "-p",
-        &port.to_string(),
-        "-t",
-        "tag_bw",
-        "-s",
-        "4096",
-        "-n",
-        "1000000000",
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
-    let p = start_pair("waits-ucx", &server, &client, port, &[("UCX_TLS", "tcp")]);
+    let pair = |port: u16| {
+        let server: Vec<String> = vec![bin.clone(), "-p".into(), port.to_string()];
+        let client: Vec<String> = [
+            bin.as_str(),
+            "127.0.0.1",
+            "-p",
+            &port.to_string(),
+            "-t",
+            "tag_bw",
+            "-s",
+            "4096",
+            "-n",
+            "1000000000",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        (server, client)
+    };
+    let p = start_pair("waits-ucx", pair, &[("UCX_TLS", "tcp")]);
     stopped_server(p, "ep@");
 }
 
@@ -670,7 +714,7 @@ fn a_late_rank_in_a_ring_is_the_one_named_not_its_waiters() {
     let report = Command::new(common::sigmatop_bin())
         .arg("report")
         .arg(&rec)
-        .output()
+        .output_bounded()
         .expect("report");
     let r = common::stdout_of(&report);
     assert!(report.status.success(), "{r}");

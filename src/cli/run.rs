@@ -170,18 +170,32 @@ fn final_states(cmd: &mut Command, socket_dir: &Path) -> Option<FinalStates> {
 /// `sigmatop run` without the dashboard, and `sigmatop --record DIR -- CMD`: runs the program,
 /// follows its processes live, prints a summary at the end, and exits with the program's status.
 pub fn run_headless(args: &RunArgs) -> CliResult {
+    // Signals are caught before anything is made (the record directory): a Ctrl-C from here on
+    // reaches the program once it has started, and the run ends as any other, saying what it
+    // left; one that came earlier ended sigmatop before it made anything.
+    let caught = catch_signals();
     let socket_dir = default_socket_dir();
-    let mut cmd = traced_command(args, &socket_dir)?;
-    let mut finals = final_states(&mut cmd, &socket_dir);
-    let json = args.json.as_deref().map(JsonOut::open).transpose()?;
-    if let Some(JsonOut::Stdout) = json {
-        // stdout is the JSON's alone: the program writes its own output to stderr.
-        let err = io::stderr()
-            .as_fd()
-            .try_clone_to_owned()
-            .map_err(|e| format!("cannot duplicate stderr for the program's output: {e}"))?;
-        cmd.stdout(Stdio::from(err));
-    }
+    let prepared = (|| -> Result<_, String> {
+        let mut cmd = traced_command(args, &socket_dir)?;
+        let finals = final_states(&mut cmd, &socket_dir);
+        let json = args.json.as_deref().map(JsonOut::open).transpose()?;
+        if let Some(JsonOut::Stdout) = json {
+            // stdout is the JSON's alone: the program writes its own output to stderr.
+            let err = io::stderr()
+                .as_fd()
+                .try_clone_to_owned()
+                .map_err(|e| format!("cannot duplicate stderr for the program's output: {e}"))?;
+            cmd.stdout(Stdio::from(err));
+        }
+        Ok((cmd, finals, json))
+    })();
+    let (mut cmd, mut finals, json) = match prepared {
+        Ok(p) => p,
+        Err(e) => {
+            caught.pass_to(None);
+            return Err(e);
+        }
+    };
     let name = program_name(&args.cmd);
     // On a terminal, in its foreground, the program shares sigmatop's process group, so that the
     // terminal's Ctrl-C, Ctrl-Z and hangup reach it as from a shell; anywhere else (`timeout`,
@@ -192,7 +206,6 @@ pub fn run_headless(args: &RunArgs) -> CliResult {
         cmd.process_group(0);
     }
     terminate_with_sigmatop(&mut cmd);
-    let caught = catch_signals();
     let mut child = match cmd.spawn() {
         Ok(c) => c,
         Err(e) => {
@@ -450,15 +463,28 @@ pub fn run_cmd(args: &RunArgs) -> CliResult {
         return run_headless(args);
     }
     let theme = Theme::from_env(args.theme.as_deref()).map_err(|e| e.to_string())?;
+    // Signals are caught before anything is made (the record directory, the log): see
+    // run_headless.
+    let caught = catch_signals();
     let socket_dir = default_socket_dir();
-    let mut cmd = traced_command(args, &socket_dir)?;
-    let finals = final_states(&mut cmd, &socket_dir);
-    let (log, file) = open_log()?;
+    let prepared = (|| -> Result<_, String> {
+        let mut cmd = traced_command(args, &socket_dir)?;
+        let finals = final_states(&mut cmd, &socket_dir);
+        let (log, file) = open_log()?;
+        let err = file
+            .try_clone()
+            .map_err(|e| format!("{}: {e}", log.display()))?;
+        cmd.stdin(Stdio::null()).stdout(file).stderr(err);
+        Ok((cmd, finals, log))
+    })();
+    let (mut cmd, finals, log) = match prepared {
+        Ok(p) => p,
+        Err(e) => {
+            caught.pass_to(None);
+            return Err(e);
+        }
+    };
     let shown = shown_path(&log, std::env::var("HOME").ok().as_deref());
-    let err = file
-        .try_clone()
-        .map_err(|e| format!("{}: {e}", log.display()))?;
-    cmd.stdin(Stdio::null()).stdout(file).stderr(err);
     // A process group of its own: the dashboard holds the terminal in raw mode, where Ctrl-C is
     // a key, not a signal; the dashboard sends SIGINT to this group instead (as a shell's Ctrl-C
     // reaches the whole foreground job), and sigmatop passes on to it the signals it gets, from
@@ -466,7 +492,6 @@ pub fn run_cmd(args: &RunArgs) -> CliResult {
     cmd.process_group(0);
     terminate_with_sigmatop(&mut cmd);
     let name = program_name(&args.cmd);
-    let caught = catch_signals();
     let child = match cmd.spawn() {
         Ok(c) => c,
         Err(e) => {

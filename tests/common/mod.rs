@@ -110,13 +110,40 @@ pub fn note_retry(what: &str) {
     record_skip(&format!("RETRIED in {}: {what}", test_name()));
 }
 
-/// The one skip allowed under CI: tests that need a GPU (CI has none). Visible like [`skip`]
-/// (stderr and the summary of scripts/test.sh), and the test passes.
+/// The one skip allowed under CI: tests that need a GPU, on a machine without one (CI has none).
+/// Visible like [`skip`] (stderr and the summary of scripts/test.sh), and the test passes. On a
+/// machine with a GPU ([`gpu_here`]) it is a failure whose message is `reason`: a GPU test
+/// never passes by skipping where it could run (what else it needs must be installed).
 pub fn skip_gpu_test(reason: &str) {
     let name = test_name();
+    if let Some(gpu) = gpu_here() {
+        panic!("{name}: a GPU is here ({gpu}), so this GPU test may not skip: {reason}");
+    }
     record_skip(&format!(
-        "SKIPPED {name} (a GPU test: the one skip allowed on CI): {reason}"
+        "SKIPPED {name} (a GPU test, no GPU here: the one skip allowed on CI): {reason}"
     ));
+}
+
+/// How this machine shows an NVIDIA GPU, if it has one: a device node `/dev/nvidia<N>` (the
+/// driver is loaded), or a `GPU <n>:` line of `nvidia-smi -L`. None: no GPU here.
+pub fn gpu_here() -> Option<String> {
+    if let Ok(rd) = std::fs::read_dir("/dev") {
+        for e in rd.flatten() {
+            let n = e.file_name().to_string_lossy().into_owned();
+            if n.strip_prefix("nvidia")
+                .is_some_and(|d| !d.is_empty() && d.bytes().all(|b| b.is_ascii_digit()))
+            {
+                return Some(format!("/dev/{n}"));
+            }
+        }
+    }
+    let o = Command::new("nvidia-smi")
+        .arg("-L")
+        .output_within(Duration::from_secs(60))
+        .ok()?;
+    let text = String::from_utf8_lossy(&o.stdout).into_owned();
+    let line = text.lines().find(|l| l.starts_with("GPU "))?;
+    (o.status.success()).then(|| format!("nvidia-smi -L: {line}"))
 }
 
 /// Whether this process runs as root; tests that need it call [`skip`] otherwise.
@@ -153,7 +180,7 @@ pub fn build_program(compiler: &str, src: &str, out: &str, flags: &[&str]) -> Pa
                 .join(src),
         )
         .args(flags)
-        .output()
+        .output_bounded()
         .unwrap_or_else(|e| panic!("cannot run {compiler}: {e}"));
     assert!(
         o.status.success(),
@@ -326,51 +353,125 @@ fn end(c: &mut Child) {
 }
 
 /// Waits for a child with a timeout, killing it when the time is up: its whole process group when
-/// it leads one ([`spawn`]'s children do), so that a hung grandchild holding the output pipes
-/// (a forked child that never exits) cannot keep the test waiting past the limit. Whatever it
-/// started and left behind (a server it forked) is ended too, on success as well.
+/// it leads one ([`spawn`]'s children do), and every process below it. Its output pipes are read
+/// meanwhile (on threads of their own), so a child that prints more than a pipe holds never
+/// blocks. Whatever it started and left in its group (a server it forked) is ended too, on
+/// success as well. A child that exited while a process it started outside its group (a daemon,
+/// `setsid`) still holds its output open fails the test at `limit`, saying so.
 pub fn wait_timeout(child: impl Into<Proc>, limit: Duration) -> Output {
     let mut p: Proc = child.into();
     let start = Instant::now();
+    let pid = p.id() as libc::pid_t;
+    // SAFETY: getpgid(2) of this test's child, not reaped yet (its pid is its own).
+    let leads = unsafe { libc::getpgid(pid) } == pid;
+    let out = p.stdout.take().map(PipeReader::new);
+    let err = p.stderr.take().map(PipeReader::new);
+    let collect = |r: Option<PipeReader>, until: Instant| -> Result<Vec<u8>, Vec<u8>> {
+        match r {
+            None => Ok(Vec::new()),
+            Some(r) => r.finish_by(until),
+        }
+    };
     loop {
         match p.try_wait() {
-            Ok(Some(_)) => {
-                let c = p.into_child();
-                let pid = c.id() as libc::pid_t;
-                // SAFETY: getpgid(2) of an exited, not yet reaped child: its pid is still its own.
-                let leads = unsafe { libc::getpgid(pid) } == pid;
-                let out = c.wait_with_output().expect("collect output");
-                // What it left in its group (a process that closed the pipes and went on): the
-                // group id is not reused while any member lives.
+            Ok(Some(status)) => {
+                // Reaped by try_wait: this returns its status at once.
+                let _ = p.into_child().wait();
+                // What it left in its group (a process that went on): the group id is not
+                // reused while any member lives.
                 if leads {
                     // SAFETY: kill(2) of the group this test's child led; ESRCH when empty.
                     unsafe {
                         libc::kill(-pid, libc::SIGKILL);
                     }
                 }
-                return out;
+                let until = (start + limit).max(Instant::now() + Duration::from_secs(2));
+                match (collect(out, until), collect(err, until)) {
+                    (Ok(stdout), Ok(stderr)) => {
+                        return Output {
+                            status,
+                            stdout,
+                            stderr,
+                        };
+                    }
+                    (o, e) => panic!(
+                        "the command exited ({status}), but something it started outside its \
+                         process group still held its output open after {limit:?}\nstdout:\n{}\n\
+                         stderr:\n{}",
+                        String::from_utf8_lossy(&o.unwrap_or_else(|b| b)),
+                        String::from_utf8_lossy(&e.unwrap_or_else(|b| b))
+                    ),
+                }
             }
             Ok(None) if start.elapsed() > limit => {
-                let mut c = p.into_child();
-                let pid = c.id() as libc::pid_t;
-                kill_tree(c.id());
-                // SAFETY: plain syscalls on the child's pid; killing the group only when the
-                // child leads it (never the test's own group).
-                unsafe {
-                    if libc::getpgid(pid) == pid {
-                        libc::kill(-pid, libc::SIGKILL);
-                    }
-                }
-                let _ = c.kill();
-                let out = c.wait_with_output().expect("collect output");
+                // Dropping the guard kills everything below it and its group, then reaps it.
+                drop(p);
+                let until = Instant::now() + Duration::from_secs(2);
+                let o = collect(out, until).unwrap_or_else(|b| b);
+                let e = collect(err, until).unwrap_or_else(|b| b);
                 panic!(
                     "command timed out after {limit:?}\nstdout:\n{}\nstderr:\n{}",
-                    String::from_utf8_lossy(&out.stdout),
-                    String::from_utf8_lossy(&out.stderr)
+                    String::from_utf8_lossy(&o),
+                    String::from_utf8_lossy(&e)
                 );
             }
             Ok(None) => std::thread::sleep(Duration::from_millis(20)),
             Err(e) => panic!("wait failed: {e}"),
+        }
+    }
+}
+
+/// The longest one program a test runs through [`Bounded`] may take: a program past it hangs (the
+/// slowest of them, on a loaded 2-core machine, take a minute).
+pub const PROGRAM_LIMIT: Duration = Duration::from_secs(300);
+
+/// `Command::output` and `Command::status` with a time limit, so that no program a test runs
+/// can keep it waiting forever: the program is started as [`spawn`] does (a process group of
+/// its own, stdin from /dev/null, signals at their default) and waited for with
+/// [`wait_timeout`]: past the limit it is killed with all it started and the test fails with
+/// what it printed.
+pub trait Bounded {
+    /// Its output, within `limit`. Err only when it cannot be started.
+    fn output_within(&mut self, limit: Duration) -> std::io::Result<Output>;
+    /// Its output, within [`PROGRAM_LIMIT`].
+    fn output_bounded(&mut self) -> std::io::Result<Output> {
+        self.output_within(PROGRAM_LIMIT)
+    }
+    /// Its exit status, within [`PROGRAM_LIMIT`], its output discarded (stdout and stderr to
+    /// /dev/null: a daemon it starts, such as tmux's server, may keep them), and nothing it leaves
+    /// running ended (the daemon is the point).
+    fn status_bounded(&mut self) -> std::io::Result<std::process::ExitStatus>;
+}
+
+impl Bounded for Command {
+    fn output_within(&mut self, limit: Duration) -> std::io::Result<Output> {
+        use std::os::unix::process::CommandExt;
+        let child = default_signals(self)
+            .process_group(0)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()?;
+        Ok(wait_timeout(child, limit))
+    }
+
+    fn status_bounded(&mut self) -> std::io::Result<std::process::ExitStatus> {
+        let mut c = default_signals(self)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()?;
+        let start = Instant::now();
+        loop {
+            if let Some(st) = c.try_wait()? {
+                return Ok(st);
+            }
+            if start.elapsed() > PROGRAM_LIMIT {
+                kill_tree(c.id());
+                let _ = c.wait();
+                panic!("{self:?} still ran after {PROGRAM_LIMIT:?}: killed");
+            }
+            std::thread::sleep(Duration::from_millis(20));
         }
     }
 }
@@ -480,20 +581,24 @@ pub fn stderr_of(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
 }
 
-/// As [`wait_listening`], for a server this test started: when it ends before it listens, the
-/// panic says so at once, with its exit status and what it printed (instead of a bare timeout).
+/// Waits until `server`, a server this test started, listens on `port` itself (see [`listened`]):
+/// when it ends before it listens, the panic says so at once, with its exit status and what it
+/// printed (instead of a bare timeout).
 pub fn wait_server(server: &mut Child, port: u16, limit: Duration) {
     if let Err(why) = listened(server, port, limit) {
         panic!("{why}");
     }
 }
 
-/// Waits until `server` listens on `port`; Err with its exit status and output when it ends
-/// first. Panics after `limit`.
-fn listened(server: &mut Child, port: u16, limit: Duration) -> Result<(), String> {
+/// Waits until `server` (or a process below it) listens on TCP `port`: a listening socket on the
+/// port held open by one of their file descriptors, so that another program's listener on the
+/// port (the server lost its port to it) never counts as the server's. Err with its exit status
+/// and output when it ends first. Panics after `limit`, naming what listens on the port.
+pub fn listened(server: &mut Child, port: u16, limit: Duration) -> Result<(), String> {
     let start = Instant::now();
     loop {
-        if listening(port) {
+        let listeners = listener_inodes("/proc/net", port);
+        if !listeners.is_empty() && holds_any(server.id(), &listeners) {
             return Ok(());
         }
         if let Ok(Some(status)) = server.try_wait() {
@@ -520,18 +625,141 @@ fn listened(server: &mut Child, port: u16, limit: Duration) -> Result<(), String
         }
         assert!(
             start.elapsed() < limit,
-            "nothing listens on port {port} after {limit:?}"
+            "pid {} does not listen on port {port} after {limit:?} ({})",
+            server.id(),
+            if listeners.is_empty() {
+                "nothing listens there".to_string()
+            } else {
+                format!("a listener of another process does: socket inodes {listeners:?}")
+            }
         );
         std::thread::sleep(Duration::from_millis(10));
     }
 }
 
+/// The socket inodes of the TCP listeners on `port` in `net` (`/proc/net`, or `/proc/PID/net`
+/// for the network namespace of PID), IPv4 and IPv6.
+pub fn listener_inodes(net: &str, port: u16) -> Vec<u64> {
+    let want = format!(":{port:04X}");
+    let mut v = Vec::new();
+    for f in ["tcp", "tcp6"] {
+        let text = std::fs::read_to_string(format!("{net}/{f}")).unwrap_or_default();
+        // Columns: sl local_address rem_address st tx:rx tr:when retrnsmt uid timeout inode;
+        // st 0A = LISTEN.
+        for l in text.lines().skip(1) {
+            let c: Vec<&str> = l.split_whitespace().collect();
+            if c.len() > 9
+                && c[1].ends_with(&want)
+                && c[3] == "0A"
+                && let Ok(i) = c[9].parse()
+            {
+                v.push(i);
+            }
+        }
+    }
+    v
+}
+
+/// `root` and every process below it (from each process's parent in /proc).
+pub fn process_tree(root: u32) -> Vec<u32> {
+    let mut v = vec![root];
+    if let Ok(rd) = std::fs::read_dir("/proc") {
+        for e in rd.flatten() {
+            if let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok())
+                && pid != root
+                && sigmatop::live::descends_from(pid, root)
+            {
+                v.push(pid);
+            }
+        }
+    }
+    v
+}
+
+/// Whether `root` or a process below it holds one of the sockets `inodes` open.
+pub fn holds_any(root: u32, inodes: &[u64]) -> bool {
+    let want: Vec<String> = inodes.iter().map(|i| format!("socket:[{i}]")).collect();
+    process_tree(root).into_iter().any(|pid| {
+        std::fs::read_dir(format!("/proc/{pid}/fd")).is_ok_and(|rd| {
+            rd.flatten().any(|e| {
+                std::fs::read_link(e.path())
+                    .is_ok_and(|l| want.iter().any(|w| l.as_os_str() == w.as_str()))
+            })
+        })
+    })
+}
+
+/// Waits until `pid` (or a process below it) listens on TCP `port` (see [`listened`]); panics
+/// after `limit`, or when it is gone.
+pub fn wait_listening(pid: u32, port: u16, limit: Duration) {
+    wait_until(
+        &format!("pid {pid} (or a process below it) to listen on port {port}"),
+        limit,
+        || {
+            let l = listener_inodes("/proc/net", port);
+            if !l.is_empty() && holds_any(pid, &l) {
+                return Ok(());
+            }
+            assert!(
+                std::path::Path::new(&format!("/proc/{pid}")).exists(),
+                "pid {pid} ended before it listened on port {port}"
+            );
+            Err(format!("listeners on the port: socket inodes {l:?}"))
+        },
+    );
+}
+
+/// A TCP port of 127.0.0.1 that refuses connections for as long as the returned descriptor is
+/// open: the kernel picks it (a bind to port 0) and the socket holds it, bound but not listening,
+/// so a connection to it is refused and no other process can take it meanwhile.
+pub fn refusing_port() -> (std::os::fd::OwnedFd, u16) {
+    use std::os::fd::FromRawFd;
+    // SAFETY: a plain socket bound to port 0 and asked its address; every pointer is to a local
+    // of the right size, and the descriptor is owned by the OwnedFd from here on.
+    unsafe {
+        let fd = libc::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0);
+        assert!(fd >= 0, "socket: {}", std::io::Error::last_os_error());
+        let owned = std::os::fd::OwnedFd::from_raw_fd(fd);
+        let mut addr = libc::sockaddr_in {
+            sin_family: libc::AF_INET as libc::sa_family_t,
+            sin_port: 0,
+            sin_addr: libc::in_addr {
+                s_addr: u32::from_ne_bytes([127, 0, 0, 1]),
+            },
+            sin_zero: [0; 8],
+        };
+        let mut len = core::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
+        assert_eq!(
+            libc::bind(
+                fd,
+                &addr as *const libc::sockaddr_in as *const libc::sockaddr,
+                len
+            ),
+            0,
+            "bind 127.0.0.1:0: {}",
+            std::io::Error::last_os_error()
+        );
+        assert_eq!(
+            libc::getsockname(
+                fd,
+                &mut addr as *mut libc::sockaddr_in as *mut libc::sockaddr,
+                &mut len
+            ),
+            0,
+            "getsockname: {}",
+            std::io::Error::last_os_error()
+        );
+        (owned, u16::from_be(addr.sin_port))
+    }
+}
+
 /// Whether a server's words say its port was taken ("bind(): Address already in use", Go's
-/// "bind: address already in use", EADDRINUSE).
-fn in_use(words: &str) -> bool {
-    words
-        .to_ascii_lowercase()
-        .contains("address already in use")
+/// "bind: address already in use", EADDRINUSE, rdma-core's pingpong examples' "Couldn't listen
+/// to port N").
+pub fn in_use(words: &str) -> bool {
+    let w = words.to_ascii_lowercase();
+    w.contains("address already in use")
+        || w.contains("couldn't listen to port")
         || words.contains("EADDRINUSE")
 }
 
@@ -551,37 +779,6 @@ pub fn start_server(mut make: impl FnMut(u16) -> Command, limit: Duration) -> (P
         }
     }
     panic!("8 ports were taken between the look and the server's bind; the last:\n{last}");
-}
-
-/// Whether some process listens on TCP `port` now.
-fn listening(port: u16) -> bool {
-    let want = format!(":{port:04X} ");
-    ["/proc/net/tcp", "/proc/net/tcp6"].iter().any(|f| {
-        let text = std::fs::read_to_string(f).unwrap_or_default();
-        // Columns: sl local_address rem_address st ...; st 0A = LISTEN.
-        text.lines().skip(1).any(|l| {
-            let mut c = l.split_whitespace().skip(1);
-            let local = c.next().unwrap_or("");
-            let st = c.nth(1).unwrap_or("");
-            format!("{local} ").ends_with(&want) && st == "0A"
-        })
-    })
-}
-
-/// Waits until some process listens on TCP `port` (read from /proc/net/tcp{,6}, so the check
-/// itself never connects), panicking after `limit`.
-pub fn wait_listening(port: u16, limit: Duration) {
-    let start = Instant::now();
-    loop {
-        if listening(port) {
-            return;
-        }
-        assert!(
-            start.elapsed() < limit,
-            "nothing listens on port {port} after {limit:?}"
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    }
 }
 
 /// Open MPI's point-to-point layer over UCX, any transport (`UCX_TLS` chooses): the flags a host
@@ -649,7 +846,7 @@ pub fn mpirun_traced(
 pub fn export_json(record: &Path, ctx: &str) -> serde_json::Value {
     let out = Command::new(sigmatop_bin())
         .args(["export", &record.display().to_string(), "--json", "-"])
-        .output()
+        .output_bounded()
         .expect("sigmatop export");
     assert!(out.status.success(), "{ctx}: export: {}", stderr_of(&out));
     serde_json::from_slice(&out.stdout).expect("export JSON")
@@ -668,8 +865,7 @@ pub fn run_json(dir: &Path, program: &Path, args: &[&str]) -> (Output, serde_jso
         .args(args)
         .env("UCX_TLS", "tcp")
         .env("SIGMATOP_SOCKET_DIR", dir.join("sock"))
-        .stdin(Stdio::null())
-        .output()
+        .output_within(Duration::from_secs(120))
         .expect("sigmatop run");
     assert!(
         out.status.success(),
@@ -835,18 +1031,7 @@ impl Drop for Procs {
 
 /// SIGKILL to `root` and every process below it.
 pub fn kill_tree(root: u32) {
-    let mut victims = vec![root];
-    if let Ok(rd) = std::fs::read_dir("/proc") {
-        for e in rd.flatten() {
-            if let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok())
-                && pid != root
-                && sigmatop::live::descends_from(pid, root)
-            {
-                victims.push(pid);
-            }
-        }
-    }
-    for p in victims {
+    for p in process_tree(root) {
         // SAFETY: kill(2) with a pid of a process this test started (or one below it).
         unsafe {
             libc::kill(p as i32, libc::SIGKILL);
@@ -939,16 +1124,16 @@ pub fn fi_pingpong(args: &[&str], with: impl Fn(&mut Command), limit: Duration) 
 }
 
 /// A child's pipe read on a thread of its own, so a test can wait for a line without a guess at
-/// how long the program takes to print it.
+/// how long the program takes to print it (and a child never blocks on a full pipe).
 pub struct PipeReader {
-    text: std::sync::Arc<std::sync::Mutex<String>>,
+    bytes: std::sync::Arc<std::sync::Mutex<Vec<u8>>>,
     thread: std::thread::JoinHandle<()>,
 }
 
 impl PipeReader {
     pub fn new(pipe: impl std::io::Read + Send + 'static) -> PipeReader {
-        let text = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
-        let sink = text.clone();
+        let bytes = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let sink = bytes.clone();
         let thread = std::thread::spawn(move || {
             let mut pipe = pipe;
             let mut buf = [0u8; 4096];
@@ -958,37 +1143,91 @@ impl PipeReader {
                 }
                 sink.lock()
                     .unwrap_or_else(|e| e.into_inner())
-                    .push_str(&String::from_utf8_lossy(&buf[..n]));
+                    .extend_from_slice(&buf[..n]);
             }
         });
-        PipeReader { text, thread }
+        PipeReader { bytes, thread }
+    }
+
+    fn raw(&self) -> Vec<u8> {
+        self.bytes.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
     /// What came so far.
     pub fn text(&self) -> String {
-        self.text.lock().unwrap_or_else(|e| e.into_inner()).clone()
+        String::from_utf8_lossy(&self.raw()).into_owned()
     }
 
     /// Waits until what came holds `what`; panics with it after `limit`.
     pub fn wait_for(&self, what: &str, limit: Duration) -> String {
-        let start = Instant::now();
-        loop {
+        wait_until(&format!("{what:?} on the pipe"), limit, || {
             let t = self.text();
-            if t.contains(what) {
-                return t;
-            }
-            assert!(
-                start.elapsed() < limit,
-                "waited {limit:?} for {what:?}; came:\n{t}"
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
+            if t.contains(what) { Ok(t) } else { Err(t) }
+        })
     }
 
     /// Everything, once the writer closed the pipe (call after the process ended).
     pub fn finish(self) -> String {
-        let PipeReader { text, thread } = self;
+        let PipeReader { bytes, thread } = self;
         let _ = thread.join();
-        text.lock().unwrap_or_else(|e| e.into_inner()).clone()
+        let b = bytes.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        String::from_utf8_lossy(&b).into_owned()
+    }
+
+    /// Everything, once every writer closed the pipe, if that happens by `until`; else Err with
+    /// what came so far (the thread is left to end with the last writer).
+    pub fn finish_by(self, until: Instant) -> Result<Vec<u8>, Vec<u8>> {
+        while !self.thread.is_finished() {
+            if Instant::now() >= until {
+                return Err(self.raw());
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let _ = self.thread.join();
+        Ok(std::mem::take(
+            &mut *self.bytes.lock().unwrap_or_else(|e| e.into_inner()),
+        ))
+    }
+}
+
+/// Polls `look` (every 20 ms) until it returns Ok, and returns what it gave. After `limit`, the
+/// test fails naming `what` it waited for and what `look` saw last (its Err).
+pub fn wait_until<T>(
+    what: &str,
+    limit: Duration,
+    mut look: impl FnMut() -> Result<T, String>,
+) -> T {
+    let start = Instant::now();
+    loop {
+        match look() {
+            Ok(v) => return v,
+            Err(seen) => {
+                assert!(
+                    start.elapsed() < limit,
+                    "waited {limit:?} for {what}; last seen: {seen}"
+                );
+            }
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Checks that `look` holds (returns Ok) over the whole `window`, looking every 20 ms: the one
+/// kind of wait that is for time, since a thing that must *not* happen (a program that must keep
+/// running, a screen that must not change) can only be watched for a stated while. Fails at the
+/// first look that does not hold, naming `what` and what it saw.
+pub fn holds_for(what: &str, window: Duration, mut look: impl FnMut() -> Result<(), String>) {
+    let start = Instant::now();
+    loop {
+        if let Err(seen) = look() {
+            panic!(
+                "{what} held for {:?} only (of {window:?}); then: {seen}",
+                start.elapsed()
+            );
+        }
+        if start.elapsed() >= window {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(20));
     }
 }

@@ -2,6 +2,8 @@
 //! pairs, removed (with their links) when the `Net` is dropped. Needs root (CI runs as root).
 
 use std::process::{Child, Command};
+
+use super::Bounded;
 use std::time::{Duration, Instant};
 
 /// Namespaces that exist until this is dropped.
@@ -12,7 +14,9 @@ pub struct Net {
 impl Drop for Net {
     fn drop(&mut self) {
         for n in &self.ns {
-            let _ = Command::new("ip").args(["netns", "del", n]).status();
+            let _ = Command::new("ip")
+                .args(["netns", "del", n])
+                .status_bounded();
         }
     }
 }
@@ -21,7 +25,7 @@ impl Drop for Net {
 pub fn sh(args: &[&str]) -> Result<(), String> {
     let out = Command::new(args[0])
         .args(&args[1..])
-        .output()
+        .output_bounded()
         .map_err(|e| format!("{}: {e}", args.join(" ")))?;
     if out.status.success() {
         Ok(())
@@ -71,19 +75,13 @@ impl Net {
     }
 }
 
-/// Waits until `child` (inside its namespace) listens on TCP `port`.
+/// Waits until `child` (inside its namespace) listens on TCP `port` itself (a listener on the
+/// port held by it or a process below it: see [`super::listened`]).
 pub fn wait_listen_in(child: &mut Child, port: u16) {
     let start = Instant::now();
-    let want = format!(":{port:04X} ");
     loop {
-        let text = std::fs::read_to_string(format!("/proc/{}/net/tcp", child.id()))
-            .unwrap_or_default()
-            + &std::fs::read_to_string(format!("/proc/{}/net/tcp6", child.id()))
-                .unwrap_or_default();
-        if text.lines().any(|l| {
-            let c: Vec<&str> = l.split_whitespace().collect();
-            c.len() > 3 && format!("{} ", c[1]).ends_with(&want) && c[3] == "0A"
-        }) {
+        let listeners = super::listener_inodes(&format!("/proc/{}/net", child.id()), port);
+        if !listeners.is_empty() && super::holds_any(child.id(), &listeners) {
             return;
         }
         if let Ok(Some(st)) = child.try_wait() {
@@ -91,7 +89,8 @@ pub fn wait_listen_in(child: &mut Child, port: u16) {
         }
         assert!(
             start.elapsed() < Duration::from_secs(30),
-            "nothing listens on {port}"
+            "pid {} does not listen on {port} after 30 s (listeners there: socket inodes {listeners:?})",
+            child.id()
         );
         std::thread::sleep(Duration::from_millis(20));
     }

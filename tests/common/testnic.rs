@@ -29,8 +29,7 @@ pub fn build_nic() {
     for tool in ["gcc", "make", "flock"] {
         crate::common::require(tool);
     }
-    let o = with_testnic(&["true".into()])
-        .output()
+    let o = crate::common::Bounded::output_bounded(&mut with_testnic(&["true".into()]))
         .expect("run scripts/with-testnic.sh");
     assert!(
         o.status.success(),

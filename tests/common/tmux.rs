@@ -3,8 +3,10 @@
 //! `send-keys`, the screen read back with `capture-pane -p`.
 
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
+
+use super::Bounded;
 
 pub struct Tmux {
     server: String,
@@ -26,7 +28,11 @@ impl Tmux {
 
     /// [`Tmux::start_in`] in a terminal of `w`×`h` (80×24: the ssh case; 200×60: a wide one).
     pub fn start_sized(name: &str, cmd: &str, cwd: Option<&Path>, w: u16, h: u16) -> Option<Tmux> {
-        if Command::new("tmux").arg("-V").output().is_err() {
+        if Command::new("tmux")
+            .arg("-V")
+            .output_within(Duration::from_secs(30))
+            .is_err()
+        {
             super::skip(
                 "tmux is not installed: install it (`apt-get install tmux`; scripts/test.sh does) to run the dashboard end-to-end tests",
             );
@@ -50,7 +56,7 @@ impl Tmux {
         }
         let ok = new
             .args(["sh", "-c", &shell])
-            .status()
+            .status_bounded()
             .map(|s| s.success())
             .unwrap_or(false);
         assert!(ok, "tmux new-session failed");
@@ -61,7 +67,7 @@ impl Tmux {
         let out = Command::new("tmux")
             .args(["-L", &self.server])
             .args(args)
-            .output()
+            .output_within(Duration::from_secs(30))
             .expect("tmux runs");
         String::from_utf8_lossy(&out.stdout).into_owned()
     }
@@ -91,6 +97,38 @@ impl Tmux {
             }
             if start.elapsed() > limit {
                 panic!("waited {limit:?} for {what}; screen:\n{screen}");
+            }
+            std::thread::sleep(Duration::from_millis(150));
+        }
+    }
+}
+
+impl Tmux {
+    /// As [`Tmux::wait_for`], but only a screen drawn whole counts: `pred` holds on two captures
+    /// in a row (150 ms apart) that are alike below their first two lines (which carry a clock).
+    /// A capture can catch the dashboard halfway through drawing a frame.
+    pub fn wait_settled(&self, what: &str, limit: Duration, pred: impl Fn(&str) -> bool) -> String {
+        let body = |s: &str| s.lines().skip(2).collect::<Vec<_>>().join("\n");
+        let start = Instant::now();
+        let mut last: Option<String> = None;
+        loop {
+            let screen = self.capture();
+            if pred(&screen) {
+                if last.as_deref().is_some_and(|l| body(l) == body(&screen)) {
+                    return screen;
+                }
+                last = Some(screen);
+            } else {
+                last = None;
+                if start.elapsed() > limit {
+                    panic!("waited {limit:?} for {what}; screen:\n{screen}");
+                }
+            }
+            if start.elapsed() > limit {
+                panic!(
+                    "waited {limit:?} for {what} on a settled screen; it kept changing; the last:\n{}",
+                    last.unwrap_or_default()
+                );
             }
             std::thread::sleep(Duration::from_millis(150));
         }
@@ -132,7 +170,6 @@ impl Drop for Tmux {
         }
         let _ = Command::new("tmux")
             .args(["-L", &self.server, "kill-server"])
-            .stderr(Stdio::null())
-            .status();
+            .status_bounded();
     }
 }

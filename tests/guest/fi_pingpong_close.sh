@@ -24,7 +24,13 @@ if ! rdma link show 2>/dev/null | grep -q "^link rxe1/"; then
     ip addr add 10.77.0.1/24 dev rxnet0
     ip link set rxnet0 up
     rdma link add rxe1 type rxe netdev rxnet0 || exit 91
-    sleep 0.5
+    # Usable once its port is ACTIVE with the IPv4 address's GID (filled in from netdev events).
+    for ((i = 0; i < 600; i++)); do
+        grep -qs ACTIVE /sys/class/infiniband/rxe1/ports/1/state &&
+            grep -qsx 0000:0000:0000:0000:0000:ffff:0a4d:0001 /sys/class/infiniband/rxe1/ports/1/gids/* && break
+        sleep 0.05
+    done
+    grep -qs ACTIVE /sys/class/infiniband/rxe1/ports/1/state || { echo "rxe1 not ACTIVE after 30 s"; exit 92; }
 fi
 A=10.77.0.1
 PORT=21000

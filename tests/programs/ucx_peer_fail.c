@@ -1,17 +1,22 @@
 /*
- * ucx_peer_fail PORT: a client and a server (a forked child) over UCX's client-server API on
- * 127.0.0.1:PORT, both endpoints with peer error handling. The client sends one tagged message
+ * ucx_peer_fail: a client and a server (a forked child) over UCX's client-server API on
+ * 127.0.0.1, on a port the kernel picks (the server listens on port 0, asks UCX which port it got
+ * and passes it to the client through a pipe), both endpoints with peer error handling. The client sends one tagged message
  * of 64 bytes; the server receives it and ends at once without closing anything (as a crashed
  * rank does). The client then progresses until its endpoint error handler is called.
  * Prints "ucx_peer_fail handler <status>" (UCX's words) once the handler ran, then sends once more
  * on the failed endpoint and prints "ucx_peer_fail refused <status>" when UCX refuses that post
  * (an error status instead of a request), and exits 0; 1 after 20 s without the handler.
+ * Nothing waits forever: the client exits 2 at once when the server ends before it listens (the
+ * pipe reads end-of-file: the client holds no write end of it); the server ends when the client
+ * does (parent-death signal) and after 20 s at most.
  */
 #include <arpa/inet.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -60,6 +65,14 @@ static struct sockaddr_in addr(int port)
 	return a;
 }
 
+static void fail(pid_t child, const char *what)
+{
+	fprintf(stderr, "ucx_peer_fail: %s\n", what);
+	kill(child, SIGKILL);
+	waitpid(child, NULL, 0);
+	exit(2);
+}
+
 static void init(void)
 {
 	ucp_params_t p = {.field_mask = UCP_PARAM_FIELD_FEATURES, .features = UCP_FEATURE_TAG};
@@ -69,17 +82,25 @@ static void init(void)
 		exit(2);
 }
 
-int main(int argc, char **argv)
+int main(void)
 {
-	int port = argc > 1 ? atoi(argv[1]) : 13377;
 	int ready[2];
-	char c = 0, buf[64] = {0};
+	unsigned short port = 0;
+	char buf[64] = {0};
+	pid_t parent = getpid();
 	if (pipe(ready))
 		return 2;
 	pid_t child = fork();
+	if (child < 0)
+		return 2;
 	if (child == 0) {
+		/* Ends with the client, whatever happens to it. */
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		if (getppid() != parent)
+			_exit(3);
+		close(ready[0]);
 		init();
-		struct sockaddr_in a = addr(port);
+		struct sockaddr_in a = addr(0);
 		ucp_listener_params_t lp = {.field_mask = UCP_LISTENER_PARAM_FIELD_SOCK_ADDR |
 							  UCP_LISTENER_PARAM_FIELD_CONN_HANDLER,
 					    .sockaddr = {.addr = (struct sockaddr *)&a, .addrlen = sizeof a},
@@ -87,18 +108,27 @@ int main(int argc, char **argv)
 		ucp_listener_h l;
 		if (ucp_listener_create(worker, &lp, &l) != UCS_OK)
 			_exit(3);
-		if (write(ready[1], &c, 1) != 1)
+		ucp_listener_attr_t la = {.field_mask = UCP_LISTENER_ATTR_FIELD_SOCKADDR};
+		if (ucp_listener_query(l, &la) != UCS_OK || la.sockaddr.ss_family != AF_INET)
 			_exit(3);
+		port = ntohs(((struct sockaddr_in *)&la.sockaddr)->sin_port);
+		if (write(ready[1], &port, sizeof port) != sizeof port)
+			_exit(3);
+		close(ready[1]);
 		ucp_request_param_t rp = {.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK, .cb.recv = on_recv};
 		void *r = ucp_tag_recv_nbx(worker, buf, sizeof buf, 7, (ucp_tag_t)-1, &rp);
 		if (UCS_PTR_IS_ERR(r))
 			_exit(3);
-		while (!received)
+		time_t until = time(NULL) + 20;
+		while (!received && time(NULL) < until)
 			ucp_worker_progress(worker);
-		_exit(0); /* a crash: nothing closed */
+		_exit(received ? 0 : 4); /* a crash: nothing closed */
 	}
-	if (read(ready[0], &c, 1) != 1)
-		return 2;
+	/* The client holds no write end: the read ends (end of file) if the server dies first. */
+	close(ready[1]);
+	if (read(ready[0], &port, sizeof port) != sizeof port || port == 0)
+		fail(child, "the server ended before it listened");
+	close(ready[0]);
 	init();
 	struct sockaddr_in a = addr(port);
 	ucp_ep_params_t p = {.field_mask = UCP_EP_PARAM_FIELD_FLAGS | UCP_EP_PARAM_FIELD_SOCK_ADDR |
@@ -110,7 +140,7 @@ int main(int argc, char **argv)
 			     .err_handler = {.cb = on_error, .arg = NULL}};
 	ucp_ep_h ep;
 	if (ucp_ep_create(worker, &p, &ep) != UCS_OK)
-		return 2;
+		fail(child, "ucp_ep_create failed");
 	int sent = 0;
 	ucp_request_param_t sp = {.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA,
 				  .cb.send = on_send,
@@ -119,7 +149,7 @@ int main(int argc, char **argv)
 	if (r == NULL)
 		sent = 1;
 	else if (UCS_PTR_IS_ERR(r))
-		return 2;
+		fail(child, "ucp_tag_send_nbx failed");
 	/* Progress while the server receives and ends, then until the handler runs. */
 	int st, gone = 0;
 	time_t until = time(NULL) + 20;

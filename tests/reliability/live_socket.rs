@@ -85,7 +85,7 @@ fn socket_is_private_and_other_uids_are_refused_by_their_credentials() {
         let out = Command::new(common::require("python3"))
             .arg("-c")
             .arg(&script)
-            .output()
+            .output_bounded()
             .expect("python3");
         format!(
             "{}{}",
@@ -400,6 +400,12 @@ fn frames_dropped_for_a_slow_reader_reach_that_reader() {
     let stop_at = resume_at + (2 << 20);
     let (resume_tx, resume_rx) = std::sync::mpsc::channel::<()>();
     let stop_file = stop.clone();
+    // The program is stopped only once attach has read its backlog (it was told what it missed):
+    // at the program's end the preload waits for a reader only while it makes progress (200 ms
+    // idle, 2 s in all), and an attach still reading megabytes then, on a loaded machine, would
+    // miss the goodbye (a report that never says clean_exit).
+    let caught_up = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let caught = caught_up.clone();
     let reader = std::thread::spawn(move || {
         healthy
             .set_read_timeout(Some(Duration::from_secs(120)))
@@ -416,7 +422,10 @@ fn frames_dropped_for_a_slow_reader_reach_that_reader() {
                 resumed = true;
                 let _ = resume_tx.send(());
             }
-            if all.len() > stop_at && !stop_file.exists() {
+            if all.len() > stop_at
+                && caught.load(std::sync::atomic::Ordering::Acquire)
+                && !stop_file.exists()
+            {
                 std::fs::write(&stop_file, b"stop").unwrap();
             }
         }
@@ -430,6 +439,18 @@ fn frames_dropped_for_a_slow_reader_reach_that_reader() {
         .expect("the stream outgrew a stopped reader");
     // SAFETY: as above.
     assert_eq!(unsafe { libc::kill(attach_pid, libc::SIGCONT) }, 0);
+    // attach reads its backlog up to the frame that tells it what it missed.
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let l = lines
+            .recv_timeout(deadline.saturating_duration_since(Instant::now()))
+            .expect("attach, resumed, reads its backlog and is told what it missed");
+        let v: serde_json::Value = serde_json::from_str(&l).expect("a JSON report");
+        if v["live_missed"]["frames"].as_u64().unwrap_or(0) > 0 {
+            break;
+        }
+    }
+    caught_up.store(true, std::sync::atomic::Ordering::Release);
     let stalled_bytes = read_all(&mut stalled, Duration::from_secs(120));
     let healthy_bytes = reader.join().expect("healthy reader");
     let (status, text, err) = child.finish(LIMIT);
@@ -573,7 +594,7 @@ fn attach_refuses_sockets_it_does_not_own() {
             "--socket-dir",
         ])
         .arg(&sockdir)
-        .output()
+        .output_bounded()
         .unwrap();
     assert!(!out.status.success(), "nothing to attach to");
     let err = common::stderr_of(&out);

@@ -36,7 +36,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use common::Trace;
+use common::{Bounded, Trace};
 use sigmatop::event::Op;
 use sigmatop::trace::reader::{ProcessRecording, Recording};
 use sigmatop::wire::{Decoder, Frame};

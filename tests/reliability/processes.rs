@@ -58,7 +58,7 @@ fn fork_and_exec_stay_separate_in_the_export() {
         .arg("export")
         .arg(&trace.record)
         .args(["--json", "-"])
-        .output()
+        .output_bounded()
         .expect("sigmatop export");
     assert!(out.status.success(), "{}", common::stderr_of(&out));
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
@@ -305,7 +305,10 @@ fn dlclose_and_reload_of_a_traced_library() {
     // libfabric loaded with local scope, resolved with dlsym (sigmatop hands out its hook), closed,
     // loaded again: the hook must follow the library to its new address.
     let dir = common::scratch("dlcycle");
-    let untraced = Command::new(lifecycle()).arg("dlcycle").output().unwrap();
+    let untraced = Command::new(lifecycle())
+        .arg("dlcycle")
+        .output_bounded()
+        .unwrap();
     let mut cmd = Command::new(lifecycle());
     cmd.arg("dlcycle");
     Trace::new("full", &dir).apply(&mut cmd);

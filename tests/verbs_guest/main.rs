@@ -40,7 +40,7 @@ use printed::*;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use common::*;
 use sigmatop::event::{Dir, EndpointKind, Op, flags};
@@ -118,7 +118,7 @@ pub fn boot(vng: &Path, kernel: &str, out: &Path, script: &str, args: &[&str]) -
         .arg("-c")
         .arg(&cmd)
         .env("PATH", path)
-        .output()
+        .output_within(Duration::from_secs(2460))
         .expect("run vng");
     let text = String::from_utf8_lossy(&o.stdout).into_owned();
     eprintln!("guest ran {:?}", start.elapsed());
@@ -291,10 +291,19 @@ fn load_dir(dir: PathBuf) -> Run {
             dir.display(),
             rc.saturating_sub(128)
         );
-        common::note_retry(&format!(
-            "{}: run twice, its client having lost perftest's rdma_cm race the first time (exit {rc})",
-            dir.display()
-        ));
+        let why = retried
+            .lines()
+            .nth(1)
+            .filter(|l| l.starts_with("the untraced server did not end"))
+            .map_or_else(
+                || {
+                    format!(
+                        "its client having lost perftest's rdma_cm race the first time (exit {rc})"
+                    )
+                },
+                |l| format!("{l} the first time"),
+            );
+        common::note_retry(&format!("{}: run twice, {why}", dir.display()));
     }
     Run {
         client_rc: read(&dir.join("client.rc")).trim().to_string(),
