@@ -491,7 +491,7 @@ mod tests {
         let why = NothingTraced {
             cmd: &c,
             layers_arg: Some("-ucx"),
-            layers_on: u32::MAX & !Layer::Ucx.bit(),
+            layers_on: !Layer::Ucx.bit(),
             seen: &seen,
             failed: None,
         };
