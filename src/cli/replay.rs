@@ -442,9 +442,16 @@ fn print_summary(dirs: &[PathBuf], run: Option<usize>) -> CliResult {
     let rec = super::runs::open_one(dirs, run)?;
     let model = Model::from_recording(&rec);
     let r = model.report();
-    print!("{}", table::render(&r, None));
-    print!("{}", table::render_matrix("rank × rank", &r.rank_matrix));
-    print!("{}", table::render_matrix("node × node", &r.node_matrix));
+    let limit = table::width_for(std::io::stdout().is_terminal());
+    print!("{}", table::render(&r, None, limit));
+    print!(
+        "{}",
+        table::render_matrix("rank × rank", &r.rank_matrix, limit)
+    );
+    print!(
+        "{}",
+        table::render_matrix("node × node", &r.node_matrix, limit)
+    );
     let at = ModelAt::new(&model, &AtOptions::default());
     // Skew is judged on the matrices printed above (their ◀ and these warnings are one figure:
     // the bytes of the whole record); the other rules on the record's end.
@@ -452,12 +459,14 @@ fn print_summary(dirs: &[PathBuf], run: Option<usize>) -> CliResult {
     let mut ws = warnings_of(&at, &cfg, SUMMARY_RULES);
     ws.extend(matrix_skew(&r.rank_matrix, &r.node_matrix, &cfg));
     ws.sort_by_key(|w| w.kind);
+    let mut rest = String::new();
     for w in ws {
-        println!("warning: {}", warning_text(&w));
+        rest.push_str(&format!("warning: {}\n", warning_text(&w)));
     }
     for p in &rec.problems {
-        println!("skipped: {p}");
+        rest.push_str(&format!("skipped: {p}\n"));
     }
+    print!("{}", table::fit_lines(&rest, limit));
     Ok(0)
 }
 

@@ -62,13 +62,21 @@ fn skew_line(s: &mut String, what: &str, k: &Skew) {
 }
 
 /// The whole report.
-pub fn render(e: &Export) -> String {
+pub fn render(e: &Export, limit: Option<usize>) -> String {
     let mut s = String::new();
-    s.push_str(&table::render(&e.report, None));
-    s.push_str(&table::render_matrix("rank × rank", &e.report.rank_matrix));
-    s.push_str(&table::render_matrix("node × node", &e.report.node_matrix));
+    s.push_str(&table::render(&e.report, None, limit));
+    s.push_str(&table::render_matrix(
+        "rank × rank",
+        &e.report.rank_matrix,
+        limit,
+    ));
+    s.push_str(&table::render_matrix(
+        "node × node",
+        &e.report.node_matrix,
+        limit,
+    ));
     if !e.gpu_matrix.labels.is_empty() {
-        s.push_str(&table::render_matrix("GPU × GPU", &e.gpu_matrix));
+        s.push_str(&table::render_matrix("GPU × GPU", &e.gpu_matrix, limit));
         if e.gpu_unresolved_bytes > 0 {
             let _ = writeln!(
                 s,
@@ -375,7 +383,8 @@ pub fn report(args: &ReportArgs) -> CliResult {
         let mut ex = crate::export::json::build(&corr, &analysis, model.report());
         ex.quiet = model.quiet_report();
         ex.nccl = crate::nccl::model::load(rec);
-        print!("{}", render(&ex));
+        let limit = table::width_for(std::io::IsTerminal::is_terminal(&std::io::stdout()));
+        print!("{}", table::fit_lines(&render(&ex, limit), limit));
     }
     Ok(0)
 }

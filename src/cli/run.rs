@@ -372,7 +372,11 @@ pub fn run_headless(args: &RunArgs) -> CliResult {
             let _ = write!(
                 io::stderr(),
                 "{}",
-                table::render(&report, (!from_record).then_some(&model))
+                table::render(
+                    &report,
+                    (!from_record).then_some(&model),
+                    table::width_for(io::stderr().is_terminal()),
+                )
             );
             if let Some(r) = &args.record {
                 say!("sigmatop: record written to {}", r.display());
@@ -566,7 +570,11 @@ pub fn run_cmd(args: &RunArgs) -> CliResult {
     let summary = if report.processes.is_empty() {
         String::new()
     } else {
-        table::render(&report, Some(&dash.model))
+        table::render(
+            &report,
+            Some(&dash.model),
+            table::width_for(io::stderr().is_terminal()),
+        )
     };
     let last = format!(
         "sigmatop: {name} exited ({}); its output is in {}",
