@@ -151,6 +151,7 @@ impl Model {
                 .map(|(k, p)| (p.identity.rank, k.host.as_str())),
         );
         let hang = super::warnings::hang_ns();
+        let queue_times = self.queue_times();
         for (pi, (key, p)) in procs.iter().enumerate() {
             let Some(last) = p.last() else {
                 r.processes.push(ProcessReport::empty(key, p));
@@ -193,11 +194,17 @@ impl Model {
                     peer_text: def.map(|d| d.peer.text.clone()).unwrap_or_default(),
                     flow: Flow::default(),
                     ops: BTreeMap::new(),
+                    // At the time the stalled edges are judged, so the two agree; a process
+                    // not judged (silent) keeps its last figures and is not called stalled.
                     queue: p.queues.as_ref().and_then(|qs| {
-                        qs.queues
-                            .iter()
-                            .find(|q| q.ep == *ep)
-                            .map(|q| QueueReport::of(q, qs.at_ns, hang))
+                        let q = qs.queues.iter().find(|q| q.ep == *ep)?;
+                        Some(match queue_times.get(key) {
+                            Some(&t) => QueueReport::of(&q.at(qs.at_ns, t), t, hang),
+                            None => QueueReport {
+                                stalled: false,
+                                ..QueueReport::of(q, qs.at_ns, hang)
+                            },
+                        })
                     }),
                 };
                 if let Some(d) = def {
@@ -393,14 +400,17 @@ impl Model {
 
     /// The stalled edges at the newest data (none unless some process reports send work
     /// outstanding).
-    pub fn stall_reports(&self, threshold_ns: u64) -> Vec<StallReport> {
+    /// The view and scope queues are judged in: a live model judges the processes that report,
+    /// a record each process as it ended. None when no queue has send work outstanding (nothing
+    /// can be stalled, and no view need be built).
+    fn queue_view(&self) -> Option<(super::at::ModelAt<'_>, super::stalls::Scope)> {
         let outstanding = self.processes.values().any(|p| {
             p.queues
                 .as_ref()
                 .is_some_and(|q| q.queues.iter().any(|s| s.sq_outstanding() > 0))
         });
         if !outstanding {
-            return Vec::new();
+            return None;
         }
         let at = super::at::ModelAt::new(
             self,
@@ -409,12 +419,30 @@ impl Model {
                 ..Default::default()
             },
         );
-        // A live model judges the processes that report; a record, each process as it ended.
         let live = self.processes.values().any(|p| !p.exited);
         let scope = if live {
             super::stalls::Scope::Reporting
         } else {
             super::stalls::Scope::AtTheirEnd
+        };
+        Some((at, scope))
+    }
+
+    /// Per process, the time its queues are judged at (`stalls::judged_at`); absent: not judged.
+    fn queue_times(&self) -> BTreeMap<ProcKey, u64> {
+        let Some((at, scope)) = self.queue_view() else {
+            return BTreeMap::new();
+        };
+        (0..at.procs.len())
+            .filter_map(|i| {
+                super::stalls::judged_at(&at, i, scope).map(|t| (at.procs[i].key.clone(), t))
+            })
+            .collect()
+    }
+
+    pub fn stall_reports(&self, threshold_ns: u64) -> Vec<StallReport> {
+        let Some((at, scope)) = self.queue_view() else {
+            return Vec::new();
         };
         super::stalls::stalls_in(&at, threshold_ns, scope)
             .into_iter()
@@ -591,10 +619,11 @@ pub struct EndpointReport {
 }
 
 /// A QP's (or SRQ's) work queues as its process last reported them (`queue::QueueState`): counts
-/// cumulative, ages in seconds at `at_ns`.
+/// cumulative, ages in seconds at `at_ns` (the time the stalled edges are judged at: the view
+/// time while the process reports, its end in a record; else its last interval).
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct QueueReport {
-    /// CLOCK_REALTIME ns of the interval these figures are from.
+    /// CLOCK_REALTIME ns the ages are at.
     pub at_ns: u64,
     /// live | error | destroyed
     pub health: &'static str,

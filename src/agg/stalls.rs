@@ -201,6 +201,24 @@ pub enum Scope {
     AtTheirEnd,
 }
 
+/// When process `i`'s queues are judged in `scope` (CLOCK_REALTIME ns): the view time for a
+/// process that reports, its last snapshot for a record read whole; None when it is not judged
+/// (silent, exited in a live view, or no queues by the view time). The stalled edges and each
+/// endpoint's queue in the JSON read queues at this one time, so they agree.
+pub fn judged_at(at: &ModelAt, i: usize, scope: Scope) -> Option<u64> {
+    let a = at.procs.get(i)?;
+    let qs = a.p.queues.as_ref()?;
+    match scope {
+        Scope::Reporting if qs.at_ns <= at.t && reporting(at, i) => Some(at.t),
+        Scope::Reporting => None,
+        Scope::AtTheirEnd => Some(
+            a.p.history
+                .last_head()
+                .map_or(qs.at_ns, |s| s.at_ns.max(qs.at_ns)),
+        ),
+    }
+}
+
 /// Every stalled edge at the view time, the longest stalled first.
 pub fn stalls(at: &ModelAt, threshold_ns: u64) -> Vec<Stall> {
     stalls_in(at, threshold_ns, Scope::Reporting)
@@ -213,14 +231,8 @@ pub fn stalls_in(at: &ModelAt, threshold_ns: u64, scope: Scope) -> Vec<Stall> {
         let Some(qs) = a.p.queues.as_ref() else {
             continue;
         };
-        let when = match scope {
-            Scope::Reporting if qs.at_ns <= at.t && reporting(at, i) => at.t,
-            Scope::Reporting => continue,
-            Scope::AtTheirEnd => {
-                a.p.history
-                    .last_head()
-                    .map_or(qs.at_ns, |s| s.at_ns.max(qs.at_ns))
-            }
+        let Some(when) = judged_at(at, i, scope) else {
+            continue;
         };
         for q in &qs.queues {
             let q = queue_at(q, qs.at_ns, when);
@@ -373,6 +385,84 @@ mod tests {
                 a.last_completion_ns
             ),
             (1_250, 750, 0, Some(750))
+        );
+    }
+
+    /// A stall crossed between two queue frames (the preload sends one per interval): the
+    /// stalled edges and the endpoint's queue in the JSON are judged at the one view time, so a
+    /// report that lists the edge marks its QP stalled too (CI once saw the edge listed and the
+    /// QP's queue, read at its frame 0.2 s earlier, not yet stalled).
+    #[test]
+    fn the_edge_and_its_queue_are_judged_at_one_time() {
+        use crate::agg::{Model, ProcKey};
+        use crate::event::{EndpointDef, EndpointKind, Identity, Layer, Snapshot};
+        use crate::queue::Queues;
+        use crate::wire::Frame;
+        const S: u64 = 1_000_000_000;
+        const T0: u64 = 1_700_000_000 * S;
+        let hang = crate::agg::warnings::hang_ns();
+        let mut m = Model::new();
+        let k = ProcKey {
+            host: "node0".into(),
+            pid: 100,
+            start_ns: T0,
+        };
+        m.apply(
+            &k,
+            Frame::hello(Identity {
+                host: k.host.clone(),
+                pid: k.pid,
+                start_ns: T0,
+                ..Default::default()
+            }),
+        );
+        m.apply(
+            &k,
+            Frame::Endpoints(vec![EndpointDef {
+                id: 1,
+                layer: Layer::Ibverbs,
+                kind: EndpointKind::VerbsQp,
+                label: "qp 0x107".into(),
+                transport: String::new(),
+                peer: Default::default(),
+                qpn: Some(0x107),
+                gpu: None,
+                created_ns: T0,
+            }]),
+        );
+        let frame_at = T0 + hang;
+        let snap = |seq: u64, at_ns: u64| {
+            Frame::Snapshot(Snapshot {
+                at_ns,
+                seq,
+                ..Default::default()
+            })
+        };
+        m.apply(&k, snap(1, frame_at));
+        // 0.1 s short of the threshold at its frame.
+        m.apply(
+            &k,
+            Frame::Queues(Queues {
+                at_ns: frame_at,
+                queues: vec![QueueState {
+                    ep: 1,
+                    sq_posted: 3,
+                    sq_signaled_outstanding: 1,
+                    sq_oldest_ns: hang - S / 10,
+                    sq_stalled_ns: hang - S / 10,
+                    ..Default::default()
+                }],
+            }),
+        );
+        m.apply(&k, snap(2, frame_at + S / 5));
+        let r = m.report();
+        assert_eq!(r.stalls.len(), 1, "{:?}", r.stalls);
+        let q = r.processes[0].endpoints[0].queue.as_ref().expect("queue");
+        assert!(q.stalled, "{q:?}");
+        assert_eq!(q.at_ns, frame_at + S / 5);
+        assert!(
+            (q.sq_stalled_s - (hang + S / 10) as f64 / 1e9).abs() < 1e-6,
+            "{q:?}"
         );
     }
 }

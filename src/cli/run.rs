@@ -78,6 +78,45 @@ fn note_killed(model: &mut Model, pid: u32, status: std::process::ExitStatus) {
 
 /// A record directory this run created and nothing was written to (a program that traced
 /// nothing) is removed, so that no empty directory is left to puzzle over; the line says so.
+/// Removes the directories of processes that ended before their record began (a Ctrl-C a few ms
+/// into the run: the directory made, the process file not yet holding the identity that names
+/// it), saying so: such a directory holds nothing a reader can place, and a record of only
+/// those is then empty.
+fn prune_unstarted(args: &RunArgs) {
+    let Some(dir) = args.record.as_deref() else {
+        return;
+    };
+    let Ok(hosts) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for host in hosts.flatten() {
+        let Ok(pids) = std::fs::read_dir(host.path()) else {
+            continue;
+        };
+        for pd in pids.flatten() {
+            let p = pd.path();
+            if !p.is_dir() {
+                continue;
+            }
+            let started = crate::trace::reader::ProcessRecording::open(&p).is_ok();
+            // Only what a process that never began leaves: its process file (or none), no
+            // thread file.
+            let only_head = std::fs::read_dir(&p).is_ok_and(|rd| {
+                rd.flatten()
+                    .all(|f| f.file_name() == crate::trace::PROCESS_FILE)
+            });
+            if !started && only_head && std::fs::remove_dir_all(&p).is_ok() {
+                say!(
+                    "sigmatop: process {} ended before its record began; its empty directory {} removed",
+                    pd.file_name().to_string_lossy(),
+                    p.display()
+                );
+            }
+        }
+        let _ = std::fs::remove_dir(host.path());
+    }
+}
+
 fn remove_empty_record(args: &RunArgs) {
     let Some(dir) = args.record.as_deref() else {
         return;
@@ -289,7 +328,14 @@ pub fn run_headless(args: &RunArgs) -> CliResult {
     let code = exit_code(status);
     // With a record the summary comes from disk: it includes processes too short-lived to attach to.
     let mut from_record = false;
-    if let Some(rec_dir) = &args.record {
+    prune_unstarted(args);
+    // A record left empty (every process ended before its record began) is removed below, not
+    // read: the live figures stand.
+    let empty_record = args
+        .record
+        .as_deref()
+        .is_some_and(|d| std::fs::read_dir(d).is_ok_and(|mut rd| rd.next().is_none()));
+    if let Some(rec_dir) = args.record.as_ref().filter(|_| !empty_record) {
         let abs = absolute(rec_dir)?;
         match Recording::open(std::slice::from_ref(&abs)) {
             Ok(rec) => {
@@ -299,6 +345,9 @@ pub fn run_headless(args: &RunArgs) -> CliResult {
             Err(_) if live.sockets_seen == 0 => {}
             Err(e) => say!("sigmatop: {e}"),
         }
+    }
+    if empty_record && live.sockets_seen > 0 {
+        remove_empty_record(args);
     }
     note_killed(&mut model, child.id(), status);
     let report = if from_record {
@@ -564,6 +613,7 @@ pub fn run_cmd(args: &RunArgs) -> CliResult {
         }
         std::thread::sleep(Duration::from_millis(5));
     }
+    prune_unstarted(args);
     remove_empty_record(args);
     note_killed(&mut dash.model, pid, status);
     let report = dash.model.report();

@@ -552,6 +552,29 @@ mod tests {
         d
     }
 
+    /// A process killed right after its record began still left a file that names it: the
+    /// identity goes in with the header (issue 37: a Ctrl-C 5 ms into a run left a header alone).
+    #[test]
+    fn the_identity_is_there_as_soon_as_the_file_is() {
+        let root = tmpdir("first");
+        let id = Identity {
+            host: "node1".into(),
+            pid: 7,
+            ..Default::default()
+        };
+        let w = ProcessWriter::create_with_first(
+            &root,
+            "node1",
+            7,
+            Some(&ProcessRecord::Identity(id.clone())),
+        )
+        .unwrap();
+        let rec = ProcessRecording::open(w.dir()).expect("readable at once");
+        assert_eq!(rec.identity, id);
+        assert!(rec.problems.is_empty(), "{:?}", rec.problems);
+        let _ = std::fs::remove_dir_all(&root);
+    }
+
     #[test]
     fn write_read_and_truncate() {
         let root = tmpdir("rw");

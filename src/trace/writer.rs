@@ -42,6 +42,19 @@ impl ProcessWriter {
     /// recording (the same pid after exec, or pid reuse), the next free `<pid>.<n>` is used:
     /// nothing is ever overwritten.
     pub fn create(root: &Path, host: &str, pid: u32) -> io::Result<ProcessWriter> {
+        Self::create_with_first(root, host, pid, None)
+    }
+
+    /// As [`ProcessWriter::create`], with the file's first record (the process's identity)
+    /// written in the same `write` as the header: a process killed right after its record
+    /// began (a Ctrl-C at 5 ms) leaves a file that names it, never a header alone that no reader
+    /// can place.
+    pub fn create_with_first(
+        root: &Path,
+        host: &str,
+        pid: u32,
+        first: Option<&ProcessRecord>,
+    ) -> io::Result<ProcessWriter> {
         let host_dir = root.join(sanitize(host));
         let mut last_err = None;
         for generation in 0..64u32 {
@@ -52,7 +65,7 @@ impl ProcessWriter {
             };
             create_private_dir(&dir)?;
             match create_file(&dir.join(PROCESS_FILE)) {
-                Ok(f) => return Self::start(dir, f),
+                Ok(f) => return Self::start(dir, f, first),
                 Err(e) if e.kind() == io::ErrorKind::AlreadyExists => last_err = Some(e),
                 Err(e) => return Err(e),
             }
@@ -60,15 +73,26 @@ impl ProcessWriter {
         Err(last_err.unwrap_or_else(|| io::Error::other("no free process directory")))
     }
 
-    fn start(dir: PathBuf, mut process: File) -> io::Result<ProcessWriter> {
-        process.write_all(&file_header(FileKind::Process))?;
+    fn start(
+        dir: PathBuf,
+        mut process: File,
+        first: Option<&ProcessRecord>,
+    ) -> io::Result<ProcessWriter> {
+        let mut head = file_header(FileKind::Process).to_vec();
+        let mut bytes_written = 0;
+        if let Some(rec) = first {
+            let payload = postcard::to_allocvec(rec).map_err(io::Error::other)?;
+            frame_chunk(&payload, &mut head);
+            bytes_written = (head.len() - super::FILE_HEADER_LEN) as u64;
+        }
+        process.write_all(&head)?;
         Ok(ProcessWriter {
             dir,
             process,
             threads: HashMap::new(),
             scratch: Vec::with_capacity(1 << 16),
             framed: Vec::with_capacity(1 << 16),
-            bytes_written: 0,
+            bytes_written,
             events_written: 0,
         })
     }

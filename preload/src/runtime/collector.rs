@@ -671,19 +671,27 @@ impl Collector {
 }
 
 fn run() {
-    let identity = identity();
+    // The generation first, then the addresses: one added in between bumps it and is published.
+    let identity_gen = registry::IDENTITY_GEN.load(Ordering::Acquire);
+    let mut identity = identity();
+    identity.own_addr_hashes = registry::own_addrs();
     let paths = config::paths();
+    // The identity goes in with the file's header, in one write (a kill cannot part them).
+    let first = ProcessRecord::Identity(identity.clone());
     let writer = match &paths.record {
-        Some(root) => match ProcessWriter::create(root, &identity.host, identity.pid) {
-            Ok(w) => Some(w),
-            Err(e) => {
-                eprintln!(
-                    "sigmatop: cannot record to {}: {e}; tracing continues without a record (pick a writable directory with --record or SIGMATOP_RECORD)",
-                    root.display()
-                );
-                None
+        Some(root) => {
+            match ProcessWriter::create_with_first(root, &identity.host, identity.pid, Some(&first))
+            {
+                Ok(w) => Some(w),
+                Err(e) => {
+                    eprintln!(
+                        "sigmatop: cannot record to {}: {e}; tracing continues without a record (pick a writable directory with --record or SIGMATOP_RECORD)",
+                        root.display()
+                    );
+                    None
+                }
             }
-        },
+        }
         None => None,
     };
     let server = match Server::bind(&paths.socket_dir, &identity) {
@@ -694,7 +702,7 @@ fn run() {
         }
     };
     let mut c = Collector {
-        identity_gen: registry::IDENTITY_GEN.load(Ordering::Acquire),
+        identity_gen,
         identity,
         writer,
         record_root: paths.record.clone(),
@@ -711,8 +719,6 @@ fn run() {
         seq: 0,
         queues_recorded: Vec::new(),
     };
-    c.identity.own_addr_hashes = registry::own_addrs();
-    c.record(&ProcessRecord::Identity(c.identity.clone()));
     c.record(&ProcessRecord::Clock(clock::sample()));
     let interval = Duration::from_millis(config::interval_ms() as u64);
     let mut last_interval = Instant::now();
