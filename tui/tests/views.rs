@@ -750,6 +750,27 @@ fn collectives() {
     snap("collectives", "c");
 }
 
+/// Issue 39, item 7: the Ranks section's hang threshold does not read as a count of hung ranks
+/// ("Ranks 6 · hung after 2.0s open" read as "6 ranks hung").
+#[test]
+fn the_ranks_title_says_the_hang_threshold_as_one() {
+    let vm = sample_view_model();
+    for (w, h) in SIZES {
+        let mut app = App::new(Theme::dark());
+        render(&app, &vm, w, h);
+        keys(&mut app, "c");
+        let s = text(&render(&app, &vm, w, h));
+        let ranks = s
+            .lines()
+            .find(|l| l.contains(" Ranks "))
+            .unwrap_or_else(|| panic!("no Ranks title {w}x{h}:\n{s}"));
+        assert!(
+            ranks.contains("Ranks 6 · a collective open over 2.0s counts as hung"),
+            "{w}x{h}: {ranks}"
+        );
+    }
+}
+
 /// The live hung-collective warning: in the warnings strip of every view and in the Overview's
 /// box, naming the rank it waits for; the Collectives view marks the open collective and the
 /// silent rank.

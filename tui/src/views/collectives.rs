@@ -308,7 +308,8 @@ pub(super) fn draw(frame: &mut Frame, area: Rect, app: &App, vm: &ViewModel) {
             "Ranks",
             ranks.len(),
             m.ranks.len(),
-            &format!("hung after {:.1}s open", m.hang_s),
+            // Not "Ranks 2 · hung after ..." (read as two ranks hung, issue 39 item 7).
+            &format!("a collective open over {:.1}s counts as hung", m.hang_s),
         ),
     );
     let inner = block.inner(bottom);
