@@ -750,6 +750,37 @@ fn collectives() {
     snap("collectives", "c");
 }
 
+/// Issue 39, item 7: events of NCCL types the plugin does not read lose no figure and raise no
+/// warning sign in the Collectives view's title ("NCCL records dropped 0 · unread events 80 ·
+/// unmatched 0"); records dropped are said, with their sign, and nothing that is 0.
+#[test]
+fn collectives_title_warns_only_of_what_is_lost() {
+    for (dropped, unknown) in [(0, 80), (5, 80)] {
+        let mut vm = sample_view_model();
+        vm.collectives.dropped_records = dropped;
+        vm.collectives.unknown_events = unknown;
+        for (w, h) in SIZES {
+            let mut app = App::new(Theme::dark());
+            render(&app, &vm, w, h);
+            keys(&mut app, "c");
+            let s = text(&render(&app, &vm, w, h));
+            let title = s
+                .lines()
+                .find(|l| l.contains(" Collectives "))
+                .unwrap_or_else(|| panic!("no Collectives title {w}x{h}:\n{s}"));
+            assert!(
+                !title.contains(" 0 ") && !title.contains("unread") && !title.contains("80"),
+                "{w}x{h}: {title}"
+            );
+            assert_eq!(
+                title.contains("⚠ 5 NCCL records dropped"),
+                dropped == 5,
+                "{w}x{h}: {title}"
+            );
+        }
+    }
+}
+
 /// Issue 39, item 7: the Ranks section's hang threshold does not read as a count of hung ranks
 /// ("Ranks 6 · hung after 2.0s open" read as "6 ranks hung").
 #[test]
