@@ -349,20 +349,13 @@ fn has_row(d: &EndpointDef) -> bool {
     )
 }
 
-/// The endpoint rows of one process: every endpoint with traffic (`with_data`, sorted), its
-/// defined QPs/endpoints that have none yet (idle), and its unattributed row when it reports,
-/// even when that is zero: totals never hide it.
-fn row_ids(
-    ids: &mut Vec<u32>,
-    with_data: impl Iterator<Item = u32>,
-    defined: &[u32],
-    has_data: bool,
-) {
+/// The endpoint rows of one process: every endpoint with traffic (`with_data`, sorted: its
+/// unattributed row among them when it counted something there) and its defined QPs/endpoints
+/// that have none yet (idle). A process with nothing unattributed has no row of zeros for it
+/// (issue 39, item 7: one in every QPs view); the QPs view's title says "none unattributed".
+fn row_ids(ids: &mut Vec<u32>, with_data: impl Iterator<Item = u32>, defined: &[u32]) {
     ids.clear();
     ids.extend(with_data);
-    if has_data {
-        ids.push(UNATTRIBUTED_EP);
-    }
     ids.extend_from_slice(defined);
     ids.sort_unstable();
     ids.dedup();
@@ -485,7 +478,7 @@ impl<'m> ModelAt<'m> {
                     Some((l, k)) if l == layout => k,
                     _ => {
                         let eps = p.history.last_keys().map(|(ep, _)| ep);
-                        row_ids(&mut ids, eps, &topo.defined[pi], true);
+                        row_ids(&mut ids, eps, &topo.defined[pi]);
                         let k = count_kinds(&ids, p);
                         topo.rows[pi] = Some((layout, k));
                         k
@@ -496,12 +489,7 @@ impl<'m> ModelAt<'m> {
                 }
                 continue;
             }
-            row_ids(
-                &mut ids,
-                a.eps.iter().map(|(ep, _)| ep),
-                &topo.defined[pi],
-                a.has_data,
-            );
+            row_ids(&mut ids, a.eps.iter().map(|(ep, _)| ep), &topo.defined[pi]);
             for (a, b) in row_kinds.iter_mut().zip(count_kinds(&ids, p)) {
                 *a += b;
             }

@@ -745,6 +745,26 @@ fn failed_operations_in_the_status_line_and_the_qp_detail() {
     }
 }
 
+/// Issue 39, item 7: where nothing is unattributed there is no row of zeros for it, and the QPs
+/// title says so ("none unattributed") at 80x24 and 200x60.
+#[test]
+fn qps_title_says_none_unattributed() {
+    let mut vm = sample_view_model();
+    vm.endpoints.retain(|e| !e.unattributed);
+    for (w, h) in SIZES {
+        let mut app = App::new(Theme::dark());
+        render(&app, &vm, w, h);
+        keys(&mut app, "2");
+        let s = text(&render(&app, &vm, w, h));
+        let title = s
+            .lines()
+            .find(|l| l.contains(" QPs & endpoints "))
+            .unwrap_or_else(|| panic!("no QPs title {w}x{h}:\n{s}"));
+        assert!(title.contains("none unattributed"), "{w}x{h}: {title}");
+        assert!(!s.contains("(unattributed)"), "{w}x{h}:\n{s}");
+    }
+}
+
 #[test]
 fn collectives() {
     snap("collectives", "c");

@@ -183,6 +183,21 @@ fn unattributed_row_and_matrices() {
     assert!(vm.doorbells.series.is_empty());
 }
 
+/// Issue 39, item 7: a process with nothing unattributed has no "(unattributed)" row of zeros
+/// (pid 10 here; every process of every QPs view had one); one that has (pid 20) keeps its row.
+#[test]
+fn no_row_of_zeros_for_nothing_unattributed() {
+    let m = model();
+    let vm = build_view(&m, &opts(Window::S10, None));
+    let pids: Vec<u32> = vm
+        .endpoints
+        .iter()
+        .filter(|e| e.unattributed)
+        .map(|e| e.pid)
+        .collect();
+    assert_eq!(pids, [20]);
+}
+
 /// Errors in a process's snapshots reach its endpoint's row and the status line, as of the view
 /// time: 2 at t+31 s, 5 at t+32 s (the end); none at t+30 s, before the first.
 #[test]
@@ -336,11 +351,9 @@ fn doorbells_from_sampled_events() {
     assert_eq!(r.opcode, "RDMA_WRITE");
     assert_eq!(vm.gpus.len(), 1);
     assert_eq!(vm.gpus[0].doorbells_per_s, 1000.0);
-    assert!(
-        vm.endpoints[0].unattributed,
-        "a zero unattributed row is still shown"
-    );
-    let e = &vm.endpoints[1];
+    // Nothing unattributed: no row of zeros for it (issue 39, item 7).
+    assert!(vm.endpoints.iter().all(|e| !e.unattributed));
+    let e = &vm.endpoints[0];
     assert_eq!(e.local_id, "0x2a40");
     assert_eq!(e.doorbells_per_s, Some(1000.0));
 }

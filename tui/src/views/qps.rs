@@ -247,6 +247,10 @@ pub(super) fn draw(frame: &mut Frame, area: Rect, app: &App, vm: &ViewModel) {
         .map(|e| e.tx_bps + e.rx_bps)
         .sum();
     let extra = match (unattr_rows, unattr > 0.0) {
+        // Said, not shown as rows of zeros (issue 39, item 7).
+        _ if !vm.endpoints.is_empty() && !vm.endpoints.iter().any(|e| e.unattributed) => {
+            "none unattributed".to_string()
+        }
         (0, _) => String::new(),
         (n, false) => format!("+ {n} unattributed row{} (last)", units::plural(n as u64)),
         (n, true) => format!(
