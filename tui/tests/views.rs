@@ -1128,6 +1128,30 @@ fn each_bandwidth_row_says_its_own_max() {
     }
 }
 
+/// Issue 39, item 7: stepping back through a live view's history, the header no longer says
+/// `live` (in the "ok" colour): it says the view is history; at the newest sample it is live.
+#[test]
+fn the_header_says_history_in_the_past() {
+    let mut vm = sample_view_model();
+    vm.header.source = "live".into();
+    vm.history_len = 25;
+    for (pos, want, not) in [
+        (16, "· history, not live", "· live "),
+        (24, "· live ", "history"),
+    ] {
+        vm.history_pos = pos;
+        for (w, h) in SIZES {
+            let s = text(&render(&App::new(Theme::dark()), &vm, w, h));
+            let head = s.lines().next().unwrap_or_default();
+            assert!(
+                head.contains(want) && !head.contains(not),
+                "sample {}/25 at {w}x{h}: {head:?}",
+                pos + 1
+            );
+        }
+    }
+}
+
 /// Issue 39, item 2: a view of the past says that each process is read at its own latest
 /// snapshot, and how far apart they may be; a job younger than the window says how long its
 /// averages are over.

@@ -11,11 +11,14 @@ pub(crate) fn header_line<'a>(app: &App, vm: &'a ViewModel, w: usize) -> Line<'a
     let th = &app.theme;
     let h = &vm.header;
     let sep = || Span::styled(" · ", th.dim);
-    let source_style = if h.source == "live" { th.ok } else { th.text };
-    let source = if h.source.is_empty() {
-        "no source".to_string()
-    } else {
-        h.source.clone()
+    // Stepping back through a live view's history is not live (issue 39, item 7: the header
+    // said `live` in green at an earlier sample).
+    let in_past = vm.history_len > 0 && vm.history_pos + 1 < vm.history_len;
+    let (source, source_style) = match h.source.as_str() {
+        "" => ("no source".to_string(), th.text),
+        "live" if in_past => ("history, not live".to_string(), th.warn),
+        "live" => ("live".to_string(), th.ok),
+        s => (s.to_string(), th.text),
     };
     let title = Span::styled(" sigmatop ", th.title);
     let n = |v: u32, one: &str, many: &str| format!("{v} {}", if v == 1 { one } else { many });
