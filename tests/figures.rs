@@ -100,9 +100,12 @@ fn a_ucx_job_at_80_columns_reads_as_what_it_is() {
             assert!(top.contains("16 endpoints · 4 workers"), "{w}x{h}: {top:?}");
         }
         t.keys(&["2"]);
-        let q = t.wait_for("the QPs view", LIMIT, |s| s.contains("QPs & endpoints"));
+        // A capture can catch a frame halfway drawn: wait for the rows, drawn whole.
+        let q = t.wait_settled("the QPs view's worker rows", LIMIT, |s| {
+            s.contains("QPs & endpoints") && s.contains("worker@")
+        });
         assert!(
-            q.contains("worker@") && !q.contains("worke…"),
+            !q.contains("worke…"),
             "{w}x{h}: worker labels cut at a boundary:\n{q}"
         );
         t.keys(&["4"]);

@@ -468,8 +468,17 @@ pub fn margins(m: &super::Matrix) -> (Vec<f64>, Vec<f64>) {
     ((0..n).map(row).collect(), (0..n).map(col).collect())
 }
 
+/// Skew is not judged over less of the job than this (its first process's start to the view
+/// time): in the first samples one rank has sent and the others not yet, which reads as `rank 3
+/// egress 4.00× mean` (n× for the only sender) a quarter of a second in (issue 39, item 7).
+pub const SKEW_MIN_SPAN_NS: u64 = 1_000_000_000;
+
 impl Rule for Skew {
     fn check(&self, at: &ModelAt, cfg: &WarningConfig, out: &mut Vec<Warning>) {
+        let first = at.model.first_start_ns();
+        if first > 0 && at.t.saturating_sub(first) < SKEW_MIN_SPAN_NS {
+            return;
+        }
         let nodes = at.nodes();
         let ranks = at.rank_rows(false);
         let node_name = |i: usize| nodes[i].host.clone();
@@ -648,6 +657,59 @@ mod tests {
         assert_eq!(w[0].kind, WarningKind::EventsDropped);
         assert_eq!((w[0].value, w[0].processes), (1204.0, 1));
         assert!(w.iter().skip(1).all(|w| w.kind > WarningKind::FramesLost));
+    }
+
+    /// Issue 39, item 7: replaying fixtures/demo-moe, the first sample (0.25 s into the job,
+    /// when rank 3 alone had sent) raised `rank 3 egress 4.00× mean`. Under a second of the job
+    /// skew is not judged; from the first sample past it, rank 2's ingress is (the hot rank of
+    /// the program, fixtures/src/moe_demo.c).
+    #[test]
+    fn skew_is_not_judged_in_the_first_second() {
+        let dir = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("fixtures/demo-moe");
+        let rec = crate::trace::reader::Recording::open(&[dir]).expect("fixture");
+        let m = Model::from_recording(&rec);
+        let mut samples = Vec::new();
+        let mut at = None;
+        while let Some(t) = crate::agg::window::step(&m, at, -1).filter(|t| Some(*t) != at) {
+            samples.push(t);
+            at = Some(t);
+        }
+        samples.reverse();
+        let skews = |t: u64| -> Vec<(WarningKind, String)> {
+            let a = ModelAt::new(
+                &m,
+                &crate::agg::at::AtOptions {
+                    at: Some(t),
+                    ..Default::default()
+                },
+            );
+            warnings(&a, &WarningConfig::default())
+                .into_iter()
+                .filter(|w| {
+                    matches!(
+                        w.kind,
+                        WarningKind::RankSkew
+                            | WarningKind::RankIngressSkew
+                            | WarningKind::NodeSkew
+                            | WarningKind::NodeIngressSkew
+                    )
+                })
+                .map(|w| (w.kind, w.subject))
+                .collect()
+        };
+        let since = |t: u64| t - m.first_start_ns();
+        let first = samples[0];
+        assert!(since(first) < SKEW_MIN_SPAN_NS, "{}", since(first));
+        assert_eq!(skews(first), []);
+        let later = samples
+            .iter()
+            .copied()
+            .find(|t| since(*t) >= SKEW_MIN_SPAN_NS)
+            .expect("a sample past 1 s");
+        assert_eq!(
+            skews(later),
+            [(WarningKind::RankIngressSkew, "rank 2".to_string())]
+        );
     }
 }
 
