@@ -318,3 +318,39 @@ fn a_window_average_is_over_the_window() {
     assert!(lag > 0, "snapshots are not at the view time");
     assert_eq!(vm.header.snapshot_lag_s, Some(lag as f64 / 1e9));
 }
+
+/// Item 7: the Overview's bandwidth chart has a time axis: `sigmatop demo` (a record of 1.3 s,
+/// snapshots every ~250 ms) says the span and a column's worth in the chart's title at 80×24 and
+/// 200×60 (it said "N samples"), and at 200×60 an axis line under the chart ends in "0s" at the
+/// newest sample, the chart's right edge.
+#[test]
+fn the_bandwidth_chart_has_a_time_axis() {
+    for (w, h) in SIZES {
+        let Some(t) = demo_at("axis", "", w, h) else {
+            return;
+        };
+        let s = t.capture();
+        let title = s
+            .lines()
+            .find(|l| l.contains(" Bandwidth "))
+            .unwrap_or_else(|| panic!("{w}x{h}: no Bandwidth section:\n{s}"));
+        assert!(
+            title.contains("Bandwidth last 1.0s · ") && title.contains("ms a column · peak "),
+            "{w}x{h}: {title:?}"
+        );
+        if w >= 200 {
+            let lines: Vec<&str> = s.lines().collect();
+            let rx = lines
+                .iter()
+                .position(|l| l.contains("▼ rx"))
+                .unwrap_or_else(|| panic!("{w}x{h}: no ▼ rx chart:\n{s}"));
+            let axis = lines[rx..]
+                .iter()
+                .find(|l| l.trim() == "0s")
+                .unwrap_or_else(|| panic!("{w}x{h}: no time axis under the chart:\n{s}"));
+            assert_eq!(axis.trim_end().chars().count(), w as usize, "{axis:?}");
+        }
+        t.keys(&["q"]);
+        t.wait_for("exit status 0", LIMIT, |s| s.contains("SIGMATOP-EXIT=0"));
+    }
+}

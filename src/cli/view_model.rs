@@ -347,6 +347,13 @@ pub fn build_sections_into(
     } else {
         Vec::new()
     };
+    // The samples' mean spacing: the chart's time axis (issue 39, item 7: it had none).
+    vm.bandwidth_interval_s = match (times.first(), times.last()) {
+        (Some(a), Some(b)) if sections.bandwidth && times.len() >= 2 => {
+            b.saturating_sub(*a) as f64 / 1e9 / (times.len() - 1) as f64
+        }
+        _ => 0.0,
+    };
     vm.doorbells = if sections.doorbells {
         doorbells(model, &at, &times, core_window(opts.window))
     } else {

@@ -432,6 +432,7 @@ pub fn sample_view_model() -> ViewModel {
         matrices,
         doorbells,
         bandwidth_history,
+        bandwidth_interval_s: 0.25,
         status: StatusCounters {
             dropped_events: 37,
             coalesced_doorbells: 1_204,

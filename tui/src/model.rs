@@ -28,6 +28,8 @@ pub struct ViewModel {
     pub doorbells: DoorbellModel,
     /// Total (tx, rx) bytes/s per sample, oldest first (Overview sparkline).
     pub bandwidth_history: Vec<(f64, f64)>,
+    /// Seconds between two samples of `bandwidth_history` (0: not known): the chart's time axis.
+    pub bandwidth_interval_s: f64,
     /// Loss and error counters, always shown in the status line.
     pub status: StatusCounters,
     /// Number of samples kept in history (0 when the source keeps none).

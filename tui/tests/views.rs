@@ -765,6 +765,37 @@ fn qps_title_says_none_unattributed() {
     }
 }
 
+/// Issue 39, item 7: the bandwidth chart has a time axis. Its title says the time it spans and a
+/// column's worth (60 samples of 250 ms: "last 15s · 250ms a column"); where it is tall, an axis
+/// line under it puts "0s" at the newest sample (the right edge) and "-10s" 40 columns left of it.
+#[test]
+fn the_bandwidth_chart_has_a_time_axis() {
+    let vm = sample_view_model();
+    for (w, h) in SIZES {
+        let s = text(&render(&App::new(Theme::dark()), &vm, w, h));
+        let title = s
+            .lines()
+            .find(|l| l.contains(" Bandwidth "))
+            .unwrap_or_else(|| panic!("no Bandwidth title {w}x{h}:\n{s}"));
+        assert!(
+            title.contains("Bandwidth last 15s · 250ms a column · peak"),
+            "{w}x{h}: {title}"
+        );
+        if h < 60 {
+            continue;
+        }
+        let axis = s
+            .lines()
+            .find(|l| l.trim_end().ends_with("0s") && l.contains("-10s"))
+            .unwrap_or_else(|| panic!("no time axis {w}x{h}:\n{s}"));
+        let cols: Vec<char> = axis.chars().collect();
+        let zero_end = axis.trim_end().chars().count() - 1;
+        let ten_end = axis.find("-10s").map(|b| axis[..b].chars().count() + 3);
+        assert_eq!(ten_end, Some(zero_end - 40), "{w}x{h}: {axis:?}");
+        assert_eq!(cols.len(), w as usize, "{axis:?}");
+    }
+}
+
 #[test]
 fn collectives() {
     snap("collectives", "c");

@@ -248,6 +248,8 @@ fn history_positions_and_sparkline() {
     assert_eq!(live.bandwidth_history.len(), 29);
     assert_eq!(live.bandwidth_history[0].0, 1e6);
     assert_eq!(live.bandwidth_history[28].0, 3e6);
+    // One snapshot a second: the chart's time axis (issue 39, item 7).
+    assert_eq!(live.bandwidth_interval_s, 1.0);
 }
 
 #[test]
@@ -635,6 +637,7 @@ fn figures_from_process_totals_equal_figures_from_endpoints() {
                 }
                 if !sec.bandwidth {
                     want.bandwidth_history.clear();
+                    want.bandwidth_interval_s = 0.0;
                 }
                 let mut vm = ViewModel::default();
                 build_sections_into(&m, &o, sec, &mut ViewCache::default(), &mut vm);
