@@ -241,6 +241,47 @@ fn a_one_way_benchmark_is_not_skewed() {
     );
 }
 
+/// Item 7: `replay --headless` of the committed all_reduce_perf record prints the NCCL section
+/// `report` prints (the collectives per rank, their join to the verbs work requests, the
+/// arrival spread): 20 AllReduce of 356,352 bytes per rank, every one of the 576 WRs joined. It
+/// printed none.
+#[test]
+fn replay_headless_has_the_nccl_section_report_has() {
+    let run = |args: &[&str]| -> String {
+        let o = std::process::Command::new(common::sigmatop_bin())
+            .args(args)
+            .output()
+            .expect("sigmatop");
+        assert!(o.status.success(), "{args:?}: {}", common::stderr_of(&o));
+        common::stdout_of(&o)
+    };
+    let rec = fixture("nccl/all_reduce_np2/rec");
+    let section = |out: &str| -> Vec<String> {
+        out.lines()
+            .skip_while(|l| !l.starts_with("NCCL collectives"))
+            .take_while(|l| l.starts_with("NCCL") || l.starts_with("  "))
+            .map(String::from)
+            .collect()
+    };
+    let report = section(&run(&["report", &rec]));
+    let replay = section(&run(&["replay", "--headless", &rec]));
+    assert!(
+        report
+            .iter()
+            .any(|l| words(l).iter().any(|w| w == "AllReduce")
+                && words(l).iter().any(|w| w == "20")
+                && words(l).iter().any(|w| w == "356352")),
+        "{report:#?}"
+    );
+    assert!(
+        report
+            .iter()
+            .any(|l| l.starts_with("NCCL ↔ verbs: 576 WRs:") && l.contains(" 0 not joined")),
+        "{report:#?}"
+    );
+    assert_eq!(replay, report);
+}
+
 fn recording_model(name: &str) -> sigmatop::agg::Model {
     let rec = sigmatop::trace::reader::Recording::open(&[std::path::PathBuf::from(fixture(name))])
         .expect("the recording opens");

@@ -463,6 +463,11 @@ fn print_summary(dirs: &[PathBuf], run: Option<usize>) -> CliResult {
     for w in ws {
         rest.push_str(&format!("warning: {}\n", warning_text(&w)));
     }
+    // The NCCL collectives, as `report` prints them (issue 39, item 7: `report` had them and
+    // `replay --headless` did not).
+    if let Some(n) = crate::nccl::model::load(&rec) {
+        rest.push_str(&crate::nccl::model::render(&n));
+    }
     for p in &rec.problems {
         rest.push_str(&format!("skipped: {p}\n"));
     }
