@@ -461,7 +461,10 @@ fn print_summary(dirs: &[PathBuf], run: Option<usize>) -> CliResult {
     ws.sort_by_key(|w| w.kind);
     let mut rest = String::new();
     for w in ws {
-        rest.push_str(&format!("warning: {}\n", warning_text(&w)));
+        rest.push_str(&format!(
+            "warning: {}\n",
+            super::view_model::skew_over(warning_text(&w), w.kind, "over the whole record")
+        ));
     }
     // The NCCL collectives, as `report` prints them (issue 39, item 7: `report` had them and
     // `replay --headless` did not).

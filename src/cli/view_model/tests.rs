@@ -922,3 +922,36 @@ fn an_untraced_qp_peer_is_named_by_its_address() {
     let (label, _) = row(&m);
     assert_eq!(label, "h1 qp 0x10c");
 }
+
+/// Issue 39, item 7: one skew, three numbers. The dashboard's skew is of the window's rates
+/// (playing the demo-moe record, rank 2's ingress over the last 10 s), `replay --headless`'s and
+/// `report`'s of the whole record's bytes: they differ, and each warning says which it is
+/// (`over 10s`, `over the whole run` with the window `all`; tests/demo.rs: `over the whole
+/// record`).
+#[test]
+fn a_skew_says_what_it_is_judged_over() {
+    let dir = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("fixtures/demo-moe");
+    let rec = crate::trace::reader::Recording::open(&[dir]).expect("fixture");
+    let m = Model::from_recording(&rec);
+    let at = step(&m, None, -2);
+    for (w, over) in [
+        (Window::S10, " over 10s"),
+        (Window::All, " over the whole run"),
+    ] {
+        let vm = build_view(&m, &opts(w, at));
+        let skew: Vec<&str> = vm
+            .warnings
+            .iter()
+            .map(|w| w.message.as_str())
+            .filter(|m| m.contains("× mean"))
+            .collect();
+        assert!(
+            !skew.is_empty() && skew.iter().all(|m| m.ends_with(&format!("× mean{over}"))),
+            "{w:?}: {skew:?}"
+        );
+        assert!(
+            skew.iter().any(|m| m.starts_with("rank 2 ingress ")),
+            "{skew:?}"
+        );
+    }
+}
