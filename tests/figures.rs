@@ -395,3 +395,58 @@ fn the_bandwidth_chart_has_a_time_axis() {
         t.wait_for("exit status 0", LIMIT, |s| s.contains("SIGMATOP-EXIT=0"));
     }
 }
+
+/// Item 7: the Collectives view of a replay is a function of the view time, not of the playback
+/// speed. The replay's clock runs ahead of the newest snapshot played (the view time) by a
+/// poll's worth of playback, more at a higher speed; the collectives were fed up to the clock,
+/// so the same moment read otherwise at another speed. The committed all_reduce_perf record,
+/// its clock set to every 10 ms of it: what the view shows equals what it shows with the clock
+/// set exactly to its view time.
+#[test]
+fn a_replays_collectives_are_those_of_its_view_time() {
+    use sigmatop::cli::replay::ReplaySource;
+    use sigmatop::cli::view_model::{ClockStyle, ViewOptions, build_view};
+    let dir = std::path::PathBuf::from(fixture("nccl/all_reduce_np2/rec"));
+    let view = |clock: u64| -> (u64, sigmatop_tui::CollectivesModel) {
+        let mut src = ReplaySource::open(std::slice::from_ref(&dir), "replay", 1.0)
+            .expect("the record replays");
+        let mut m = sigmatop::agg::Model::new();
+        src.advance_to(&mut m, clock);
+        let vm = build_view(
+            &m,
+            &ViewOptions {
+                window: sigmatop_tui::Window::S10,
+                at: None,
+                source: "replay".into(),
+                clock: ClockStyle::SinceStart,
+                now_ns: None,
+            },
+        );
+        (m.latest_ns(), vm.collectives)
+    };
+    let src = ReplaySource::open(std::slice::from_ref(&dir), "replay", 1.0).expect("replays");
+    let (start, len) = (src.now_ns(), src.duration_ns());
+    let mut compared = 0;
+    let mut with_collectives = 0;
+    for k in 0..len / 10_000_000 {
+        let clock = start + k * 10_000_000;
+        let (t, at_clock) = view(clock);
+        if t == 0 || t >= clock {
+            continue;
+        }
+        let (_, at_t) = view(t);
+        assert_eq!(
+            at_clock,
+            at_t,
+            "clock t+{:.3}s, view time t+{:.3}s",
+            (clock - start) as f64 / 1e9,
+            (t - start) as f64 / 1e9
+        );
+        compared += 1;
+        with_collectives += usize::from(at_t.rows.iter().any(|r| r.count > 0));
+    }
+    assert!(
+        compared > 20 && with_collectives > 10,
+        "{compared} {with_collectives}"
+    );
+}

@@ -329,18 +329,6 @@ impl ReplaySource {
                 model.apply(&f.key, Frame::Queues(q));
                 applied += 1;
             }
-            if let Some(n) = f.nccl.as_mut() {
-                let due = n.recs[n.pos..].iter().take_while(|x| x.0 <= now).count();
-                if due > 0 {
-                    for (_, r) in &n.recs[n.pos..n.pos + due] {
-                        n.tracker.push(r);
-                    }
-                    n.pos += due;
-                    model.apply(&f.key, Frame::Nccl(n.tracker.live()));
-                    model.apply(&f.key, Frame::NcclWaits(n.tracker.waits()));
-                    applied += 1;
-                }
-            }
             if f.next_snapshot >= f.rec.snapshots.len() && now >= f.end_ns {
                 f.ended = true;
                 match f.rec.end {
@@ -350,6 +338,26 @@ impl ReplaySource {
                         Some("record cut: the process did not shut down cleanly".into()),
                     ),
                 }
+                applied += 1;
+            }
+        }
+        // The NCCL collectives up to the view time (the newest snapshot played), not the
+        // virtual clock: the dashboard shows every figure as of that snapshot, and the clock runs
+        // ahead of it by a poll's worth of playback, so the Collectives view read differently at
+        // the same moment at another speed (issue 39, item 7). A process whose record ended gives
+        // all it has.
+        let upto = model.latest_ns().min(now);
+        for f in &mut self.procs {
+            let Some(n) = f.nccl.as_mut() else { continue };
+            let limit = if f.ended { u64::MAX } else { upto };
+            let due = n.recs[n.pos..].iter().take_while(|x| x.0 <= limit).count();
+            if due > 0 {
+                for (_, r) in &n.recs[n.pos..n.pos + due] {
+                    n.tracker.push(r);
+                }
+                n.pos += due;
+                model.apply(&f.key, Frame::Nccl(n.tracker.live()));
+                model.apply(&f.key, Frame::NcclWaits(n.tracker.waits()));
                 applied += 1;
             }
         }
