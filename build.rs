@@ -1,5 +1,7 @@
 //! Lists the files of the bundled demo recordings for `sigmatop demo` (fixtures/nccl/moe_np4/rec:
-//! an MoE all_to_all over NCCL, 4 ranks on an H200), `sigmatop demo mpi` (fixtures/demo-moe: a
+//! an MoE all_to_all over NCCL, 4 ranks on an H200), `sigmatop demo collectives`
+//! (fixtures/nccl/moe_cpu_np4/rec: an NCCL-shaped MoE exchange on the CPU, with its NCCL profiler
+//! events), `sigmatop demo mpi` (fixtures/demo-moe: a
 //! 4-rank MPI job) and `sigmatop demo gpu` (fixtures/nvshmem/put_bw.gpumem.traced/rec: NVIDIA's
 //! NVSHMEM on an H200), which embeds them with include_bytes! so the binary works from any
 //! directory.
@@ -48,13 +50,15 @@ fn main() {
     println!("cargo:rerun-if-changed=fixtures/demo-moe");
     println!("cargo:rerun-if-changed=fixtures/nvshmem");
     println!("cargo:rerun-if-changed=fixtures/nccl/moe_np4/rec");
+    println!("cargo:rerun-if-changed=fixtures/nccl/moe_cpu_np4/rec");
     println!("cargo:rerun-if-changed=build.rs");
     let src = table("DEMO_FILES", &fixtures.join("demo-moe"))
         + &table(
             "DEMO_GPU_FILES",
             &fixtures.join("nvshmem/put_bw.gpumem.traced/rec"),
         )
-        + &table("DEMO_NCCL_FILES", &fixtures.join("nccl/moe_np4/rec"));
+        + &table("DEMO_NCCL_FILES", &fixtures.join("nccl/moe_np4/rec"))
+        + &table("DEMO_COLL_FILES", &fixtures.join("nccl/moe_cpu_np4/rec"));
     let out_dir = PathBuf::from(std::env::var("OUT_DIR").unwrap_or_default());
     let out = out_dir.join("demo_files.rs");
     if let Err(e) = std::fs::write(&out, src) {

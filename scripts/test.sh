@@ -128,7 +128,8 @@ fi
 
 # Changes the run made to the checkout.
 if [ $in_git = 1 ]; then
-  changed=$(diff <(echo "$checkout_before") <(checkout_state) | grep '^[<>]' || true)
+  checkout_after=$(checkout_state)
+  changed=$(diff <(echo "$checkout_before") <(echo "$checkout_after") | grep '^[<>]' || true)
   if [ -n "$changed" ]; then
     echo "scripts/test.sh: the run changed the checkout (< before, > after: git status and content hash):"
     echo "$changed" | sed 's/^/  /'

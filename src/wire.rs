@@ -10,8 +10,8 @@ use crate::event::{ClockSample, EndpointDef, EndpointUpdate, Event, Identity, Sn
 /// and the layers used (`event::SCHEMA_VERSION` 2). 3: `Missed`, what a slow reader was not
 /// sent. 4: `Nccl`, the NCCL plugin's collectives. Streams of versions 1 to 3 are still read (2
 /// is 3 without `Missed`, 3 is 4 without `Nccl`). 5: `Queues`, outstanding work per QP (4 is 5
-/// without it).
-pub const PROTOCOL_VERSION: u16 = 5;
+/// without it). 6: `NcclCalls`, the NCCL calls as the user made them (5 is 6 without it).
+pub const PROTOCOL_VERSION: u16 = 6;
 /// The oldest live protocol version a reader accepts.
 pub const OLDEST_READ: u16 = 1;
 /// Frame magic in the hello, to reject a socket that is not sigmatop's.
@@ -58,6 +58,10 @@ pub enum Frame {
     /// point-to-point calls and the proxy operations of each one's oldest open call, every
     /// interval after `Nccl`.
     NcclWaits(crate::nccl::live::NcclWaits),
+    /// (version 6) The NCCL plugin's calls as the user made them (AlltoAll, Gather, Scatter,
+    /// Group: made of point-to-point parts), by message size, and the kernels' GPU starts
+    /// (`nccl::live::NcclCalls`), every interval after `NcclWaits`.
+    NcclCalls(crate::nccl::live::NcclCalls),
 }
 
 impl Frame {

@@ -13,6 +13,7 @@
 //! as its NIC log says and tests/gpu_nvshmem.rs checks), and its doorbell view shows them.
 mod common;
 
+use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
@@ -130,8 +131,11 @@ fn demo_mpi_headless_has_the_moe_workloads_figures() {
 
 #[test]
 fn demo_mpi_as_typed_replays_to_the_moe_workloads_figures() {
-    // `sigmatop demo mpi`, at the recorded speed: 6 s of replay.
-    let cmd = format!("{} demo mpi", common::sigmatop_bin().display());
+    // `sigmatop demo mpi --once` at the recorded speed: 6 s of replay.
+    let cmd = format!(
+        "{} demo mpi --once --speed 1",
+        common::sigmatop_bin().display()
+    );
     let Some(t) = Tmux::start("demo-typed", &cmd) else {
         return;
     };
@@ -428,6 +432,30 @@ fn demo_headless_has_the_nccl_moe_figures() {
     }
 }
 
+/// The demo plays again and again (4 s after its end, from an empty view): after the second
+/// pass the matrix holds one run's figures, not two.
+#[test]
+fn demo_plays_again_from_an_empty_view() {
+    let cmd = format!("{} demo mpi --speed 4", common::sigmatop_bin().display());
+    let Some(t) = Tmux::start("demo-loop", &cmd) else {
+        return;
+    };
+    let limit = Duration::from_secs(60);
+    t.wait_for("the first pass", limit, |s| s.contains("demo pass 1"));
+    t.wait_for("the second pass to end", limit, |s| {
+        s.contains("demo pass 2") && s.contains("ended, plays again")
+    });
+    // Paused, it stays there.
+    t.keys(&["Space", "5"]);
+    let m = t.wait_for("the matrix", limit, |s| s.contains("rank × rank"));
+    let matrix: Vec<Vec<u64>> = (0..RANKS)
+        .map(|r| (0..RANKS).map(|d| pair(r, d)).collect())
+        .collect();
+    common::assert_rank_matrix(&m, &matrix);
+    t.keys(&["q"]);
+    t.wait_for("exit status 0", limit, |s| s.contains("SIGMATOP-EXIT=0"));
+}
+
 #[test]
 fn demo_as_typed_opens_on_the_nccl_moe_matrix() {
     let m = moe();
@@ -472,6 +500,175 @@ fn demo_as_typed_opens_on_the_nccl_moe_matrix() {
     want.extend((0..m.n).map(|j| common::table_si((0..m.n).map(|i| m.wire[i][j]).sum())));
     assert_eq!(words(ingress), want, "ingress row");
     assert!(s.contains(&format!("⚠ softhost{} egress", m.hot)), "{s}");
+    t.keys(&["q"]);
+    t.wait_for("exit status 0", limit, |s| s.contains("SIGMATOP-EXIT=0"));
+}
+
+/// fixtures/nccl/moe_cpu_np4 (`sigmatop demo collectives`): tests/programs/nccl_a2a.c as
+/// fixtures/make-nccl-cpu-demo.sh ran it (args: -n 4 -i 24 -c 256 -k 1024 -H 2 -s 900 -l 3 -L 120):
+/// per step an AlltoAll of 256 floats per rank, then a user's group of a Send to and a Recv from
+/// every other rank of 1024 floats, 3× to the hot rank 2; rank 3 computes 120 ms longer.
+struct CpuMoe {
+    ranks: u64,
+    steps: u64,
+    count: u64,
+    tokens: u64,
+    hot: u64,
+}
+
+fn cpu_moe() -> (CpuMoe, std::path::PathBuf) {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/nccl/moe_cpu_np4");
+    let args = std::fs::read_to_string(dir.join("args")).expect("args");
+    let t: Vec<&str> = args.split_whitespace().collect();
+    let get = |k: &str| -> u64 {
+        t.iter()
+            .position(|x| *x == k)
+            .and_then(|i| t[i + 1].parse().ok())
+            .unwrap_or_else(|| panic!("{k} in {args}"))
+    };
+    (
+        CpuMoe {
+            ranks: get("-n"),
+            steps: get("-i"),
+            count: get("-c"),
+            tokens: get("-k"),
+            hot: get("-H"),
+        },
+        dir,
+    )
+}
+
+/// The collectives demo's record: per rank the AlltoAll and the Group named as the program made
+/// them, their bytes from its arguments, every work request joined (their bytes the NIC's log),
+/// and the straggler last at every AlltoAll.
+#[test]
+fn demo_collectives_fixture_names_the_calls_as_the_program_made_them() {
+    let (m, dir) = cpu_moe();
+    let rec = sigmatop::trace::reader::Recording::open(&[dir.join("rec")]).expect("fixture");
+    let n = sigmatop::nccl::model::load(&rec).expect("NCCL files");
+    assert_eq!(n.join.wrs_unjoined, 0, "{:?}", n.join);
+    // pid → bytes the NIC wrote for it.
+    let mut nic: std::collections::BTreeMap<u32, u64> = Default::default();
+    for e in std::fs::read_dir(dir.join("nic")).expect("nic").flatten() {
+        for l in std::fs::read_to_string(e.path()).expect("log").lines() {
+            let f = |k: &str| {
+                l.split_whitespace()
+                    .find_map(|x| x.strip_prefix(k))
+                    .map(str::to_string)
+            };
+            if let (Some(pid), Some(len)) = (f("pid="), f("len=")) {
+                *nic.entry(pid.parse().expect("pid")).or_default() +=
+                    len.parse::<u64>().expect("len");
+            }
+        }
+    }
+    for p in &rec.processes {
+        let rank = p.identity.rank.expect("RANK") as u64;
+        let rows: Vec<_> = n
+            .collectives
+            .iter()
+            .filter(|c| c.pid == p.identity.pid && c.part_of.is_empty())
+            .collect();
+        let a2a = rows
+            .iter()
+            .find(|c| c.func == "AlltoAll")
+            .expect("an AlltoAll row");
+        assert_eq!((a2a.count, a2a.bytes), (m.steps, m.steps * m.count * 4));
+        let sent: u64 = (0..m.ranks)
+            .filter(|&q| q != rank)
+            .map(|q| m.tokens * 4 * if q == m.hot { 3 } else { 1 })
+            .sum();
+        let g = rows
+            .iter()
+            .find(|c| c.func == "Group")
+            .expect("a Group row");
+        assert_eq!((g.count, g.bytes), (m.steps, m.steps * sent), "rank {rank}");
+        assert_eq!(rows.len(), 2, "{rows:?}");
+        let parts: u64 = n
+            .collectives
+            .iter()
+            .filter(|c| c.pid == p.identity.pid && c.part_of == "AlltoAll")
+            .map(|c| c.count)
+            .sum();
+        assert_eq!(
+            parts,
+            m.steps * 2 * (m.ranks - 1),
+            "a Send and a Recv per other rank"
+        );
+        assert_eq!(
+            Some(a2a.wr_bytes + g.wr_bytes),
+            nic.get(&p.identity.pid).copied(),
+            "rank {rank}: the work requests' bytes = the NIC's"
+        );
+    }
+    // At every AlltoAll the straggler's host call came last.
+    for s in 1..=m.steps {
+        let last = n
+            .calls
+            .iter()
+            .filter(|c| c.func == "AlltoAll" && c.seq == s)
+            .max_by_key(|c| c.host_call_ns)
+            .expect("the AlltoAll on every rank");
+        assert_eq!(last.rank, 3, "AlltoAll #{s}");
+    }
+}
+
+/// `sigmatop demo collectives`, `c`: the AlltoAll and Group rows of 4 ranks with the program's
+/// counts and bytes, every call compared for arrival, the straggler named last.
+#[test]
+fn demo_collectives_shows_the_alltoall_rows_and_arrivals() {
+    let (m, _) = cpu_moe();
+    let cmd = format!(
+        "{} demo collectives --speed 0",
+        common::sigmatop_bin().display()
+    );
+    let Some(t) = Tmux::start("demo-coll", &cmd) else {
+        return;
+    };
+    let limit = Duration::from_secs(30);
+    t.wait_for("the dashboard", limit, |s| s.contains("demo collectives"));
+    t.keys(&["c"]);
+    let s = t.wait_for("the Collectives view", limit, |s| {
+        s.contains("[c Collectives]") && s.contains("AlltoAll")
+    });
+    let row = s
+        .lines()
+        .find(|l| l.contains("AlltoAll") && l.contains("4/4"))
+        .unwrap_or_else(|| panic!("an AlltoAll row of 4 ranks:\n{s}"));
+    let w = words(row);
+    assert!(w.contains(&m.steps.to_string()), "{} calls: {row}", m.steps);
+    assert!(
+        w.contains(&common::table_si(m.steps * m.count * 4)),
+        "bytes per rank: {row}\n{s}"
+    );
+    assert!(
+        s.lines().any(|l| l.contains("Group") && l.contains("4/4")),
+        "{s}"
+    );
+    assert!(
+        s.contains(&format!("{} compared", 2 * m.steps)),
+        "every AlltoAll and Group compared:\n{s}"
+    );
+    assert!(s.contains("last: r3"), "the straggler:\n{s}");
+    t.keys(&["q"]);
+    t.wait_for("exit status 0", limit, |s| s.contains("SIGMATOP-EXIT=0"));
+}
+
+/// The default demo's NCCL events were left out for size: its Collectives view says so and
+/// where to see them, instead of the NCCL_PROFILER_PLUGIN hint.
+#[test]
+fn the_default_demo_says_where_its_collectives_are() {
+    let cmd = format!("{} demo --speed 0", common::sigmatop_bin().display());
+    let Some(t) = Tmux::start("demo-nohint", &cmd) else {
+        return;
+    };
+    let limit = Duration::from_secs(30);
+    t.wait_for("the dashboard", limit, |s| s.contains("demo"));
+    t.keys(&["c"]);
+    t.wait_for("the hint", limit, |s| {
+        let s = s.replace('\n', " ");
+        s.contains("left out for size") && s.contains("sigmatop demo collectives")
+    });
     t.keys(&["q"]);
     t.wait_for("exit status 0", limit, |s| s.contains("SIGMATOP-EXIT=0"));
 }

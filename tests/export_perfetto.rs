@@ -96,3 +96,88 @@ fn ucx_perftest_tag_bw_exports_valid_perfetto_with_paired_flows() {
         .sum();
     assert_eq!(total, (n + 1) * size);
 }
+
+/// The committed NCCL fixture (NVIDIA's all_reduce_perf, 2 ranks, NCCL 2.28.9 on the H200, GPU
+/// Direct RDMA over the software NIC; docs/NCCL.md) exported to Perfetto: per rank each call a
+/// slice on its communicator's track, each proxy operation and step a slice under it, and one
+/// flow from a call to each verbs work request joined to it. Counted against the fixture's own
+/// NCCL files (calls, their proxy operations, their steps) and the NIC's log (the work
+/// requests it executed: every one joined).
+#[test]
+fn nccl_fixture_exports_calls_operations_steps_and_flows_to_work_requests() {
+    use sigmatop::nccl::format::{self, etype, kind};
+    use std::collections::HashSet;
+    let fx = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/nccl/all_reduce_np2");
+    let dirs = vec![fx.join("rec")];
+    let dir = scratch("export-nccl");
+    let (j, stderr) = util::export(&dirs, &dir);
+    let (mut calls, mut ops, mut steps) = (0u64, 0u64, 0u64);
+    let rec = sigmatop::trace::reader::Recording::open(&dirs).expect("fixture record");
+    for p in &rec.processes {
+        let path = p
+            .dir
+            .parent()
+            .expect("host dir")
+            .join(format!("nccl-{}.stn", p.identity.pid));
+        let d = format::decode(&std::fs::read(path).expect("NCCL file"));
+        let starts = |t: u8| {
+            d.recs
+                .iter()
+                .filter(move |r| r.kind() == kind::START && r.etype() == t)
+        };
+        let call_ids: HashSet<u64> = starts(etype::COLL)
+            .chain(starts(etype::P2P))
+            .map(|r| r.id())
+            .collect();
+        let op_ids: HashSet<u64> = starts(etype::PROXY_OP)
+            .filter(|r| call_ids.contains(&r.parent()))
+            .map(|r| r.id())
+            .collect();
+        calls += call_ids.len() as u64;
+        ops += op_ids.len() as u64;
+        steps += starts(etype::PROXY_STEP)
+            .filter(|r| op_ids.contains(&r.parent()))
+            .count() as u64;
+    }
+    // Every line of the NIC's logs is one send-queue work request it executed; each write with
+    // immediate consumed one receive its peer posted.
+    let wrs: u64 = std::fs::read_dir(fx.join("nic"))
+        .expect("nic logs")
+        .flatten()
+        .map(|e| {
+            let text = std::fs::read_to_string(e.path()).expect("nic log");
+            let lines = text.lines().filter(|l| !l.trim().is_empty());
+            lines
+                .map(|l| 1 + l.contains(" op=RDMA_WRITE_IMM ") as u64)
+                .sum::<u64>()
+        })
+        .sum();
+    assert_eq!(
+        (calls, wrs),
+        (40, 576),
+        "the fixture: 20 AllReduce per rank, 288 WRs each"
+    );
+    let events = util::readable_events(&dirs);
+    let sum = util::check_perfetto(&dir.join("trace.pftrace"), events);
+    assert_eq!(
+        sum["slices_by_category"]["nccl"],
+        calls + ops + steps,
+        "{sum}"
+    );
+    assert_eq!(sum["nccl_by_name"]["AllReduce"], calls, "{sum}");
+    assert_eq!(
+        sum["nccl_by_name"]["send"].as_u64().unwrap_or(0)
+            + sum["nccl_by_name"]["recv"].as_u64().unwrap_or(0),
+        ops,
+        "{sum}"
+    );
+    assert_eq!(sum["nccl_by_name"]["step"], steps, "{sum}");
+    assert_eq!(sum["flows_by_category"]["nccl"], wrs, "{sum}");
+    assert!(sum["nccl_comm_tracks"].as_u64().unwrap_or(0) >= 2, "{sum}");
+    assert_eq!(j["perfetto"]["nccl_calls"], calls);
+    assert_eq!(j["perfetto"]["nccl_flows"], wrs);
+    assert_eq!(j["perfetto"]["nccl_flows_skipped"], 0);
+    assert!(stderr.contains(&format!("NCCL: {calls} calls")), "{stderr}");
+    // The operation flows (send → receive) are still there beside them.
+    assert!(sum["flows"].as_u64().unwrap_or(0) > wrs, "{sum}");
+}

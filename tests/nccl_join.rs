@@ -257,3 +257,94 @@ fn steps_whose_work_requests_were_not_seen_are_counted() {
         model::render(&r)
     );
 }
+
+/// nccl-tests' sizes in call order for `ARGS` (as `expected` counts them): the warm-up's sizes
+/// doubling from -b to -e (-w calls each), then each size stepping by -f, 2 (1 + n + c) calls.
+fn sizes_in_order(args: &str) -> Vec<u64> {
+    let t: Vec<&str> = args.split_whitespace().collect();
+    let get = |k: &str| {
+        t.iter()
+            .position(|x| *x == k)
+            .map(|i| scaled(t[i + 1]))
+            .expect(k)
+    };
+    let (b, e, f, n, w, c) = (
+        get("-b"),
+        get("-e"),
+        get("-f"),
+        get("-n"),
+        get("-w"),
+        get("-c"),
+    );
+    let mut v = Vec::new();
+    let mut s = b;
+    while s <= e {
+        v.extend(std::iter::repeat_n(s, w as usize));
+        s *= 2;
+    }
+    let mut s = b;
+    while s <= e {
+        v.extend(std::iter::repeat_n(s, (2 * (1 + n + c)) as usize));
+        s *= f;
+    }
+    v
+}
+
+/// Per-call records (`export --json`'s `nccl.calls[]`, `report --calls`) and the rows by
+/// message size: per rank the calls in the order nccl-tests made them, each of the size it
+/// asked for, NCCL's sequence numbers 0.., every call completed with its work requests (their
+/// sum the rank's NIC log bytes); by power-of-two bucket the counts the arguments give.
+#[test]
+fn every_call_is_recorded_with_its_size_and_work_requests() {
+    let dir = fixture();
+    let args = std::fs::read_to_string(dir.join("args")).expect("args");
+    let sizes = sizes_in_order(args.trim());
+    let rec = Recording::open(&[dir.join("rec")]).expect("the fixture's record");
+    let report = model::load(&rec).expect("NCCL events");
+    let nic = nic_bytes(&dir.join("nic"));
+    assert_eq!(report.calls.len(), 2 * sizes.len());
+    for p in &rec.processes {
+        let pid = p.identity.pid;
+        let calls: Vec<&model::CallRec> = report.calls.iter().filter(|c| c.pid == pid).collect();
+        let got: Vec<u64> = calls.iter().map(|c| c.bytes).collect();
+        assert_eq!(got, sizes, "pid {pid}: the calls' bytes in order = {args}");
+        let seqs: Vec<u64> = calls.iter().map(|c| c.seq).collect();
+        assert_eq!(seqs, (0..sizes.len() as u64).collect::<Vec<_>>());
+        for c in &calls {
+            assert_eq!(
+                (c.func.as_str(), c.kind, c.dtype_size, c.count * 4),
+                ("AllReduce", "collective", 4, c.bytes)
+            );
+            assert_eq!(c.size_bucket, c.bytes.next_power_of_two());
+            assert!(
+                c.end_ns.is_some() && c.time_ns.is_some() && c.wrs > 0,
+                "{c:?}"
+            );
+            assert!(c.end_ns.unwrap_or(0) > c.host_call_ns);
+            assert_eq!((c.algo, c.proto), (Some("RING"), Some("LL")));
+        }
+        assert_eq!(
+            Some(calls.iter().map(|c| c.wr_bytes).sum::<u64>()),
+            nic.get(&pid).copied(),
+            "pid {pid}: per-call work request bytes sum to the NIC log's"
+        );
+        let mut want: BTreeMap<u64, u64> = BTreeMap::new();
+        for s in &sizes {
+            *want.entry(s.next_power_of_two()).or_default() += 1;
+        }
+        let got: BTreeMap<u64, u64> = report
+            .by_size
+            .iter()
+            .filter(|z| z.pid == pid)
+            .map(|z| (z.size_bucket, z.count))
+            .collect();
+        assert_eq!(got, want, "pid {pid}: calls per size bucket");
+    }
+    let text = model::render_calls(&report);
+    assert_eq!(
+        text.lines().filter(|l| l.contains("AllReduce")).count(),
+        2 * sizes.len(),
+        "{text}"
+    );
+    assert!(model::render(&report).contains("NCCL calls by message size"));
+}

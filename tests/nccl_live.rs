@@ -556,3 +556,65 @@ fn a_hang_every_rank_is_in_is_located_on_the_edge_that_waits_on_the_network() {
     );
     assert!(out.len() == 1 && out[0].ends_with(" 3"), "{out:?}");
 }
+
+/// `serve`'s series by message size (protocol 6's `NcclCalls`, through the wire): per rank of the
+/// fixture the AllReduce calls per power-of-two bucket that nccl-tests' arguments give (`-b 4K
+/// -e 32K -f 8 -n 2 -w 1 -c 1`: warm-up 4K, 8K, 16K, 32K once each, then 4K and 32K 8 times).
+#[test]
+fn serve_counts_calls_per_message_size() {
+    let mut m = Model::new();
+    for (host, pid, recs) in files() {
+        let mut t = sigmatop::nccl::live::Tracker::new();
+        for r in &recs {
+            t.push(r);
+        }
+        let key = ProcKey {
+            host: host.clone(),
+            pid,
+            start_ns: 0,
+        };
+        let frames = vec![
+            Frame::hello(Identity {
+                host: host.clone(),
+                pid,
+                ..Default::default()
+            }),
+            Frame::Nccl(t.live()),
+            Frame::NcclCalls(t.calls()),
+        ];
+        let mut bytes = Vec::new();
+        for f in &frames {
+            wire::encode(f, &mut bytes).expect("encodes");
+        }
+        let mut d = wire::Decoder::new();
+        d.push(&bytes);
+        while let Some(f) = d.next_frame().expect("decodes") {
+            m.apply(&key, f);
+        }
+    }
+    let text = sigmatop::export::openmetrics::encode_model(&m, Default::default()).expect("text");
+    for host in ["softhost0", "softhost1"] {
+        for (size, want) in [(4096, 9.0), (8192, 1.0), (16384, 1.0), (32768, 9.0)] {
+            let lines: Vec<&str> = text
+                .lines()
+                .filter(|l| {
+                    l.starts_with("sigmatop_nccl_calls_by_size_total{")
+                        && l.contains(&format!("host=\"{host}\""))
+                        && l.contains(&format!("size=\"{size}\""))
+                        && l.contains("collective=\"AllReduce\"")
+                })
+                .collect();
+            assert_eq!(lines.len(), 1, "{host} {size}:\n{text}");
+            let v: f64 = lines[0]
+                .rsplit(' ')
+                .next()
+                .and_then(|v| v.parse().ok())
+                .expect("a number");
+            assert_eq!(v, want, "{host}: AllReduce calls of at most {size} bytes");
+        }
+    }
+    assert!(
+        text.contains("sigmatop_nccl_call_seconds_by_size_total{"),
+        "{text}"
+    );
+}

@@ -2,9 +2,14 @@
  * as NCCL 2.28.9's src/include/plugin/profiler/profiler_v5.h and net_ib_v1.h declare them
  * (retyped here, fields and order unchanged), laid out by the C compiler. It dlopens the plugin
  * (argv[1], NCCL_PROFILER_PLUGIN's value), looks up ncclProfiler_v5 as NCCL does and calls it the
- * way NCCL's proxy does for one AllReduce: init, Coll, ProxyOp, ProxyStep, an IB QP net event,
- * the step's SendWait state, stops, finalize. tests/nccl_plugin.rs checks what the plugin wrote.
- * Prints "handles ok" when every handle NCCL would keep is non-null and distinct. */
+ * way NCCL 2.28.9 does for one ncclAllReduce: init; on the host thread GroupApi (with its
+ * GroupStartApiStop and GroupEndApiStart states), CollApi, then the Coll whose parent is the
+ * CollApi; on the proxy thread a ProxyCtrl (Active, then Idle), the ProxyOp, a ProxyStep, an IB QP
+ * net event, the step's states; stops; finalize. As NCCL does, an event is started only when its
+ * type is in the activation mask init returned, and stopped or updated only through a non-null
+ * handle. tests/nccl_plugin.rs checks what the plugin wrote (and, chained, what the plugin behind
+ * it got). Prints "handles ok" when every handle NCCL would keep is non-null and distinct, and
+ * "events N" with the number of events started. */
 #include <dlfcn.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -22,6 +27,14 @@ typedef struct {
 			bool graphCaptured;
 			int groupDepth;
 		} groupApi;
+		struct {
+			const char *func;
+			size_t count;
+			const char *datatype;
+			int root;
+			void *stream;
+			bool graphCaptured;
+		} collApi;
 		struct {
 			uint64_t seqNumber;
 			const char *func;
@@ -111,9 +124,36 @@ int main(int argc, char **argv)
 	if (p->init(&ctx, 0x1234abcd5678ef00ull, &mask, "driver comm", 2, 2, 1, NULL))
 		return 1;
 	printf("mask=%d\n", mask);
+	int events = 0;
 	descr_t d;
+	void *gapi = NULL, *capi = NULL, *ctrl = NULL;
+	if (mask & (1 << 8)) { /* ncclProfileGroupApi */
+		memset(&d, 0, sizeof d);
+		d.type = 1 << 8;
+		d.groupApi.groupDepth = 1;
+		p->startEvent(ctx, &gapi, &d);
+		events++;
+		if (gapi)
+			p->recordEventState(gapi, 23, NULL); /* GroupStartApiStop */
+	}
+	if (mask & (1 << 9)) { /* ncclProfileCollApi */
+		memset(&d, 0, sizeof d);
+		d.type = 1 << 9;
+		d.parentObj = gapi;
+		d.collApi.func = "AllReduce";
+		d.collApi.count = 65536;
+		d.collApi.datatype = "ncclFloat32";
+		d.collApi.root = -1;
+		p->startEvent(ctx, &capi, &d);
+		events++;
+		if (capi)
+			p->stopEvent(capi);
+	}
+	if (gapi)
+		p->recordEventState(gapi, 24, NULL); /* GroupEndApiStart */
 	memset(&d, 0, sizeof d);
 	d.type = 1 << 1; /* ncclProfileColl */
+	d.parentObj = capi;
 	d.rank = 1;
 	d.coll.seqNumber = 41;
 	d.coll.func = "AllReduce";
@@ -126,6 +166,16 @@ int main(int argc, char **argv)
 	d.coll.proto = "SIMPLE";
 	void *coll = NULL, *op = NULL, *step = NULL, *qp = NULL;
 	p->startEvent(ctx, &coll, &d);
+	events++;
+	if (mask & (1 << 5)) { /* ncclProfileProxyCtrl: the proxy thread wakes up */
+		memset(&d, 0, sizeof d);
+		d.type = 1 << 5;
+		p->startEvent(ctx, &ctrl, &d);
+		events++;
+		state_args_t c = {.proxyCtrl = {.appendedProxyOps = 1}};
+		if (ctrl)
+			p->recordEventState(ctrl, 14, &c); /* ProxyCtrlActive */
+	}
 	memset(&d, 0, sizeof d);
 	d.type = 1 << 3; /* ncclProfileProxyOp */
 	d.parentObj = coll;
@@ -137,11 +187,13 @@ int main(int argc, char **argv)
 	d.proxyOp.chunkSize = 131072;
 	d.proxyOp.isSend = 1;
 	p->startEvent(ctx, &op, &d);
+	events++;
 	memset(&d, 0, sizeof d);
 	d.type = 1 << 4; /* ncclProfileProxyStep */
 	d.parentObj = op;
 	d.proxyStep.step = 2;
 	p->startEvent(ctx, &step, &d);
+	events++;
 	net_ib_t ib;
 	memset(&ib, 0, sizeof ib);
 	ib.type = 1; /* ncclProfileQp */
@@ -156,6 +208,7 @@ int main(int argc, char **argv)
 	d.netPlugin.id = (1 << 16) | 1; /* NCCL_PROFILER_NET_TYPE_IB | version 1 */
 	d.netPlugin.data = &ib;
 	p->startEvent(ctx, &qp, &d);
+	events++;
 	state_args_t a = {.proxyStep = {.transSize = 32768}};
 	/* SendPeerWait, on each of NCCL's polls of the peer's FIFO: the plugin keeps the first. */
 	for (int i = 0; i < 3; i++)
@@ -165,8 +218,27 @@ int main(int argc, char **argv)
 	p->stopEvent(step);
 	p->stopEvent(op);
 	p->stopEvent(coll);
+	if (ctrl) {
+		state_args_t c = {.proxyCtrl = {.appendedProxyOps = 0}};
+		p->recordEventState(ctrl, 13, &c); /* ProxyCtrlIdle */
+		p->stopEvent(ctrl);
+	}
+	if (gapi)
+		p->stopEvent(gapi);
+	/* An event of a type profiler v5 does not have (ncclProfileCeColl, 1 << 12, profiler v6's):
+	 * the plugin must count it, record nothing and give no handle. */
+	memset(&d, 0, sizeof d);
+	d.type = 1 << 12;
+	d.rank = 1;
+	void *ce = (void *)&d;
+	p->startEvent(ctx, &ce, &d);
+	if (ce)
+		printf("an unknown type got a handle\n");
 	p->finalize(ctx);
-	if (ctx && coll && op && step && qp && coll != op && op != step && step != qp)
+	printf("events %d\n", events);
+	if (ctx && coll && op && step && qp && coll != op && op != step && step != qp &&
+	    (!(mask & (1 << 8)) || (gapi && capi && gapi != capi && capi != coll)) &&
+	    (!(mask & (1 << 5)) || ctrl))
 		printf("handles ok\n");
 	return 0;
 }

@@ -262,7 +262,7 @@ fn traced_every_call_and_every_work_request_is_joined() {
     let done = finish(ring, &ctx);
     assert_checked(shape, &done, &ctx);
     for (_, so, _) in &done {
-        assert!(so.contains("profiler sigmatop mask 158"), "{so}");
+        assert!(so.contains("profiler sigmatop mask 2014"), "{so}");
     }
     assert_nic_log(shape, &dir, &pids, &ctx);
 
@@ -327,6 +327,8 @@ fn traced_every_call_and_every_work_request_is_joined() {
         ("proxy_steps", steps),
         ("steps_without_wr", 0),
         ("dropped_records", 0),
+        ("unknown_events", 0),
+        ("profiler_version", 5),
     ];
     for (k, w) in want {
         assert_eq!(j[k].as_u64(), Some(w), "{ctx}: join.{k}: {j:#}");
@@ -352,6 +354,10 @@ fn traced_every_call_and_every_work_request_is_joined() {
     let text = common::stdout_of(&out);
     assert!(out.status.success(), "{}", common::stderr_of(&out));
     assert!(text.contains("NCCL collectives"), "{ctx}: report:\n{text}");
+    assert!(
+        text.contains("NCCL events read through profiler interface v5"),
+        "{ctx}: report:\n{text}"
+    );
     let lines: Vec<&str> = text
         .lines()
         .filter(|l| l.contains("AllReduce") && l.contains("RING") && l.contains("SIMPLE"))
@@ -800,4 +806,66 @@ fn an_idle_healthy_ring_names_no_stalled_edge() {
         "{ctx}: a healthy ring between two calls: {:#}",
         v["stalls"]
     );
+}
+
+/// Aggregate mode (issue 38): the plugin asks NCCL for its host calls only (mask 6), counts them
+/// and writes no per-event record: per rank the record's NCCL file holds its communicator, clocks,
+/// one COUNTS record and the totals (under 1 KiB against ~700 bytes per proxy step in simple
+/// mode), and `export --json` gives the ITER AllReduce of SIZE bytes each rank made.
+#[test]
+fn aggregate_mode_counts_the_calls_and_records_no_event() {
+    build_nic();
+    let shape = Shape {
+        ranks: 3,
+        channels: 2,
+        size: 49152,
+        iters: 20,
+    };
+    let ctx = format!("{shape:?} aggregate");
+    let dir = common::scratch("nccl-ring-aggregate");
+    let trace = Trace::new("aggregate", &dir);
+    let ring = start(shape, &dir, Some(&trace), |_| vec![]);
+    let pids = pids(&ring);
+    let done = finish(ring, &ctx);
+    assert_checked(shape, &done, &ctx);
+    for (_, so, _) in &done {
+        assert!(so.contains("profiler sigmatop mask 6"), "{so}");
+    }
+    let files: Vec<std::path::PathBuf> = std::fs::read_dir(&trace.record)
+        .expect("record")
+        .flatten()
+        .flat_map(|h| std::fs::read_dir(h.path()).into_iter().flatten().flatten())
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|x| x == "stn"))
+        .collect();
+    assert_eq!(files.len() as u64, shape.ranks, "{files:?}");
+    for f in &files {
+        let len = std::fs::metadata(f).expect("stat").len();
+        assert!(len < 1024, "{ctx}: {} is {len} bytes", f.display());
+    }
+    let v = common::export_json(&trace.record, &ctx);
+    let rows = v["nccl"]["collectives"]
+        .as_array()
+        .expect("nccl.collectives");
+    assert_eq!(rows.len() as u64, shape.ranks, "{ctx}: {rows:#?}");
+    for pid in &pids {
+        let row = rows
+            .iter()
+            .find(|c| c["pid"] == *pid)
+            .unwrap_or_else(|| panic!("{ctx}: no row of pid {pid}: {rows:#?}"));
+        assert_eq!(
+            (
+                row["func"].as_str(),
+                row["count"].as_u64(),
+                row["bytes"].as_u64()
+            ),
+            (
+                Some("AllReduce"),
+                Some(shape.iters),
+                Some(shape.iters * shape.size)
+            ),
+            "{ctx}: {row:#}"
+        );
+    }
+    assert_eq!(v["nccl"]["join"]["proxy_steps"].as_u64(), Some(0));
 }

@@ -1,5 +1,6 @@
 //! `sigmatop run` makes sigmatop NCCL's profiler plugin (NCCL_PROFILER_PLUGIN = the preload's
-//! path) and leaves a plugin the user chose alone, saying so in one line (docs/NCCL.md).
+//! path) and chains a plugin the user chose behind it (SIGMATOP_NCCL_PROFILER_PLUGIN = the
+//! user's value), saying so in one line (docs/NCCL.md); `none` stays none.
 mod common;
 
 use common::Bounded;
@@ -14,7 +15,7 @@ fn run(user_plugin: Option<&str>) -> (String, String) {
         "--",
         "sh",
         "-c",
-        "echo \"plugin=$NCCL_PROFILER_PLUGIN\"",
+        "echo \"plugin=$NCCL_PROFILER_PLUGIN chained=$SIGMATOP_NCCL_PROFILER_PLUGIN\"",
     ]);
     match user_plugin {
         Some(p) => c.env("NCCL_PROFILER_PLUGIN", p),
@@ -28,11 +29,12 @@ fn run(user_plugin: Option<&str>) -> (String, String) {
 #[test]
 fn run_sets_the_nccl_profiler_plugin_unless_the_user_chose_one() {
     let (out, err) = run(None);
-    let want = format!("plugin={}", common::preload().display());
+    let want = format!("plugin={} chained=", common::preload().display());
     assert!(out.lines().any(|l| l == want), "want {want}:\n{out}");
     assert!(!err.contains("NCCL_PROFILER_PLUGIN"), "{err}");
     let (out, err) = run(Some("inspector"));
-    assert!(out.lines().any(|l| l == "plugin=inspector"), "{out}");
+    let want = format!("plugin={} chained=inspector", common::preload().display());
+    assert!(out.lines().any(|l| l == want), "want {want}:\n{out}");
     let lines: Vec<&str> = err
         .lines()
         .filter(|l| l.contains("NCCL_PROFILER_PLUGIN"))
@@ -40,7 +42,9 @@ fn run_sets_the_nccl_profiler_plugin_unless_the_user_chose_one() {
     assert_eq!(
         lines,
         [
-            "sigmatop: NCCL_PROFILER_PLUGIN=inspector is yours and stays: NCCL collectives are not attributed by sigmatop, verbs tracing goes on"
+            "sigmatop: NCCL_PROFILER_PLUGIN=inspector is yours: chained behind sigmatop's (NCCL loads sigmatop, sigmatop loads yours and forwards every event it asks for)"
         ]
     );
+    let (out, _) = run(Some("none"));
+    assert!(out.lines().any(|l| l == "plugin=none chained="), "{out}");
 }

@@ -38,6 +38,13 @@ struct Role {
     dci_qpn: u32,
     /// Where the DCI's four WQEs start (the AV's size, 48 or 16 bytes, sets their WQEBBs).
     dci_idx: [u32; 4],
+    /// The loopback QPs (each connected to itself): the verbs one, the bytes its writes and its
+    /// read moved, its buffer and rkey; the devx one.
+    loop_qpn: u32,
+    loop_bytes: u64,
+    loop_addr: u64,
+    loop_rkey: u32,
+    dx_loop_qpn: u32,
 }
 
 fn roles(out: &Output) -> Vec<Role> {
@@ -62,6 +69,11 @@ fn roles(out: &Output) -> Vec<Role> {
                         .collect();
                     v.try_into().expect("four dci_idx")
                 },
+                loop_qpn: hex(testnic::field(l, "loop_qpn")) as u32,
+                loop_bytes: testnic::field(l, "loop_bytes").parse().expect("loop_bytes"),
+                loop_addr: hex(testnic::field(l, "loop_addr")),
+                loop_rkey: hex(testnic::field(l, "loop_rkey")) as u32,
+                dx_loop_qpn: hex(testnic::field(l, "dx_loop_qpn")) as u32,
             }
         })
         .collect();
@@ -151,9 +163,70 @@ fn check_wqes(ctx: &str, r: &Role, qpn: u32, nic: &[NicWqe], want: &[Wqe]) -> us
     mine.len()
 }
 
+/// A WQE line as compared: (qpn, idx, op, len, raddr, rkey, signaled, status, peer qpn, peer pid).
+type LoggedWqe = (u32, u32, String, u64, u64, u32, bool, u32, u32, u32);
+
+/// The loopback QPs' WQEs (ibgda_host.c `loopback`): the verbs QP's three writes (1000, 1500,
+/// 2000 + 8 × role bytes) and its 256-byte read, all at its buffer + 4096, signaled; the devx QP's
+/// signaled 64-byte write at + 12288. Each names its own QP and process as its peer.
+fn check_loopback_log(ctx: &str, r: &Role, nic: &[NicWqe]) -> usize {
+    let lens = [1000, 1500, 2000 + 8 * u64::from(r.role), 256];
+    let want: Vec<LoggedWqe> = lens
+        .iter()
+        .enumerate()
+        .map(|(i, &len)| {
+            let op = if i == 3 { "RDMA_READ" } else { "RDMA_WRITE" };
+            let q = r.loop_qpn;
+            let a = r.loop_addr + 4096;
+            (
+                q,
+                i as u32,
+                op.into(),
+                len,
+                a,
+                r.loop_rkey,
+                true,
+                0,
+                q,
+                r.pid,
+            )
+        })
+        .chain(std::iter::once((
+            r.dx_loop_qpn,
+            0,
+            "RDMA_WRITE".into(),
+            64,
+            r.loop_addr + 12288,
+            r.loop_rkey,
+            true,
+            0,
+            r.dx_loop_qpn,
+            r.pid,
+        )))
+        .collect();
+    let got: Vec<_> = nic
+        .iter()
+        .filter(|w| w.pid == r.pid && (w.qpn == r.loop_qpn || w.qpn == r.dx_loop_qpn))
+        .map(|w| {
+            let x = w.clone();
+            (
+                x.qpn, x.idx, x.op, x.len, x.raddr, x.rkey, x.signaled, x.status, x.rqpn, x.rpid,
+            )
+        })
+        .collect();
+    assert_eq!(
+        got, want,
+        "{ctx}: NIC log of pid {}'s loopback QPs (qpn, idx, op, len, raddr, rkey, signaled, \
+         status, peer qpn, peer pid)",
+        r.pid
+    );
+    got.len()
+}
+
 fn check_nic_log(ctx: &str, nic: &[NicWqe], r: &Role) {
     let n = check_wqes(ctx, r, r.qpn, nic, &expected_wqes(r.role))
-        + check_wqes(ctx, r, r.dci_qpn, nic, &dci_wqes(r.dci_idx));
+        + check_wqes(ctx, r, r.dci_qpn, nic, &dci_wqes(r.dci_idx))
+        + check_loopback_log(ctx, r, nic);
     assert_eq!(
         nic.iter().filter(|w| w.pid == r.pid).count(),
         n,
@@ -281,7 +354,60 @@ fn check_record(ctx: &str, t: &Trace, rs: &[Role], gids: [[u8; 16]; 2]) {
             Some(address.as_str()),
             "{ctx}: JSON peer address of {label}"
         );
+        // The loopback QPs: each its own process's, at its own address (issue 40 item 6).
+        for label in [
+            format!("qp {:#x}", r.loop_qpn),
+            format!("devx qp {:#x}", r.dx_loop_qpn),
+        ] {
+            let ep = p["endpoints"]
+                .as_array()
+                .expect("endpoints")
+                .iter()
+                .find(|e| e["label"].as_str() == Some(label.as_str()))
+                .unwrap_or_else(|| panic!("{ctx}: no '{label}' in {p}"));
+            assert_eq!(
+                ep["peer"]["pid"].as_u64(),
+                Some(r.pid as u64),
+                "{ctx}: the loopback {label} of pid {} is its own peer: {}",
+                r.pid,
+                ep["peer"]
+            );
+        }
     }
+    // The process matrix: each process's loopback bytes on itself, exactly (the verbs QP's
+    // writes and read; on the CPU nothing else of ibgda_host is counted: its devx QPs ring
+    // their UARs directly), nothing between the two and no `untraced` row or column.
+    let pm = &j["process_matrix"];
+    let labels: Vec<&str> = pm["labels"]
+        .as_array()
+        .expect("labels")
+        .iter()
+        .map(|l| l.as_str().expect("label"))
+        .collect();
+    assert_eq!(labels.len(), 2, "{ctx}: process matrix labels {labels:?}");
+    let at = |pid: u32| {
+        labels
+            .iter()
+            .position(|l| l.contains(&format!(" {pid}@")))
+            .unwrap_or_else(|| panic!("{ctx}: pid {pid} not in {labels:?}"))
+    };
+    let mut want = vec![vec![0u64; 2]; 2];
+    for r in rs {
+        want[at(r.pid)][at(r.pid)] = r.loop_bytes;
+    }
+    let got: Vec<Vec<u64>> = pm["bytes"]
+        .as_array()
+        .expect("bytes")
+        .iter()
+        .map(|row| {
+            row.as_array()
+                .expect("row")
+                .iter()
+                .map(|b| b.as_f64().expect("bytes") as u64)
+                .collect()
+        })
+        .collect();
+    assert_eq!(got, want, "{ctx}: process matrix {labels:?}");
 }
 
 /// ibgda_host on one host with NVSHMEM's INIT2RTR (grh bit 0), then its two processes on two
@@ -594,4 +720,133 @@ fn check_error_counts(ctx: &str, procs: &[sigmatop::trace::reader::ProcessRecord
     }
     totals.sort();
     assert_eq!(totals, [1, 8], "{ctx}: errors per process");
+}
+
+/// A WQE line as compared: (qpn, idx, op, len, signaled, status, peer qpn, peer pid).
+type SentWqe = (u32, u32, String, u64, bool, u32, u32, u32);
+
+/// The fields of the "gdaki_host STEP qp=X ..." line for `step` and QP `qp`.
+fn gdaki_line<'a>(text: &'a str, step: &str, qp: &str) -> &'a str {
+    let head = format!("gdaki_host {step} qp={qp} ");
+    text.lines()
+        .find(|l| l.starts_with(&head) && l.ends_with(" ok"))
+        .unwrap_or_else(|| panic!("no '{head}... ok' line in:\n{text}"))
+}
+
+/// NCCL 2.28's GIN error query on the NIC (issue 40, items 1 and 5): `gdaki_host`
+/// (tests/testnic/gdaki_host.c) builds two devx RC QPs with DOCA GPUNetIO's commands in DOCA's
+/// order and queries them with QUERY_QP through `mlx5dv_devx_obj_query`, as
+/// `doca_gpu_verbs_query_last_error` does. A healthy QP says RTS with the PSNs, remote QPN and
+/// path it was given (one write later: both PSNs one further); the QP the NIC put in error
+/// (a wrong rkey) says ERR, NCCL's `has_error`; the program's 2ERR / 2RST show; a query naming
+/// another QPN, a short output box and QUERY_CQ are refused; the NIC's exit line counts the
+/// queries it answered and those that said ERR. Untraced and in every mode (the
+/// preload lets the query through untouched); the NIC log holds A's two writes, peer B; under
+/// sigmatop both devx QPs are recorded, each the other's peer in the same process.
+#[test]
+fn gdaki_qp_error_query_on_a_healthy_and_an_errored_qp() {
+    build_nic();
+    let prog = nic_program("gdaki_host");
+    for mode in MODES {
+        let dir = common::scratch("testnic-gdaki");
+        let log = dir.join("nic-log");
+        std::fs::create_dir_all(&log).expect("log dir");
+        let trace = mode.map(|m| Trace::new(m, &dir));
+        let out = run_one(&prog, &[], &log, trace.as_ref());
+        let ctx = format!("gdaki_host mode {mode:?}");
+        let text = common::stdout_of(&out);
+        assert!(
+            out.status.success(),
+            "{ctx} failed:\n{text}\n{}",
+            common::stderr_of(&out)
+        );
+        let created = text
+            .lines()
+            .find(|l| l.starts_with("gdaki_host created "))
+            .unwrap_or_else(|| panic!("{ctx}: no 'created' line:\n{text}"));
+        let pid: u32 = testnic::field(created, "pid").parse().expect("pid");
+        let qa = hex(testnic::field(created, "qpn_a")) as u32;
+        let qb = hex(testnic::field(created, "qpn_b")) as u32;
+        // (step, qp, state, has_error, sq_psn, rq_psn, remote QPN)
+        let want = [
+            ("healthy", "A", "RTS", "0", 0x1234, 0x5678, qb),
+            ("healthy", "B", "RTS", "0", 0x5678, 0x1234, qa),
+            ("after_write", "A", "RTS", "0", 0x1235, 0x5678, qb),
+            ("after_write", "B", "RTS", "0", 0x5678, 0x1235, qa),
+        ];
+        for (step, qp, state, err, sq, rq, remote) in want {
+            let l = gdaki_line(&text, step, qp);
+            assert_eq!(
+                (
+                    testnic::field(l, "state"),
+                    testnic::field(l, "has_error"),
+                    hex(testnic::field(l, "sq_psn")),
+                    hex(testnic::field(l, "rq_psn")),
+                    hex(testnic::field(l, "remote_qpn")) as u32,
+                ),
+                (state, err, sq, rq, remote),
+                "{ctx}: {l}"
+            );
+        }
+        let l = gdaki_line(&text, "errored", "A");
+        assert_eq!(
+            (testnic::field(l, "state"), testnic::field(l, "has_error")),
+            ("ERR", "1"),
+            "{ctx}: {l}"
+        );
+        gdaki_line(&text, "transitions", "B");
+        // The NIC's exit line: the seven queries it answered (2 healthy, 2 after the write, A in
+        // error, B after 2ERR and after 2RST; the refused ones are not answers), two in ERR.
+        let err = common::stderr_of(&out);
+        let want_line = format!("testnic: pid {pid} QUERY_QP answered 7 times, 2 in ERR");
+        assert!(
+            err.lines().any(|l| l == want_line),
+            "{ctx}: no '{want_line}' on stderr:\n{err}"
+        );
+        assert!(
+            text.lines()
+                .any(|l| l.starts_with("gdaki_host refused ") && l.ends_with(" ok")),
+            "{ctx}: {text}"
+        );
+        // The NIC log: A's good write (64 B) and the wrong-rkey one (8 B; a remote error is in
+        // the CQE, not the log), both to B; B sent nothing.
+        let nic = nic_log(&log);
+        let got: Vec<SentWqe> = nic
+            .iter()
+            .filter(|w| w.pid == pid)
+            .map(|w| {
+                (
+                    w.qpn,
+                    w.idx,
+                    w.op.clone(),
+                    w.len,
+                    w.signaled,
+                    w.status,
+                    w.rqpn,
+                    w.rpid,
+                )
+            })
+            .collect();
+        let w = |idx, len| (qa, idx, "RDMA_WRITE".to_string(), len, true, 0, qb, pid);
+        assert_eq!(
+            got,
+            vec![w(0, 64), w(1, 8)],
+            "{ctx}: NIC log (qpn, idx, op, len, signaled, status, peer qpn, peer pid)"
+        );
+        if let Some(t) = &trace {
+            let procs = common::processes(t);
+            let p = procs
+                .iter()
+                .find(|p| p.identity.pid == pid)
+                .unwrap_or_else(|| panic!("{ctx}: pid {pid} not recorded"));
+            for (me, other) in [(qa, qb), (qb, qa)] {
+                let peer = devx_peer(&ctx, p, me);
+                assert_eq!(peer.qpn, Some(other), "{ctx}: peer of devx QP 0x{me:x}");
+                assert!(
+                    p.identity.own_addr_hashes.contains(&peer.addr_hash),
+                    "{ctx}: the peer of 0x{me:x} is no own address of the process"
+                );
+            }
+        }
+    }
 }

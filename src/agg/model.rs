@@ -100,6 +100,9 @@ pub struct ProcessState {
     pub queues: Option<crate::queue::Queues>,
     /// Where its NCCL communicators wait, as its latest `Frame::NcclWaits` said.
     pub nccl_waits: Option<crate::nccl::live::NcclWaits>,
+    /// Its NCCL calls as the user made them, by size, and the kernels' GPU starts, as its
+    /// latest `Frame::NcclCalls` said.
+    pub nccl_calls: Option<crate::nccl::live::NcclCalls>,
 }
 
 impl ProcessState {
@@ -179,6 +182,7 @@ impl ProcessState {
             Frame::Nccl(n) => self.nccl = Some(n),
             Frame::Queues(q) => self.queues = Some(q),
             Frame::NcclWaits(w) => self.nccl_waits = Some(w),
+            Frame::NcclCalls(c) => self.nccl_calls = Some(c),
         }
     }
 
@@ -404,6 +408,7 @@ impl Model {
                 | Frame::Nccl(_)
                 | Frame::Queues(_)
                 | Frame::NcclWaits(_)
+                | Frame::NcclCalls(_)
         ) {
             self.topology += 1;
         }
@@ -608,6 +613,7 @@ impl Model {
             if let Some(t) = crate::nccl::live::Tracker::of_file(pr) {
                 m.apply(&key, Frame::Nccl(t.live()));
                 m.apply(&key, Frame::NcclWaits(t.waits()));
+                m.apply(&key, Frame::NcclCalls(t.calls()));
             }
             let p = m.process_mut(&key);
             p.exited = true;

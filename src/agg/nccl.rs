@@ -37,6 +37,8 @@ pub struct RankView {
     /// Among the latest collectives every rank started: how often this rank came last, and its
     /// mean lag behind the first rank to arrive.
     pub last_arrivals: u64,
+    /// How often its kernel started last on the GPU (KernelCh events).
+    pub gpu_last_arrivals: u64,
     pub mean_lag_ns: u64,
     /// Its process sent nothing for longer than the threshold (stopped, or gone without a
     /// goodbye) and has not exited.
@@ -157,6 +159,12 @@ pub struct CommView {
     pub median_spread_ns: u64,
     pub max_spread_ns: u64,
     pub max_spread_last_rank: Option<u32>,
+    /// The same from the GPU's view (each rank's first kernel start of a collective, NCCL's
+    /// KernelCh events); 0 / none: no kernel events.
+    pub gpu_arrivals: u64,
+    pub gpu_median_spread_ns: u64,
+    pub gpu_max_spread_ns: u64,
+    pub gpu_max_spread_last_rank: Option<u32>,
 }
 
 /// A collective some rank started and that has not completed after the threshold.
@@ -210,6 +218,8 @@ struct Member<'m> {
     c: &'m CommLive,
     /// Where it waits (NCCL's proxy-step states), when its preload sends it.
     w: Option<&'m CommWaits>,
+    /// Its calls as the user made them and its kernels' GPU starts (protocol 6).
+    k: Option<&'m crate::nccl::live::CommCalls>,
     p: &'m ProcessState,
 }
 
@@ -232,6 +242,11 @@ pub fn collectives(model: &Model, t: u64, hang_ns: u64) -> CollectivesView {
                     .iter()
                     .find(|x| x.comm_id == c.comm_id && x.rank == c.rank)
             });
+            let k = p.nccl_calls.as_ref().and_then(|k| {
+                k.comms
+                    .iter()
+                    .find(|x| x.comm_id == c.comm_id && x.rank == c.rank)
+            });
             by_comm.entry(c.comm_id).or_default().push(Member {
                 host: &key.host,
                 pid: key.pid,
@@ -239,6 +254,7 @@ pub fn collectives(model: &Model, t: u64, hang_ns: u64) -> CollectivesView {
                 exited: p.exited,
                 c,
                 w,
+                k,
                 p,
             });
         }
@@ -304,8 +320,28 @@ fn comm_view(comm_id: u64, ms: &[Member], t: u64, hang_ns: u64) -> CommView {
             row.open += r.open;
         }
     }
-    let rows: Vec<CollRowView> = rows
+    // Calls NCCL made of point-to-point parts (AlltoAll, Gather, Scatter, a user's Group): their
+    // own rows, before the Send/Recv rows of their parts.
+    let mut api: BTreeMap<u8, CollRowView> = BTreeMap::new();
+    for m in ms {
+        for r in m.k.map(|k| k.api_rows.as_slice()).unwrap_or(&[]) {
+            let row = api.entry(r.func).or_insert_with(|| CollRowView {
+                func: format::func_name(r.func).to_string(),
+                algo: "-".into(),
+                proto: "-".into(),
+                ..Default::default()
+            });
+            if r.count > row.count || (r.count == row.count && r.bytes > row.bytes) {
+                row.count = r.count;
+                row.bytes = r.bytes;
+            }
+            row.time_ns = row.time_ns.max(r.time_ns);
+            row.open += r.open;
+        }
+    }
+    let rows: Vec<CollRowView> = api
         .into_values()
+        .chain(rows.into_values())
         .map(|mut r| {
             let (size, factor) = bus(&r.func, r.bytes, nranks as u64);
             if r.time_ns > 0 {
@@ -315,10 +351,20 @@ fn comm_view(comm_id: u64, ms: &[Member], t: u64, hang_ns: u64) -> CommView {
         })
         .collect();
     // Arrivals: the sequence numbers every rank of the communicator reported a start of.
-    let mut starts: BTreeMap<u64, Vec<(u32, u64)>> = BTreeMap::new();
+    // Collectives by sequence number, calls made of parts (AlltoAll...) by function and number.
+    let mut starts: BTreeMap<(u8, u64), Vec<(u32, u64)>> = BTreeMap::new();
+    let mut gpu_starts: BTreeMap<u64, Vec<(u32, u64)>> = BTreeMap::new();
     for m in ms {
         for &(seq, ns) in &m.c.recent {
-            starts.entry(seq).or_default().push((m.c.rank, ns));
+            starts.entry((255, seq)).or_default().push((m.c.rank, ns));
+        }
+        if let Some(k) = m.k {
+            for &(f, n, ns) in &k.api_recent {
+                starts.entry((f, n)).or_default().push((m.c.rank, ns));
+            }
+            for &(seq, ns) in &k.gpu_recent {
+                gpu_starts.entry(seq).or_default().push((m.c.rank, ns));
+            }
         }
     }
     let full = ms.len() as u32 >= nranks.max(2);
@@ -343,6 +389,25 @@ fn comm_view(comm_id: u64, ms: &[Member], t: u64, hang_ns: u64) -> CommView {
         }
     }
     spreads.sort_unstable();
+    // From the GPU's view: the first kernel start of each collective every rank reported.
+    let mut gpu_spreads = Vec::new();
+    let mut gpu_last: BTreeMap<u32, u64> = BTreeMap::new();
+    let mut gpu_worst: Option<(u64, u32)> = None;
+    for v in gpu_starts
+        .values()
+        .filter(|v| full && v.len() as u32 >= nranks)
+    {
+        let lo = v.iter().map(|x| x.1).min().unwrap_or(0);
+        let Some(&(lr, hi)) = v.iter().max_by_key(|x| x.1) else {
+            continue;
+        };
+        gpu_spreads.push(hi - lo);
+        *gpu_last.entry(lr).or_default() += 1;
+        if gpu_worst.is_none_or(|w| hi - lo >= w.0) {
+            gpu_worst = Some((hi - lo, lr));
+        }
+    }
+    gpu_spreads.sort_unstable();
     let ranks = ms
         .iter()
         .map(|m| RankView {
@@ -361,6 +426,7 @@ fn comm_view(comm_id: u64, ms: &[Member], t: u64, hang_ns: u64) -> CommView {
                 )
             }),
             last_arrivals: last.get(&m.c.rank).copied().unwrap_or(0),
+            gpu_last_arrivals: gpu_last.get(&m.c.rank).copied().unwrap_or(0),
             mean_lag_ns: lag
                 .get(&m.c.rank)
                 .map_or(0, |(s, n)| if *n > 0 { s / n } else { 0 }),
@@ -379,6 +445,10 @@ fn comm_view(comm_id: u64, ms: &[Member], t: u64, hang_ns: u64) -> CommView {
         median_spread_ns: spreads.get(spreads.len() / 2).copied().unwrap_or(0),
         max_spread_ns: spreads.last().copied().unwrap_or(0),
         max_spread_last_rank: worst.map(|w| w.1),
+        gpu_arrivals: gpu_spreads.len() as u64,
+        gpu_median_spread_ns: gpu_spreads.get(gpu_spreads.len() / 2).copied().unwrap_or(0),
+        gpu_max_spread_ns: gpu_spreads.last().copied().unwrap_or(0),
+        gpu_max_spread_last_rank: gpu_worst.map(|w| w.1),
     }
 }
 

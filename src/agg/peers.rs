@@ -547,6 +547,63 @@ mod tests {
         assert_eq!((y.process, y.qp), (Some(0), Some((0, 1))));
     }
 
+    /// Issue 40 item 6: two processes on simulated hosts 1 and 2 (NVSHMEM's PEs, ibgda_host),
+    /// each with an RC QP to the other and a loopback QP connected to itself; QPNs collide
+    /// across the hosts (0x100 ↔ 0x100, both loopbacks 0x103). Each loopback QP's peer is its
+    /// own process and its own QP, never the other host's equal number nor nobody; and so in a
+    /// record that has no address at all (devx records of the GPU machine), by number alone.
+    #[test]
+    fn a_qp_connected_to_itself_is_its_own_process_across_hosts() {
+        let (g1, g2) = (gid(1), gid(2));
+        let p1 = ident("h1", &[qp_addr_hash(&g1, 0x100), qp_addr_hash(&g1, 0x103)]);
+        let p2 = ident("h2", &[qp_addr_hash(&g2, 0x100), qp_addr_hash(&g2, 0x103)]);
+        let e1 = [
+            (qp(1, 0x100, g2, 0x100), Some(g1)),
+            (qp(2, 0x103, g1, 0x103), Some(g1)),
+        ];
+        let e2 = [
+            (qp(1, 0x100, g1, 0x100), Some(g2)),
+            (qp(2, 0x103, g2, 0x103), Some(g2)),
+        ];
+        let p = Peers::build([(&p1, with_ports(&e1)), (&p2, with_ports(&e2))]);
+        for (me, eps) in [(0u32, &e1), (1, &e2)] {
+            let other = 1 - me;
+            let rc = p.of(me, &eps[0].0, &[]);
+            assert_eq!(
+                (rc.process, rc.qp),
+                (Some(other), Some((other, 1))),
+                "RC of {me}"
+            );
+            let lo = p.of(me, &eps[1].0, &[]);
+            assert_eq!(
+                (lo.process, lo.qp, lo.by_hash),
+                (Some(me), Some((me, 2)), Some(me)),
+                "loopback of {me}"
+            );
+            assert!(!lo.untraced());
+            let addr = lo.addr.expect("address");
+            assert_eq!((addr.port, addr.qpn), (Some(eps[1].1.unwrap()), 0x103));
+        }
+        // Without the own-address hashes (a hash that names nobody, as before the preload added
+        // them for devx QPs): the QP index still finds the QP at its own address.
+        let (q1, q2) = (ident("h1", &[]), ident("h2", &[]));
+        let p = Peers::build([(&q1, with_ports(&e1)), (&q2, with_ports(&e2))]);
+        for (me, eps) in [(0u32, &e1), (1, &e2)] {
+            let lo = p.of(me, &eps[1].0, &[]);
+            assert_eq!((lo.process, lo.qp), (Some(me), Some((me, 2))), "{me}");
+        }
+        // A record without any address (peer GID, own port, hashes): the number alone, and
+        // the loopback is the process's own QP rather than the other host's 0x103.
+        let bare = |id, qpn, peer_qpn| (ep(id, 0, Some(qpn), Some(peer_qpn)), None);
+        let b1 = [bare(1, 0x100, 0x100), bare(2, 0x103, 0x103)];
+        let b2 = [bare(1, 0x100, 0x100), bare(2, 0x103, 0x103)];
+        let p = Peers::build([(&q1, with_ports(&b1)), (&q2, with_ports(&b2))]);
+        for (me, eps) in [(0u32, &b1), (1, &b2)] {
+            let lo = p.of(me, &eps[1].0, &[]);
+            assert_eq!((lo.process, lo.qp), (Some(me), Some((me, 2))), "bare {me}");
+        }
+    }
+
     /// The same on an InfiniBand port without a GRH: LIDs 12 (server, untraced) and 13.
     #[test]
     fn equal_qpns_by_lid_with_the_peer_untraced() {

@@ -254,6 +254,10 @@ pub struct ReportArgs {
     /// first). Runs are never merged.
     #[arg(long, value_name = "N")]
     pub run: Option<usize>,
+    /// NCCL: list every call of every rank (as the user made it, its parts under it: sequence
+    /// number, bytes, algorithm, protocol, channels, host and GPU times, work requests joined).
+    #[arg(long)]
+    pub calls: bool,
 }
 
 #[derive(Args, Debug, Clone)]
@@ -282,15 +286,21 @@ pub struct ReplayArgs {
 pub struct DemoArgs {
     /// Which recording: `nccl` (default), an expert-parallel MoE dispatch/combine (torch
     /// all_to_all over NCCL 2.28, skewed routing: one hot node) with 4 ranks, each its own node,
-    /// on an H200 over sigmatop's software mlx5 NIC; `mpi`, a 4-rank Open MPI job over UCX with
+    /// on an H200 over sigmatop's software mlx5 NIC; `collectives`, an NCCL-shaped MoE exchange
+    /// on the CPU with its NCCL profiler events (AlltoAll and a group of sends and receives per
+    /// step, one hot rank, one straggler; press c); `mpi`, a 4-rank Open MPI job over UCX with
     /// one hot rank; or `gpu`, NVIDIA's NVSHMEM shmem_put_bw with 2 PEs on an H200,
     /// GPU-initiated (IBGDA) over the software NIC (press d for its doorbells).
-    #[arg(value_name = "WHICH", default_value = "nccl", value_parser = ["nccl", "mpi", "gpu"])]
+    #[arg(value_name = "WHICH", default_value = "nccl", value_parser = ["nccl", "collectives", "mpi", "gpu"])]
     pub which: String,
-    /// Playback speed: 1 = as recorded, 10 = ten times faster, 0.5 = half; 0 = no playback: the
-    /// dashboard opens on the end of the recording ([ ] step back through it).
-    #[arg(long, default_value = "1", value_name = "X", value_parser = parse_speed, allow_negative_numbers = true)]
-    pub speed: f64,
+    /// Playback speed: 1 = as recorded, 10 = ten times faster, 0.5 = half (default 0.1: the
+    /// recordings are seconds long); 0 = no playback: the dashboard opens on the end of the
+    /// recording ([ ] step back through it).
+    #[arg(long, value_name = "X", value_parser = parse_speed, allow_negative_numbers = true)]
+    pub speed: Option<f64>,
+    /// Play the recording once (by default it plays again, 4 s after its end, until q).
+    #[arg(long)]
+    pub once: bool,
     /// Dashboard theme: dark (default), light, mono, or a theme .toml file; NO_COLOR=1 means mono.
     #[arg(long, value_name = "THEME")]
     pub theme: Option<String>,

@@ -64,6 +64,10 @@ pub trait Source {
     fn empty_hint(&self) -> Option<String> {
         None
     }
+    /// Why the Collectives view is empty, when the source knows.
+    fn collectives_hint(&self) -> Option<String> {
+        None
+    }
     /// The source is done and the dashboard should close (a program stopped by a forwarded
     /// Ctrl-C has exited).
     fn wants_to_leave(&self) -> bool {
@@ -166,6 +170,7 @@ impl<S: Source> Dashboard<S> {
         self.vm.status.notice = self.note.clone();
         self.app.interrupt_label = self.source.interrupt_label();
         self.app.empty_hint = self.source.empty_hint();
+        self.app.collectives_hint = self.source.collectives_hint();
         self.dirty = false;
         self.last_build = Some(Instant::now());
     }

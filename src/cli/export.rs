@@ -22,12 +22,16 @@ pub fn export(args: &ExportArgs) -> CliResult {
     }
     let corr = crate::correlate::Correlation::new(&rec);
     let opts = crate::correlate::RunOptions::default();
+    let nccl = crate::nccl::model::load(&rec);
     let (analysis, pstats) = match &args.perfetto {
         Some(path) => {
             let f = std::fs::File::create(path)
                 .map_err(|e| format!("cannot create {}: {e}", path.display()))?;
             // The sink gathers packets into large writes itself.
             let mut sink = crate::export::perfetto::PerfettoSink::new(f);
+            if let Some(n) = &nccl {
+                sink.set_nccl(n.clone());
+            }
             let a = corr.run(&opts, &mut sink);
             let stats = sink.stats.clone();
             sink.into_inner()
@@ -49,6 +53,12 @@ pub fn export(args: &ExportArgs) -> CliResult {
             st.flows,
             st.bytes
         );
+        if st.nccl_calls > 0 {
+            eprintln!(
+                "sigmatop: NCCL: {} calls, {} slices (calls, proxy operations, steps), {} flows to their work requests",
+                st.nccl_calls, st.nccl_slices, st.nccl_flows
+            );
+        }
         if let Some(note) = large_trace_note(path, st.bytes) {
             eprintln!("sigmatop: {note}");
         }
@@ -58,7 +68,7 @@ pub fn export(args: &ExportArgs) -> CliResult {
         let mut ex = crate::export::json::build(&corr, &analysis, model.report());
         ex.quiet = model.quiet_report();
         ex.perfetto = pstats;
-        ex.nccl = crate::nccl::model::load(&rec);
+        ex.nccl = nccl;
         let s = serde_json::to_string_pretty(&ex).map_err(|e| e.to_string())?;
         if path.as_os_str() == "-" {
             println!("{s}");

@@ -59,6 +59,8 @@ struct NcclFeed {
     recs: Vec<(u64, crate::nccl::format::Rec)>,
     pos: usize,
     tracker: crate::nccl::live::Tracker,
+    /// Every record played and the tracker told the record ended.
+    done: bool,
 }
 
 /// The NCCL file of a process of a recording, if it has one; a problem reading it is said.
@@ -93,6 +95,7 @@ fn nccl_feed(
         recs,
         pos: 0,
         tracker: crate::nccl::live::Tracker::new(),
+        done: false,
     })
 }
 
@@ -110,6 +113,19 @@ pub struct ReplaySource {
     /// Events read but not kept by the view (more than it shows arrived within one poll).
     pub events_skipped: u64,
     pub events_applied: u64,
+    /// `sigmatop demo`: plays the recording again from its start, [`LOOP_HOLD`] after its end.
+    looping: Option<Loop>,
+}
+
+/// How long a looping replay holds its last state before it starts again.
+pub const LOOP_HOLD: Duration = Duration::from_secs(4);
+
+/// A looping replay: what to open again, and how often it played.
+#[derive(Clone, Debug)]
+struct Loop {
+    dirs: Vec<PathBuf>,
+    lap: u32,
+    ended_at: Option<Instant>,
 }
 
 impl ReplaySource {
@@ -197,7 +213,62 @@ impl ReplaySource {
             problems,
             events_skipped: 0,
             events_applied: 0,
+            looping: None,
         })
+    }
+
+    /// Plays the recording again and again (`sigmatop demo`): [`LOOP_HOLD`] after its end, the
+    /// model is emptied and the replay starts from the beginning.
+    pub fn looping(mut self, dirs: &[PathBuf]) -> ReplaySource {
+        self.looping = Some(Loop {
+            dirs: dirs.to_vec(),
+            lap: 1,
+            ended_at: None,
+        });
+        self
+    }
+
+    /// Which pass of a looping replay this is (1: the first; 0: not looping).
+    pub fn lap(&self) -> u32 {
+        self.looping.as_ref().map_or(0, |l| l.lap)
+    }
+
+    /// A looping replay at its end for [`LOOP_HOLD`]: starts it again (`now`: the real time).
+    fn restart_if_due(&mut self, model: &mut Model, now: Instant) -> bool {
+        let Some(l) = self.looping.as_mut() else {
+            return false;
+        };
+        if !(self.playing && self.vnow >= self.end_ns && self.procs.iter().all(|p| p.ended)) {
+            l.ended_at = None;
+            return false;
+        }
+        let ended = *l.ended_at.get_or_insert(now);
+        if now.duration_since(ended) < LOOP_HOLD {
+            return false;
+        }
+        let (dirs, lap) = (l.dirs.clone(), l.lap);
+        match ReplaySource::open(&dirs, &self.label, self.speed) {
+            Ok(mut fresh) => {
+                fresh.looping = Some(Loop {
+                    dirs,
+                    lap: lap + 1,
+                    ended_at: None,
+                });
+                fresh.events_applied = self.events_applied;
+                fresh.events_skipped = self.events_skipped;
+                *self = fresh;
+                *model = Model::new();
+                true
+            }
+            Err(e) => {
+                // The recording went away under us: stop looping, keep what is shown.
+                model
+                    .messages
+                    .push(format!("demo: cannot play it again: {e}"));
+                self.looping = None;
+                false
+            }
+        }
     }
 
     /// Length of the recording.
@@ -225,6 +296,7 @@ impl ReplaySource {
             model.messages.push(p);
         }
         let now = self.vnow;
+        let replay_end = self.end_ns;
         let mut applied = 0;
         for f in &mut self.procs {
             if f.ended {
@@ -349,7 +421,11 @@ impl ReplaySource {
         let upto = model.latest_ns().min(now);
         for f in &mut self.procs {
             let Some(n) = f.nccl.as_mut() else { continue };
-            let limit = if f.ended { u64::MAX } else { upto };
+            let (limit, view) = if f.ended {
+                (u64::MAX, now)
+            } else {
+                (upto, upto)
+            };
             let due = n.recs[n.pos..].iter().take_while(|x| x.0 <= limit).count();
             if due > 0 {
                 for (_, r) in &n.recs[n.pos..n.pos + due] {
@@ -358,6 +434,24 @@ impl ReplaySource {
                 n.pos += due;
                 model.apply(&f.key, Frame::Nccl(n.tracker.live()));
                 model.apply(&f.key, Frame::NcclWaits(n.tracker.waits()));
+                model.apply(&f.key, Frame::NcclCalls(n.tracker.calls()));
+                applied += 1;
+            }
+            // Its last record is past by the grace: what waits only for it completes (the
+            // live plugin's tracker sees its clock move on; a record's tracker does not).
+            let last = n.recs.last().map_or(0, |x| x.0);
+            if !n.done
+                && n.pos == n.recs.len()
+                && view
+                    >= last
+                        .saturating_add(crate::nccl::live::NO_OP_GRACE_NS)
+                        .min(replay_end)
+            {
+                n.done = true;
+                n.tracker.end();
+                model.apply(&f.key, Frame::Nccl(n.tracker.live()));
+                model.apply(&f.key, Frame::NcclWaits(n.tracker.waits()));
+                model.apply(&f.key, Frame::NcclCalls(n.tracker.calls()));
                 applied += 1;
             }
         }
@@ -373,6 +467,9 @@ impl Source for ReplaySource {
             self.vnow = self.vnow.saturating_add(dt as u64).min(self.end_ns);
         }
         self.last_real = real;
+        if self.restart_if_due(model, real) {
+            self.last_real = Instant::now();
+        }
         self.apply_due(model)
     }
 
@@ -408,6 +505,12 @@ impl Source for ReplaySource {
         self.label.clone()
     }
 
+    fn collectives_hint(&self) -> Option<String> {
+        (self.label == "demo").then(|| {
+            "this recording's NCCL profiler events were left out for size (the verbs traffic is all here): `sigmatop demo collectives` replays an NCCL-shaped MoE exchange with them".to_string()
+        })
+    }
+
     fn clock_style(&self) -> ClockStyle {
         ClockStyle::SinceStart
     }
@@ -415,6 +518,19 @@ impl Source for ReplaySource {
     fn note(&self) -> Option<String> {
         let pos = (self.vnow - self.start_ns) as f64 / 1e9;
         let len = self.duration_ns() as f64 / 1e9;
+        if let Some(l) = &self.looping {
+            let state = if !self.playing {
+                format!("stopped at {}×", fmt_speed(self.speed))
+            } else if self.finished() {
+                "ended, plays again".to_string()
+            } else {
+                format!("playing {}×", fmt_speed(self.speed))
+            };
+            return Some(format!(
+                "demo pass {} · {pos:.2}s of {len:.2}s · {state} · + - speed · space pauses · q quits",
+                l.lap
+            ));
+        }
         if self.finished() {
             // Speed means nothing any more; what a person can still do is step back or leave.
             return Some(format!(
@@ -581,10 +697,15 @@ fn unpack(files: &[(&str, &[u8])]) -> Result<TempDir, String> {
     Ok(tmp)
 }
 
+/// `sigmatop demo`'s speed when none is given: a tenth of the recording's (the NCCL MoE run is
+/// 1.3 s long: 13 s a pass).
+pub const DEMO_SPEED: f64 = 0.1;
+
 pub fn demo(args: &DemoArgs) -> CliResult {
     let (files, label) = match args.which.as_str() {
         "gpu" => (embedded::DEMO_GPU_FILES, "demo gpu"),
         "mpi" => (embedded::DEMO_FILES, "demo mpi"),
+        "collectives" => (embedded::DEMO_COLL_FILES, "demo collectives"),
         _ => (embedded::DEMO_NCCL_FILES, "demo"),
     };
     if files.is_empty() {
@@ -601,7 +722,15 @@ pub fn demo(args: &DemoArgs) -> CliResult {
         );
         return print_summary(&dirs, None);
     }
-    let src = ReplaySource::open(&dirs, label, args.speed)?;
+    // Played again and again, and by default slower than it ran (the NCCL recording is 1.3 s of
+    // program time): long enough to be seen.
+    let speed = args.speed.unwrap_or(DEMO_SPEED);
+    let src = ReplaySource::open(&dirs, label, speed)?;
+    let src = if args.once || speed == 0.0 {
+        src
+    } else {
+        src.looping(&dirs)
+    };
     let r = dashboard::run(src, args.theme.as_deref());
     drop(tmp);
     r

@@ -385,6 +385,17 @@ pub fn report(args: &ReportArgs) -> CliResult {
         ex.nccl = crate::nccl::model::load(rec);
         let limit = table::width_for(std::io::IsTerminal::is_terminal(&std::io::stdout()));
         print!("{}", table::fit_lines(&render(&ex, limit), limit));
+        if args.calls {
+            match &ex.nccl {
+                Some(n) => print!(
+                    "{}",
+                    table::fit_lines(&crate::nccl::model::render_calls(n), limit)
+                ),
+                None => println!(
+                    "--calls: this record holds no NCCL profiler events (docs/NCCL.md: sigmatop is NCCL's profiler plugin when NCCL_PROFILER_PLUGIN names it)"
+                ),
+            }
+        }
     }
     Ok(0)
 }

@@ -148,14 +148,26 @@ pub fn traced_command(args: &RunArgs, socket_dir: &Path) -> Result<Command, Stri
     cmd.env("LD_PRELOAD", ld)
         .env("SIGMATOP_MODE", mode.name())
         .env("SIGMATOP_SOCKET_DIR", socket_dir);
-    // sigmatop is also NCCL's profiler plugin (docs/NCCL.md); a plugin the user chose stays.
+    // sigmatop is also NCCL's profiler plugin (docs/NCCL.md); a plugin the user chose is
+    // chained behind it (NCCL loads one): sigmatop loads it and forwards every call to it.
+    cmd.env("NCCL_PROFILER_PLUGIN", &preload);
     match std::env::var_os("NCCL_PROFILER_PLUGIN") {
-        Some(v) if !v.is_empty() => eprintln!(
-            "sigmatop: NCCL_PROFILER_PLUGIN={} is yours and stays: NCCL collectives are not attributed by sigmatop, verbs tracing goes on",
-            v.to_string_lossy()
-        ),
+        Some(v) if !v.is_empty() && v != preload.as_os_str() && v != "none" => {
+            eprintln!(
+                "sigmatop: NCCL_PROFILER_PLUGIN={} is yours: chained behind sigmatop's (NCCL loads sigmatop, sigmatop loads yours and forwards every event it asks for)",
+                v.to_string_lossy()
+            );
+            cmd.env("SIGMATOP_NCCL_PROFILER_PLUGIN", &v);
+        }
+        Some(v) if v == "none" => {
+            // The user switched NCCL's profiler off: so it stays.
+            cmd.env("NCCL_PROFILER_PLUGIN", "none");
+            eprintln!(
+                "sigmatop: NCCL_PROFILER_PLUGIN=none is yours and stays: NCCL collectives are not attributed, verbs tracing goes on"
+            );
+        }
         _ => {
-            cmd.env("NCCL_PROFILER_PLUGIN", &preload);
+            cmd.env_remove("SIGMATOP_NCCL_PROFILER_PLUGIN");
         }
     }
     if let Some(r) = &args.record {

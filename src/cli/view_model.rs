@@ -795,6 +795,10 @@ fn collectives(model: &Model, t: u64) -> CollectivesModel {
             median_spread_s: c.median_spread_ns as f64 / 1e9,
             max_spread_s: c.max_spread_ns as f64 / 1e9,
             max_last_rank: c.max_spread_last_rank,
+            gpu_collectives: c.gpu_arrivals,
+            gpu_median_spread_s: c.gpu_median_spread_ns as f64 / 1e9,
+            gpu_max_spread_s: c.gpu_max_spread_ns as f64 / 1e9,
+            gpu_max_last_rank: c.gpu_max_spread_last_rank,
         });
     }
     m

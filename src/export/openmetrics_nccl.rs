@@ -80,6 +80,50 @@ pub fn process_series(k: &ProcKey, p: &ProcessState, opts: MetricsOptions, s: &m
             );
             s.gauge("sigmatop_nccl_collectives_open", l, r.open as i64);
         }
+        let Some(k) = p.nccl_calls.as_ref().and_then(|k| {
+            k.comms
+                .iter()
+                .find(|x| x.comm_id == c.comm_id && x.rank == c.rank)
+        }) else {
+            continue;
+        };
+        let comm_labels = |call: &str, more: &[(&str, String)]| {
+            let mut v = vec![
+                ("rank", c.rank.to_string()),
+                ("nranks", c.nranks.to_string()),
+            ];
+            if opts.per_process {
+                v.push(("comm", format!("{:016x}", c.comm_id)));
+            }
+            v.push(("collective", call.to_string()));
+            v.extend(more.iter().cloned());
+            proc_labels(&v)
+        };
+        // Calls NCCL made of point-to-point parts (AlltoAll, Gather, Scatter, Group).
+        for r in &k.api_rows {
+            let l = comm_labels(
+                format::func_name(r.func),
+                &[("algo", String::new()), ("proto", String::new())],
+            );
+            s.count("sigmatop_nccl_collectives", l.clone(), r.count);
+            s.count("sigmatop_nccl_collective_bytes", l.clone(), r.bytes);
+            s.fcount(
+                "sigmatop_nccl_collective_seconds",
+                l.clone(),
+                r.time_ns as f64 / 1e9,
+            );
+            s.gauge("sigmatop_nccl_collectives_open", l, r.open as i64);
+        }
+        for z in &k.sizes {
+            let l = comm_labels(format::func_name(z.func), &[("size", z.bucket.to_string())]);
+            s.count("sigmatop_nccl_calls_by_size", l.clone(), z.count);
+            s.count("sigmatop_nccl_call_bytes_by_size", l.clone(), z.bytes);
+            s.fcount(
+                "sigmatop_nccl_call_seconds_by_size",
+                l,
+                z.time_ns as f64 / 1e9,
+            );
+        }
     }
 }
 
@@ -93,6 +137,9 @@ pub fn register(all: &Series, reg: &mut Registry, any: bool) {
     let seconds = Family::<Labels, Counter<f64>>::default();
     let open = Family::<Labels, Gauge>::default();
     let lost = Family::<Labels, Counter>::default();
+    let size_count = Family::<Labels, Counter>::default();
+    let size_bytes = Family::<Labels, Counter>::default();
+    let size_seconds = Family::<Labels, Counter<f64>>::default();
     for (l, v) in all.counters_of("sigmatop_nccl_collectives") {
         count.get_or_create(l).inc_by(v);
     }
@@ -107,6 +154,15 @@ pub fn register(all: &Series, reg: &mut Registry, any: bool) {
     }
     for (l, v) in all.counters_of("sigmatop_nccl_events_lost") {
         lost.get_or_create(l).inc_by(v);
+    }
+    for (l, v) in all.counters_of("sigmatop_nccl_calls_by_size") {
+        size_count.get_or_create(l).inc_by(v);
+    }
+    for (l, v) in all.counters_of("sigmatop_nccl_call_bytes_by_size") {
+        size_bytes.get_or_create(l).inc_by(v);
+    }
+    for (l, v) in all.fcounters_of("sigmatop_nccl_call_seconds_by_size") {
+        size_seconds.get_or_create(l).inc_by(v);
     }
     reg.register(
         "sigmatop_nccl_collectives",
@@ -127,6 +183,21 @@ pub fn register(all: &Series, reg: &mut Registry, any: bool) {
         "sigmatop_nccl_collectives_open",
         "NCCL calls started and not completed now",
         open,
+    );
+    reg.register(
+        "sigmatop_nccl_calls_by_size",
+        "NCCL calls completed as the user made them, per process, communicator, call and message size (size: the power of two at or above the call's bytes)",
+        size_count,
+    );
+    reg.register(
+        "sigmatop_nccl_call_bytes_by_size",
+        "Bytes of those calls (NCCL's count times the datatype size)",
+        size_bytes,
+    );
+    reg.register(
+        "sigmatop_nccl_call_seconds_by_size",
+        "Seconds in those calls (from the host call, or the previous call's end when later, to the last proxy operation's end)",
+        size_seconds,
     );
     reg.register(
         "sigmatop_nccl_events_lost",

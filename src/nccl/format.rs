@@ -18,7 +18,9 @@ pub const REC_BYTES: usize = WORDS * 8;
 
 /// Record kinds (word 1, bits 32..40).
 pub mod kind {
-    /// A communicator's `init`: payload commId, nranks, nNodes, rank, activation mask, name.
+    /// A communicator's `init`: payload commId, nranks, nNodes, rank, activation mask, name
+    /// (words 10..14), and in word 14 the profiler interface NCCL's events came through (5; 0
+    /// in files written before it was noted).
     pub const INIT: u8 = 1;
     /// `startEvent`.
     pub const START: u8 = 2;
@@ -33,6 +35,9 @@ pub mod kind {
     /// Written last by the plugin: records it could not keep (its ring was full), events of
     /// types it does not know.
     pub const TOTALS: u8 = 7;
+    /// (aggregate mode, written at exit) One communicator's host calls of one function: payload
+    /// function index, calls, bytes. Older files hold none.
+    pub const COUNTS: u8 = 8;
 }
 
 /// NCCL's event types (`ncclProfileColl` ...), as in `nccl_profiler.h` (2.28).
@@ -45,7 +50,15 @@ pub mod etype {
     pub const PROXY_CTRL: u8 = 5;
     pub const KERNEL_CH: u8 = 6;
     pub const NET_PLUGIN: u8 = 7;
-    /// Any other (an API event or a type newer than 2.28).
+    /// (profiler v5, NCCL 2.28) The API events: a group (`groupDepth` 1: NCCL's own, around
+    /// one API call; more: the user's `ncclGroupStart`), a collective API call, a
+    /// point-to-point API call (AlltoAll, Gather and Scatter arrive as one group of these per
+    /// call), a kernel launch. Written since sigmatop 0.9: older files hold none.
+    pub const GROUP_API: u8 = 8;
+    pub const COLL_API: u8 = 9;
+    pub const P2P_API: u8 = 10;
+    pub const KERNEL_LAUNCH: u8 = 11;
+    /// Any other (a type newer than those above).
     pub const OTHER: u8 = 15;
     /// The event-type bit NCCL uses for the index above (`1 << i`).
     pub const fn bit(i: u8) -> u64 {
@@ -66,6 +79,11 @@ pub mod state {
     pub const RECV_FLUSH_WAIT: u8 = 11;
     pub const RECV_GPU_WAIT: u8 = 12;
     pub const SEND_PEER_WAIT: u8 = 20;
+    /// `ncclProfilerKernelChStop`: payload word 0 the kernel's stop on the GPU's globaltimer.
+    pub const KERNEL_CH_STOP: u8 = 22;
+    /// GroupApi states: `ncclGroupStart` returned, `ncclGroupEnd` called.
+    pub const GROUP_START_API_STOP: u8 = 23;
+    pub const GROUP_END_API_START: u8 = 24;
 }
 
 /// NCCL's function names (`ncclFuncToString`, 2.28) by index; 255: another.
@@ -129,6 +147,52 @@ pub fn datatype_index(name: &[u8]) -> u8 {
 /// The name at `i` of `table`, "?" when out of range.
 pub fn name(table: &[&'static str], i: u8) -> &'static str {
     table.get(i as usize).copied().unwrap_or("?")
+}
+
+/// The function index of a user's group of point-to-point calls ("Group").
+pub const GROUP_FUNC: u8 = 254;
+
+/// The name of a function index ([`FUNCS`], or [`GROUP_FUNC`]).
+pub fn func_name(f: u8) -> &'static str {
+    if f == GROUP_FUNC {
+        "Group"
+    } else {
+        name(FUNCS, f)
+    }
+}
+
+/// The power of two at or above `bytes` (0 for 0).
+pub fn size_bucket(bytes: u64) -> u64 {
+    if bytes == 0 {
+        0
+    } else {
+        bytes.checked_next_power_of_two().unwrap_or(1 << 63)
+    }
+}
+
+/// How a group of point-to-point API calls is named: AlltoAll, Gather, Scatter when NCCL made
+/// them of one API call (depth 1) in the shape of that call, "Group" for a user's group; none
+/// for a lone Send or Recv (no parent).
+pub fn group_func(depth: u64, sends: &[u64], recvs: &[u64], nranks: u32) -> Option<u8> {
+    let n = nranks as usize;
+    if depth >= 2 {
+        return Some(GROUP_FUNC);
+    }
+    let all_eq = |v: &[u64], c: u64| v.iter().all(|&x| x == c);
+    let c = sends.first().or(recvs.first()).copied().unwrap_or(0);
+    if n >= 2 && sends.len() == n && recvs.len() == n && all_eq(sends, c) && all_eq(recvs, c) {
+        return Some(index_of(FUNCS, b"AlltoAll"));
+    }
+    if n >= 2 && sends.len() == 1 && recvs.len() == n && all_eq(recvs, c) {
+        return Some(index_of(FUNCS, b"Gather"));
+    }
+    if n >= 2 && sends.len() == n && recvs.len() == 1 && all_eq(sends, c) {
+        return Some(index_of(FUNCS, b"Scatter"));
+    }
+    if sends.len() + recvs.len() > 1 {
+        return Some(GROUP_FUNC);
+    }
+    None
 }
 
 /// One record.

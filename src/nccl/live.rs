@@ -149,6 +149,62 @@ pub struct OpWait {
     pub steps: u32,
 }
 
+/// (live protocol 6, `wire::Frame::NcclCalls`) The calls as the user made them, by message
+/// size, and from the GPU's view: per communicator the calls NCCL made of point-to-point parts
+/// (AlltoAll, Gather, Scatter, a user's Group: NCCL 2.28's API events), completed calls per
+/// function and power-of-two size, and the kernels' first starts on the GPU of the latest
+/// collectives. Cumulative, like `NcclLive`.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct NcclCalls {
+    /// CLOCK_REALTIME ns of the newest record the tracker read.
+    pub at_ns: u64,
+    pub comms: Vec<CommCalls>,
+}
+
+/// One communicator of the process.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct CommCalls {
+    pub comm_id: u64,
+    pub rank: u32,
+    /// Calls made of parts, per function (`format::FUNCS` index, or `format::GROUP_FUNC`).
+    pub api_rows: Vec<ApiRow>,
+    /// Completed calls as the user made them (collectives, calls made of parts, lone Send and
+    /// Recv), per function and size bucket.
+    pub sizes: Vec<SizeLive>,
+    /// (sequence number, CLOCK_REALTIME ns of its kernel's first start on the GPU) of the
+    /// latest [`RECENT`] collectives whose kernel events came.
+    pub gpu_recent: Vec<(u64, u64)>,
+    /// (function, number, CLOCK_REALTIME ns of its host call) of the latest [`RECENT`] calls
+    /// made of parts: the k-th AlltoAll of every rank is the same call.
+    pub api_recent: Vec<(u8, u64, u64)>,
+}
+
+/// The calls of one function NCCL made of point-to-point parts.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ApiRow {
+    pub func: u8,
+    /// Completed calls; their bytes (NCCL's count × datatype size; a Group: its Sends'), own
+    /// time (as `RowLive`'s), and Send/Recv parts.
+    pub count: u64,
+    pub bytes: u64,
+    pub time_ns: u64,
+    pub parts: u64,
+    /// Started and not completed.
+    pub open: u64,
+}
+
+/// Completed calls of one function and size bucket (bytes in (bucket / 2, bucket]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SizeLive {
+    pub func: u8,
+    pub bucket: u64,
+    pub count: u64,
+    pub bytes: u64,
+    pub time_ns: u64,
+    /// Their kernels' time on the GPU (first start to last stop), where kernel events came.
+    pub gpu_time_ns: u64,
+}
+
 /// Per (function, algorithm, protocol, to itself): as `model::CollRow`.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct RowLive {
@@ -185,6 +241,33 @@ struct Call {
     last_op_stop: u64,
     /// A point-to-point call's number in its lane (from 1).
     lane_n: u64,
+    /// The API group it is a part of (0: none).
+    group: u64,
+    /// Its kernel's first start and last stop on the GPU (globaltimer ns).
+    gpu: Option<(u64, u64)>,
+}
+
+/// An API group (GroupApi) whose point-to-point API calls may make one call (AlltoAll...).
+#[derive(Clone, Debug, Default)]
+struct Group {
+    comm: u64,
+    depth: u64,
+    start: u64,
+    stopped: bool,
+    /// Counts of its P2pApi calls: Sends, Recvs; the datatype size.
+    sends: Vec<u64>,
+    recvs: Vec<u64>,
+    esize: u64,
+    /// Its P2pApi event ids (forgotten with it).
+    apis: Vec<u64>,
+    parts_started: u64,
+    parts_done: u64,
+    last_end: u64,
+    sent: u64,
+    /// Named when its first part starts (every P2pApi came before).
+    func: Option<u8>,
+    gpu: Option<(u64, u64)>,
+    all_gpu: bool,
 }
 
 /// A proxy operation being followed: its call, where it goes, its steps.
@@ -241,6 +324,29 @@ pub struct Tracker {
     unknown: u64,
     /// Calls stopped with no proxy operation yet, by id (checked for the grace on each push).
     waiting: Vec<u64>,
+    /// API groups by id; P2pApi event id → its group.
+    groups: HashMap<u64, Group>,
+    p2p_api: HashMap<u64, u64>,
+    /// Groups whose parts all completed but fewer than their API calls (a rank's part to
+    /// itself may come with no event): finished after the grace.
+    groups_waiting: Vec<u64>,
+    /// Kernel channel event id → call id.
+    kernels: HashMap<u64, u64>,
+    /// Per communicator: calls made of parts, size rows, recent GPU and API starts.
+    calls_live: HashMap<u64, CallsComm>,
+    /// Calls made of parts per (communicator, function): numbered from 1.
+    api_n: HashMap<(u64, u8), u64>,
+    /// Host minus GPU clock (ns), the smallest seen: converts kernel timestamps.
+    gpu_offset: Option<i128>,
+}
+
+/// What `NcclCalls` says of one communicator, as the tracker keeps it (GPU times raw).
+#[derive(Clone, Debug, Default)]
+struct CallsComm {
+    api_rows: Vec<ApiRow>,
+    sizes: BTreeMap<(u8, u64), SizeLive>,
+    gpu_recent: std::collections::VecDeque<(u64, u64)>,
+    api_recent: std::collections::VecDeque<(u8, u64, u64)>,
 }
 
 impl Tracker {
@@ -265,6 +371,7 @@ impl Tracker {
         for r in &d.recs {
             t.push(r);
         }
+        t.end();
         Some(t)
     }
 
@@ -293,12 +400,89 @@ impl Tracker {
                 self.dropped = self.dropped.max(r.p(0));
                 self.unknown = self.unknown.max(r.p(1));
             }
+            (kind::COUNTS, _) => {
+                // Aggregate mode's counted host calls (written at exit): completed as made.
+                let func = r.p(0) as u8;
+                let p2p = matches!(
+                    super::format::name(super::format::FUNCS, func),
+                    "Send" | "Recv"
+                );
+                let key = (func, 255, 255, false);
+                let c = self.comms.entry(r.comm()).or_default();
+                let i = row_index(&mut self.rows, c, r.comm(), key);
+                c.live.rows[i].count = r.p(1);
+                c.live.rows[i].bytes = r.p(2);
+                if !p2p {
+                    c.live.started += r.p(1);
+                    c.live.completed += r.p(1);
+                }
+            }
             (kind::INIT, _) => {
                 let c = self.comms.entry(r.comm()).or_default();
                 c.live.comm_id = r.p(0);
                 c.live.nranks = r.p(1) as u32;
                 c.live.rank = r.p(3) as u32;
                 c.live.name = super::format::unpack_name(&r.0[10..14]);
+            }
+            (kind::START, etype::GROUP_API) => {
+                if self.groups.len() >= MAX_OPEN {
+                    self.untracked += 1;
+                    return;
+                }
+                self.groups.insert(
+                    r.id(),
+                    Group {
+                        comm: r.comm(),
+                        depth: r.p(0),
+                        start: r.tsc(),
+                        all_gpu: true,
+                        ..Default::default()
+                    },
+                );
+            }
+            (kind::START, etype::P2P_API) => {
+                if let Some(g) = self.groups.get_mut(&r.parent()) {
+                    let (func, dtype, ..) = super::format::unpack_coll(r.p(2));
+                    if super::format::name(super::format::FUNCS, func) == "Send" {
+                        g.sends.push(r.p(1));
+                    } else {
+                        g.recvs.push(r.p(1));
+                    }
+                    g.esize = DATATYPES.get(dtype as usize).map_or(1, |d| d.1);
+                    g.apis.push(r.id());
+                    self.p2p_api.insert(r.id(), r.parent());
+                }
+            }
+            (kind::STOP, etype::GROUP_API) => {
+                if let Some(g) = self.groups.get_mut(&r.id()) {
+                    g.stopped = true;
+                    self.try_finish_group(r.id());
+                }
+            }
+            (kind::START, etype::KERNEL_CH) => {
+                if let Some(c) = self.calls.get_mut(&r.parent()) {
+                    self.kernels.insert(r.id(), r.parent());
+                    let g = r.p(1);
+                    if g != 0 {
+                        c.gpu = Some(c.gpu.map_or((g, 0), |(a, b)| (a.min(g), b)));
+                        self.note_gpu(r.tsc(), g);
+                    }
+                }
+            }
+            (kind::STATE, etype::KERNEL_CH) if r.state() == state::KERNEL_CH_STOP => {
+                let g = r.p(0);
+                if let Some(c) = self
+                    .kernels
+                    .get(&r.id())
+                    .and_then(|c| self.calls.get_mut(c))
+                    && g != 0
+                {
+                    c.gpu = Some(c.gpu.map_or((g, g), |(a, b)| (a, b.max(g))));
+                    self.note_gpu(r.tsc(), g);
+                }
+            }
+            (kind::STOP, etype::KERNEL_CH) => {
+                self.kernels.remove(&r.id());
             }
             (kind::START, t @ (etype::COLL | etype::P2P)) => {
                 if self.calls.len() >= MAX_OPEN {
@@ -332,6 +516,10 @@ impl Tracker {
                     lane.0 += 1;
                     call.lane_n = lane.0;
                     self.p2p.entry(call.comm).or_default().0 += 1;
+                    if let Some(&gid) = self.p2p_api.get(&r.parent()) {
+                        call.group = gid;
+                        self.group_part_started(gid);
+                    }
                 } else {
                     c.live.started += 1;
                     let at = CollAt {
@@ -444,6 +632,22 @@ impl Tracker {
     /// Completes the calls that stopped with no proxy operation, once the grace has passed
     /// (measured on the records' own clock: the newest record read).
     fn check_waiting(&mut self) {
+        if !self.groups_waiting.is_empty() {
+            let grace = (NO_OP_GRACE_NS as f64 * self.clock.ticks_per_ns()) as u64;
+            let due: Vec<u64> = self
+                .groups_waiting
+                .iter()
+                .copied()
+                .filter(|g| {
+                    self.groups
+                        .get(g)
+                        .is_none_or(|x| self.newest_tsc.saturating_sub(x.last_end) >= grace)
+                })
+                .collect();
+            for g in due {
+                self.finish_group(g);
+            }
+        }
         if self.waiting.is_empty() {
             return;
         }
@@ -467,11 +671,182 @@ impl Tracker {
         self.waiting = w;
     }
 
+    /// The record ended (its last record was read): what waits only for the grace completes
+    /// now (calls NCCL stopped with no proxy operation, calls made of parts whose last part
+    /// came); what waits for NCCL stays open.
+    pub fn end(&mut self) {
+        let grace = (NO_OP_GRACE_NS as f64 * self.clock.ticks_per_ns()) as u64;
+        self.newest_tsc = self.newest_tsc.saturating_add(grace);
+        self.check_waiting();
+    }
+
     /// The reader's clock moved on with no record (the preload, at each drain): the grace of
     /// calls with no proxy operation is measured to it.
     pub fn advance(&mut self, tsc: u64) {
         self.newest_tsc = self.newest_tsc.max(tsc);
         self.check_waiting();
+    }
+
+    /// A kernel timestamp seen by the host at `tsc`: the smallest host-minus-GPU difference
+    /// converts the GPU's clock (the one the proxy saw soonest).
+    fn note_gpu(&mut self, tsc: u64, gpu: u64) {
+        let d = self.clock.to_real_ns(tsc) as i128 - gpu as i128;
+        self.gpu_offset = Some(self.gpu_offset.map_or(d, |o| o.min(d)));
+    }
+
+    /// A GPU timestamp on the record's clock (CLOCK_REALTIME ns).
+    fn gpu_real(&self, g: u64) -> u64 {
+        (g as i128 + self.gpu_offset.unwrap_or(0)).max(0) as u64
+    }
+
+    /// The first part of group `gid` started: every API call of it came before, so it is named
+    /// now (AlltoAll, Gather, Scatter, Group; none: a lone Send or Recv).
+    fn group_part_started(&mut self, gid: u64) {
+        let Some(g) = self.groups.get_mut(&gid) else {
+            return;
+        };
+        if g.parts_started == 0 {
+            let nranks = self.comms.get(&g.comm).map_or(0, |c| c.live.nranks);
+            g.func = super::format::group_func(g.depth, &g.sends, &g.recvs, nranks);
+            if let Some(f) = g.func {
+                let k = self.calls_live.entry(g.comm).or_default();
+                api_row(&mut k.api_rows, f).open += 1;
+            }
+        }
+        g.parts_started += 1;
+        // A part started after the others completed: not finished yet.
+        self.groups_waiting.retain(|x| *x != gid);
+    }
+
+    fn group_part_done(&mut self, gid: u64, end: u64, c: &Call, gpu: Option<(u64, u64)>) {
+        let Some(g) = self.groups.get_mut(&gid) else {
+            return;
+        };
+        g.parts_done += 1;
+        g.last_end = g.last_end.max(end);
+        if super::format::name(super::format::FUNCS, c.func) == "Send" {
+            g.sent += c.bytes;
+        }
+        match gpu {
+            Some((a, b)) => g.gpu = Some(g.gpu.map_or((a, b), |(x, y)| (x.min(a), y.max(b)))),
+            None => g.all_gpu = false,
+        }
+        self.try_finish_group(gid);
+    }
+
+    /// Finishes group `gid` once NCCL stopped it and every part it started completed (with
+    /// fewer parts than API calls, after the grace: a rank's own part may come with no event);
+    /// forgets a group that made no point-to-point call (a collective's).
+    fn try_finish_group(&mut self, gid: u64) {
+        let Some(g) = self.groups.get(&gid) else {
+            return;
+        };
+        if !g.stopped {
+            return;
+        }
+        if g.parts_started == 0 {
+            if g.apis.is_empty() {
+                self.groups.remove(&gid);
+            }
+            return;
+        }
+        if g.parts_done < g.parts_started {
+            return;
+        }
+        if (g.parts_started as usize) < g.sends.len() + g.recvs.len() {
+            if !self.groups_waiting.contains(&gid) {
+                self.groups_waiting.push(gid);
+            }
+            return;
+        }
+        self.finish_group(gid);
+    }
+
+    fn finish_group(&mut self, gid: u64) {
+        self.groups_waiting.retain(|x| *x != gid);
+        let Some(g) = self.groups.remove(&gid) else {
+            return;
+        };
+        for a in &g.apis {
+            self.p2p_api.remove(a);
+        }
+        let Some(f) = g.func else { return };
+        let lane = (g.comm, false, f, u32::MAX);
+        let from = self
+            .prev_end
+            .get(&lane)
+            .map_or(g.start, |&p| p.max(g.start));
+        self.prev_end.insert(lane, g.last_end);
+        let dt = self
+            .clock
+            .to_real_ns(g.last_end)
+            .saturating_sub(self.clock.to_real_ns(from));
+        let bytes = if f == super::format::GROUP_FUNC {
+            g.sent
+        } else {
+            g.sends.first().or(g.recvs.first()).copied().unwrap_or(0) * g.esize
+        };
+        let n = self.api_n.entry((g.comm, f)).or_default();
+        *n += 1;
+        let n = *n;
+        let k = self.calls_live.entry(g.comm).or_default();
+        let row = api_row(&mut k.api_rows, f);
+        row.open = row.open.saturating_sub(1);
+        row.count += 1;
+        row.bytes += bytes;
+        row.time_ns += dt;
+        row.parts += g.parts_started;
+        let b = super::format::size_bucket(bytes);
+        let z = k.sizes.entry((f, b)).or_insert_with(|| SizeLive {
+            func: f,
+            bucket: b,
+            ..Default::default()
+        });
+        z.count += 1;
+        z.bytes += bytes;
+        z.time_ns += dt;
+        if g.all_gpu
+            && let Some((a, e)) = g.gpu
+        {
+            z.gpu_time_ns += e.saturating_sub(a);
+        }
+        k.api_recent.push_back((f, n, g.start));
+        if k.api_recent.len() > RECENT {
+            k.api_recent.pop_front();
+        }
+    }
+
+    /// The calls as the user made them, by size and from the GPU's view (TSC and GPU values
+    /// converted with the newest clock sample and the GPU offset).
+    pub fn calls(&self) -> NcclCalls {
+        let mut comms: Vec<CommCalls> = self
+            .comms
+            .iter()
+            .map(|(comm, c)| {
+                let k = self.calls_live.get(comm).cloned().unwrap_or_default();
+                CommCalls {
+                    comm_id: c.live.comm_id,
+                    rank: c.live.rank,
+                    api_rows: k.api_rows,
+                    sizes: k.sizes.into_values().collect(),
+                    gpu_recent: k
+                        .gpu_recent
+                        .iter()
+                        .map(|&(s, g)| (s, self.gpu_real(g)))
+                        .collect(),
+                    api_recent: k
+                        .api_recent
+                        .iter()
+                        .map(|&(f, n, t)| (f, n, self.clock.to_real_ns(t)))
+                        .collect(),
+                }
+            })
+            .collect();
+        comms.sort_by_key(|c| (c.comm_id, c.rank));
+        NcclCalls {
+            at_ns: self.clock.to_real_ns(self.newest_tsc),
+            comms,
+        }
     }
 
     fn try_complete(&mut self, id: u64) {
@@ -509,6 +884,38 @@ impl Tracker {
         row.count += 1;
         row.bytes += c.bytes;
         row.time_ns += dt;
+        let gpu = c.gpu.filter(|g| g.1 >= g.0 && g.0 != 0);
+        let named = c.group != 0 && self.groups.get(&c.group).is_some_and(|g| g.func.is_some());
+        if !named {
+            let k = self.calls_live.entry(c.comm).or_default();
+            let z = k
+                .sizes
+                .entry((c.func, super::format::size_bucket(c.bytes)))
+                .or_insert_with(|| SizeLive {
+                    func: c.func,
+                    bucket: super::format::size_bucket(c.bytes),
+                    ..Default::default()
+                });
+            z.count += 1;
+            z.bytes += c.bytes;
+            z.time_ns += dt;
+            if let Some((a, b)) = gpu {
+                z.gpu_time_ns += b - a;
+            }
+        }
+        if !c.p2p
+            && let Some((a, _)) = gpu
+        {
+            let k = self.calls_live.entry(c.comm).or_default();
+            k.gpu_recent.push_back((c.seq, a));
+            if k.gpu_recent.len() > RECENT {
+                k.gpu_recent.pop_front();
+            }
+        }
+        if c.group != 0 {
+            self.group_part_done(c.group, end, &c, gpu);
+        }
+        let m = self.comms.entry(c.comm).or_default();
         if c.p2p {
             if let Some(l) = self.lanes.get_mut(&(c.comm, c.func, c.peer)) {
                 l.1 += 1;
@@ -645,6 +1052,21 @@ impl Tracker {
             untracked: self.untracked,
         }
     }
+}
+
+/// The row of function `f` among `rows`, made when missing.
+fn api_row(rows: &mut Vec<ApiRow>, f: u8) -> &mut ApiRow {
+    let i = match rows.iter().position(|r| r.func == f) {
+        Some(i) => i,
+        None => {
+            rows.push(ApiRow {
+                func: f,
+                ..Default::default()
+            });
+            rows.len() - 1
+        }
+    };
+    &mut rows[i]
 }
 
 fn row_index(
@@ -825,5 +1247,62 @@ mod tests {
         let l = w.comms[0].lanes[0];
         assert_eq!((l.started, l.completed, l.oldest_open_ns), (1, 1, 0));
         assert_eq!(w.comms[0].p2p_completed, 1);
+    }
+}
+
+#[cfg(test)]
+mod calls_tests {
+    use super::*;
+    use crate::nccl::{format, synth};
+
+    /// The synthetic rank's records through the tracker: the AlltoAll and the user's Group are
+    /// calls of their own (the AlltoAll finished after the grace: its own parts came with no
+    /// event), sizes per call as made, the AllReduce's GPU start converted.
+    #[test]
+    fn the_tracker_names_calls_made_of_parts_and_keeps_sizes_and_gpu_starts() {
+        let mut t = Tracker::new();
+        for r in synth::rank(&synth::Rank {
+            rank: 0,
+            nranks: 2,
+            t0: 0,
+            kernel_seen: 1200,
+            gpu0: 5_000_000,
+        }) {
+            t.push(&r);
+        }
+        let k = t.calls();
+        assert_eq!(k.comms.len(), 1);
+        let c = &k.comms[0];
+        let a2a = format::index_of(format::FUNCS, b"AlltoAll");
+        assert_eq!(
+            c.api_rows
+                .iter()
+                .map(|r| (r.func, r.count, r.bytes, r.parts, r.open))
+                .collect::<Vec<_>>(),
+            vec![(a2a, 1, 1024, 2, 0), (format::GROUP_FUNC, 1, 256, 2, 0)]
+        );
+        let ar = format::index_of(format::FUNCS, b"AllReduce");
+        assert_eq!(
+            c.sizes
+                .iter()
+                .map(|z| (z.func, z.bucket, z.count, z.gpu_time_ns))
+                .collect::<Vec<_>>(),
+            vec![
+                (ar, 4096, 1, 800),
+                (a2a, 1024, 1, 0),
+                (format::GROUP_FUNC, 256, 1, 0)
+            ]
+        );
+        assert_eq!(c.gpu_recent, vec![(0, 1_000_001_200)]);
+        // In the order they finished: the Group before the AlltoAll (its grace).
+        assert_eq!(
+            c.api_recent,
+            vec![
+                (format::GROUP_FUNC, 1, 1_000_200_000),
+                (a2a, 1, 1_000_100_000)
+            ]
+        );
+        // Nothing left open.
+        assert!(t.groups.is_empty() && t.p2p_api.is_empty() && t.kernels.is_empty());
     }
 }

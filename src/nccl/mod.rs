@@ -7,3 +7,5 @@ pub mod format;
 pub mod live;
 #[cfg(feature = "analysis")]
 pub mod model;
+#[cfg(test)]
+pub(crate) mod synth;

@@ -16,7 +16,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use serde::Serialize;
 
-use super::format::{self, ALGOS, DATATYPES, FUNCS, PROTOS, Rec, etype, kind, state};
+use super::format::{self, ALGOS, DATATYPES, FUNCS, PROTOS, Rec, etype, index_of, kind, state};
 use crate::event::{ClockSample, TscClock};
 
 /// One verbs post as the join needs it (from the process's record).
@@ -52,6 +52,10 @@ pub struct CollRow {
     pub comm: String,
     pub comm_name: String,
     pub func: String,
+    /// A part of calls of this function (Send and Recv of AlltoAll, Gather, Scatter, a Group):
+    /// its row comes under theirs and its calls are not counted again there.
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub part_of: String,
     pub algo: String,
     pub proto: String,
     /// Channels of the last one.
@@ -72,9 +76,16 @@ pub struct CollRow {
     pub wr_bytes: u64,
     /// Not completed when the record ended (no stop of the call or of a proxy operation).
     pub incomplete: u64,
+    /// From the GPU's view (NCCL's KernelCh events), over the completed calls whose kernel
+    /// times came: their GPU time (first channel's start to last channel's stop), summed, and
+    /// the bus bandwidth over it; 0 without kernel events.
+    pub gpu_calls: u64,
+    pub gpu_time_ns: u64,
+    pub gpu_busbw_gbs: f64,
 }
 
-/// Per communicator: how ranks arrived at each collective (same sequence number).
+/// Per communicator: how ranks arrived at each collective and each call made of parts (same
+/// function and sequence number).
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
 pub struct Arrivals {
     pub comm: String,
@@ -86,6 +97,13 @@ pub struct Arrivals {
     pub max_spread_last_rank: u32,
     /// rank → times it was the last to arrive.
     pub last_rank: BTreeMap<u32, u64>,
+    /// The same from the GPU's view (each rank's first kernel start, NCCL's KernelCh events),
+    /// over the calls whose kernel start every rank recorded; 0: none.
+    pub gpu_collectives: u64,
+    pub gpu_max_spread_ns: u64,
+    pub gpu_median_spread_ns: u64,
+    pub gpu_max_spread_last_rank: u32,
+    pub gpu_last_rank: BTreeMap<u32, u64>,
 }
 
 /// How the join went, summed over processes.
@@ -113,11 +131,25 @@ pub struct JoinStats {
     /// Records the plugin could not keep (its queue was full) and events of types it skips.
     pub dropped_records: u64,
     pub unknown_events: u64,
+    /// The NCCL profiler interface the events were read through (the `INIT` records' word 14:
+    /// 5; 0 when the file does not say).
+    pub profiler_version: u64,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
 pub struct NcclReport {
     pub collectives: Vec<CollRow>,
+    /// Per rank, communicator, function and message size (power-of-two buckets).
+    pub by_size: Vec<SizeRow>,
+    /// Every call of every rank, in each rank's order of host calls.
+    pub calls: Vec<CallRec>,
+    /// How GPU timestamps were converted, when there were any.
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub gpu_clock: String,
+    /// Per process, the calls with their proxy operations, steps and work requests on the
+    /// record's clock (for the Perfetto export).
+    #[serde(skip)]
+    pub timelines: Vec<Timeline>,
     pub arrivals: Vec<Arrivals>,
     /// Per communicator, the first collective that did not complete everywhere (none: every
     /// collective every rank started completed).
@@ -125,6 +157,151 @@ pub struct NcclReport {
     pub join: JoinStats,
     pub problems: Vec<String>,
 }
+
+/// One NCCL call as a rank made it (`export --json`'s `nccl.calls[]`, `report --calls`): a
+/// collective, a point-to-point call, or a call NCCL split into point-to-point parts (AlltoAll,
+/// Gather, Scatter: `kind` "api") or a user's group of sends and receives (`func` "Group"), whose
+/// parts name it as their `parent`.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct CallRec {
+    pub host: String,
+    pub pid: u32,
+    pub rank: u32,
+    pub nranks: u32,
+    /// NCCL's communicator id (hex).
+    pub comm: String,
+    /// "collective", "p2p", or "api" (a call NCCL made of point-to-point parts, or a user's group).
+    pub kind: &'static str,
+    /// A collective: NCCL's sequence number (per function, in its communicator); a
+    /// point-to-point call: its number to that peer in that direction (from 1); an "api" call:
+    /// its number among the rank's calls of that function in the communicator (from 1). The
+    /// same call has the same number on every rank.
+    pub seq: u64,
+    /// As the user called it: AllReduce, AlltoAll, Gather, Scatter, Group, Send, Recv...
+    pub func: String,
+    /// The index in `calls` of the call this one is a part of (a Send of an AlltoAll).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub parent: Option<usize>,
+    /// Point-to-point: the peer rank.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub peer: Option<u32>,
+    /// NCCL's count and the datatype's size; bytes = their product (a Group: its sends' bytes).
+    pub count: u64,
+    pub dtype_size: u64,
+    pub bytes: u64,
+    /// The power of two at or above `bytes` (NCCL Inspector's buckets; 0 for 0 bytes).
+    pub size_bucket: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub algo: Option<&'static str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub proto: Option<&'static str>,
+    pub channels: u32,
+    /// CLOCK_REALTIME ns of the host call (NCCL's start of the event).
+    pub host_call_ns: u64,
+    /// When its last proxy operation (or its stop, if later) ended; none: not completed.
+    pub end_ns: Option<u64>,
+    /// Its own time (from the host call, or the end of the call before it on the same stream
+    /// of work when that came later, to `end_ns`), as the rows sum it.
+    pub time_ns: Option<u64>,
+    /// Its kernel's first start and last stop over channels (NCCL's KernelCh events, the GPU's
+    /// globaltimer converted to the record's clock: `gpu_clock` of the report says how).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub gpu_start_ns: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub gpu_end_ns: Option<u64>,
+    /// Verbs work requests joined to it (through its proxy steps), and their bytes; a call made
+    /// of parts: theirs summed.
+    pub wrs: u64,
+    pub wr_bytes: u64,
+}
+
+/// Per rank, communicator, function and message size (power-of-two buckets, as NCCL Inspector
+/// keys them): the calls as the user made them (parts are not counted again).
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct SizeRow {
+    pub host: String,
+    pub pid: u32,
+    pub rank: u32,
+    pub nranks: u32,
+    pub comm: String,
+    pub func: String,
+    /// Calls of bytes in (size_bucket / 2, size_bucket].
+    pub size_bucket: u64,
+    pub count: u64,
+    pub bytes: u64,
+    /// Completed calls' own time, summed, and the bus bandwidth over it (nccl-tests' definition).
+    pub time_ns: u64,
+    pub busbw_gbs: f64,
+    /// Completed calls' GPU time (first kernel start to last stop), summed, and the bus
+    /// bandwidth over it; 0 without kernel events.
+    pub gpu_time_ns: u64,
+    pub gpu_busbw_gbs: f64,
+}
+
+/// One process's NCCL calls with their proxy operations, steps and joined work requests, on the
+/// record's TSC (the verbs events' clock): what `export --perfetto` draws.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Timeline {
+    pub host: String,
+    pub pid: u32,
+    pub calls: Vec<TlCall>,
+    pub ops: Vec<TlOp>,
+    pub steps: Vec<TlStep>,
+    /// The work requests joined to a call.
+    pub wrs: Vec<TlWr>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct TlCall {
+    /// NCCL's communicator id and this rank's place in it.
+    pub comm_id: u64,
+    pub comm_name: String,
+    pub rank: u32,
+    pub nranks: u32,
+    /// Host call and end (TSC); end none: not completed.
+    pub start: u64,
+    pub end: Option<u64>,
+    /// Its index in the report's `calls`.
+    pub rec: usize,
+    /// The call it is a part of (an index in this timeline's `calls`).
+    pub parent: Option<usize>,
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TlOp {
+    /// Index in the timeline's `calls`.
+    pub call: usize,
+    pub channel: u8,
+    pub peer: u32,
+    pub send: bool,
+    pub steps: u32,
+    pub start: u64,
+    pub stop: Option<u64>,
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TlStep {
+    /// Index in the timeline's `ops`.
+    pub op: usize,
+    pub step: u32,
+    /// NCCL's transSize (the last state's).
+    pub bytes: u64,
+    pub start: u64,
+    pub stop: Option<u64>,
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TlWr {
+    pub tid: u32,
+    pub tsc: u64,
+    /// `event::Op` as u8.
+    pub op: u8,
+    pub bytes: u64,
+    /// Index in the timeline's `calls`.
+    pub call: usize,
+}
+
+pub use super::format::{GROUP_FUNC, func_name, group_func, size_bucket};
 
 #[derive(Clone, Debug, Default)]
 struct Call {
@@ -139,12 +316,29 @@ struct Call {
     algo: u8,
     proto: u8,
     channels: u8,
+    /// Its API event (CollApi / P2pApi; 0: none).
+    api: u64,
     start: u64,
     stop: Option<u64>,
     last_op_stop: u64,
     ops_open: i64,
     wrs: u64,
     wr_bytes: u64,
+    /// Its kernel's first start and last stop (GPU globaltimer ns) over its channels.
+    gpu: Option<(u64, u64)>,
+    /// Index in the timeline's calls.
+    tl: usize,
+}
+
+/// An API event (GroupApi, CollApi, P2pApi).
+#[derive(Clone, Debug, Default)]
+struct Api {
+    etype: u8,
+    parent: u64,
+    depth: u64,
+    func: u8,
+    count: u64,
+    start: u64,
 }
 
 #[derive(Clone, Debug, Default)]
@@ -167,8 +361,8 @@ fn size_and_factor(func: &str, bytes: u64, n: u64) -> (u64, f64) {
     }
 }
 
-/// Communicator id → collective sequence number → each rank's start of it.
-type Starts = BTreeMap<u64, BTreeMap<u64, Vec<Start>>>;
+/// Communicator id → (function, sequence number) → each rank's start of it.
+type Starts = BTreeMap<u64, BTreeMap<(String, u64), Vec<Start>>>;
 
 #[derive(Clone, Debug)]
 struct Start {
@@ -176,6 +370,8 @@ struct Start {
     nranks: u32,
     func: String,
     real_ns: u64,
+    /// Its kernel's first start on the GPU (record clock), when known.
+    gpu_ns: Option<u64>,
     completed: bool,
 }
 
@@ -198,10 +394,43 @@ pub struct Stalled {
     pub last_completed: BTreeMap<u32, u64>,
 }
 
+/// Calls compared, median and max spread, the rank last at the max; rank → times last.
+type Spreads = (u64, u64, u64, u32, BTreeMap<u32, u64>);
+
+/// The spreads of per-call (rank, start) lists.
+fn spreads_of<'a>(calls: impl Iterator<Item = Vec<(u32, u64)>> + 'a) -> Option<Spreads> {
+    let mut spreads = Vec::new();
+    let mut last: BTreeMap<u32, u64> = BTreeMap::new();
+    let mut worst = (0u64, 0u32);
+    for v in calls {
+        if v.len() < 2 {
+            continue;
+        }
+        let lo = v.iter().map(|x| x.1).min().unwrap_or(0);
+        let (lr, hi) = v.iter().copied().max_by_key(|x| x.1).unwrap_or((0, 0));
+        spreads.push(hi - lo);
+        if hi - lo >= worst.0 {
+            worst = (hi - lo, lr);
+        }
+        *last.entry(lr).or_default() += 1;
+    }
+    if spreads.is_empty() {
+        return None;
+    }
+    spreads.sort_unstable();
+    Some((
+        spreads.len() as u64,
+        spreads[spreads.len() / 2],
+        spreads[spreads.len() - 1],
+        worst.1,
+        last,
+    ))
+}
+
 /// Builds the report of several processes (their files and posts).
 pub fn build(inputs: &[ProcessInput]) -> NcclReport {
     let mut rep = NcclReport::default();
-    // (comm id, seq) → [(rank, start real ns)], for arrivals.
+    // (comm id, (func, seq)) → [(rank, start real ns)], for arrivals.
     let mut starts: Starts = BTreeMap::new();
     for p in inputs {
         if let Some(pr) = &p.problem {
@@ -210,14 +439,14 @@ pub fn build(inputs: &[ProcessInput]) -> NcclReport {
         build_one(p, &mut rep, &mut starts);
     }
     for (comm, seqs) in starts {
-        let mut spreads = Vec::new();
-        let mut last: BTreeMap<u32, u64> = BTreeMap::new();
-        let mut worst = (0u64, 0u32);
-        for (seq, v) in &seqs {
+        for ((func, seq), v) in &seqs {
             if rep.stalled.iter().all(|x| x.comm != format!("{comm:016x}"))
-                && let Some(mut st) = stalled(comm, *seq, v)
+                && let Some(mut st) = stalled(comm, func, *seq, v)
             {
-                for (s2, v2) in &seqs {
+                for ((f2, s2), v2) in &seqs {
+                    if f2 != func {
+                        continue;
+                    }
                     for x in v2.iter().filter(|x| x.completed) {
                         let e = st.last_completed.entry(x.rank).or_default();
                         *e = (*e).max(*s2);
@@ -225,40 +454,44 @@ pub fn build(inputs: &[ProcessInput]) -> NcclReport {
                 }
                 rep.stalled.push(st);
             }
-            if v.len() < 2 {
-                continue;
-            }
-            let lo = v.iter().map(|x| x.real_ns).min().unwrap_or(0);
-            let (lr, hi) = v
-                .iter()
-                .map(|x| (x.rank, x.real_ns))
-                .max_by_key(|x| x.1)
-                .unwrap_or((0, 0));
-            spreads.push(hi - lo);
-            if hi - lo >= worst.0 {
-                worst = (hi - lo, lr);
-            }
-            *last.entry(lr).or_default() += 1;
         }
-        if spreads.is_empty() {
+        let host = spreads_of(
+            seqs.values()
+                .map(|v| v.iter().map(|x| (x.rank, x.real_ns)).collect()),
+        );
+        let Some((collectives, median, max, max_last, last_rank)) = host else {
             continue;
-        }
-        spreads.sort_unstable();
-        rep.arrivals.push(Arrivals {
+        };
+        let mut a = Arrivals {
             comm: format!("{comm:016x}"),
-            collectives: spreads.len() as u64,
-            max_spread_ns: spreads[spreads.len() - 1],
-            median_spread_ns: spreads[spreads.len() / 2],
-            max_spread_last_rank: worst.1,
-            last_rank: last,
-        });
+            collectives,
+            max_spread_ns: max,
+            median_spread_ns: median,
+            max_spread_last_rank: max_last,
+            last_rank,
+            ..Default::default()
+        };
+        // From the GPU's view: calls whose kernel start every reporting rank knows.
+        let gpu = spreads_of(seqs.values().filter_map(|v| {
+            v.iter()
+                .map(|x| x.gpu_ns.map(|g| (x.rank, g)))
+                .collect::<Option<Vec<_>>>()
+        }));
+        if let Some((n, median, max, max_last, last_rank)) = gpu {
+            a.gpu_collectives = n;
+            a.gpu_median_spread_ns = median;
+            a.gpu_max_spread_ns = max;
+            a.gpu_max_spread_last_rank = max_last;
+            a.gpu_last_rank = last_rank;
+        }
+        rep.arrivals.push(a);
     }
     rep
 }
 
 /// The collective `seq` of `comm`, when some rank started it and it did not complete on every
 /// rank of the communicator.
-fn stalled(comm: u64, seq: u64, v: &[Start]) -> Option<Stalled> {
+fn stalled(comm: u64, func: &str, seq: u64, v: &[Start]) -> Option<Stalled> {
     let nranks = v.iter().map(|x| x.nranks).max().unwrap_or(0);
     let started: Vec<u32> = v.iter().map(|x| x.rank).collect();
     let incomplete: Vec<u32> = v.iter().filter(|x| !x.completed).map(|x| x.rank).collect();
@@ -268,7 +501,9 @@ fn stalled(comm: u64, seq: u64, v: &[Start]) -> Option<Stalled> {
     }
     let mut st = Stalled {
         comm: format!("{comm:016x}"),
-        func: v.first().map(|x| x.func.clone()).unwrap_or_default(),
+        func: v
+            .first()
+            .map_or_else(|| func.to_string(), |x| x.func.clone()),
         seq,
         nranks,
         started,
@@ -295,19 +530,41 @@ fn build_one(p: &ProcessInput, rep: &mut NcclReport, starts: &mut Starts) {
         })
         .collect();
     let clock = TscClock::new(clocks);
+    let mut tl = Timeline {
+        host: p.host.clone(),
+        pid: p.pid,
+        ..Default::default()
+    };
     let mut comms: HashMap<u64, Comm> = HashMap::new();
     let mut calls: BTreeMap<u64, Call> = BTreeMap::new();
-    // proxy op id → call id; step id → op id.
-    let mut op_call: HashMap<u64, u64> = HashMap::new();
-    let mut step_op: HashMap<u64, u64> = HashMap::new();
+    let mut apis: HashMap<u64, Api> = HashMap::new();
+    // proxy op id → (call id, timeline op); step id → (op id, timeline step).
+    let mut op_call: HashMap<u64, (u64, usize)> = HashMap::new();
+    let mut step_op: HashMap<u64, (u64, usize)> = HashMap::new();
+    // Kernel channel event id → call id.
+    let mut kernel_call: HashMap<u64, u64> = HashMap::new();
+    // Host real ns minus GPU globaltimer, over every kernel timestamp: the smallest is the one
+    // the proxy saw soonest.
+    let mut gpu_offset: Option<i128> = None;
     // QP events: (tsc, tid, qpn, length, step id).
     let mut qp_events: Vec<(u64, u32, u32, u64, u64)> = Vec::new();
     // "posted" step states per thread: (tsc, step id).
     let mut posted: HashMap<u32, Vec<(u64, u64)>> = HashMap::new();
     let j = &mut rep.join;
+    // Proxy ops / steps of the timeline, filled in as their records come.
+    let mut tl_ops: Vec<(u64, TlOp)> = Vec::new();
+    // Aggregate mode's counted host calls: (communicator, function, calls, bytes).
+    let mut counted: Vec<(u64, u8, u64, u64)> = Vec::new();
+    let note_gpu = |host_tsc: u64, gpu: u64, off: &mut Option<i128>| {
+        if gpu != 0 {
+            let d = clock.to_real_ns(host_tsc) as i128 - gpu as i128;
+            *off = Some(off.map_or(d, |o| o.min(d)));
+        }
+    };
     for r in &recs {
         match (r.kind(), r.etype()) {
             (kind::INIT, _) => {
+                j.profiler_version = j.profiler_version.max(r.0[14]);
                 comms.insert(
                     r.comm(),
                     Comm {
@@ -321,6 +578,21 @@ fn build_one(p: &ProcessInput, rep: &mut NcclReport, starts: &mut Starts) {
             (kind::TOTALS, _) => {
                 j.dropped_records += r.p(0);
                 j.unknown_events += r.p(1);
+            }
+            (kind::COUNTS, _) => counted.push((r.comm(), r.p(0) as u8, r.p(1), r.p(2))),
+            (kind::START, t @ (etype::GROUP_API | etype::COLL_API | etype::P2P_API)) => {
+                let (func, ..) = format::unpack_coll(r.p(2));
+                apis.insert(
+                    r.id(),
+                    Api {
+                        etype: t,
+                        parent: r.parent(),
+                        depth: r.p(0),
+                        func,
+                        count: r.p(1),
+                        start: r.tsc(),
+                    },
+                );
             }
             (kind::START, t @ (etype::COLL | etype::P2P)) => {
                 let (func, dtype, algo, proto, channels, _) = format::unpack_coll(r.p(2));
@@ -337,6 +609,7 @@ fn build_one(p: &ProcessInput, rep: &mut NcclReport, starts: &mut Starts) {
                         algo,
                         proto,
                         channels,
+                        api: r.parent(),
                         start: r.tsc(),
                         ..Default::default()
                     },
@@ -345,12 +618,54 @@ fn build_one(p: &ProcessInput, rep: &mut NcclReport, starts: &mut Starts) {
             (kind::START, etype::PROXY_OP) => {
                 if let Some(c) = calls.get_mut(&r.parent()) {
                     c.ops_open += 1;
-                    op_call.insert(r.id(), r.parent());
+                    op_call.insert(r.id(), (r.parent(), tl_ops.len()));
+                    tl_ops.push((
+                        r.parent(),
+                        TlOp {
+                            call: 0,
+                            channel: r.p(1) as u8,
+                            peer: r.p(2) as u32,
+                            steps: r.p(3) as u32,
+                            send: r.p(5) != 0,
+                            start: r.tsc(),
+                            stop: None,
+                        },
+                    ));
                 }
             }
             (kind::START, etype::PROXY_STEP) => {
                 j.proxy_steps += 1;
-                step_op.insert(r.id(), r.parent());
+                let op_tl = op_call.get(&r.parent()).map(|x| x.1);
+                if let Some(op) = op_tl {
+                    step_op.insert(r.id(), (r.parent(), tl.steps.len()));
+                    tl.steps.push(TlStep {
+                        op,
+                        step: r.p(0) as u32,
+                        start: r.tsc(),
+                        ..Default::default()
+                    });
+                } else {
+                    step_op.insert(r.id(), (r.parent(), usize::MAX));
+                }
+            }
+            (kind::START, etype::KERNEL_CH) => {
+                if let Some(c) = calls.get_mut(&r.parent()) {
+                    kernel_call.insert(r.id(), r.parent());
+                    let g = r.p(1);
+                    if g != 0 {
+                        c.gpu = Some(c.gpu.map_or((g, 0), |(a, b)| (a.min(g), b)));
+                        note_gpu(r.tsc(), g, &mut gpu_offset);
+                    }
+                }
+            }
+            (kind::STATE, etype::KERNEL_CH) if r.state() == state::KERNEL_CH_STOP => {
+                if let Some(c) = kernel_call.get(&r.id()).and_then(|c| calls.get_mut(c)) {
+                    let g = r.p(0);
+                    if g != 0 {
+                        c.gpu = Some(c.gpu.map_or((g, g), |(a, b)| (a, b.max(g))));
+                        note_gpu(r.tsc(), g, &mut gpu_offset);
+                    }
+                }
             }
             (kind::START, etype::NET_PLUGIN) => {
                 let typ = r.p(0) & format::NET_TYPE_MASK;
@@ -371,6 +686,16 @@ fn build_one(p: &ProcessInput, rep: &mut NcclReport, starts: &mut Starts) {
                 ) {
                     posted.entry(r.tid()).or_default().push((r.tsc(), r.id()));
                 }
+                if let Some(s) = step_op.get(&r.id()).and_then(|x| tl.steps.get_mut(x.1))
+                    && r.p(0) != 0
+                {
+                    s.bytes = r.p(0);
+                }
+            }
+            (kind::STOP, etype::PROXY_STEP) => {
+                if let Some(s) = step_op.get(&r.id()).and_then(|x| tl.steps.get_mut(x.1)) {
+                    s.stop = Some(r.tsc());
+                }
             }
             (kind::STOP, etype::COLL | etype::P2P) => {
                 if let Some(c) = calls.get_mut(&r.id()) {
@@ -378,9 +703,12 @@ fn build_one(p: &ProcessInput, rep: &mut NcclReport, starts: &mut Starts) {
                 }
             }
             (kind::STOP, etype::PROXY_OP) => {
-                if let Some(c) = op_call.get(&r.id()).and_then(|c| calls.get_mut(c)) {
-                    c.ops_open -= 1;
-                    c.last_op_stop = c.last_op_stop.max(r.tsc());
+                if let Some(&(c, o)) = op_call.get(&r.id()) {
+                    tl_ops[o].1.stop = Some(r.tsc());
+                    if let Some(c) = calls.get_mut(&c) {
+                        c.ops_open -= 1;
+                        c.last_op_stop = c.last_op_stop.max(r.tsc());
+                    }
                 }
             }
             _ => {}
@@ -453,44 +781,389 @@ fn build_one(p: &ProcessInput, rep: &mut NcclReport, starts: &mut Starts) {
     let posted_steps: std::collections::HashSet<u64> =
         posted.values().flatten().map(|e| e.1).collect();
     j.steps_without_wr += posted_steps.difference(&joined).count() as u64;
+    // Work requests per call (by call id), for the timeline.
+    let mut wr_of: Vec<(u64, Post)> = Vec::new();
     for (i, x) in posts.iter().enumerate() {
         let call = post_step[i]
             .and_then(|s| step_op.get(&s))
-            .and_then(|o| op_call.get(o))
-            .and_then(|c| calls.get_mut(c));
-        if let Some(c) = call {
+            .and_then(|o| op_call.get(&o.0))
+            .map(|c| c.0);
+        if let Some(id) = call
+            && let Some(c) = calls.get_mut(&id)
+        {
             c.wrs += 1;
             c.wr_bytes += x.bytes;
+            wr_of.push((id, *x));
         }
     }
-    // Rows.
-    let mut rows: BTreeMap<(u64, String, String, String), CollRow> = BTreeMap::new();
-    // A program enqueues collectives ahead of the GPU, so a call's own time starts when the one
-    // before it on the same stream of work ended: collectives serialised per communicator,
-    // point-to-point calls per (communicator, direction, peer).
-    let mut ordered: Vec<&Call> = calls.values().collect();
-    ordered.sort_by_key(|c| c.start);
-    let mut prev_end: HashMap<(u64, bool, u8, u32), u64> = HashMap::new();
-    for c in ordered {
-        let comm = comms.get(&c.comm).cloned().unwrap_or_default();
-        let mut func = format::name(FUNCS, c.func).to_string();
-        // A rank's send to or receive from itself (AlltoAll's own part) moves no network data.
-        if c.is_p2p && c.peer == comm.rank {
-            func.push_str(" (self)");
-        }
-        let (algo, proto) = if c.is_p2p {
-            ("-", "-")
+    let gpu_real = |g: u64| -> u64 {
+        let off = gpu_offset.unwrap_or(0);
+        (g as i128 + off).max(0) as u64
+    };
+    if gpu_offset.is_some() && rep.gpu_clock.is_empty() {
+        rep.gpu_clock = GPU_CLOCK.to_string();
+    }
+
+    // The calls as the user made them: groups of point-to-point API calls named by their shape.
+    // Group API event id → (P2pApi counts of Sends, of Recvs), for the point-to-point calls.
+    let send_f = index_of(FUNCS, b"Send");
+    let mut groups: BTreeMap<u64, (Vec<u64>, Vec<u64>)> = BTreeMap::new();
+    for a in apis.values().filter(|a| a.etype == etype::P2P_API) {
+        let g = groups.entry(a.parent).or_default();
+        if a.func == send_f {
+            g.0.push(a.count);
         } else {
-            (format::name(ALGOS, c.algo), format::name(PROTOS, c.proto))
+            g.1.push(a.count);
+        }
+    }
+    // Each call's group (by the call's P2pApi's parent), and each named group's function.
+    let group_of = |c: &Call| -> Option<u64> {
+        if !c.is_p2p {
+            return None;
+        }
+        let a = apis.get(&c.api)?;
+        (a.etype == etype::P2P_API && a.parent != 0).then_some(a.parent)
+    };
+    // Group id → (function, comm, start tsc, count, dtype).
+    let mut named: BTreeMap<u64, (u8, u64, u64, u64, u8)> = BTreeMap::new();
+    for c in calls.values() {
+        let Some(g) = group_of(c) else { continue };
+        if named.contains_key(&g) {
+            continue;
+        }
+        let Some(ga) = apis.get(&g) else { continue };
+        let nranks = comms.get(&c.comm).map_or(0, |m| m.nranks);
+        let (sends, recvs) = groups.get(&g).cloned().unwrap_or_default();
+        if let Some(f) = group_func(ga.depth, &sends, &recvs, nranks) {
+            let count = sends.first().or(recvs.first()).copied().unwrap_or(0);
+            named.insert(g, (f, c.comm, ga.start, count, c.dtype));
+        }
+    }
+
+    // Every call in start order (a group before its parts: it started first).
+    enum Entry {
+        Task(u64),
+        Group(u64),
+    }
+    let mut order: Vec<(u64, u8, u64, Entry)> = Vec::new();
+    for (&id, c) in &calls {
+        order.push((c.start, 1, id, Entry::Task(id)));
+    }
+    for (&g, n) in &named {
+        order.push((n.2, 0, g, Entry::Group(g)));
+    }
+    order.sort_by_key(|x| (x.0, x.1, x.2));
+    let base = rep.calls.len();
+    let mut group_index: HashMap<u64, usize> = HashMap::new();
+    let mut api_seq: HashMap<(u64, u8), u64> = HashMap::new();
+    let mut lane_n: HashMap<(u64, u8, u32), u64> = HashMap::new();
+    // A program enqueues calls ahead of the GPU, so a call's own time starts when the one before
+    // it on the same stream of work ended: collectives serialised per communicator,
+    // point-to-point calls per (communicator, direction, peer), calls made of parts per
+    // (communicator, function).
+    let mut prev_end: HashMap<(u64, u8, u8, u32), u64> = HashMap::new();
+    let mut task_end: HashMap<u64, Option<u64>> = HashMap::new();
+    for (_, _, _, e) in &order {
+        match e {
+            Entry::Task(id) => {
+                let Some(c) = calls.get(id) else { continue };
+                let comm = comms.get(&c.comm).cloned().unwrap_or_default();
+                let mut func = format::name(FUNCS, c.func).to_string();
+                // A rank's send to or receive from itself (AlltoAll's own part) moves no
+                // network data.
+                if c.is_p2p && c.peer == comm.rank {
+                    func.push_str(" (self)");
+                }
+                let esize = DATATYPES.get(c.dtype as usize).map_or(1, |d| d.1);
+                let end = match c.stop {
+                    Some(s) if c.ops_open <= 0 => Some(s.max(c.last_op_stop)),
+                    _ => None,
+                };
+                task_end.insert(*id, end);
+                let parent = group_of(c).and_then(|g| group_index.get(&g).copied());
+                let lane = if c.is_p2p {
+                    (c.comm, 1, c.func, c.peer)
+                } else {
+                    (c.comm, 0, 0, 0)
+                };
+                let own = own_time(&mut prev_end, lane, c.start, end, &clock);
+                let seq = if c.is_p2p {
+                    let n = lane_n.entry((c.comm, c.func, c.peer)).or_default();
+                    *n += 1;
+                    *n
+                } else {
+                    c.seq
+                };
+                let gpu = c.gpu.filter(|g| g.1 >= g.0 && g.1 != 0);
+                let rec = CallRec {
+                    host: p.host.clone(),
+                    pid: p.pid,
+                    rank: comm.rank,
+                    nranks: comm.nranks,
+                    comm: format!("{:016x}", comm.id),
+                    kind: if c.is_p2p { "p2p" } else { "collective" },
+                    seq,
+                    func,
+                    parent: parent.map(|i| base + i),
+                    peer: c.is_p2p.then_some(c.peer),
+                    count: c.count,
+                    dtype_size: esize,
+                    bytes: c.count * esize,
+                    size_bucket: size_bucket(c.count * esize),
+                    algo: (!c.is_p2p).then(|| format::name(ALGOS, c.algo)),
+                    proto: (!c.is_p2p).then(|| format::name(PROTOS, c.proto)),
+                    channels: c.channels as u32,
+                    host_call_ns: clock.to_real_ns(c.start),
+                    end_ns: end.map(|e| clock.to_real_ns(e)),
+                    time_ns: own,
+                    gpu_start_ns: gpu.map(|g| gpu_real(g.0)),
+                    gpu_end_ns: gpu.map(|g| gpu_real(g.1)),
+                    wrs: c.wrs,
+                    wr_bytes: c.wr_bytes,
+                };
+                let i = rep.calls.len() - base;
+                let start = c.start;
+                if let Some(c) = calls.get_mut(id) {
+                    c.tl = i;
+                }
+                tl.calls.push(TlCall {
+                    comm_id: comm.id,
+                    comm_name: comm.name.clone(),
+                    rank: comm.rank,
+                    nranks: comm.nranks,
+                    start,
+                    end,
+                    rec: base + i,
+                    parent,
+                });
+                rep.calls.push(rec);
+            }
+            Entry::Group(g) => {
+                let Some(&(f, comm_key, start, count, dtype)) = named.get(g) else {
+                    continue;
+                };
+                let comm = comms.get(&comm_key).cloned().unwrap_or_default();
+                let esize = DATATYPES.get(dtype as usize).map_or(1, |d| d.1);
+                let seq = api_seq.entry((comm_key, f)).or_default();
+                *seq += 1;
+                let i = rep.calls.len() - base;
+                group_index.insert(*g, i);
+                let bytes = if f == GROUP_FUNC { 0 } else { count * esize };
+                rep.calls.push(CallRec {
+                    host: p.host.clone(),
+                    pid: p.pid,
+                    rank: comm.rank,
+                    nranks: comm.nranks,
+                    comm: format!("{:016x}", comm.id),
+                    kind: "api",
+                    seq: *seq,
+                    func: func_name(f).to_string(),
+                    count: if f == GROUP_FUNC { 0 } else { count },
+                    dtype_size: esize,
+                    bytes,
+                    size_bucket: size_bucket(bytes),
+                    host_call_ns: clock.to_real_ns(start),
+                    ..Default::default()
+                });
+                tl.calls.push(TlCall {
+                    comm_id: comm.id,
+                    comm_name: comm.name.clone(),
+                    rank: comm.rank,
+                    nranks: comm.nranks,
+                    start,
+                    end: None,
+                    rec: base + i,
+                    parent: None,
+                });
+            }
+        }
+    }
+    // A call made of parts: its end is its last part's (once every part ended), its work
+    // requests and GPU time theirs; a Group's bytes its Sends'.
+    let mut parts: HashMap<usize, Vec<usize>> = HashMap::new();
+    for (i, c) in tl.calls.iter().enumerate() {
+        if let Some(p) = c.parent {
+            parts.entry(p).or_default().push(i);
+        }
+    }
+    let mut group_order: Vec<usize> = parts.keys().copied().collect();
+    group_order.sort_by_key(|&i| tl.calls[i].start);
+    for gi in group_order {
+        let v = &parts[&gi];
+        let mut end = Some(0u64);
+        let (mut wrs, mut wr_bytes, mut sent, mut channels) = (0, 0, 0, 0);
+        let mut gpu: Option<(u64, u64)> = None;
+        let mut all_gpu = true;
+        for &k in v {
+            let part = &rep.calls[base + k];
+            end = match (end, tl.calls[k].end) {
+                (Some(a), Some(b)) => Some(a.max(b)),
+                _ => None,
+            };
+            wrs += part.wrs;
+            wr_bytes += part.wr_bytes;
+            channels = channels.max(part.channels);
+            if part.func.starts_with("Send") {
+                sent += part.bytes;
+            }
+            match (part.gpu_start_ns, part.gpu_end_ns) {
+                (Some(a), Some(b)) => {
+                    gpu = Some(gpu.map_or((a, b), |(x, y)| (x.min(a), y.max(b))));
+                }
+                _ => all_gpu = false,
+            }
+        }
+        let start = tl.calls[gi].start;
+        let end = end.map(|e| e.max(start));
+        tl.calls[gi].end = end;
+        let r = &rep.calls[base + gi];
+        let f = if r.func == "Group" {
+            GROUP_FUNC
+        } else {
+            index_of(FUNCS, r.func.as_bytes())
         };
-        let esize = DATATYPES.get(c.dtype as usize).map_or(1, |d| d.1);
-        let bytes = c.count * esize;
-        let end = match c.stop {
-            Some(s) if c.ops_open <= 0 => Some(s.max(c.last_op_stop)),
-            _ => None,
+        let comm_key = named.iter().find(|(g, _)| group_index.get(*g) == Some(&gi));
+        let lane = (comm_key.map_or(0, |x| x.1.1), 2, f, 0);
+        let own = own_time(&mut prev_end, lane, start, end, &clock);
+        let r = &mut rep.calls[base + gi];
+        r.end_ns = end.map(|e| clock.to_real_ns(e));
+        r.time_ns = own;
+        r.wrs = wrs;
+        r.wr_bytes = wr_bytes;
+        r.channels = channels;
+        if f == GROUP_FUNC {
+            r.bytes = sent;
+            r.size_bucket = size_bucket(sent);
+        }
+        if all_gpu && let Some((a, b)) = gpu {
+            r.gpu_start_ns = Some(a);
+            r.gpu_end_ns = Some(b);
+        }
+    }
+    // The timeline's operations and work requests, by timeline call.
+    for (call, mut op) in tl_ops {
+        if let Some(c) = calls.get(&call) {
+            op.call = c.tl;
+            tl.ops.push(op);
+        } else {
+            tl.ops.push(TlOp {
+                call: usize::MAX,
+                ..op
+            });
+        }
+    }
+    for (id, x) in wr_of {
+        if let Some(c) = calls.get(&id) {
+            tl.wrs.push(TlWr {
+                tid: x.tid,
+                tsc: x.tsc,
+                op: x.op,
+                bytes: x.bytes,
+                call: c.tl,
+            });
+        }
+    }
+    // Rows: per (communicator, function, algorithm, protocol), parts under their call's
+    // function; per (communicator, function, size bucket), calls as the user made them.
+    let mut rows: BTreeMap<(u64, String, String, String, String), CollRow> = BTreeMap::new();
+    let mut sizes: BTreeMap<(u64, String, u64), SizeRow> = BTreeMap::new();
+    for (k, t) in tl.calls.iter().enumerate() {
+        let r = &rep.calls[base + k];
+        let part_of = t
+            .parent
+            .map(|p| rep.calls[base + p].func.clone())
+            .unwrap_or_default();
+        let algo = r.algo.unwrap_or("-").to_string();
+        let proto = r.proto.unwrap_or("-").to_string();
+        let key = if part_of.is_empty() {
+            (
+                t.comm_id,
+                r.func.clone(),
+                String::new(),
+                algo.clone(),
+                proto.clone(),
+            )
+        } else {
+            (
+                t.comm_id,
+                part_of.clone(),
+                r.func.clone(),
+                algo.clone(),
+                proto.clone(),
+            )
         };
+        let row = rows.entry(key).or_insert_with(|| CollRow {
+            host: p.host.clone(),
+            pid: p.pid,
+            rank: t.rank,
+            nranks: t.nranks,
+            comm: r.comm.clone(),
+            comm_name: t.comm_name.clone(),
+            func: r.func.clone(),
+            part_of: part_of.clone(),
+            algo,
+            proto,
+            ..Default::default()
+        });
+        row.count += 1;
+        row.bytes += r.bytes;
+        row.channels = r.channels;
+        row.wrs += r.wrs;
+        row.wr_bytes += r.wr_bytes;
+        match r.time_ns {
+            Some(ns) => row.time_ns += ns,
+            None => row.incomplete += 1,
+        }
+        if let (Some(a), Some(b), Some(_)) = (r.gpu_start_ns, r.gpu_end_ns, r.end_ns) {
+            row.gpu_calls += 1;
+            row.gpu_time_ns += b.saturating_sub(a);
+        }
+        if !part_of.is_empty() {
+            continue;
+        }
+        let s = sizes
+            .entry((t.comm_id, r.func.clone(), r.size_bucket))
+            .or_insert_with(|| SizeRow {
+                host: p.host.clone(),
+                pid: p.pid,
+                rank: t.rank,
+                nranks: t.nranks,
+                comm: r.comm.clone(),
+                func: r.func.clone(),
+                size_bucket: r.size_bucket,
+                ..Default::default()
+            });
+        s.count += 1;
+        s.bytes += r.bytes;
+        if let Some(ns) = r.time_ns {
+            s.time_ns += ns;
+        }
+        if let (Some(a), Some(b), Some(_)) = (r.gpu_start_ns, r.gpu_end_ns, r.end_ns) {
+            s.gpu_time_ns += b.saturating_sub(a);
+        }
+        // Arrivals: collectives and calls made of parts, by (function, sequence number).
+        if r.kind != "p2p" {
+            starts
+                .entry(t.comm_id)
+                .or_default()
+                .entry((r.func.clone(), r.seq))
+                .or_default()
+                .push(Start {
+                    rank: t.rank,
+                    nranks: t.nranks,
+                    func: r.func.clone(),
+                    real_ns: r.host_call_ns,
+                    gpu_ns: r.gpu_start_ns,
+                    completed: r.end_ns.is_some(),
+                });
+        }
+    }
+    // Aggregate mode: the calls counted, per communicator and function (no time, no algorithm).
+    for (c, func, n, bytes) in counted {
+        let comm = comms.get(&c).cloned().unwrap_or_default();
+        let name = func_name(func).to_string();
         let row = rows
-            .entry((comm.id, func.clone(), algo.to_string(), proto.to_string()))
+            .entry((comm.id, name.clone(), String::new(), "-".into(), "-".into()))
             .or_insert_with(|| CollRow {
                 host: p.host.clone(),
                 pid: p.pid,
@@ -498,53 +1171,56 @@ fn build_one(p: &ProcessInput, rep: &mut NcclReport, starts: &mut Starts) {
                 nranks: comm.nranks,
                 comm: format!("{:016x}", comm.id),
                 comm_name: comm.name.clone(),
-                func: func.clone(),
-                algo: algo.to_string(),
-                proto: proto.to_string(),
+                func: name,
+                algo: "-".into(),
+                proto: "-".into(),
                 ..Default::default()
             });
-        row.count += 1;
+        row.count += n;
         row.bytes += bytes;
-        row.channels = c.channels as u32;
-        row.wrs += c.wrs;
-        row.wr_bytes += c.wr_bytes;
-        let lane = (
-            c.comm,
-            c.is_p2p,
-            if c.is_p2p { c.func } else { 0 },
-            if c.is_p2p { c.peer } else { 0 },
-        );
-        match end {
-            Some(e) => {
-                let from = prev_end.get(&lane).map_or(c.start, |&p| p.max(c.start));
-                prev_end.insert(lane, e);
-                row.time_ns += clock.to_real_ns(e).saturating_sub(clock.to_real_ns(from));
-            }
-            None => row.incomplete += 1,
-        }
-        if !c.is_p2p {
-            starts
-                .entry(comm.id)
-                .or_default()
-                .entry(c.seq)
-                .or_default()
-                .push(Start {
-                    rank: comm.rank,
-                    nranks: comm.nranks,
-                    func: func.clone(),
-                    real_ns: clock.to_real_ns(c.start),
-                    completed: end.is_some(),
-                });
-        }
     }
     for mut row in rows.into_values() {
         let (size, factor) = size_and_factor(&row.func, row.bytes, row.nranks as u64);
         if row.time_ns > 0 {
             row.busbw_gbs = size as f64 * factor / row.time_ns as f64;
         }
+        if row.gpu_time_ns > 0 && row.count > 0 {
+            // Over the calls the GPU times cover: their share of the bytes.
+            let bytes = size as f64 * row.gpu_calls as f64 / row.count as f64;
+            row.gpu_busbw_gbs = bytes * factor / row.gpu_time_ns as f64;
+        }
         rep.collectives.push(row);
     }
+    for mut s in sizes.into_values() {
+        let (size, factor) = size_and_factor(&s.func, s.bytes, s.nranks as u64);
+        if s.time_ns > 0 {
+            s.busbw_gbs = size as f64 * factor / s.time_ns as f64;
+        }
+        if s.gpu_time_ns > 0 {
+            s.gpu_busbw_gbs = size as f64 * factor / s.gpu_time_ns as f64;
+        }
+        rep.by_size.push(s);
+    }
+    rep.timelines.push(tl);
 }
+
+/// A call's own time on its stream of work (`lane`): from the later of its start and the end of
+/// the call before it there, to its end; none when it did not complete.
+fn own_time(
+    prev_end: &mut HashMap<(u64, u8, u8, u32), u64>,
+    lane: (u64, u8, u8, u32),
+    start: u64,
+    end: Option<u64>,
+    clock: &TscClock,
+) -> Option<u64> {
+    let e = end?;
+    let from = prev_end.get(&lane).map_or(start, |&p| p.max(start));
+    prev_end.insert(lane, e);
+    Some(clock.to_real_ns(e).saturating_sub(clock.to_real_ns(from)))
+}
+
+/// How GPU timestamps are put on the record's clock (the report's `gpu_clock`).
+pub const GPU_CLOCK: &str = "GPU globaltimer + per-process offset (the smallest host-minus-GPU difference over the kernel events: the one the proxy saw soonest); GPU-relative times exact, absolute ones late by at most the proxy's polling delay";
 
 /// The NCCL file of each process of a recording (`nccl-<pid>.stn` beside its directory) with
 /// the verbs posts of its record. None when no process has one.
@@ -613,9 +1289,11 @@ pub fn render(r: &NcclReport) -> String {
     use std::fmt::Write;
     let mut s = String::new();
     let _ = writeln!(s, "NCCL collectives (per rank, communicator, collective):");
+    // From the GPU's view beside the host's, when kernel events came (KernelCh).
+    let gpu = r.collectives.iter().any(|c| c.gpu_calls > 0);
     let _ = writeln!(
         s,
-        "  {:<12} {:>5} {:<16} {:<13} {:<6} {:<6} {:>3} {:>7} {:>14} {:>11} {:>9} {:>8} {:>13}",
+        "  {:<12} {:>5} {:<16} {:<13} {:<6} {:<6} {:>3} {:>7} {:>14} {:>11} {:>9} {:>8} {:>13}{}",
         "host",
         "rank",
         "comm",
@@ -628,17 +1306,27 @@ pub fn render(r: &NcclReport) -> String {
         "time ms",
         "busbw GB/s",
         "WRs",
-        "WR bytes"
+        "WR bytes",
+        if gpu {
+            format!(" {:>10} {:>10}", "GPU ms", "GPU GB/s")
+        } else {
+            String::new()
+        }
     );
     for c in &r.collectives {
+        let func = if c.part_of.is_empty() {
+            c.func.clone()
+        } else {
+            format!("└ {}", c.func)
+        };
         let _ = writeln!(
             s,
-            "  {:<12} {:>2}/{:<2} {:<16} {:<13} {:<6} {:<6} {:>3} {:>7} {:>14} {:>11.3} {:>9.3} {:>8} {:>13}{}",
+            "  {:<12} {:>2}/{:<2} {:<16} {:<13} {:<6} {:<6} {:>3} {:>7} {:>14} {:>11.3} {:>9.3} {:>8} {:>13}{}{}",
             c.host,
             c.rank,
             c.nranks,
             c.comm,
-            c.func,
+            func,
             c.algo,
             c.proto,
             c.channels,
@@ -648,12 +1336,72 @@ pub fn render(r: &NcclReport) -> String {
             c.busbw_gbs,
             c.wrs,
             c.wr_bytes,
+            match (gpu, c.gpu_calls) {
+                (false, _) => String::new(),
+                (true, 0) => format!(" {:>10} {:>10}", "-", "-"),
+                (true, _) => format!(
+                    " {:>10.3} {:>10.3}",
+                    c.gpu_time_ns as f64 / 1e6,
+                    c.gpu_busbw_gbs
+                ),
+            },
             if c.incomplete > 0 {
                 format!("  ⚠ {} not completed", c.incomplete)
             } else {
                 String::new()
             }
         );
+    }
+    if r.collectives.iter().any(|c| !c.part_of.is_empty()) {
+        let _ = writeln!(
+            s,
+            "  (└: the Send/Recv parts NCCL made of the call above, counted there too)"
+        );
+    }
+    if !r.by_size.is_empty() {
+        let _ = writeln!(
+            s,
+            "NCCL calls by message size (per rank, communicator, call; bytes ≤ the power of two):"
+        );
+        let _ = writeln!(
+            s,
+            "  {:<12} {:>5} {:<16} {:<13} {:>10} {:>7} {:>11} {:>10} {:>11} {:>10}",
+            "host",
+            "rank",
+            "comm",
+            "call",
+            "size ≤",
+            "count",
+            "time ms",
+            "busbw GB/s",
+            "GPU ms",
+            "GPU GB/s"
+        );
+        for z in &r.by_size {
+            let _ = writeln!(
+                s,
+                "  {:<12} {:>2}/{:<2} {:<16} {:<13} {:>10} {:>7} {:>11.3} {:>10.3} {:>11} {:>10}",
+                z.host,
+                z.rank,
+                z.nranks,
+                z.comm,
+                z.func,
+                z.size_bucket,
+                z.count,
+                z.time_ns as f64 / 1e6,
+                z.busbw_gbs,
+                if z.gpu_time_ns > 0 {
+                    format!("{:.3}", z.gpu_time_ns as f64 / 1e6)
+                } else {
+                    "-".into()
+                },
+                if z.gpu_time_ns > 0 {
+                    format!("{:.3}", z.gpu_busbw_gbs)
+                } else {
+                    "-".into()
+                },
+            );
+        }
     }
     let j = &r.join;
     let _ = writeln!(
@@ -672,6 +1420,13 @@ pub fn render(r: &NcclReport) -> String {
         j.proxy_steps,
         j.steps_without_wr
     );
+    if j.profiler_version > 0 {
+        let _ = writeln!(
+            s,
+            "  NCCL events read through profiler interface v{} (the newest sigmatop reads; an NCCL that offers a newer one drives this one)",
+            j.profiler_version
+        );
+    }
     // A warning only for what is lost; events of the types the plugin does not read are not
     // (issue 39, item 7: "⚠ 0 records dropped, 80 events of types not read" warned of nothing
     // and did not say what the 80 were).
@@ -685,7 +1440,7 @@ pub fn render(r: &NcclReport) -> String {
     if j.unknown_events > 0 {
         let _ = writeln!(
             s,
-            "  NCCL plugin: {} events of types it does not read (NCCL's API-call events, or types newer than NCCL 2.28), counted and set aside: no figure here comes from them",
+            "  NCCL plugin: {} events of types it does not read (docs/NCCL.md), counted and set aside: no figure here comes from them",
             j.unknown_events
         );
     }
@@ -697,7 +1452,7 @@ pub fn render(r: &NcclReport) -> String {
             .collect();
         let _ = writeln!(
             s,
-            "  comm {}: {} collectives, arrival spread median {:.3} ms, max {:.3} ms (r{} last); last to arrive: {}",
+            "  comm {}: {} collectives, arrival spread (host calls) median {:.3} ms, max {:.3} ms (r{} last); last to arrive: {}",
             a.comm,
             a.collectives,
             a.median_spread_ns as f64 / 1e6,
@@ -705,6 +1460,23 @@ pub fn render(r: &NcclReport) -> String {
             a.max_spread_last_rank,
             last.join(" ")
         );
+        if a.gpu_collectives > 0 {
+            let last: Vec<String> = a
+                .gpu_last_rank
+                .iter()
+                .map(|(r, n)| format!("r{r}×{n}"))
+                .collect();
+            let _ = writeln!(
+                s,
+                "  comm {}: {} collectives, arrival spread (GPU kernel starts) median {:.3} ms, max {:.3} ms (r{} last); last to arrive: {}",
+                a.comm,
+                a.gpu_collectives,
+                a.gpu_median_spread_ns as f64 / 1e6,
+                a.gpu_max_spread_ns as f64 / 1e6,
+                a.gpu_max_spread_last_rank,
+                last.join(" ")
+            );
+        }
     }
     for x in &r.stalled {
         let _ = writeln!(
@@ -725,6 +1497,83 @@ pub fn render(r: &NcclReport) -> String {
     }
     for p in &r.problems {
         let _ = writeln!(s, "  ⚠ {p}");
+    }
+    s
+}
+
+/// `report --calls`: every call of every rank, one line each, in each rank's order.
+pub fn render_calls(r: &NcclReport) -> String {
+    use std::fmt::Write;
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "NCCL calls ({}; times ms from each rank's first call; └: a part of the call it follows):",
+        r.calls.len()
+    );
+    let _ = writeln!(
+        s,
+        "  {:<12} {:>5} {:<16} {:>6} {:<16} {:>12} {:<6} {:<6} {:>3} {:>10} {:>9} {:>9} {:>9} {:>6} {:>10}",
+        "host",
+        "rank",
+        "comm",
+        "seq",
+        "call",
+        "bytes",
+        "algo",
+        "proto",
+        "ch",
+        "host call",
+        "time",
+        "GPU start",
+        "GPU time",
+        "WRs",
+        "WR bytes"
+    );
+    let mut first: HashMap<(String, u32), u64> = HashMap::new();
+    for c in &r.calls {
+        let t0 = *first
+            .entry((c.host.clone(), c.pid))
+            .or_insert(c.host_call_ns);
+        let ms = |ns: u64| format!("{:.3}", ns.saturating_sub(t0) as f64 / 1e6);
+        let mut func = match c.peer {
+            Some(p) => format!(
+                "{} {} r{p}",
+                c.func,
+                if c.func.starts_with("Send") {
+                    "→"
+                } else {
+                    "←"
+                }
+            ),
+            None => c.func.clone(),
+        };
+        if c.parent.is_some() {
+            func = format!("└ {func}");
+        }
+        let _ = writeln!(
+            s,
+            "  {:<12} {:>2}/{:<2} {:<16} {:>6} {:<16} {:>12} {:<6} {:<6} {:>3} {:>10} {:>9} {:>9} {:>9} {:>6} {:>10}",
+            c.host,
+            c.rank,
+            c.nranks,
+            c.comm,
+            c.seq,
+            func,
+            c.bytes,
+            c.algo.unwrap_or("-"),
+            c.proto.unwrap_or("-"),
+            c.channels,
+            ms(c.host_call_ns),
+            c.time_ns
+                .map_or("open".into(), |t| format!("{:.3}", t as f64 / 1e6)),
+            c.gpu_start_ns.map_or("-".into(), ms),
+            match (c.gpu_start_ns, c.gpu_end_ns) {
+                (Some(a), Some(b)) => format!("{:.3}", b.saturating_sub(a) as f64 / 1e6),
+                _ => "-".into(),
+            },
+            c.wrs,
+            c.wr_bytes
+        );
     }
     s
 }
@@ -761,7 +1610,7 @@ mod tests {
         assert_eq!(
             lines,
             [
-                "  NCCL plugin: 80 events of types it does not read (NCCL's API-call events, or types newer than NCCL 2.28), counted and set aside: no figure here comes from them"
+                "  NCCL plugin: 80 events of types it does not read (docs/NCCL.md), counted and set aside: no figure here comes from them"
             ],
             "{text}"
         );
@@ -848,5 +1697,174 @@ mod tests {
         let c = &r.collectives[0];
         assert_eq!((c.func.as_str(), c.count, c.bytes), ("AllReduce", 1, 8192));
         assert_eq!((c.wrs, c.wr_bytes, c.incomplete), (3, 4096 + 2048 + 64, 0));
+    }
+}
+
+#[cfg(test)]
+mod calls_tests {
+    use super::*;
+    use crate::nccl::synth;
+
+    /// Two ranks of the synthetic AllReduce, AlltoAll and user Group (`synth`): rank 1 calls
+    /// each 500 ns after rank 0 on the host, but its kernel starts 550 ns before rank 0's on the
+    /// GPU (rank 0's queued behind other work).
+    fn two_ranks() -> NcclReport {
+        let inputs: Vec<ProcessInput> = [
+            (0u32, 0u64, 1200u64, 5_000_000u64),
+            (1, 500, 150, 77_000_000),
+        ]
+        .iter()
+        .map(|&(rank, t0, kernel_seen, gpu0)| ProcessInput {
+            host: format!("h{rank}"),
+            pid: 10 + rank,
+            recs: synth::rank(&synth::Rank {
+                rank,
+                nranks: 2,
+                t0,
+                kernel_seen,
+                gpu0,
+            }),
+            ..Default::default()
+        })
+        .collect();
+        build(&inputs)
+    }
+
+    #[test]
+    fn calls_are_named_as_the_user_made_them_with_their_parts_under_them() {
+        let r = two_ranks();
+        let of = |pid: u32| -> Vec<&CallRec> { r.calls.iter().filter(|c| c.pid == pid).collect() };
+        let r0 = of(10);
+        let names: Vec<(&str, &str, Option<usize>)> = r0
+            .iter()
+            .map(|c| (c.func.as_str(), c.kind, c.parent))
+            .collect();
+        // AlltoAll at index 1, Group at 4 (indices in the report's `calls`).
+        assert_eq!(
+            names,
+            vec![
+                ("AllReduce", "collective", None),
+                ("AlltoAll", "api", None),
+                ("Send", "p2p", Some(1)),
+                ("Recv", "p2p", Some(1)),
+                ("Group", "api", None),
+                ("Send", "p2p", Some(4)),
+                ("Recv", "p2p", Some(4)),
+            ]
+        );
+        let a2a = r0[1];
+        assert_eq!(
+            (a2a.seq, a2a.bytes, a2a.count, a2a.size_bucket),
+            (1, 1024, 256, 1024)
+        );
+        assert!(a2a.end_ns.is_some() && a2a.time_ns.is_some(), "{a2a:?}");
+        // Its end is its last part's: the Recv's operation stopped at t + 1001.
+        assert_eq!(a2a.end_ns, Some(1_000_000_000 + 100_000 + 1001));
+        let g = r0[4];
+        assert_eq!(
+            (g.bytes, g.seq),
+            (synth::GROUP_BYTES, 1),
+            "a Group's bytes: its Sends'"
+        );
+        // Rows: each call's row, its parts' rows under it; by size, the calls as made.
+        let rows: Vec<(String, String)> = r
+            .collectives
+            .iter()
+            .filter(|c| c.pid == 10)
+            .map(|c| (c.func.clone(), c.part_of.clone()))
+            .collect();
+        assert_eq!(
+            rows,
+            vec![
+                ("AllReduce".into(), "".into()),
+                ("AlltoAll".into(), "".into()),
+                ("Recv".into(), "AlltoAll".into()),
+                ("Send".into(), "AlltoAll".into()),
+                ("Group".into(), "".into()),
+                ("Recv".into(), "Group".into()),
+                ("Send".into(), "Group".into()),
+            ]
+        );
+        let sizes: Vec<(String, u64, u64)> = r
+            .by_size
+            .iter()
+            .filter(|z| z.pid == 10)
+            .map(|z| (z.func.clone(), z.size_bucket, z.count))
+            .collect();
+        assert_eq!(
+            sizes,
+            vec![
+                ("AllReduce".into(), 4096, 1),
+                ("AlltoAll".into(), 1024, 1),
+                ("Group".into(), 256, 1)
+            ]
+        );
+        let text = render_calls(&r);
+        assert!(text.contains("└ Send → r1"), "{text}");
+    }
+
+    /// Host calls say rank 1 is last; the kernels' GPU starts (KernelCh, converted to the
+    /// record's clock) say rank 0 is: both are reported, labelled.
+    #[test]
+    fn gpu_times_are_converted_and_arrivals_are_given_from_both_views() {
+        let r = two_ranks();
+        let ar0 = r
+            .calls
+            .iter()
+            .find(|c| c.pid == 10 && c.func == "AllReduce")
+            .expect("r0");
+        let ar1 = r
+            .calls
+            .iter()
+            .find(|c| c.pid == 11 && c.func == "AllReduce")
+            .expect("r1");
+        // GPU start: the host time the proxy saw it (the only kernel: its own offset), +800 ns.
+        assert_eq!(
+            (ar0.gpu_start_ns, ar0.gpu_end_ns),
+            (Some(1_000_001_200), Some(1_000_002_000))
+        );
+        assert_eq!(ar1.gpu_start_ns, Some(1_000_000_650));
+        assert!(!r.gpu_clock.is_empty());
+        // The AllReduce rows: one call with kernel times each, 800 ns from first start to
+        // last stop; bus bandwidth over it (2 ranks: factor 1).
+        for pid in [10, 11] {
+            let row = r
+                .collectives
+                .iter()
+                .find(|c| c.pid == pid && c.func == "AllReduce")
+                .expect("AllReduce row");
+            assert_eq!((row.gpu_calls, row.gpu_time_ns), (1, 800), "{row:?}");
+            let want = synth::ALLREDUCE_BYTES as f64 / 800.0;
+            assert!((row.gpu_busbw_gbs - want).abs() < 1e-9, "{row:?}");
+        }
+        // Calls without kernel events have no GPU time.
+        assert!(
+            r.collectives
+                .iter()
+                .filter(|c| c.func != "AllReduce")
+                .all(|c| c.gpu_calls == 0 && c.gpu_time_ns == 0)
+        );
+        assert_eq!(r.arrivals.len(), 1);
+        let a = &r.arrivals[0];
+        // AllReduce #0, AlltoAll #1, Group #1: three calls compared on the host.
+        assert_eq!(
+            (a.collectives, a.max_spread_ns, a.max_spread_last_rank),
+            (3, 500, 1)
+        );
+        assert_eq!(a.last_rank.get(&1), Some(&3));
+        assert_eq!(
+            (
+                a.gpu_collectives,
+                a.gpu_max_spread_ns,
+                a.gpu_max_spread_last_rank
+            ),
+            (1, 550, 0)
+        );
+        let text = render(&r);
+        assert!(
+            text.contains("arrival spread (GPU kernel starts)"),
+            "{text}"
+        );
+        assert!(text.contains("GPU GB/s"), "{text}");
     }
 }

@@ -52,6 +52,30 @@ pub struct NicWqe {
     pub rkey: u32,
     pub signaled: bool,
     pub status: u32,
+    /// The connected peer QP and its process (0: not known).
+    pub rqpn: u32,
+    pub rpid: u32,
+}
+
+impl NicWqe {
+    /// One `testnic pid=...` line.
+    pub fn parse(l: &str) -> NicWqe {
+        NicWqe {
+            pid: field(l, "pid").parse().expect("pid"),
+            qpn: hex(field(l, "qpn")) as u32,
+            idx: field(l, "idx").parse().expect("idx"),
+            opcode: hex(field(l, "opcode")) as u32,
+            opmod: hex(field(l, "opmod")) as u32,
+            op: field(l, "op").to_string(),
+            len: field(l, "len").parse().expect("len"),
+            raddr: hex(field(l, "raddr")),
+            rkey: hex(field(l, "rkey")) as u32,
+            signaled: field(l, "signaled") == "1",
+            status: hex(field(l, "status")) as u32,
+            rqpn: hex(field(l, "rqpn")) as u32,
+            rpid: field(l, "rpid").parse().expect("rpid"),
+        }
+    }
 }
 
 pub fn field<'a>(line: &'a str, key: &str) -> &'a str {
@@ -71,19 +95,7 @@ pub fn nic_log(dir: &Path) -> Vec<NicWqe> {
     for e in std::fs::read_dir(dir).expect("NIC log dir").flatten() {
         let text = std::fs::read_to_string(e.path()).expect("read NIC log");
         for l in text.lines().filter(|l| l.starts_with("testnic pid=")) {
-            out.push(NicWqe {
-                pid: field(l, "pid").parse().expect("pid"),
-                qpn: hex(field(l, "qpn")) as u32,
-                idx: field(l, "idx").parse().expect("idx"),
-                opcode: hex(field(l, "opcode")) as u32,
-                opmod: hex(field(l, "opmod")) as u32,
-                op: field(l, "op").to_string(),
-                len: field(l, "len").parse().expect("len"),
-                raddr: hex(field(l, "raddr")),
-                rkey: hex(field(l, "rkey")) as u32,
-                signaled: field(l, "signaled") == "1",
-                status: hex(field(l, "status")) as u32,
-            });
+            out.push(NicWqe::parse(l));
         }
     }
     out
@@ -142,19 +154,7 @@ pub fn nic_lines(dir: &Path, pid: u32) -> Vec<NicLine> {
             let name = kv.get("event").cloned().unwrap_or_default();
             out.push(NicLine::Event(name, kv));
         } else if l.starts_with("testnic pid=") {
-            out.push(NicLine::Wqe(NicWqe {
-                pid: field(l, "pid").parse().expect("pid"),
-                qpn: hex(field(l, "qpn")) as u32,
-                idx: field(l, "idx").parse().expect("idx"),
-                opcode: hex(field(l, "opcode")) as u32,
-                opmod: hex(field(l, "opmod")) as u32,
-                op: field(l, "op").to_string(),
-                len: field(l, "len").parse().expect("len"),
-                raddr: hex(field(l, "raddr")),
-                rkey: hex(field(l, "rkey")) as u32,
-                signaled: field(l, "signaled") == "1",
-                status: hex(field(l, "status")) as u32,
-            }));
+            out.push(NicLine::Wqe(NicWqe::parse(l)));
         }
         // A line cut short at the end (the NIC is writing it) is read next time.
     }

@@ -4,7 +4,8 @@
     python3 tests/gpu/gin_check.py WORKDIR
 
 WORKDIR holds one directory per run, TYPE.npN.TRACE (TYPE: proxy = NCCL_GIN_TYPE 2, gdaki or
-gdakicpu = 3; TRACE: base or traced), each with rc, np, args (nccl_gin's -s/-n), out.RANK,
+gdakicpu, gdakigpu, gdakibf = 3 with DOCA's NIC handler left to AUTO or set to the CPU proxy, GPU
+doorbells, GPU BlueFlame; TRACE: base or traced), each with rc, np, args (nccl_gin's -s/-n), out.RANK,
 err.RANK, pid.RANK, nic/testnic-PID.log (the NIC's own log, the ground truth: one line per WQE it
 executed, written by the NIC thread, never by sigmatop) and, traced, agg.json (`sigmatop export
 --json` of the record) and wqe.RANK.log (sigmatop's recovered GPU WQEs). For each run:
@@ -18,7 +19,11 @@ executed, written by the NIC thread, never by sigmatop) and, traced, agg.json (`
      NIC log's, every QP's peer is the NIC's, the rank and node matrices equal the NIC log's
      (tests/gpu/nccl_check.py's check_traced, without its nccl-tests collective part);
   4. traced GDAKI: sigmatop's recovered GPU WQEs equal the NIC's, QP by QP in order (QPN, index,
-     opcode, opmod, length, remote address, rkey; tests/gpu/nvshmem_check.py's comparison).
+     opcode, opmod, length, remote address, rkey; tests/gpu/nvshmem_check.py's comparison);
+  5. GDAKI: no "Failed to query QP" (NCCL's QP error query, devx QUERY_QP, answered by the NIC: its
+     "QUERY_QP answered N times, M in ERR" exit line, printed, with M = 0), and the NIC handler
+     DOCA chose ("Enabling CPU proxy mode" per QP in CPU proxy mode) printed per rank; a run that
+     asked for GPU doorbells (gdakigpu, gdakibf) fails when any QP fell back to the CPU proxy.
 Exits 1 on any mismatch, 0 when everything matched. Pure standard library.
 """
 import os
@@ -30,7 +35,9 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import nccl_check  # noqa: E402
 import nvshmem_check  # noqa: E402
 
-GIN_TYPE = {"proxy": 2, "gdaki": 3, "gdakicpu": 3}
+GIN_TYPE = {"proxy": 2, "gdaki": 3, "gdakicpu": 3, "gdakigpu": 3, "gdakibf": 3}
+# The NIC handler NCCL_GIN_GDAKI_NIC_HANDLER asked DOCA for: cpu (1), gpu (2, 3); None: AUTO.
+HANDLER = {"gdakicpu": "cpu", "gdakigpu": "gpu", "gdakibf": "gpu"}
 
 
 def fail(ctx, msg):
@@ -85,6 +92,20 @@ def check_run(name, d):
             if len(fa) != want_fa or any(w["len"] != 8 for w in fa):
                 fail(name, f"rank {r}: {len(fa)} fetch-adds ({Counter(w['len'] for w in fa)} by length), "
                            f"want {want_fa} of 8 B")
+        if typ.startswith("gdaki"):
+            err = read(os.path.join(d, f"err.{r}"), "")
+            proxies = err.count("Enabling CPU proxy mode")
+            if "Failed to query QP" in err:
+                fail(name, f"rank {r}: DOCA failed a QP query (devx QUERY_QP)")
+            answered = re.findall(r"QUERY_QP answered (\d+) times, (\d+) in ERR", err)
+            for _, in_err in answered:
+                if int(in_err):
+                    fail(name, f"rank {r}: {in_err} QP queries said ERR")
+            if HANDLER.get(typ) == "gpu" and proxies:
+                fail(name, f"rank {r}: asked for GPU doorbells, {proxies} QPs in DOCA's CPU proxy mode")
+            print(f"  {name} rank {r}: NIC handler: "
+                  + (f"CPU proxy ({proxies} QPs)" if proxies else "GPU doorbells")
+                  + "; QUERY_QP answered: " + (", ".join(f"{a} ({e} in ERR)" for a, e in answered) or "none"))
         hist = Counter((w["op"], w["len"]) for w in ws)
         print(f"  {name} rank {r}: NIC executed {len(ws)} WQEs: "
               + ", ".join(f"{o} {ln} B x{c}" for (o, ln), c in sorted(hist.items())))

@@ -14,8 +14,12 @@
 #                target/testnic/lib (built if missing)]
 #   GIN_RUNS     which runs, in order [proxy.np2.base proxy.np2.traced proxy.np4.base
 #                proxy.np4.traced gdaki.np2.base gdaki.np2.traced gdaki.np4.base gdaki.np4.traced]
-#                (NAME = TYPE.npN.TRACE; TYPE proxy, gdaki or gdakicpu: GDAKI with DOCA's CPU
-#                proxy NIC handler); a traced run is skipped when its base run failed
+#                (NAME = TYPE.npN.TRACE; TYPE proxy, gdaki (DOCA's NIC handler left to AUTO),
+#                gdakicpu, gdakigpu or gdakibf: GDAKI with NCCL_GIN_GDAKI_NIC_HANDLER 1 (DOCA's CPU
+#                proxy), 2 (GPU doorbells) or 3 (GPU BlueFlame doorbells)); a traced run is skipped
+#                when its base run failed
+#   GIN_ERROR_QUERY_SEC  NCCL_GIN_ERROR_QUERY_SEC: NCCL's GIN QP error query (devx QUERY_QP) at
+#                most this often [1, so that every run queries; NCCL's default is 10]
 #   GIN_ARGS     nccl_gin's arguments [-s 65536 -n 8 -t 40]
 #   GIN_TIMEOUT (s per run, 90), GIN_BUDGET (s for all runs, 280)
 # Results: OUTDIR/summary.txt, OUTDIR/check.txt, OUTDIR/probe.txt (what the wheel ships),
@@ -114,12 +118,14 @@ run_one() {
   proxy) gin=2 ;;
   gdaki) gin=3 harness=$HARNESS ;;
   gdakicpu) gin=3 harness=$HARNESS extra="export NCCL_GIN_GDAKI_NIC_HANDLER=1" ;;
+  gdakigpu) gin=3 harness=$HARNESS extra="export NCCL_GIN_GDAKI_NIC_HANDLER=2" ;;
+  gdakibf) gin=3 harness=$HARNESS extra="export NCCL_GIN_GDAKI_NIC_HANDLER=3" ;;
   *) echo "run $name: unknown type $type"; FAILED=1; return 1 ;;
   esac
   cat >"$d/env" <<EOF
 export LD_LIBRARY_PATH=$TESTNIC_LIB:$NCCL_DIR/lib\${LD_LIBRARY_PATH:+:\$LD_LIBRARY_PATH}
 export NCCL_NET=IB NCCL_IB_HCA=mlx5_0 NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 NCCL_NET_GDR_LEVEL=SYS
-export NCCL_GIN_TYPE=$gin NCCL_GIN_NCONTEXTS=1
+export NCCL_GIN_TYPE=$gin NCCL_GIN_NCONTEXTS=1 NCCL_GIN_ERROR_QUERY_SEC=${GIN_ERROR_QUERY_SEC:-1}
 export NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET,ENV,ALLOC NCCL_DEBUG_FILE=$d/nccl.%h.%p.log
 export DOCA_GPUNETIO_LOG=6
 export TESTNIC_LOG=$d/nic TESTNIC_SPIN=1
@@ -145,6 +151,14 @@ EOF
   echo "run $name rc=$rc secs=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }') t=$(elapsed)s"
   grep -h 'nccl_gin: rank' "$d"/out.* 2>/dev/null | sed 's/^/    /'
   grep -h -m3 'Assigned GIN\|GIN type\|GPU Direct RDMA \(Enabled\|Disabled\) for HCA' "$d"/nccl.*.log 2>/dev/null | sed 's/.*NCCL INFO /    nccl: /' | sort -u
+  if [ "$type" != proxy ]; then
+    # Which NIC handler DOCA chose (AUTO takes the CPU proxy when cudaHostRegister(IoMemory) of
+    # the UAR fails), and NCCL's QP error queries as the NIC answered them.
+    echo "    doca: $(cat "$d"/err.* 2>/dev/null | grep -c 'Enabling CPU proxy mode') QPs in CPU proxy mode;" \
+      "$(cat "$d"/err.* 2>/dev/null | grep -c 'Failed to query QP') failed QP queries;" \
+      "$(cat "$d"/err.* 2>/dev/null | grep -c 'Fallback to legacy nvidia-peermem') dma-buf umem fallbacks"
+    grep -h 'QUERY_QP answered\|nvshmem_harness: pid' "$d"/err.* 2>/dev/null | sed 's/^/    /'
+  fi
   if [ "$rc" != 0 ]; then
     FAILED=1
     grep -h 'WARN\|ERR\|refus\|TIMEOUT\|failed' "$d"/nccl.*.log "$d"/err.* 2>/dev/null | sort | uniq -c | sort -rn | head -12 | sed 's/^/    /'

@@ -33,7 +33,9 @@
  * the proxy operations handed to the proxy thread (ncclProxyStart), stopEvent(Coll),
  * stopEvent(Group), stopEvent(GroupApi); the host call returns and the host waits for the
  * "kernel" (cudaStreamSynchronize). Each stop/state is only called on a non-null handle, as NCCL
- * does. Proxy thread, per channel and side, when it takes the operation (ProxyAppend, maybe
+ * does. Proxy thread (its events only when the mask init gave asks for them, as NCCL checks:
+ * ProxyOp for ProxyOp, ProxyStep or NetPlugin; ProxyStep for ProxyStep or NetPlugin), per
+ * channel and side, when it takes the operation (ProxyAppend, maybe
  * after the Coll stop, as in NCCL): startEvent ProxyOp (parent = the Coll handle, pid, channelId,
  * peer, nSteps = 2(R-1), chunkSize, isSend); recordEventState(ProxyOpInProgress) when it starts
  * progressing (here: once the connection's previous operation ended); per step, send side: startEvent ProxyStep + SendGPUWait
@@ -49,9 +51,11 @@
  *   -p: the profiler plugin's path (default: $NCCL_PROFILER_PLUGIN; none: no profiler).
  *   -s: the host sleeps this long after each call (keeps the program running for a test).
  *   -t: how long to wait for the peers' files in the rendezvous directory (default 60 s).
+ *   -e: after the last call, N polls of a CQ no QP uses (idle_polls: prices an empty poll).
  * Prints per channel "rank R ch C send qp 0xQ -> rank N qp 0xQ recv qp 0xQ <- rank P qp 0xQ",
- * "profiler NAME mask M" when a plugin is loaded, "iter I ok" after each call, and at the end
- * "check ok: rank R of N, C channels, I iterations of SIZE bytes". Ranks meet through files in
+ * "profiler NAME mask M" when a plugin is loaded, "iter I ok" after each call, "proxy polls P
+ * completed Q steps S" (the proxy thread's ibv_poll_cq calls, those that returned completions,
+ * its proxy steps) once the proxy thread ended, and at the end "check ok: rank R of N, C channels, I iterations of SIZE bytes". Ranks meet through files in
  * RENDEZVOUS_DIR (rank-R: GID and per channel QPNs, FIFO and buffer addresses and rkeys; ready-R
  * once its QPs are connected; done-R before it tears them down), each written then renamed.
  */
@@ -205,7 +209,7 @@ struct fifo_elem { /* ncclIbSendFifo: 64 bytes */
 };
 _Static_assert(sizeof(struct fifo_elem) == 64, "FIFO entry is 64 bytes");
 
-static int R, RANK, C = 2, ITERS = 10, SLEEP_MS, TIMEOUT_S = 60;
+static int R, RANK, C = 2, ITERS = 10, SLEEP_MS, TIMEOUT_S = 60, IDLE_POLLS;
 static size_t SIZE = 1 << 16;
 static const char *DIR_, *PLUGIN;
 static size_t CHUNK; /* bytes per step */
@@ -213,6 +217,7 @@ static int NST;      /* steps per operation: 2(R-1) */
 
 static profiler_v5_t *prof;
 static void *pctx;
+static int pmask; /* the activation mask the plugin's init gave */
 
 static void die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
 static void die(const char *fmt, ...)
@@ -407,6 +412,9 @@ static int isend(struct send_conn *sc, int slot, size_t size)
 	return fslot;
 }
 
+/* The proxy thread's polls, and those that returned completions (printed at the end). */
+static long polls, polls_done;
+
 /* ncclIbTest: polls the connection's CQ; 1 when request `q` is done. */
 static int test(struct ibv_cq *cq, struct req *reqs, int qi, int *size)
 {
@@ -416,6 +424,8 @@ static int test(struct ibv_cq *cq, struct req *reqs, int qi, int *size)
 		int n = ibv_poll_cq(cq, 16, wc);
 		if (n < 0)
 			die("ibv_poll_cq failed");
+		polls++;
+		polls_done += n > 0;
 		for (int i = 0; i < n; i++) {
 			if (wc[i].status != IBV_WC_SUCCESS)
 				die("completion of wr_id %llu on QP 0x%x: %s (%d), vendor error 0x%x",
@@ -455,7 +465,9 @@ static void op_append(struct op *o, int is_send, int seq, void *coll, int c)
 	d.proxyOp.nSteps = o->nsteps;
 	d.proxyOp.chunkSize = (int)CHUNK;
 	d.proxyOp.isSend = is_send;
-	o->handle = p_start(&d);
+	/* NCCL (profiler.cc ncclProfilerStartProxyOpEvent): only when the mask asks for proxy
+	 * operations, steps or network plugin events; a null handle otherwise. */
+	o->handle = pmask & (ProfileProxyOp | ProfileProxyStep | ProfileNetPlugin) ? p_start(&d) : NULL;
 }
 
 /* The first progress call (ncclProxyOpReady → Progress): its steps follow the connection's. */
@@ -481,7 +493,8 @@ static void *step_start(struct op *o, int step)
 	d.parentObj = o->handle;
 	d.rank = RANK;
 	d.proxyStep.step = step;
-	void *h = p_start(&d);
+	/* NCCL: only when the mask asks for steps or network plugin events. */
+	void *h = pmask & (ProfileProxyStep | ProfileNetPlugin) ? p_start(&d) : NULL;
 	o->steps[step % NSTEPS] = h;
 	return h;
 }
@@ -864,10 +877,24 @@ static uint64_t fnv(const char *s)
 	return h;
 }
 
+/* -e N: N polls of a CQ no QP uses (always empty), for benches/nccl_step_callgrind.sh to
+ * price an empty poll (this function's instructions, traced minus untraced, over N). */
+__attribute__((noinline)) static void idle_polls(int n)
+{
+	struct ibv_cq *cq = ibv_create_cq(ctx, 16, NULL, NULL, 0);
+	if (!cq)
+		die("ibv_create_cq (idle polls) failed");
+	struct ibv_wc wc[16];
+	for (int i = 0; i < n; i++)
+		if (ibv_poll_cq(cq, 16, wc) != 0)
+			die("a CQ no QP uses returned a completion");
+	ibv_destroy_cq(cq);
+}
+
 static void usage(void)
 {
 	fprintf(stderr, "usage: nccl_ring -n RANKS -r RANK -d RENDEZVOUS_DIR [-c CHANNELS] [-b SIZE] [-i ITERS] "
-			"[-s SLEEP_MS] [-p PLUGIN] [-t TIMEOUT_S]\n");
+			"[-s SLEEP_MS] [-p PLUGIN] [-t TIMEOUT_S] [-e IDLE_POLLS]\n");
 	exit(2);
 }
 
@@ -875,7 +902,7 @@ int main(int argc, char **argv)
 {
 	int opt;
 	RANK = -1;
-	while ((opt = getopt(argc, argv, "n:r:d:c:b:i:s:p:t:")) != -1) {
+	while ((opt = getopt(argc, argv, "n:r:d:c:b:i:s:p:t:e:")) != -1) {
 		switch (opt) {
 		case 'n': R = atoi(optarg); break;
 		case 'r': RANK = atoi(optarg); break;
@@ -886,6 +913,7 @@ int main(int argc, char **argv)
 		case 's': SLEEP_MS = atoi(optarg); break;
 		case 'p': PLUGIN = optarg; break;
 		case 't': TIMEOUT_S = atoi(optarg); break;
+		case 'e': IDLE_POLLS = atoi(optarg); break;
 		default: usage();
 		}
 	}
@@ -976,11 +1004,10 @@ int main(int argc, char **argv)
 		free(wait_file(name, "ready file of a rank"));
 	}
 
-	int mask = 0;
-	if (prof && prof->init(&pctx, fnv(DIR_), &mask, "nccl_ring", R, R, RANK, NULL))
+	if (prof && prof->init(&pctx, fnv(DIR_), &pmask, "nccl_ring", R, R, RANK, NULL))
 		die("the profiler's init failed");
 	if (prof)
-		printf("profiler %s mask %d\n", prof->name, mask);
+		printf("profiler %s mask %d\n", prof->name, pmask);
 
 	pthread_t th;
 	if (pthread_create(&th, NULL, proxy_thread, NULL))
@@ -1072,6 +1099,9 @@ int main(int argc, char **argv)
 	/* The proxy operations end after the kernel (the last sends' completions): wait for them. */
 	__atomic_store_n(&quit, 1, __ATOMIC_RELEASE);
 	pthread_join(th, NULL);
+	printf("proxy polls %ld completed %ld steps %d\n", polls, polls_done, ITERS * C * 2 * NST);
+	if (IDLE_POLLS)
+		idle_polls(IDLE_POLLS);
 	if (prof)
 		prof->finalize(pctx);
 	/* No QP goes away while a neighbour may still wait for its acknowledgements. */

@@ -14,6 +14,10 @@
  *   transitions RST2INIT, INIT2RTR, RTR2RTS, RTS2RTS, 2ERR, 2RST, and destroy, with mailboxes
  *   parsed in the PRM layout (ifc.h). Output mailboxes carry status and syndrome as firmware's
  *   do; anything else is refused with a stderr line and status BAD_OP.
+ * - QUERY_QP (mlx5dv_devx_obj_query of a devx QP): the QP context as CREATE_QP and the
+ *   transitions set it, with the live state (ERR once the NIC put the QP in error, as a ConnectX
+ *   moves an RC QP to error on a completion with error) and PSNs: what DOCA GPUNetIO's
+ *   doca_gpu_verbs_query_last_error (NCCL's GIN error query) reads.
  */
 #include "ifc.h"
 #include "prov.h"
@@ -23,6 +27,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <unistd.h>
 
 struct tn_umem {
 	struct mlx5dv_devx_umem pub;
@@ -45,6 +50,9 @@ struct tn_dobj {
 	struct tn_hcq cq;
 	struct tn_hqp qp;
 	int in_nic;
+	/* The QP context as CREATE_QP and the transitions left it (PRM layout, QPC_BYTES), what
+	 * QUERY_QP answers with the live state and PSNs on top. */
+	uint8_t qpc[QPC_BYTES];
 };
 
 /* ---- command plumbing ---- */
@@ -359,6 +367,8 @@ static int create_qp(struct tn_dobj *o, const void *in, void *out, size_t outlen
 		}
 	}
 	SET(out, 0, OUT_OBJ_NUM, h->qpn);
+	memcpy(o->qpc, (const uint8_t *)in + q / 8, QPC_BYTES);
+	SET(o->qpc, 0, QPC_STATE, PRM_QP_RST);
 	return 0;
 }
 
@@ -416,6 +426,63 @@ static void out_of_nic(struct tn_dobj *o)
 	pthread_mutex_unlock(&tn_nic.lock);
 	tn_nic_quiesce();
 	o->in_nic = 0;
+}
+
+/* Copies field (bit, width) of the QPC in mailbox `in` into the kept QPC. */
+static void keep(struct tn_dobj *o, const void *in, uint32_t bit, uint32_t width)
+{
+	ifc_set(o->qpc, bit, width, ifc_get(in, QP_IN_QPC + bit, width));
+}
+#define KEEP(o, in, F) keep((o), (in), IFC_BIT(F), IFC_WIDTH(F))
+#define KEEP_ADS(o, in, F) keep((o), (in), QPC_ADS + IFC_BIT(F), IFC_WIDTH(F))
+
+/* What each transition writes into the QP context (the fields the NIC and QUERY_QP's readers
+ * use), after it succeeded. */
+static void keep_qpc(struct tn_dobj *o, uint16_t op, const void *in)
+{
+	switch (op) {
+	case IFC_RST2INIT_QP:
+		KEEP(o, in, QPC_RWE);
+		KEEP(o, in, QPC_RRE);
+		KEEP(o, in, QPC_RAE);
+		KEEP(o, in, QPC_ATOMIC_MODE);
+		KEEP(o, in, QPC_PM_STATE);
+		KEEP_ADS(o, in, ADS_PKEY_INDEX);
+		KEEP_ADS(o, in, ADS_VHCA_PORT_NUM);
+		break;
+	case IFC_INIT2RTR_QP:
+		KEEP(o, in, QPC_MTU);
+		KEEP(o, in, QPC_LOG_MSG_MAX);
+		KEEP(o, in, QPC_REMOTE_QPN);
+		KEEP(o, in, QPC_MIN_RNR_NAK);
+		KEEP(o, in, QPC_NEXT_RCV_PSN);
+		KEEP(o, in, QPC_LOG_RRA_MAX);
+		KEEP_ADS(o, in, ADS_GRH);
+		KEEP_ADS(o, in, ADS_RLID);
+		KEEP_ADS(o, in, ADS_SRC_ADDR_INDEX);
+		KEEP_ADS(o, in, ADS_STAT_RATE);
+		KEEP_ADS(o, in, ADS_HOP_LIMIT);
+		KEEP_ADS(o, in, ADS_TCLASS);
+		KEEP_ADS(o, in, ADS_FLOW_LABEL);
+		KEEP_ADS(o, in, ADS_DSCP);
+		KEEP_ADS(o, in, ADS_UDP_SPORT);
+		KEEP_ADS(o, in, ADS_SL);
+		KEEP_ADS(o, in, ADS_PKEY_INDEX);
+		if (GET(in, QP_IN_QPC + QPC_ADS, ADS_VHCA_PORT_NUM))
+			KEEP_ADS(o, in, ADS_VHCA_PORT_NUM);
+		memcpy(o->qpc + (QPC_ADS + ADS_RGID) / 8, (const uint8_t *)in + (QP_IN_QPC + QPC_ADS + ADS_RGID) / 8, 16);
+		break;
+	case IFC_RTR2RTS_QP:
+		KEEP(o, in, QPC_NEXT_SEND_PSN);
+		KEEP(o, in, QPC_RETRY_COUNT);
+		KEEP(o, in, QPC_RNR_RETRY);
+		KEEP(o, in, QPC_LOG_SRA_MAX);
+		KEEP(o, in, QPC_LOG_ACK_REQ_FREQ);
+		KEEP_ADS(o, in, ADS_ACK_TIMEOUT);
+		break;
+	default:
+		break;
+	}
 }
 
 static int modify_qp(struct tn_dobj *o, uint16_t op, const void *in, void *out, size_t outlen)
@@ -501,15 +568,75 @@ TN_API int mlx5dv_devx_obj_modify(struct mlx5dv_devx_obj *obj, const void *in, s
 		return bad(out, outlen, IFC_STATUS_BAD_PARAM, "QP transition mailbox too short");
 	if (GET(in, 0, IN_QPN) != o->qp.qpn)
 		return bad(out, outlen, IFC_STATUS_BAD_PARAM, "QP transition names another QPN");
-	return modify_qp(o, op, in, out, outlen);
+	int err = modify_qp(o, op, in, out, outlen);
+	if (!err)
+		keep_qpc(o, op, in);
+	return err;
+}
+
+/* The PRM state of a QP (qpc.state). The NIC thread moves a QP to TN_ERR itself when a work
+ * request completes in error (wqe.c), as a ConnectX does with an RC QP. */
+static uint32_t prm_state(int s)
+{
+	switch (s) {
+	case TN_RESET: return PRM_QP_RST;
+	case TN_INIT: return PRM_QP_INIT;
+	case TN_RTR: return PRM_QP_RTR;
+	case TN_RTS: return PRM_QP_RTS;
+	case TN_SQE: return PRM_QP_SQER;
+	case TN_SQD: return PRM_QP_SQD;
+	default: return PRM_QP_ERR;
+	}
+}
+
+/* QUERY_QP (0x50b): status, then the QP context at bit 0xc0 of the out box, as a ConnectX
+ * answers it: the fields CREATE_QP and the transitions set, the current state, the next send
+ * PSN (RTS and later) and the next expected receive PSN (RTR and later) as the NIC has them now. */
+static unsigned long queries_answered, queries_in_err;
+
+/* At exit, when any QUERY_QP was answered: how many, and how many said ERR (the evidence that a
+ * program's error query, NCCL's GIN one, ran and what it heard). */
+__attribute__((destructor)) static void devx_fini(void)
+{
+	unsigned long n = __atomic_load_n(&queries_answered, __ATOMIC_RELAXED);
+	if (n)
+		tn_warn("pid %d QUERY_QP answered %lu times, %lu in ERR", (int)getpid(), n,
+			__atomic_load_n(&queries_in_err, __ATOMIC_RELAXED));
+}
+
+static int query_qp(struct tn_dobj *o, const void *in, void *out, size_t outlen)
+{
+	if (GET(in, 0, IN_QPN) != o->qp.qpn)
+		return bad(out, outlen, IFC_STATUS_BAD_PARAM, "QUERY_QP names another QPN than the object's");
+	if (outlen < QUERY_QP_OUT_QPC / 8 + QPC_BYTES)
+		return bad(out, outlen, IFC_STATUS_BAD_PARAM, "QUERY_QP output mailbox shorter than the QP context");
+	struct tn_hqp *h = &o->qp;
+	uint8_t *qpc = (uint8_t *)out + QUERY_QP_OUT_QPC / 8;
+	memcpy(qpc, o->qpc, QPC_BYTES);
+	int st = __atomic_load_n(&h->state, __ATOMIC_ACQUIRE);
+	SET(qpc, 0, QPC_STATE, prm_state(st));
+	if (h->st == TN_ST_RC && st >= TN_RTS && st != TN_ERR)
+		SET(qpc, 0, QPC_NEXT_SEND_PSN, __atomic_load_n(&h->next_psn, __ATOMIC_RELAXED) & 0xffffff);
+	if (h->st == TN_ST_RC && st >= TN_RTR && st != TN_ERR)
+		SET(qpc, 0, QPC_NEXT_RCV_PSN, __atomic_load_n(&h->exp_psn, __ATOMIC_RELAXED) & 0xffffff);
+	__atomic_fetch_add(&queries_answered, 1, __ATOMIC_RELAXED);
+	if (st == TN_ERR)
+		__atomic_fetch_add(&queries_in_err, 1, __ATOMIC_RELAXED);
+	return 0;
 }
 
 TN_API int mlx5dv_devx_obj_query(struct mlx5dv_devx_obj *obj, const void *in, size_t inlen, void *out,
 				 size_t outlen)
 {
-	(void)obj;
-	(void)inlen;
-	return refuse_cmd("mlx5dv_devx_obj_query", (uint16_t)GET(in, 0, IN_OPCODE), out, outlen);
+	struct tn_dobj *o = (struct tn_dobj *)obj;
+	if (!o || !in || !out || inlen < QUERY_QP_IN_BYTES || outlen < CMD_OUT_BYTES)
+		return EINVAL;
+	uint16_t op = (uint16_t)GET(in, 0, IN_OPCODE);
+	memset(out, 0, outlen);
+	if (o->type == OBJ_QP && op == IFC_QUERY_QP)
+		return query_qp(o, in, out, outlen);
+	return refuse_cmd(o->type == OBJ_QP ? "mlx5dv_devx_obj_query of a QP" : "mlx5dv_devx_obj_query of a CQ", op,
+			  out, outlen);
 }
 
 TN_API int mlx5dv_devx_obj_destroy(struct mlx5dv_devx_obj *obj)

@@ -24,6 +24,7 @@
  */
 #include "ifc.h"
 
+#include <dlfcn.h>
 #include <endian.h>
 #include <errno.h>
 #include <infiniband/mlx5dv.h>
@@ -228,6 +229,202 @@ static struct ibv_qp *dct_create(struct ibv_context *c, struct ibv_pd *pd, union
 	CHECK(!ibv_modify_qp(dct, &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_MIN_RNR_TIMER),
 	      "DCT RTR");
 	return dct;
+}
+
+/* ---- loopback QPs (a QP connected to itself) ---- */
+
+#define LOOP_WRITES 3
+#define LOOP_READ 256
+
+struct loopback {
+	struct ibv_cq *cq;
+	struct ibv_qp *qp;
+	struct ibv_mr *mr;
+	uint8_t *buf;
+	uint32_t bytes; /* what the verbs QP moved: its writes and its read */
+	struct mlx5dv_devx_obj *dx_qp, *dx_cq;
+	struct mlx5dv_devx_umem *dx_wq, *dx_cqu;
+	struct mlx5dv_devx_uar *dx_uar;
+	uint32_t dx_qpn;
+};
+
+static void wait_wc(struct ibv_cq *cq, uint64_t wr_id)
+{
+	struct timespec t0, t;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	for (;;) {
+		struct ibv_wc wc;
+		int n = ibv_poll_cq(cq, 1, &wc);
+		CHECK(n >= 0, "ibv_poll_cq");
+		if (n == 1) {
+			CHECK(wc.status == IBV_WC_SUCCESS && wc.wr_id == wr_id, "loopback WR %llu: status %d (wr_id %llu)",
+			      (unsigned long long)wr_id, wc.status, (unsigned long long)wc.wr_id);
+			return;
+		}
+		clock_gettime(CLOCK_MONOTONIC, &t);
+		CHECK(t.tv_sec - t0.tv_sec < 20, "no completion for loopback WR %llu", (unsigned long long)wr_id);
+		sched_yield();
+	}
+}
+
+static struct loopback loopback(struct ibv_context *c, struct ibv_pd *pd, union ibv_gid *gid,
+				struct ibv_port_attr *pa, uint32_t pdn, struct mlx5dv_devx_umem *dbr_umem,
+				uint8_t *dbr, struct mlx5dv_devx_uar *cq_uar, uint32_t eqn)
+{
+	struct loopback lo = {0};
+	int ib = pa->link_layer == IBV_LINK_LAYER_INFINIBAND;
+	lo.buf = zalloc(16384);
+	int acc = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
+	lo.mr = ibv_reg_mr(pd, lo.buf, 16384, acc);
+	lo.cq = ibv_create_cq(c, 16, NULL, NULL, 0);
+	CHECK(lo.mr && lo.cq, "loopback MR/CQ");
+	struct ibv_qp_init_attr qa = {.send_cq = lo.cq, .recv_cq = lo.cq, .qp_type = IBV_QPT_RC,
+				      .cap = {.max_send_wr = 16, .max_recv_wr = 1, .max_send_sge = 1, .max_recv_sge = 1}};
+	lo.qp = ibv_create_qp(pd, &qa);
+	CHECK(lo.qp, "loopback ibv_create_qp");
+	struct ibv_qp_attr a = {.qp_state = IBV_QPS_INIT, .port_num = 1, .qp_access_flags = acc};
+	CHECK(!ibv_modify_qp(lo.qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS),
+	      "loopback INIT");
+	memset(&a, 0, sizeof a);
+	a.qp_state = IBV_QPS_RTR;
+	a.path_mtu = pa->active_mtu;
+	a.dest_qp_num = lo.qp->qp_num; /* itself */
+	a.max_dest_rd_atomic = 1;
+	a.min_rnr_timer = 12;
+	a.ah_attr.port_num = 1;
+	a.ah_attr.dlid = pa->lid;
+	/* Routed as the RC QPs above: by GID on RoCE (and on IB with IBGDA_GRH=1), by LID on IB. */
+	a.ah_attr.is_global = !ib || grh_bit;
+	a.ah_attr.grh.dgid = *gid;
+	a.ah_attr.grh.hop_limit = 1;
+	CHECK(!ibv_modify_qp(lo.qp, &a,
+			     IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
+				     IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER),
+	      "loopback RTR");
+	memset(&a, 0, sizeof a);
+	a.qp_state = IBV_QPS_RTS;
+	a.timeout = 14;
+	a.retry_cnt = 7;
+	a.rnr_retry = 7;
+	a.max_rd_atomic = 1;
+	CHECK(!ibv_modify_qp(lo.qp, &a,
+			     IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN |
+				     IBV_QP_MAX_QP_RD_ATOMIC),
+	      "loopback RTS");
+	/* Writes of 1000, 1500 and 2000 + 8 * role bytes from [0, 4096) to [4096, 8192), then a read of
+	 * LOOP_READ bytes from [4096, ...) to [8192, ...): all of it within this process. */
+	for (int i = 0; i < 4096; i++)
+		lo.buf[i] = (uint8_t)(i * 7 + role);
+	uint32_t len[LOOP_WRITES] = {1000, 1500, 2000 + 8 * (uint32_t)role};
+	for (int w = 0; w <= LOOP_WRITES; w++) {
+		int rd = w == LOOP_WRITES;
+		uint32_t n = rd ? LOOP_READ : len[w];
+		struct ibv_sge sg = {.addr = (uintptr_t)lo.buf + (rd ? 8192 : 0), .length = n, .lkey = lo.mr->lkey};
+		struct ibv_send_wr wr = {.wr_id = 100 + (uint64_t)w, .sg_list = &sg, .num_sge = 1,
+					 .opcode = rd ? IBV_WR_RDMA_READ : IBV_WR_RDMA_WRITE,
+					 .send_flags = IBV_SEND_SIGNALED}, *badw;
+		wr.wr.rdma.remote_addr = (uintptr_t)lo.buf + 4096;
+		wr.wr.rdma.rkey = lo.mr->rkey;
+		CHECK(!ibv_post_send(lo.qp, &wr, &badw), "loopback post %d", w);
+		wait_wc(lo.cq, wr.wr_id);
+		lo.bytes += n;
+	}
+	for (uint32_t i = 0; i < len[LOOP_WRITES - 1]; i++)
+		CHECK(lo.buf[4096 + i] == (uint8_t)(i * 7 + role), "loopback write byte %u: 0x%x", i, lo.buf[4096 + i]);
+	CHECK(!memcmp(lo.buf + 8192, lo.buf, LOOP_READ), "loopback read");
+
+	/* The devx loopback QP: NVSHMEM's RC QP shape, its own SQ umem, collapsed CQ and UAR; the doorbell
+	 * records at +256 (QP) and +320 (CQ) of the shared doorbell-record umem. */
+	uint8_t *sqb = zalloc(SQ_WQEBB * 64), *cqb = zalloc(64u << CQ_LOG);
+	memset(cqb, 0xff, 64u << CQ_LOG);
+	lo.dx_wq = mlx5dv_devx_umem_reg(c, sqb, SQ_WQEBB * 64, IBV_ACCESS_LOCAL_WRITE);
+	lo.dx_cqu = mlx5dv_devx_umem_reg(c, cqb, 64u << CQ_LOG, IBV_ACCESS_LOCAL_WRITE);
+	lo.dx_uar = mlx5dv_devx_alloc_uar(c, 1u << 31);
+	CHECK(lo.dx_wq && lo.dx_cqu && lo.dx_uar, "devx loopback umems/UAR");
+	uint8_t in[CREATE_QP_IN_BYTES], out[CMD_OUT_BYTES];
+	memset(in, 0, sizeof in);
+	SET(in, 0, IN_OPCODE, IFC_CREATE_CQ);
+	SET(in, 0, CQ_IN_UMEM_ID, lo.dx_cqu->umem_id);
+	SET(in, 0, CQ_IN_UMEM_VALID, 1);
+	SET(in, CQ_IN_CQC, CQC_DBR_UMEM_VALID, 1);
+	SET(in, CQ_IN_CQC, CQC_CC, 1);
+	SET(in, CQ_IN_CQC, CQC_OI, 1);
+	SET(in, CQ_IN_CQC, CQC_DBR_UMEM_ID, dbr_umem->umem_id);
+	SET(in, CQ_IN_CQC, CQC_LOG_CQ_SIZE, CQ_LOG);
+	SET(in, CQ_IN_CQC, CQC_UAR_PAGE, cq_uar->page_id);
+	SET(in, CQ_IN_CQC, CQC_C_EQN, eqn);
+	put64(in + (CQ_IN_CQC + CQC_DBR_ADDR) / 8, 320);
+	lo.dx_cq = mlx5dv_devx_obj_create(c, in, CREATE_CQ_IN_BYTES, out, sizeof out);
+	CHECK(lo.dx_cq, "devx loopback CREATE_CQ");
+	uint32_t dx_cqn = GET(out, 0, OUT_OBJ_NUM);
+	memset(in, 0, sizeof in);
+	SET(in, 0, IN_OPCODE, IFC_CREATE_QP);
+	SET(in, 0, QP_IN_WQ_UMEM_ID, lo.dx_wq->umem_id);
+	SET(in, 0, QP_IN_WQ_UMEM_VALID, 1);
+	SET(in, QP_IN_QPC, QPC_ST, 0);
+	SET(in, QP_IN_QPC, QPC_PM_STATE, 3);
+	SET(in, QP_IN_QPC, QPC_PD, pdn);
+	SET(in, QP_IN_QPC, QPC_UAR_PAGE, lo.dx_uar->page_id);
+	SET(in, QP_IN_QPC, QPC_RQ_TYPE, RQ_TYPE_ZERO);
+	SET(in, QP_IN_QPC, QPC_CQN_SND, dx_cqn);
+	SET(in, QP_IN_QPC, QPC_CQN_RCV, dx_cqn);
+	SET(in, QP_IN_QPC, QPC_LOG_SQ_SIZE, SQ_LOG);
+	SET(in, QP_IN_QPC, QPC_DBR_UMEM_VALID, 1);
+	SET(in, QP_IN_QPC, QPC_DBR_UMEM_ID, dbr_umem->umem_id);
+	put64(in + (QP_IN_QPC + QPC_DBR_ADDR) / 8, 256);
+	lo.dx_qp = mlx5dv_devx_obj_create(c, in, CREATE_QP_IN_BYTES, out, sizeof out);
+	CHECK(lo.dx_qp, "devx loopback CREATE_QP");
+	lo.dx_qpn = GET(out, 0, OUT_OBJ_NUM);
+	memset(in, 0, sizeof in);
+	SET(in, 0, IN_OPCODE, IFC_RST2INIT_QP);
+	SET(in, 0, IN_QPN, lo.dx_qpn);
+	SET(in, QP_IN_QPC, QPC_RWE, 1);
+	SET(in, QP_IN_QPC, QPC_RRE, 1);
+	SET(in, QP_IN_QPC + QPC_ADS, ADS_VHCA_PORT_NUM, 1);
+	SET(in, QP_IN_QPC, QPC_PM_STATE, 3);
+	cmd_ok(mlx5dv_devx_obj_modify(lo.dx_qp, in, MODIFY_QP_IN_BYTES, out, sizeof out), out, "loopback RST2INIT");
+	memset(in, 0, sizeof in);
+	SET(in, 0, IN_OPCODE, IFC_INIT2RTR_QP);
+	SET(in, 0, IN_QPN, lo.dx_qpn);
+	SET(in, QP_IN_QPC, QPC_MTU, pa->active_mtu);
+	SET(in, QP_IN_QPC, QPC_LOG_MSG_MAX, 30);
+	SET(in, QP_IN_QPC, QPC_REMOTE_QPN, lo.dx_qpn); /* itself */
+	SET(in, QP_IN_QPC, QPC_MIN_RNR_NAK, 12);
+	SET(in, QP_IN_QPC + QPC_ADS, ADS_GRH, grh_bit);
+	if (ib && !grh_bit)
+		SET(in, QP_IN_QPC + QPC_ADS, ADS_RLID, pa->lid);
+	SET(in, QP_IN_QPC + QPC_ADS, ADS_HOP_LIMIT, 255);
+	memcpy(in + (QP_IN_QPC + QPC_ADS + ADS_RGID) / 8, gid->raw, 16);
+	cmd_ok(mlx5dv_devx_obj_modify(lo.dx_qp, in, MODIFY_QP_IN_BYTES, out, sizeof out), out, "loopback INIT2RTR");
+	memset(in, 0, sizeof in);
+	SET(in, 0, IN_OPCODE, IFC_RTR2RTS_QP);
+	SET(in, 0, IN_QPN, lo.dx_qpn);
+	SET(in, QP_IN_QPC, QPC_RETRY_COUNT, 7);
+	SET(in, QP_IN_QPC, QPC_RNR_RETRY, 7);
+	SET(in, QP_IN_QPC + QPC_ADS, ADS_ACK_TIMEOUT, 20);
+	cmd_ok(mlx5dv_devx_obj_modify(lo.dx_qp, in, MODIFY_QP_IN_BYTES, out, sizeof out), out, "loopback RTR2RTS");
+	uint8_t *save_sq = sq;
+	uint32_t save_qpn = qpn;
+	sq = sqb;
+	qpn = lo.dx_qpn;
+	ctrl(0, 0, MLX5_OPCODE_RDMA_WRITE, 3, MLX5_WQE_CTRL_CQ_UPDATE);
+	raddr(seg_at(0, 1), (uintptr_t)lo.buf + 12288, lo.mr->rkey);
+	data(seg_at(0, 2), 64, lo.mr->lkey, (uintptr_t)lo.buf + 64);
+	ring((volatile uint32_t *)(dbr + 256), lo.dx_uar->reg_addr, 1);
+	uint8_t op_own = poll_cq(cqb, 0);
+	CHECK((op_own >> 4) == 0, "devx loopback write: CQE opcode %u syndrome 0x%x", op_own >> 4, cqb[55]);
+	CHECK(!memcmp(lo.buf + 12288, lo.buf + 64, 64), "devx loopback write's bytes");
+	sq = save_sq;
+	qpn = save_qpn;
+	return lo;
+}
+
+static void loopback_destroy(struct loopback *lo)
+{
+	CHECK(!mlx5dv_devx_obj_destroy(lo->dx_qp) && !mlx5dv_devx_obj_destroy(lo->dx_cq), "devx loopback destroy");
+	CHECK(!mlx5dv_devx_umem_dereg(lo->dx_wq) && !mlx5dv_devx_umem_dereg(lo->dx_cqu), "devx loopback umems");
+	mlx5dv_devx_free_uar(lo->dx_uar);
+	CHECK(!ibv_destroy_qp(lo->qp) && !ibv_destroy_cq(lo->cq) && !ibv_dereg_mr(lo->mr), "loopback destroy");
 }
 
 static int run(void)
@@ -609,6 +806,14 @@ static int run(void)
 	uint32_t d_nop = d_fa + fa_bb, d_w2 = d_nop + 1;
 	ctrl(d_nop, 0, MLX5_OPCODE_NOP, 1, 0);
 	ring((volatile uint32_t *)(dbr + 128), uar->reg_addr, d_nop + 1);
+	/* The NIC reads the RC register while it holds the stray doorbell: two loops of the software
+	 * NIC's thread (its private call). Without it a fast peer's ACK could complete the DCI write
+	 * in the NIC loop that read the RC register just before the stray store, and the RC QP's own
+	 * doorbell below overwrite the stray one unseen (foreign=0; once under load). A ConnectX sees
+	 * every doorbell: a write to the register is a posted write it receives. */
+	void (*nic_quiesce)(void) = (void (*)(void))dlsym(RTLD_DEFAULT, "tn_nic_quiesce");
+	CHECK(nic_quiesce, "tn_nic_quiesce not found: run under scripts/with-testnic.sh");
+	nic_quiesce();
 	for (int i = 0; i < 32; i++)
 		buf[1200 + i] = (uint8_t)(0xe0 + role + i);
 	ctrl(d_w2, 0, MLX5_OPCODE_RDMA_WRITE, w_ds, MLX5_WQE_CTRL_CQ_UPDATE);
@@ -677,14 +882,26 @@ static int run(void)
 	}
 	barrier();
 
+	/* Loopback (issue 40 item 6): NVSHMEM connects every PE to itself too, a QP whose remote GID
+	 * and QPN are its own. Each process makes two such QPs after every other QP, so under
+	 * IBGDA_HOSTS=1,2 both processes number them alike (the QPNs collide across hosts, as do the
+	 * mkeys and, after fork, the buffers' addresses): a verbs RC QP (its work requests are what
+	 * sigmatop counts on the CPU) posting LOOP_WRITES writes and one read within its own buffer,
+	 * and a devx RC QP (NVSHMEM's shape) writing 64 bytes to itself. */
+	struct loopback lo = loopback(c, pd, &gid, &pa, dvpd.pdn, dbr_umem, dbr, cq_uar, eqn);
+	barrier();
+
 	printf("ibgda_host role=%d pid=%d qpn=0x%x peer_qpn=0x%x cqn=0x%x uar_page=0x%x rkey=0x%08x "
-	       "peer_rkey=0x%08x peer_addr=0x%llx dci_qpn=0x%x peer_dct=0x%x dci_idx=%u,%u,%u,%u lid=%u wqes=%d ok\n",
-	       role, (int)getpid(), qpn, peer.qpn, cqn, uar->page_id, mr->rkey, peer.rkey,
+	       "peer_rkey=0x%08x peer_addr=0x%llx dci_qpn=0x%x peer_dct=0x%x dci_idx=%u,%u,%u,%u lid=%u wqes=%d "
+	       "loop_qpn=0x%x loop_bytes=%u loop_addr=0x%llx loop_rkey=0x%08x dx_loop_qpn=0x%x ok\n",
+	       role, (int)getpid(), rc_qpn, peer.qpn, cqn, uar->page_id, mr->rkey, peer.rkey,
 	       (unsigned long long)peer.addr, dci_qpn, peer.dct, d_w, d_fa, d_nop, d_w2, (unsigned)pa.lid,
-	       role == 0 ? 10 : 9);
+	       role == 0 ? 10 : 9, lo.qp->qp_num, lo.bytes, (unsigned long long)(uintptr_t)lo.buf, lo.mr->rkey,
+	       lo.dx_qpn);
 	fflush(stdout);
 	barrier();
 
+	loopback_destroy(&lo);
 	CHECK(!mlx5dv_devx_obj_destroy(qp) && !mlx5dv_devx_obj_destroy(cq), "devx destroy");
 	CHECK(!mlx5dv_devx_obj_destroy(dci) && !mlx5dv_devx_obj_destroy(dci_cq), "devx destroy (DCI)");
 	CHECK(!mlx5dv_devx_umem_dereg(dwq_umem) && !mlx5dv_devx_umem_dereg(dcq_umem), "umem dereg (DCI)");

@@ -25,6 +25,8 @@
 #define IFC_2ERR_QP 0x507
 #define IFC_2RST_QP 0x50a
 #define IFC_QUERY_QP 0x50b
+#define IFC_INIT2INIT_QP 0x50e
+#define IFC_QUERY_CQ 0x402
 #define IFC_QUERY_ROCE_ADDRESS 0x760
 
 /* Command status values in the output mailbox */
@@ -97,6 +99,7 @@
 #define QP_IN_WQ_UMEM_OFFSET 0x800 /* 64 */
 #define QP_IN_WQ_UMEM_ID 0x840, 32
 #define QP_IN_WQ_UMEM_VALID 0x860, 1
+#define QPC_STATE 0x00, 4 /* PRM_QP_* below */
 #define QPC_ST 0x08, 8
 #define QPC_PM_STATE 0x13, 2
 #define QPC_PD 0x28, 24
@@ -110,6 +113,8 @@
 #define QPC_USER_INDEX 0x88, 24
 #define QPC_REMOTE_QPN 0xa8, 24
 #define QPC_ADS 0xc0 /* primary address path */
+#define QPC_LOG_ACK_REQ_FREQ 0x380, 4
+#define QPC_LOG_SRA_MAX 0x388, 3
 #define QPC_RETRY_COUNT 0x38d, 3
 #define QPC_RNR_RETRY 0x390, 3
 #define QPC_NEXT_SEND_PSN 0x3c8, 24
@@ -117,6 +122,7 @@
 #define QPC_RRE 0x490, 1
 #define QPC_RWE 0x491, 1
 #define QPC_RAE 0x492, 1
+#define QPC_LOG_RRA_MAX 0x488, 3
 #define QPC_ATOMIC_MODE 0x48c, 4
 #define QPC_MIN_RNR_NAK 0x4a3, 5
 #define QPC_NEXT_RCV_PSN 0x4a8, 24
@@ -127,13 +133,23 @@
 #define QPC_DC_ACCESS_KEY 0x640 /* 64 */
 #define QPC_DBR_UMEM_VALID 0x683, 1
 #define QPC_DBR_UMEM_ID 0x720, 32
-/* address path (ads), relative to QPC_ADS */
+#define QPC_BYTES (0x740 / 8) /* the QP context: bits 0xc0..0x800 of CREATE_QP, the modify commands
+				  * and QUERY_QP's output */
+/* address path (ads), relative to QPC_ADS; 0x160 bits */
+#define ADS_BITS 0x160
+#define ADS_PKEY_INDEX 0x10, 16
 #define ADS_GRH 0x28, 1
 #define ADS_RLID 0x30, 16
 #define ADS_ACK_TIMEOUT 0x40, 5
 #define ADS_SRC_ADDR_INDEX 0x48, 8
+#define ADS_STAT_RATE 0x54, 4
 #define ADS_HOP_LIMIT 0x58, 8
+#define ADS_TCLASS 0x64, 8
+#define ADS_FLOW_LABEL 0x6c, 20
 #define ADS_RGID 0x80 /* 16 bytes */
+#define ADS_DSCP 0x10a, 6
+#define ADS_UDP_SPORT 0x110, 16
+#define ADS_SL 0x124, 4
 #define ADS_VHCA_PORT_NUM 0x128, 8
 
 /* Mailbox sizes (bytes) */
@@ -141,8 +157,21 @@
 #define CREATE_QP_IN_BYTES 280
 #define MODIFY_QP_IN_BYTES 272
 #define CMD_OUT_BYTES 16
+#define QUERY_QP_IN_BYTES 16
+#define QUERY_QP_OUT_BYTES 272 /* query_qp_out: status, syndrome, opt_param_mask, the QPC at bit 0xc0,
+				* 0x80 reserved bits (no PAS list: the QP's buffers are umems) */
+#define QUERY_QP_OUT_QPC 0xc0
 #define QUERY_CAP_IN_BYTES 16
 #define QUERY_CAP_OUT_BYTES 4112
+
+/* QPC state (qpc.state) */
+#define PRM_QP_RST 0x0
+#define PRM_QP_INIT 0x1
+#define PRM_QP_RTR 0x2
+#define PRM_QP_RTS 0x3
+#define PRM_QP_SQER 0x4
+#define PRM_QP_SQD 0x5
+#define PRM_QP_ERR 0x6
 
 #define RQ_TYPE_REGULAR 0
 #define RQ_TYPE_SRQ 1

@@ -417,6 +417,9 @@ void tn_qp_error(struct tn_hqp *qp, uint8_t synd)
 {
 	if (qp->in_err)
 		return;
+	/* In error before its error CQE is visible, as on a ConnectX: a program (DOCA's QUERY_QP
+	 * after an error completion, ibv_query_qp) that polled the CQE finds the QP in ERR. */
+	__atomic_store_n(&qp->state, TN_ERR, __ATOMIC_RELEASE);
 	if (qp->done != qp->pi && tn_sq_fetch(qp, qp->pi) == 0) {
 		uint8_t op;
 		uint16_t widx;
@@ -436,7 +439,7 @@ void tn_qp_flush(struct tn_hqp *qp)
 {
 	qp->in_err = 1;
 	qp->err_pending = 0;
-	qp->state = TN_ERR;
+	__atomic_store_n(&qp->state, TN_ERR, __ATOMIC_RELEASE);
 	if (qp->sq_cnt && qp->done != qp->pi && tn_sq_fetch(qp, qp->pi) == 0) {
 		while (qp->done != qp->pi) {
 			uint8_t op;

@@ -13,6 +13,10 @@ exporter promises:
 - timestamps never go backwards in file order;
 - with --ops N: the number of instants of category "op" is N.
 
+Its summary also counts slices per category (`slices_by_category`), slices of category "nccl"
+per the first word of their name (`nccl_by_name`), flows per the category of the slice that
+starts them (`flows_by_category`), and the tracks per name prefix ("NCCL comm": `nccl_comm_tracks`).
+
 Prints a JSON summary on stdout; exits 1 with the reasons on stderr when a check fails.
 Usage: check_perfetto.py TRACE [--ops N]
 """
@@ -65,6 +69,10 @@ def main():
     counters = 0
     last_ts = None
     per_name = defaultdict(int)
+    slices_by_cat = defaultdict(int)
+    nccl_by_name = defaultdict(int)
+    flows_by_cat = defaultdict(int)
+    track_names = {}
     for i, p in enumerate(trace.packet):
         unknown(p, f"packet[{i}]", unk)
         seq = p.trusted_packet_sequence_id
@@ -90,6 +98,7 @@ def main():
             if td.uuid in defined:
                 errors.append(f"packet {i}: track {td.uuid} defined twice")
             defined.add(td.uuid)
+            track_names[td.uuid] = td.name
         if p.HasField("timestamp"):
             if last_ts is not None and p.timestamp < last_ts:
                 errors.append(f"packet {i}: timestamp {p.timestamp} goes back from {last_ts}")
@@ -115,9 +124,16 @@ def main():
             if a.HasField("string_value_iid") and a.string_value_iid not in an_strings:
                 errors.append(f"packet {i}: annotation string iid {a.string_value_iid} not interned")
         t = te.type
+        cat = [cats.get(c) for c in te.category_iids]
         if t == pb.TrackEvent.TYPE_SLICE_BEGIN:
             open_slices[te.track_uuid].append(ts)
             begins += 1
+            for c in cat:
+                slices_by_cat[c] += 1
+            if "nccl" in cat:
+                nccl_by_name[(te.name or "?").split(" ")[0]] += 1
+            for c in cat:
+                flows_by_cat[c] += len(te.flow_ids)
         elif t == pb.TrackEvent.TYPE_SLICE_END:
             ends += 1
             st = open_slices[te.track_uuid]
@@ -127,7 +143,6 @@ def main():
                 errors.append(f"packet {i}: slice on track {te.track_uuid} ends before it begins")
         elif t == pb.TrackEvent.TYPE_INSTANT:
             instants += 1
-            cat = [cats.get(c) for c in te.category_iids]
             if "op" in cat:
                 op_instants += 1
                 per_name[names.get(te.name_iid, "?")] += 1
@@ -164,6 +179,10 @@ def main():
         "counters": counters,
         "slices": begins,
         "flows": len(flow_src),
+        "slices_by_category": dict(sorted(slices_by_cat.items())),
+        "nccl_by_name": dict(sorted(nccl_by_name.items())),
+        "flows_by_category": dict(sorted(flows_by_cat.items())),
+        "nccl_comm_tracks": sum(1 for n in track_names.values() if n.startswith("NCCL comm")),
         "ops_by_name": dict(sorted(per_name.items())),
         "errors": len(errors),
     }

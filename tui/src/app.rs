@@ -207,6 +207,9 @@ pub struct App {
     /// Why no process is listed, when the driver knows ("true used no RDMA library sigmatop
     /// traces …"): shown in the empty process table instead of "(none yet)".
     pub empty_hint: Option<String>,
+    /// Why the Collectives view is empty, when the driver knows (a bundled recording whose NCCL
+    /// events were left out): shown instead of the NCCL_PROFILER_PLUGIN hint.
+    pub collectives_hint: Option<String>,
     filter_before_edit: String,
     /// The matrix kind as last drawn (where `m` moves on from).
     matrix_shown: Cell<MatrixKind>,
@@ -281,6 +284,7 @@ impl App {
             flash: None,
             interrupt_label: None,
             empty_hint: None,
+            collectives_hint: None,
             filter_before_edit: String::new(),
             matrix_shown: Cell::new(MatrixKind::default()),
             rows_seen: Default::default(),

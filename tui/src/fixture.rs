@@ -645,6 +645,7 @@ fn sample_collectives() -> CollectivesModel {
                 median_spread_s: 0.000_42,
                 max_spread_s: 3.006,
                 max_last_rank: Some(3),
+                ..Default::default()
             },
             CollArrivals {
                 comm: "c0d4e5f6".into(),

@@ -121,6 +121,16 @@ pub struct CollArrivals {
     pub max_spread_s: f64,
     /// The last rank to arrive at the collective of the largest spread (the straggler).
     pub max_last_rank: Option<u32>,
+    /// The same from the GPU's view (the kernels' first starts, NCCL's KernelCh events): 0
+    /// compared when the plugin had none. The host figures above are the host calls.
+    #[serde(default)]
+    pub gpu_collectives: u64,
+    #[serde(default)]
+    pub gpu_median_spread_s: f64,
+    #[serde(default)]
+    pub gpu_max_spread_s: f64,
+    #[serde(default)]
+    pub gpu_max_last_rank: Option<u32>,
 }
 
 /// Totals and labels for the header line.

@@ -1206,3 +1206,59 @@ fn the_tab_line_says_what_the_figures_are_over() {
         "{s}"
     );
 }
+
+/// Issue 38: a communicator whose calls NCCL made of parts (AlltoAll, Group) has their rows, and
+/// with kernel events a second arrival line from the GPU's view ("GPU kernels") under the host
+/// calls' (labelled so); the empty view of a recording without NCCL events says why.
+#[test]
+fn collectives_with_calls_made_of_parts_and_gpu_arrivals() {
+    let mut vm = sample_view_model();
+    let c = &mut vm.collectives;
+    let comm = c.rows.first().map(|r| r.comm.clone()).unwrap_or_default();
+    for (func, count, bytes) in [("AlltoAll", 24, 24_576), ("Group", 24, 491_520)] {
+        c.rows.insert(
+            0,
+            sigmatop_tui::CollRow {
+                comm: comm.clone(),
+                ranks: "4/4".into(),
+                func: func.into(),
+                algo: "-".into(),
+                proto: "-".into(),
+                count,
+                bytes,
+                time_s: 3.2,
+                busbw_bps: 5.0e3,
+                ..Default::default()
+            },
+        );
+    }
+    let a = &mut c.arrivals[0];
+    a.gpu_collectives = 48;
+    a.gpu_median_spread_s = 0.000_012;
+    a.gpu_max_spread_s = 0.000_31;
+    a.gpu_max_last_rank = Some(0);
+    for (w, h) in SIZES {
+        let mut app = App::new(Theme::dark());
+        render(&app, &vm, w, h);
+        keys(&mut app, "c");
+        let backend = render(&app, &vm, w, h);
+        let s = text(&backend);
+        assert!(
+            s.contains("AlltoAll") && s.contains("Group"),
+            "{w}x{h}:\n{s}"
+        );
+        assert!(
+            s.contains("host calls:") && s.contains("GPU kernels: 48 compared"),
+            "{w}x{h}:\n{s}"
+        );
+        insta::assert_snapshot!(format!("collectives_parts_gpu_{w}x{h}"), backend);
+    }
+    let mut app = App::new(Theme::dark());
+    app.collectives_hint =
+        Some("this recording's NCCL profiler events were left out for size".into());
+    let empty = ViewModel::default();
+    render(&app, &empty, 80, 24);
+    keys(&mut app, "c");
+    let s = text(&render(&app, &empty, 80, 24));
+    assert!(s.contains("left out for size"), "{s}");
+}

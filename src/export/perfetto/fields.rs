@@ -26,6 +26,7 @@ pub(super) const TE_COUNTER: u32 = 30;
 pub(super) const TE_FLOW: u32 = 47;
 pub(super) const TE_TERM_FLOW: u32 = 48;
 pub(super) const TE_ANNOT: u32 = 4;
+pub(super) const TE_NAME: u32 = 23;
 pub(super) const TYPE_BEGIN: u64 = 1;
 pub(super) const TYPE_END: u64 = 2;
 pub(super) const TYPE_INSTANT: u64 = 3;
@@ -43,6 +44,7 @@ pub(super) const CLOCK_BOOTTIME: u64 = 6;
 pub(super) const CAT_OP: u64 = 1;
 pub(super) const CAT_PHASE: u64 = 2;
 pub(super) const CAT_FLOW: u64 = 3;
+pub(super) const CAT_NCCL: u64 = 4;
 pub(super) const NAME_PHASE: u64 = 100;
 pub(super) const NAME_BUSY: u64 = 101;
 pub(super) const NAME_FLOW_END: u64 = 102;
@@ -70,7 +72,21 @@ pub(super) const AN_WQE_INDEX: u64 = 20;
 pub(super) const AN_PI_MISMATCH: u64 = 21;
 pub(super) const AN_TARGET: u64 = 22;
 pub(super) const AN_BLOCKED_NS: u64 = 23;
-pub(super) const ANNOTATION_NAMES: [(u64, &str); 23] = [
+pub(super) const AN_SEQ: u64 = 24;
+pub(super) const AN_ALGO: u64 = 25;
+pub(super) const AN_PROTO: u64 = 26;
+pub(super) const AN_CHANNELS: u64 = 27;
+pub(super) const AN_WRS: u64 = 28;
+pub(super) const AN_WR_BYTES: u64 = 29;
+pub(super) const AN_COMM: u64 = 30;
+pub(super) const AN_COMPLETED: u64 = 31;
+pub(super) const AN_CHANNEL: u64 = 32;
+pub(super) const AN_STEPS: u64 = 33;
+pub(super) const AN_STEP: u64 = 34;
+pub(super) const AN_SIDE: u64 = 35;
+pub(super) const AN_GPU_START: u64 = 36;
+pub(super) const AN_GPU_NS: u64 = 37;
+pub(super) const ANNOTATION_NAMES: [(u64, &str); 37] = [
     (AN_BYTES, "bytes"),
     (AN_COUNT, "count"),
     (AN_TAG, "tag"),
@@ -94,6 +110,20 @@ pub(super) const ANNOTATION_NAMES: [(u64, &str); 23] = [
     (AN_PI_MISMATCH, "pi_mismatch"),
     (AN_TARGET, "target"),
     (AN_BLOCKED_NS, "blocked_ns"),
+    (AN_SEQ, "seq"),
+    (AN_ALGO, "algo"),
+    (AN_PROTO, "proto"),
+    (AN_CHANNELS, "channels"),
+    (AN_WRS, "work_requests"),
+    (AN_WR_BYTES, "work_request_bytes"),
+    (AN_COMM, "comm"),
+    (AN_COMPLETED, "completed"),
+    (AN_CHANNEL, "channel"),
+    (AN_STEPS, "steps"),
+    (AN_STEP, "step"),
+    (AN_SIDE, "side"),
+    (AN_GPU_START, "gpu_start_ns"),
+    (AN_GPU_NS, "gpu_ns"),
 ];
 
 /// The interned event name of an op code (`NAME_UNKNOWN_OP` for codes `Op` does not know).

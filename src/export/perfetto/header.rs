@@ -21,7 +21,12 @@ impl<W: Write> PerfettoSink<W> {
         uint(p, 58, CLOCK_REALTIME);
         end(p, d);
         let i = begin(p, P_INTERNED);
-        for (iid, name) in [(CAT_OP, "op"), (CAT_PHASE, "phase"), (CAT_FLOW, "flow")] {
+        for (iid, name) in [
+            (CAT_OP, "op"),
+            (CAT_PHASE, "phase"),
+            (CAT_FLOW, "flow"),
+            (CAT_NCCL, "nccl"),
+        ] {
             let e = begin(p, 1);
             uint(p, 1, iid);
             string(p, 2, name);

@@ -8,7 +8,7 @@ use super::PerfettoSink;
 use super::encode::uint_annotation;
 use super::fields::*;
 use crate::correlate::merge::Merged;
-use crate::export::proto::{begin, end, fixed64, int, uint};
+use crate::export::proto::{begin, end, fixed64, int, string, uint};
 
 /// Packets written outside the event stream, ordered by time.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -36,6 +36,18 @@ pub(super) enum Late {
     FlowEnd {
         track: u64,
         flow: u64,
+    },
+    /// An NCCL slice (category "nccl"): its name, unsigned and string arguments (interned
+    /// names), and the flows it starts.
+    Slice {
+        track: u64,
+        name: String,
+        uints: Vec<(u64, u64)>,
+        strs: Vec<(u64, String)>,
+        flows: Vec<u64>,
+    },
+    SliceEnd {
+        track: u64,
     },
 }
 
@@ -126,6 +138,36 @@ impl<W: Write> PerfettoSink<W> {
                 uint(&mut self.pkt, TE_NAME_IID, NAME_FLOW_END);
                 fixed64(&mut self.pkt, TE_TERM_FLOW, flow);
                 self.stats.flows_ended_on_marker += 1;
+            }
+            Late::Slice {
+                track,
+                name,
+                uints,
+                strs,
+                flows,
+            } => {
+                uint(&mut self.pkt, TE_TYPE, TYPE_BEGIN);
+                uint(&mut self.pkt, TE_TRACK, track);
+                uint(&mut self.pkt, TE_CATEGORY_IIDS, CAT_NCCL);
+                string(&mut self.pkt, TE_NAME, &name);
+                for (k, v) in uints {
+                    uint_annotation(&mut self.pkt, k, v);
+                }
+                for (k, v) in strs {
+                    let d = begin(&mut self.pkt, TE_ANNOT);
+                    uint(&mut self.pkt, DA_NAME_IID, k);
+                    string(&mut self.pkt, DA_STRING, &v);
+                    end(&mut self.pkt, d);
+                }
+                self.stats.nccl_flows += flows.len() as u64;
+                for f in flows {
+                    fixed64(&mut self.pkt, TE_FLOW, f);
+                }
+            }
+            Late::SliceEnd { track } => {
+                uint(&mut self.pkt, TE_TYPE, TYPE_END);
+                uint(&mut self.pkt, TE_TRACK, track);
+                self.stats.nccl_slices += 1;
             }
         }
         end(&mut self.pkt, te);

@@ -21,7 +21,10 @@
 //! - flows from each send to its receive (`flow_ids` on the send, `terminating_flow_ids` on the
 //!   receiving side), id = 1 + the send's position in the merged stream;
 //! - slices: bursts of activity per thread ("busy") and per process ("phase"), and the calls
-//!   that blocked (`Op::blocks`) on a "blocking calls" track under their thread.
+//!   that blocked (`Op::blocks`) on a "blocking calls" track under their thread;
+//! - NCCL (`set_nccl`): per rank each call as a slice on its communicator's track, its proxy
+//!   operations and steps on tracks under it, and a flow from each call to every verbs work
+//!   request joined to it (module `nccl`).
 //!
 //! Packets are written in timestamp order through a bounded reorder window (events wait there
 //! until their flow and phase boundaries are known), so memory does not grow with the trace.
@@ -36,6 +39,7 @@
 //! - `window`: the bounded reorder window that releases packets in timestamp order;
 //! - `encode`: the encoders of operation instants (the fast plain one and the general one);
 //! - `late`: packets outside the event stream (counters, slices, flow ends), by time;
+//! - `nccl`: NCCL calls, proxy operations and steps as slices, and their flows;
 //! - `stage`: the staged output and the fixed-size byte cursor the encoders write through.
 
 mod counters;
@@ -44,6 +48,7 @@ mod fields;
 mod header;
 mod item;
 mod late;
+mod nccl;
 mod sink;
 mod stage;
 mod tracks;

@@ -38,6 +38,12 @@ pub struct PerfettoStats {
     /// blocked longer than the window), or before the thread's previous blocking call ended.
     pub blocking_starts_moved: u64,
     pub bytes: u64,
+    /// NCCL: calls drawn, slices written (calls, proxy operations, steps), flows from calls to
+    /// their work requests, and flows left out (a work request earlier than its call's start).
+    pub nccl_calls: u64,
+    pub nccl_slices: u64,
+    pub nccl_flows: u64,
+    pub nccl_flows_skipped: u64,
 }
 
 pub struct PerfettoSink<W: Write> {
@@ -85,6 +91,10 @@ pub struct PerfettoSink<W: Write> {
     /// stream interleaves processes).
     last_ep: Vec<TwoWay<u64>>,
     pub(super) last_written_ns: u64,
+    /// The NCCL calls to draw (taken in `begin`).
+    pub(super) nccl: Option<Box<crate::nccl::model::NcclReport>>,
+    /// (process, tid, tsc, op) of each work request joined to an NCCL call → the flows it ends.
+    pub(super) nccl_wr: FxMap<(u32, u32, u64, u8), Vec<u64>>,
 }
 
 impl<W: Write> PerfettoSink<W> {
@@ -121,6 +131,8 @@ impl<W: Write> PerfettoSink<W> {
             pending_n: 0,
             last_ep: Vec::new(),
             last_written_ns: 0,
+            nccl: None,
+            nccl_wr: FxMap::default(),
         }
     }
 
@@ -140,6 +152,7 @@ impl<W: Write> Sink for PerfettoSink<W> {
         self.write_header(c);
         self.write_tracks(c, threads);
         self.write_counters(c);
+        self.write_nccl(c);
     }
 
     fn tick(&mut self, now_ns: u64) {
@@ -178,6 +191,12 @@ impl<W: Write> Sink for PerfettoSink<W> {
             for (_, f) in v.drain(..) {
                 item.end_flow(f);
             }
+        }
+        if !self.nccl_wr.is_empty()
+            && let Some(v) = self.nccl_wr.get_mut(&(m.proc, m.ev.tid, m.ev.tsc, m.ev.op))
+            && let Some(f) = v.pop()
+        {
+            self.cur.end_flow(f);
         }
         self.has_cur = true;
         self.cur_seq = seq;

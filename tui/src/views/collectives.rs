@@ -222,7 +222,8 @@ pub(super) fn draw(frame: &mut Frame, area: Rect, app: &App, vm: &ViewModel) {
     sort_rows(&mut rows, &cols, app.sort[t].column, app.sort[t].descending);
     let rcols = rank_cols();
     let ranks: Vec<&CollRankRow> = m.ranks.iter().collect();
-    let arr_h = m.arrivals.len().max(1) as u16 + 1;
+    let gpu_lines = m.arrivals.iter().filter(|a| a.gpu_collectives > 0).count();
+    let arr_h = (m.arrivals.len() + gpu_lines).max(1) as u16 + 1;
     let [top, mid, bottom] = Layout::vertical([
         Constraint::Max(rows.len().max(1) as u16 + 2),
         Constraint::Length(arr_h),
@@ -251,11 +252,14 @@ pub(super) fn draw(frame: &mut Frame, area: Rect, app: &App, vm: &ViewModel) {
     let inner = block.inner(top);
     frame.render_widget(block, top);
     if m.rows.is_empty() {
+        let text = match &app.collectives_hint {
+            Some(h) => format!(" {h}"),
+            None => {
+                " no NCCL collectives seen (NCCL_PROFILER_PLUGIN: `sigmatop run` sets it)".into()
+            }
+        };
         frame.render_widget(
-            Paragraph::new(Span::styled(
-                " no NCCL collectives seen (NCCL_PROFILER_PLUGIN: `sigmatop run` sets it)",
-                th.dim,
-            )),
+            Paragraph::new(Span::styled(text, th.dim)).wrap(ratatui::widgets::Wrap { trim: false }),
             inner,
         );
     } else {
@@ -286,26 +290,44 @@ pub(super) fn draw(frame: &mut Frame, area: Rect, app: &App, vm: &ViewModel) {
     let lines: Vec<Line> = if m.arrivals.is_empty() {
         vec![Line::from(Span::styled(" —", th.dim))]
     } else {
-        m.arrivals
-            .iter()
-            .map(|a| {
+        let mut lines = Vec::new();
+        for a in &m.arrivals {
+            let gpu = a.gpu_collectives > 0;
+            let mut spans = vec![
+                Span::raw(format!(" {} ", a.comm)),
+                Span::styled(format!("{:<12} ", a.name), th.dim),
+                Span::raw(format!(
+                    "{}{} compared · median {} · max ",
+                    if gpu { "host calls: " } else { "" },
+                    a.collectives,
+                    units::nanos(a.median_spread_s * 1e9)
+                )),
+                Span::styled(units::nanos(a.max_spread_s * 1e9), th.warn),
+            ];
+            if let Some(r) = a.max_last_rank {
+                spans.push(Span::raw(" last: "));
+                spans.push(Span::styled(format!("r{r}"), th.warn));
+            }
+            lines.push(Line::from(spans));
+            if gpu {
                 let mut spans = vec![
                     Span::raw(format!(" {} ", a.comm)),
                     Span::styled(format!("{:<12} ", a.name), th.dim),
                     Span::raw(format!(
-                        "{} compared · median {} · max ",
-                        a.collectives,
-                        units::nanos(a.median_spread_s * 1e9)
+                        "GPU kernels: {} compared · median {} · max ",
+                        a.gpu_collectives,
+                        units::nanos(a.gpu_median_spread_s * 1e9)
                     )),
-                    Span::styled(units::nanos(a.max_spread_s * 1e9), th.warn),
+                    Span::styled(units::nanos(a.gpu_max_spread_s * 1e9), th.warn),
                 ];
-                if let Some(r) = a.max_last_rank {
+                if let Some(r) = a.gpu_max_last_rank {
                     spans.push(Span::raw(" last: "));
                     spans.push(Span::styled(format!("r{r}"), th.warn));
                 }
-                Line::from(spans)
-            })
-            .collect()
+                lines.push(Line::from(spans));
+            }
+        }
+        lines
     };
     frame.render_widget(Paragraph::new(lines), inner);
     let block = section(

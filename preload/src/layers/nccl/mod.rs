@@ -12,6 +12,8 @@
 //! NCCL is absent nothing here runs. Older NCCLs (profiler v1-v4) find stubs that say in one line
 //! that sigmatop does not read their events, and switch every event off.
 
+mod chain;
+mod counts;
 mod ring;
 
 use core::ffi::{c_char, c_int, c_void};
@@ -23,8 +25,8 @@ use sigmatop::nccl::format::{
 
 const NCCL_SUCCESS: c_int = 0;
 
-/// The events sigmatop asks for: Coll, P2p, ProxyOp, ProxyStep, NetPlugin.
-const MASK: c_int = (1 << 1) | (1 << 2) | (1 << 3) | (1 << 4) | (1 << 7);
+/// The profiler interface sigmatop's events are read through (`ncclProfiler_v5`).
+const INTERFACE_VERSION: u64 = 5;
 
 /// `ncclProfiler_v5_t`.
 #[repr(C)]
@@ -133,6 +135,7 @@ unsafe extern "C" fn old_state(_: *mut c_void, _: c_int, _: *mut c_void) -> c_in
 
 /// `ncclProfilerEventDescr_v5_t`: the common head; the union is read at `u`.
 #[repr(C)]
+#[derive(Clone, Copy)]
 pub struct Descr {
     etype: u64,
     parent: *mut c_void,
@@ -141,7 +144,12 @@ pub struct Descr {
 }
 
 #[repr(C)]
+#[derive(Clone, Copy)]
 union DescrUnion {
+    group_api: GroupApiDescr,
+    coll_api: CollApiDescr,
+    p2p_api: P2pApiDescr,
+    kernel_launch: *mut c_void,
     coll: CollDescr,
     p2p: P2pDescr,
     proxy_op: ProxyOpDescr,
@@ -149,6 +157,34 @@ union DescrUnion {
     kernel_ch: KernelChDescr,
     net: NetDescr,
     _size: [u64; 12],
+}
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct GroupApiDescr {
+    graph_captured: bool,
+    depth: c_int,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct CollApiDescr {
+    func: *const c_char,
+    count: usize,
+    datatype: *const c_char,
+    root: c_int,
+    stream: *mut c_void,
+    graph_captured: bool,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct P2pApiDescr {
+    func: *const c_char,
+    count: usize,
+    datatype: *const c_char,
+    stream: *mut c_void,
+    graph_captured: bool,
 }
 
 #[repr(C)]
@@ -296,6 +332,59 @@ unsafe fn cstr<'a>(p: *const c_char) -> &'a [u8] {
     &b[..b.len().min(64)]
 }
 
+/// The events this process's mode asks NCCL for (docs/NCCL.md, "Modes"): aggregate the host
+/// calls only (counted, never recorded); simple the calls as the user made them (the API
+/// events), their proxy operations and steps, IB QP events and the kernels' GPU times; full
+/// also the proxy thread's control events and the kernel launches.
+fn mode_mask() -> c_int {
+    let b = |t: u8| 1 << t;
+    let calls = b(etype::COLL) | b(etype::P2P);
+    let simple = calls
+        | b(etype::PROXY_OP)
+        | b(etype::PROXY_STEP)
+        | b(etype::KERNEL_CH)
+        | b(etype::NET_PLUGIN)
+        | b(etype::GROUP_API)
+        | b(etype::COLL_API)
+        | b(etype::P2P_API);
+    match crate::runtime::config::mode() {
+        sigmatop::event::Mode::Aggregate => calls,
+        sigmatop::event::Mode::Simple => simple,
+        sigmatop::event::Mode::Full => simple | b(etype::PROXY_CTRL) | b(etype::KERNEL_LAUNCH),
+    }
+}
+
+/// What sigmatop asked NCCL for (set at the first `init`; 0 before, or when nothing can be
+/// kept).
+static OUR_MASK: core::sync::atomic::AtomicI32 = core::sync::atomic::AtomicI32::new(0);
+/// Aggregate mode: host calls are counted, not recorded.
+static COUNT_ONLY: core::sync::atomic::AtomicBool = core::sync::atomic::AtomicBool::new(false);
+
+#[inline]
+fn ours(t: u8) -> bool {
+    t < 15 && OUR_MASK.load(Ordering::Relaxed) & (1 << t) != 0
+}
+
+/// sigmatop's id of a communicator from NCCL's context (0 for none).
+///
+/// # Safety
+/// `ctx` is null or a context `init` made.
+#[inline]
+unsafe fn ctx_of<'a>(ctx: *mut c_void) -> Option<&'a chain::Ctx> {
+    // SAFETY: contexts are leaked `chain::Ctx` boxes that live as long as the process.
+    (!ctx.is_null()).then(|| unsafe { &*(ctx as *const chain::Ctx) })
+}
+
+/// The type index of an event-type bit NCCL passes (15: one this plugin does not know).
+#[inline]
+fn type_index(bits: u64) -> u8 {
+    if bits.is_power_of_two() && bits.trailing_zeros() <= etype::KERNEL_LAUNCH as u32 {
+        bits.trailing_zeros() as u8
+    } else {
+        etype::OTHER
+    }
+}
+
 #[allow(clippy::too_many_arguments)]
 unsafe extern "C" fn init(
     ctx: *mut *mut c_void,
@@ -305,7 +394,7 @@ unsafe extern "C" fn init(
     nnodes: c_int,
     nranks: c_int,
     rank: c_int,
-    _log: *mut c_void,
+    log: *mut c_void,
 ) -> c_int {
     let r = std::panic::catch_unwind(|| {
         if let Some(line) = ring::start() {
@@ -315,17 +404,37 @@ unsafe extern "C" fn init(
                 eprintln!("{line}");
             }
         }
+        if let Some(line) = chain::load() {
+            eprintln!("{line}");
+        }
         let active = ring::active();
+        let ours = if active { mode_mask() } else { 0 };
+        OUR_MASK.store(ours, Ordering::Relaxed);
+        COUNT_ONLY.store(
+            crate::runtime::config::mode() == sigmatop::event::Mode::Aggregate,
+            Ordering::Relaxed,
+        );
         let c = NEXT_COMM.fetch_add(1, Ordering::Relaxed);
+        counts::init(c, comm_id, rank as u64);
+        let (inner_ctx, inner_mask) = match chain::inner() {
+            // SAFETY: NCCL's own arguments, passed on.
+            Some(t) => unsafe { chain::init(t, comm_id, name, nnodes, nranks, rank, log) },
+            None => (core::ptr::null_mut(), 0),
+        };
+        let boxed = Box::into_raw(Box::new(chain::Ctx {
+            c,
+            inner: inner_ctx,
+            inner_mask,
+        }));
         // SAFETY: NCCL's out-pointers (checked for null) and its communicator name (a C string
         // or null).
         unsafe {
             if !ctx.is_null() {
-                *ctx = c as *mut c_void;
+                *ctx = boxed as *mut c_void;
             }
             if !mask.is_null() {
-                // Nothing asked for when the queue could not be made: NCCL then emits no event.
-                *mask = if active { MASK } else { 0 };
+                // Nothing of ours asked for when the queue could not be made.
+                *mask = ours | inner_mask;
             }
         }
         if active {
@@ -336,9 +445,12 @@ unsafe extern "C" fn init(
             r.0[6] = nranks as u64;
             r.0[7] = nnodes as u64;
             r.0[8] = rank as u64;
-            r.0[9] = MASK as u64;
+            r.0[9] = ours as u64;
             // SAFETY: as above.
             pack_name(unsafe { cstr(name) }, &mut r.0[10..14]);
+            // The interface NCCL's events come through: v5, the newest sigmatop reads (an NCCL
+            // that offers v6 looks for it first and, not finding it, drives this one).
+            r.0[14] = INTERFACE_VERSION;
             ring::push(&r);
         }
     });
@@ -353,6 +465,21 @@ unsafe extern "C" fn init(
     NCCL_SUCCESS
 }
 
+/// The descriptor the chained plugin gets: NCCL's, with the parent handles translated to its own.
+fn for_inner(d: &Descr, t: u8) -> Descr {
+    let mut x = *d;
+    x.parent = chain::get(d.parent as u64);
+    // SAFETY: the member of the union `t` names (both carry a v4 parent group handle).
+    unsafe {
+        match t {
+            etype::COLL => x.u.coll.parent_group = chain::get(d.u.coll.parent_group as u64),
+            etype::P2P => x.u.p2p.parent_group = chain::get(d.u.p2p.parent_group as u64),
+            _ => {}
+        }
+    }
+    x
+}
+
 unsafe extern "C" fn start_event(ctx: *mut c_void, h: *mut *mut c_void, d: *mut Descr) -> c_int {
     if h.is_null() {
         return NCCL_SUCCESS;
@@ -362,29 +489,62 @@ unsafe extern "C" fn start_event(ctx: *mut c_void, h: *mut *mut c_void, d: *mut 
     if d.is_null() {
         return NCCL_SUCCESS;
     }
-    // SAFETY: NCCL passes a descriptor valid for the call; the union member read is the one
-    // its `type` names.
+    // SAFETY: NCCL passes a descriptor valid for the call.
     let d = unsafe { &*d };
-    let t = match d.etype {
-        x if x == etype::bit(etype::COLL) => etype::COLL,
-        x if x == etype::bit(etype::P2P) => etype::P2P,
-        x if x == etype::bit(etype::PROXY_OP) => etype::PROXY_OP,
-        x if x == etype::bit(etype::PROXY_STEP) => etype::PROXY_STEP,
-        x if x == etype::bit(etype::KERNEL_CH) => etype::KERNEL_CH,
-        x if x == etype::bit(etype::NET_PLUGIN) => etype::NET_PLUGIN,
-        x if x == etype::bit(etype::GROUP) => etype::GROUP,
-        _ => {
-            ring::UNKNOWN.fetch_add(1, Ordering::Relaxed);
-            return NCCL_SUCCESS;
+    let t = type_index(d.etype);
+    // SAFETY: the context `init` made.
+    let cx = unsafe { ctx_of(ctx) };
+    let c = cx.map_or(0, |x| x.c);
+    let mut result = NCCL_SUCCESS;
+    let mut inner_h = core::ptr::null_mut();
+    let chained = match (chain::inner(), cx) {
+        (Some(it), Some(x)) if !x.inner.is_null() && (x.inner_mask as u64) & d.etype != 0 => {
+            let mut dd = for_inner(d, t);
+            // SAFETY: the chained plugin's startEvent with its context and a copy of NCCL's
+            // descriptor whose parents are its own handles.
+            result = unsafe { (it.start_event)(x.inner, &mut inner_h, &mut dd) };
+            true
         }
+        _ => false,
     };
+    let mine = ours(t);
+    if !mine && !chained {
+        if t == etype::OTHER {
+            ring::UNKNOWN.fetch_add(1, Ordering::Relaxed);
+        }
+        return result;
+    }
+    // Aggregate mode: a host call is counted and nothing is recorded.
+    let count_only = mine && COUNT_ONLY.load(Ordering::Relaxed);
+    if count_only {
+        // SAFETY: the member of the union `t` names; strings are NCCL's static names.
+        unsafe {
+            let (func, count, dt) = match t {
+                etype::COLL => (d.u.coll.func, d.u.coll.count, d.u.coll.datatype),
+                _ => (d.u.p2p.func, d.u.p2p.count, d.u.p2p.datatype),
+            };
+            let esize = format::DATATYPES
+                .get(format::datatype_index(cstr(dt)) as usize)
+                .map_or(1, |x| x.1);
+            counts::add(c, index_of(FUNCS, cstr(func)), count as u64 * esize);
+        }
+    }
+    if !chained && (count_only || !mine) {
+        return result;
+    }
     let id = new_id(t);
     // SAFETY: NCCL's out-pointer; the id is never dereferenced by anyone.
     unsafe { *h = id as *mut c_void };
+    if chained {
+        chain::put(id, inner_h);
+    }
+    if !mine || count_only {
+        return result;
+    }
     let mut r = rec(kind::START, t, 0);
     r.0[2] = id;
     r.0[3] = d.parent as u64;
-    r.0[4] = ctx as u64;
+    r.0[4] = c;
     r.0[13] = d.rank as u64;
     // SAFETY: the member of the union `d.etype` names; strings are NCCL's static names.
     unsafe {
@@ -416,6 +576,41 @@ unsafe extern "C" fn start_event(ctx: *mut c_void, h: *mut *mut c_void, d: *mut 
                 );
                 r.0[8] = p.peer as u64;
             }
+            etype::GROUP_API => {
+                let g = d.u.group_api;
+                r.0[5] = g.depth as u64;
+                r.0[6] = g.graph_captured as u64;
+            }
+            etype::COLL_API => {
+                let a = d.u.coll_api;
+                r.0[6] = a.count as u64;
+                r.0[7] = pack_coll(
+                    index_of(FUNCS, cstr(a.func)),
+                    format::datatype_index(cstr(a.datatype)),
+                    255,
+                    255,
+                    0,
+                    0,
+                );
+                r.0[8] = a.root as u64;
+                r.0[9] = a.stream as u64;
+                r.0[10] = a.graph_captured as u64;
+            }
+            etype::P2P_API => {
+                let a = d.u.p2p_api;
+                r.0[6] = a.count as u64;
+                r.0[7] = pack_coll(
+                    index_of(FUNCS, cstr(a.func)),
+                    format::datatype_index(cstr(a.datatype)),
+                    255,
+                    255,
+                    0,
+                    0,
+                );
+                r.0[9] = a.stream as u64;
+                r.0[10] = a.graph_captured as u64;
+            }
+            etype::KERNEL_LAUNCH => r.0[5] = d.u.kernel_launch as u64,
             etype::PROXY_OP => {
                 let o = d.u.proxy_op;
                 r.0[5] = o.pid as u64;
@@ -455,17 +650,29 @@ unsafe extern "C" fn start_event(ctx: *mut c_void, h: *mut *mut c_void, d: *mut 
         }
     }
     ring::push(&r);
-    NCCL_SUCCESS
+    result
 }
 
 unsafe extern "C" fn stop_event(h: *mut c_void) -> c_int {
-    if !h.is_null() {
-        let id = h as u64;
-        let mut r = rec(kind::STOP, (id & 15) as u8, 0);
+    if h.is_null() {
+        return NCCL_SUCCESS;
+    }
+    let id = h as u64;
+    let t = (id & 15) as u8;
+    let mut result = NCCL_SUCCESS;
+    if let Some(it) = chain::inner() {
+        let ih = chain::take(id);
+        if !ih.is_null() {
+            // SAFETY: the chained plugin's own handle of this event.
+            result = unsafe { (it.stop_event)(ih) };
+        }
+    }
+    if ours(t) && !COUNT_ONLY.load(Ordering::Relaxed) {
+        let mut r = rec(kind::STOP, t, 0);
         r.0[2] = id;
         ring::push(&r);
     }
-    NCCL_SUCCESS
+    result
 }
 
 /// `ncclProfilerProxyStepSendPeerWait_v4`: NCCL records it on every poll of the peer's FIFO
@@ -501,10 +708,22 @@ unsafe extern "C" fn record_event_state(h: *mut c_void, state: c_int, a: *mut St
         return NCCL_SUCCESS;
     }
     let id = h as u64;
-    if state == SEND_PEER_WAIT && !first_peer_wait(id) {
-        return NCCL_SUCCESS;
+    let t = (id & 15) as u8;
+    let mut result = NCCL_SUCCESS;
+    if let Some(it) = chain::inner() {
+        let ih = chain::get(id);
+        if !ih.is_null() {
+            // SAFETY: the chained plugin's own handle, NCCL's state and arguments.
+            result = unsafe { (it.record_event_state)(ih, state, a) };
+        }
     }
-    let mut r = rec(kind::STATE, (id & 15) as u8, state as u8);
+    if !ours(t) || COUNT_ONLY.load(Ordering::Relaxed) {
+        return result;
+    }
+    if state == SEND_PEER_WAIT && !first_peer_wait(id) {
+        return result;
+    }
+    let mut r = rec(kind::STATE, t, state as u8);
     r.0[2] = id;
     if !a.is_null() {
         // SAFETY: NCCL's state arguments, valid for the call (8 bytes at least).
@@ -516,22 +735,32 @@ unsafe extern "C" fn record_event_state(h: *mut c_void, state: c_int, a: *mut St
         r.0[6] = ts.last_post() as u64;
     }
     ring::push(&r);
-    NCCL_SUCCESS
+    result
 }
 
 unsafe extern "C" fn finalize(ctx: *mut c_void) -> c_int {
+    // SAFETY: the context `init` made.
+    let cx = unsafe { ctx_of(ctx) };
+    let mut result = NCCL_SUCCESS;
+    if let (Some(it), Some(x)) = (chain::inner(), cx)
+        && !x.inner.is_null()
+    {
+        // SAFETY: the chained plugin's finalize of its own context.
+        result = unsafe { (it.finalize)(x.inner) };
+    }
     let mut r = rec(kind::FINALIZE, 0, 0);
-    r.0[4] = ctx as u64;
+    r.0[4] = cx.map_or(0, |x| x.c);
     ring::push(&r);
-    NCCL_SUCCESS
+    result
 }
 
 /// The collectives as the live tracker knows them now, and where they wait (none before NCCL's
 /// first `init`): the collector sends them each interval (`Frame::Nccl`, `Frame::NcclWaits`).
 pub fn live_frames(out: &mut Vec<sigmatop::wire::Frame>) {
-    if let Some((live, waits)) = ring::live() {
+    if let Some((live, waits, calls)) = ring::live() {
         out.push(sigmatop::wire::Frame::Nccl(live));
         out.push(sigmatop::wire::Frame::NcclWaits(waits));
+        out.push(sigmatop::wire::Frame::NcclCalls(calls));
     }
 }
 

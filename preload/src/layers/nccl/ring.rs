@@ -12,7 +12,7 @@ use std::io::Write;
 use std::sync::Mutex;
 
 use sigmatop::nccl::format::{self, REC_BYTES, Rec, WORDS};
-use sigmatop::nccl::live::{NcclLive, NcclWaits, Tracker};
+use sigmatop::nccl::live::{NcclCalls, NcclLive, NcclWaits, Tracker};
 
 /// Slots in the queue (a power of two): 8 MiB of address space, touched as used.
 const CAP: u64 = 1 << 16;
@@ -49,12 +49,75 @@ pub fn active() -> bool {
 
 /// What the live tracker knows now, and where it waits (none before NCCL's first `init`): the
 /// collector sends both.
-pub fn live() -> Option<(NcclLive, NcclWaits)> {
+pub fn live() -> Option<(NcclLive, NcclWaits, NcclCalls)> {
     if !active() {
         return None;
     }
     let w = WRITER.lock().unwrap_or_else(|e| e.into_inner());
-    w.as_ref().map(|w| (w.tracker.live(), w.tracker.waits()))
+    w.as_ref().map(|w| {
+        let mut live = w.tracker.live();
+        if crate::runtime::config::mode() == sigmatop::event::Mode::Aggregate {
+            counted_rows(&mut live);
+        }
+        (live, w.tracker.waits(), w.tracker.calls())
+    })
+}
+
+/// Aggregate mode: each communicator's rows are its counted host calls (no time, no
+/// algorithm: nothing else is asked of NCCL); a call counts as completed when made.
+fn counted_rows(live: &mut NcclLive) {
+    use core::sync::atomic::Ordering::Relaxed;
+    for k in super::counts::COUNTS.iter() {
+        let id = k.comm_id.load(Relaxed);
+        let rank = k.rank.load(Relaxed) as u32;
+        let Some(c) = live
+            .comms
+            .iter_mut()
+            .find(|c| c.comm_id == id && c.rank == rank)
+        else {
+            continue;
+        };
+        c.rows.clear();
+        c.started = 0;
+        for f in 0..super::counts::NF {
+            let calls = k.calls[f].load(Relaxed);
+            if calls == 0 {
+                continue;
+            }
+            let p2p = matches!(format::name(format::FUNCS, f as u8), "Send" | "Recv");
+            if !p2p {
+                c.started += calls;
+            }
+            c.rows.push(sigmatop::nccl::live::RowLive {
+                func: f as u8,
+                algo: 255,
+                proto: 255,
+                count: calls,
+                bytes: k.bytes[f].load(Relaxed),
+                ..Default::default()
+            });
+        }
+        c.completed = c.started;
+    }
+}
+
+/// Aggregate mode, at exit: one `COUNTS` record per communicator and function counted.
+fn push_counts() {
+    use core::sync::atomic::Ordering::Relaxed;
+    for (i, k) in super::counts::COUNTS.iter().enumerate() {
+        for f in 0..super::counts::NF {
+            let calls = k.calls[f].load(Relaxed);
+            if calls == 0 {
+                continue;
+            }
+            let mut r = Rec::new(crate::runtime::clock::now(), 0, format::kind::COUNTS, 0, 0);
+            r.0[4] = i as u64 + 1;
+            r.0[5] = f as u64;
+            r.0[6] = calls;
+            r.0[7] = k.bytes[f].load(Relaxed);
+            push(&r);
+        }
+    }
 }
 
 /// Opens the file (with a record directory) and starts the writer (control path: the first
@@ -227,11 +290,14 @@ pub fn shutdown() {
         let _ = t.join();
     }
     super::clock_record();
+    push_counts();
     drain();
     // Written directly, after everything else: a full queue cannot lose it.
     let mut r = Rec::new(crate::runtime::clock::now(), 0, format::kind::TOTALS, 0, 0);
     r.0[5] = DROPPED.load(Ordering::Relaxed);
     r.0[6] = UNKNOWN.load(Ordering::Relaxed);
+    r.0[7] = super::chain::LOST.load(Ordering::Relaxed);
+    r.0[8] = super::counts::LOST.load(Ordering::Relaxed);
     let mut b = [0u8; REC_BYTES];
     r.to_bytes(&mut b);
     if let Some(f) = WRITER
