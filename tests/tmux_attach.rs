@@ -200,7 +200,18 @@ fn attach_to_a_running_workload_and_drive_every_key() {
         },
     );
     t.keys(&["["]);
-    t.wait_for("a step back through history", limit, |s| s != paused);
+    // Stepping back is not live, and the header says so (issue 39, item 7: it said `live`).
+    let past = t.wait_for("a step back through history", limit, |s| {
+        s != paused
+            && s.lines()
+                .next()
+                .unwrap_or_default()
+                .contains("history, not live")
+    });
+    assert!(
+        !past.lines().next().unwrap_or_default().contains("· live"),
+        "{past}"
+    );
     t.keys(&["Space"]);
     t.wait_for("unpaused", limit, |s| !s.to_lowercase().contains("paused"));
 
