@@ -75,15 +75,6 @@ impl Layer {
             Layer::Cuda => "cuda",
         }
     }
-    pub fn short(self) -> &'static str {
-        match self {
-            Layer::Ucx => "ucx",
-            Layer::Libfabric => "ofi",
-            Layer::Ibverbs => "verbs",
-            Layer::Mlx5 => "mlx5",
-            Layer::Cuda => "cuda",
-        }
-    }
     pub fn parse(s: &str) -> Option<Layer> {
         match s.trim().to_ascii_lowercase().as_str() {
             "ucx" | "ucp" => Some(Layer::Ucx),

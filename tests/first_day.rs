@@ -924,3 +924,64 @@ fn help_documents_the_flags_and_directories() {
         stderr_of(&out)
     );
 }
+
+/// Issue 39, item 4: advice under `--layers`. UCX loads verbs for its device discovery, so a UCX
+/// program run with `--layers -ucx` is traced (ibverbs) and moves nothing there: ucx_perftest
+/// got no word at the end, and an MPI job over UCX was told to pick UCX, the layer it had
+/// switched off. Both are now told which layer they used and that --layers switched it off.
+#[test]
+fn advice_under_layers_names_the_switched_off_layer_the_program_used() {
+    let dir = scratch("layers-idle");
+    let sock = dir.join("sock");
+    let (srv, port) = server(&sock, false);
+    let out = sigmatop_client(
+        &sock,
+        &["run", "--headless", "--layers", "-ucx"],
+        port,
+        2000,
+    )
+    .stdin(Stdio::null())
+    .output()
+    .expect("run");
+    finish(srv);
+    assert!(out.status.success(), "{}", stderr_of(&out));
+    let err = stderr_of(&out);
+    let line = err
+        .lines()
+        .find(|l| l.starts_with("sigmatop: nothing"))
+        .unwrap_or_else(|| panic!("no advice:\n{err}"));
+    assert!(line.contains("ucx_perftest loaded libuc"), "{line}");
+    assert!(
+        line.ends_with(
+            "(layer ucx), but --layers -ucx switched that layer off; add ucx to --layers, or leave --layers out"
+        ),
+        "{line}"
+    );
+
+    // An MPI job over UCX: the same, not "pick the MPI library's UCX transport".
+    let prog = mpi_program();
+    let out = Command::new(sigmatop_bin())
+        .args(["run", "--headless", "--layers", "-ucx", "--"])
+        .arg(require("mpirun"))
+        .args(["--allow-run-as-root", "--oversubscribe", "-np", "2"])
+        .args(["--mca", "pml", "ucx", "--mca", "pml_ucx_tls", "any"])
+        .args(["--mca", "pml_ucx_devices", "any"])
+        .arg(&prog)
+        .env("SIGMATOP_SOCKET_DIR", dir.join("sock-mpi"))
+        .env_remove("OMPI_MCA_pml")
+        .stdin(Stdio::null())
+        .output()
+        .expect("sigmatop run -- mpirun");
+    assert!(out.status.success(), "{}", stderr_of(&out));
+    assert_eq!(stdout_of(&out).trim(), "mpi_pattern: 2 ranks done");
+    let err = stderr_of(&out);
+    let line = err
+        .lines()
+        .find(|l| l.starts_with("sigmatop: "))
+        .unwrap_or_else(|| panic!("no advice:\n{err}"));
+    assert!(
+        line.contains("(layer ucx), but --layers -ucx switched that layer off"),
+        "{line}"
+    );
+    assert!(!err.contains("pick the MPI library"), "{err}");
+}

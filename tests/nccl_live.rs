@@ -257,7 +257,15 @@ fn serve_counts_collectives_per_communicator() {
         want.push((host.clone(), live.comms[0].clone()));
         feed(&mut m, &host, pid, Some(live.at_ns), live);
     }
-    let text = sigmatop::export::openmetrics::encode_model(&m, Default::default()).expect("text");
+    // Per communicator: `serve --per-process` (by default a communicator's id is no label).
+    let text = sigmatop::export::openmetrics::encode_model(
+        &m,
+        sigmatop::export::openmetrics::MetricsOptions {
+            per_process: true,
+            ..Default::default()
+        },
+    )
+    .expect("text");
     let value = |name: &str, host: &str| -> f64 {
         let lines: Vec<&str> = text
             .lines()
@@ -523,7 +531,10 @@ fn a_hang_every_rank_is_in_is_located_on_the_edge_that_waits_on_the_network() {
     // per QP.
     let text = sigmatop::export::openmetrics::encode_model(
         &m,
-        sigmatop::export::openmetrics::MetricsOptions { qp_metrics: true },
+        sigmatop::export::openmetrics::MetricsOptions {
+            qp_metrics: true,
+            per_process: true,
+        },
     )
     .expect("text");
     let series = |name: &str, with: &[&str]| -> Vec<String> {

@@ -7,7 +7,10 @@
 //! (`sigmatop_peer_tx_bytes_total{rank, peer_rank}`). The exited processes' counters are still
 //! there: `serve` keeps them for its retention window. The same `/metrics` in Prometheus's text
 //! format 0.0.4 (asked with `Accept: text/plain;version=0.0.4`, or no Accept) passes Prometheus's
-//! `promtool check metrics` with the same exact totals.
+//! `promtool check metrics` with the same exact totals. That test runs `serve --per-process` (a
+//! series per process: it tells the pair's client and server apart by pid); by default series are
+//! per host, rank and program, and two MPI jobs in a row make no new series in Prometheus while
+//! their counters go on (issue 39, item 6: `two_jobs_in_a_row_make_no_new_series`).
 mod common;
 
 use std::io::{Read, Write};
@@ -101,9 +104,14 @@ fn prometheus_scrapes_exact_totals_and_the_rank_matrix() {
     let (serve, serve_port) = common::start_server(
         |port| {
             let mut c = Command::new(common::sigmatop_bin());
-            c.args(["serve", "--listen", &format!("127.0.0.1:{port}")])
-                .arg("--socket-dir")
-                .arg(&trace.socket_dir);
+            c.args([
+                "serve",
+                "--per-process",
+                "--listen",
+                &format!("127.0.0.1:{port}"),
+            ])
+            .arg("--socket-dir")
+            .arg(&trace.socket_dir);
             c
         },
         Duration::from_secs(10),
@@ -311,4 +319,179 @@ fn co_pid(trace: &Trace, op: &str) -> u32 {
         .find(|p| common::op(&common::totals(p), op).0 > 0)
         .map(|p| p.identity.pid)
         .expect("a process with that traffic")
+}
+
+/// The sigmatop series Prometheus holds, stale ones too (`/api/v1/series` over all of its data:
+/// every series it scraped since it started), by name and labels; None when it does not answer.
+fn sigmatop_series(port: u16) -> Option<Vec<String>> {
+    let body = http_get(
+        port,
+        &format!(
+            "/api/v1/series?match[]={}&start=0",
+            urlencode("{__name__=~\"sigmatop_.+\"}")
+        ),
+    )?;
+    let v: serde_json::Value = serde_json::from_str(&body).ok()?;
+    let mut out: Vec<String> = v["data"]
+        .as_array()?
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    out.sort();
+    Some(out)
+}
+
+/// Every fall of a sigmatop counter between two scrapes that Prometheus stored (the range query
+/// `{__name__=~"sigmatop_.+_total"}[1h]`: each series's samples in time order), one line each;
+/// None when Prometheus does not answer. A fall is what Prometheus reads as a counter reset.
+fn counter_falls(port: u16) -> Option<Vec<String>> {
+    let q = "{__name__=~\"sigmatop_.+_total\"}[1h]";
+    let body = http_get(port, &format!("/api/v1/query?query={}", urlencode(q)))?;
+    let v: serde_json::Value = serde_json::from_str(&body).ok()?;
+    let mut falls = Vec::new();
+    let mut samples = 0;
+    for s in v["data"]["result"].as_array()? {
+        let vals: Vec<f64> = s["values"]
+            .as_array()?
+            .iter()
+            .filter_map(|p| p[1].as_str()?.parse().ok())
+            .collect();
+        samples += vals.len();
+        for w in vals.windows(2) {
+            if w[1] < w[0] {
+                falls.push(format!("{}: {} then {}", s["metric"], w[0], w[1]));
+            }
+        }
+    }
+    // A query that matched nothing proves nothing.
+    (samples > 0).then_some(falls)
+}
+
+/// Issue 39, item 6: by default `serve`'s series are per host, rank and program, not per process.
+/// A real Prometheus (scraping every second) scrapes two runs of the same 3-rank MPI job one after
+/// the other (`serve --retention 2`: the first job's processes leave the model before the second
+/// starts): after the second, every cell of the rank matrix counts both jobs (2 × (i+1)·(j+2)·1000)
+/// in the same series; Prometheus holds as many sigmatop series after the second job as after the
+/// first (with a `pid` label each job made new ones: unbounded cardinality), and no sigmatop
+/// counter ever fell in any sample Prometheus stored (a counter that fell when a job's processes
+/// left would read as a reset, and `rate()` would be wrong).
+#[test]
+fn two_jobs_in_a_row_make_no_new_series() {
+    let prometheus = common::require("prometheus");
+    common::require("mpirun");
+    let dir = common::scratch("prometheus-jobs");
+    let trace = Trace::new("aggregate", &dir);
+    let (serve, serve_port) = common::start_server(
+        |port| {
+            let mut c = Command::new(common::sigmatop_bin());
+            c.args(["serve", "--retention", "2"])
+                .args(["--listen", &format!("127.0.0.1:{port}")])
+                .arg("--socket-dir")
+                .arg(&trace.socket_dir);
+            c
+        },
+        Duration::from_secs(10),
+    );
+    std::fs::write(
+        dir.join("prometheus.yml"),
+        format!(
+            "global:\n  scrape_interval: 1s\nscrape_configs:\n  - job_name: sigmatop\n    static_configs:\n      - targets: ['127.0.0.1:{serve_port}']\n"
+        ),
+    )
+    .expect("config");
+    let (prom, prom_port) = common::start_server(
+        |port| {
+            let mut c = Command::new(&prometheus);
+            c.arg(format!(
+                "--config.file={}",
+                dir.join("prometheus.yml").display()
+            ))
+            .arg(format!(
+                "--storage.tsdb.path={}",
+                dir.join("tsdb").display()
+            ))
+            .arg(format!("--web.listen-address=127.0.0.1:{port}"));
+            c
+        },
+        Duration::from_secs(30),
+    );
+    let prog = mpi_program(&dir);
+    // Prometheus scrapes serve before the first job starts.
+    if let Err(got) = wait_for(prom_port, "up{job=\"sigmatop\"}", 1) {
+        panic!("Prometheus does not scrape serve: up = {got:?}");
+    }
+    let mut series: Vec<Vec<String>> = Vec::new();
+    let mut failed = Vec::new();
+    for job in 1..=2u64 {
+        common::mpirun_traced(
+            &trace,
+            RANKS as usize,
+            common::MPI_OVER_UCX,
+            Some("tcp,self"),
+            &prog,
+            &format!("MPI job {job}"),
+        );
+        for i in 0..RANKS {
+            for j in (0..RANKS).filter(|&j| j != i) {
+                let q = format!(
+                    "sigmatop_peer_tx_bytes_total{{exe=\"mpi_pattern\",rank=\"{i}\",peer_rank=\"{j}\"}}"
+                );
+                if let Err(got) = wait_for(prom_port, &q, job * (i + 1) * (j + 2) * 1000) {
+                    failed.push(format!(
+                        "job {job}: {q}: Prometheus says {got:?}; serve's /metrics:\n{}",
+                        http_get(serve_port, "/metrics").unwrap_or_default()
+                    ));
+                }
+            }
+        }
+        // Its processes, while serve keeps them (--retention).
+        let info = "count(sigmatop_process_info{exe=\"mpi_pattern\"})";
+        if let Err(got) = wait_for(prom_port, info, RANKS) {
+            failed.push(format!("job {job}: {info}: Prometheus says {got:?}"));
+        }
+        // No series of a process: no pid label anywhere.
+        let m = http_get(serve_port, "/metrics").unwrap_or_default();
+        if m.contains("pid=\"") {
+            failed.push(format!("job {job}: a pid label in\n{m}"));
+        }
+        // The job's processes leave the model (--retention 2) before the next one starts:
+        // their `sigmatop_process_info` goes stale in Prometheus.
+        let left = Instant::now();
+        while query(prom_port, info).is_some() && left.elapsed() < Duration::from_secs(30) {
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        if let Some(n) = query(prom_port, info) {
+            failed.push(format!(
+                "job {job}: {info} is still {n} 30 s after the job ended (--retention 2)"
+            ));
+        }
+        series.push(sigmatop_series(prom_port).unwrap_or_default());
+    }
+    // No counter fell at any scrape: every sample Prometheus stored of every sigmatop counter,
+    // series by series, in scrape order.
+    let falls = counter_falls(prom_port);
+    drop(prom);
+    drop(serve);
+    assert!(failed.is_empty(), "{}", failed.join("\n"));
+    match falls {
+        Some(f) => assert!(
+            f.is_empty(),
+            "sigmatop counters fell between scrapes:\n{}",
+            f.join("\n")
+        ),
+        None => panic!("Prometheus did not answer the range query of the sigmatop counters"),
+    }
+    let (first, second) = (&series[0], &series[1]);
+    assert!(
+        !first.is_empty() && first.len() == second.len(),
+        "sigmatop series in Prometheus after the first job: {}, after the second: {}\nnew with the second:\n{}",
+        first.len(),
+        second.len(),
+        second
+            .iter()
+            .filter(|s| !first.contains(s))
+            .cloned()
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
 }

@@ -101,7 +101,7 @@ fn nonzero_si(tok: &str) -> bool {
     num.parse::<f64>().is_ok_and(|v| v > 0.0)
 }
 
-/// Rows of the QPs tab of process `pid` (its pid column, then the layer column `ofi`), not rows
+/// Rows of the QPs tab of process `pid` (its pid column, then the layer column `libfabric`), not rows
 /// that merely name it as their peer.
 fn ofi_rows(screen: &str, pid: u32) -> Vec<&str> {
     let pid = pid.to_string();
@@ -109,7 +109,7 @@ fn ofi_rows(screen: &str, pid: u32) -> Vec<&str> {
         .lines()
         .filter(|l| {
             let toks: Vec<&str> = l.split_whitespace().collect();
-            toks.windows(2).any(|w| w[0] == pid && w[1] == "ofi")
+            toks.windows(2).any(|w| w[0] == pid && w[1] == "libfabric")
         })
         .collect()
 }
@@ -152,8 +152,10 @@ fn attach_to_a_running_workload_and_drive_every_key() {
             })
     });
     assert!(qps.contains("tcp"), "transport shown:\n{qps}");
+    // fi_pingpong's traffic is all on its endpoints: no "(unattributed)" row of zeros per
+    // process, the title says so (issue 39, item 7).
     assert!(
-        qps.contains("(unattributed)") || qps.contains("(unattr"),
+        qps.contains("none unattributed") && !qps.contains("(unattr"),
         "{qps}"
     );
 
@@ -198,7 +200,18 @@ fn attach_to_a_running_workload_and_drive_every_key() {
         },
     );
     t.keys(&["["]);
-    t.wait_for("a step back through history", limit, |s| s != paused);
+    // Stepping back is not live, and the header says so (issue 39, item 7: it said `live`).
+    let past = t.wait_for("a step back through history", limit, |s| {
+        s != paused
+            && s.lines()
+                .next()
+                .unwrap_or_default()
+                .contains("history, not live")
+    });
+    assert!(
+        !past.lines().next().unwrap_or_default().contains("· live"),
+        "{past}"
+    );
     t.keys(&["Space"]);
     t.wait_for("unpaused", limit, |s| !s.to_lowercase().contains("paused"));
 

@@ -55,8 +55,65 @@ fn replay_of_the_nccl_fixture_shows_its_collectives() {
             "started 20, done 20: {r}"
         );
     }
+    // Issue 39, item 7: the record's 80 events of types the plugin does not read lose no figure
+    // and raise no warning sign in the title (it said "NCCL records dropped 0 · unread events
+    // 80 · unmatched 0"); the Ranks title says the hang threshold, not a count of hung ranks.
+    let title = s
+        .lines()
+        .find(|l| l.contains(" Collectives "))
+        .unwrap_or_else(|| panic!("the Collectives title:\n{s}"));
+    assert!(
+        !title.contains('⚠') && !title.contains(" 0 ") && !title.contains("80"),
+        "{title}"
+    );
+    assert!(
+        s.lines()
+            .any(|l| l.contains("Ranks 2 · a collective open over 2.0s counts as hung")),
+        "{s}"
+    );
     t.keys(&["q"]);
     t.wait_for("the exit", Duration::from_secs(10), |s| {
         s.contains("SIGMATOP-EXIT=0")
     });
+}
+
+/// Issue 39, item 7, at 80×24 (the ssh case) and 200×60: the same view's titles read as what
+/// they are.
+#[test]
+fn the_collectives_titles_read_right_at_80_and_200_columns() {
+    let rec = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/nccl/all_reduce_np2/rec");
+    for (w, h) in [(80u16, 24u16), (200, 60)] {
+        let cmd = format!(
+            "{} replay --speed 0 {}",
+            sigmatop_bin().display(),
+            rec.display()
+        );
+        let Some(t) = Tmux::start_sized(&format!("nccl-titles-{w}"), &cmd, None, w, h) else {
+            return;
+        };
+        t.wait_for("the dashboard", Duration::from_secs(30), |s| {
+            s.contains("Overview") && s.contains("softhost")
+        });
+        t.keys(&["c"]);
+        let s = t.wait_settled("the Collectives view", Duration::from_secs(20), |s| {
+            s.contains("AllReduce") && s.contains(" Ranks ")
+        });
+        let title = s
+            .lines()
+            .find(|l| l.contains(" Collectives "))
+            .unwrap_or_else(|| panic!("{w}x{h}: the Collectives title:\n{s}"));
+        assert!(
+            !title.contains('⚠') && !title.contains(" 0 ") && !title.contains("unread"),
+            "{w}x{h}: {title}"
+        );
+        assert!(
+            s.lines()
+                .any(|l| l.contains("Ranks 2 · a collective open over 2.0s counts as hung")),
+            "{w}x{h}:\n{s}"
+        );
+        t.keys(&["q"]);
+        t.wait_for("the exit", Duration::from_secs(10), |s| {
+            s.contains("SIGMATOP-EXIT=0")
+        });
+    }
 }

@@ -306,3 +306,99 @@ fn a_short_program_run_headless_has_its_summary() {
         );
     }
 }
+
+/// The summary in the pane (its history too, up to what sigmatop says after it), and whether the
+/// terminal wrapped any of its lines: tmux's
+/// `capture-pane -J` joins the lines it wrapped, so the two captures differ exactly when a line
+/// was wider than the pane.
+fn whole_pane(t: &Tmux) -> (String, bool) {
+    let trim = |s: String| -> String {
+        s.lines()
+            .map(str::trim_end)
+            .collect::<Vec<_>>()
+            .join("\n")
+            .trim_end()
+            .to_string()
+    };
+    // What sigmatop says after the summary (`its output is in PATH`: a path is not cut) is not
+    // the summary's.
+    let summary = |s: String| -> String {
+        let s = trim(s);
+        match s.find("\nsigmatop: ") {
+            Some(at) => s[..at].to_string(),
+            None => s,
+        }
+    };
+    let plain = summary(t.tmux(&["capture-pane", "-p", "-S", "-", "-t", "main"]));
+    let joined = summary(t.tmux(&["capture-pane", "-p", "-J", "-S", "-", "-t", "main"]));
+    let wrapped = plain != joined;
+    (plain, wrapped)
+}
+
+/// Issue 39, item 7: at 80 columns the end-of-run summary wrapped mid-column (its header alone is
+/// 103 columns). In an 80×24 terminal (the ssh case) and a 200×60 one, `sigmatop run` of a short
+/// program and `sigmatop demo --headless` (the demo recording's 4 processes and 60 endpoints)
+/// print summaries that the terminal never wraps; the figures are all there, the totals line's
+/// words in order; at 200 columns the table is whole (its operation counts too).
+#[test]
+fn the_end_of_run_summary_fits_the_terminal() {
+    for (w, h) in [(80u16, 24u16), (200, 60)] {
+        let dir = scratch(&format!("run-summary-{w}"));
+        let n = 100;
+        let line = format!(
+            "SIGMATOP_SOCKET_DIR={} UCX_TLS=sm,self {} run -- {} child {n}",
+            dir.join("sock").display(),
+            sigmatop_bin().display(),
+            ucx_life().display()
+        );
+        let Some(t) = Tmux::start_sized(&format!("run-summary-{w}"), &line, Some(&dir), w, h)
+        else {
+            return;
+        };
+        t.wait_for("the program's end on the dashboard", LIMIT, |s| {
+            s.contains("ucx_life exited (status 0)")
+        });
+        t.keys(&["q"]);
+        t.wait_for("sigmatop to exit", LIMIT, |s| s.contains("SIGMATOP-EXIT=0"));
+        let (pane, wrapped) = whole_pane(&t);
+        assert!(
+            !wrapped,
+            "the terminal wrapped a line at {w} columns:\n{pane}"
+        );
+        let words: Vec<&str> = pane.split_whitespace().collect();
+        let want = format!("total: ▲ 6.40 kB in {n} ops, ▼ 6.40 kB in {n} ops; events lost 0");
+        let want: Vec<&str> = want.split_whitespace().collect();
+        assert!(
+            words.windows(want.len()).any(|x| x == want.as_slice()),
+            "{want:?} in\n{pane}"
+        );
+        assert!(
+            pane.contains(&format!("tag_send {}", summary_times(n, 64 * n))),
+            "{pane}"
+        );
+        assert!(pane.contains("▲ tx bytes"), "{pane}");
+        assert!(pane.contains("tx ops") || w < 200, "{pane}");
+
+        let Some(t) = Tmux::start_sized(
+            &format!("demo-summary-{w}"),
+            &format!("{} demo --headless", sigmatop_bin().display()),
+            Some(&dir),
+            w,
+            h,
+        ) else {
+            return;
+        };
+        t.wait_for("the demo's summary", LIMIT, |s| {
+            s.contains("SIGMATOP-EXIT=0")
+        });
+        let (pane, wrapped) = whole_pane(&t);
+        assert!(
+            !wrapped,
+            "the terminal wrapped a line at {w} columns:\n{pane}"
+        );
+        for figure in ["73.24 MB", "RDMA_WRITE_IMM 261×~118.00 kB = 30.80 MB"] {
+            assert!(pane.contains(figure), "{figure} in\n{pane}");
+        }
+        assert!(pane.contains("tx ops") || w < 200, "{pane}");
+    }
+}

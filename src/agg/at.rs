@@ -169,6 +169,9 @@ pub struct ModelAt<'m> {
     pub detail: Detail,
     /// Endpoint rows other than the unattributed ones (every process, whatever `detail`).
     pub qps: usize,
+    /// The same rows by kind (`RowKind`, in its order): what the header names, so that a UCX job
+    /// reads "16 endpoints · 4 workers", not "20 QPs".
+    pub row_kinds: [usize; RowKind::COUNT],
     /// Per process: how long it has been silent (ns: no frame for longer than
     /// `waits::silent_after`, and it has not exited), None while it reports (`agg::waits`).
     pub silent: Vec<Option<u64>>,
@@ -177,6 +180,68 @@ pub struct ModelAt<'m> {
     /// `waits::waits` of this view time, for one threshold: its rule, the row marks and the
     /// idle rule all read it (`waits::waits_cached`).
     pub(crate) waits_memo: std::cell::OnceCell<(u64, super::silence::Waits)>,
+}
+
+/// What an endpoint row is, as the header counts them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RowKind {
+    /// A verbs or devx queue pair.
+    Qp,
+    /// A UCX or libfabric endpoint.
+    Endpoint,
+    /// A UCX worker (its receives name no endpoint).
+    Worker,
+    /// A verbs or libfabric completion queue.
+    Cq,
+    /// A verbs shared receive queue.
+    Srq,
+    /// An id sigmatop saw used but never saw created.
+    Other,
+}
+
+impl RowKind {
+    pub const COUNT: usize = 6;
+    pub const ALL: [RowKind; RowKind::COUNT] = [
+        RowKind::Qp,
+        RowKind::Endpoint,
+        RowKind::Worker,
+        RowKind::Cq,
+        RowKind::Srq,
+        RowKind::Other,
+    ];
+
+    pub fn of(def: Option<&EndpointDef>) -> RowKind {
+        match def.map(|d| d.kind) {
+            Some(EndpointKind::VerbsQp | EndpointKind::DevxQp) => RowKind::Qp,
+            Some(EndpointKind::UcpEp | EndpointKind::FiEp) => RowKind::Endpoint,
+            Some(EndpointKind::UcpWorker) => RowKind::Worker,
+            Some(EndpointKind::VerbsCq | EndpointKind::FiCq) => RowKind::Cq,
+            Some(EndpointKind::VerbsSrq) => RowKind::Srq,
+            _ => RowKind::Other,
+        }
+    }
+
+    /// "QP" / "QPs", "endpoint" / "endpoints"...
+    pub fn noun(self, n: usize) -> &'static str {
+        let (one, many) = match self {
+            RowKind::Qp => ("QP", "QPs"),
+            RowKind::Endpoint => ("endpoint", "endpoints"),
+            RowKind::Worker => ("worker", "workers"),
+            RowKind::Cq => ("CQ", "CQs"),
+            RowKind::Srq => ("SRQ", "SRQs"),
+            RowKind::Other => ("other", "others"),
+        };
+        if n == 1 { one } else { many }
+    }
+}
+
+/// Counts the rows `ids` of a process (the unattributed one left out) by kind.
+fn count_kinds(ids: &[u32], p: &super::model::ProcessState) -> [usize; RowKind::COUNT] {
+    let mut k = [0; RowKind::COUNT];
+    for &ep in ids.iter().filter(|&&ep| ep != UNATTRIBUTED_EP) {
+        k[RowKind::of(p.endpoints.get(&ep)) as usize] += 1;
+    }
+    k
 }
 
 /// Which endpoints `ModelAt` lists.
@@ -216,8 +281,8 @@ struct Topology {
     /// endpoints), sorted.
     defined: Vec<Vec<u32>>,
     /// Per process: (layout generation of its newest snapshot, its endpoint rows less the
-    /// unattributed one).
-    rows: Vec<Option<(u64, usize)>>,
+    /// unattributed one, by kind).
+    rows: Vec<Option<(u64, [usize; RowKind::COUNT])>>,
 }
 
 impl Topology {
@@ -284,20 +349,13 @@ fn has_row(d: &EndpointDef) -> bool {
     )
 }
 
-/// The endpoint rows of one process: every endpoint with traffic (`with_data`, sorted), its
-/// defined QPs/endpoints that have none yet (idle), and its unattributed row when it reports,
-/// even when that is zero: totals never hide it.
-fn row_ids(
-    ids: &mut Vec<u32>,
-    with_data: impl Iterator<Item = u32>,
-    defined: &[u32],
-    has_data: bool,
-) {
+/// The endpoint rows of one process: every endpoint with traffic (`with_data`, sorted: its
+/// unattributed row among them when it counted something there) and its defined QPs/endpoints
+/// that have none yet (idle). A process with nothing unattributed has no row of zeros for it
+/// (issue 39, item 7: one in every QPs view); the QPs view's title says "none unattributed".
+fn row_ids(ids: &mut Vec<u32>, with_data: impl Iterator<Item = u32>, defined: &[u32]) {
     ids.clear();
     ids.extend(with_data);
-    if has_data {
-        ids.push(UNATTRIBUTED_EP);
-    }
     ids.extend_from_slice(defined);
     ids.sort_unstable();
     ids.dedup();
@@ -319,12 +377,13 @@ impl<'m> ModelAt<'m> {
             (at, _) => view_time(model, at),
         };
         let every = opts.detail == Detail::Endpoints;
+        let first_ns = model.first_start_ns();
         let mut included: Vec<u32> = Vec::with_capacity(model.processes.len());
         let mut procs: Vec<ProcAt> = Vec::with_capacity(model.processes.len());
         for (i, (k, p)) in model.processes.iter().enumerate() {
             if opts.at.is_none() || p.identity.start_ns == 0 || p.identity.start_ns <= t {
                 included.push(i as u32);
-                procs.push(ProcAt::new(k, p, t, opts.window, every));
+                procs.push(ProcAt::new(k, p, t, opts.window, every, first_ns));
             }
         }
         // Who stopped reporting: their "now" is not known (0, never their last rates).
@@ -379,7 +438,7 @@ impl<'m> ModelAt<'m> {
             .collect();
         for ((a, l), s) in procs.iter_mut().zip(&listed).zip(&silent) {
             if *l && !a.detailed {
-                *a = ProcAt::new(a.key, a.p, t, opts.window, true);
+                *a = ProcAt::new(a.key, a.p, t, opts.window, true, first_ns);
                 if s.is_some() {
                     a.forget_now();
                 }
@@ -401,7 +460,7 @@ impl<'m> ModelAt<'m> {
         let mut endpoints = Vec::new();
         let mut rates = Vec::with_capacity(procs.len());
         let mut ids: Vec<u32> = Vec::new();
-        let mut qps = 0;
+        let mut row_kinds = [0usize; RowKind::COUNT];
         for (pi, a) in procs.iter().enumerate() {
             let p = a.p;
             rates.push(ProcRates {
@@ -415,25 +474,25 @@ impl<'m> ModelAt<'m> {
             if !a.detailed {
                 // Rows of the newest snapshot: known while its list of counters stays.
                 let layout = p.history.layout_generation();
-                qps += match topo.rows[pi] {
-                    Some((l, n)) if l == layout => n,
+                let k = match topo.rows[pi] {
+                    Some((l, k)) if l == layout => k,
                     _ => {
                         let eps = p.history.last_keys().map(|(ep, _)| ep);
-                        row_ids(&mut ids, eps, &topo.defined[pi], true);
-                        let n = ids.iter().filter(|&&ep| ep != UNATTRIBUTED_EP).count();
-                        topo.rows[pi] = Some((layout, n));
-                        n
+                        row_ids(&mut ids, eps, &topo.defined[pi]);
+                        let k = count_kinds(&ids, p);
+                        topo.rows[pi] = Some((layout, k));
+                        k
                     }
                 };
+                for (a, b) in row_kinds.iter_mut().zip(k) {
+                    *a += b;
+                }
                 continue;
             }
-            row_ids(
-                &mut ids,
-                a.eps.iter().map(|(ep, _)| ep),
-                &topo.defined[pi],
-                a.has_data,
-            );
-            qps += ids.iter().filter(|&&ep| ep != UNATTRIBUTED_EP).count();
+            row_ids(&mut ids, a.eps.iter().map(|(ep, _)| ep), &topo.defined[pi]);
+            for (a, b) in row_kinds.iter_mut().zip(count_kinds(&ids, p)) {
+                *a += b;
+            }
             if !listed[pi] {
                 continue;
             }
@@ -472,7 +531,8 @@ impl<'m> ModelAt<'m> {
             peers,
             groups: topo.groups.clone(),
             detail: opts.detail,
-            qps,
+            qps: row_kinds.iter().sum(),
+            row_kinds,
             silent,
             live_now,
             waits_memo: std::cell::OnceCell::new(),

@@ -657,6 +657,14 @@ impl Model {
         out
     }
 
+    /// Some traced process made an operation that moves bytes (a send, a write, a completed
+    /// receive...): `sigmatop run` looks at what the program loaded until one does.
+    pub fn any_operation(&self) -> bool {
+        self.processes
+            .values()
+            .any(|p| p.history.last_sums().ops > 0)
+    }
+
     /// Latest time seen in any snapshot.
     pub fn latest_ns(&self) -> u64 {
         self.processes

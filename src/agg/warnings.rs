@@ -336,17 +336,40 @@ pub fn waits_for<'a>(
 
 /// All warnings for the model at a view time, most important first.
 pub fn warnings(at: &ModelAt, cfg: &WarningConfig) -> Vec<Warning> {
+    warnings_of(at, cfg, RULES)
+}
+
+/// The warnings of `rules` for the model at a view time, most important first.
+pub fn warnings_of(at: &ModelAt, cfg: &WarningConfig, rules: &[&dyn Rule]) -> Vec<Warning> {
     let mut out = Vec::new();
-    for r in RULES {
+    for r in rules {
         r.check(at, cfg, &mut out);
     }
     out.sort_by_key(|w| w.kind);
     out
 }
 
-/// Each value divided by the mean of all (None when fewer than two values or no traffic).
+/// Every rule but the skew: a summary of a whole record (`replay --headless`) judges skew on the
+/// matrices it prints (`matrix_skew`), so that a ◀ and its warning are one figure.
+pub const SUMMARY_RULES: &[&dyn Rule] = &[
+    &StalledEdges,
+    &HungCollective,
+    &Waits,
+    &Failed,
+    &Drops,
+    &IdleWithPosted,
+    &DoorbellStorm,
+];
+
+/// Skew is judged among at least this many nodes or ranks. With two, max/mean only says which
+/// way the traffic went (a one-way benchmark's sender has 2.00× by design), not that one of them
+/// is a hot spot (issue 39, item 7).
+pub const SKEW_MIN_MEMBERS: usize = 3;
+
+/// Each value divided by the mean of all (None when fewer than `SKEW_MIN_MEMBERS` values or no
+/// traffic).
 pub fn ratios_to_mean(values: &[f64]) -> Option<Vec<f64>> {
-    if values.len() < 2 {
+    if values.len() < SKEW_MIN_MEMBERS {
         return None;
     }
     let mean = values.iter().sum::<f64>() / values.len() as f64;
@@ -391,47 +414,119 @@ impl Rule for Drops {
     }
 }
 
-impl Rule for Skew {
-    fn check(&self, at: &ModelAt, cfg: &WarningConfig, out: &mut Vec<Warning>) {
-        let nodes = at.nodes();
-        let ranks = at.rank_rows(false);
-        // Names are written for the rows called out only (a job has thousands of ranks).
-        let mut skewed = |kind: WarningKind, values: Vec<f64>, name: &dyn Fn(usize) -> String| {
-            if let Some(r) = ratios_to_mean(&values) {
-                for (i, ratio) in r.into_iter().enumerate() {
-                    if ratio >= cfg.skew_ratio {
-                        out.push(Warning {
-                            kind,
-                            subject: name(i),
-                            value: ratio,
-                            processes: 0,
-                            short: String::new(),
-                        });
-                    }
-                }
+/// The skew warnings of `kind` among `values` (one per node or rank): every member at or above
+/// the threshold times the mean. Names are written for those called out only (a job has
+/// thousands of ranks).
+pub fn skewed(
+    kind: WarningKind,
+    values: &[f64],
+    name: &dyn Fn(usize) -> String,
+    cfg: &WarningConfig,
+    out: &mut Vec<Warning>,
+) {
+    if let Some(r) = ratios_to_mean(values) {
+        for (i, ratio) in r.into_iter().enumerate() {
+            if ratio >= cfg.skew_ratio {
+                out.push(Warning {
+                    kind,
+                    subject: name(i),
+                    value: ratio,
+                    processes: 0,
+                    short: String::new(),
+                });
+            }
+        }
+    }
+}
+
+/// The skew warnings of a record's rank and node byte matrices (`Report::rank_matrix`,
+/// `node_matrix`): egress is a row's sum, ingress a column's, the `untraced` row and column no
+/// member (what `report` and `replay --headless` print beside the matrices, and their ◀).
+pub fn matrix_skew(
+    rank: &super::Matrix,
+    node: &super::Matrix,
+    cfg: &WarningConfig,
+) -> Vec<Warning> {
+    let mut out = Vec::new();
+    for (m, kinds, rank_names) in [
+        (
+            node,
+            [WarningKind::NodeSkew, WarningKind::NodeIngressSkew],
+            false,
+        ),
+        (
+            rank,
+            [WarningKind::RankSkew, WarningKind::RankIngressSkew],
+            true,
+        ),
+    ] {
+        let (egress, ingress) = margins(m);
+        let name = |i: usize| {
+            let l = &m.labels[i];
+            match l.strip_prefix('r').filter(|_| rank_names) {
+                Some(n) => format!("rank {n}"),
+                None => l.clone(),
             }
         };
+        skewed(kinds[0], &egress, &name, cfg, &mut out);
+        skewed(kinds[1], &ingress, &name, cfg, &mut out);
+    }
+    out.sort_by_key(|w| w.kind);
+    out
+}
+
+/// A byte matrix's row sums (egress) and column sums (ingress), of its traced members (the
+/// `untraced` row and column left out), as f64.
+pub fn margins(m: &super::Matrix) -> (Vec<f64>, Vec<f64>) {
+    let n = m
+        .labels
+        .iter()
+        .take_while(|l| l.as_str() != super::matrix::UNTRACED_LABEL)
+        .count();
+    let row = |i: usize| m.bytes.get(i).map_or(0, |r| r.iter().sum::<u64>()) as f64;
+    let col = |j: usize| {
+        m.bytes
+            .iter()
+            .map(|r| r.get(j).copied().unwrap_or(0))
+            .sum::<u64>() as f64
+    };
+    ((0..n).map(row).collect(), (0..n).map(col).collect())
+}
+
+/// Skew is not judged over less of the job than this (its first process's start to the view
+/// time): in the first samples one rank has sent and the others not yet, which reads as `rank 3
+/// egress 4.00× mean` (n× for the only sender) a quarter of a second in (issue 39, item 7).
+pub const SKEW_MIN_SPAN_NS: u64 = 1_000_000_000;
+
+impl Rule for Skew {
+    fn check(&self, at: &ModelAt, cfg: &WarningConfig, out: &mut Vec<Warning>) {
+        let first = at.model.first_start_ns();
+        if first > 0 && at.t.saturating_sub(first) < SKEW_MIN_SPAN_NS {
+            return;
+        }
+        let nodes = at.nodes();
+        let ranks = at.rank_rows(false);
         let node_name = |i: usize| nodes[i].host.clone();
         let rank_name = |i: usize| format!("rank {}", ranks[i].rank.unwrap_or_default());
-        skewed(
-            WarningKind::NodeSkew,
-            nodes.iter().map(|n| n.egress_bps).collect(),
-            &node_name,
-        );
+        let egress =
+            |v: &[super::at::GroupRates]| v.iter().map(|n| n.egress_bps).collect::<Vec<_>>();
+        let ingress =
+            |v: &[super::at::GroupRates]| v.iter().map(|n| n.ingress_bps).collect::<Vec<_>>();
+        skewed(WarningKind::NodeSkew, &egress(&nodes), &node_name, cfg, out);
         skewed(
             WarningKind::NodeIngressSkew,
-            nodes.iter().map(|n| n.ingress_bps).collect(),
+            &ingress(&nodes),
             &node_name,
+            cfg,
+            out,
         );
-        skewed(
-            WarningKind::RankSkew,
-            ranks.iter().map(|r| r.egress_bps).collect(),
-            &rank_name,
-        );
+        skewed(WarningKind::RankSkew, &egress(&ranks), &rank_name, cfg, out);
         skewed(
             WarningKind::RankIngressSkew,
-            ranks.iter().map(|r| r.ingress_bps).collect(),
+            &ingress(&ranks),
             &rank_name,
+            cfg,
+            out,
         );
     }
 }
@@ -587,6 +682,59 @@ mod tests {
         assert_eq!(w[0].kind, WarningKind::EventsDropped);
         assert_eq!((w[0].value, w[0].processes), (1204.0, 1));
         assert!(w.iter().skip(1).all(|w| w.kind > WarningKind::FramesLost));
+    }
+
+    /// Issue 39, item 7: replaying fixtures/demo-moe, the first sample (0.25 s into the job,
+    /// when rank 3 alone had sent) raised `rank 3 egress 4.00× mean`. Under a second of the job
+    /// skew is not judged; from the first sample past it, rank 2's ingress is (the hot rank of
+    /// the program, fixtures/src/moe_demo.c).
+    #[test]
+    fn skew_is_not_judged_in_the_first_second() {
+        let dir = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("fixtures/demo-moe");
+        let rec = crate::trace::reader::Recording::open(&[dir]).expect("fixture");
+        let m = Model::from_recording(&rec);
+        let mut samples = Vec::new();
+        let mut at = None;
+        while let Some(t) = crate::agg::window::step(&m, at, -1).filter(|t| Some(*t) != at) {
+            samples.push(t);
+            at = Some(t);
+        }
+        samples.reverse();
+        let skews = |t: u64| -> Vec<(WarningKind, String)> {
+            let a = ModelAt::new(
+                &m,
+                &crate::agg::at::AtOptions {
+                    at: Some(t),
+                    ..Default::default()
+                },
+            );
+            warnings(&a, &WarningConfig::default())
+                .into_iter()
+                .filter(|w| {
+                    matches!(
+                        w.kind,
+                        WarningKind::RankSkew
+                            | WarningKind::RankIngressSkew
+                            | WarningKind::NodeSkew
+                            | WarningKind::NodeIngressSkew
+                    )
+                })
+                .map(|w| (w.kind, w.subject))
+                .collect()
+        };
+        let since = |t: u64| t - m.first_start_ns();
+        let first = samples[0];
+        assert!(since(first) < SKEW_MIN_SPAN_NS, "{}", since(first));
+        assert_eq!(skews(first), []);
+        let later = samples
+            .iter()
+            .copied()
+            .find(|t| since(*t) >= SKEW_MIN_SPAN_NS)
+            .expect("a sample past 1 s");
+        assert_eq!(
+            skews(later),
+            [(WarningKind::RankIngressSkew, "rank 2".to_string())]
+        );
     }
 }
 

@@ -131,7 +131,13 @@ pub struct ProcAt<'a> {
 }
 
 impl<'a> ProcAt<'a> {
-    /// The state of process `p` at time `t` over `window`. With `detail` false, a process whose
+    /// The state of process `p` at time `t` over `window`, for a view whose first process
+    /// started at `first_ns` (`Model::first_start_ns`; 0: unknown). A window's rates are its
+    /// bytes over its length, for every process alike: one that started inside it moved nothing
+    /// before, so "10s avg" is over 10 s, not over its own life (issue 39, item 2); a window
+    /// longer than the view (the job is younger than it) is as long as the view.
+    ///
+    /// With `detail` false, a process whose
     /// newest snapshot is the one at `t`, and whose counters only grew since the window's base,
     /// and that has no failed operation, is read from its per-snapshot totals (the same figures, without a pass over its
     /// endpoints); otherwise, and always with `detail`, from its endpoints.
@@ -141,6 +147,7 @@ impl<'a> ProcAt<'a> {
         t: u64,
         window: Window,
         detail: bool,
+        first_ns: u64,
     ) -> ProcAt<'a> {
         let mut out = ProcAt {
             key,
@@ -182,6 +189,14 @@ impl<'a> ProcAt<'a> {
         // The baseline: zero at the process start when it started inside the window, else the
         // snapshot at or before the window's start (the oldest kept one when none is that old).
         let zero_base = start > 0 && start < s1_at && from.is_none_or(|f| f <= start);
+        // Where the window starts for the rates: its start, or the view's first process's start
+        // when the view is younger than the window (never after this process's own start).
+        let view_start = if first_ns > 0 && first_ns <= start {
+            first_ns
+        } else {
+            start
+        };
+        let win_start = from.map_or(view_start, |f| f.max(view_start));
         let j = (!zero_base).then(|| from.and_then(|f| idx_at(h, f)).unwrap_or(0).min(i1));
         // Failed operations are named per endpoint (the status line, the warnings): a process
         // with any is read from its endpoints.
@@ -205,7 +220,7 @@ impl<'a> ProcAt<'a> {
             match j {
                 None => {
                     (out.sums.win_tx, out.sums.win_rx) = (tot.tx, tot.rx);
-                    out.window_ns = end_ns.saturating_sub(start);
+                    out.window_ns = end_ns.saturating_sub(win_start);
                 }
                 Some(j) if h.at_ns(j) < end_ns => {
                     let (tx, rx) = h.tx_rx(j);
@@ -250,7 +265,7 @@ impl<'a> ProcAt<'a> {
                 for e in out.eps.values_mut() {
                     e.win = e.tot;
                 }
-                out.window_ns = end_ns.saturating_sub(start);
+                out.window_ns = end_ns.saturating_sub(win_start);
             }
             Some(j) => {
                 // The whole snapshot at or before the window's start (the oldest whole one when

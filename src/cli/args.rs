@@ -342,6 +342,10 @@ pub struct ServeArgs {
     /// Also one series per QP (sigmatop_qp_*_bytes_total with device, port, qpn).
     #[arg(long)]
     pub qp_metrics: bool,
+    /// A series per process (a `pid` label): every job makes new series. By default series are
+    /// per host, rank and program, and their counters go on across jobs (docs/METRICS.md).
+    #[arg(long)]
+    pub per_process: bool,
     /// Seconds a process's final counters stay after it exits (so the last scrape sees its tail).
     #[arg(long = "retention", default_value = "300", value_name = "SECONDS")]
     pub retention_s: u64,

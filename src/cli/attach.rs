@@ -163,7 +163,15 @@ fn print_snapshot(model: &Model, json: bool, pretty: bool) -> Result<(), String>
         .map_err(|e| e.to_string())?;
         let _ = writeln!(out, "{s}");
     } else {
-        let _ = write!(out, "{}", table::render(&report, Some(model)));
+        let _ = write!(
+            out,
+            "{}",
+            table::render(
+                &report,
+                Some(model),
+                table::width_for(io::stdout().is_terminal())
+            )
+        );
     }
     let _ = out.flush();
     Ok(())

@@ -306,12 +306,12 @@ impl NothingTraced<'_> {
         ))
     }
 
-    /// The end-of-run message: what happened and what to do, one paragraph.
-    pub fn message(&self) -> String {
-        let prog = super::child::program_name(self.cmd);
-        // A library of a layer that was switched off. UCX and libfabric load verbs and mlx5 for
-        // their own device discovery: when a program's own library (UCX, libfabric) is among
-        // them, that is the one to name.
+    /// The libraries of switched-off layers the program was seen loading ("libucp.so.0 (layer
+    /// ucx)") and those layers' names, when `--layers` was given and some were. UCX and
+    /// libfabric load verbs and mlx5 for their own device discovery: when a program's own
+    /// library (UCX, libfabric) is among them, that is the one named.
+    fn switched_off(&self) -> Option<(Vec<String>, Vec<&'static str>)> {
+        self.layers_arg?;
         let mut off: Vec<(Layer, &String)> = self
             .seen
             .layers
@@ -325,21 +325,62 @@ impl NothingTraced<'_> {
         {
             off.retain(|(l, _)| matches!(l, Layer::Ucx | Layer::Libfabric));
         }
-        if let (Some(arg), false) = (self.layers_arg, off.is_empty()) {
-            let libs: Vec<String> = off
-                .iter()
-                .map(|(l, lib)| format!("{lib} (layer {})", l.name()))
-                .collect();
-            let names: Vec<&str> = off.iter().map(|(l, _)| l.name()).collect();
-            return format!(
-                "nothing was traced: {prog} loaded {}, but --layers {arg} switched {} off; add {} to --layers, or leave --layers out",
+        if off.is_empty() {
+            return None;
+        }
+        let libs = off
+            .iter()
+            .map(|(l, lib)| format!("{lib} (layer {})", l.name()))
+            .collect();
+        Some((libs, off.iter().map(|(l, _)| l.name()).collect()))
+    }
+
+    /// "--layers -ucx switched that layer off; add ucx to --layers, or leave --layers out".
+    fn switched_off_advice(&self, names: &[&str]) -> String {
+        format!(
+            "--layers {} switched {} off; add {} to --layers, or leave --layers out",
+            self.layers_arg.unwrap_or_default(),
+            if names.len() == 1 {
+                "that layer"
+            } else {
+                "those layers"
+            },
+            names.join(",")
+        )
+    }
+
+    /// For a run whose processes were traced but made no operation (`used`: the layers they
+    /// were traced in, "ibverbs"): a library of a layer `--layers` switched off, the program's
+    /// own (UCX loads verbs for its device discovery, so a UCX program run with `-ucx` is
+    /// traced in ibverbs and moves nothing there), else the MPI launcher's hint; None when
+    /// there is nothing to say (issue 39, item 4: ucx_perftest under `--layers -ucx` got no
+    /// word, an MPI job advice to pick UCX, the layer it had switched off).
+    pub fn idle_message(&self, used: &str) -> Option<String> {
+        if let Some((libs, names)) = self.switched_off() {
+            let prog = super::child::program_name(self.cmd);
+            let traced = if used.is_empty() {
+                "its processes were traced but made no operation".to_string()
+            } else {
+                format!("its processes were traced ({used}) but made no operation there")
+            };
+            return Some(format!(
+                "nothing moved through a traced layer: {traced}; {prog} loaded {}, but {}",
                 libs.join(", "),
-                if names.len() == 1 {
-                    "that layer"
-                } else {
-                    "those layers"
-                },
-                names.join(",")
+                self.switched_off_advice(&names)
+            ));
+        }
+        self.mpi_hint(Some(used))
+    }
+
+    /// The end-of-run message: what happened and what to do, one paragraph.
+    pub fn message(&self) -> String {
+        let prog = super::child::program_name(self.cmd);
+        // A library of a layer that was switched off.
+        if let Some((libs, names)) = self.switched_off() {
+            return format!(
+                "nothing was traced: {prog} loaded {}, but {}",
+                libs.join(", "),
+                self.switched_off_advice(&names)
             );
         }
         if let Some(h) = self.mpi_hint(None) {
@@ -438,6 +479,39 @@ mod tests {
         assert!(
             m.contains("(libfabric)") && m.contains("(ucx,ibverbs,mlx5,cuda)"),
             "{m}"
+        );
+    }
+
+    #[test]
+    fn a_program_traced_in_one_layer_that_used_a_switched_off_one_is_told() {
+        let mut seen = LibraryWatch::new(1);
+        seen.note_maps(UCX_MAPS);
+        seen.note_maps("7f0-7f1 r--p 0 08:01 9 /usr/lib/libibverbs.so.1.14.44.0");
+        let c = cmd(&["mpirun", "-np", "2", "./app"]);
+        let why = NothingTraced {
+            cmd: &c,
+            layers_arg: Some("-ucx"),
+            layers_on: !Layer::Ucx.bit(),
+            seen: &seen,
+            failed: None,
+        };
+        assert_eq!(
+            why.idle_message("ibverbs").as_deref(),
+            Some(
+                "nothing moved through a traced layer: its processes were traced (ibverbs) but made no operation there; mpirun loaded libucp.so.0.0.0 (layer ucx), but --layers -ucx switched that layer off; add ucx to --layers, or leave --layers out"
+            )
+        );
+        // Without --layers, the MPI launcher's hint (not about layers).
+        let why = NothingTraced {
+            layers_arg: None,
+            layers_on: u32::MAX,
+            ..why
+        };
+        assert!(
+            why.idle_message("ibverbs")
+                .is_some_and(|m| !m.contains("--layers")),
+            "{:?}",
+            why.idle_message("ibverbs")
         );
     }
 

@@ -50,6 +50,21 @@ impl Diagnosis {
 
     /// The end-of-run advice for a program that exited with `status`, nothing traced.
     pub fn message(&mut self, status: ExitStatus, finals: Option<&FinalStates>) -> String {
+        self.why(status, finals).message()
+    }
+
+    /// The end-of-run advice for a program whose processes were traced (in `used`, "ibverbs")
+    /// but made no operation: a switched-off layer it used, or the MPI launcher's hint.
+    pub fn idle_message(
+        &mut self,
+        status: ExitStatus,
+        finals: Option<&FinalStates>,
+        used: &str,
+    ) -> Option<String> {
+        self.why(status, finals).idle_message(used)
+    }
+
+    fn why(&mut self, status: ExitStatus, finals: Option<&FinalStates>) -> NothingTraced<'_> {
         if let Some(f) = finals {
             for path in f.loaded_objects() {
                 self.libraries.note_library(&path);
@@ -67,7 +82,6 @@ impl Diagnosis {
             seen: &self.libraries,
             failed: (!status.success()).then(|| describe(status)),
         }
-        .message()
     }
 }
 
@@ -89,7 +103,8 @@ impl Source for LiveFeed {
         if let Some(c) = self.child.as_mut()
             && c.status.is_none()
         {
-            if nothing {
+            // Until an operation is traced (`sigmatop run`'s headless loop does the same).
+            if !model.any_operation() {
                 c.diagnosis.libraries.poll();
             }
             if let Ok(Some(st)) = c.child.try_wait() {

@@ -16,7 +16,7 @@ use super::dashboard::{self, Source};
 use super::view_model::{ClockStyle, warning_text};
 use super::{CliResult, DemoArgs, ReplayArgs, table};
 use crate::agg::at::{AtOptions, ModelAt};
-use crate::agg::warnings::{WarningConfig, warnings};
+use crate::agg::warnings::{SUMMARY_RULES, WarningConfig, matrix_skew, warnings_of};
 use crate::agg::{Model, ProcKey};
 use crate::event::{Event, Snapshot, TscClock};
 use crate::trace::reader::{ProcessRecording, ThreadEventReader};
@@ -401,36 +401,6 @@ impl ReplaySource {
                 model.apply(&f.key, Frame::Queues(q));
                 applied += 1;
             }
-            if let Some(n) = f.nccl.as_mut() {
-                let due = n.recs[n.pos..].iter().take_while(|x| x.0 <= now).count();
-                if due > 0 {
-                    for (_, r) in &n.recs[n.pos..n.pos + due] {
-                        n.tracker.push(r);
-                    }
-                    n.pos += due;
-                    model.apply(&f.key, Frame::Nccl(n.tracker.live()));
-                    model.apply(&f.key, Frame::NcclWaits(n.tracker.waits()));
-                    model.apply(&f.key, Frame::NcclCalls(n.tracker.calls()));
-                    applied += 1;
-                }
-                // Its last record is past by the grace: what waits only for it completes (the
-                // live plugin's tracker sees its clock move on; a record's tracker does not).
-                let last = n.recs.last().map_or(0, |x| x.0);
-                if !n.done
-                    && n.pos == n.recs.len()
-                    && now
-                        >= last
-                            .saturating_add(crate::nccl::live::NO_OP_GRACE_NS)
-                            .min(replay_end)
-                {
-                    n.done = true;
-                    n.tracker.end();
-                    model.apply(&f.key, Frame::Nccl(n.tracker.live()));
-                    model.apply(&f.key, Frame::NcclWaits(n.tracker.waits()));
-                    model.apply(&f.key, Frame::NcclCalls(n.tracker.calls()));
-                    applied += 1;
-                }
-            }
             if f.next_snapshot >= f.rec.snapshots.len() && now >= f.end_ns {
                 f.ended = true;
                 match f.rec.end {
@@ -440,6 +410,48 @@ impl ReplaySource {
                         Some("record cut: the process did not shut down cleanly".into()),
                     ),
                 }
+                applied += 1;
+            }
+        }
+        // The NCCL collectives up to the view time (the newest snapshot played), not the
+        // virtual clock: the dashboard shows every figure as of that snapshot, and the clock runs
+        // ahead of it by a poll's worth of playback, so the Collectives view read differently at
+        // the same moment at another speed (issue 39, item 7). A process whose record ended gives
+        // all it has.
+        let upto = model.latest_ns().min(now);
+        for f in &mut self.procs {
+            let Some(n) = f.nccl.as_mut() else { continue };
+            let (limit, view) = if f.ended {
+                (u64::MAX, now)
+            } else {
+                (upto, upto)
+            };
+            let due = n.recs[n.pos..].iter().take_while(|x| x.0 <= limit).count();
+            if due > 0 {
+                for (_, r) in &n.recs[n.pos..n.pos + due] {
+                    n.tracker.push(r);
+                }
+                n.pos += due;
+                model.apply(&f.key, Frame::Nccl(n.tracker.live()));
+                model.apply(&f.key, Frame::NcclWaits(n.tracker.waits()));
+                model.apply(&f.key, Frame::NcclCalls(n.tracker.calls()));
+                applied += 1;
+            }
+            // Its last record is past by the grace: what waits only for it completes (the
+            // live plugin's tracker sees its clock move on; a record's tracker does not).
+            let last = n.recs.last().map_or(0, |x| x.0);
+            if !n.done
+                && n.pos == n.recs.len()
+                && view
+                    >= last
+                        .saturating_add(crate::nccl::live::NO_OP_GRACE_NS)
+                        .min(replay_end)
+            {
+                n.done = true;
+                n.tracker.end();
+                model.apply(&f.key, Frame::Nccl(n.tracker.live()));
+                model.apply(&f.key, Frame::NcclWaits(n.tracker.waits()));
+                model.apply(&f.key, Frame::NcclCalls(n.tracker.calls()));
                 applied += 1;
             }
         }
@@ -525,12 +537,19 @@ impl Source for ReplaySource {
                 "replay finished ({len:.1}s) · [ ] steps back · q quits"
             ));
         }
-        let state = if self.playing {
-            format!("playing {}×", fmt_speed(self.speed))
-        } else {
-            format!("stopped at {}×", fmt_speed(self.speed))
-        };
-        Some(format!("{state} · {pos:.1}/{len:.1}s · +/- speed"))
+        if !self.playing {
+            // A replay's figures are the processes' snapshots, 250 ms apart: `]` steps to the
+            // next one (the record's events are not counters: their timeline is in
+            // `export --perfetto`; docs/DESIGN.md, "Windows and averages").
+            return Some(format!(
+                "stopped at {}× · {pos:.1}/{len:.1}s · ] next snapshot (250 ms) · +/- speed",
+                fmt_speed(self.speed)
+            ));
+        }
+        Some(format!(
+            "playing {}× · {pos:.1}/{len:.1}s · +/- speed",
+            fmt_speed(self.speed)
+        ))
     }
 }
 
@@ -547,16 +566,39 @@ fn print_summary(dirs: &[PathBuf], run: Option<usize>) -> CliResult {
     let rec = super::runs::open_one(dirs, run)?;
     let model = Model::from_recording(&rec);
     let r = model.report();
-    print!("{}", table::render(&r, None));
-    print!("{}", table::render_matrix("rank × rank", &r.rank_matrix));
-    print!("{}", table::render_matrix("node × node", &r.node_matrix));
+    let limit = table::width_for(std::io::stdout().is_terminal());
+    print!("{}", table::render(&r, None, limit));
+    print!(
+        "{}",
+        table::render_matrix("rank × rank", &r.rank_matrix, limit)
+    );
+    print!(
+        "{}",
+        table::render_matrix("node × node", &r.node_matrix, limit)
+    );
     let at = ModelAt::new(&model, &AtOptions::default());
-    for w in warnings(&at, &WarningConfig::default()) {
-        println!("warning: {}", warning_text(&w));
+    // Skew is judged on the matrices printed above (their ◀ and these warnings are one figure:
+    // the bytes of the whole record); the other rules on the record's end.
+    let cfg = WarningConfig::default();
+    let mut ws = warnings_of(&at, &cfg, SUMMARY_RULES);
+    ws.extend(matrix_skew(&r.rank_matrix, &r.node_matrix, &cfg));
+    ws.sort_by_key(|w| w.kind);
+    let mut rest = String::new();
+    for w in ws {
+        rest.push_str(&format!(
+            "warning: {}\n",
+            super::view_model::skew_over(warning_text(&w), w.kind, "over the whole record")
+        ));
+    }
+    // The NCCL collectives, as `report` prints them (issue 39, item 7: `report` had them and
+    // `replay --headless` did not).
+    if let Some(n) = crate::nccl::model::load(&rec) {
+        rest.push_str(&crate::nccl::model::render(&n));
     }
     for p in &rec.problems {
-        println!("skipped: {p}");
+        rest.push_str(&format!("skipped: {p}\n"));
     }
+    print!("{}", table::fit_lines(&rest, limit));
     Ok(0)
 }
 

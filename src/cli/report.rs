@@ -24,9 +24,19 @@ fn skew_line(s: &mut String, what: &str, k: &Skew) {
         let _ = writeln!(s, "  {what:<10} (none)");
         return;
     }
+    if k.labels.len() < crate::agg::warnings::SKEW_MIN_MEMBERS {
+        // Two parties: max/mean says which way the traffic went (a one-way benchmark's sender
+        // reads 2.00×), not that one is a hot spot among its peers.
+        let _ = writeln!(
+            s,
+            "  {what:<10} not judged among {} (skew needs 3 or more: with two, max/mean only says which way the traffic went)",
+            k.labels.len(),
+        );
+        return;
+    }
     let _ = writeln!(
         s,
-        "  {what:<10} max/mean {:.2}×  (max {} = {}, mean {}){}",
+        "  {what:<10} ▲ egress max/mean {:.2}×  (max {} = {}, mean {}){}",
         k.ratio,
         k.max_label,
         human_bytes(k.max_bytes as f64),
@@ -37,16 +47,36 @@ fn skew_line(s: &mut String, what: &str, k: &Skew) {
             ""
         }
     );
+    let _ = writeln!(
+        s,
+        "  {:<10} ▼ ingress max/mean {:.2}×  (max {}){}",
+        "",
+        k.ingress_ratio,
+        k.ingress_max_label,
+        if k.ingress_flagged {
+            "  ⚠ SKEWED (≥ 1.5×)"
+        } else {
+            ""
+        }
+    );
 }
 
 /// The whole report.
-pub fn render(e: &Export) -> String {
+pub fn render(e: &Export, limit: Option<usize>) -> String {
     let mut s = String::new();
-    s.push_str(&table::render(&e.report, None));
-    s.push_str(&table::render_matrix("rank × rank", &e.report.rank_matrix));
-    s.push_str(&table::render_matrix("node × node", &e.report.node_matrix));
+    s.push_str(&table::render(&e.report, None, limit));
+    s.push_str(&table::render_matrix(
+        "rank × rank",
+        &e.report.rank_matrix,
+        limit,
+    ));
+    s.push_str(&table::render_matrix(
+        "node × node",
+        &e.report.node_matrix,
+        limit,
+    ));
     if !e.gpu_matrix.labels.is_empty() {
-        s.push_str(&table::render_matrix("GPU × GPU", &e.gpu_matrix));
+        s.push_str(&table::render_matrix("GPU × GPU", &e.gpu_matrix, limit));
         if e.gpu_unresolved_bytes > 0 {
             let _ = writeln!(
                 s,
@@ -71,7 +101,10 @@ pub fn render(e: &Export) -> String {
         );
     }
 
-    let _ = writeln!(s, "\negress skew:");
+    let _ = writeln!(
+        s,
+        "\nskew (egress: a row's sum in the matrices above, ingress: a column's; over the whole record):"
+    );
     skew_line(&mut s, "nodes", &e.skew.nodes);
     skew_line(&mut s, "ranks", &e.skew.ranks);
     skew_line(&mut s, "processes", &e.skew.processes);
@@ -350,10 +383,14 @@ pub fn report(args: &ReportArgs) -> CliResult {
         let mut ex = crate::export::json::build(&corr, &analysis, model.report());
         ex.quiet = model.quiet_report();
         ex.nccl = crate::nccl::model::load(rec);
-        print!("{}", render(&ex));
+        let limit = table::width_for(std::io::IsTerminal::is_terminal(&std::io::stdout()));
+        print!("{}", table::fit_lines(&render(&ex, limit), limit));
         if args.calls {
             match &ex.nccl {
-                Some(n) => print!("{}", crate::nccl::model::render_calls(n)),
+                Some(n) => print!(
+                    "{}",
+                    table::fit_lines(&crate::nccl::model::render_calls(n), limit)
+                ),
                 None => println!(
                     "--calls: this record holds no NCCL profiler events (docs/NCCL.md: sigmatop is NCCL's profiler plugin when NCCL_PROFILER_PLUGIN names it)"
                 ),

@@ -315,7 +315,10 @@ pub fn run_headless(args: &RunArgs) -> CliResult {
         if let Some(f) = finals.as_mut() {
             f.poll(&mut model);
         }
-        if live.sockets_seen == 0 && model.processes.is_empty() {
+        // What the program loads is looked at until an operation is traced: a process traced
+        // in one layer (UCX's verbs device discovery) may move its bytes through a library of a
+        // layer --layers switched off.
+        if !model.any_operation() {
             libraries.poll();
         }
         match child.try_wait() {
@@ -391,7 +394,7 @@ pub fn run_headless(args: &RunArgs) -> CliResult {
     let used = model.processes.values().fold(0, |m, p| m | p.layers_used());
     let used = crate::event::layer_names(used);
     let idle_mpi = (!nothing && t.tx_ops + t.rx_ops + t.other_ops == 0)
-        .then(|| why.mpi_hint(Some(&used)))
+        .then(|| why.idle_message(&used))
         .flatten();
     match json {
         Some(out) => {
@@ -430,7 +433,11 @@ pub fn run_headless(args: &RunArgs) -> CliResult {
             let _ = write!(
                 io::stderr(),
                 "{}",
-                table::render(&report, (!from_record).then_some(&model))
+                table::render(
+                    &report,
+                    (!from_record).then_some(&model),
+                    table::width_for(io::stderr().is_terminal()),
+                )
             );
             if let Some(r) = &args.record {
                 say!("sigmatop: record written to {}", r.display());
@@ -625,7 +632,11 @@ pub fn run_cmd(args: &RunArgs) -> CliResult {
     let summary = if report.processes.is_empty() {
         String::new()
     } else {
-        table::render(&report, Some(&dash.model))
+        table::render(
+            &report,
+            Some(&dash.model),
+            table::width_for(io::stderr().is_terminal()),
+        )
     };
     let last = format!(
         "sigmatop: {name} exited ({}); its output is in {}",
@@ -635,15 +646,34 @@ pub fn run_cmd(args: &RunArgs) -> CliResult {
     let _ = write!(io::stderr().lock(), "{summary}");
     say!("{last}");
     // Nothing was traced: the same advice as a headless run's (the dashboard showed it too).
-    let advice = if report.processes.is_empty() && dash.source.live.sockets_seen == 0 {
-        let m = match c.diagnosis.told.take() {
+    let t = &report.totals;
+    let m = if report.processes.is_empty() && dash.source.live.sockets_seen == 0 {
+        Some(match c.diagnosis.told.take() {
             Some(m) => m,
             None => c.diagnosis.message(status, dash.source.finals.as_ref()),
-        };
-        say!("sigmatop: {m}");
-        format!("sigmatop: {m}\n")
+        })
+    } else if t.tx_ops + t.rx_ops + t.other_ops == 0 {
+        // Traced, but not one operation: a layer it used was switched off, or an MPI job over
+        // a transport sigmatop does not see (as a headless run says).
+        let used = dash
+            .model
+            .processes
+            .values()
+            .fold(0, |m, p| m | p.layers_used());
+        c.diagnosis.idle_message(
+            status,
+            dash.source.finals.as_ref(),
+            &crate::event::layer_names(used),
+        )
     } else {
-        String::new()
+        None
+    };
+    let advice = match m {
+        Some(m) => {
+            say!("sigmatop: {m}");
+            format!("sigmatop: {m}\n")
+        }
+        None => String::new(),
     };
     // The summary also follows the program's output in its log: after an ssh drop or a
     // `tmux kill-window` no terminal is left to read it on.

@@ -5,7 +5,9 @@
 //! loopback unless told otherwise.
 //!
 //! A process that exits keeps its final counters for `--retention` seconds, so that the last
-//! scrape sees its tail; then its series go.
+//! scrape sees its tail; then it leaves the model. By default its counters stay in its series
+//! (host, rank, program: `openmetrics::Retired`), which the next job's processes go on counting
+//! in; with `--per-process` its series go.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -14,15 +16,30 @@ use std::time::{Duration, Instant};
 
 use super::{CliResult, ServeArgs};
 use crate::agg::{Model, ProcKey};
-use crate::export::openmetrics::{Format, MetricsOptions, encode_model, to_prometheus_text};
+use crate::export::openmetrics::{
+    Format, MetricsOptions, Retired, encode_with, to_prometheus_text,
+};
 use crate::live::{LiveSource, ProcessFilter, default_socket_dir};
 
 /// How often the sockets are drained.
 const POLL: Duration = Duration::from_millis(50);
 
-/// Drops processes that exited more than `retention` ago. `gone` remembers when each was first
-/// seen exited.
-fn prune(model: &mut Model, gone: &mut HashMap<ProcKey, Instant>, retention: Duration) {
+/// The processes followed and what those that left had counted.
+#[derive(Default)]
+struct State {
+    model: Model,
+    retired: Retired,
+}
+
+/// Drops processes that exited more than `retention` ago, their counters kept in `retired`.
+/// `gone` remembers when each was first seen exited.
+fn prune(
+    state: &mut State,
+    gone: &mut HashMap<ProcKey, Instant>,
+    retention: Duration,
+    opts: MetricsOptions,
+) {
+    let model = &mut state.model;
     let now = Instant::now();
     for (k, p) in &model.processes {
         if p.exited {
@@ -34,6 +51,7 @@ fn prune(model: &mut Model, gone: &mut HashMap<ProcKey, Instant>, retention: Dur
         .filter(|(_, t)| now.duration_since(**t) >= retention)
         .map(|(k, _)| k.clone())
         .collect();
+    state.retired.retire(model, &old, opts);
     for k in old {
         gone.remove(&k);
         model.processes.remove(&k);
@@ -67,10 +85,14 @@ pub fn serve(args: &ServeArgs) -> CliResult {
         "sigmatop: serving http://{addr}/metrics for the traced processes in {}",
         dir.display()
     );
-    let model = Arc::new(Mutex::new(Model::new()));
+    let state = Arc::new(Mutex::new(State::default()));
     let retention = Duration::from_secs(args.retention_s);
+    let opts = MetricsOptions {
+        qp_metrics: args.qp_metrics,
+        per_process: args.per_process,
+    };
     {
-        let model = Arc::clone(&model);
+        let state = Arc::clone(&state);
         std::thread::Builder::new()
             .name("sigmatop-collect".into())
             .spawn(move || {
@@ -80,18 +102,15 @@ pub fn serve(args: &ServeArgs) -> CliResult {
                 live.scan_every = POLL;
                 let mut gone = HashMap::new();
                 loop {
-                    if let Ok(mut m) = model.lock() {
-                        live.poll(&mut *m);
-                        prune(&mut m, &mut gone, retention);
+                    if let Ok(mut st) = state.lock() {
+                        live.poll(&mut st.model);
+                        prune(&mut st, &mut gone, retention, opts);
                     }
                     std::thread::sleep(POLL);
                 }
             })
             .map_err(|e| format!("cannot start the collector thread: {e}"))?;
     }
-    let opts = MetricsOptions {
-        qp_metrics: args.qp_metrics,
-    };
     for req in server.incoming_requests() {
         let path = req.url().split('?').next().unwrap_or("");
         let resp = match (req.method(), path) {
@@ -102,8 +121,11 @@ pub fn serve(args: &ServeArgs) -> CliResult {
                     .find(|h| h.field.equiv("Accept"))
                     .map(|h| h.value.as_str());
                 let format = Format::from_accept(accept);
-                let text = match model.lock() {
-                    Ok(m) => encode_model(&m, opts).map_err(|e| e.to_string()),
+                let text = match state.lock() {
+                    Ok(mut st) => {
+                        let State { model, retired } = &mut *st;
+                        encode_with(model, retired, opts).map_err(|e| e.to_string())
+                    }
                     Err(_) => Err("model lock poisoned".to_string()),
                 };
                 match text {

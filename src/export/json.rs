@@ -29,9 +29,10 @@ pub struct RankSummary {
     pub rx_bytes: u64,
     pub tx_ops: u64,
     pub rx_ops: u64,
-    /// Bytes this rank sent to other traced ranks (row sum of the rank matrix).
+    /// Bytes this rank sent (row sum of the rank matrix: to other ranks and to untraced peers;
+    /// one-sided reads count at the rank read from).
     pub egress_bytes: u64,
-    /// Bytes other traced ranks sent to it (column sum).
+    /// Bytes sent to it (column sum of the rank matrix).
     pub ingress_bytes: u64,
     pub events: u64,
     pub phases: usize,
@@ -46,10 +47,17 @@ pub struct NodeSummary {
     pub rx_bytes: u64,
     pub tx_ops: u64,
     pub rx_ops: u64,
-    /// Bytes sent to traced processes on other nodes / received from them.
+    /// Bytes this node's processes sent, wherever to (row sum of the node matrix: its own
+    /// node's processes, the other nodes', untraced peers): the same figure as the matrix's
+    /// egress column and `skew.nodes.egress_bytes` (issue 39, item 1: one name, one quantity).
     pub egress_bytes: u64,
+    /// Bytes sent to this node's processes (column sum of the node matrix).
     pub ingress_bytes: u64,
-    /// Bytes between processes of this node.
+    /// Of `egress_bytes`, what left the node (to other nodes and to untraced peers).
+    pub off_node_egress_bytes: u64,
+    /// Of `ingress_bytes`, what came from other nodes (and untraced peers).
+    pub off_node_ingress_bytes: u64,
+    /// Bytes between processes of this node (in both `egress_bytes` and `ingress_bytes`).
     pub local_bytes: u64,
     pub events: u64,
     /// Largest clock error of this node's processes, ns (null: unknown).
@@ -65,8 +73,13 @@ pub struct Skew {
     pub mean_bytes: f64,
     /// max / mean (0 when nothing moved).
     pub ratio: f64,
-    /// ratio ≥ 1.5.
+    /// ratio ≥ 1.5 among 3 or more members (with two, max/mean says which way the traffic went).
     pub flagged: bool,
+    /// The same of the ingress (column sums).
+    pub ingress_bytes: Vec<u64>,
+    pub ingress_max_label: String,
+    pub ingress_ratio: f64,
+    pub ingress_flagged: bool,
 }
 
 #[derive(Clone, Debug, Default, Serialize)]
@@ -196,10 +209,11 @@ fn opt(v: u64) -> Option<u64> {
     (v != u64::MAX).then_some(v)
 }
 
-fn skew(labels: Vec<String>, egress: Vec<u64>) -> Skew {
-    let n = egress.len();
-    let total: u64 = egress.iter().sum();
-    let (mi, mx) = egress
+/// (index of the max, max, mean, max / mean) of `v`.
+fn max_mean(v: &[u64]) -> (usize, u64, f64, f64) {
+    let n = v.len();
+    let total: u64 = v.iter().sum();
+    let (mi, mx) = v
         .iter()
         .enumerate()
         .max_by_key(|(i, v)| (**v, std::cmp::Reverse(*i)))
@@ -207,14 +221,25 @@ fn skew(labels: Vec<String>, egress: Vec<u64>) -> Skew {
         .unwrap_or((0, 0));
     let mean = if n == 0 { 0.0 } else { total as f64 / n as f64 };
     let ratio = if mean > 0.0 { mx as f64 / mean } else { 0.0 };
+    (mi, mx, mean, ratio)
+}
+
+fn skew(labels: Vec<String>, egress: Vec<u64>, ingress: Vec<u64>) -> Skew {
+    let members = labels.len() >= crate::agg::warnings::SKEW_MIN_MEMBERS;
+    let (mi, mx, mean, ratio) = max_mean(&egress);
+    let (ii, _, _, iratio) = max_mean(&ingress);
     Skew {
         max_label: labels.get(mi).cloned().unwrap_or_default(),
+        ingress_max_label: labels.get(ii).cloned().unwrap_or_default(),
         labels,
         egress_bytes: egress,
         max_bytes: mx,
         mean_bytes: mean,
         ratio,
-        flagged: ratio >= SKEW_FLAG,
+        flagged: members && ratio >= SKEW_FLAG,
+        ingress_bytes: ingress,
+        ingress_ratio: iratio,
+        ingress_flagged: members && iratio >= SKEW_FLAG,
     }
 }
 
@@ -399,9 +424,11 @@ pub fn build(c: &Correlation, a: &Analysis, mut report: Report) -> Export {
             }
             n.ranks.sort_unstable();
             n.ranks.dedup();
-            n.egress_bytes = (0..nh).filter(|&j| j != h).map(|j| hm[h][j]).sum();
-            n.ingress_bytes = (0..nh).filter(|&j| j != h).map(|j| hm[j][h]).sum();
+            n.egress_bytes = (0..nh).map(|j| hm[h][j]).sum();
+            n.ingress_bytes = (0..nh).map(|j| hm[j][h]).sum();
             n.local_bytes = hm[h][h];
+            n.off_node_egress_bytes = n.egress_bytes - n.local_bytes;
+            n.off_node_ingress_bytes = n.ingress_bytes - n.local_bytes;
             n.clock_err_ns = opt(err);
             n
         })
@@ -426,18 +453,18 @@ pub fn build(c: &Correlation, a: &Analysis, mut report: Report) -> Export {
     let skew_r = SkewReport {
         nodes: skew(
             c.hosts.clone(),
-            nodes
-                .iter()
-                .map(|n| n.egress_bytes + n.local_bytes)
-                .collect(),
+            nodes.iter().map(|n| n.egress_bytes).collect(),
+            nodes.iter().map(|n| n.ingress_bytes).collect(),
         ),
         ranks: skew(
             ranks.iter().map(|r| format!("r{}", r.rank)).collect(),
             ranks.iter().map(|r| r.egress_bytes).collect(),
+            ranks.iter().map(|r| r.ingress_bytes).collect(),
         ),
         processes: skew(
             plabels[..np].to_vec(),
             pm[..np].iter().map(|r| r.iter().sum()).collect(),
+            (0..np).map(|j| pm.iter().map(|r| r[j]).sum()).collect(),
         ),
     };
 

@@ -404,8 +404,8 @@ fn qp_every_sends_totals_and_keeps_process_figures_exact() {
             );
             // What the Nodes view and the process rows read: the same, bit for bit.
             for w in [Window::Seconds(1), Window::All] {
-                let a1 = ProcAt::new(&k, p1, t, w, false);
-                let a4 = ProcAt::new(&k, p4, t, w, false);
+                let a1 = ProcAt::new(&k, p1, t, w, false, 0);
+                let a4 = ProcAt::new(&k, p4, t, w, false, 0);
                 assert_eq!(a1.detailed, a4.detailed, "p{p} tick {tick}");
                 let n = h4.len();
                 if a1.detailed && n >= 2 && !(h4.is_full(n - 1) && h4.is_full(n - 2)) {
@@ -426,8 +426,8 @@ fn qp_every_sends_totals_and_keeps_process_figures_exact() {
             // and "now" over the step from the whole one before.
             let f = h4.full_at(h4.len() - 1).unwrap();
             let tf = h4.at_ns(f);
-            let d4 = ProcAt::new(&k, p4, t, Window::All, true);
-            let d1 = ProcAt::new(&k, p1, tf, Window::All, true);
+            let d4 = ProcAt::new(&k, p4, t, Window::All, true, 0);
+            let d1 = ProcAt::new(&k, p1, tf, Window::All, true, 0);
             assert_eq!(
                 format!("{:?}", (d1.sums.tot, d1.sums.win_tx, d1.window_ns)),
                 format!("{:?}", (d4.sums.tot, d4.sums.win_tx, d4.window_ns)),
@@ -442,7 +442,7 @@ fn qp_every_sends_totals_and_keeps_process_figures_exact() {
             assert_eq!(tot(&d1), tot(&d4));
             if let Some(f0) = f.checked_sub(1).and_then(|i| h4.full_at(i)) {
                 let tf0 = h4.at_ns(f0);
-                let before = tot(&ProcAt::new(&k, p1, tf0, Window::All, true));
+                let before = tot(&ProcAt::new(&k, p1, tf0, Window::All, true, 0));
                 assert_eq!(d4.now_ns, tf - tf0);
                 let now: Vec<(u32, u64, u64, u64)> = d4
                     .eps
@@ -586,7 +586,7 @@ fn doorbell_rates_hold_between_whole_snapshots() {
         merge.push(0, &enc.out, &mut m).unwrap();
         let t = m.latest_ns();
         let p = &m.processes[&k];
-        let procs = vec![ProcAt::new(&k, p, t, Window::All, true)];
+        let procs = vec![ProcAt::new(&k, p, t, Window::All, true, 0)];
         let times = sample_times(&m, t);
         let s = doorbell_series(&m, &procs, t, &times, Window::All);
         assert_eq!(s.len(), 1);

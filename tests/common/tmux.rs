@@ -23,6 +23,11 @@ impl Tmux {
     /// [`Tmux::start`] with the session's working directory (where `sigmatop run` writes the
     /// program's log).
     pub fn start_in(name: &str, cmd: &str, cwd: Option<&Path>) -> Option<Tmux> {
+        Tmux::start_sized(name, cmd, cwd, 120, 40)
+    }
+
+    /// [`Tmux::start_in`] in a terminal of `w`×`h` (80×24: the ssh case; 200×60: a wide one).
+    pub fn start_sized(name: &str, cmd: &str, cwd: Option<&Path>, w: u16, h: u16) -> Option<Tmux> {
         if Command::new("tmux")
             .arg("-V")
             .output_within(Duration::from_secs(30))
@@ -42,7 +47,8 @@ impl Tmux {
         if let Some(d) = cwd {
             new.arg("-c").arg(d);
         }
-        new.args(["-s", "main", "-x", "120", "-y", "40", "env", "TERM=screen"]);
+        let (w, h) = (w.to_string(), h.to_string());
+        new.args(["-s", "main", "-x", &w, "-y", &h, "env", "TERM=screen"]);
         // `sigmatop run` keeps the program's output in $XDG_STATE_HOME/sigmatop: the test's own
         // directory's, not the user's.
         if let Some(d) = cwd {

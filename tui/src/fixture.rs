@@ -43,15 +43,15 @@ fn layer_of(rank: usize) -> (&'static str, &'static str, &'static str) {
     match rank / 2 {
         0 => ("mlx5", "RC", "RTS"),
         1 => ("ucx", "rc_mlx5", ""),
-        2 => ("verbs", "RC", "RTS"),
-        _ => ("ofi", "verbs;rxm", ""),
+        2 => ("ibverbs", "RC", "RTS"),
+        _ => ("libfabric", "verbs;rxm", ""),
     }
 }
 
 fn local_id(src: usize, dst: usize) -> String {
     match layer_of(src).0 {
         "ucx" => format!("ep#{}", dst),
-        "ofi" => format!("fi#{}", dst),
+        "libfabric" => format!("fi#{}", dst),
         _ => format!("0x{:x}", 0x2a00 + src * 0x40 + dst),
     }
 }
@@ -60,7 +60,7 @@ fn opcodes(layer: &str, ops_total: u64) -> Vec<(String, u64)> {
     let split: &[(&str, u64)] = match layer {
         "mlx5" => &[("RDMA_WRITE", 88), ("ATOMIC_FA", 9), ("RDMA_READ", 3)],
         "ucx" => &[("RDMA_WRITE", 61), ("SEND", 30), ("RECV", 9)],
-        "verbs" => &[("SEND", 48), ("RECV", 48), ("RDMA_WRITE", 4)],
+        "ibverbs" => &[("SEND", 48), ("RECV", 48), ("RDMA_WRITE", 4)],
         _ => &[("SEND", 50), ("RECV", 50)],
     };
     split
@@ -73,7 +73,7 @@ fn message_size(layer: &str) -> f64 {
     match layer {
         "mlx5" => 65536.0,
         "ucx" => 32768.0,
-        "verbs" => 65536.0,
+        "ibverbs" => 65536.0,
         _ => 8192.0,
     }
 }
@@ -112,7 +112,7 @@ pub fn sample_view_model() -> ViewModel {
             let layers: &[&str] = match layer {
                 "mlx5" => &["ibverbs", "mlx5", "cuda"],
                 "ucx" => &["ibverbs", "ucx", "cuda"],
-                "verbs" => &["ibverbs"],
+                "ibverbs" => &["ibverbs"],
                 _ => &["ibverbs", "libfabric"],
             };
             ProcessRow {
@@ -160,10 +160,10 @@ pub fn sample_view_model() -> ViewModel {
             let total_ops = (ops * ELAPSED_S) as u64;
             let peer_id = match layer_of(dst).0 {
                 "ucx" => format!("ep#{src}"),
-                "ofi" => format!("fi#{src}"),
+                "libfabric" => format!("fi#{src}"),
                 _ => local_id(dst, src),
             };
-            let has_db = matches!(layer, "mlx5" | "verbs");
+            let has_db = matches!(layer, "mlx5" | "ibverbs");
             endpoints.push(EndpointRow {
                 host: host(src),
                 rank: Some(src as u32),
@@ -192,7 +192,7 @@ pub fn sample_view_model() -> ViewModel {
                 unattributed: false,
                 mark: String::new(),
                 waits_on: String::new(),
-                queue: (layer == "verbs").then(|| QueueRow {
+                queue: (layer == "ibverbs").then(|| QueueRow {
                     sq_outstanding: (k % 5) as u64,
                     sq_posted: total_ops,
                     sq_completed: total_ops - (k % 5) as u64,
@@ -210,7 +210,7 @@ pub fn sample_view_model() -> ViewModel {
         host: "node2".into(),
         rank: Some(5),
         pid: 41_265,
-        layer: "verbs".into(),
+        layer: "ibverbs".into(),
         local_id: "0x2a41".into(),
         peer: Peer {
             host: "node3".into(),
@@ -239,7 +239,7 @@ pub fn sample_view_model() -> ViewModel {
     // Traffic seen on a device but not attributable to any QP we know.
     endpoints.push(EndpointRow {
         host: "node1".into(),
-        layer: "verbs".into(),
+        layer: "ibverbs".into(),
         tx_bps: 12.4e6,
         tx_bps_window: 11.9e6,
         tx_bytes: 1_490_000_000,
@@ -402,6 +402,12 @@ pub fn sample_view_model() -> ViewModel {
         .collect();
 
     let qps = endpoints.iter().filter(|e| !e.unattributed).count() as u32;
+    // UCX and libfabric rows are endpoints, verbs and mlx5 rows QPs (as the core counts them).
+    let eps = endpoints
+        .iter()
+        .filter(|e| !e.unattributed && matches!(e.layer.as_str(), "ucx" | "libfabric"))
+        .count() as u32;
+    let row_kinds = vec![("QPs".to_string(), qps - eps), ("endpoints".into(), eps)];
     ViewModel {
         header: Header {
             source: "demo".into(),
@@ -410,9 +416,12 @@ pub fn sample_view_model() -> ViewModel {
             ranks: RANKS as u32,
             processes: processes.len() as u32,
             qps,
+            row_kinds,
             tx_bps: total_tx,
             rx_bps: total_rx,
             window: "10s".into(),
+            window_span_s: None,
+            snapshot_lag_s: None,
             clock: "t+12.004s".into(),
         },
         processes,
@@ -423,6 +432,7 @@ pub fn sample_view_model() -> ViewModel {
         matrices,
         doorbells,
         bandwidth_history,
+        bandwidth_interval_s: 0.25,
         status: StatusCounters {
             dropped_events: 37,
             coalesced_doorbells: 1_204,

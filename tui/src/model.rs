@@ -28,6 +28,8 @@ pub struct ViewModel {
     pub doorbells: DoorbellModel,
     /// Total (tx, rx) bytes/s per sample, oldest first (Overview sparkline).
     pub bandwidth_history: Vec<(f64, f64)>,
+    /// Seconds between two samples of `bandwidth_history` (0: not known): the chart's time axis.
+    pub bandwidth_interval_s: f64,
     /// Loss and error counters, always shown in the status line.
     pub status: StatusCounters,
     /// Number of samples kept in history (0 when the source keeps none).
@@ -145,14 +147,27 @@ pub struct Header {
     pub ranks: u32,
     /// Number of traced processes.
     pub processes: u32,
-    /// Number of QPs and endpoints.
+    /// Number of QPs and endpoints (every row of the QPs view but the unattributed ones).
     pub qps: u32,
+    /// The same rows by kind, as the header names them: ("QPs", 48), ("CQs", 24); ("endpoints",
+    /// 16), ("workers", 4). Empty: the header says "{qps} QPs".
+    pub row_kinds: Vec<(String, u32)>,
     /// Total egress, bytes/s.
     pub tx_bps: f64,
     /// Total ingress, bytes/s.
     pub rx_bps: f64,
     /// Window the windowed figures cover, as the source computed them ("10s", "all").
     pub window: String,
+    /// How long the view is (seconds since its first process started) when that is shorter
+    /// than the window, or the window is "all": the windowed figures are averages over this
+    /// long, for every process (None: the window is whole).
+    #[serde(default)]
+    pub window_span_s: Option<f64>,
+    /// In a view of the past: each process's figures are those of its own latest snapshot at
+    /// or before the view time (processes snapshot apart, every 250 ms); the oldest of those
+    /// snapshots is this many seconds before the view time (None: the newest data).
+    #[serde(default)]
+    pub snapshot_lag_s: Option<f64>,
     /// Time of the sample, already formatted ("12:04:18" live, "t+12.004s" in replay).
     pub clock: String,
 }

@@ -3,7 +3,7 @@
 //! Terms are separated by spaces and all must match. `key=value` compares exactly (case-insensitive;
 //! QPNs compare as numbers, so `qpn=2a40` equals `qpn=0x2a40`), `key~value` matches a substring, and a
 //! bare word matches a substring of any field. Keys: host, rank, pid, qpn (alias qp, id, ep), layer
-//! (`--layers`'s names and the views' are one: ibverbs = verbs, libfabric = ofi), op (alias
+//! (`--layers`'s names, which the views show too; verbs = ibverbs, ofi = libfabric), op (alias
 //! opcode; always a substring), gpu, peer (`peer=r5` matches one word of the peer column), type
 //! (alias transport), state.
 
@@ -252,12 +252,13 @@ fn eq(have: &str, want: &str) -> bool {
     have.eq_ignore_ascii_case(want)
 }
 
-/// One name per layer, whichever a person types or a view shows: `--layers` spells them
-/// ibverbs, libfabric, ucx, mlx5, cuda; the endpoint tables verbs, ofi (issue 25, item 11).
+/// One name per layer, whichever a person types: `--layers` and every view spell them ibverbs,
+/// libfabric, ucx, mlx5, cuda (issue 39, item 5); the short forms people type (verbs, ofi) are
+/// the same layers.
 fn layer_name(s: &str) -> &str {
     match s.to_ascii_lowercase().as_str() {
-        "ibverbs" | "verbs" => "verbs",
-        "libfabric" | "ofi" | "fabric" => "ofi",
+        "ibverbs" | "verbs" => "ibverbs",
+        "libfabric" | "ofi" | "fabric" => "libfabric",
         "ucx" | "ucp" => "ucx",
         "mlx5" | "mlx5dv" | "devx" => "mlx5",
         "cuda" => "cuda",
@@ -265,11 +266,12 @@ fn layer_name(s: &str) -> &str {
     }
 }
 
-/// Both spellings of a layer's name (views' and `--layers`'), for substring terms.
+/// Both spellings of a layer's name (its name and the short form people type), for substring
+/// terms.
 fn layer_spellings(s: &str) -> [&str; 2] {
     match layer_name(s) {
-        "verbs" => ["verbs", "ibverbs"],
-        "ofi" => ["ofi", "libfabric"],
+        "ibverbs" => ["ibverbs", "verbs"],
+        "libfabric" => ["libfabric", "ofi"],
         _ => [s, s],
     }
 }
@@ -346,7 +348,7 @@ mod tests {
             host: "node2".into(),
             rank: Some(9),
             pid: 4121,
-            layer: "verbs".into(),
+            layer: "ibverbs".into(),
             local_id: "0x2a40".into(),
             peer: Peer {
                 host: "node1".into(),

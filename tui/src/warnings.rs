@@ -81,10 +81,14 @@ pub struct Warning {
     pub short: String,
 }
 
-/// The ratio max/mean of `values`, with the index of the max; None when fewer than two values or no
-/// traffic at all.
+/// Skew is judged among at least this many nodes or ranks (the core's `SKEW_MIN_MEMBERS`): with
+/// two, max/mean only says which way the traffic went (a one-way benchmark's sender reads 2.00×).
+pub const SKEW_MIN_MEMBERS: usize = 3;
+
+/// The ratio max/mean of `values`, with the index of the max; None when fewer than
+/// `SKEW_MIN_MEMBERS` values or no traffic at all.
 pub fn skew(values: &[f64]) -> Option<(usize, f64)> {
-    if values.len() < 2 {
+    if values.len() < SKEW_MIN_MEMBERS {
         return None;
     }
     let mean = values.iter().sum::<f64>() / values.len() as f64;
@@ -102,9 +106,10 @@ pub fn skew(values: &[f64]) -> Option<(usize, f64)> {
     Some((idx, max / mean))
 }
 
-/// Each value divided by the mean of all (None when fewer than two values or no traffic).
+/// Each value divided by the mean of all (None when fewer than `SKEW_MIN_MEMBERS` values or no
+/// traffic).
 pub fn ratios_to_mean(values: &[f64]) -> Option<Vec<f64>> {
-    if values.len() < 2 {
+    if values.len() < SKEW_MIN_MEMBERS {
         return None;
     }
     let mean = values.iter().sum::<f64>() / values.len() as f64;
@@ -120,10 +125,12 @@ mod tests {
 
     #[test]
     fn skew_and_ratios() {
-        assert_eq!(skew(&[1.0, 3.0]), Some((1, 1.5)));
-        assert_eq!(skew(&[0.0, 0.0]), None);
+        assert_eq!(skew(&[1.0, 3.0, 2.0]), Some((1, 1.5)));
+        assert_eq!(skew(&[0.0, 0.0, 0.0]), None);
         assert_eq!(skew(&[7.0]), None);
-        assert_eq!(ratios_to_mean(&[1.0, 3.0]), Some(vec![0.5, 1.5]));
-        assert_eq!(ratios_to_mean(&[2.0]), None);
+        // Two parties: one-way traffic is 2.00× by design, not skew.
+        assert_eq!(skew(&[1.0, 0.0]), None);
+        assert_eq!(ratios_to_mean(&[1.0, 3.0, 2.0]), Some(vec![0.5, 1.5, 1.0]));
+        assert_eq!(ratios_to_mean(&[2.0, 0.0]), None);
     }
 }

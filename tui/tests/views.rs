@@ -590,9 +590,11 @@ fn endpoint_names_are_whole_on_a_wide_terminal() {
         assert!(wide.contains(&name), "{name} whole at 200 columns:\n{wide}");
     }
     insta::assert_snapshot!("first_day_qps_200x60", render(&app, &vm, 200, 60));
-    // At 80 columns the name is cut in the middle (its ends tell endpoints apart).
+    // At 80 columns the name is cut in the middle (its ends tell endpoints apart), after its
+    // kind's name, never within it (issue 39, item 3: "worke…07fdf010").
     let narrow = text(&render(&app, &vm, 80, 24));
-    assert!(narrow.contains("worke…9f0584100"), "{narrow}");
+    assert!(narrow.contains("worker@…584100"), "{narrow}");
+    assert!(!narrow.contains("worke…"), "{narrow}");
     assert!(
         !narrow.contains("worker@0x55d1c2a04100→ep@0x7f660e39f0584100"),
         "{narrow}"
@@ -743,9 +745,112 @@ fn failed_operations_in_the_status_line_and_the_qp_detail() {
     }
 }
 
+/// Issue 39, item 7: where nothing is unattributed there is no row of zeros for it, and the QPs
+/// title says so ("none unattributed") at 80x24 and 200x60.
+#[test]
+fn qps_title_says_none_unattributed() {
+    let mut vm = sample_view_model();
+    vm.endpoints.retain(|e| !e.unattributed);
+    for (w, h) in SIZES {
+        let mut app = App::new(Theme::dark());
+        render(&app, &vm, w, h);
+        keys(&mut app, "2");
+        let s = text(&render(&app, &vm, w, h));
+        let title = s
+            .lines()
+            .find(|l| l.contains(" QPs & endpoints "))
+            .unwrap_or_else(|| panic!("no QPs title {w}x{h}:\n{s}"));
+        assert!(title.contains("none unattributed"), "{w}x{h}: {title}");
+        assert!(!s.contains("(unattributed)"), "{w}x{h}:\n{s}");
+    }
+}
+
+/// Issue 39, item 7: the bandwidth chart has a time axis. Its title says the time it spans and a
+/// column's worth (60 samples of 250 ms: "last 15s · 250ms a column"); where it is tall, an axis
+/// line under it puts "0s" at the newest sample (the right edge) and "-10s" 40 columns left of it.
+#[test]
+fn the_bandwidth_chart_has_a_time_axis() {
+    let vm = sample_view_model();
+    for (w, h) in SIZES {
+        let s = text(&render(&App::new(Theme::dark()), &vm, w, h));
+        let title = s
+            .lines()
+            .find(|l| l.contains(" Bandwidth "))
+            .unwrap_or_else(|| panic!("no Bandwidth title {w}x{h}:\n{s}"));
+        assert!(
+            title.contains("Bandwidth last 15s · 250ms a column · peak"),
+            "{w}x{h}: {title}"
+        );
+        if h < 60 {
+            continue;
+        }
+        let axis = s
+            .lines()
+            .find(|l| l.trim_end().ends_with("0s") && l.contains("-10s"))
+            .unwrap_or_else(|| panic!("no time axis {w}x{h}:\n{s}"));
+        let cols: Vec<char> = axis.chars().collect();
+        let zero_end = axis.trim_end().chars().count() - 1;
+        let ten_end = axis.find("-10s").map(|b| axis[..b].chars().count() + 3);
+        assert_eq!(ten_end, Some(zero_end - 40), "{w}x{h}: {axis:?}");
+        assert_eq!(cols.len(), w as usize, "{axis:?}");
+    }
+}
+
 #[test]
 fn collectives() {
     snap("collectives", "c");
+}
+
+/// Issue 39, item 7: events of NCCL types the plugin does not read lose no figure and raise no
+/// warning sign in the Collectives view's title ("NCCL records dropped 0 · unread events 80 ·
+/// unmatched 0"); records dropped are said, with their sign, and nothing that is 0.
+#[test]
+fn collectives_title_warns_only_of_what_is_lost() {
+    for (dropped, unknown) in [(0, 80), (5, 80)] {
+        let mut vm = sample_view_model();
+        vm.collectives.dropped_records = dropped;
+        vm.collectives.unknown_events = unknown;
+        for (w, h) in SIZES {
+            let mut app = App::new(Theme::dark());
+            render(&app, &vm, w, h);
+            keys(&mut app, "c");
+            let s = text(&render(&app, &vm, w, h));
+            let title = s
+                .lines()
+                .find(|l| l.contains(" Collectives "))
+                .unwrap_or_else(|| panic!("no Collectives title {w}x{h}:\n{s}"));
+            assert!(
+                !title.contains(" 0 ") && !title.contains("unread") && !title.contains("80"),
+                "{w}x{h}: {title}"
+            );
+            assert_eq!(
+                title.contains("⚠ 5 NCCL records dropped"),
+                dropped == 5,
+                "{w}x{h}: {title}"
+            );
+        }
+    }
+}
+
+/// Issue 39, item 7: the Ranks section's hang threshold does not read as a count of hung ranks
+/// ("Ranks 6 · hung after 2.0s open" read as "6 ranks hung").
+#[test]
+fn the_ranks_title_says_the_hang_threshold_as_one() {
+    let vm = sample_view_model();
+    for (w, h) in SIZES {
+        let mut app = App::new(Theme::dark());
+        render(&app, &vm, w, h);
+        keys(&mut app, "c");
+        let s = text(&render(&app, &vm, w, h));
+        let ranks = s
+            .lines()
+            .find(|l| l.contains(" Ranks "))
+            .unwrap_or_else(|| panic!("no Ranks title {w}x{h}:\n{s}"));
+        assert!(
+            ranks.contains("Ranks 6 · a collective open over 2.0s counts as hung"),
+            "{w}x{h}: {ranks}"
+        );
+    }
 }
 
 /// The live hung-collective warning: in the warnings strip of every view and in the Overview's
@@ -937,7 +1042,7 @@ fn qps_to_untraced_peers_are_named_by_address() {
     ];
     for (i, (host, id)) in peers.iter().enumerate() {
         let mut e = endpoint(4100, &format!("0x{:x}", 0x100 + i), false);
-        e.layer = "verbs".into();
+        e.layer = "ibverbs".into();
         e.transport = "RC".into();
         e.state = "RTS".into();
         e.tx_bps = 1e6 * (5 - i) as f64;
@@ -964,6 +1069,142 @@ fn qps_to_untraced_peers_are_named_by_address() {
     }
     insta::assert_snapshot!("qps_untraced_peers_80x24", narrow);
     insta::assert_snapshot!("qps_untraced_peers_200x60", wide);
+}
+
+/// Issue 39, item 3 (80 columns, the ssh case): the Nodes view drops its bar (a picture of the
+/// rate out, which is on screen) before the totals; each ◀ stands right after the figure it
+/// flags (the rate, then its ratio to the mean), never after the other direction's figure.
+#[test]
+fn nodes_at_80_columns_keep_the_totals_and_mark_the_figure_they_flag() {
+    let vm = sample_view_model();
+    for (w, h) in SIZES {
+        let mut app = App::new(Theme::dark());
+        keys(&mut app, "4");
+        let s = text(&render(&app, &vm, w, h));
+        let head = line_of(&s, "node↑");
+        assert!(head.contains("▼ total"), "{w}×{h}: {head:?}");
+        if w == 80 {
+            assert!(!head.contains("▲ egress"), "{w}×{h}: no bar: {head:?}");
+        }
+        // node2's egress is 2.08× the mean: "13.2G ◀ 2.08×", the ingress next.
+        let node2: Vec<&str> = line_of(&s, "  node2 ").split_whitespace().collect();
+        assert_eq!(
+            &node2[..6],
+            ["node2", "13.2G", "◀", "2.08×", "4.02G", "0.63×"]
+        );
+        // rank 7's ingress, 1.93×: its ◀ follows the ingress rate.
+        let r7 = s
+            .lines()
+            .find(|l| l.split_whitespace().next() == Some("7"))
+            .unwrap_or_default();
+        let r7: Vec<&str> = r7.split_whitespace().collect();
+        assert_eq!(&r7[..6], ["7", "2.04G", "0.64×", "6.13G", "◀", "1.93×"]);
+    }
+}
+
+/// Issue 39, item 3: the header names rows by kind (a UCX job's endpoints and workers are not
+/// "QPs"), at 80 columns too; counters that say 0 give way to a warning in the status line.
+#[test]
+fn the_header_names_rows_by_kind_and_zeros_give_way_to_a_warning() {
+    let mut vm = sample_view_model();
+    vm.header.qps = 20;
+    vm.header.row_kinds = vec![("endpoints".into(), 16), ("workers".into(), 4)];
+    vm.status = Default::default();
+    vm.warnings = vec![sigmatop_tui::Warning {
+        kind: sigmatop_tui::WarningKind::NodeSkew,
+        message: "node2 egress 2.08× mean over the last 10s".into(),
+        short: String::new(),
+    }];
+    for (w, h) in SIZES {
+        let mut app = App::new(Theme::dark());
+        keys(&mut app, "2");
+        let s = text(&render(&app, &vm, w, h));
+        let top = s.lines().next().unwrap_or_default();
+        assert!(
+            top.contains("16 endpoints · 4 workers") && !top.contains("QPs"),
+            "{w}×{h}: {top:?}"
+        );
+        let status: Vec<&str> = s.lines().rev().take(3).collect();
+        let status = status.join("\n");
+        assert!(
+            status.contains("⚠ node2 egress 2.08× mean over the last 10s"),
+            "{w}×{h}: the warning whole: {status}"
+        );
+        if w == 80 {
+            assert!(!status.contains("drops 0"), "{w}×{h}: {status:?}");
+        }
+    }
+}
+
+/// Issue 39, item 2: the "max" under each bandwidth row is that row's (it was the larger of ▲
+/// and ▼ under both), and each row is scaled to it.
+#[test]
+fn each_bandwidth_row_says_its_own_max() {
+    let mut vm = sample_view_model();
+    vm.bandwidth_history = (0..10)
+        .map(|i| (5e9 * (i + 1) as f64 / 10.0, 2e9 * (10 - i) as f64 / 10.0))
+        .collect();
+    for (w, h) in SIZES {
+        let s = text(&render(&App::new(Theme::dark()), &vm, w, h));
+        let maxes: Vec<&str> = s
+            .lines()
+            .filter(|l| l.trim_start().starts_with("max "))
+            .map(|l| l.split("max ").nth(1).unwrap_or_default())
+            .map(|l| l.split("  ").next().unwrap_or_default().trim())
+            .collect();
+        if w < 200 && maxes.is_empty() {
+            continue; // one line per row: no room for a max line
+        }
+        assert_eq!(maxes, ["5.00 GB/s", "2.00 GB/s"], "{w}×{h}:\n{s}");
+    }
+}
+
+/// Issue 39, item 7: stepping back through a live view's history, the header no longer says
+/// `live` (in the "ok" colour): it says the view is history; at the newest sample it is live.
+#[test]
+fn the_header_says_history_in_the_past() {
+    let mut vm = sample_view_model();
+    vm.header.source = "live".into();
+    vm.history_len = 25;
+    for (pos, want, not) in [
+        (16, "· history, not live", "· live "),
+        (24, "· live ", "history"),
+    ] {
+        vm.history_pos = pos;
+        for (w, h) in SIZES {
+            let s = text(&render(&App::new(Theme::dark()), &vm, w, h));
+            let head = s.lines().next().unwrap_or_default();
+            assert!(
+                head.contains(want) && !head.contains(not),
+                "sample {}/25 at {w}x{h}: {head:?}",
+                pos + 1
+            );
+        }
+    }
+}
+
+/// Issue 39, item 2: a view of the past says that each process is read at its own latest
+/// snapshot, and how far apart they may be; a job younger than the window says how long its
+/// averages are over.
+#[test]
+fn the_tab_line_says_what_the_figures_are_over() {
+    let mut vm = sample_view_model();
+    vm.history_len = 25;
+    vm.history_pos = 16;
+    vm.header.snapshot_lag_s = Some(0.21);
+    vm.header.window_span_s = Some(3.2);
+    let s = text(&render(&App::new(Theme::dark()), &vm, 200, 60));
+    let tabs = s.lines().nth(1).unwrap_or_default();
+    assert!(
+        tabs.contains("window 10s (3.2s so far)")
+            && tabs.contains("◀ sample 17/25, each process's snapshot ≤ 0.2s before"),
+        "{tabs:?}"
+    );
+    let s = text(&render(&App::new(Theme::dark()), &vm, 80, 24));
+    assert!(
+        s.lines().nth(1).unwrap_or_default().contains("17/25"),
+        "{s}"
+    );
 }
 
 /// Issue 38: a communicator whose calls NCCL made of parts (AlltoAll, Group) has their rows, and

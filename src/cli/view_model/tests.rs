@@ -183,6 +183,21 @@ fn unattributed_row_and_matrices() {
     assert!(vm.doorbells.series.is_empty());
 }
 
+/// Issue 39, item 7: a process with nothing unattributed has no "(unattributed)" row of zeros
+/// (pid 10 here; every process of every QPs view had one); one that has (pid 20) keeps its row.
+#[test]
+fn no_row_of_zeros_for_nothing_unattributed() {
+    let m = model();
+    let vm = build_view(&m, &opts(Window::S10, None));
+    let pids: Vec<u32> = vm
+        .endpoints
+        .iter()
+        .filter(|e| e.unattributed)
+        .map(|e| e.pid)
+        .collect();
+    assert_eq!(pids, [20]);
+}
+
 /// Errors in a process's snapshots reach its endpoint's row and the status line, as of the view
 /// time: 2 at t+31 s, 5 at t+32 s (the end); none at t+30 s, before the first.
 #[test]
@@ -233,6 +248,8 @@ fn history_positions_and_sparkline() {
     assert_eq!(live.bandwidth_history.len(), 29);
     assert_eq!(live.bandwidth_history[0].0, 1e6);
     assert_eq!(live.bandwidth_history[28].0, 3e6);
+    // One snapshot a second: the chart's time axis (issue 39, item 7).
+    assert_eq!(live.bandwidth_interval_s, 1.0);
 }
 
 #[test]
@@ -336,11 +353,9 @@ fn doorbells_from_sampled_events() {
     assert_eq!(r.opcode, "RDMA_WRITE");
     assert_eq!(vm.gpus.len(), 1);
     assert_eq!(vm.gpus[0].doorbells_per_s, 1000.0);
-    assert!(
-        vm.endpoints[0].unattributed,
-        "a zero unattributed row is still shown"
-    );
-    let e = &vm.endpoints[1];
+    // Nothing unattributed: no row of zeros for it (issue 39, item 7).
+    assert!(vm.endpoints.iter().all(|e| !e.unattributed));
+    let e = &vm.endpoints[0];
     assert_eq!(e.local_id, "0x2a40");
     assert_eq!(e.doorbells_per_s, Some(1000.0));
 }
@@ -622,6 +637,7 @@ fn figures_from_process_totals_equal_figures_from_endpoints() {
                 }
                 if !sec.bandwidth {
                     want.bandwidth_history.clear();
+                    want.bandwidth_interval_s = 0.0;
                 }
                 let mut vm = ViewModel::default();
                 build_sections_into(&m, &o, sec, &mut ViewCache::default(), &mut vm);
@@ -687,8 +703,8 @@ fn a_trimmed_history_shows_the_same_live_figures() {
         let t = p.history.at_ns(n - 1);
         for w in [Window::S1, Window::S10, Window::S60] {
             for detail in [false, true] {
-                let a = ProcAt::new(k, p, t, core_window(w), detail);
-                let b = ProcAt::new(k, &small, t, core_window(w), detail);
+                let a = ProcAt::new(k, p, t, core_window(w), detail, 0);
+                let b = ProcAt::new(k, &small, t, core_window(w), detail, 0);
                 assert_eq!(
                     format!("{:?} {} {}", a.sums, a.window_ns, a.now_ns),
                     format!("{:?} {} {}", b.sums, b.window_ns, b.now_ns),
@@ -905,4 +921,37 @@ fn an_untraced_qp_peer_is_named_by_its_address() {
     m.apply(&o, Frame::Updates(vec![local(1, gid(1), 0x200)]));
     let (label, _) = row(&m);
     assert_eq!(label, "h1 qp 0x10c");
+}
+
+/// Issue 39, item 7: one skew, three numbers. The dashboard's skew is of the window's rates
+/// (playing the demo-moe record, rank 2's ingress over the last 10 s), `replay --headless`'s and
+/// `report`'s of the whole record's bytes: they differ, and each warning says which it is
+/// (`over 10s`, `over the whole run` with the window `all`; tests/demo.rs: `over the whole
+/// record`).
+#[test]
+fn a_skew_says_what_it_is_judged_over() {
+    let dir = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("fixtures/demo-moe");
+    let rec = crate::trace::reader::Recording::open(&[dir]).expect("fixture");
+    let m = Model::from_recording(&rec);
+    let at = step(&m, None, -2);
+    for (w, over) in [
+        (Window::S10, " over 10s"),
+        (Window::All, " over the whole run"),
+    ] {
+        let vm = build_view(&m, &opts(w, at));
+        let skew: Vec<&str> = vm
+            .warnings
+            .iter()
+            .map(|w| w.message.as_str())
+            .filter(|m| m.contains("× mean"))
+            .collect();
+        assert!(
+            !skew.is_empty() && skew.iter().all(|m| m.ends_with(&format!("× mean{over}"))),
+            "{w:?}: {skew:?}"
+        );
+        assert!(
+            skew.iter().any(|m| m.starts_with("rank 2 ingress ")),
+            "{skew:?}"
+        );
+    }
 }

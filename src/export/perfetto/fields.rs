@@ -137,5 +137,5 @@ pub(super) fn op_name_iid(op: u8) -> u64 {
 
 /// An op's event name, e.g. "ucx.tag_send".
 pub(super) fn op_name(op: Op) -> String {
-    format!("{}.{}", op.layer().short(), op.name())
+    format!("{}.{}", op.layer().name(), op.name())
 }

@@ -230,13 +230,20 @@ pub(super) fn draw(frame: &mut Frame, area: Rect, app: &App, vm: &ViewModel) {
         Constraint::Min(3),
     ])
     .areas(area);
-    let losses = if m.dropped_records + m.unknown_events + m.untracked > 0 {
-        format!(
-            "NCCL records dropped {} · unread events {} · unmatched {}",
-            m.dropped_records, m.unknown_events, m.untracked
-        )
-    } else {
+    // What the figures miss, only where something is missing: events of types the plugin does
+    // not read take nothing from them (`report` counts them).
+    let lost: Vec<String> = [
+        (m.dropped_records, "NCCL records dropped"),
+        (m.untracked, "events of calls never seen start"),
+    ]
+    .iter()
+    .filter(|(n, _)| *n > 0)
+    .map(|(n, what)| format!("⚠ {} {what}", units::count(*n)))
+    .collect();
+    let losses = if lost.is_empty() {
         "count, bytes per rank · the slowest rank's time".into()
+    } else {
+        lost.join(" · ")
     };
     let block = section(
         th,
@@ -330,7 +337,8 @@ pub(super) fn draw(frame: &mut Frame, area: Rect, app: &App, vm: &ViewModel) {
             "Ranks",
             ranks.len(),
             m.ranks.len(),
-            &format!("hung after {:.1}s open", m.hang_s),
+            // Not "Ranks 2 · hung after ..." (read as two ranks hung, issue 39 item 7).
+            &format!("a collective open over {:.1}s counts as hung", m.hang_s),
         ),
     );
     let inner = block.inner(bottom);

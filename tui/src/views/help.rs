@@ -83,7 +83,7 @@ pub(crate) fn draw_help(frame: &mut Frame, area: Rect, app: &App) {
         ]),
         Line::from(vec![
             k(""),
-            t("ops/s work requests · db/s doorbells · WR posted work".into()),
+            t("db/s doorbells · posted receives · WRs out sends pending".into()),
         ]),
         Line::from(vec![
             k("Counters"),

@@ -49,8 +49,10 @@ super::traffic!(
     window(egress_bps, ingress_bps)
 );
 
-/// The columns the node and rank tables share, in this order: rate out and in, each against its
-/// mean, totals out and in, and a bar of the rate out.
+/// The columns the node and rank tables share, in this order: rate out and its ratio to the mean,
+/// rate in and its ratio (so that a ◀ stands right after the figure it flags), totals out and
+/// in, and a bar of the rate out. On a narrow terminal the bar goes first (it repeats the rate
+/// out), then the totals (issue 39, item 3).
 ///
 /// The rates are over the window, titled as the QPs tab's window columns ("▲ 10s B/s": ▲ egress,
 /// ▼ ingress, as the skew lines above the tables say), not the header's "now": skew is read on
@@ -60,7 +62,6 @@ fn flow_cols<R: WindowRates + Totals>(app: &App) -> Vec<Col<R>> {
     let [sent_total, received_total] = super::total_cols(app, 2);
     vec![
         tx_window,
-        rx_window,
         Col::right(
             "▲ ×mean",
             0,
@@ -68,6 +69,7 @@ fn flow_cols<R: WindowRates + Totals>(app: &App) -> Vec<Col<R>> {
             |r, c| ratio_cell(r.tx_window(), c),
             |r| Key::Num(r.tx_window()),
         ),
+        rx_window,
         Col::right(
             "▼ ×mean",
             0,
@@ -79,7 +81,7 @@ fn flow_cols<R: WindowRates + Totals>(app: &App) -> Vec<Col<R>> {
         received_total,
         Col::left(
             "▲ egress",
-            1,
+            3,
             BAR_W as u16,
             |r, c| styled(bar(r.tx_window() / c.max.max(1e-9), BAR_W), c.th.tx),
             |r| Key::Num(r.tx_window()),
@@ -159,12 +161,17 @@ fn rank_cols(app: &App, silent: bool) -> Vec<Col<RankRow>> {
     cols
 }
 
+/// The mean (0 among fewer than `SKEW_MIN_MEMBERS`: no "× mean" to read, as no skew is judged)
+/// and the max of `v`.
 fn mean_max(v: &[f64]) -> (f64, f64) {
     if v.is_empty() {
         return (0.0, 0.0);
     }
-    let mean = v.iter().sum::<f64>() / v.len() as f64;
-    (mean, v.iter().copied().fold(0.0, f64::max))
+    let max = v.iter().copied().fold(0.0, f64::max);
+    if v.len() < crate::warnings::SKEW_MIN_MEMBERS {
+        return (0.0, max);
+    }
+    (v.iter().sum::<f64>() / v.len() as f64, max)
 }
 
 pub(super) fn draw(frame: &mut Frame, area: Rect, app: &App, vm: &ViewModel) {

@@ -16,17 +16,9 @@ use ratatui::widgets::{Paragraph, Sparkline};
 
 super::traffic!(ProcessRow, totals(tx_bytes, rx_bytes), now(tx_bps, rx_bps));
 
-/// "ibverbs,libfabric" → "ib,ofi": the layer names as the QPs tab spells them.
-fn short_layers(layers: &[String]) -> String {
-    layers
-        .iter()
-        .map(|l| match l.as_str() {
-            "ibverbs" => "ib",
-            "libfabric" => "ofi",
-            other => other,
-        })
-        .collect::<Vec<_>>()
-        .join(",")
+/// "ibverbs,libfabric": the layer names as `--layers`, the QPs tab and the filter spell them.
+fn layer_list(layers: &[String]) -> String {
+    layers.join(",")
 }
 
 fn process_cols(app: &App) -> Vec<Col<ProcessRow>> {
@@ -76,8 +68,8 @@ fn process_cols(app: &App) -> Vec<Col<ProcessRow>> {
             "layers",
             5,
             28,
-            |r, _| Span::raw(short_layers(&r.layers)),
-            |r| Key::Text(short_layers(&r.layers)),
+            |r, _| Span::raw(layer_list(&r.layers)),
+            |r| Key::Text(layer_list(&r.layers)),
         ),
         tx_now,
         rx_now,
@@ -211,27 +203,77 @@ pub(super) fn draw(frame: &mut Frame, area: Rect, app: &App, vm: &ViewModel, war
         ]),
     );
     let inner = block.inner(mid);
-    frame.render_widget(block, mid);
     let (tx_now, rx_now) = (vm.header.tx_bps, vm.header.rx_bps);
     let label_w = 20usize;
     let spark_w = (inner.width as usize).saturating_sub(label_w + 1);
+    // The time the chart spans (issue 39, item 7: it had no time axis): in the title where the
+    // chart is two rows, on an axis line under it where it is tall.
+    let step = vm.bandwidth_interval_s;
+    let tall = inner.height >= 7 && step > 0.0;
+    let shown = hist.len().min(if inner.height < 6 {
+        spark_w
+    } else {
+        (inner.width as usize).saturating_sub(label_w)
+    });
+    let block = if step > 0.0 && shown > 0 {
+        section(
+            th,
+            Line::from(vec![
+                Span::styled(" Bandwidth ", th.title),
+                Span::styled(
+                    format!(
+                        "last {} · {} a column · peak {} ",
+                        units::secs(shown as f64 * step),
+                        units::nanos(step * 1e9),
+                        units::rate_unit(max, app.units)
+                    ),
+                    th.dim,
+                ),
+            ]),
+        )
+    } else {
+        block
+    };
+    let inner = block.inner(mid);
+    frame.render_widget(block, mid);
     let label = |arrow: &str, v: f64| format!(" {arrow} {:>12}  ", units::rate_unit(v, app.units));
+    // Each row is scaled to its own largest sample on screen, and its "max" line says that one
+    // (issue 39, item 2: it said the larger of ▲ and ▼ under both).
+    let row_max = |pick: usize, n: usize| {
+        hist[hist.len().saturating_sub(n)..]
+            .iter()
+            .map(|h| if pick == 0 { h.0 } else { h.1 })
+            .fold(0.0f64, f64::max)
+    };
     if inner.height < 6 {
         let tx: Vec<f64> = hist.iter().map(|h| h.0).collect();
         let rx: Vec<f64> = hist.iter().map(|h| h.1).collect();
         let lines = vec![
             Line::from(vec![
                 Span::styled(label("▲ tx", tx_now), th.tx),
-                Span::styled(spark(&tx, max, spark_w), th.tx),
+                Span::styled(spark(&tx, row_max(0, spark_w), spark_w), th.tx),
             ]),
             Line::from(vec![
                 Span::styled(label("▼ rx", rx_now), th.rx),
-                Span::styled(spark(&rx, max, spark_w), th.rx),
+                Span::styled(spark(&rx, row_max(1, spark_w), spark_w), th.rx),
             ]),
         ];
         frame.render_widget(Paragraph::new(lines), inner);
     } else {
-        let [a, b] = Layout::vertical([Constraint::Fill(1), Constraint::Fill(1)]).areas(inner);
+        let [charts, axis] =
+            Layout::vertical([Constraint::Min(2), Constraint::Length(u16::from(tall))])
+                .areas(inner);
+        if tall {
+            let w = (axis.width as usize).saturating_sub(label_w);
+            frame.render_widget(
+                Paragraph::new(Line::from(vec![
+                    Span::raw(" ".repeat(label_w)),
+                    Span::styled(time_axis(w, step, hist.len()), th.dim),
+                ])),
+                axis,
+            );
+        }
+        let [a, b] = Layout::vertical([Constraint::Fill(1), Constraint::Fill(1)]).areas(charts);
         for (area, arrow, pick, style, now) in [
             (a, "▲ tx", 0usize, th.tx, tx_now),
             (b, "▼ rx", 1usize, th.rx, rx_now),
@@ -239,6 +281,8 @@ pub(super) fn draw(frame: &mut Frame, area: Rect, app: &App, vm: &ViewModel, war
             let [l, r] =
                 Layout::horizontal([Constraint::Length(label_w as u16), Constraint::Min(1)])
                     .areas(area);
+            let n = r.width as usize;
+            let max = row_max(pick, n);
             frame.render_widget(
                 Paragraph::new(vec![
                     Line::from(Span::styled(label(arrow, now), style)),
@@ -249,7 +293,6 @@ pub(super) fn draw(frame: &mut Frame, area: Rect, app: &App, vm: &ViewModel, war
                 ]),
                 l,
             );
-            let n = r.width as usize;
             let start = hist.len().saturating_sub(n);
             // Scaled to kilo-units so the integer sparkline keeps three digits of precision.
             // Newest sample at the right edge, as in the one-line sparkline: a short history
@@ -293,4 +336,45 @@ pub(super) fn draw(frame: &mut Frame, area: Rect, app: &App, vm: &ViewModel, war
         }
         frame.render_widget(Paragraph::new(lines), inner);
     }
+}
+
+/// A time axis `w` columns wide, one sample of `step` seconds a column, the newest at the right
+/// edge ("0s"): labels at round ages ("-10s"), at least 10 columns apart, over the `samples`
+/// columns that hold data.
+fn time_axis(w: usize, step: f64, samples: usize) -> String {
+    let mut line = vec![' '; w];
+    if w == 0 || step <= 0.0 {
+        return String::new();
+    }
+    let span = w.min(samples).saturating_sub(1) as f64 * step;
+    let every = [
+        1.0, 2.0, 5.0, 10.0, 15.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0,
+    ]
+    .into_iter()
+    .find(|s| s / step >= 10.0)
+    .unwrap_or(3600.0);
+    let mut age = 0.0;
+    while age <= span {
+        let label = if age == 0.0 {
+            "0s".to_string()
+        } else if age < 59.5 {
+            format!("-{age:.0}s")
+        } else {
+            format!("-{}", units::secs(age))
+        };
+        let n = label.chars().count();
+        // The label ends at its column (the right edge for "0s").
+        let end = w - 1 - ((age / step).round() as usize).min(w - 1);
+        if end + 1 >= n {
+            let start = end + 1 - n;
+            if line[start..=end].iter().all(|c| *c == ' ') && (start == 0 || line[start - 1] == ' ')
+            {
+                for (c, ch) in line[start..=end].iter_mut().zip(label.chars()) {
+                    *c = ch;
+                }
+            }
+        }
+        age += every;
+    }
+    line.into_iter().collect()
 }

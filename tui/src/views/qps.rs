@@ -21,6 +21,11 @@ super::traffic!(
 );
 
 /// The columns; "WRs out" only where some row is a queue sigmatop follows (verbs QPs).
+///
+/// At 80 columns (the ssh case) what stays is whose row it is (host, rank, pid), what it is
+/// (QPN/ep, peer), its rates and work outstanding (ops/s, posted, WRs out); the layer (one value
+/// on most jobs), doorbells, type and state go first, then the window's rates, the totals and
+/// the opcode mix (issue 39, items 3 and 7).
 fn endpoint_cols(app: &App, queues: bool) -> Vec<Col<EndpointRow>> {
     let [tx_now, rx_now] = super::now_rate_cols(app);
     let [tx_window, rx_window] = super::window_rate_cols(app, 6);
@@ -42,16 +47,17 @@ fn endpoint_cols(app: &App, queues: bool) -> Vec<Col<EndpointRow>> {
         ),
         Col::right(
             "pid",
-            6,
+            2,
             8,
             // The unattributed row is its process's too: its pid tells two of them apart.
             |r, _| num(r.pid.to_string()),
             |r| Key::Num(f64::from(r.pid)),
         ),
+        // "libfabric" is the longest name (`--layers`' names, issue 39 item 5).
         Col::left(
             "layer",
-            1,
-            6,
+            3,
+            9,
             |r, _| Span::raw(r.layer.clone()),
             |r| Key::Str(&r.layer),
         ),
@@ -74,7 +80,7 @@ fn endpoint_cols(app: &App, queues: bool) -> Vec<Col<EndpointRow>> {
         // the middle, where its ends (the network, the QPN) tell peers apart.
         Col::<EndpointRow>::left(
             "peer",
-            2,
+            1,
             28,
             |r, c| {
                 if r.unattributed {
@@ -122,7 +128,7 @@ fn endpoint_cols(app: &App, queues: bool) -> Vec<Col<EndpointRow>> {
         ),
         Col::right(
             "db/s",
-            2,
+            4,
             7,
             |r, _| {
                 num(r
@@ -171,9 +177,10 @@ fn endpoint_cols(app: &App, queues: bool) -> Vec<Col<EndpointRow>> {
         )
     }))
     .chain([
+        // Receive work requests posted and not completed.
         Col::<EndpointRow>::right(
-            "posted WR",
-            3,
+            "posted",
+            2,
             9,
             |r, _| num(r.posted.map(units::count).unwrap_or_else(|| "—".into())),
             |r| Key::Num(r.posted.map(|p| p as f64).unwrap_or(-1.0)),
@@ -240,6 +247,10 @@ pub(super) fn draw(frame: &mut Frame, area: Rect, app: &App, vm: &ViewModel) {
         .map(|e| e.tx_bps + e.rx_bps)
         .sum();
     let extra = match (unattr_rows, unattr > 0.0) {
+        // Said, not shown as rows of zeros (issue 39, item 7).
+        _ if !vm.endpoints.is_empty() && !vm.endpoints.iter().any(|e| e.unattributed) => {
+            "none unattributed".to_string()
+        }
         (0, _) => String::new(),
         (n, false) => format!("+ {n} unattributed row{} (last)", units::plural(n as u64)),
         (n, true) => format!(

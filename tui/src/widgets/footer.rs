@@ -77,7 +77,11 @@ pub(crate) fn status_line<'a>(
     // A hung collective, first of the warnings shown here: the counters keep only what is not
     // zero, so that the warning names the ranks it waits for.
     let hung = warns.is_some_and(|ws| ws.iter().any(|w| w.kind.urgent()));
-    let form = if hung && w < 120 {
+    // A warning on the left is worth more than counters that say 0 (issue 39, item 3: a warning
+    // was cut to "node2 … (+5 more)" to keep "drops 0 · coalesced 0 · unparsable 0").
+    let warned = warns.is_some_and(|ws| ws.iter().any(|w| w.kind != WarningKind::Drops))
+        && !(with_error && vm.status.message.is_some());
+    let form = if (hung || warned) && w < 120 {
         Counters::NonZero
     } else if w >= 120 {
         Counters::Wide

@@ -11,14 +11,34 @@ pub(crate) fn header_line<'a>(app: &App, vm: &'a ViewModel, w: usize) -> Line<'a
     let th = &app.theme;
     let h = &vm.header;
     let sep = || Span::styled(" · ", th.dim);
-    let source_style = if h.source == "live" { th.ok } else { th.text };
-    let source = if h.source.is_empty() {
-        "no source".to_string()
-    } else {
-        h.source.clone()
+    // Stepping back through a live view's history is not live (issue 39, item 7: the header
+    // said `live` in green at an earlier sample).
+    let in_past = vm.history_len > 0 && vm.history_pos + 1 < vm.history_len;
+    let (source, source_style) = match h.source.as_str() {
+        "" => ("no source".to_string(), th.text),
+        "live" if in_past => ("history, not live".to_string(), th.warn),
+        "live" => ("live".to_string(), th.ok),
+        s => (s.to_string(), th.text),
     };
     let title = Span::styled(" sigmatop ", th.title);
     let n = |v: u32, one: &str, many: &str| format!("{v} {}", if v == 1 { one } else { many });
+    // The rows by kind ("16 endpoints · 4 workers"), all of them or only the first.
+    let kinds = |all: bool| -> Vec<Span<'a>> {
+        let mut v = Vec::new();
+        if h.row_kinds.is_empty() {
+            v.push(Span::raw(format!("{} QPs", units::count(u64::from(h.qps)))));
+        }
+        for (i, (noun, c)) in h.row_kinds.iter().enumerate() {
+            if i > 0 {
+                if !all {
+                    break;
+                }
+                v.push(sep());
+            }
+            v.push(Span::raw(format!("{} {noun}", units::count(u64::from(*c)))));
+        }
+        v
+    };
     let full = vec![
         title.clone(),
         Span::raw(" "),
@@ -28,38 +48,44 @@ pub(crate) fn header_line<'a>(app: &App, vm: &'a ViewModel, w: usize) -> Line<'a
         sep(),
         Span::raw(n(h.processes, "proc", "procs")),
         sep(),
-        Span::raw(format!("{} QPs", units::count(u64::from(h.qps)))),
     ];
     let mut full = full;
+    full.extend(kinds(true));
     if !h.mode.is_empty() {
         full.push(sep());
         full.push(Span::raw(format!("mode {}", h.mode)));
     }
     full.push(sep());
     full.push(Span::styled(source.clone(), source_style));
-    let medium = vec![
-        title.clone(),
-        Span::raw(" "),
-        Span::raw(n(h.nodes, "node", "nodes")),
-        sep(),
-        Span::raw(n(h.ranks, "rank", "ranks")),
-        sep(),
-        Span::raw(format!("{} QPs", units::count(u64::from(h.qps)))),
-        sep(),
-        Span::styled(source.clone(), source_style),
-    ];
-    let narrow = vec![
-        title.clone(),
-        Span::raw(" "),
-        Span::raw(format!("{}n", h.nodes)),
-        sep(),
-        Span::raw(format!("{}r", h.ranks)),
-        sep(),
-        Span::raw(format!("{} QPs", units::count(u64::from(h.qps)))),
-        sep(),
-        Span::styled(source.clone(), source_style),
-    ];
-    let short = vec![title, Span::styled(source.clone(), source_style)];
+    let medium = |all: bool| {
+        let mut v = vec![
+            title.clone(),
+            Span::raw(" "),
+            Span::raw(n(h.nodes, "node", "nodes")),
+            sep(),
+            Span::raw(n(h.ranks, "rank", "ranks")),
+            sep(),
+        ];
+        v.extend(kinds(all));
+        v.push(sep());
+        v.push(Span::styled(source.clone(), source_style));
+        v
+    };
+    let narrow = |all: bool| {
+        let mut v = vec![
+            title.clone(),
+            Span::raw(" "),
+            Span::raw(format!("{}n", h.nodes)),
+            sep(),
+            Span::raw(format!("{}r", h.ranks)),
+            sep(),
+        ];
+        v.extend(kinds(all));
+        v.push(sep());
+        v.push(Span::styled(source.clone(), source_style));
+        v
+    };
+    let short = vec![title.clone(), Span::styled(source.clone(), source_style)];
     let totals = vec![
         Span::styled(
             format!("▲ {}", units::rate_unit(h.tx_bps, app.units)),
@@ -72,7 +98,16 @@ pub(crate) fn header_line<'a>(app: &App, vm: &'a ViewModel, w: usize) -> Line<'a
         ),
         Span::raw(" "),
     ];
-    for left in [full, medium, narrow, short.clone()] {
+    // Every kind of row is named before the words "nodes" and "ranks" are kept: "20 QPs" for a
+    // job of 16 endpoints and 4 workers would say what it is not.
+    for left in [
+        full,
+        medium(true),
+        narrow(true),
+        medium(false),
+        narrow(false),
+        short.clone(),
+    ] {
         if let Some(l) = left_right(left, totals.clone(), w) {
             return l;
         }
@@ -113,6 +148,13 @@ pub(crate) fn tab_line(app: &App, vm: &ViewModel, w: usize) -> Line<'static> {
     let mut window = format!("window {}", app.window.label());
     if !h.window.is_empty() && h.window != app.window.label() {
         window.push_str(&format!(" (data {})", h.window));
+    } else if let Some(s) = h.window_span_s {
+        // The job is younger than the window: its averages are over this long, for everyone.
+        window.push_str(&if h.window == "all" {
+            format!(" ({})", units::secs(s))
+        } else {
+            format!(" ({} so far)", units::secs(s))
+        });
     }
     let in_past = vm.history_len > 0 && vm.history_pos + 1 < vm.history_len;
     let (pos, len) = (vm.history_pos + 1, vm.history_len);
@@ -136,10 +178,14 @@ pub(crate) fn tab_line(app: &App, vm: &ViewModel, w: usize) -> Line<'static> {
             push(&mut v, Span::raw(h.clock.clone()));
         }
         if in_past {
-            let text = if detail >= 2 {
-                format!("◀ sample {pos}/{len}")
-            } else {
-                format!("◀ {pos}/{len}")
+            let text = match h.snapshot_lag_s {
+                // Each process at its own latest snapshot: say how far apart they may be.
+                Some(lag) if detail >= 3 && lag > 0.0 => format!(
+                    "◀ sample {pos}/{len}, each process's snapshot ≤ {} before",
+                    units::secs(lag)
+                ),
+                _ if detail >= 2 => format!("◀ sample {pos}/{len}"),
+                _ => format!("◀ {pos}/{len}"),
             };
             push(&mut v, Span::styled(text, th.warn));
         }

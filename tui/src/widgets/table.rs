@@ -229,34 +229,56 @@ pub(crate) fn render_table<R>(
         .iter()
         .map(|r| cols.iter().map(|c| (c.cell)(r, ctx)).collect())
         .collect();
-    // What each column would need uncut, and what it gets at first (its cap).
+    // What each column would need uncut, and what it gets at first (its cap). The sort mark is
+    // left out here (one column is kept for it below): which columns fit never depends on which
+    // one is sorted, so sorting by a column never moves it off screen.
     let natural: Vec<u16> = cols
         .iter()
         .enumerate()
-        .map(|(i, _)| {
+        .map(|(i, c)| {
             let data = cells.iter().map(|row| row[i].width()).max().unwrap_or(0);
-            data.max(titles[i].width()).min(u16::MAX as usize) as u16
+            data.max(c.title.width()).min(u16::MAX as usize) as u16
         })
         .collect();
     let mut widths: Vec<u16> = cols
         .iter()
         .enumerate()
-        .map(|(i, c)| natural[i].min(c.max.max(titles[i].width() as u16)))
+        .map(|(i, c)| natural[i].min(c.max.max(c.title.width() as u16)))
         .collect();
-    // Pick columns by priority until the width is used up; the selection marker takes 2.
+    // Pick columns by priority until the width is used up; the selection marker takes 2. Among
+    // columns a person needs as much, the narrow ones are kept first: the widest goes first.
     let mut order: Vec<usize> = (0..cols.len()).collect();
-    order.sort_by_key(|&i| (cols[i].prio, i));
-    let mut budget = area.width.saturating_sub(2) as i32;
+    // The sorted column is as needed as the first ones: sorting by a column (`s` goes to the
+    // next one on screen) never takes it off screen, whatever the rows it brings up.
+    let prio = |i: usize| match sorted {
+        Some((s, _)) if s == i => 0,
+        _ => cols[i].prio,
+    };
+    order.sort_by_key(|&i| (prio(i), widths[i], i));
+    let mut budget = area.width.saturating_sub(2 + u16::from(sorted.is_some())) as i32;
     let mut keep = vec![false; cols.len()];
     for i in order {
         let need = widths[i] as i32 + 1;
         if need <= budget + 1 {
             keep[i] = true;
             budget -= need;
-        } else if cols[i].prio == 0 {
+        } else if prio(i) == 0 {
             keep[i] = true; // never dropped; it will be cut
             budget -= need;
         }
+    }
+    // The sorted column's mark, in the column kept for it.
+    if let Some((s, _)) = sorted
+        && keep[s]
+    {
+        let w = titles[s].width() as u16;
+        if w > widths[s] {
+            widths[s] = w;
+        } else {
+            budget += 1;
+        }
+    } else if sorted.is_some() {
+        budget += 1;
     }
     // Width left over on a wide terminal goes to the columns that were cut (endpoint names,
     // peers), most important first, so nothing is cut while there is room.

@@ -44,8 +44,11 @@ pub(crate) fn truncate(s: &str, w: usize) -> String {
     out
 }
 
-/// Truncates to `w` display columns by cutting the middle: keeps the first two fifths and the end,
-/// which is what tells ids like "ep@0x7f660e39f058" and "worker@0x55d1c2a0" apart.
+/// Truncates to `w` display columns by cutting the middle: keeps the start and the end, which is
+/// what tells ids like "ep@0x7f660e39f058" and "worker@0x55d1c2a0" apart. The start ends at a
+/// boundary ('@', '#', ':', '.', '/', a space) when one falls within three fifths of the width,
+/// so that a name is never cut mid-word ("worker@…fdf010", not "worke…07fdf010"; issue 39,
+/// item 3); otherwise it is the first two fifths.
 pub(crate) fn truncate_mid(s: &str, w: usize) -> String {
     if s.width() <= w {
         return s.to_string();
@@ -53,7 +56,17 @@ pub(crate) fn truncate_mid(s: &str, w: usize) -> String {
     if w < 5 {
         return truncate(s, w);
     }
-    let head_w = (w - 1) * 2 / 5;
+    let mut head_w = (w - 1) * 2 / 5;
+    let mut used = 0;
+    for c in s.chars() {
+        used += unicode_width::UnicodeWidthChar::width(c).unwrap_or(0);
+        if used > (w - 1) * 3 / 5 {
+            break;
+        }
+        if matches!(c, '@' | '#' | ':' | '.' | '/' | ' ') {
+            head_w = used;
+        }
+    }
     let tail_w = w - 1 - head_w;
     let mut head = String::new();
     let mut used = 0;
@@ -92,7 +105,10 @@ mod tests {
     #[test]
     fn cuts() {
         assert_eq!(truncate("abcdef", 4), "abc…");
-        assert_eq!(truncate_mid("ep@0x7f660e39f058", 14), "ep@0x…0e39f058");
+        assert_eq!(truncate_mid("ep@0x7f660e39f058", 14), "ep@…660e39f058");
+        assert_eq!(truncate_mid("worker@0x7f6607fdf010", 14), "worker@…fdf010");
+        // No boundary early enough: the first two fifths.
+        assert_eq!(truncate_mid("abcdefghijklmnopq", 11), "abcd…lmnopq");
         assert_eq!(truncate_mid("ep@0x7f660e39f058", 17), "ep@0x7f660e39f058");
         assert_eq!(truncate_mid("abcdef", 4), "abc…");
         assert_eq!(truncate("abc", 4), "abc");
