@@ -5,3 +5,4 @@ pub mod openmetrics;
 pub mod openmetrics_nccl;
 pub mod perfetto;
 pub mod proto;
+pub mod series;

@@ -22,55 +22,8 @@ use crate::agg::matrix::UNTRACED;
 use crate::agg::{Model, ProcKey, ProcessState};
 use crate::event::{Dir, EndpointKind, Layer, Op, layer_names};
 
-/// What to expose.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct MetricsOptions {
-    /// Also one series per QP (`sigmatop_qp_*`): many series on a large job.
-    pub qp_metrics: bool,
-    /// A series per process (`pid`, NCCL's `comm`): every job makes new series.
-    pub per_process: bool,
-}
-
-pub(crate) type Labels = Vec<(String, String)>;
-
-/// The samples of one or more processes, by family and labels.
-#[derive(Clone, Debug, Default)]
-pub struct Series {
-    counters: BTreeMap<(&'static str, Labels), u64>,
-    fcounters: BTreeMap<(&'static str, Labels), f64>,
-    gauges: BTreeMap<(&'static str, Labels), i64>,
-    fgauges: BTreeMap<(&'static str, Labels), f64>,
-}
-
-impl Series {
-    pub(crate) fn count(&mut self, family: &'static str, l: Labels, v: u64) {
-        *self.counters.entry((family, l)).or_default() += v;
-    }
-    pub(crate) fn fcount(&mut self, family: &'static str, l: Labels, v: f64) {
-        *self.fcounters.entry((family, l)).or_default() += v;
-    }
-    pub(crate) fn gauge(&mut self, family: &'static str, l: Labels, v: i64) {
-        *self.gauges.entry((family, l)).or_default() += v;
-    }
-    pub(crate) fn fgauge(&mut self, family: &'static str, l: Labels, v: f64) {
-        *self.fgauges.entry((family, l)).or_default() += v;
-    }
-    /// Adds `other`'s samples.
-    fn add(&mut self, other: &Series) {
-        for (k, v) in &other.counters {
-            *self.counters.entry(k.clone()).or_default() += v;
-        }
-        for (k, v) in &other.fcounters {
-            *self.fcounters.entry(k.clone()).or_default() += v;
-        }
-        for (k, v) in &other.gauges {
-            *self.gauges.entry(k.clone()).or_default() += v;
-        }
-        for (k, v) in &other.fgauges {
-            *self.fgauges.entry(k.clone()).or_default() += v;
-        }
-    }
-}
+use super::series::Labels;
+pub use super::series::{MetricsOptions, Series};
 
 /// What processes that left the model (`serve --retention` after their exit) had counted, in
 /// their series (host, rank, program): `sigmatop serve` keeps it so that those counters go on

@@ -9,7 +9,7 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
-use super::openmetrics::{Labels, MetricsOptions, Series};
+use super::series::{Labels, MetricsOptions, Series};
 use crate::agg::{ProcKey, ProcessState};
 use crate::nccl::format::{self, ALGOS, FUNCS, PROTOS};
 
