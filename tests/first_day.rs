@@ -938,7 +938,10 @@ fn advice_under_layers_names_the_switched_off_layer_the_program_used() {
         &sock,
         &["run", "--headless", "--layers", "-ucx"],
         port,
-        2000,
+        // Long enough (over TCP) for run's library watch to see it load libucp before it ends
+        // (every 100 ms): with 2,000 iterations it could end first on a loaded machine, and
+        // the advice rested on the final state's loaded objects alone.
+        20_000,
     )
     .stdin(Stdio::null())
     .output()

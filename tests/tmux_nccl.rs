@@ -27,8 +27,18 @@ fn replay_of_the_nccl_fixture_shows_its_collectives() {
         s.contains("Overview") && s.contains("softhost")
     });
     t.keys(&["c"]);
+    // The whole view: its AllReduce row, the arrivals of all 20 and both ranks' rows (the
+    // first frame after `c` may show the row before the ranks' state is drawn).
     let s = t.wait_for("the Collectives view", Duration::from_secs(20), |s| {
-        s.contains("[c Collectives]") && s.contains("AllReduce")
+        s.contains("[c Collectives]")
+            && s.contains("AllReduce")
+            && s.contains("20 compared")
+            && s.lines()
+                .filter(|l| {
+                    l.contains("softhost") && l.contains("reporting") || l.contains("exited")
+                })
+                .count()
+                == 2
     });
     let row = s
         .lines()
