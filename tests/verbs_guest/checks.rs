@@ -590,7 +590,7 @@ pub(crate) fn check_blocking(w: &str, mode: &str, run: &Run) {
     let sum = util::check_perfetto(&out.join("trace.pftrace"), events_total);
     assert_eq!(sum["errors"], 0, "{ctx}: {sum}");
     assert_eq!(
-        sum["ops_by_name"]["verbs.get_cq_event"]
+        sum["ops_by_name"]["ibverbs.get_cq_event"]
             .as_u64()
             .unwrap_or(0),
         cq_events,
