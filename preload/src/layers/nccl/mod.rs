@@ -319,6 +319,19 @@ fn clock_record() {
     ring::push(&r);
 }
 
+/// An API event's function and datatype, packed as a collective's are (no algorithm, protocol,
+/// channels or warps: the API call has none yet).
+fn pack_api(func: &[u8], datatype: &[u8]) -> u64 {
+    pack_coll(
+        index_of(FUNCS, func),
+        format::datatype_index(datatype),
+        255,
+        255,
+        0,
+        0,
+    )
+}
+
 /// The bytes of a C string up to 64, empty for null.
 ///
 /// # Safety
@@ -584,14 +597,7 @@ unsafe extern "C" fn start_event(ctx: *mut c_void, h: *mut *mut c_void, d: *mut 
             etype::COLL_API => {
                 let a = d.u.coll_api;
                 r.0[6] = a.count as u64;
-                r.0[7] = pack_coll(
-                    index_of(FUNCS, cstr(a.func)),
-                    format::datatype_index(cstr(a.datatype)),
-                    255,
-                    255,
-                    0,
-                    0,
-                );
+                r.0[7] = pack_api(cstr(a.func), cstr(a.datatype));
                 r.0[8] = a.root as u64;
                 r.0[9] = a.stream as u64;
                 r.0[10] = a.graph_captured as u64;
@@ -599,14 +605,7 @@ unsafe extern "C" fn start_event(ctx: *mut c_void, h: *mut *mut c_void, d: *mut 
             etype::P2P_API => {
                 let a = d.u.p2p_api;
                 r.0[6] = a.count as u64;
-                r.0[7] = pack_coll(
-                    index_of(FUNCS, cstr(a.func)),
-                    format::datatype_index(cstr(a.datatype)),
-                    255,
-                    255,
-                    0,
-                    0,
-                );
+                r.0[7] = pack_api(cstr(a.func), cstr(a.datatype));
                 r.0[9] = a.stream as u64;
                 r.0[10] = a.graph_captured as u64;
             }
