@@ -12,7 +12,9 @@
 //! that drives it: the GPU of its send queue's memory, or, with the queues in host memory
 //! registered with CUDA (NVSHMEM's NVSHMEM_IBGDA_FORCE_NIC_BUF_MEMTYPE=hostmem), the GPU of the
 //! CUDA context that registered them (here the stand-in's device 3), whose WQEs are then read
-//! with memcpy.
+//! with memcpy. And a "GPU" that stops ringing (DEVX_CPU_STOP, issue 40 item 3): said by `run
+//! --hang-after`, in `attach --json`'s gpu_stops[] and on the doorbell view in tmux, its return
+//! said once.
 
 #[path = "gpu/check.rs"]
 mod check;
@@ -399,4 +401,63 @@ fn a_gpu_that_stops_ringing_is_named_and_its_return_said() {
     );
     let o = out.finish();
     assert!(o.contains(" bad=0"), "{o}");
+}
+
+/// The same stop on the dashboard, as a person over ssh sees it (tmux, 80×24 and 200×60):
+/// `sigmatop run --hang-after 1s` of devx_cpu stopped with DEVX_CPU_STOP; `d` opens the doorbell
+/// view, whose GPU0 row reads "stop" and how long where its rate stands; when the "kernel"
+/// rings again the row shows a rate, and the program ends with status 0.
+#[test]
+fn the_doorbell_view_marks_a_gpu_that_stopped() {
+    let _one = one_at_a_time();
+    let dir = check::scratch_dir("devx-gpu-stop-tmux");
+    let exe = build(&dir);
+    for (w, h) in [(80u16, 24u16), (200, 60)] {
+        let flag = dir.join(format!("go-{w}"));
+        let line = format!(
+            "env LD_LIBRARY_PATH={d} DEVX_CPU_STOP={f} SIGMATOP_SOCKET_DIR={d}/sock-{w} {s} run --hang-after 1s -- {e} {d}/tmux-{w}.list",
+            d = dir.display(),
+            f = flag.display(),
+            s = sigmatop_bin().display(),
+            e = exe.display(),
+        );
+        let Some(t) =
+            common::tmux::Tmux::start_sized(&format!("gpu-stop-{w}"), &line, Some(&dir), w, h)
+        else {
+            return;
+        };
+        let limit = Duration::from_secs(60);
+        t.wait_for("the dashboard", limit, |s| s.contains("devx_cpu running"));
+        t.keys(&["d"]);
+        let row = |s: &str| -> Option<String> {
+            s.lines()
+                .find(|l| l.contains(" GPU0 ") && l.contains("db/s"))
+                .map(str::to_string)
+        };
+        let screen = t.wait_for("GPU0's row marked stopped", limit, |s| {
+            row(s).is_some_and(|r| r.contains(" stop "))
+        });
+        let r = row(&screen).unwrap_or_default();
+        // "stop 1.2s": how long, where the rate stands.
+        let age = r
+            .split(" stop ")
+            .nth(1)
+            .and_then(|x| x.split_whitespace().next())
+            .unwrap_or_default();
+        assert!(
+            age.ends_with('s') && age.trim_end_matches('s').parse::<f64>().is_ok(),
+            "{w}x{h}: {r}\n{screen}"
+        );
+        std::fs::write(&flag, b"").expect("flag");
+        t.wait_for("GPU0's row with a rate again", limit, |s| {
+            row(s).is_some_and(|r| r.contains("/s") && !r.contains(" stop "))
+        });
+        std::fs::write(dir.join(format!("go-{w}.done")), b"").expect("done flag");
+        t.wait_for("the program to end", limit, |s| {
+            s.contains("devx_cpu exited")
+        });
+        t.keys(&["q"]);
+        let done = t.wait_for("sigmatop to exit", limit, |s| s.contains("SIGMATOP-EXIT="));
+        assert!(done.contains("SIGMATOP-EXIT=0"), "{w}x{h}: {done}");
+    }
 }
