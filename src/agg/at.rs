@@ -182,7 +182,7 @@ pub struct ModelAt<'m> {
     pub(crate) waits_memo: std::cell::OnceCell<(u64, super::silence::Waits)>,
     /// `gpu_stops::gpu_stops` of this view time, for one threshold: the warning and the doorbell
     /// view of one frame read it (`gpu_stops::gpu_stops_cached`).
-    pub(crate) gpu_stops_memo: std::cell::OnceCell<(u64, Vec<super::gpu_stops::GpuStop>)>,
+    pub(crate) gpu_stops_memo: std::cell::OnceCell<(u64, Vec<super::gpu_stop::GpuStop>)>,
 }
 
 /// What an endpoint row is, as the header counts them.
