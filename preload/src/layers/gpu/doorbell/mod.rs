@@ -53,8 +53,8 @@
 //! QPs); [`poller`] watches and forwards, [`recover`] copies and parses WQEs, [`stats`] counts.
 //! The CUDA calls go to [`crate::layers::gpu::driver`]; nothing here calls back into the hooks.
 
+mod copier;
 mod poller;
-mod recover;
 pub mod stats;
 
 use core::ffi::{c_uint, c_void};
@@ -342,7 +342,7 @@ pub fn add_qp(q: QpInfo) {
     }
 }
 
-/// A devx QP is being destroyed: its pending WQEs are parsed first (the poller's copies of its
+/// A devx QP is being destroyed: its pending WQEs are parsed first (the copier's copies of its
 /// send queue are finished before this returns).
 pub fn remove_qp(qpn: u32) {
     let g = {
@@ -355,6 +355,28 @@ pub fn remove_qp(qpn: u32) {
         bump()
     };
     wait_ack(g);
+    wait_copier(g);
+}
+
+/// Waits until the copier has done everything the poller handed it up to generation `g` (its
+/// copies of a destroyed QP's queue synced), or stopped running. Not bounded, for the reason
+/// `wait_ack` gives.
+fn wait_copier(g: u64) {
+    let start = Instant::now();
+    let mut said = false;
+    while copier::COPY_ACK.load(Ordering::Acquire) < g
+        && copier::COPIER_RUNNING.load(Ordering::Acquire)
+        && POLLER_RUNNING.load(Ordering::Acquire)
+    {
+        if !said && start.elapsed() > Duration::from_secs(1) {
+            said = true;
+            eprintln!(
+                "sigmatop: waiting for a WQE copy to finish before a send queue is freed ({} ms so far)",
+                start.elapsed().as_millis()
+            );
+        }
+        std::thread::yield_now();
+    }
 }
 
 /// In a fork child: the parent's poller thread is not in this process. Without this the child
@@ -365,6 +387,8 @@ pub fn forget_poller_after_fork() {
     POLLER_RUNNING.store(false, Ordering::Release);
     POLLER_STARTED.store(false, Ordering::Release);
     STOP.store(false, Ordering::Release);
+    copier::COPIER_RUNNING.store(false, Ordering::Release);
+    copier::COPY_ACK.store(0, Ordering::Release);
 }
 
 /// Parses everything pending and stops the poller (process exit; bounded).

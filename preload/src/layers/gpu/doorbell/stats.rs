@@ -31,11 +31,17 @@ pub static SHARED: AtomicU64 = AtomicU64::new(0);
 /// recovered (recover.rs). Each such walk also counts one in `unparsable`.
 pub static OVERWRITTEN: AtomicU64 = AtomicU64::new(0);
 
+/// Ranges of WQEBBs the poller could not hand to the copier (it was 4096 jobs behind): their
+/// WQEs are not recovered, and counted in `unparsable` too (copier.rs).
+pub static HANDOFF_FULL: AtomicU64 = AtomicU64::new(0);
+/// Reads of a doorbell record in GPU memory the copier made for a shared register (copier.rs).
+pub static CHECKS: AtomicU64 = AtomicU64::new(0);
+
 /// One line of every counter (SIGMATOP_GPU_STATS, tests).
 pub fn stats_line() -> String {
     let l = |a: &AtomicU64| a.load(Ordering::Relaxed);
     format!(
-        "sigmatop-gpu: hijacks={} hijack_failed={} doorbells={} blueflame={} other_stores={} duplicates={} coalesced={} overruns={} unknown_qp={} wqes={} unparsable={} copies={} syncs={} copy_failed={} wrapped_lookups={} unknown_variants={} shared_register={} overwritten_slots={}",
+        "sigmatop-gpu: hijacks={} hijack_failed={} doorbells={} blueflame={} other_stores={} duplicates={} coalesced={} overruns={} unknown_qp={} wqes={} unparsable={} copies={} syncs={} copy_failed={} wrapped_lookups={} unknown_variants={} shared_register={} overwritten_slots={} handoff_full={} record_reads={}",
         l(&HIJACKS),
         l(&HIJACK_FAILED),
         l(&DOORBELLS),
@@ -54,5 +60,7 @@ pub fn stats_line() -> String {
         l(&UNKNOWN_VARIANTS),
         l(&SHARED),
         l(&OVERWRITTEN),
+        l(&HANDOFF_FULL),
+        l(&CHECKS),
     )
 }
