@@ -48,6 +48,8 @@ struct QpRt {
     /// Another doorbell of its register came while `checking`: its answer may be older than
     /// that doorbell, so it is asked again when the answer comes.
     again: bool,
+    /// Its last producer index when the read was asked for.
+    check_base: u16,
 }
 
 pub(super) struct Poller {
@@ -284,6 +286,7 @@ impl Poller {
                         made_up: None,
                         checking: false,
                         again: false,
+                        check_base: 0,
                     },
                 );
             }
@@ -389,6 +392,7 @@ impl Poller {
                         .is_ok()
                 {
                     q.checking = true;
+                    q.check_base = q.tracker.last_pi();
                     self.checks_out += 1;
                 }
                 continue;
@@ -430,6 +434,14 @@ impl Poller {
                 self.checks_out -= 1;
             }
             let Some(rec) = m.rec else { continue };
+            // The record had moved past the QP's doorbells when it was read, and a doorbell of
+            // the QP's own has since covered it: a hidden doorbell seen as one with the next.
+            let base = q.check_base;
+            let last = q.tracker.last_pi();
+            if rec != base && last != base && rec.wrapping_sub(base) <= last.wrapping_sub(base) {
+                COALESCED.fetch_add(1, Ordering::Relaxed);
+            }
+            q.check_base = last;
             if let Some(i) = self.blocks.iter().position(|b| b.sharers.contains(&m.qpn)) {
                 self.ring_for(i, m.qpn, rec, crate::runtime::clock::now());
             }
