@@ -25,23 +25,31 @@
 //! **Shared registers.** Several QPs bound to one UAR (`qpc.uar_page`) ring one register, and a
 //! NIC rings only the QP a doorbell names: when a second QP's doorbell hides the first's between
 //! two reads, the first QP's doorbell record (written before its doorbell) still says how far it
-//! posted. Before forwarding a doorbell on such a register the poller forwards, for every other
-//! QP of the register whose record is past its last doorbell, a doorbell of its own first (GPU
-//! convention), recorded and recovered like any other (`shared_register` in the stats line).
+//! posted. On every doorbell of such a register the poller looks at the other QPs' records: one
+//! in host memory it reads itself, before forwarding, and forwards first a doorbell of its own
+//! (GPU convention) for a QP whose record is past its last doorbell; one in GPU memory the
+//! copier thread reads (a read of GPU memory is a sync, and has no place between two doorbells),
+//! and the poller forwards that doorbell when the answer comes back. Each is recorded and
+//! recovered like any other (`shared_register` in the stats line).
 //!
 //! **Teardown.** Freeing a UAR, ending a registration or destroying a QP waits until the poller
-//! has applied it (a copy still reading the queue is synced first): no time limit, since the
-//! memory is freed right after; a wait over a second says so on stderr.
+//! has applied it, and a destroyed QP's send queue until the copier has finished with it (its
+//! copies synced): no time limit, since the memory is freed right after; a wait over a second says
+//! so on stderr.
 //!
-//! **WQE recovery.** For each doorbell that posts new WQEBBs, the poller enqueues (after
-//! forwarding) an async device-to-host copy of exactly those WQEBBs, wrap-aware, on its own
-//! non-blocking CUDA stream into a pinned mirror of the SQ (same slot offsets). Parsing is batched:
-//! once `SIGMATOP_WQE_BATCH` (default 128, never more than the SQ has slots) WQEBBs are pending,
-//! or the QP has been idle for 50 µs, the stream is synced and the pending ranges are walked with
-//! [`sigmatop::decode::wqe::walk_new_wqes`]; each WQE becomes a GPU op event stamped with its
-//! doorbell's timestamp, on the QP's endpoint (whose `gpu` is the SQ's device). Host-resident SQs
-//! are copied with a plain memcpy at doorbell time. Ctrl-index mismatches and unparsable WQEs are
-//! counted in `unparsable_wqes`.
+//! **WQE recovery** (copier.rs, issue 41). For each doorbell that posts new WQEBBs the poller,
+//! after forwarding, hands the range to the copier thread ("sigmatop-wqe") over a bounded
+//! lock-free queue: no copy, no sync with the GPU, no parse and no syscall between two doorbells;
+//! a full queue is a range dropped and counted (`dropped_wqebbs`), never waited for. The copier
+//! copies the union of each QP's new ranges at once (an async device-to-host copy on its own
+//! non-blocking CUDA stream into a pinned mirror of the SQ; a memcpy for a host-resident SQ),
+//! then parses, once `SIGMATOP_WQE_BATCH` (default 128, never more than the SQ has slots) WQEBBs
+//! are pending or the QP has been idle for 50 µs, with [`sigmatop::decode::wqe::walk_new_wqes`];
+//! each WQE becomes a GPU op event stamped with its doorbell's timestamp, on the QP's endpoint
+//! (whose `gpu` is the SQ's device). A slot the program reused before the copy read it is found
+//! by the WQE's own index and counted (`overwritten_slots`), never reported as the doorbell's
+//! WQE; every WQEBB not recovered is also in `unparsable_wqes`, the drop counter the dashboard
+//! shows.
 //!
 //! Environment (read in config.rs, `config::Gpu`): `SIGMATOP_GPU_WQE=off` (forward only),
 //! `SIGMATOP_WQE_BATCH=n`, `SIGMATOP_WQE_COPY=doorbell|batch` (copy per doorbell, the default, or
@@ -50,7 +58,7 @@
 //! stderr at exit).
 //!
 //! Files: this one holds the control-path state the hooks change (UARs, hijacked registrations,
-//! QPs); [`poller`] watches and forwards, [`recover`] copies and parses WQEs, [`stats`] counts.
+//! QPs); [`poller`] watches and forwards, [`copier`] copies and parses WQEs, [`stats`] counts.
 //! The CUDA calls go to [`crate::layers::gpu::driver`]; nothing here calls back into the hooks.
 
 mod copier;
