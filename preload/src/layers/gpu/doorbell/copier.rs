@@ -33,7 +33,7 @@
 //! `dropped_wqebbs` (and `unparsable`): posted = recovered + overwritten + dropped, in WQEBBs.
 
 use core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::io::Write;
 use std::sync::OnceLock;
 use std::time::Duration;
@@ -48,7 +48,7 @@ use super::poller::op_of;
 use super::stats::{
     CHECKS, COPIES, COPY_FAILED, DROPPED, OVERWRITTEN, SYNCS, TORN, UNPARSABLE, WQES,
 };
-use super::{QpInfo, STATE};
+use super::{QpInfo, QpnMap, STATE};
 use crate::layers::gpu::driver::{self as cuda_driver, Driver, Stream};
 use crate::runtime::config::{Gpu, WqeCopy};
 use crate::runtime::thread::{Detail, Outcome, ThreadState};
@@ -209,9 +209,14 @@ struct CheckPiece {
 }
 
 pub(super) struct Copier {
+    qps: QpnMap<QpCopy>,
+    cx: Cx,
+}
+
+/// Everything of the copier but its QPs (so that one QP and the rest are borrowed apart).
+struct Cx {
     cfg: &'static Gpu,
     link: std::sync::Arc<Link>,
-    qps: HashMap<u32, QpCopy>,
     /// QPs with ranges not copied yet / with pending ranges (may hold stale or repeated QPNs).
     to_copy: Vec<u32>,
     busy: Vec<u32>,
@@ -319,34 +324,36 @@ impl Copier {
                 .map(std::io::BufWriter::new)
         });
         Copier {
-            cfg,
-            link,
-            qps: HashMap::new(),
-            to_copy: Vec::with_capacity(64),
-            busy: Vec::with_capacity(64),
-            seq: 0,
-            synced: 0,
-            checks: Vec::with_capacity(64),
-            ts: None,
-            drv: None,
-            stream: None,
-            ctx_set: false,
-            log,
-            stop: false,
+            qps: QpnMap::default(),
+            cx: Cx {
+                cfg,
+                link,
+                to_copy: Vec::with_capacity(64),
+                busy: Vec::with_capacity(64),
+                seq: 0,
+                synced: 0,
+                checks: Vec::with_capacity(64),
+                ts: None,
+                drv: None,
+                stream: None,
+                ctx_set: false,
+                log,
+                stop: false,
+            },
         }
     }
 
     fn run(mut self) {
-        self.ts = crate::runtime::thread::current();
+        self.cx.ts = crate::runtime::thread::current();
         // A 1 µs timer slack: the parks below wake on time, not 50 µs late (the default).
         // SAFETY: prctl(PR_SET_TIMERSLACK) on the calling thread, plain integer arguments.
         unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1000 as libc::c_ulong, 0, 0, 0) };
         let mut last_job = crate::runtime::clock::mono_ns();
         loop {
             let got = self.drain();
-            if self.stop {
+            if self.cx.stop {
                 self.flush_all();
-                if let Some(l) = self.log.as_mut() {
+                if let Some(l) = self.cx.log.as_mut() {
                     let _ = l.flush();
                 }
                 return;
@@ -366,7 +373,7 @@ impl Copier {
             } else if idle < ACTIVE_NS {
                 std::thread::park_timeout(Duration::from_nanos(PARK_NS));
             } else {
-                if let Some(l) = self.log.as_mut() {
+                if let Some(l) = self.cx.log.as_mut() {
                     let _ = l.flush();
                 }
                 std::thread::park_timeout(Duration::from_nanos(PARK_IDLE_NS));
@@ -378,10 +385,10 @@ impl Copier {
     /// order). True when there was one.
     fn drain(&mut self) -> bool {
         let mut any = false;
-        while let Some(job) = self.link.jobs.pop() {
+        while let Some(job) = self.cx.link.jobs.pop() {
             any = true;
             self.job(job);
-            if self.stop {
+            if self.cx.stop {
                 break;
             }
         }
@@ -389,43 +396,44 @@ impl Copier {
     }
 
     fn job(&mut self, job: Job) {
+        let cx = &mut self.cx;
         match job {
             Job::Add(info) => {
                 if let Some(mut old) = self.qps.remove(&info.qpn) {
-                    self.flush(&mut old);
+                    cx.flush(&mut old);
                 }
-                if let Some(q) = self.new_qp(info) {
+                if let Some(q) = cx.new_qp(info) {
                     self.qps.insert(q.info.qpn, q);
                 }
             }
             Job::Range { qpn, range, tsc } => {
-                if let Some(mut q) = self.qps.remove(&qpn) {
-                    self.add_range(&mut q, range, tsc);
-                    self.qps.insert(qpn, q);
+                if let Some(q) = self.qps.get_mut(&qpn) {
+                    cx.add_range(q, range, tsc);
                 } else {
                     let n = u64::from(range.wqebbs).max(1);
                     DROPPED.fetch_add(n, Ordering::Relaxed);
                     UNPARSABLE.fetch_add(n, Ordering::Relaxed);
                 }
             }
-            Job::Flush(qpn) | Job::Gone(qpn) => {
-                let gone = matches!(job, Job::Gone(_));
+            Job::Flush(qpn) => {
+                if let Some(q) = self.qps.get_mut(&qpn) {
+                    cx.flush(q);
+                }
+            }
+            Job::Gone(qpn) => {
                 if let Some(mut q) = self.qps.remove(&qpn) {
-                    self.flush(&mut q);
-                    if !gone {
-                        self.qps.insert(qpn, q);
-                    }
+                    cx.flush(&mut q);
                 }
             }
             Job::Check { qpn, dbr } => {
                 CHECKS.fetch_add(1, Ordering::Relaxed);
                 let mut m = MakeUp {
                     qpn,
-                    rec: self.read_device_send_counter(dbr),
+                    rec: cx.read_device_send_counter(dbr),
                 };
                 // Always answered (the poller asks again only then). The poller takes answers
                 // whenever one is out; it holds at most one per QP.
-                while let Err(back) = self.link.makeups.push(m) {
+                while let Err(back) = cx.link.makeups.push(m) {
                     if !super::POLLER_RUNNING.load(Ordering::Acquire) {
                         break;
                     }
@@ -438,10 +446,77 @@ impl Copier {
                 // leaves through Gone, which syncs first).
                 COPY_ACK.store(g, Ordering::Release);
             }
-            Job::Stop => self.stop = true,
+            Job::Stop => cx.stop = true,
         }
     }
 
+    /// Copies what every QP has pending, one copy of the union per QP.
+    fn copy_all(&mut self) {
+        let cx = &mut self.cx;
+        let batch = cx.cfg.copy == WqeCopy::PerBatch;
+        let mut list = std::mem::take(&mut cx.to_copy);
+        for qpn in list.drain(..) {
+            let Some(q) = self.qps.get_mut(&qpn) else {
+                continue;
+            };
+            // One copy per batch (SIGMATOP_WQE_COPY=batch) waits for the batch or the idle
+            // flush, for queues in GPU memory.
+            if q.uncopied > 0 && (!batch || q.info.gpu.is_none() || q.uncopied >= q.threshold) {
+                cx.copy_qp(q);
+            }
+            if q.uncopied > 0 {
+                cx.to_copy.push(qpn);
+            }
+        }
+        // The list's capacity is kept for the next pass (no allocation once it has grown).
+        if cx.to_copy.is_empty() {
+            cx.to_copy = list;
+        }
+    }
+
+    /// Parses what is due (a full batch, an idle QP), looking at the queue between two pieces
+    /// and going back to it as soon as a job is there. True when it did something.
+    fn parse_due(&mut self, now: u64) -> bool {
+        let cx = &mut self.cx;
+        let mut did = false;
+        let mut i = 0;
+        while i < cx.busy.len() {
+            let qpn = cx.busy[i];
+            let Some(q) = self.qps.get_mut(&qpn) else {
+                cx.busy.swap_remove(i);
+                continue;
+            };
+            let idle = now.saturating_sub(q.last_db_ns) > IDLE_FLUSH_NS;
+            while !q.pending.is_empty()
+                && (idle || q.unparsed + q.uncopied >= q.threshold)
+                && cx.link.jobs.is_empty()
+            {
+                if q.pending.front().is_some_and(|p| !p.copied) {
+                    cx.copy_qp(q);
+                }
+                cx.parse_front(q);
+                did = true;
+            }
+            if q.pending.is_empty() {
+                cx.busy.swap_remove(i);
+            } else {
+                i += 1;
+            }
+            if !cx.link.jobs.is_empty() {
+                break;
+            }
+        }
+        did
+    }
+
+    fn flush_all(&mut self) {
+        for q in self.qps.values_mut() {
+            self.cx.flush(q);
+        }
+    }
+}
+
+impl Cx {
     fn ensure_stream(&mut self) -> Option<(&'static Driver, Stream)> {
         if self.drv.is_none() {
             self.drv = cuda_driver::driver();
@@ -546,30 +621,6 @@ impl Copier {
         }
         if q.pending.is_empty() {
             q.last_end = None;
-        }
-    }
-
-    /// Copies what every QP has pending, one copy of the union per QP.
-    fn copy_all(&mut self) {
-        let batch = self.cfg.copy == WqeCopy::PerBatch;
-        let mut list = std::mem::take(&mut self.to_copy);
-        for qpn in list.drain(..) {
-            let Some(mut q) = self.qps.remove(&qpn) else {
-                continue;
-            };
-            // One copy per batch (SIGMATOP_WQE_COPY=batch) waits for the batch or the idle
-            // flush, for queues in GPU memory.
-            if q.uncopied > 0 && (!batch || q.info.gpu.is_none() || q.uncopied >= q.threshold) {
-                self.copy_qp(&mut q);
-            }
-            if q.uncopied > 0 {
-                self.to_copy.push(qpn);
-            }
-            self.qps.insert(qpn, q);
-        }
-        // The list's capacity is kept for the next pass (no allocation once it has grown).
-        if self.to_copy.is_empty() {
-            self.to_copy = list;
         }
     }
 
@@ -713,52 +764,6 @@ impl Copier {
             }
         }
         true
-    }
-
-    /// Parses what is due (a full batch, an idle QP): one range at a time, back to the queue as
-    /// soon as a job is there. True when it did something.
-    fn parse_due(&mut self, now: u64) -> bool {
-        let mut did = false;
-        let mut i = 0;
-        while i < self.busy.len() {
-            let qpn = self.busy[i];
-            let Some(mut q) = self.qps.remove(&qpn) else {
-                self.busy.swap_remove(i);
-                continue;
-            };
-            let idle = now.saturating_sub(q.last_db_ns) > IDLE_FLUSH_NS;
-            while !q.pending.is_empty()
-                && (idle || q.unparsed + q.uncopied >= q.threshold)
-                && self.link.jobs.is_empty()
-            {
-                if q.pending.front().is_some_and(|p| !p.copied) {
-                    self.copy_qp(&mut q);
-                }
-                self.parse_front(&mut q);
-                did = true;
-            }
-            let empty = q.pending.is_empty();
-            self.qps.insert(qpn, q);
-            if empty {
-                self.busy.swap_remove(i);
-            } else {
-                i += 1;
-            }
-            if !self.link.jobs.is_empty() {
-                break;
-            }
-        }
-        did
-    }
-
-    fn flush_all(&mut self) {
-        let keys: Vec<u32> = self.qps.keys().copied().collect();
-        for k in keys {
-            if let Some(mut q) = self.qps.remove(&k) {
-                self.flush(&mut q);
-                self.qps.insert(k, q);
-            }
-        }
     }
 
     /// Copies, syncs and parses everything `q` has pending.

@@ -79,6 +79,30 @@ use crate::layers::gpu::driver::{
 pub use stats::stats_line;
 use stats::{HIJACK_FAILED, HIJACKS};
 
+/// QPNs hashed by one multiply (the poller looks one up per doorbell; SipHash, the default, costs
+/// several times more). QPNs are numbers the NIC hands out, not input anyone can choose to
+/// collide.
+#[derive(Default, Clone, Copy)]
+pub(super) struct QpnHasher(u64);
+
+impl core::hash::Hasher for QpnHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for b in bytes {
+            self.0 = (self.0.rotate_left(8) ^ u64::from(*b)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        }
+    }
+    fn write_u32(&mut self, n: u32) {
+        self.0 = (self.0 ^ u64::from(n)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    }
+}
+
+/// A map keyed by QPN.
+pub(super) type QpnMap<V> =
+    std::collections::HashMap<u32, V, core::hash::BuildHasherDefault<QpnHasher>>;
+
 /// Bytes of a registered range watched from its start (a UAR's DB/BF registers).
 const MAX_WATCH_BYTES: u64 = 1024;
 
