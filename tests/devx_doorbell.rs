@@ -124,6 +124,23 @@ fn cpu_played_gpu_doorbells_are_forwarded_and_recovered() {
     ];
     let t = check::run(cmd(&exe, &dir), &dir, "shared", &env, true);
     check::check_traced(&base_sh, &t, &rec, Some(&log), "simple", 200);
+    // The poller applies each registration 300 ms late (SIGMATOP_TEST_FAULT=poller_late): the
+    // program's first doorbell, rung right after its last registration, is in the shadow page
+    // before the poller watches it. It is forwarded then (before: taken for the page's starting
+    // value, never forwarded, and the program waited for its completion for ever; seen once in
+    // 36 runs of this shared-register set-up without the fault, where the poller started its
+    // copier thread before its first look).
+    let rec_late = dir.join("rec-late");
+    let log_late = dir.join("wqe-late.log");
+    let env_late = [
+        shared[0].clone(),
+        ("SIGMATOP_RECORD", rec_late.display().to_string()),
+        ("SIGMATOP_WQE_LOG", log_late.display().to_string()),
+        ("SIGMATOP_MODE", "simple".to_string()),
+        ("SIGMATOP_TEST_FAULT", "poller_late".to_string()),
+    ];
+    let late = check::run(cmd(&exe, &dir), &dir, "late", &env_late, true);
+    check::check_traced(&base_sh, &late, &rec_late, Some(&log_late), "simple", 200);
     eprintln!(
         "shared register: {} of {} doorbells made up from the record",
         check::stat(&t.out, "shared_register"),

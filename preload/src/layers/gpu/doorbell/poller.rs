@@ -63,6 +63,8 @@ pub(super) struct Poller {
     link: Option<Arc<Link>>,
     /// `Job::Check`s whose answer has not come back.
     checks_out: u32,
+    /// What was last forwarded of each block no longer watched, by its shadow address.
+    unwatched: std::collections::HashMap<u64, [u64; 8]>,
 }
 
 #[inline(always)]
@@ -96,6 +98,7 @@ impl Poller {
             ts: None,
             link: None,
             checks_out: 0,
+            unwatched: std::collections::HashMap::new(),
         }
     }
 
@@ -168,6 +171,9 @@ impl Poller {
 
     /// Applies control-path changes: rebuild the watched blocks, add/drop QPs.
     fn apply(&mut self, g: u64) {
+        if crate::runtime::config::fault() == crate::runtime::config::Fault::PollerLate {
+            std::thread::sleep(Duration::from_millis(300));
+        }
         let (blocks, qps) = {
             let Ok(s) = STATE.lock() else { return };
             let mut blocks: Vec<Block> = Vec::new();
@@ -212,20 +218,18 @@ impl Poller {
                     }
                     let shadow = (sh.host + blk as u64 * 64) as *const u64;
                     let real = (sh.real_page + blk as u64 * 64) as *mut u64;
-                    // Keep what was last seen of a block that stays watched.
+                    // What was last forwarded of this block (of a block that stays watched, or
+                    // was watched before); a block never watched holds what the shadow held
+                    // when it was made, zeros: a doorbell the program stored before this
+                    // poller first looked at it is a change, and is forwarded (it was taken
+                    // for the block's starting value, and lost, when the poller started late).
                     let last = self
                         .blocks
                         .iter()
                         .find(|b| b.shadow == shadow)
                         .map(|b| b.last)
-                        .unwrap_or_else(|| {
-                            let mut l = [0u64; 8];
-                            for (w, x) in l.iter_mut().enumerate() {
-                                // SAFETY: our shadow page; read what is there now.
-                                *x = unsafe { core::ptr::read_volatile(shadow.add(w)) };
-                            }
-                            l
-                        });
+                        .or_else(|| self.unwatched.get(&(shadow as u64)).copied())
+                        .unwrap_or([0u64; 8]);
                     // The QPs bound (qpc.uar_page) to a UAR whose register is in this block.
                     let lo = sh.real_page + blk as u64 * 64;
                     let mut sharers: Vec<u32> = s
@@ -254,6 +258,15 @@ impl Poller {
             }
             (blocks, s.qps.clone())
         };
+        // Blocks no longer watched keep what was last forwarded of them, should they come back.
+        for b in &self.blocks {
+            if !blocks.iter().any(|n| n.shadow == b.shadow) {
+                self.unwatched.insert(b.shadow as u64, b.last);
+            }
+        }
+        for b in &blocks {
+            self.unwatched.remove(&(b.shadow as u64));
+        }
         self.blocks = blocks;
         // QPs gone: the copier parses what is pending and syncs its copies of their queues
         // (their destroy waits for its Ack below), then forgets them.
