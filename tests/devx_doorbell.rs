@@ -14,7 +14,9 @@
 //! that drives it: the GPU of its send queue's memory, or, with the queues in host memory
 //! registered with CUDA (NVSHMEM's NVSHMEM_IBGDA_FORCE_NIC_BUF_MEMTYPE=hostmem), the GPU of the
 //! CUDA context that registered them (here the stand-in's device 3), whose WQEs are then read
-//! with memcpy.
+//! with memcpy. And a "GPU" that stops ringing (DEVX_CPU_STOP, issue 40 item 3): said by `run
+//! --hang-after`, in `attach --json`'s gpu_stops[] and on the doorbell view in tmux, its return
+//! said once.
 
 #[path = "gpu/check.rs"]
 mod check;
@@ -22,6 +24,7 @@ mod common;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::time::{Duration, Instant};
 
 use common::*;
 
@@ -64,6 +67,15 @@ fn build(dir: &Path) -> PathBuf {
     dir.join("devx_cpu")
 }
 
+/// The tests of this file one at a time: each spins CPU threads (the "GPU", the NIC, sigmatop's
+/// poller), and two at once on a 2-core machine starve what one of them times (a fork child's
+/// exit).
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 fn cmd(exe: &Path, dir: &Path) -> Command {
     let mut c = Command::new(exe);
     c.env("LD_LIBRARY_PATH", dir);
@@ -72,6 +84,7 @@ fn cmd(exe: &Path, dir: &Path) -> Command {
 
 #[test]
 fn cpu_played_gpu_doorbells_are_forwarded_and_recovered() {
+    let _one = one_at_a_time();
     let dir = check::scratch_dir("devx-doorbell");
     let exe = build(&dir);
     let base = check::run(cmd(&exe, &dir), &dir, "base", &[], false);
@@ -271,4 +284,169 @@ fn cpu_played_gpu_doorbells_are_forwarded_and_recovered() {
     let env = [("SIGMATOP_LAYERS", "-cuda".to_string())];
     let t = check::run(cmd(&exe, &dir), &dir, "nocuda", &env, true);
     assert_eq!(stdout_of(&base.out), stdout_of(&t.out));
+}
+
+/// A GPU kernel that stops putting (issue 40 item 3), seen live: devx_cpu's "GPU" rings its
+/// single scenario, then stops (DEVX_CPU_STOP) while the process and its QPs go on, under
+/// `sigmatop run --hang-after 1s`. sigmatop says the GPU stopped, naming the process, GPU0 and a
+/// QP it saw rung, once its doorbells stood still for the threshold (not before, within the
+/// threshold, an interval and slack of the program's "STOPPED"); when the "kernel" rings again it
+/// says so, once; and the program ends as it does untraced.
+#[test]
+fn a_gpu_that_stops_ringing_is_named_and_its_return_said() {
+    let _one = one_at_a_time();
+    let dir = check::scratch_dir("devx-gpu-stop");
+    let exe = build(&dir);
+    let flag = dir.join("go");
+    let done = dir.join("go.done");
+    let mut c = Command::new(sigmatop_bin());
+    c.args(["run", "--hang-after", "1s", "--"])
+        .arg(&exe)
+        .arg(dir.join("stop.list"))
+        .env("LD_LIBRARY_PATH", &dir)
+        .env("DEVX_CPU_STOP", &flag)
+        .env("SIGMATOP_SOCKET_DIR", dir.join("sock"))
+        .env_remove("LD_PRELOAD")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    let mut child = spawn(&mut c).into_child();
+    let out = PipeReader::new(child.stdout.take().expect("stdout"));
+    let err = PipeReader::new(child.stderr.take().expect("stderr"));
+    let child = guard(child);
+    let limit = Duration::from_secs(60);
+    out.wait_for("STOPPED", limit);
+    let stopped = Instant::now();
+    let warn = err.wait_for("sigmatop: ⚠ no GPU doorbell from ", limit);
+    let after = stopped.elapsed().as_secs_f64();
+    let line = warn
+        .lines()
+        .find(|l| l.contains("⚠ no GPU doorbell from "))
+        .unwrap_or_default()
+        .to_string();
+    // At least the threshold after its last doorbell, which came before "STOPPED"; at most the
+    // threshold, one 250 ms snapshot, the 100 ms check and a loaded machine's slack after it.
+    assert!(
+        after <= 1.0 + 0.25 + 0.1 + 1.5,
+        "warned {after:.2}s after STOPPED: {line}"
+    );
+    assert!(
+        line.contains(" GPU") && line.contains("(QP 0x") && line.contains("s ("),
+        "{line}"
+    );
+    eprintln!("{after:.2}s after STOPPED: {line}");
+    // The same stop in `attach --json --once`, collecting 2 s (what it saw is all it knows: the
+    // quiet time is at least those 2 s) with a 1 s threshold: the one GPU, both QPs, the
+    // warning's words.
+    let sock = dir.join("sock");
+    let v = wait_until("the stopped GPU in attach's gpu_stops[]", limit, || {
+        let mut c = Command::new(sigmatop_bin());
+        c.args(["attach", "--json", "--once", "--interval-ms", "2000"])
+            .args(["--hang-after", "1s"])
+            .env("SIGMATOP_SOCKET_DIR", &sock)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped());
+        let o = wait_timeout(spawn(&mut c), Duration::from_secs(20));
+        let text = stdout_of(&o);
+        match serde_json::from_str::<serde_json::Value>(&text) {
+            Ok(v) if v["gpu_stops"].as_array().is_some_and(|a| !a.is_empty()) => Ok(v),
+            _ => Err(text),
+        }
+    });
+    let g = &v["gpu_stops"][0];
+    assert_eq!((&g["gpu"], &g["qps"]), (&0.into(), &2.into()), "{g:#}");
+    assert!(g["quiet_s"].as_f64().unwrap_or(0.0) >= 1.0, "{g:#}");
+    assert!(
+        g["text"]
+            .as_str()
+            .is_some_and(|t| t.starts_with("no GPU doorbell from ")),
+        "{g:#}"
+    );
+    std::fs::write(&flag, b"").expect("flag");
+    out.wait_for("RESUMED", limit);
+    // (A loaded machine may starve the process's collector for a second: its silence is said
+    // too, and the GPU's stop stands through it.)
+    let back = err.wait_for(" GPU0: doorbells again after ", limit);
+    let back = back
+        .lines()
+        .find(|l| l.contains(" GPU0: doorbells again after "))
+        .unwrap_or_default()
+        .to_string();
+    assert!(
+        !err.text().contains(": no longer judged"),
+        "the stop ended otherwise:\n{}",
+        err.text()
+    );
+    eprintln!("{back}");
+    std::fs::write(&done, b"").expect("done flag");
+    let o = child.finish(limit);
+    let text = err.finish();
+    assert!(o.status.success(), "exit {:?}\n{text}", o.status);
+    // Said once each: one stop, one return.
+    assert_eq!(text.matches("⚠ no GPU doorbell from ").count(), 1, "{text}");
+    assert_eq!(
+        text.matches(": doorbells again after ").count(),
+        1,
+        "{text}"
+    );
+    let o = out.finish();
+    assert!(o.contains(" bad=0"), "{o}");
+}
+
+/// The same stop on the dashboard, as a person over ssh sees it (tmux, 80×24 and 200×60):
+/// `sigmatop run --hang-after 1s` of devx_cpu stopped with DEVX_CPU_STOP; `d` opens the doorbell
+/// view, whose GPU0 row reads "stop" and how long where its rate stands; when the "kernel"
+/// rings again the row shows a rate, and the program ends with status 0.
+#[test]
+fn the_doorbell_view_marks_a_gpu_that_stopped() {
+    let _one = one_at_a_time();
+    let dir = check::scratch_dir("devx-gpu-stop-tmux");
+    let exe = build(&dir);
+    for (w, h) in [(80u16, 24u16), (200, 60)] {
+        let flag = dir.join(format!("go-{w}"));
+        let line = format!(
+            "env LD_LIBRARY_PATH={d} DEVX_CPU_STOP={f} SIGMATOP_SOCKET_DIR={d}/sock-{w} {s} run --hang-after 1s -- {e} {d}/tmux-{w}.list",
+            d = dir.display(),
+            f = flag.display(),
+            s = sigmatop_bin().display(),
+            e = exe.display(),
+        );
+        let Some(t) =
+            common::tmux::Tmux::start_sized(&format!("gpu-stop-{w}"), &line, Some(&dir), w, h)
+        else {
+            return;
+        };
+        let limit = Duration::from_secs(60);
+        t.wait_for("the dashboard", limit, |s| s.contains("devx_cpu running"));
+        t.keys(&["d"]);
+        let row = |s: &str| -> Option<String> {
+            s.lines()
+                .find(|l| l.contains(" GPU0 ") && l.contains("db/s"))
+                .map(str::to_string)
+        };
+        let screen = t.wait_for("GPU0's row marked stopped", limit, |s| {
+            row(s).is_some_and(|r| r.contains(" stop "))
+        });
+        let r = row(&screen).unwrap_or_default();
+        // "stop 1.2s": how long, where the rate stands.
+        let age = r
+            .split(" stop ")
+            .nth(1)
+            .and_then(|x| x.split_whitespace().next())
+            .unwrap_or_default();
+        assert!(
+            age.ends_with('s') && age.trim_end_matches('s').parse::<f64>().is_ok(),
+            "{w}x{h}: {r}\n{screen}"
+        );
+        std::fs::write(&flag, b"").expect("flag");
+        t.wait_for("GPU0's row with a rate again", limit, |s| {
+            row(s).is_some_and(|r| r.contains("/s") && !r.contains(" stop "))
+        });
+        std::fs::write(dir.join(format!("go-{w}.done")), b"").expect("done flag");
+        t.wait_for("the program to end", limit, |s| {
+            s.contains("devx_cpu exited")
+        });
+        t.keys(&["q"]);
+        let done = t.wait_for("sigmatop to exit", limit, |s| s.contains("SIGMATOP-EXIT="));
+        assert!(done.contains("SIGMATOP-EXIT=0"), "{w}x{h}: {done}");
+    }
 }

@@ -168,6 +168,28 @@ int main(int argc, char **argv) {
   reg[0] = bf[0];
   wait_cqe(W, 1, idx);
 
+  /* DEVX_CPU_STOP=PATH: stopped until PATH exists (the process goes on, its QPs stay up),
+   * then ringing until PATH.done exists: what a hung kernel and its resumption look like. */
+  const char *stop = getenv("DEVX_CPU_STOP");
+  if (stop && *stop) {
+    char done[4096];
+    snprintf(done, sizeof done, "%s.done", stop);
+    printf("STOPPED\n");
+    fflush(stdout);
+    while (access(stop, F_OK) != 0)
+      usleep(1000);
+    printf("RESUMED\n");
+    fflush(stdout);
+    for (uint64_t k = 0; access(done, F_OK) != 0; k++) {
+      struct op_desc o = mk(MLX5_OPCODE_RDMA_WRITE, 8, (uint64_t)W->R + 830000 + 8 * (k % 512),
+                            (uint64_t)W->L + 8 * (k % 512));
+      uint16_t idx = post(W, 0, &o);
+      ring(W, 0);
+      wait_cqe(W, 0, idx);
+      usleep(1000);
+    }
+  }
+
   /* DEVX_CPU_SHARED_UAR=1 (QP 1 bound to QP 0's UAR): SHARED_ROUNDS rounds of one write on
    * each QP, rung back to back on the one register (QP 0's doorbell, then QP 1's), each round
    * waited for. Between two reads of the register the second doorbell hides the first. */
