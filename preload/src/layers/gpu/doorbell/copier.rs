@@ -41,10 +41,9 @@ use std::time::Duration;
 use crossbeam_queue::ArrayQueue;
 use sigmatop::decode::WQEBB_BYTES;
 use sigmatop::decode::doorbell::WqeRange;
-use sigmatop::decode::wqe::{CtrlSeg, WalkError, Wqe, walk_new_wqes};
-use sigmatop::event::flags;
+use sigmatop::decode::wqe::{CtrlSeg, Opcode, WalkError, Wqe, walk_new_wqes};
+use sigmatop::event::{Op, flags};
 
-use super::poller::op_of;
 use super::stats::{
     CHECKS, COPIES, COPY_FAILED, DROPPED, OVERWRITTEN, SYNCS, TORN, UNPARSABLE, WQES,
 };
@@ -196,6 +195,14 @@ struct QpCopy {
     last_db_ns: u64,
 }
 
+/// A gone QP's buffers, for the next QP of the same size.
+struct Spare {
+    mirror: *mut u8,
+    check: *mut u8,
+    torn: *mut u64,
+    mcnt: u32,
+}
+
 /// A piece of the mirror whose check copy (GPU memory) is compared after the next sync.
 struct CheckPiece {
     /// The QP's mirror, check buffer and torn bits (mapped for the process's life), and the
@@ -230,6 +237,7 @@ struct Cx {
     ctx_set: bool,
     log: Option<std::io::BufWriter<std::fs::File>>,
     stop: bool,
+    spare: Vec<Spare>,
 }
 
 /// Starts the copier thread; false when it could not be started (the poller then forwards only).
@@ -262,6 +270,17 @@ pub(super) fn start(link: std::sync::Arc<Link>) -> bool {
             );
             false
         }
+    }
+}
+
+/// The event op of a recovered WQE's opcode.
+fn op_of(opcode: Opcode) -> Op {
+    match opcode {
+        Opcode::RdmaWrite | Opcode::RdmaWriteImm => Op::GpuWrite,
+        Opcode::RdmaRead => Op::GpuRead,
+        o if o.is_atomic() => Op::GpuAtomic,
+        Opcode::Send | Opcode::SendImm | Opcode::SendInval => Op::GpuSend,
+        _ => Op::GpuOther,
     }
 }
 
@@ -339,6 +358,7 @@ impl Copier {
                 ctx_set: false,
                 log,
                 stop: false,
+                spare: Vec::new(),
             },
         }
     }
@@ -423,6 +443,15 @@ impl Copier {
             Job::Gone(qpn) => {
                 if let Some(mut q) = self.qps.remove(&qpn) {
                     cx.flush(&mut q);
+                    // Its buffers go to the next QP of its size once no copy can land in them.
+                    if q.info.gpu.is_none() || cx.synced >= cx.seq {
+                        cx.spare.push(Spare {
+                            mirror: q.mirror,
+                            check: q.check,
+                            torn: q.torn,
+                            mcnt: q.mcnt,
+                        });
+                    }
                 }
             }
             Job::Check { qpn, dbr } => {
@@ -539,6 +568,40 @@ impl Cx {
         } else {
             info.sq_cnt
         };
+        let (mirror, check, torn) = match self
+            .spare
+            .iter()
+            .position(|b| b.mcnt == mcnt && b.check.is_null() == info.gpu.is_none())
+        {
+            // A gone QP's buffers, nothing in flight into them (Gone): what they hold is
+            // never read before a copy of this QP's overwrites it.
+            Some(i) => {
+                let b = self.spare.swap_remove(i);
+                (b.mirror, b.check, b.torn)
+            }
+            None => self.new_buffers(&info, mcnt)?,
+        };
+        let threshold = self.cfg.batch.min(info.sq_cnt).max(1);
+        Some(QpCopy {
+            info,
+            mirror,
+            check,
+            torn,
+            mcnt,
+            pending: VecDeque::with_capacity(64),
+            span: 0,
+            unparsed: 0,
+            uncopied: 0,
+            last_end: None,
+            threshold,
+            last_db_ns: 0,
+        })
+    }
+
+    /// A QP's mirror, torn bits and, for a queue in GPU memory, check buffer, pinned. They are
+    /// never unmapped (a copy that failed to sync may still land in them; the driver here has no
+    /// unregister); a gone QP's are reused by the next QP of the same size (`spare`).
+    fn new_buffers(&mut self, info: &QpInfo, mcnt: u32) -> Option<(*mut u8, *mut u8, *mut u64)> {
         let len = mcnt as usize * WQEBB_BYTES;
         let mirror = crate::runtime::os::map_zeroed(len, true)?;
         let torn = crate::runtime::os::map_zeroed((mcnt as usize).div_ceil(64) * 8, true)?;
@@ -553,21 +616,7 @@ impl Cx {
                 }
             }
         }
-        let threshold = self.cfg.batch.min(info.sq_cnt).max(1);
-        Some(QpCopy {
-            info,
-            mirror,
-            check,
-            torn: torn as *mut u64,
-            mcnt,
-            pending: VecDeque::with_capacity(64),
-            span: 0,
-            unparsed: 0,
-            uncopied: 0,
-            last_end: None,
-            threshold,
-            last_db_ns: 0,
-        })
+        Some((mirror, check, torn as *mut u64))
     }
 
     /// The send counter (`[1]`, big-endian, 16 bits) of a doorbell record in GPU memory.

@@ -11,7 +11,6 @@ use core::sync::atomic::Ordering;
 
 use sigmatop::decode::doorbell::{DoorbellKind, DoorbellStep, DoorbellWord, SqTracker};
 use sigmatop::decode::valid_sq_cnt;
-use sigmatop::decode::wqe::Opcode;
 use sigmatop::event::{Op, UNATTRIBUTED_EP, flags};
 
 use super::copier::{self, COPIER_RUNNING, Job, Link};
@@ -76,16 +75,6 @@ fn sfence() {
     };
     #[cfg(not(target_arch = "x86_64"))]
     core::sync::atomic::fence(Ordering::SeqCst);
-}
-
-pub(super) fn op_of(opcode: Opcode) -> Op {
-    match opcode {
-        Opcode::RdmaWrite | Opcode::RdmaWriteImm => Op::GpuWrite,
-        Opcode::RdmaRead => Op::GpuRead,
-        o if o.is_atomic() => Op::GpuAtomic,
-        Opcode::Send | Opcode::SendImm | Opcode::SendInval => Op::GpuSend,
-        _ => Op::GpuOther,
-    }
 }
 
 impl Poller {
