@@ -63,6 +63,9 @@ const PARK_NS: u64 = 50_000;
 const ACTIVE_NS: u64 = 100_000_000;
 /// ... and this long once it is idle.
 const PARK_IDLE_NS: u64 = 1_000_000;
+/// Jobs taken before the copies they ask for are made (a poller that hands ranges over as fast
+/// as they are taken never holds the copies up).
+const DRAIN_MAX: usize = 256;
 /// WQEBBs parsed before the copier looks at its queue again (a parse never holds a copy up
 /// longer than this takes).
 const PARSE_CHUNK: u32 = 8;
@@ -118,7 +121,8 @@ impl Link {
     }
 
     /// Hands a range over: lock-free, no allocation, no syscall (the copier is not woken: it
-    /// looks again within [`PARK_NS`]). False, counted, when the copier is [`JOBS`] jobs behind.
+    /// looks again within [`PARK_NS`], [`PARK_IDLE_NS`] after [`ACTIVE_NS`] without a job).
+    /// False, counted, when the copier is [`JOBS`] jobs behind.
     #[inline]
     pub fn range(&self, qpn: u32, range: WqeRange, tsc: u64) -> bool {
         if self.jobs.push(Job::Range { qpn, range, tsc }).is_err() {
@@ -401,18 +405,20 @@ impl Copier {
         }
     }
 
-    /// Takes every job there is (ranges join their QP's pending list; control jobs are done in
-    /// order). True when there was one.
+    /// Takes the jobs there are, up to [`DRAIN_MAX`] before the copies they ask for (ranges join
+    /// their QP's pending list; control jobs are done in order). True when there was one.
     fn drain(&mut self) -> bool {
-        let mut any = false;
-        while let Some(job) = self.cx.link.jobs.pop() {
-            any = true;
+        let mut n = 0;
+        while n < DRAIN_MAX
+            && let Some(job) = self.cx.link.jobs.pop()
+        {
+            n += 1;
             self.job(job);
             if self.cx.stop {
                 break;
             }
         }
-        any
+        n > 0
     }
 
     fn job(&mut self, job: Job) {

@@ -52,10 +52,13 @@
 //! shows.
 //!
 //! Environment (read in config.rs, `config::Gpu`): `SIGMATOP_GPU_WQE=off` (forward only),
-//! `SIGMATOP_WQE_BATCH=n`, `SIGMATOP_WQE_COPY=doorbell|batch` (copy per doorbell, the default, or
-//! one copy per batch), `SIGMATOP_POLLER_CPU=n` (pin the poller), `SIGMATOP_WQE_LOG=file` (one
-//! line per recovered WQE, for tests and debugging), `SIGMATOP_GPU_STATS=1` (a summary line on
-//! stderr at exit).
+//! `SIGMATOP_WQE_BATCH=n`, `SIGMATOP_WQE_COPY=doorbell|batch` (for GPU memory: copy as soon as
+//! the copier takes a doorbell's range, the default, ranges taken together in one copy of their
+//! union; or one copy per batch), `SIGMATOP_POLLER_CPU=n` (pin the poller; the copier is not
+//! pinned), `SIGMATOP_WQE_LOG=file` (one line per recovered WQE, for tests and debugging),
+//! `SIGMATOP_GPU_STATS=1` (a summary line on stderr at exit: with `overwritten_slots`,
+//! `torn_slots` and `dropped_wqebbs`, what recovery lost and why). There is no switch back to the
+//! copy on the poller thread (docs/DESIGN.md "GPU doorbells").
 //!
 //! Files: this one holds the control-path state the hooks change (UARs, hijacked registrations,
 //! QPs); [`poller`] watches and forwards, [`copier`] copies and parses WQEs, [`stats`] counts.
