@@ -39,6 +39,9 @@ pub struct GpuStop {
     pub last_ns: u64,
     /// The view time minus `last_ns`.
     pub quiet_ns: u64,
+    /// `last_ns` is only a bound: the last doorbell came at or before it (before the oldest
+    /// snapshot searched or kept), so the GPU has been quiet at least `quiet_ns`.
+    pub at_least: bool,
 }
 
 impl GpuStop {
@@ -84,8 +87,9 @@ pub fn texts(stops: &[GpuStop]) -> Vec<(String, String)> {
         .enumerate()
         .map(|(i, s)| {
             let head = format!(
-                "no GPU doorbell from {} in {:.1}s ({})",
+                "no GPU doorbell from {} in {}{:.1}s ({})",
                 s.who(),
+                if s.at_least { "over " } else { "" },
                 s.quiet_ns as f64 / 1e9,
                 s.qps_text()
             );
@@ -118,9 +122,24 @@ fn out_of_play(state: Option<&String>) -> bool {
     })
 }
 
-/// How far back the last doorbell is looked for, in snapshots, at most (then the QP counts as
-/// having stopped at the oldest snapshot searched: a lower bound on how long it is quiet).
-const SEARCH_BACK: usize = 1 << 14;
+/// How far back the last doorbell is looked for, in snapshots, at most (17 minutes at the default
+/// 250 ms; then the QP counts as having stopped at the oldest snapshot searched, and the text
+/// says "over": a lower bound on how long it is quiet).
+const SEARCH_BACK: usize = 1 << 12;
+
+/// [`gpu_stops`], computed once per view time for the first threshold asked (the warning and the
+/// doorbell view of one frame read the same), again for another.
+pub fn gpu_stops_cached<'a>(at: &'a ModelAt, threshold_ns: u64) -> std::borrow::Cow<'a, [GpuStop]> {
+    use std::borrow::Cow;
+    let (ns, v) = at
+        .gpu_stops_memo
+        .get_or_init(|| (threshold_ns, gpu_stops(at, threshold_ns)));
+    if *ns == threshold_ns {
+        Cow::Borrowed(v.as_slice())
+    } else {
+        Cow::Owned(gpu_stops(at, threshold_ns))
+    }
+}
 
 /// Every process's GPU whose doorbells stopped for at least `threshold_ns` at the view time, the
 /// first to stop first.
@@ -163,23 +182,23 @@ pub fn gpu_stops(at: &ModelAt, threshold_ns: u64) -> Vec<GpuStop> {
     for ((pi, _, _), g) in &groups {
         by_proc.entry(*pi).or_default().extend(&g.quiet);
     }
-    let mut last: BTreeMap<(u32, u32), u64> = BTreeMap::new();
+    let mut last: BTreeMap<(u32, u32), (u64, bool)> = BTreeMap::new();
     for (pi, eps) in by_proc {
         let p = at.procs[pi as usize].p;
-        for (ep, ns) in last_doorbells(p, &eps, db, at.t) {
-            last.insert((pi, ep), ns);
+        for (ep, ns, exact) in last_doorbells(p, &eps, db, at.t) {
+            last.insert((pi, ep), (ns, exact));
         }
     }
     let mut out = Vec::new();
     for ((pi, gpu, _), g) in groups {
         let a = &at.procs[pi as usize];
         // The QP that rang last: the GPU stopped when it did.
-        let Some((ep, last_ns)) = g
+        let Some((ep, (last_ns, exact))) = g
             .quiet
             .iter()
-            .filter_map(|ep| last.get(&(pi, *ep)).map(|ns| (*ep, *ns)))
+            .filter_map(|ep| last.get(&(pi, *ep)).map(|v| (*ep, *v)))
             .max_by(|x, y| {
-                x.1.cmp(&y.1).then_with(|| {
+                x.1.0.cmp(&y.1.0).then_with(|| {
                     let q = |ep: u32| a.p.endpoints.get(&ep).and_then(|d| d.qpn);
                     q(y.0).cmp(&q(x.0))
                 })
@@ -202,6 +221,7 @@ pub fn gpu_stops(at: &ModelAt, threshold_ns: u64) -> Vec<GpuStop> {
             qps: g.quiet.len() as u32,
             last_ns,
             quiet_ns,
+            at_least: !exact,
         });
     }
     out.sort_by(|x, y| x.last_ns.cmp(&y.last_ns).then(x.proc.cmp(&y.proc)));
@@ -210,8 +230,10 @@ pub fn gpu_stops(at: &ModelAt, threshold_ns: u64) -> Vec<GpuStop> {
 
 /// For each of `eps` of process `p`: when its doorbell counter last rose at or before `t` (the
 /// snapshot's time, or a sampled doorbell event of it inside that snapshot's interval, which is
-/// closer). Searches back from `t` in growing steps, so a recent stop costs a few snapshots.
-fn last_doorbells(p: &super::ProcessState, eps: &[u32], db: u8, t: u64) -> Vec<(u32, u64)> {
+/// closer), and whether that is the time (false: it rose before the oldest snapshot searched,
+/// whose time is then a bound). Searches back from `t` in growing steps, so a recent stop costs a
+/// few snapshots.
+fn last_doorbells(p: &super::ProcessState, eps: &[u32], db: u8, t: u64) -> Vec<(u32, u64, bool)> {
     let h = &p.history;
     let Some(hi) = idx_at(h, t) else {
         return Vec::new();
@@ -251,22 +273,23 @@ fn last_doorbells(p: &super::ProcessState, eps: &[u32], db: u8, t: u64) -> Vec<(
     eps.iter()
         .zip(found)
         .map(|(ep, j)| {
-            let ns = match j {
+            match j {
                 Some(j) => {
                     let (before, after) = (h.at_ns(j - 1), h.at_ns(j));
                     // A sampled doorbell inside (before, after] says when, closer.
-                    p.recent
+                    let ns = p
+                        .recent
                         .iter()
                         .filter(|e| e.ep == *ep && e.op == db)
                         .map(|e| p.clock.to_real_ns(e.tsc))
                         .filter(|ns| *ns > before && *ns <= after)
                         .max()
-                        .unwrap_or(after)
+                        .unwrap_or(after);
+                    (*ep, ns, true)
                 }
                 // It rang before the oldest snapshot searched (or before the first one).
-                None => floor,
-            };
-            (*ep, ns)
+                None => (*ep, floor, false),
+            }
         })
         .collect()
 }
@@ -285,11 +308,11 @@ pub struct GpuStopWatch {
 impl GpuStopWatch {
     /// The lines to print at view time `at.t`.
     pub fn check(&mut self, at: &ModelAt, threshold_ns: u64) -> Vec<String> {
-        let stops = gpu_stops(at, threshold_ns);
+        let stops = gpu_stops_cached(at, threshold_ns);
         let mut lines = Vec::new();
         let mut now = BTreeMap::new();
         for (s, (text, _)) in stops.iter().zip(texts(&stops)) {
-            let key = (
+            let key: StopKey = (
                 s.host.clone(),
                 s.pid,
                 s.gpu,
@@ -471,6 +494,22 @@ mod tests {
         assert_eq!(
             texts(&early)[0].0,
             "no GPU doorbell from node1 r1 GPU0 in 2.5s (QP 0x11 +1)"
+        );
+    }
+
+    /// A GPU whose doorbells all came before the first snapshot kept: quiet at least since it,
+    /// said "over".
+    #[test]
+    fn a_stop_older_than_the_history_is_a_bound() {
+        let mut m = Model::new();
+        rank(&mut m, 3, |_, s| s == 1);
+        let stops = gpu_stops(&at(&m, T0 + 10 * S), 2 * S);
+        assert_eq!(stops.len(), 1);
+        assert!(stops[0].at_least);
+        assert_eq!(stops[0].quiet_ns, 10 * S - Q);
+        assert_eq!(
+            texts(&stops)[0].0,
+            "no GPU doorbell from node3 r3 GPU0 in over 9.8s (QP 0x31 +1)"
         );
     }
 

@@ -190,7 +190,7 @@ impl Rule for StalledEdges {
 
 impl Rule for GpuStopped {
     fn check(&self, at: &ModelAt, cfg: &WarningConfig, out: &mut Vec<Warning>) {
-        let stops = super::gpu_stops::gpu_stops(at, cfg.stall_ns);
+        let stops = super::gpu_stops::gpu_stops_cached(at, cfg.stall_ns);
         for (s, (subject, short)) in stops.iter().zip(super::gpu_stops::texts(&stops)) {
             out.push(Warning {
                 kind: WarningKind::GpuStopped,

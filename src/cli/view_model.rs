@@ -670,7 +670,7 @@ fn doorbells(model: &Model, at: &ModelAt, times: &[u64], w: window::Window) -> D
         return DoorbellModel::default();
     }
     // GPUs whose QPs stopped ringing (`agg::gpu_stops`): the series of each says since when.
-    let stops = crate::agg::gpu_stops::gpu_stops(at, warnings::hang_ns());
+    let stops = crate::agg::gpu_stops::gpu_stops_cached(at, warnings::hang_ns());
     let stopped = |s: &history::DoorbellSeries| -> Option<f64> {
         if s.rate_now > 0.0 {
             return None;
