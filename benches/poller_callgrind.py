@@ -118,6 +118,9 @@ def run_once(exe, d, preload, mode, n):
     for sub in ("rec", "sock"):
         shutil.rmtree(os.path.join(d, sub), ignore_errors=True)
     os.remove(os.path.join(d, "list"))
+    bare = os.path.join(d, "cg")  # callgrind's empty file of the whole process (--separate-threads)
+    if os.path.exists(bare) and os.path.getsize(bare) == 0:
+        os.remove(bare)
     return fig
 
 
