@@ -218,7 +218,9 @@ fn two_namespaced_nodes_merge_exactly() {
     // operation is timestamped when its call returns and a sender preempted between its send's
     // return and that timestamp (a loaded 2-core machine: 1 of 2,603 pairs seen) is stamped after
     // the receive its data already completed.
-    let violations = j["clocks"]["causality_violations"].as_u64().unwrap_or(u64::MAX);
+    let violations = j["clocks"]["causality_violations"]
+        .as_u64()
+        .unwrap_or(u64::MAX);
     assert!(
         violations * 200 <= pairs,
         "{violations} immediate receives before their send, of {pairs} pairs: {}",
