@@ -218,8 +218,9 @@ impl<'r> Correlation<'r> {
         e(a).saturating_add(e(b))
     }
 
-    /// Streams every event through matching and phase detection into `sink`.
-    pub fn run(&self, opts: &RunOptions, sink: &mut dyn Sink) -> Analysis {
+    /// Streams every event through matching and phase detection into `sink` (generic, so that
+    /// a concrete sink's per-event calls are inlined into the loop; `&mut dyn Sink` works too).
+    pub fn run<S: Sink + ?Sized>(&self, opts: &RunOptions, sink: &mut S) -> Analysis {
         let nproc = self.rec.processes.len();
         let mut merger = Merger::new(&self.rec.processes, &self.clocks);
         let mut a = Analysis {
