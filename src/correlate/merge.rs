@@ -124,11 +124,11 @@ impl<'a> Merger<'a> {
         // rate of the segment its return falls in.
         let clock = &self.clocks[c.proc as usize];
         c.ns.clear();
-        c.ns.reserve(c.block.len());
+        c.ns.resize(c.block.len(), 0);
         let mut last = c.last_ns;
-        for ev in c.block.iter_mut() {
+        for (ev, ns) in c.block.iter_mut().zip(c.ns.iter_mut()) {
             last = c.clock.to_real_ns(clock, ev.tsc).max(last);
-            c.ns.push(last);
+            *ns = last;
             if let Some(ticks) = ev.blocked() {
                 ev.addr = c.clock.span_ns(ticks);
             }

@@ -294,9 +294,15 @@ pub(super) fn write_plain(it: &Item, tid: Option<u32>, enc: &OpEnc, dst: &mut [u
     w.wide(CAT, 3);
     w.varint_wide(enc.name);
     annotations_fast(it, tid, enc, &mut w);
-    for &f in it.flow_in.iter().chain(it.flow_more.iter()) {
+    // TE_TERM_FLOW (48), fixed64: key 385 = 0x81 0x03; the inline ones, then any more.
+    for f in it.flow_in {
         if f != 0 {
-            // TE_TERM_FLOW (48), fixed64: key 385 = 0x81 0x03.
+            w.wide(0x0381, 2);
+            w.wide(f, 8);
+        }
+    }
+    for &f in &it.flow_more {
+        if f != 0 {
             w.wide(0x0381, 2);
             w.wide(f, 8);
         }

@@ -115,45 +115,38 @@ pub(super) unsafe trait Plain: Copy + Default {}
 /// A double-ended queue of `Plain` values in a power-of-two ring of huge-page memory (a `Vec`
 /// where mapping fails): the window's entries, up to ~2 Mi of them.
 pub(super) struct Ring<T: Plain> {
-    /// `cap` slots: a mapping (`Mem::Mapped`), else `heap`.
+    /// Where the `cap` slots are: `mapped`'s memory, else `heap`'s (kept here to free them).
     mapped: Option<Mem>,
     heap: Vec<T>,
+    /// The first slot; valid for `cap` slots (dangling with `cap` 0).
+    ptr: *mut T,
     cap: usize,
     head: usize,
     len: usize,
 }
+
+// SAFETY: `ptr` points into memory the ring owns (`mapped` or `heap`), like a Vec's.
+unsafe impl<T: Plain + Send> Send for Ring<T> {}
 
 impl<T: Plain> Ring<T> {
     pub(super) fn new() -> Self {
         Ring {
             mapped: None,
             heap: Vec::new(),
+            ptr: std::ptr::NonNull::dangling().as_ptr(),
             cap: 0,
             head: 0,
             len: 0,
         }
     }
 
+    /// The slot `i` places after the head (`i < len`, so `cap > 0`).
     #[inline(always)]
-    fn slots(&self) -> &[T] {
-        match &self.mapped {
-            // SAFETY: the mapping holds `cap * size_of::<T>()` bytes (`grow`), page aligned,
-            // which is enough alignment for T (`Plain`), and every bit pattern in it is a valid
-            // T (`Plain`); the borrow of self keeps it mapped.
-            Some(m) => unsafe { std::slice::from_raw_parts(m.as_ptr() as *const T, self.cap) },
-            None => &self.heap,
-        }
-    }
-
-    #[inline(always)]
-    fn slots_mut(&mut self) -> &mut [T] {
-        match &mut self.mapped {
-            // SAFETY: as in `slots`, with `&mut self` making the borrow unique.
-            Some(m) => unsafe {
-                std::slice::from_raw_parts_mut(m.as_mut_ptr() as *mut T, self.cap)
-            },
-            None => &mut self.heap,
-        }
+    fn slot(&self, i: usize) -> *mut T {
+        debug_assert!(i < self.len && self.cap.is_power_of_two());
+        // SAFETY: the index is masked below `cap`, and `ptr` is valid for `cap` slots
+        // (`grow`); callers pass `i < len`, and `len > 0` implies `cap > 0`.
+        unsafe { self.ptr.add((self.head + i) & (self.cap - 1)) }
     }
 
     #[inline(always)]
@@ -172,8 +165,9 @@ impl<T: Plain> Ring<T> {
         if i >= self.len {
             return None;
         }
-        let at = (self.head + i) & (self.cap - 1);
-        self.slots().get(at)
+        // SAFETY: `slot(i)` is a valid, initialised slot (`i < len`; every slot holds a valid T:
+        // `Plain`, zeroed or written), borrowed with self.
+        Some(unsafe { &*self.slot(i) })
     }
 
     #[inline(always)]
@@ -181,8 +175,8 @@ impl<T: Plain> Ring<T> {
         if i >= self.len {
             return None;
         }
-        let at = (self.head + i) & (self.cap - 1);
-        self.slots_mut().get_mut(at)
+        // SAFETY: as in `get`, and `&mut self` makes the borrow unique.
+        Some(unsafe { &mut *self.slot(i) })
     }
 
     #[inline(always)]
@@ -195,11 +189,10 @@ impl<T: Plain> Ring<T> {
         if self.len == self.cap {
             self.grow();
         }
-        let at = (self.head + self.len) & (self.cap - 1);
-        if let Some(slot) = self.slots_mut().get_mut(at) {
-            *slot = v;
-        }
         self.len += 1;
+        let at = self.slot(self.len - 1);
+        // SAFETY: `at` is a slot of the ring (index `len - 1 < len <= cap`).
+        unsafe { at.write(v) };
     }
 
     #[inline(always)]
@@ -215,21 +208,23 @@ impl<T: Plain> Ring<T> {
     fn grow(&mut self) {
         let size = std::mem::size_of::<T>().max(1);
         let cap = (self.cap * 2).max(HUGE / size).next_power_of_two();
-        let mut next = Ring {
-            mapped: None,
-            heap: Vec::new(),
-            cap,
-            head: 0,
-            len: 0,
-        };
+        let mut next = Ring::new();
         match Mem::zeroed(cap * size) {
-            m @ Mem::Mapped { .. } => next.mapped = Some(m),
-            Mem::Heap(_) => next.heap = vec![T::default(); cap],
-        }
-        for i in 0..self.len {
-            if let (Some(&v), Some(slot)) = (self.get(i), next.slots_mut().get_mut(i)) {
-                *slot = v;
+            mut m @ Mem::Mapped { .. } => {
+                next.ptr = m.as_mut_ptr() as *mut T;
+                next.mapped = Some(m);
             }
+            Mem::Heap(_) => {
+                next.heap = vec![T::default(); cap];
+                next.ptr = next.heap.as_mut_ptr();
+            }
+        }
+        next.cap = cap;
+        // The live values in order (a mapping is page aligned, enough for T: `Plain`).
+        for i in 0..self.len {
+            // SAFETY: slot `i` of self is live (`i < len`); slot `i` of `next` lies inside its
+            // `cap > len` slots.
+            unsafe { next.ptr.add(i).write(*self.slot(i)) };
         }
         next.len = self.len;
         *self = next;

@@ -50,6 +50,7 @@ impl<W: Write> PerfettoSink<W> {
     /// Makes the newest event final: encoded into the window's chunks when nothing but its
     /// own flow can change it any more (a send not yet paired is encoded with that flow, as an
     /// OPEN_SEND), else kept as an item.
+    #[inline(always)]
     pub(super) fn finalize_cur(&mut self) {
         if !self.has_cur {
             return;
@@ -174,50 +175,96 @@ impl<W: Write> PerfettoSink<W> {
     /// with the late packets due before each. Encoded packets released one after the other are
     /// staged in one copy, when something else is written or their chunk ends (`flush_run`).
     pub(super) fn release(&mut self, now: u64) {
+        // The common step (an encoded packet, final, in the front chunk, no late packet due
+        // before it) with its counts kept in locals; anything else through `release_one`.
+        let mut late_t = self.late_due_at();
+        let mut used = self.chunks.front().map_or(0, |c| c.used);
+        let (mut ops, mut bytes, mut flows) = (0u64, 0u64, 0u64);
+        let mut last = self.last_written_ns;
         while let Some(&e) = self.entries.front() {
             if e.ns.saturating_add(WINDOW_NS) >= now && self.entries.len() <= WINDOW_EVENTS {
                 break;
             }
+            let len = (e.what & LEN_MASK) as usize;
+            if late_t <= e.ns
+                || e.what & PENDING != 0
+                || e.what & (OPEN_SEND | PAIRED) == OPEN_SEND
+                || self.read_off + self.run >= used
+            {
+                self.stats.op_instants += ops;
+                self.stats.packets += ops;
+                self.stats.bytes += bytes;
+                self.stats.flows += flows;
+                self.last_written_ns = last;
+                (ops, bytes, flows) = (0, 0, 0);
+                self.entries.pop_front();
+                self.release_one(e);
+                late_t = self.late_due_at();
+                used = self.chunks.front().map_or(0, |c| c.used);
+                last = self.last_written_ns;
+                continue;
+            }
             self.entries.pop_front();
             self.base_seq += 1;
-            if self
-                .late
-                .peek()
-                .is_some_and(|Reverse((t, _, _))| *t <= e.ns)
-            {
-                self.drain_late(e.ns);
-            }
-            if e.what & PENDING != 0 {
-                self.pending_base += 1;
-                if let Some(it) = self.pending.pop_front() {
-                    self.write_item(it);
-                }
-                continue;
-            }
-            // The packet is the next `len` bytes; a chunk's end moves on to the next chunk.
-            let used = self.chunks.front().map_or(0, |c| c.used);
-            if self.read_off + self.run >= used {
-                self.flush_run();
-                if let Some(c) = self.chunks.pop_front() {
-                    self.spare_chunks.push(Chunk { used: 0, ..c });
-                }
-                self.read_off = 0;
-            }
-            let len = (e.what & LEN_MASK) as usize;
-            self.stats.op_instants += 1;
-            self.last_written_ns = self.last_written_ns.max(e.ns);
-            if e.what & OPEN_SEND != 0 && e.what & PAIRED == 0 {
-                // Never paired: written without its flow.
-                self.write_trimmed(len);
-                self.read_off += len;
-                continue;
-            }
-            self.stats.packets += 1;
-            self.stats.bytes += len as u64;
-            if e.what & (FLOW | PAIRED) != 0 {
-                self.stats.flows += 1;
-            }
+            ops += 1;
+            bytes += len as u64;
+            flows += (e.what & (FLOW | PAIRED) != 0) as u64;
+            last = last.max(e.ns);
             self.run += len;
         }
+        self.stats.op_instants += ops;
+        self.stats.packets += ops;
+        self.stats.bytes += bytes;
+        self.stats.flows += flows;
+        self.last_written_ns = last;
+    }
+
+    /// The time of the first late packet (u64::MAX when none).
+    #[inline(always)]
+    fn late_due_at(&self) -> u64 {
+        self.late.peek().map_or(u64::MAX, |Reverse((t, _, _))| *t)
+    }
+
+    /// Releases entry `e`, just taken from the front, in every case.
+    fn release_one(&mut self, e: Entry) {
+        self.base_seq += 1;
+        if self
+            .late
+            .peek()
+            .is_some_and(|Reverse((t, _, _))| *t <= e.ns)
+        {
+            self.drain_late(e.ns);
+        }
+        if e.what & PENDING != 0 {
+            self.pending_base += 1;
+            if let Some(it) = self.pending.pop_front() {
+                self.write_item(it);
+            }
+            return;
+        }
+        // The packet is the next `len` bytes; a chunk's end moves on to the next chunk.
+        let used = self.chunks.front().map_or(0, |c| c.used);
+        if self.read_off + self.run >= used {
+            self.flush_run();
+            if let Some(c) = self.chunks.pop_front() {
+                self.spare_chunks.push(Chunk { used: 0, ..c });
+            }
+            self.read_off = 0;
+        }
+        let len = (e.what & LEN_MASK) as usize;
+        self.stats.op_instants += 1;
+        self.last_written_ns = self.last_written_ns.max(e.ns);
+        if e.what & OPEN_SEND != 0 && e.what & PAIRED == 0 {
+            // Never paired: written without its flow.
+            self.write_trimmed(len);
+            self.read_off += len;
+            return;
+        }
+        self.stats.packets += 1;
+        self.stats.bytes += len as u64;
+        if e.what & (FLOW | PAIRED) != 0 {
+            self.stats.flows += 1;
+        }
+        self.run += len;
     }
 }
