@@ -112,8 +112,10 @@ impl DerefMut for Mem {
 /// at most a page's.
 pub(super) unsafe trait Plain: Copy + Default {}
 
-/// A double-ended queue of `Plain` values in a power-of-two ring of huge-page memory (a `Vec`
-/// where mapping fails): the window's entries, up to ~2 Mi of them.
+/// A double-ended queue of `Plain` values in a ring of huge-page memory (a `Vec` where mapping
+/// fails): the window's entries, up to ~2 Mi of them. It grows by doubling, but not past
+/// `limit` slots until it holds that many (the window's bound): a ring of one more power of
+/// two would be written all over as it turns, twice the memory for nothing.
 pub(super) struct Ring<T: Plain> {
     /// Where the `cap` slots are: `mapped`'s memory, else `heap`'s (kept here to free them).
     mapped: Option<Mem>,
@@ -123,13 +125,15 @@ pub(super) struct Ring<T: Plain> {
     cap: usize,
     head: usize,
     len: usize,
+    limit: usize,
 }
 
 // SAFETY: `ptr` points into memory the ring owns (`mapped` or `heap`), like a Vec's.
 unsafe impl<T: Plain + Send> Send for Ring<T> {}
 
 impl<T: Plain> Ring<T> {
-    pub(super) fn new() -> Self {
+    /// An empty ring that grows to `limit` slots at most while it holds no more.
+    pub(super) fn new(limit: usize) -> Self {
         Ring {
             mapped: None,
             heap: Vec::new(),
@@ -137,16 +141,21 @@ impl<T: Plain> Ring<T> {
             cap: 0,
             head: 0,
             len: 0,
+            limit,
         }
     }
 
     /// The slot `i` places after the head (`i < len`, so `cap > 0`).
     #[inline(always)]
     fn slot(&self, i: usize) -> *mut T {
-        debug_assert!(i < self.len && self.cap.is_power_of_two());
-        // SAFETY: the index is masked below `cap`, and `ptr` is valid for `cap` slots
-        // (`grow`); callers pass `i < len`, and `len > 0` implies `cap > 0`.
-        unsafe { self.ptr.add((self.head + i) & (self.cap - 1)) }
+        debug_assert!(i < self.len && self.head < self.cap);
+        let mut at = self.head + i;
+        if at >= self.cap {
+            at -= self.cap;
+        }
+        // SAFETY: `head < cap` and `i < len <= cap`, so `at < cap` after the wrap, and `ptr`
+        // is valid for `cap` slots (`grow`); `len > 0` implies `cap > 0`.
+        unsafe { self.ptr.add(at) }
     }
 
     #[inline(always)]
@@ -198,7 +207,10 @@ impl<T: Plain> Ring<T> {
     #[inline(always)]
     pub(super) fn pop_front(&mut self) -> Option<T> {
         let v = *self.front()?;
-        self.head = (self.head + 1) & (self.cap - 1);
+        self.head += 1;
+        if self.head == self.cap {
+            self.head = 0;
+        }
         self.len -= 1;
         Some(v)
     }
@@ -207,8 +219,11 @@ impl<T: Plain> Ring<T> {
     #[cold]
     fn grow(&mut self) {
         let size = std::mem::size_of::<T>().max(1);
-        let cap = (self.cap * 2).max(HUGE / size).next_power_of_two();
-        let mut next = Ring::new();
+        let mut cap = (self.cap * 2).max(HUGE / size);
+        if self.cap < self.limit {
+            cap = cap.min(self.limit);
+        }
+        let mut next = Ring::new(self.limit);
         match Mem::zeroed(cap * size) {
             mut m @ Mem::Mapped { .. } => {
                 next.ptr = m.as_mut_ptr() as *mut T;
@@ -243,7 +258,8 @@ mod tests {
     /// The ring keeps first-in first-out order across growth and wrap-around, like a VecDeque.
     #[test]
     fn ring_is_a_queue() {
-        let mut r: Ring<Pair> = Ring::new();
+        // A limit that is no power of two, reached and passed.
+        let mut r: Ring<Pair> = Ring::new(300_001);
         let mut d = std::collections::VecDeque::new();
         let mut x = 0x2545_f491_4f6c_dd1du64;
         for i in 0..400_000u64 {

@@ -120,7 +120,8 @@ impl<W: Write> PerfettoSink<W> {
             cur: Item::default(),
             has_cur: false,
             cur_seq: 0,
-            entries: Ring::new(),
+            // The window's bound: `event` releases above it, after `finalize_cur` added one.
+            entries: Ring::new(WINDOW_EVENTS + 2),
             base_seq: 0,
             pending: VecDeque::new(),
             pending_base: 0,
