@@ -10,6 +10,9 @@
 #   perfetto-file    sigmatop export REC --perfetto WORKDIR/t.pftrace
 #   json-file        sigmatop export REC --json WORKDIR/a.json   (correlate + JSON aggregates)
 #   both-file        sigmatop export REC --perfetto WORKDIR/t.pftrace --json WORKDIR/a.json
+# Before each timed command the page cache's dirty pages are written back (`sync`, untimed), so
+# that no command pays for the writeback of the one before it (on the development VM a write of
+# 300 MB right after another cost 0.07 to 0.4 s of system time without it).
 # Each run line: wall, user and sys seconds and peak RSS from /usr/bin/time -v style fields,
 # the output's size; `python3 benches/summarize.py export FILE` makes the table (medians, events
 # per CPU second = events / (user + sys), the floor = floor-read + floor-write).
@@ -51,6 +54,7 @@ mib=$(( (trace_bytes + (1 << 20) - 1) >> 20 ))
 t() {  # WHAT BIN OUTPUT-FILE-OR-EMPTY COMMAND...
     local what=$1 bin=$2 out=$3; shift 3
     rm -f "$work/t.pftrace" "$work/a.json" "$work/floor.out"
+    sync
     /usr/bin/time -f "wall_s=%e user_s=%U sys_s=%S rss_kb=%M" -o "$work/time.txt" "$@" >/dev/null 2>"$work/err.txt" \
         || { cat "$work/err.txt" >&2; exit 1; }
     local size=0
