@@ -28,17 +28,25 @@ fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
     }
 }
 
-/// `pub static NAME: &[(relative path, bytes)]` for every file under `root`.
-fn table(name: &str, root: &Path) -> String {
+/// `pub static NAME: &[(relative path, bytes)]` for every file under `root`. The files are named
+/// from `CARGO_MANIFEST_DIR` in the generated code, never by this checkout's absolute path, so a
+/// target directory reused from another checkout (a clean clone built with the same
+/// CARGO_TARGET_DIR) still compiles here.
+fn table(name: &str, manifest: &Path, root: &Path) -> String {
     let mut files = Vec::new();
     walk(root, &mut files);
     let mut src = format!("pub static {name}: &[(&str, &[u8])] = &[\n");
     for f in &files {
-        let (Ok(rel), Some(abs)) = (f.strip_prefix(root), f.to_str()) else {
+        let (Ok(rel), Ok(from_manifest)) = (f.strip_prefix(root), f.strip_prefix(manifest)) else {
             continue;
         };
-        let Some(rel) = rel.to_str() else { continue };
-        src.push_str(&format!("    ({rel:?}, include_bytes!({abs:?})),\n"));
+        let (Some(rel), Some(from_manifest)) = (rel.to_str(), from_manifest.to_str()) else {
+            continue;
+        };
+        let from_manifest = format!("/{from_manifest}");
+        src.push_str(&format!(
+            "    ({rel:?}, include_bytes!(concat!(env!(\"CARGO_MANIFEST_DIR\"), {from_manifest:?}))),\n"
+        ));
     }
     src.push_str("];\n");
     src
@@ -52,13 +60,22 @@ fn main() {
     println!("cargo:rerun-if-changed=fixtures/nccl/moe_np4/rec");
     println!("cargo:rerun-if-changed=fixtures/nccl/moe_cpu_np4/rec");
     println!("cargo:rerun-if-changed=build.rs");
-    let src = table("DEMO_FILES", &fixtures.join("demo-moe"))
+    let src = table("DEMO_FILES", &manifest, &fixtures.join("demo-moe"))
         + &table(
             "DEMO_GPU_FILES",
+            &manifest,
             &fixtures.join("nvshmem/put_bw.gpumem.traced/rec"),
         )
-        + &table("DEMO_NCCL_FILES", &fixtures.join("nccl/moe_np4/rec"))
-        + &table("DEMO_COLL_FILES", &fixtures.join("nccl/moe_cpu_np4/rec"));
+        + &table(
+            "DEMO_NCCL_FILES",
+            &manifest,
+            &fixtures.join("nccl/moe_np4/rec"),
+        )
+        + &table(
+            "DEMO_COLL_FILES",
+            &manifest,
+            &fixtures.join("nccl/moe_cpu_np4/rec"),
+        );
     let out_dir = PathBuf::from(std::env::var("OUT_DIR").unwrap_or_default());
     let out = out_dir.join("demo_files.rs");
     if let Err(e) = std::fs::write(&out, src) {

@@ -73,7 +73,7 @@ fn gpu_doorbells_are_forwarded_and_recovered() {
         ("SIGMATOP_WQE_LOG", log.display().to_string()),
     ];
     let t = check::run(cmd(), &dir, "traced", &env, true);
-    check::check_traced(&base, &t, &rec, Some(&log), "simple");
+    check::check_traced(&base, &t, &rec, Some(&log), "simple", 0);
     let rec = dir.join("rec-fwd");
     let env = [
         ("SIGMATOP_RECORD", rec.display().to_string()),
@@ -81,5 +81,5 @@ fn gpu_doorbells_are_forwarded_and_recovered() {
         ("SIGMATOP_GPU_WQE", "off".to_string()),
     ];
     let t = check::run(cmd(), &dir, "fwd", &env, true);
-    check::check_traced(&base, &t, &rec, None, "aggregate");
+    check::check_traced(&base, &t, &rec, None, "aggregate", 0);
 }

@@ -213,7 +213,17 @@ fn two_namespaced_nodes_merge_exactly() {
     assert_eq!(f["sends_unresolved"], 0, "{f}");
     let sum = util::check_perfetto(&dir.join("trace.pftrace"), events);
     assert_eq!(sum["flows"], pairs, "{sum}");
-    assert_eq!(j["clocks"]["causality_violations"], 0);
+    // An immediate receive before its send: with clocks misaligned beyond the bound most of the
+    // immediate receives would be; a few can be with these two nodes on one clock, since an
+    // operation is timestamped when its call returns and a sender preempted between its send's
+    // return and that timestamp (a loaded 2-core machine: 1 of 2,603 pairs seen) is stamped after
+    // the receive its data already completed.
+    let violations = j["clocks"]["causality_violations"].as_u64().unwrap_or(u64::MAX);
+    assert!(
+        violations * 200 <= pairs,
+        "{violations} immediate receives before their send, of {pairs} pairs: {}",
+        j["clocks"]
+    );
 
     // Clocks: the same TSC value through every pair of calibrations agrees within the bound.
     let bound = j["clocks"]["cross_host_bound_ns"]

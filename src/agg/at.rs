@@ -180,6 +180,9 @@ pub struct ModelAt<'m> {
     /// `waits::waits` of this view time, for one threshold: its rule, the row marks and the
     /// idle rule all read it (`waits::waits_cached`).
     pub(crate) waits_memo: std::cell::OnceCell<(u64, super::silence::Waits)>,
+    /// `gpu_stops::gpu_stops` of this view time, for one threshold: the warning and the doorbell
+    /// view of one frame read it (`gpu_stops::gpu_stops_cached`).
+    pub(crate) gpu_stops_memo: std::cell::OnceCell<(u64, Vec<super::gpu_stop::GpuStop>)>,
 }
 
 /// What an endpoint row is, as the header counts them.
@@ -536,6 +539,7 @@ impl<'m> ModelAt<'m> {
             silent,
             live_now,
             waits_memo: std::cell::OnceCell::new(),
+            gpu_stops_memo: std::cell::OnceCell::new(),
         }
     }
 

@@ -16,10 +16,15 @@
 //! - `waits`: who the others wait for: processes that stopped reporting (silent), and the far
 //!   end of receives that do not complete (the root of the chain of waits).
 //! - `warnings`: rules over the state at a view time (skew, drops, doorbell storms).
+//! - `gpu_stop`: what a GPU stop is (data, below `at`).
+//! - `gpu_stops`: GPUs whose QPs stopped ringing doorbells while their process reports, the
+//!   first to stop named.
 //! - `stalls`: stalled edges: QPs with send work outstanding and no completion past the
 //!   threshold, with their process and peer.
 
 pub mod at;
+pub mod gpu_stop;
+pub mod gpu_stops;
 pub mod history;
 pub mod matrix;
 pub mod model;

@@ -238,6 +238,7 @@ impl Model {
         r.messages = self.messages.clone();
         r.hosts = self.links.clone();
         r.stalls = self.stall_reports(hang);
+        r.gpu_stops = self.gpu_stop_reports(hang);
         r.nccl_hung = self.hung_reports(hang);
         r
     }
@@ -436,6 +437,42 @@ impl Model {
         (0..at.procs.len())
             .filter_map(|i| {
                 super::stalls::judged_at(&at, i, scope).map(|t| (at.procs[i].key.clone(), t))
+            })
+            .collect()
+    }
+
+    /// GPUs whose QPs stopped ringing at the newest data, the first to stop first (a live view:
+    /// processes that report now; none when no running process has a GPU QP).
+    pub fn gpu_stop_reports(&self, threshold_ns: u64) -> Vec<GpuStopReport> {
+        let gpu_qps = self.processes.values().any(|p| {
+            !p.exited
+                && p.endpoints
+                    .values()
+                    .any(|d| d.gpu.is_some() || d.kind == crate::event::EndpointKind::DevxQp)
+        });
+        if !gpu_qps {
+            return Vec::new();
+        }
+        let at = super::at::ModelAt::new(
+            self,
+            &super::at::AtOptions {
+                detail: super::at::Detail::Processes,
+                ..Default::default()
+            },
+        );
+        let stops = super::gpu_stops::gpu_stops(&at, threshold_ns);
+        stops
+            .iter()
+            .zip(super::gpu_stops::texts(&stops))
+            .map(|(s, (text, _))| GpuStopReport {
+                host: s.host.clone(),
+                pid: s.pid,
+                rank: s.rank,
+                gpu: s.gpu,
+                qpn: s.qpn,
+                qps: s.qps,
+                quiet_s: s.quiet_ns as f64 / 1e9,
+                text,
             })
             .collect()
     }
@@ -690,6 +727,23 @@ impl QueueReport {
     }
 }
 
+/// A GPU whose QPs stopped ringing, as the JSON reports it (`agg::gpu_stops::GpuStop`).
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct GpuStopReport {
+    pub host: String,
+    pub pid: u32,
+    pub rank: Option<u32>,
+    pub gpu: Option<u32>,
+    /// The QP named (the one that rang last).
+    pub qpn: Option<u32>,
+    /// Its QPs that stopped (every one that rang).
+    pub qps: u32,
+    /// Seconds since the last doorbell (at least).
+    pub quiet_s: f64,
+    /// The warning's text (the first to stop said so when the order is known).
+    pub text: String,
+}
+
 /// A stalled edge as the JSON reports it (`agg::stalls::Stall`).
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct StallReport {
@@ -823,6 +877,10 @@ pub struct Report {
     /// the hang threshold (absent when none).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub stalls: Vec<StallReport>,
+    /// GPUs whose QPs rang no doorbell past the hang threshold while their process reports
+    /// (`agg::gpu_stops`), the first to stop first (absent when none).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub gpu_stops: Vec<GpuStopReport>,
     /// NCCL calls open past the hang threshold (`agg::nccl`): who they wait for, or, when every
     /// rank is in one and reports, where each rank waits (absent when none).
     #[serde(skip_serializing_if = "Vec::is_empty")]

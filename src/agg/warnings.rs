@@ -88,6 +88,10 @@ pub enum WarningKind {
     /// them nothing: `subject` names that far end (the root of the chain of waits) and who
     /// waits on it; `value` how long it has sent nothing, seconds.
     WaitedOn,
+    /// A process's GPU-driven QPs rang no doorbell past the threshold while it reports
+    /// (`gpu_stops`): `value` the seconds since the last; `subject` the whole text (process,
+    /// GPU, QPs, and which GPU stopped first).
+    GpuStopped,
     /// An endpoint's operations failed (error completions other than flushes, failed calls):
     /// `count` since the start.
     FailedOperations,
@@ -145,6 +149,8 @@ pub struct DoorbellStorm;
 pub struct IdleWithPosted;
 /// Endpoints whose operations failed.
 pub struct Failed;
+/// GPUs whose QPs stopped ringing doorbells.
+pub struct GpuStopped;
 /// Silent processes and the processes the others wait on (`agg::waits`), one warning each.
 pub struct Waits;
 
@@ -157,6 +163,7 @@ pub const RULES: &[&dyn Rule] = &[
     &StalledEdges,
     &HungCollective,
     &Waits,
+    &GpuStopped,
     &Failed,
     &Drops,
     &Skew,
@@ -176,6 +183,21 @@ impl Rule for StalledEdges {
                 value: s.stalled_ns as f64 / 1e9,
                 processes: 1,
                 short: s.short_text(),
+            });
+        }
+    }
+}
+
+impl Rule for GpuStopped {
+    fn check(&self, at: &ModelAt, cfg: &WarningConfig, out: &mut Vec<Warning>) {
+        let stops = super::gpu_stops::gpu_stops_cached(at, cfg.stall_ns);
+        for (s, (subject, short)) in stops.iter().zip(super::gpu_stops::texts(&stops)) {
+            out.push(Warning {
+                kind: WarningKind::GpuStopped,
+                subject,
+                value: s.quiet_ns as f64 / 1e9,
+                processes: 1,
+                short,
             });
         }
     }
@@ -355,6 +377,7 @@ pub const SUMMARY_RULES: &[&dyn Rule] = &[
     &StalledEdges,
     &HungCollective,
     &Waits,
+    &GpuStopped,
     &Failed,
     &Drops,
     &IdleWithPosted,

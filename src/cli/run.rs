@@ -280,14 +280,21 @@ pub fn run_headless(args: &RunArgs) -> CliResult {
     let mut waits = crate::agg::waits::WaitWatch::default();
     // A QP whose send work stopped completing likewise (issue 36).
     let mut stalls = crate::agg::stalls::StallWatch::default();
+    // And a GPU whose QPs stopped ringing doorbells (issue 40 item 3).
+    let mut gpu_stops = crate::agg::gpu_stops::GpuStopWatch::default();
     let mut hung_checked = Instant::now();
     let mut stalls_checked = Instant::now();
     let status = loop {
         live.poll(&mut model);
         // Every 100 ms (cheap: processes only, peers resolved only when something stalled): a
         // stall is said within its threshold and an interval.
-        if model.processes.values().any(|p| p.queues.is_some())
-            && stalls_checked.elapsed() >= Duration::from_millis(100)
+        if stalls_checked.elapsed() >= Duration::from_millis(100)
+            && model.processes.values().any(|p| {
+                p.queues.is_some()
+                    || p.endpoints
+                        .values()
+                        .any(|d| d.gpu.is_some() || d.kind == crate::event::EndpointKind::DevxQp)
+            })
         {
             stalls_checked = Instant::now();
             let at = crate::agg::ModelAt::new(
@@ -299,6 +306,9 @@ pub fn run_headless(args: &RunArgs) -> CliResult {
                 },
             );
             for l in stalls.check(&at, crate::agg::warnings::hang_ns()) {
+                say!("sigmatop: {l}");
+            }
+            for l in gpu_stops.check(&at, crate::agg::warnings::hang_ns()) {
                 say!("sigmatop: {l}");
             }
         }

@@ -669,10 +669,30 @@ fn doorbells(model: &Model, at: &ModelAt, times: &[u64], w: window::Window) -> D
     if series.is_empty() {
         return DoorbellModel::default();
     }
+    // GPUs whose QPs stopped ringing (`agg::gpu_stops`): the series of each says since when.
+    let stops = crate::agg::gpu_stops::gpu_stops_cached(at, warnings::hang_ns());
+    let stopped = |s: &history::DoorbellSeries| -> Option<f64> {
+        if s.rate_now > 0.0 {
+            return None;
+        }
+        stops
+            .iter()
+            .filter(|x| {
+                x.host == s.host
+                    && match s.gpu {
+                        Some(g) => x.gpu == Some(g),
+                        None => x.gpu.is_none() && x.qpn == s.qpn,
+                    }
+            })
+            .map(|x| x.quiet_ns)
+            .min()
+            .map(|ns| ns as f64 / 1e9)
+    };
     DoorbellModel {
         series: series
             .into_iter()
             .map(|s| DoorbellSeries {
+                stopped_s: stopped(&s),
                 label: match (s.gpu, s.qpn) {
                     (Some(g), _) => format!("{} GPU{g}", s.host),
                     (None, Some(q)) => format!("QP 0x{q:x}"),
@@ -810,7 +830,7 @@ fn warning_kind(k: warnings::WarningKind) -> WarningKind {
         W::HungCollective => WarningKind::HungCollective,
         W::Silent => WarningKind::Silent,
         W::WaitedOn => WarningKind::WaitedOn,
-        W::StalledEdge => WarningKind::StalledEdge,
+        W::StalledEdge | W::GpuStopped => WarningKind::StalledEdge,
         W::EventsDropped | W::FramesLost => WarningKind::Drops,
         W::NodeSkew => WarningKind::NodeSkew,
         W::NodeIngressSkew => WarningKind::NodeIngressSkew,
@@ -841,9 +861,12 @@ pub fn warning_text(w: &warnings::Warning) -> String {
     use sigmatop_tui::units as fmt;
     use warnings::WarningKind as W;
     match w.kind {
-        W::HungCollective | W::StalledEdge | W::Silent | W::WaitedOn | W::QpFailed => {
-            w.subject.clone()
-        }
+        W::HungCollective
+        | W::StalledEdge
+        | W::Silent
+        | W::WaitedOn
+        | W::QpFailed
+        | W::GpuStopped => w.subject.clone(),
         W::EventsDropped if w.processes > 0 => format!(
             "{} events dropped (ring full, {} proc{})",
             fmt::count(w.value as u64),

@@ -7,7 +7,9 @@
  * (NVSHMEM_IBGDA_FORCE_NIC_BUF_MEMTYPE=hostmem), the rest stays in "device" memory.
  * DEVX_CPU_SHARED_UAR=1 binds both QPs to one UAR and adds rounds of back-to-back doorbells of
  * the two QPs on that one register; DEVX_CPU_REUSE=N rounds that reuse every send-queue slot
- * before sigmatop's (held) copy of them ran.
+ * before sigmatop's (held) copy of them ran; DEVX_CPU_DOORBELLS=N runs N doorbells of one RDMA
+ * write each on QP 0, each waited for, instead of all that (benches/poller_callgrind.py: the
+ * poller's price of one doorbell).
  * At the end the QPs are torn down as NVSHMEM does (UAR unregistered, QP destroyed, umems
  * deregistered, UAR freed, the GPU send queue freed); DEVX_CPU_SLOW_TEARDOWN=MS keeps the last
  * WQE copies in flight MS ms across it.
@@ -140,6 +142,20 @@ int main(int argc, char **argv) {
   memset(W->R + R_ATOMIC, 0, 16);
   *(uint64_t *)(W->R + R_ATOMIC + 8) = 100;
 
+  /* DEVX_CPU_DOORBELLS=N: N doorbells of one RDMA write each on QP 0, each waited for, and
+   * nothing else (the bench prices one doorbell: no range a copy could miss). */
+  const char *nd = getenv("DEVX_CPU_DOORBELLS");
+  if (nd && atoi(nd) > 0) {
+    for (int r = 0; r < atoi(nd); r++) {
+      struct op_desc o = mk(MLX5_OPCODE_RDMA_WRITE, 8, (uint64_t)W->R + 840000 + 8 * (uint64_t)(r % 1024),
+                            (uint64_t)W->L + 8 * (uint64_t)(r % 512));
+      uint16_t i = post(W, 0, &o);
+      ring(W, 0);
+      wait_cqe(W, 0, i);
+    }
+    goto done;
+  }
+
   scenario_single(W);
 
   /* BlueFlame: the WQE's 64 bytes stored to the BF register, body first, ctrl word last. */
@@ -151,6 +167,28 @@ int main(int argc, char **argv) {
   FENCE();
   reg[0] = bf[0];
   wait_cqe(W, 1, idx);
+
+  /* DEVX_CPU_STOP=PATH: stopped until PATH exists (the process goes on, its QPs stay up),
+   * then ringing until PATH.done exists: what a hung kernel and its resumption look like. */
+  const char *stop = getenv("DEVX_CPU_STOP");
+  if (stop && *stop) {
+    char done[4096];
+    snprintf(done, sizeof done, "%s.done", stop);
+    printf("STOPPED\n");
+    fflush(stdout);
+    while (access(stop, F_OK) != 0)
+      usleep(1000);
+    printf("RESUMED\n");
+    fflush(stdout);
+    for (uint64_t k = 0; access(done, F_OK) != 0; k++) {
+      struct op_desc o = mk(MLX5_OPCODE_RDMA_WRITE, 8, (uint64_t)W->R + 830000 + 8 * (k % 512),
+                            (uint64_t)W->L + 8 * (k % 512));
+      uint16_t idx = post(W, 0, &o);
+      ring(W, 0);
+      wait_cqe(W, 0, idx);
+      usleep(1000);
+    }
+  }
 
   /* DEVX_CPU_SHARED_UAR=1 (QP 1 bound to QP 0's UAR): SHARED_ROUNDS rounds of one write on
    * each QP, rung back to back on the one register (QP 0's doorbell, then QP 1's), each round
@@ -226,6 +264,7 @@ int main(int argc, char **argv) {
            (long)((b.tv_sec - a.tv_sec) * 1000 + (b.tv_nsec - a.tv_nsec) / 1000000));
   }
 
+done:
   nic_stop(&n);
   printf("RESULT local=%016llx remote=%016llx\n", (unsigned long long)fnv(W->L, BUF_BYTES),
          (unsigned long long)fnv(W->R, BUF_BYTES));

@@ -331,6 +331,7 @@ pub fn sample_view_model() -> ViewModel {
             .map(|i| peak * SHAPE[(i + g * 3) % 16] as f64 / 8.0 * jitter(i))
             .collect(),
         rate_now: if g == 0 { 41_200.0 } else { 12_000.0 },
+        stopped_s: None,
         interval_ns: Some(interval),
         rate_percentiles: Some(Percentiles {
             p50: peak * 0.62,

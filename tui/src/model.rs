@@ -445,6 +445,9 @@ pub struct DoorbellSeries {
     pub interval_ns: Option<Percentiles>,
     /// Doorbells per second across the window's samples.
     pub rate_percentiles: Option<Percentiles>,
+    /// Seconds since the last doorbell, when its QPs stopped ringing for longer than the hang
+    /// threshold while the process reports (`agg::gpu_stops`); None while it rings.
+    pub stopped_s: Option<f64>,
 }
 
 /// One decoded doorbell and the WQE(s) behind it.

@@ -1262,3 +1262,26 @@ fn collectives_with_calls_made_of_parts_and_gpu_arrivals() {
     let s = text(&render(&app, &empty, 80, 24));
     assert!(s.contains("left out for size"), "{s}");
 }
+
+/// A GPU whose QPs stopped ringing (issue 40 item 3): its series says "stop" and how long where
+/// the rate stands, the other GPU's rate as before; at 80×24 and 200×60.
+#[test]
+fn a_stopped_gpu_says_so_in_the_doorbell_view() {
+    let mut vm = sample_view_model();
+    let s = &mut vm.doorbells.series[1];
+    s.rate_now = 0.0;
+    s.stopped_s = Some(4.1);
+    let label = s.label.clone();
+    for (w, h) in SIZES {
+        let mut app = App::new(Theme::dark());
+        keys(&mut app, "d");
+        let backend = render(&app, &vm, w, h);
+        let text = format!("{backend}");
+        let line = text
+            .lines()
+            .find(|l| l.contains(&label))
+            .unwrap_or_else(|| panic!("{w}x{h}: no row of {label}:\n{text}"));
+        assert!(line.contains("stop 4.1s"), "{w}x{h}: {line}");
+        insta::assert_snapshot!(format!("doorbells_stopped_{w}x{h}"), backend);
+    }
+}

@@ -85,6 +85,9 @@ pub enum Fault {
     Socket = 5,
     /// The record's disk fills up after a few chunks.
     Disk = 6,
+    /// The GPU doorbell poller applies each registration and QP 300 ms late: the program's
+    /// doorbells are in the shadow page before the poller watches it (tests/devx_doorbell.rs).
+    PollerLate = 7,
 }
 
 pub fn fault() -> Fault {
@@ -95,6 +98,7 @@ pub fn fault() -> Fault {
         4 => Fault::Collector,
         5 => Fault::Socket,
         6 => Fault::Disk,
+        7 => Fault::PollerLate,
         _ => Fault::None,
     }
 }
@@ -362,9 +366,10 @@ pub fn load() {
             "collector" => Fault::Collector,
             "socket" => Fault::Socket,
             "disk" => Fault::Disk,
+            "poller_late" => Fault::PollerLate,
             _ => {
                 warn(format!(
-                    "SIGMATOP_TEST_FAULT={f} is not one of init, hook, ring, collector, socket, disk; ignored"
+                    "SIGMATOP_TEST_FAULT={f} is not one of init, hook, ring, collector, socket, disk, poller_late; ignored"
                 ));
                 Fault::None
             }

@@ -55,7 +55,14 @@ fn pct_spans(app: &App, s: &DoorbellSeries, short: bool) -> Vec<Span<'static>> {
 pub(super) fn series_line(app: &App, s: &DoorbellSeries, width: usize, pct: bool) -> Line<'static> {
     let th = &app.theme;
     let label = format!(" {:<12}", truncate(&s.label, 12));
-    let now = format!(" {:>7}/s ", units::si(s.rate_now));
+    let (now, now_style) = match s.stopped_s {
+        // The same width as a rate: "stopped 4.1s" where "  1.2k/s" stands.
+        Some(q) => (
+            format!(" {:>9} ", format!("stop {}", units::secs(q))),
+            th.warn,
+        ),
+        None => (format!(" {:>7}/s ", units::si(s.rate_now)), th.text),
+    };
     let pct_spans = if pct {
         pct_spans(app, s, false)
     } else {
@@ -72,7 +79,7 @@ pub(super) fn series_line(app: &App, s: &DoorbellSeries, width: usize, pct: bool
         Span::styled(label, th.title),
         Span::styled("db/s ", th.dim),
         Span::styled(spark(&s.rate_history, max, spark_w), th.tx),
-        Span::styled(now, th.text),
+        Span::styled(now, now_style),
     ];
     v.extend(pct_spans);
     Line::from(v)

@@ -25,36 +25,47 @@
 //! **Shared registers.** Several QPs bound to one UAR (`qpc.uar_page`) ring one register, and a
 //! NIC rings only the QP a doorbell names: when a second QP's doorbell hides the first's between
 //! two reads, the first QP's doorbell record (written before its doorbell) still says how far it
-//! posted. Before forwarding a doorbell on such a register the poller forwards, for every other
-//! QP of the register whose record is past its last doorbell, a doorbell of its own first (GPU
-//! convention), recorded and recovered like any other (`shared_register` in the stats line).
+//! posted. On every doorbell of such a register the poller looks at the other QPs' records: one
+//! in host memory it reads itself, before forwarding, and forwards first a doorbell of its own
+//! (GPU convention) for a QP whose record is past its last doorbell; one in GPU memory the
+//! copier thread reads (a read of GPU memory is a sync, and has no place between two doorbells),
+//! and the poller forwards that doorbell when the answer comes back. Each is recorded and
+//! recovered like any other (`shared_register` in the stats line).
 //!
 //! **Teardown.** Freeing a UAR, ending a registration or destroying a QP waits until the poller
-//! has applied it (a copy still reading the queue is synced first): no time limit, since the
-//! memory is freed right after; a wait over a second says so on stderr.
+//! has applied it, and a destroyed QP's send queue until the copier has finished with it (its
+//! copies synced): no time limit, since the memory is freed right after; a wait over a second says
+//! so on stderr.
 //!
-//! **WQE recovery.** For each doorbell that posts new WQEBBs, the poller enqueues (after
-//! forwarding) an async device-to-host copy of exactly those WQEBBs, wrap-aware, on its own
-//! non-blocking CUDA stream into a pinned mirror of the SQ (same slot offsets). Parsing is batched:
-//! once `SIGMATOP_WQE_BATCH` (default 128, never more than the SQ has slots) WQEBBs are pending,
-//! or the QP has been idle for 50 µs, the stream is synced and the pending ranges are walked with
-//! [`sigmatop::decode::wqe::walk_new_wqes`]; each WQE becomes a GPU op event stamped with its
-//! doorbell's timestamp, on the QP's endpoint (whose `gpu` is the SQ's device). Host-resident SQs
-//! are copied with a plain memcpy at doorbell time. Ctrl-index mismatches and unparsable WQEs are
-//! counted in `unparsable_wqes`.
+//! **WQE recovery** (copier.rs, issue 41). For each doorbell that posts new WQEBBs the poller,
+//! after forwarding, hands the range to the copier thread ("sigmatop-wqe") over a bounded
+//! lock-free queue: no copy, no sync with the GPU, no parse and no syscall between two doorbells;
+//! a full queue is a range dropped and counted (`dropped_wqebbs`), never waited for. The copier
+//! copies the union of each QP's new ranges at once (an async device-to-host copy on its own
+//! non-blocking CUDA stream into a pinned mirror of the SQ; a memcpy for a host-resident SQ),
+//! then parses, once `SIGMATOP_WQE_BATCH` (default 128, never more than the SQ has slots) WQEBBs
+//! are pending or the QP has been idle for 50 µs, with [`sigmatop::decode::wqe::walk_new_wqes`];
+//! each WQE becomes a GPU op event stamped with its doorbell's timestamp, on the QP's endpoint
+//! (whose `gpu` is the SQ's device). A slot the program reused before the copy read it is found
+//! by the WQE's own index and counted (`overwritten_slots`), never reported as the doorbell's
+//! WQE; every WQEBB not recovered is also in `unparsable_wqes`, the drop counter the dashboard
+//! shows.
 //!
 //! Environment (read in config.rs, `config::Gpu`): `SIGMATOP_GPU_WQE=off` (forward only),
-//! `SIGMATOP_WQE_BATCH=n`, `SIGMATOP_WQE_COPY=doorbell|batch` (copy per doorbell, the default, or
-//! one copy per batch), `SIGMATOP_POLLER_CPU=n` (pin the poller), `SIGMATOP_WQE_LOG=file` (one
-//! line per recovered WQE, for tests and debugging), `SIGMATOP_GPU_STATS=1` (a summary line on
-//! stderr at exit).
+//! `SIGMATOP_WQE_BATCH=n`, `SIGMATOP_WQE_COPY=doorbell|batch` (for GPU memory: copy as soon as
+//! the copier takes a doorbell's range, the default, ranges taken together in one copy of their
+//! union; or one copy per batch), `SIGMATOP_POLLER_CPU=n` (pin the poller; the copier is not
+//! pinned), `SIGMATOP_WQE_LOG=file` (one line per recovered WQE, for tests and debugging),
+//! `SIGMATOP_GPU_STATS=1` (a summary line on stderr at exit: with `overwritten_slots`,
+//! `torn_slots` and `dropped_wqebbs`, what recovery lost and why). There is no switch back to the
+//! copy on the poller thread (docs/DESIGN.md "GPU doorbells").
 //!
 //! Files: this one holds the control-path state the hooks change (UARs, hijacked registrations,
-//! QPs); [`poller`] watches and forwards, [`recover`] copies and parses WQEs, [`stats`] counts.
+//! QPs); [`poller`] watches and forwards, [`copier`] copies and parses WQEs, [`stats`] counts.
 //! The CUDA calls go to [`crate::layers::gpu::driver`]; nothing here calls back into the hooks.
 
+mod copier;
 mod poller;
-mod recover;
 pub mod stats;
 
 use core::ffi::{c_uint, c_void};
@@ -70,6 +81,30 @@ use crate::layers::gpu::driver::{
 };
 pub use stats::stats_line;
 use stats::{HIJACK_FAILED, HIJACKS};
+
+/// QPNs hashed by one multiply (the poller looks one up per doorbell; SipHash, the default, costs
+/// several times more). QPNs are numbers the NIC hands out, not input anyone can choose to
+/// collide.
+#[derive(Default, Clone, Copy)]
+pub(super) struct QpnHasher(u64);
+
+impl core::hash::Hasher for QpnHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for b in bytes {
+            self.0 = (self.0.rotate_left(8) ^ u64::from(*b)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        }
+    }
+    fn write_u32(&mut self, n: u32) {
+        self.0 = (self.0 ^ u64::from(n)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    }
+}
+
+/// A map keyed by QPN.
+pub(super) type QpnMap<V> =
+    std::collections::HashMap<u32, V, core::hash::BuildHasherDefault<QpnHasher>>;
 
 /// Bytes of a registered range watched from its start (a UAR's DB/BF registers).
 const MAX_WATCH_BYTES: u64 = 1024;
@@ -342,7 +377,7 @@ pub fn add_qp(q: QpInfo) {
     }
 }
 
-/// A devx QP is being destroyed: its pending WQEs are parsed first (the poller's copies of its
+/// A devx QP is being destroyed: its pending WQEs are parsed first (the copier's copies of its
 /// send queue are finished before this returns).
 pub fn remove_qp(qpn: u32) {
     let g = {
@@ -355,6 +390,28 @@ pub fn remove_qp(qpn: u32) {
         bump()
     };
     wait_ack(g);
+    wait_copier(g);
+}
+
+/// Waits until the copier has done everything the poller handed it up to generation `g` (its
+/// copies of a destroyed QP's queue synced), or stopped running. Not bounded, for the reason
+/// `wait_ack` gives.
+fn wait_copier(g: u64) {
+    let start = Instant::now();
+    let mut said = false;
+    while copier::COPY_ACK.load(Ordering::Acquire) < g
+        && copier::COPIER_RUNNING.load(Ordering::Acquire)
+        && POLLER_RUNNING.load(Ordering::Acquire)
+    {
+        if !said && start.elapsed() > Duration::from_secs(1) {
+            said = true;
+            eprintln!(
+                "sigmatop: waiting for a WQE copy to finish before a send queue is freed ({} ms so far)",
+                start.elapsed().as_millis()
+            );
+        }
+        std::thread::yield_now();
+    }
 }
 
 /// In a fork child: the parent's poller thread is not in this process. Without this the child
@@ -365,6 +422,8 @@ pub fn forget_poller_after_fork() {
     POLLER_RUNNING.store(false, Ordering::Release);
     POLLER_STARTED.store(false, Ordering::Release);
     STOP.store(false, Ordering::Release);
+    copier::COPIER_RUNNING.store(false, Ordering::Release);
+    copier::COPY_ACK.store(0, Ordering::Release);
 }
 
 /// Parses everything pending and stops the poller (process exit; bounded).

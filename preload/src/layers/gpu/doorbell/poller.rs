@@ -1,24 +1,26 @@
 //! The poller thread ("sigmatop-db"): spins over the watched 64-byte blocks of every shadow
 //! page, forwards each change to the real UAR page at once (8 bytes, or a whole BlueFlame block),
-//! decodes the doorbell word and joins it by QPN to the devx QP; the WQEs behind it are recovered
-//! in recover.rs.
+//! decodes the doorbell word, joins it by QPN to the devx QP and records it; the range of WQEBBs
+//! it posted goes to the copier thread (copier.rs), which reads and parses the WQEs. Nothing here
+//! copies, syncs with the GPU or parses between two doorbells.
 
-use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use core::sync::atomic::Ordering;
 
-use sigmatop::decode::doorbell::{DoorbellKind, DoorbellStep, DoorbellWord, SqTracker, WqeRange};
-use sigmatop::decode::wqe::Opcode;
-use sigmatop::decode::{WQEBB_BYTES, valid_sq_cnt};
+use sigmatop::decode::doorbell::{DoorbellKind, DoorbellStep, DoorbellWord, SqTracker};
+use sigmatop::decode::valid_sq_cnt;
 use sigmatop::event::{Op, UNATTRIBUTED_EP, flags};
 
+use super::copier::{self, COPIER_RUNNING, Job, Link};
 use super::stats::{
     BLUEFLAME, COALESCED, DOORBELLS, DUPLICATES, OTHER_STORES, OVERRUNS, SHARED, UNKNOWN_QP,
     UNPARSABLE,
 };
-use super::{ACK, GEN, MAX_WATCH_BYTES, QpInfo, Registration, STATE, STOP, page_of, page_size};
-use crate::layers::gpu::driver::{self as cuda_driver, Driver, Stream};
+use super::{
+    ACK, GEN, MAX_WATCH_BYTES, QpInfo, QpnMap, Registration, STATE, STOP, page_of, page_size,
+};
 use crate::runtime::config::Gpu;
 use crate::runtime::thread::{Detail, Outcome, ThreadState};
 
@@ -34,39 +36,34 @@ struct Block {
     sharers: Vec<u32>,
 }
 
-pub(super) struct Pending {
-    pub range: WqeRange,
-    pub tsc: u64,
-    pub copied: bool,
-}
-
-pub(super) struct QpRt {
-    pub info: QpInfo,
-    pub tracker: SqTracker,
-    /// Pinned host mirror of the SQ (sq_cnt WQEBBs, same slot offsets).
-    pub mirror: *mut u8,
-    pub pending: Vec<Pending>,
-    pub pending_wqebbs: u32,
-    pub threshold: u32,
-    pub last_db_ns: u64,
-    /// This QP is still defined (false: being destroyed; flushed, then dropped).
-    pub live: bool,
+struct QpRt {
+    info: QpInfo,
+    tracker: SqTracker,
     /// The producer index of a doorbell the poller made up from the doorbell record (shared
     /// register): the program's own doorbell for it, if it comes, is that same doorbell seen
     /// late, forwarded but not recorded again.
-    pub made_up: Option<u16>,
+    made_up: Option<u16>,
+    /// A read of its doorbell record (in GPU memory) is with the copier (`Job::Check`).
+    checking: bool,
+    /// Another doorbell of its register came while `checking`: its answer may be older than
+    /// that doorbell, so it is asked again when the answer comes.
+    again: bool,
+    /// Its last producer index when the read was asked for.
+    check_base: u16,
 }
 
 pub(super) struct Poller {
-    pub cfg: &'static Gpu,
+    cfg: &'static Gpu,
     seen_gen: u64,
     blocks: Vec<Block>,
-    pub qps: HashMap<u32, QpRt>,
+    qps: QpnMap<QpRt>,
     ts: Option<&'static ThreadState>,
-    pub drv: Option<&'static Driver>,
-    pub stream: Option<Stream>,
-    ctx_set: bool,
-    pub log: Option<std::io::BufWriter<std::fs::File>>,
+    /// To the copier thread (None: WQEs are not recovered, or it could not start).
+    link: Option<Arc<Link>>,
+    /// `Job::Check`s whose answer has not come back.
+    checks_out: u32,
+    /// What was last forwarded of each block no longer watched, by its shadow address.
+    unwatched: std::collections::HashMap<u64, [u64; 8]>,
 }
 
 #[inline(always)]
@@ -80,37 +77,30 @@ fn sfence() {
     core::sync::atomic::fence(Ordering::SeqCst);
 }
 
-pub(super) fn op_of(opcode: Opcode) -> Op {
-    match opcode {
-        Opcode::RdmaWrite | Opcode::RdmaWriteImm => Op::GpuWrite,
-        Opcode::RdmaRead => Op::GpuRead,
-        o if o.is_atomic() => Op::GpuAtomic,
-        Opcode::Send | Opcode::SendImm | Opcode::SendInval => Op::GpuSend,
-        _ => Op::GpuOther,
-    }
-}
-
 impl Poller {
     pub fn new() -> Poller {
-        let cfg = crate::runtime::config::gpu();
-        let log = cfg.wqe_log.as_ref().and_then(|p| {
-            std::fs::OpenOptions::new()
-                .create(true)
-                .append(true)
-                .open(p)
-                .ok()
-                .map(std::io::BufWriter::new)
-        });
         Poller {
-            cfg,
+            cfg: crate::runtime::config::gpu(),
             seen_gen: 0,
             blocks: Vec::new(),
-            qps: HashMap::new(),
+            qps: QpnMap::default(),
             ts: None,
-            drv: None,
-            stream: None,
-            ctx_set: false,
-            log,
+            link: None,
+            checks_out: 0,
+            unwatched: std::collections::HashMap::new(),
+        }
+    }
+
+    /// Ends the copier after everything handed to it is parsed (bounded: `shutdown` waits 500
+    /// ms for the poller in all).
+    fn stop_copier(&mut self) {
+        let Some(l) = self.link.take() else { return };
+        if !l.control(Job::Stop) {
+            return;
+        }
+        let deadline = std::time::Instant::now() + Duration::from_millis(400);
+        while COPIER_RUNNING.load(Ordering::Acquire) && std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_micros(200));
         }
     }
 
@@ -119,20 +109,25 @@ impl Poller {
             crate::runtime::os::pin_to_cpu(cpu);
         }
         self.ts = crate::runtime::thread::current();
-        let mut idle: u32 = 0;
+        if self.cfg.recover_wqes {
+            let link = Arc::new(Link::new());
+            if copier::start(Arc::clone(&link)) {
+                self.link = Some(link);
+            }
+        }
         loop {
             let g = GEN.load(Ordering::Acquire);
             if g != self.seen_gen {
                 self.apply(g);
             }
             if STOP.load(Ordering::Acquire) {
-                self.flush_all();
+                self.stop_copier();
                 break;
             }
+            if self.checks_out > 0 {
+                self.make_up();
+            }
             if self.blocks.is_empty() {
-                if self.qps.values().any(|q| !q.pending.is_empty()) {
-                    self.flush_all();
-                }
                 std::thread::sleep(Duration::from_micros(500));
                 continue;
             }
@@ -154,18 +149,9 @@ impl Poller {
                     self.on_change(i, changed);
                 }
             }
-            if any {
-                idle = 0;
-            } else {
+            if !any {
                 core::hint::spin_loop();
-                idle = idle.wrapping_add(1);
-                if idle & 0x3ff == 0 {
-                    self.idle_flush();
-                }
             }
-        }
-        if let Some(l) = self.log.as_mut() {
-            let _ = std::io::Write::flush(l);
         }
         if self.cfg.stats {
             eprintln!("{}", super::stats_line());
@@ -174,7 +160,10 @@ impl Poller {
 
     /// Applies control-path changes: rebuild the watched blocks, add/drop QPs.
     fn apply(&mut self, g: u64) {
-        let (blocks, qps, ctx) = {
+        if crate::runtime::config::fault() == crate::runtime::config::Fault::PollerLate {
+            std::thread::sleep(Duration::from_millis(300));
+        }
+        let (blocks, qps) = {
             let Ok(s) = STATE.lock() else { return };
             let mut blocks: Vec<Block> = Vec::new();
             let ps = page_size();
@@ -218,20 +207,18 @@ impl Poller {
                     }
                     let shadow = (sh.host + blk as u64 * 64) as *const u64;
                     let real = (sh.real_page + blk as u64 * 64) as *mut u64;
-                    // Keep what was last seen of a block that stays watched.
+                    // What was last forwarded of this block (of a block that stays watched, or
+                    // was watched before); a block never watched holds what the shadow held
+                    // when it was made, zeros: a doorbell the program stored before this
+                    // poller first looked at it is a change, and is forwarded (it was taken
+                    // for the block's starting value, and lost, when the poller started late).
                     let last = self
                         .blocks
                         .iter()
                         .find(|b| b.shadow == shadow)
                         .map(|b| b.last)
-                        .unwrap_or_else(|| {
-                            let mut l = [0u64; 8];
-                            for (w, x) in l.iter_mut().enumerate() {
-                                // SAFETY: our shadow page; read what is there now.
-                                *x = unsafe { core::ptr::read_volatile(shadow.add(w)) };
-                            }
-                            l
-                        });
+                        .or_else(|| self.unwatched.get(&(shadow as u64)).copied())
+                        .unwrap_or([0u64; 8]);
                     // The QPs bound (qpc.uar_page) to a UAR whose register is in this block.
                     let lo = sh.real_page + blk as u64 * 64;
                     let mut sharers: Vec<u32> = s
@@ -258,18 +245,20 @@ impl Poller {
                     });
                 }
             }
-            (blocks, s.qps.clone(), s.ctx)
+            (blocks, s.qps.clone())
         };
+        // Blocks no longer watched keep what was last forwarded of them, should they come back.
+        for b in &self.blocks {
+            if !blocks.iter().any(|n| n.shadow == b.shadow) {
+                self.unwatched.insert(b.shadow as u64, b.last);
+            }
+        }
+        for b in &blocks {
+            self.unwatched.remove(&(b.shadow as u64));
+        }
         self.blocks = blocks;
-        if self.drv.is_none() {
-            self.drv = cuda_driver::driver();
-        }
-        if !self.ctx_set
-            && let (Some(d), Some(c)) = (self.drv, ctx)
-        {
-            self.ctx_set = d.set_ctx(c);
-        }
-        // QPs gone: parse what is pending, then drop them.
+        // QPs gone: the copier parses what is pending and syncs its copies of their queues
+        // (their destroy waits for its Ack below), then forgets them.
         let gone: Vec<u32> = self
             .qps
             .keys()
@@ -277,62 +266,45 @@ impl Poller {
             .copied()
             .collect();
         for qpn in gone {
-            if let Some(mut q) = self.qps.remove(&qpn) {
-                q.live = false;
-                self.flush(&mut q);
-                self.free_qp(q);
+            if self.qps.remove(&qpn).is_some_and(|q| q.checking) {
+                self.checks_out -= 1;
+            }
+            if let Some(l) = &self.link {
+                l.control(Job::Gone(qpn));
             }
         }
         for q in qps {
             if !self.qps.contains_key(&q.qpn)
-                && let Some(rt) = self.new_qp(q)
+                && valid_sq_cnt(q.sq_cnt)
+                && let Ok(tracker) = SqTracker::new(q.sq_cnt)
             {
-                self.qps.insert(rt.info.qpn, rt);
+                if let Some(l) = &self.link {
+                    l.control(Job::Add(q.clone()));
+                }
+                self.qps.insert(
+                    q.qpn,
+                    QpRt {
+                        info: q,
+                        tracker,
+                        made_up: None,
+                        checking: false,
+                        again: false,
+                        check_base: 0,
+                    },
+                );
             }
+        }
+        if let Some(l) = &self.link {
+            l.control(Job::Ack(g));
         }
         self.seen_gen = g;
         ACK.store(g, Ordering::Release);
     }
 
-    fn new_qp(&mut self, info: QpInfo) -> Option<QpRt> {
-        if !valid_sq_cnt(info.sq_cnt) {
-            return None;
-        }
-        let tracker = SqTracker::new(info.sq_cnt).ok()?;
-        let len = info.sq_cnt as usize * WQEBB_BYTES;
-        let mut mirror = core::ptr::null_mut();
-        if self.cfg.recover_wqes
-            && let Some(m) = crate::runtime::os::map_zeroed(len, true)
-        {
-            mirror = m;
-            if info.gpu.is_some()
-                && let Some(d) = self.drv
-            {
-                // Pinned, so the copies are truly asynchronous (best effort).
-                // SAFETY: the real cuMemHostRegister on our own mapping.
-                let _ = unsafe { (d.host_register)(m as *mut core::ffi::c_void, len, 0) };
-            }
-        }
-        let threshold = self.cfg.batch.min(info.sq_cnt).max(1);
-        Some(QpRt {
-            info,
-            tracker,
-            mirror,
-            pending: Vec::new(),
-            pending_wqebbs: 0,
-            threshold,
-            last_db_ns: 0,
-            live: true,
-            made_up: None,
-        })
-    }
-
-    fn free_qp(&mut self, q: QpRt) {
-        // The mirror stays mapped: a copy that failed to sync may still land in it later.
-        let _ = q;
-    }
-
+    /// A watched block changed: forward it, then decode and record the doorbell. Kept out of the
+    /// spin loop's body (and so priced on its own by benches/poller_callgrind.py).
     #[cold]
+    #[inline(never)]
     fn on_change(&mut self, i: usize, changed: u8) {
         let tsc = crate::runtime::clock::now();
         let b = &mut self.blocks[i];
@@ -355,7 +327,9 @@ impl Poller {
             if !stable {
                 COALESCED.fetch_add(1, Ordering::Relaxed);
             }
-            self.forward_shared(i, vals[0], tsc);
+            if !self.blocks[i].sharers.is_empty() {
+                self.forward_shared(i, vals[0], tsc);
+            }
             let b = &mut self.blocks[i];
             for (w, v) in vals.iter().enumerate() {
                 // SAFETY: the real UAR page is mapped while it is watched (free_uar waits for
@@ -371,7 +345,7 @@ impl Poller {
         let w = changed.trailing_zeros() as usize;
         // SAFETY: as above.
         let v = unsafe { core::ptr::read_volatile(b.shadow.add(w)) };
-        if w == 0 {
+        if w == 0 && !b.sharers.is_empty() {
             self.forward_shared(i, v, tsc);
         }
         let b = &mut self.blocks[i];
@@ -406,68 +380,106 @@ impl Poller {
             if qpn == named {
                 continue;
             }
-            let Some((info, last)) = self
-                .qps
-                .get(&qpn)
-                .map(|q| (q.info.clone(), q.tracker.last_pi()))
-            else {
+            let Some(q) = self.qps.get_mut(&qpn) else {
                 continue;
             };
-            let Some(rec) = self.read_send_counter(&info) else {
-                continue;
-            };
-            let d = u32::from(rec.wrapping_sub(last));
-            if d == 0 || d > info.sq_cnt {
+            if q.info.dbr == 0 {
                 continue;
             }
-            let word = DoorbellWord {
-                opmod: 0,
-                idx: rec,
-                opcode: 0,
-                qpn,
-                ds: 0,
-            };
-            let w = u64::from_ne_bytes(word.to_bytes());
-            // SAFETY: the real UAR page is mapped while it is watched (as in on_change).
-            unsafe { core::ptr::write_volatile(self.blocks[i].real, w) };
-            sfence();
-            SHARED.fetch_add(1, Ordering::Relaxed);
-            self.doorbell(w, tsc, false);
-            if let Some(q) = self.qps.get_mut(&qpn) {
-                q.made_up = Some(rec);
+            if q.info.dbr_gpu.is_some() {
+                // In GPU memory: the copier reads it (a sync with the GPU has no place between
+                // two doorbells) and the answer is taken in `make_up`, one read at a time.
+                if q.checking {
+                    q.again = true;
+                } else if let Some(l) = &self.link
+                    && l.jobs
+                        .push(Job::Check {
+                            qpn,
+                            dbr: q.info.dbr,
+                        })
+                        .is_ok()
+                {
+                    q.checking = true;
+                    q.check_base = q.tracker.last_pi();
+                    self.checks_out += 1;
+                }
+                continue;
             }
-        }
-    }
-
-    /// The send counter (`[1]`, big-endian, 16 bits) of a QP's doorbell record.
-    fn read_send_counter(&mut self, q: &QpInfo) -> Option<u16> {
-        if q.dbr == 0 {
-            return None;
-        }
-        let at = q.dbr + 4;
-        let raw = if q.dbr_gpu.is_some() {
-            if self.stream.is_none() {
-                self.stream = self.drv.and_then(|d| d.stream());
-            }
-            let (d, s) = (self.drv?, self.stream?);
-            let mut b = [0u8; 4];
-            // SAFETY: a 4-byte copy of the QP's record (device memory) into a local; synced
-            // before b is read.
-            if !unsafe { d.dtoh_async(b.as_mut_ptr(), at, 4, s) } || !d.sync(s) {
-                return None;
-            }
-            u32::from_ne_bytes(b)
-        } else {
             // SAFETY: a host-resident doorbell record registered as a umem: readable.
-            unsafe { core::ptr::read_volatile(at as *const u32) }
-        };
-        Some((u32::from_be(raw) & 0xffff) as u16)
+            let raw = unsafe { core::ptr::read_volatile((q.info.dbr + 4) as *const u32) };
+            let rec = (u32::from_be(raw) & 0xffff) as u16;
+            self.ring_for(i, qpn, rec, tsc);
+        }
     }
 
-    /// Records an operation of the GPU at the time its doorbell was seen (`tsc`).
-    pub fn emit(&self, tsc: u64, ep: u32, op: Op, bytes: u64, detail: Detail) {
-        if let Some(ts) = self.ts {
-            ts.record_at(tsc, ep, op, bytes, Outcome::Ok, detail);
+    /// The answers of the copier's reads of doorbell records in GPU memory: each QP whose record
+    /// is past its last doorbell gets a doorbell of its own (as `forward_shared`), now.
+    #[cold]
+    fn make_up(&mut self) {
+        let Some(l) = self.link.clone() else {
+            return;
+        };
+        while let Some(m) = l.makeups.pop() {
+            let Some(q) = self.qps.get_mut(&m.qpn) else {
+                continue;
+            };
+            if !q.checking {
+                continue;
+            }
+            if q.again
+                && l.jobs
+                    .push(Job::Check {
+                        qpn: m.qpn,
+                        dbr: q.info.dbr,
+                    })
+                    .is_ok()
+            {
+                // Still checking: the next answer is read after the doorbell that hid it.
+                q.again = false;
+            } else {
+                q.checking = false;
+                q.again = false;
+                self.checks_out -= 1;
+            }
+            let Some(rec) = m.rec else { continue };
+            // The record had moved past the QP's doorbells when it was read, and a doorbell of
+            // the QP's own has since covered it: a hidden doorbell seen as one with the next.
+            let base = q.check_base;
+            let last = q.tracker.last_pi();
+            if rec != base && last != base && rec.wrapping_sub(base) <= last.wrapping_sub(base) {
+                COALESCED.fetch_add(1, Ordering::Relaxed);
+            }
+            q.check_base = last;
+            if let Some(i) = self.blocks.iter().position(|b| b.sharers.contains(&m.qpn)) {
+                self.ring_for(i, m.qpn, rec, crate::runtime::clock::now());
+            }
+        }
+    }
+
+    /// Forwards to block `i`'s register a doorbell of QP `qpn` up to producer index `rec` (its
+    /// doorbell record's send counter) when that is past its last doorbell: recorded and its
+    /// WQEs recovered like any other.
+    fn ring_for(&mut self, i: usize, qpn: u32, rec: u16, tsc: u64) {
+        let Some(q) = self.qps.get(&qpn) else { return };
+        let d = u32::from(rec.wrapping_sub(q.tracker.last_pi()));
+        if d == 0 || d > q.info.sq_cnt {
+            return;
+        }
+        let word = DoorbellWord {
+            opmod: 0,
+            idx: rec,
+            opcode: 0,
+            qpn,
+            ds: 0,
+        };
+        let w = u64::from_ne_bytes(word.to_bytes());
+        // SAFETY: the real UAR page is mapped while it is watched (as in on_change).
+        unsafe { core::ptr::write_volatile(self.blocks[i].real, w) };
+        sfence();
+        SHARED.fetch_add(1, Ordering::Relaxed);
+        self.doorbell(w, tsc, false);
+        if let Some(q) = self.qps.get_mut(&qpn) {
+            q.made_up = Some(rec);
         }
     }
 
@@ -481,9 +493,11 @@ impl Poller {
             flags: fl,
             aux: word.idx as u32,
         };
-        let Some(mut q) = self.qps.remove(&word.qpn) else {
+        // The QP looked up once, in place; the fields used beside it are borrowed apart.
+        let (ts, link) = (self.ts, self.link.as_deref());
+        let Some(q) = self.qps.get_mut(&word.qpn) else {
             UNKNOWN_QP.fetch_add(1, Ordering::Relaxed);
-            self.emit(tsc, UNATTRIBUTED_EP, Op::GpuDoorbell, 0, detail);
+            emit(ts, tsc, UNATTRIBUTED_EP, Op::GpuDoorbell, 0, detail);
             return;
         };
         // A GPU index behind the last one: an earlier ring overtaken by a later one.
@@ -492,8 +506,7 @@ impl Poller {
             let back = u32::from(last.wrapping_sub(word.idx));
             if back != 0 && back < q.info.sq_cnt {
                 COALESCED.fetch_add(1, Ordering::Relaxed);
-                self.emit(tsc, q.info.ep, Op::GpuDoorbell, 0, detail);
-                self.qps.insert(word.qpn, q);
+                emit(ts, tsc, q.info.ep, Op::GpuDoorbell, 0, detail);
                 return;
             }
         }
@@ -501,18 +514,17 @@ impl Poller {
         let made_up = q.made_up.take();
         if matches!(step, DoorbellStep::Duplicate { .. }) && made_up == Some(q.tracker.last_pi()) {
             // The program's own doorbell for one already made up from its record: one ring.
-            self.qps.insert(word.qpn, q);
             return;
         }
         let new = match step {
             DoorbellStep::New(r) => r.wqebbs as u64,
             _ => 0,
         };
-        self.emit(tsc, q.info.ep, Op::GpuDoorbell, new, detail);
+        emit(ts, tsc, q.info.ep, Op::GpuDoorbell, new, detail);
         match step {
             DoorbellStep::New(range) => {
-                if self.cfg.recover_wqes && !q.mirror.is_null() {
-                    self.recover(&mut q, range, tsc);
+                if let Some(l) = link {
+                    l.range(word.qpn, range, tsc);
                 }
             }
             DoorbellStep::Duplicate { .. } => {
@@ -525,13 +537,23 @@ impl Poller {
                     u64::from(wqebbs.min(q.info.sq_cnt)).max(1),
                     Ordering::Relaxed,
                 );
-                // Whatever is pending may be stale now; parse it while it may still be intact.
-                self.flush(&mut q);
+                // Whatever is pending may be stale now; parse it while it may still be intact
+                // (if the copier has room: else it parses at its batch or idle flush).
+                if let Some(l) = link {
+                    let _ = l.jobs.push(Job::Flush(word.qpn));
+                }
             }
             DoorbellStep::Malformed { .. } => {
                 UNPARSABLE.fetch_add(1, Ordering::Relaxed);
             }
         }
-        self.qps.insert(word.qpn, q);
+    }
+}
+
+/// Records an operation of the GPU at the time its doorbell was seen (`tsc`).
+#[inline]
+fn emit(ts: Option<&ThreadState>, tsc: u64, ep: u32, op: Op, bytes: u64, detail: Detail) {
+    if let Some(ts) = ts {
+        ts.record_at(tsc, ep, op, bytes, Outcome::Ok, detail);
     }
 }

@@ -26,16 +26,25 @@ pub static WRAPPED_LOOKUPS: AtomicU64 = AtomicU64::new(0);
 /// Doorbells forwarded for a QP whose own was overwritten on a register it shares with another
 /// QP (its doorbell record had moved past what its doorbells said): poller.rs.
 pub static SHARED: AtomicU64 = AtomicU64::new(0);
-/// Send-queue slots (WQEBBs) the program had already reused when sigmatop's copy read them: the
-/// ctrl index found there is not the one the doorbell's range expects, so they are not
-/// recovered (recover.rs). Each such walk also counts one in `unparsable`.
+/// Send-queue slots (WQEBBs) the program had already reused when sigmatop's copy read them (the
+/// ctrl index found there is not the one the doorbell's range expects, or a later doorbell
+/// posted the WQE that takes the slot), so they are not recovered (copier.rs). Counted in
+/// `unparsable` too.
 pub static OVERWRITTEN: AtomicU64 = AtomicU64::new(0);
+/// Of those, slots whose first ctrl word changed between the copy and a second read of it (a
+/// copy torn by the program rewriting the slot): treated as reused (copier.rs).
+pub static TORN: AtomicU64 = AtomicU64::new(0);
+/// WQEBBs of ranges the poller could not hand to the copier (it was `copier::JOBS` jobs behind)
+/// or that named a QP the copier does not know: not recovered, counted in `unparsable` too.
+pub static DROPPED: AtomicU64 = AtomicU64::new(0);
+/// Reads of a doorbell record in GPU memory the copier made for a shared register (copier.rs).
+pub static CHECKS: AtomicU64 = AtomicU64::new(0);
 
 /// One line of every counter (SIGMATOP_GPU_STATS, tests).
 pub fn stats_line() -> String {
     let l = |a: &AtomicU64| a.load(Ordering::Relaxed);
     format!(
-        "sigmatop-gpu: hijacks={} hijack_failed={} doorbells={} blueflame={} other_stores={} duplicates={} coalesced={} overruns={} unknown_qp={} wqes={} unparsable={} copies={} syncs={} copy_failed={} wrapped_lookups={} unknown_variants={} shared_register={} overwritten_slots={}",
+        "sigmatop-gpu: hijacks={} hijack_failed={} doorbells={} blueflame={} other_stores={} duplicates={} coalesced={} overruns={} unknown_qp={} wqes={} unparsable={} copies={} syncs={} copy_failed={} wrapped_lookups={} unknown_variants={} shared_register={} overwritten_slots={} torn_slots={} dropped_wqebbs={} record_reads={}",
         l(&HIJACKS),
         l(&HIJACK_FAILED),
         l(&DOORBELLS),
@@ -54,5 +63,8 @@ pub fn stats_line() -> String {
         l(&UNKNOWN_VARIANTS),
         l(&SHARED),
         l(&OVERWRITTEN),
+        l(&TORN),
+        l(&DROPPED),
+        l(&CHECKS),
     )
 }
