@@ -235,11 +235,15 @@ impl<T: Plain> Ring<T> {
             }
         }
         next.cap = cap;
-        // The live values in order (a mapping is page aligned, enough for T: `Plain`).
-        for i in 0..self.len {
-            // SAFETY: slot `i` of self is live (`i < len`); slot `i` of `next` lies inside its
-            // `cap > len` slots.
-            unsafe { next.ptr.add(i).write(*self.slot(i)) };
+        // The live values in order (a mapping is page aligned, enough for T: `Plain`): from
+        // the head to the end of the slots, then from the first slot.
+        let first = self.len.min(self.cap - self.head);
+        // SAFETY: `self`'s slots `head..head + first` and `0..len - first` are live and inside
+        // its `cap` slots; `next`'s `0..len` lie inside its `cap > len` slots, in another
+        // allocation, so the copies do not overlap.
+        unsafe {
+            std::ptr::copy_nonoverlapping(self.ptr.add(self.head), next.ptr, first);
+            std::ptr::copy_nonoverlapping(self.ptr, next.ptr.add(first), self.len - first);
         }
         next.len = self.len;
         *self = next;
