@@ -12,7 +12,7 @@ Usage:
   python3 benches/summarize.py floor FILE                 # hotpath_floor.sh runs
   python3 benches/summarize.py overhead FILE.csv          # overhead.py --csv (paired verdicts)
   python3 benches/summarize.py ucx FILE                   # device_overhead.sh ucx_hotpath.txt
-  python3 benches/summarize.py export FILE                # benches/devvm_export.sh output
+  python3 benches/summarize.py export FILE                # benches/devvm_export.sh, devvm_export_rate.sh output
   python3 benches/summarize.py tui FILE                   # benches/devvm_tui.sh output
   python3 benches/summarize.py fig5 DIR                   # nccl_device.sh fig5 (DIR/fig5.*.json)
   python3 benches/summarize.py proxy FILE                 # benches/nccl_proxy_callgrind.sh output
@@ -221,30 +221,50 @@ def kv(line):
 
 
 def cmd_export(a):
+    """benches/devvm_export.sh and benches/devvm_export_rate.sh output: one row per (binary, what)
+    with medians over its runs; with floor-read and floor-write runs, the floor (their medians
+    added) as the last row."""
     rec, runs = {}, collections.OrderedDict()
     for line in open(a.file):
         d = kv(line)
         if line.startswith("record "):
             rec = d
         elif line.startswith("run "):
-            runs.setdefault(d["what"], []).append(d)
+            runs.setdefault((d.get("bin", ""), d["what"]), []).append(d)
     if rec:
         ev, by = int(rec["events"]), int(rec["bytes"])
         print("Record: %s events in %s bytes on disk = **%.2f bytes per event** (%s)." % (
             format(ev, ","), format(by, ","), by / ev, rec.get("workload", "")))
+        if "trace_bytes" in rec:
+            print("Perfetto trace: %s bytes (%.1f per event)." % (
+                format(int(rec["trace_bytes"]), ","), int(rec["trace_bytes"]) / ev))
         print()
-    print("| what | runs | wall, median (min–max) | CPU user + sys, median | events/s per wall second, median "
-          "| events/s per CPU second, median | peak RSS |")
-    print("|---|---|---|---|---|---|---|")
+    bins = any(b for b, _ in runs)
+    print("| %swhat | runs | wall, median (min–max) | CPU user + sys, median (user, sys) "
+          "| events/s per wall second, median | events/s per CPU second (per core), median | peak RSS, max |"
+          % ("binary | " if bins else ""))
+    print("|---|---|---|---|---|---|---|" + ("---|" if bins else ""))
     ev = int(rec["events"]) if rec else None
-    for what, rs in runs.items():
+
+    def rate(secs):
+        return "%.1f M" % (ev / secs / 1e6) if ev and secs > 0 else "-"
+
+    for (b, what), rs in runs.items():
         wall = [float(r["wall_s"]) for r in rs]
         cpu = [float(r["user_s"]) + float(r["sys_s"]) for r in rs]
+        user = [float(r["user_s"]) for r in rs]
+        sys_ = [float(r["sys_s"]) for r in rs]
         rss = [int(r["rss_kb"]) for r in rs]
-        print("| %s | %d | %.2f s (%.2f–%.2f) | %.2f s | %s | %s | %.0f MB |" % (
-            what, len(rs), med(wall), min(wall), max(wall), med(cpu),
-            "%.1f M" % (ev / med(wall) / 1e6) if ev else "-",
-            "%.1f M" % (ev / med(cpu) / 1e6) if ev else "-", max(rss) / 1024))
+        print("| %s%s | %d | %.2f s (%.2f–%.2f) | %.2f s (%.2f, %.2f) | %s | %s | %.0f MB |" % (
+            (b + " | ") if bins else "", what, len(rs), med(wall), min(wall), max(wall), med(cpu),
+            med(user), med(sys_), rate(med(wall)), rate(med(cpu)), max(rss) / 1024))
+    fr, fw = runs.get(("-", "floor-read")), runs.get(("-", "floor-write"))
+    if fr and fw:
+        wall = med([float(r["wall_s"]) for r in fr]) + med([float(r["wall_s"]) for r in fw])
+        cpu = med([float(r["user_s"]) + float(r["sys_s"]) for r in fr]) + \
+            med([float(r["user_s"]) + float(r["sys_s"]) for r in fw])
+        print("| %sfloor = read + write (medians added) | %d | %.2f s | %.2f s | %s | %s | - |" % (
+            "- | " if bins else "", min(len(fr), len(fw)), wall, cpu, rate(wall), rate(cpu)))
 
 
 # ---------------------------------------------------------------------------------------------

@@ -23,6 +23,7 @@ use crate::event::{Event, Op, flags};
 pub const MAX_WAITING: usize = 1 << 20;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[repr(u8)]
 pub enum Kind {
     UcxTag,
     UcxStream,
@@ -51,6 +52,75 @@ pub fn role(ev: &Event) -> Option<(bool, Kind, u64)> {
         Op::VerbsRecv => (false, Kind::Verbs, ev.ep as u64),
         _ => return None,
     })
+}
+
+/// `role` of every op code, looked up once per event: 0 for none, else `ROLE_SEND` when it
+/// sends, `ROLE_KNOWN`, and its `Kind` (+1) in the low bits. The tag is read as `role` reads it.
+const ROLE_KNOWN: u8 = 0x80;
+const ROLE_SEND: u8 = 0x40;
+const ROLES: [u8; 256] = {
+    let mut t = [0u8; 256];
+    let mut v = 0;
+    while v < 256 {
+        let op = v as u8;
+        t[v] = if op == Op::UcxTagSend as u8 || op == Op::UcxTagSendSync as u8 {
+            ROLE_KNOWN | ROLE_SEND | (Kind::UcxTag as u8 + 1)
+        } else if op == Op::UcxTagRecv as u8 {
+            ROLE_KNOWN | (Kind::UcxTag as u8 + 1)
+        } else if op == Op::UcxStreamSend as u8 {
+            ROLE_KNOWN | ROLE_SEND | (Kind::UcxStream as u8 + 1)
+        } else if op == Op::UcxStreamRecv as u8 {
+            ROLE_KNOWN | (Kind::UcxStream as u8 + 1)
+        } else if op == Op::OfiSend as u8 {
+            ROLE_KNOWN | ROLE_SEND | (Kind::OfiMsg as u8 + 1)
+        } else if op == Op::OfiRecv as u8 {
+            ROLE_KNOWN | (Kind::OfiMsg as u8 + 1)
+        } else if op == Op::OfiTSend as u8 {
+            ROLE_KNOWN | ROLE_SEND | (Kind::OfiTagged as u8 + 1)
+        } else if op == Op::OfiTRecv as u8 {
+            ROLE_KNOWN | (Kind::OfiTagged as u8 + 1)
+        } else if op == Op::VerbsSend as u8
+            || op == Op::VerbsSendImm as u8
+            || op == Op::VerbsWriteImm as u8
+        {
+            ROLE_KNOWN | ROLE_SEND | (Kind::Verbs as u8 + 1)
+        } else if op == Op::VerbsRecv as u8 {
+            ROLE_KNOWN | (Kind::Verbs as u8 + 1)
+        } else {
+            0
+        };
+        v += 1;
+    }
+    t
+};
+
+/// Whether the op code has a two-sided role at all (`role` is None for every other).
+#[inline(always)]
+pub fn has_role(op: u8) -> bool {
+    ROLES[op as usize] != 0
+}
+
+/// `role` through the table (`ROLES`).
+#[inline(always)]
+fn role_fast(ev: &Event) -> Option<(bool, Kind, u64)> {
+    let r = ROLES[ev.op as usize];
+    if r == 0 || ev.flags & flags::ERROR != 0 {
+        return None;
+    }
+    let kind = match r & 0x0f {
+        1 => Kind::UcxTag,
+        2 => Kind::UcxStream,
+        3 => Kind::OfiMsg,
+        4 => Kind::OfiTagged,
+        _ => Kind::Verbs,
+    };
+    let send = r & ROLE_SEND != 0;
+    let tag = match kind {
+        Kind::UcxTag | Kind::OfiTagged => ev.addr,
+        Kind::Verbs if !send => ev.ep as u64,
+        _ => 0,
+    };
+    Some((send, kind, tag))
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -157,7 +227,7 @@ impl Matcher {
         peer: Option<u32>,
         peer_ep: Option<(u32, u32)>,
     ) -> Option<Pair> {
-        let (is_send, kind, mut tag) = role(ev)?;
+        let (is_send, kind, mut tag) = role_fast(ev)?;
         let mut peer = peer;
         if is_send && kind == Kind::Verbs {
             // A verbs message lands in the receive queue of the peer QP, in that process.
@@ -172,12 +242,24 @@ impl Matcher {
             self.stats.sends += 1;
             let ci = self.channel((dst, kind, tag));
             let ch = &mut self.chans[ci];
-            if let Some(i) = ch
+            // The oldest receive is nearly always the one (checked first: no search, no shift).
+            let front = ch
                 .recvs
-                .iter()
-                .position(|r| r.src.is_none_or(|s| s == proc))
-            {
-                let r = ch.recvs.remove(i)?;
+                .front()
+                .is_some_and(|r| r.src.is_none_or(|s| s == proc));
+            let found = if front {
+                Some(0)
+            } else {
+                ch.recvs
+                    .iter()
+                    .position(|r| r.src.is_none_or(|s| s == proc))
+            };
+            if let Some(i) = found {
+                let r = if i == 0 {
+                    ch.recvs.pop_front()?
+                } else {
+                    ch.recvs.remove(i)?
+                };
                 self.stats.paired += 1;
                 return Some(Pair {
                     send_seq: seq,
@@ -207,12 +289,23 @@ impl Matcher {
             self.stats.recvs += 1;
             let ci = self.channel((proc, kind, tag));
             let ch = &mut self.chans[ci];
-            if let Some(i) = ch
+            let front = ch
                 .sends
-                .iter()
-                .position(|s| peer.is_none_or(|p| s.src == Some(p)))
-            {
-                let s = ch.sends.remove(i)?;
+                .front()
+                .is_some_and(|s| peer.is_none_or(|p| s.src == Some(p)));
+            let found = if front {
+                Some(0)
+            } else {
+                ch.sends
+                    .iter()
+                    .position(|s| peer.is_none_or(|p| s.src == Some(p)))
+            };
+            if let Some(i) = found {
+                let s = if i == 0 {
+                    ch.sends.pop_front()?
+                } else {
+                    ch.sends.remove(i)?
+                };
                 self.stats.paired += 1;
                 return Some(Pair {
                     send_seq: s.seq,
@@ -256,6 +349,23 @@ impl Matcher {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The table answers what `role` answers, for every op code, flags and field.
+    #[test]
+    fn role_table_is_role() {
+        for op in 0..=255u8 {
+            for flags in [0u8, flags::ERROR, flags::IMMEDIATE, 0xff] {
+                let e = Event {
+                    op,
+                    flags,
+                    ep: 77,
+                    addr: 0x1234_5678_9abc,
+                    ..Default::default()
+                };
+                assert_eq!(role_fast(&e), role(&e), "op {op} flags {flags:#x}");
+            }
+        }
+    }
 
     fn ev(op: Op, tag: u64) -> Event {
         Event {

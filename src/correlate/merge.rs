@@ -24,7 +24,10 @@ pub struct Merged {
 struct Cursor {
     proc: u32,
     reader: ThreadEventReader,
+    /// The decoded block, blocking calls' `addr` already in ns.
     block: Vec<Event>,
+    /// Merged time of each event of `block` (its own clock, never going backwards).
+    ns: Vec<u64>,
     pos: usize,
     clock: ClockCursor,
     last_ns: u64,
@@ -38,10 +41,18 @@ pub struct ThreadInfo {
     pub events: u64,
 }
 
+/// Order of the merge: time, then process, then thread file.
+type Key = (u64, u32, u32);
+
 pub struct Merger<'a> {
     clocks: &'a [ProcClock],
     cursors: Vec<Cursor>,
-    heap: BinaryHeap<Reverse<(u64, u32, u32)>>,
+    /// The head of every cursor with events left, but the running one's.
+    heap: BinaryHeap<Reverse<Key>>,
+    /// The cursor events are taken from while they come before every other cursor's head
+    /// (`limit`, the heap's top): most steps then touch no heap.
+    run: Option<u32>,
+    limit: Key,
     pub threads: Vec<ThreadInfo>,
     /// Files that could not be read, or stopped early (file, offset, reason).
     pub problems: Vec<Problem>,
@@ -54,6 +65,8 @@ impl<'a> Merger<'a> {
             clocks,
             cursors: Vec::new(),
             heap: BinaryHeap::new(),
+            run: None,
+            limit: NO_LIMIT,
             threads: Vec::new(),
             problems: Vec::new(),
         };
@@ -67,6 +80,7 @@ impl<'a> Merger<'a> {
                             proc: pi as u32,
                             reader,
                             block: Vec::new(),
+                            ns: Vec::new(),
                             pos: 0,
                             clock: clock.cursor(),
                             last_ns: 0,
@@ -85,7 +99,8 @@ impl<'a> Merger<'a> {
         m
     }
 
-    /// Loads the next block of cursor `i` if its block is used up, and pushes its head.
+    /// Loads the next block of cursor `i` (its block used up), converts its times, and pushes
+    /// its head; a cursor at its end is left out.
     fn refill(&mut self, i: u32) {
         let c = &mut self.cursors[i as usize];
         while c.pos >= c.block.len() {
@@ -99,43 +114,66 @@ impl<'a> Merger<'a> {
                         self.problems.push(p);
                     }
                     c.block = Vec::new();
+                    c.ns = Vec::new();
                     return;
                 }
             }
         }
+        // The whole block at once: each time through the clock segment of its own tick
+        // count, never before the cursor's previous event; a blocking call's duration at the
+        // rate of the segment its return falls in.
         let clock = &self.clocks[c.proc as usize];
-        let ns = c.clock.to_real_ns(clock, c.block[c.pos].tsc).max(c.last_ns);
-        c.last_ns = ns;
-        self.heap.push(Reverse((ns, c.proc, i)));
+        c.ns.clear();
+        c.ns.resize(c.block.len(), 0);
+        let mut last = c.last_ns;
+        for (ev, ns) in c.block.iter_mut().zip(c.ns.iter_mut()) {
+            last = c.clock.to_real_ns(clock, ev.tsc).max(last);
+            *ns = last;
+            if let Some(ticks) = ev.blocked() {
+                ev.addr = c.clock.span_ns(ticks);
+            }
+        }
+        c.last_ns = last;
+        self.threads[i as usize].events += c.block.len() as u64;
+        self.heap.push(Reverse((c.ns[0], c.proc, i)));
     }
 
     /// The next event in time order (ties: by process, then thread file).
     #[inline]
     pub fn next_event(&mut self) -> Option<Merged> {
-        let mut top = self.heap.peek_mut()?;
-        let Reverse((ns, proc, i)) = *top;
-        let c = &mut self.cursors[i as usize];
-        let mut ev = c.block[c.pos];
-        if let Some(ticks) = ev.blocked() {
-            ev.addr = c.clock.span_ns(ticks);
+        loop {
+            if let Some(i) = self.run {
+                let c = &mut self.cursors[i as usize];
+                if let (Some(&ns), Some(&ev)) = (c.ns.get(c.pos), c.block.get(c.pos)) {
+                    let key = (ns, c.proc, i);
+                    if key < self.limit {
+                        c.pos += 1;
+                        return Some(Merged {
+                            ns,
+                            proc: c.proc,
+                            thread: i,
+                            ev,
+                        });
+                    }
+                    // The heap's top comes first: it runs next, this head takes its place.
+                    let next = match self.heap.peek_mut() {
+                        Some(mut top) => std::mem::replace(&mut *top, Reverse(key)).0,
+                        None => key,
+                    };
+                    self.limit = self.heap.peek().map_or(NO_LIMIT, |r| r.0);
+                    self.run = Some(next.2);
+                    continue;
+                }
+                // Its block is used up.
+                self.run = None;
+                self.refill(i);
+            }
+            let Reverse(first) = self.heap.pop()?;
+            self.limit = self.heap.peek().map_or(NO_LIMIT, |r| r.0);
+            self.run = Some(first.2);
         }
-        c.pos += 1;
-        self.threads[i as usize].events += 1;
-        if c.pos < c.block.len() {
-            // Replace the top in place (one sift instead of a pop and a push).
-            let clock = &self.clocks[c.proc as usize];
-            let n = c.clock.to_real_ns(clock, c.block[c.pos].tsc).max(ns);
-            c.last_ns = n;
-            *top = Reverse((n, c.proc, i));
-        } else {
-            std::collections::binary_heap::PeekMut::pop(top);
-            self.refill(i);
-        }
-        Some(Merged {
-            ns,
-            proc,
-            thread: i,
-            ev,
-        })
     }
 }
+
+/// No other cursor has events left.
+const NO_LIMIT: Key = (u64::MAX, u32::MAX, u32::MAX);

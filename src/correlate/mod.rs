@@ -218,8 +218,9 @@ impl<'r> Correlation<'r> {
         e(a).saturating_add(e(b))
     }
 
-    /// Streams every event through matching and phase detection into `sink`.
-    pub fn run(&self, opts: &RunOptions, sink: &mut dyn Sink) -> Analysis {
+    /// Streams every event through matching and phase detection into `sink` (generic, so that
+    /// a concrete sink's per-event calls are inlined into the loop; `&mut dyn Sink` works too).
+    pub fn run<S: Sink + ?Sized>(&self, opts: &RunOptions, sink: &mut S) -> Analysis {
         let nproc = self.rec.processes.len();
         let mut merger = Merger::new(&self.rec.processes, &self.clocks);
         let mut a = Analysis {
@@ -236,23 +237,23 @@ impl<'r> Correlation<'r> {
         let gap = opts.phase_gap_ns.max(1);
         // Phase detectors: one per process, one per thread file.
         let nthreads = merger.threads.len();
-        let mut det_proc = vec![Burst::default(); nproc];
+        let mut procs = vec![ProcRun::default(); nproc];
         let mut det_thread = vec![Burst::default(); nthreads];
         let tick = (gap / 2).max(1);
         let mut next_tick = 0u64;
         let mut seq: u64 = 0;
-        let mut peer_cache: Vec<TwoWay<Option<u32>>> = vec![TwoWay::default(); nproc];
         let mut first_ns = None;
         let mut last_ns = 0;
+        let info = op_info_table();
         while let Some(m) = merger.next_event() {
-            if first_ns.is_none() {
+            if seq == 0 {
                 first_ns = Some(m.ns);
             }
             last_ns = m.ns;
             if m.ns >= next_tick {
                 // Close bursts that went quiet, so their ends reach the sink in time.
-                for (i, d) in det_proc.iter_mut().enumerate() {
-                    if let Some((b, e, n)) = d.close_if_idle(m.ns, gap) {
+                for (i, pr) in procs.iter_mut().enumerate() {
+                    if let Some((b, e, n)) = pr.det.close_if_idle(m.ns, gap) {
                         a.push_phase(i, b, e, n);
                         sink.phase(PhaseTrack::Process(i as u32), b, e);
                     }
@@ -266,7 +267,9 @@ impl<'r> Correlation<'r> {
                 sink.tick(m.ns);
             }
             let p = m.proc as usize;
-            let (closed, started) = det_proc[p].feed(m.ns, gap);
+            let Some(pr) = procs.get_mut(p) else { break };
+            let (closed, started) = pr.det.feed(m.ns, gap);
+            pr.events += 1;
             if let Some((b, e, n)) = closed {
                 a.push_phase(p, b, e, n);
                 sink.phase(PhaseTrack::Process(m.proc), b, e);
@@ -274,89 +277,91 @@ impl<'r> Correlation<'r> {
             if started {
                 sink.phase_begin(PhaseTrack::Process(m.proc), m.ns);
             }
-            let (closed, started) = det_thread[m.thread as usize].feed(m.ns, gap);
-            if let Some((b, e, _)) = closed {
-                sink.phase(PhaseTrack::Thread(m.thread), b, e);
+            if let Some(d) = det_thread.get_mut(m.thread as usize) {
+                let (closed, started) = d.feed(m.ns, gap);
+                if let Some((b, e, _)) = closed {
+                    sink.phase(PhaseTrack::Thread(m.thread), b, e);
+                }
+                if started {
+                    sink.phase_begin(PhaseTrack::Thread(m.thread), m.ns);
+                }
             }
-            if started {
-                sink.phase_begin(PhaseTrack::Thread(m.thread), m.ns);
-            }
-            a.events += 1;
-            a.proc_events[p] += 1;
+            let oi = info[m.ev.op as usize];
             // The peer of an endpoint, remembered per process (the merged stream interleaves
             // processes, each usually on few endpoints); libfabric's is per operation.
-            let peer = match Op::from_u8(m.ev.op) {
-                Some(op) if op.layer() != Layer::Libfabric => {
-                    let c = &mut peer_cache[p];
-                    c.get(m.ev.ep).unwrap_or_else(|| {
-                        let v = self.topo.ep(m.proc, m.ev.ep).and_then(|e| e.peer);
-                        c.put(m.ev.ep, v);
-                        v
-                    })
-                }
-                _ => self.topo.peer_of(m.proc, &m.ev),
+            let peer = if oi & I_KNOWN != 0 && oi & I_OFI == 0 {
+                let c = &mut pr.peers;
+                c.get(m.ev.ep).unwrap_or_else(|| {
+                    let v = self.topo.ep(m.proc, m.ev.ep).and_then(|e| e.peer);
+                    c.put(m.ev.ep, v);
+                    v
+                })
+            } else {
+                self.topo.peer_of(m.proc, &m.ev)
             };
             let mut target = None;
-            if m.ev.flags & flags::ERROR == 0
-                && let Some(op) = Op::from_u8(m.ev.op)
-            {
-                if op.one_sided() {
+            if m.ev.flags & flags::ERROR == 0 && oi & I_KNOWN != 0 {
+                if oi & I_ONE_SIDED != 0 {
                     target = attr.feed(&m, peer);
                 }
                 // One-sided operations move data to (write, atomic) or from (read) the process
                 // owning the region; the QP's peer when no region names it.
-                let other = target.or(peer);
-                if let Some(toward) = op.toward_peer() {
-                    let cells = if toward {
-                        &mut a.tx_matrix
-                    } else {
-                        &mut a.read_matrix
-                    };
+                if oi & (I_TX | I_RX) != 0 {
+                    let other = target.or(peer);
                     if other.is_none() {
                         a.tx_unresolved_bytes += m.ev.bytes;
                     }
                     let d = other.unwrap_or(crate::agg::matrix::UNTRACED);
-                    *cells.entry((m.proc, d)).or_default() += m.ev.bytes;
+                    pr.cell.add(
+                        oi & I_TX != 0,
+                        d,
+                        m.ev.bytes,
+                        m.proc,
+                        &mut a.tx_matrix,
+                        &mut a.read_matrix,
+                    );
                 }
             }
             sink.event(seq, &m, peer);
             if let Some(t) = target {
                 sink.target(seq, t);
             }
-            match Op::from_u8(m.ev.op) {
-                Some(Op::GpuDoorbell) => {
-                    if let Some(info) = assoc.doorbell(seq, &m) {
-                        sink.doorbell(seq, &info);
-                    }
+            if oi & I_DOORBELL != 0 {
+                if let Some(info) = assoc.doorbell(seq, &m) {
+                    sink.doorbell(seq, &info);
                 }
-                Some(op) if Associator::is_wqe(op) => {
-                    if let Some(link) = assoc.wqe(&m) {
-                        sink.doorbell_wqe(&link, seq, &m);
-                    }
-                }
-                _ => {}
+            } else if oi & I_WQE != 0
+                && let Some(link) = assoc.wqe(&m)
+            {
+                sink.doorbell_wqe(&link, seq, &m);
             }
-            // A verbs message goes to the receive queue of the peer QP.
-            let peer_ep = match Op::from_u8(m.ev.op) {
-                Some(Op::VerbsSend | Op::VerbsSendImm | Op::VerbsWriteImm) => {
+            if matcher::has_role(m.ev.op) {
+                // A verbs message goes to the receive queue of the peer QP.
+                let peer_ep = if oi & I_VERBS_MSG != 0 {
                     self.topo.ep(m.proc, m.ev.ep).and_then(|e| e.peer_ep)
+                } else {
+                    None
+                };
+                if let Some(pair) = matcher.feed(seq, m.ns, m.proc, m.thread, &m.ev, peer, peer_ep)
+                {
+                    if pair.recv_immediate && pair.recv_ns < pair.send_ns {
+                        a.causality_violations += 1;
+                    }
+                    sink.pair(&pair);
                 }
-                _ => None,
-            };
-            if let Some(pair) = matcher.feed(seq, m.ns, m.proc, m.thread, &m.ev, peer, peer_ep) {
-                if pair.recv_immediate && pair.recv_ns < pair.send_ns {
-                    a.causality_violations += 1;
-                }
-                sink.pair(&pair);
             }
             seq += 1;
         }
-        for (i, d) in det_proc.iter_mut().enumerate() {
-            if let Some((b, e, n)) = d.close() {
+        for (i, pr) in procs.iter_mut().enumerate() {
+            if let Some((b, e, n)) = pr.det.close() {
                 a.push_phase(i, b, e, n);
                 sink.phase(PhaseTrack::Process(i as u32), b, e);
             }
+            pr.cell
+                .flush(i as u32, &mut a.tx_matrix, &mut a.read_matrix);
+            a.proc_events[i] = pr.events;
         }
+        a.events = seq;
         for (i, d) in det_thread.iter_mut().enumerate() {
             if let Some((b, e, _)) = d.close() {
                 sink.phase(PhaseTrack::Thread(i as u32), b, e);
@@ -467,6 +472,107 @@ impl Burst {
         }
         self.active = false;
         Some((self.begin, self.last, self.n))
+    }
+}
+
+/// What the correlator asks of an op code, one table lookup per event (`op_info_table`).
+const I_KNOWN: u8 = 1;
+const I_OFI: u8 = 2;
+const I_ONE_SIDED: u8 = 4;
+/// `Op::toward_peer`: Some(true), Some(false).
+const I_TX: u8 = 8;
+const I_RX: u8 = 16;
+const I_DOORBELL: u8 = 32;
+/// `Associator::is_wqe`.
+const I_WQE: u8 = 64;
+/// A verbs message (SEND, SEND_IMM, RDMA_WRITE_IMM), which lands on the peer QP.
+const I_VERBS_MSG: u8 = 128;
+
+fn op_info_table() -> [u8; 256] {
+    let mut t = [0u8; 256];
+    for (v, slot) in t.iter_mut().enumerate() {
+        let Some(op) = Op::from_u8(v as u8) else {
+            continue;
+        };
+        let mut i = I_KNOWN;
+        if op.layer() == Layer::Libfabric {
+            i |= I_OFI;
+        }
+        if op.one_sided() {
+            i |= I_ONE_SIDED;
+        }
+        match op.toward_peer() {
+            Some(true) => i |= I_TX,
+            Some(false) => i |= I_RX,
+            None => {}
+        }
+        if op == Op::GpuDoorbell {
+            i |= I_DOORBELL;
+        } else if Associator::is_wqe(op) {
+            i |= I_WQE;
+        }
+        if matches!(op, Op::VerbsSend | Op::VerbsSendImm | Op::VerbsWriteImm) {
+            i |= I_VERBS_MSG;
+        }
+        *slot = i;
+    }
+    t
+}
+
+/// The per-process state of the event loop.
+#[derive(Clone, Copy, Debug, Default)]
+struct ProcRun {
+    det: Burst,
+    events: u64,
+    peers: TwoWay<Option<u32>>,
+    cell: Cell,
+}
+
+/// The matrix cell a process's data operations added to last, with the bytes not yet added
+/// to the map: a stream of operations to one other side costs one map update, not one each.
+#[derive(Clone, Copy, Debug, Default)]
+struct Cell {
+    /// Other side, `TX` when it is a `tx_matrix` cell, `VALID` when there is one.
+    key: u64,
+    bytes: u64,
+}
+
+impl Cell {
+    const TX: u64 = 1 << 32;
+    const VALID: u64 = 1 << 33;
+
+    #[inline(always)]
+    fn add(
+        &mut self,
+        tx: bool,
+        d: u32,
+        bytes: u64,
+        proc: u32,
+        txm: &mut FxMap<(u32, u32), u64>,
+        rdm: &mut FxMap<(u32, u32), u64>,
+    ) {
+        let key = d as u64 | if tx { Self::TX } else { 0 } | Self::VALID;
+        if key != self.key {
+            self.flush(proc, txm, rdm);
+            self.key = key;
+        }
+        self.bytes += bytes;
+    }
+
+    /// Adds the kept bytes to their cell (made even for 0 bytes, as each operation makes it).
+    fn flush(
+        &mut self,
+        proc: u32,
+        txm: &mut FxMap<(u32, u32), u64>,
+        rdm: &mut FxMap<(u32, u32), u64>,
+    ) {
+        if self.key & Self::VALID == 0 {
+            return;
+        }
+        let m = if self.key & Self::TX != 0 { txm } else { rdm };
+        *m.entry((proc, self.key as u32)).or_default() += self.bytes;
+        self.key = 0;
+        self.bytes = 0;
     }
 }
 

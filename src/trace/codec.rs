@@ -36,7 +36,19 @@ pub fn put_varint(out: &mut Vec<u8>, mut v: u64) {
     out.push(v as u8);
 }
 
+#[inline(always)]
 pub fn get_varint(buf: &[u8], pos: &mut usize) -> Result<u64, CodecError> {
+    // One byte (most of an event's varints) without the loop; the same result either way.
+    if let Some(&b) = buf.get(*pos)
+        && b < 0x80
+    {
+        *pos += 1;
+        return Ok(b as u64);
+    }
+    get_varint_loop(buf, pos)
+}
+
+fn get_varint_loop(buf: &[u8], pos: &mut usize) -> Result<u64, CodecError> {
     let start = *pos;
     let mut v: u64 = 0;
     for shift in (0..70).step_by(7) {
@@ -166,6 +178,7 @@ pub fn encode_block(events: &[RawEvent], out: &mut Vec<u8>) {
     }
 }
 
+#[inline(always)]
 fn byte_at(buf: &[u8], pos: &mut usize, at: usize) -> Result<u8, CodecError> {
     let b = *buf.get(*pos).ok_or(CodecError::Truncated { at })?;
     *pos += 1;

@@ -6,7 +6,7 @@ use std::io::Write;
 
 use super::PerfettoSink;
 use super::fields::*;
-use super::item::{Item, plain, tid_of};
+use super::item::{ALWAYS, Item, OpEnc, UNLESS_MAX, plain, tid_of};
 use super::stage::{Cursor, vlen};
 use crate::event::{Dir, Layer, Op};
 use crate::export::proto::{self, begin, end, fixed64, string, uint};
@@ -21,6 +21,7 @@ impl<W: Write> PerfettoSink<W> {
         if self.stage.error.is_some() {
             return;
         }
+        self.flush_run();
         // Trace.packet key, then the packet's length.
         let mut hdr = [0u8; 11];
         let mut h = Cursor {
@@ -60,8 +61,8 @@ impl<W: Write> PerfettoSink<W> {
         uint(p, TE_CATEGORY_IIDS, CAT_OP);
         uint(p, TE_NAME_IID, op_name_iid(ev.op));
         // The annotations every instant has, as the plain encoder writes them (at most 8 of at
-        // most 16 bytes), then the doorbell / WQE ones.
-        let mut common = [0u8; 128];
+        // most 16 bytes, and the wide writers' 8 bytes of scratch), then the doorbell / WQE ones.
+        let mut common = [0u8; 160];
         let mut w = Cursor {
             buf: &mut common,
             n: 0,
@@ -124,11 +125,13 @@ impl<W: Write> PerfettoSink<W> {
         if self.stage.error.is_some() {
             return;
         }
+        self.flush_run();
         let tid = tid_of(&self.thread_tid, it);
         if self.stage.buf.len() - self.stage.len < PLAIN_MAX {
             self.stage.flush();
         }
-        let n = write_plain(it, tid, &mut self.stage.buf[self.stage.len..]);
+        let enc = &self.op_enc[it.m.ev.op as usize];
+        let n = write_plain(it, tid, enc, &mut self.stage.buf[self.stage.len..]);
         self.stage.len += n;
         self.count_plain(it, n);
     }
@@ -147,31 +150,30 @@ impl Cursor<'_> {
     /// A DebugAnnotation { name_iid, uint_value }.
     #[inline(always)]
     fn uint(&mut self, name: u64, v: u64) {
-        self.annotation(name, &[(DA_UINT << 3) as u8], v);
+        self.annotation(name, (DA_UINT << 3) as u64, 1, v);
     }
 
     /// A DebugAnnotation { name_iid, string_value_iid }.
     #[inline(always)]
     fn string_iid(&mut self, name: u64, v: u64) {
         // The field key (17 << 3) as a two-byte varint.
-        const KEY: [u8; 2] = [
-            0x80 | ((DA_STRING_IID << 3) & 0x7f) as u8,
-            ((DA_STRING_IID << 3) >> 7) as u8,
-        ];
-        self.annotation(name, &KEY, v);
+        const KEY: u64 = (0x80 | ((DA_STRING_IID << 3) & 0x7f) as u64)
+            | ((((DA_STRING_IID << 3) >> 7) as u64) << 8);
+        self.annotation(name, KEY, 2, v);
     }
 
-    /// A DebugAnnotation { name_iid, <value_key>: v }; names are below 128, so is its length.
+    /// A DebugAnnotation { name_iid, <value_key>: v }, the key's `key_len` bytes little endian
+    /// in `value_key`; names are below 128, so is its length. Head and key in one store.
     #[inline(always)]
-    fn annotation(&mut self, name: u64, value_key: &[u8], v: u64) {
-        self.put(&[
-            ((TE_ANNOT << 3) | proto::LEN) as u8,
-            (2 + value_key.len() + vlen(v)) as u8,
-            (DA_NAME_IID << 3) as u8,
-            name as u8,
-        ]);
-        self.put(value_key);
-        self.varint(v);
+    fn annotation(&mut self, name: u64, value_key: u64, key_len: usize, v: u64) {
+        let vl = vlen(v);
+        let head = (((TE_ANNOT << 3) | proto::LEN) as u64)
+            | (((2 + key_len + vl) as u64) << 8)
+            | (((DA_NAME_IID << 3) as u64) << 16)
+            | ((name & 0xff) << 24)
+            | (value_key << 32);
+        self.wide(head, 4 + key_len);
+        self.varint_wide_len(v, vl);
     }
 }
 
@@ -231,50 +233,84 @@ fn annotations(it: &Item, tid: Option<u32>, f: &mut Cursor) {
     }
 }
 
+/// `annotations` through the op's table entry: the same annotations, fewer questions.
+#[inline(always)]
+fn annotations_fast(it: &Item, tid: Option<u32>, enc: &OpEnc, f: &mut Cursor) {
+    let ev = &it.m.ev;
+    f.uint(enc.count as u64, ev.bytes);
+    if enc.addr_name != 0
+        && match enc.addr_when {
+            ALWAYS => true,
+            UNLESS_MAX => ev.addr != u64::MAX,
+            _ => ev.addr != 0,
+        }
+    {
+        f.uint(enc.addr_name as u64, ev.addr);
+    }
+    if enc.aux_name != 0 && (enc.aux_when == ALWAYS || ev.aux != 0xffff) {
+        f.uint(enc.aux_name as u64, ev.aux as u64);
+    }
+    if let Some(tid) = tid {
+        f.uint(AN_TID, tid as u64);
+    }
+    if let Some(peer) = it.peer {
+        f.string_iid(AN_PEER, peer as u64 + 1);
+    }
+    if ev.flags != 0 {
+        f.uint(AN_FLAGS, ev.flags as u64);
+    }
+    if enc.rkey {
+        f.uint(AN_RKEY, ev.aux as u64);
+    }
+    if let Some(t) = it.target {
+        f.string_iid(AN_TARGET, t as u64 + 1);
+    }
+}
+
 /// Writes a plain instant at the front of `dst` (at least `PLAIN_MAX` long) in one pass:
 /// both lengths are first given one byte, as they nearly always take, and the body is moved
 /// along in the rare case they need more. Returns its length. Same fields, order and bytes as
 /// the general path (`tests::plain_items_encode_like_the_general_path`).
 #[inline(always)]
-pub(super) fn write_plain(it: &Item, tid: Option<u32>, dst: &mut [u8]) -> usize {
+pub(super) fn write_plain(it: &Item, tid: Option<u32>, enc: &OpEnc, dst: &mut [u8]) -> usize {
     let mut w = Cursor { buf: dst, n: 0 };
-    // Trace.packet key, length (patched).
-    w.put(&[0x0A, 0]);
-    w.put(&[(P_TIMESTAMP << 3) as u8]);
-    w.varint(it.m.ns);
-    w.put(&[
-        (P_SEQ_ID << 3) as u8,
-        SEQ as u8,
-        (P_SEQ_FLAGS << 3) as u8,
-        SEQ_NEEDS as u8,
-        ((P_TRACK_EVENT << 3) | proto::LEN) as u8,
-        0, // TrackEvent length (patched)
-    ]);
+    // Trace.packet key, length (patched), the timestamp's key.
+    w.wide(0x0A | ((P_TIMESTAMP as u64) << 19), 3);
+    w.varint_wide(it.m.ns);
+    const MID: u64 = ((P_SEQ_ID << 3) as u64)
+        | (SEQ << 8)
+        | (((P_SEQ_FLAGS << 3) as u64) << 16)
+        | (SEQ_NEEDS << 24)
+        | ((((P_TRACK_EVENT << 3) | proto::LEN) as u64) << 32);
+    // ... then the TrackEvent length (patched: 0 here).
+    w.wide(MID, 6);
     let te_start = w.n;
-    w.put(&[
-        (TE_TYPE << 3) as u8,
-        TYPE_INSTANT as u8,
-        (TE_TRACK << 3) as u8,
-    ]);
-    w.varint(it.track);
-    w.put(&[
-        (TE_CATEGORY_IIDS << 3) as u8,
-        CAT_OP as u8,
-        (TE_NAME_IID << 3) as u8,
-    ]);
-    w.varint(op_name_iid(it.m.ev.op));
-    annotations(it, tid, &mut w);
-    for &f in it.flow_in.iter().chain(it.flow_more.iter()) {
+    const TYPE: u64 =
+        ((TE_TYPE << 3) as u64) | (TYPE_INSTANT << 8) | (((TE_TRACK << 3) as u64) << 16);
+    w.wide(TYPE, 3);
+    w.varint_wide(it.track);
+    const CAT: u64 =
+        ((TE_CATEGORY_IIDS << 3) as u64) | (CAT_OP << 8) | (((TE_NAME_IID << 3) as u64) << 16);
+    w.wide(CAT, 3);
+    w.varint_wide(enc.name);
+    annotations_fast(it, tid, enc, &mut w);
+    // TE_TERM_FLOW (48), fixed64: key 385 = 0x81 0x03; the inline ones, then any more.
+    for f in it.flow_in {
         if f != 0 {
-            // TE_TERM_FLOW (48), fixed64: key 385 = 0x81 0x03.
-            w.put(&[0x81, 0x03]);
-            w.put(&f.to_le_bytes());
+            w.wide(0x0381, 2);
+            w.wide(f, 8);
+        }
+    }
+    for &f in &it.flow_more {
+        if f != 0 {
+            w.wide(0x0381, 2);
+            w.wide(f, 8);
         }
     }
     if it.flow_out != 0 {
         // TE_FLOW (47), fixed64: key 377 = 0xF9 0x02. Last: an open send's is trimmed away.
-        w.put(&[0xF9, 0x02]);
-        w.put(&it.flow_out.to_le_bytes());
+        w.wide(0x02F9, 2);
+        w.wide(it.flow_out, 8);
     }
     let end = w.n;
     let te_len = end - te_start;

@@ -56,3 +56,70 @@ pub(super) fn tid_of(thread_tid: &[Option<u32>], it: &Item) -> Option<u32> {
         .copied()
         .unwrap_or(Some(it.m.ev.tid))
 }
+
+/// What the plain encoder needs of an op code, looked up once per event (a table over every
+/// byte value, built from `Op`'s own answers: `tests::plain_items_encode_like_the_general_path`
+/// holds it to the general encoder, which asks `Op` directly).
+#[derive(Clone, Copy, Default)]
+pub(super) struct OpEnc {
+    /// Its event name's interned id.
+    pub(super) name: u64,
+    /// `AN_BYTES`, or `AN_COUNT` for an op that moves no payload.
+    pub(super) count: u8,
+    /// The annotation `addr` is written as (0: none), and when: `ALWAYS`, `UNLESS_MAX`
+    /// (u64::MAX) or `UNLESS_ZERO`.
+    pub(super) addr_name: u8,
+    pub(super) addr_when: u8,
+    /// The annotation `aux` is written as (0: none), and when: `ALWAYS` or `UNLESS_FFFF`.
+    pub(super) aux_name: u8,
+    pub(super) aux_when: u8,
+    /// One-sided: `aux` is also written as the rkey.
+    pub(super) rkey: bool,
+    /// A two-sided send (unless it failed): the matcher may pair it later.
+    pub(super) send: bool,
+}
+
+pub(super) const ALWAYS: u8 = 0;
+pub(super) const UNLESS_MAX: u8 = 1;
+pub(super) const UNLESS_ZERO: u8 = 2;
+pub(super) const UNLESS_FFFF: u8 = 1;
+
+/// The table of `OpEnc` over every byte value.
+pub(super) fn op_enc_table() -> Box<[OpEnc; 256]> {
+    use super::fields::*;
+    use crate::event::{Dir, Layer, Op};
+    let mut t = Box::new([OpEnc::default(); 256]);
+    for (v, e) in t.iter_mut().enumerate() {
+        let v = v as u8;
+        e.name = op_name_iid(v);
+        e.count = AN_COUNT as u8;
+        let Some(op) = Op::from_u8(v) else { continue };
+        if op.dir() != Dir::None {
+            e.count = AN_BYTES as u8;
+        }
+        (e.addr_name, e.addr_when) = match op {
+            Op::UcxTagSend | Op::UcxTagSendSync | Op::UcxTagRecv | Op::OfiTSend | Op::OfiTRecv => {
+                (AN_TAG as u8, ALWAYS)
+            }
+            Op::OfiSend | Op::OfiRecv => (AN_FI_ADDR as u8, UNLESS_MAX),
+            _ if op.dir() != Dir::None => (AN_RADDR as u8, UNLESS_ZERO),
+            _ => (0, ALWAYS),
+        };
+        (e.aux_name, e.aux_when) = match op.layer() {
+            Layer::Libfabric if !matches!(op, Op::OfiSend | Op::OfiRecv | Op::OfiCqRead) => {
+                (AN_FI_ADDR as u8, UNLESS_FFFF)
+            }
+            Layer::Ucx if matches!(op, Op::UcxAmSend | Op::UcxAmRecvData) => {
+                (AN_AM_ID as u8, ALWAYS)
+            }
+            _ => (0, ALWAYS),
+        };
+        e.rkey = op.one_sided();
+        let ev = crate::event::Event {
+            op: v,
+            ..Default::default()
+        };
+        e.send = crate::correlate::matcher::role(&ev).is_some_and(|r| r.0);
+    }
+    t
+}

@@ -8,8 +8,9 @@ use std::io::{self, Write};
 use serde::Serialize;
 
 use super::fields::{NAME_BUSY, NAME_PHASE};
-use super::item::Item;
+use super::item::{Item, OpEnc, op_enc_table};
 use super::late::Late;
+use super::mem::Ring;
 use super::stage::Stage;
 use super::window::{Chunk, Entry, OPEN_SEND, PAIRED, WINDOW_EVENTS};
 use crate::correlate::doorbell::{DoorbellInfo, WqeLink};
@@ -68,7 +69,7 @@ pub struct PerfettoSink<W: Write> {
     pub(super) has_cur: bool,
     pub(super) cur_seq: u64,
     /// Events before it, oldest first; `base_seq` is the first one's sequence number.
-    pub(super) entries: VecDeque<Entry>,
+    pub(super) entries: Ring<Entry>,
     pub(super) base_seq: u64,
     /// Items still open to change (doorbells awaiting WQEs, sends awaiting their receive,
     /// anything the plain encoder does not take); `pending_base` is the first one's index.
@@ -76,8 +77,9 @@ pub struct PerfettoSink<W: Write> {
     pub(super) pending_base: u64,
     pub(super) chunks: VecDeque<Chunk>,
     pub(super) spare_chunks: Vec<Chunk>,
-    /// Read position in the front chunk.
+    /// Read position in the front chunk, and the bytes from there released but not yet staged.
     pub(super) read_off: usize,
+    pub(super) run: usize,
     /// Encode final events when they enter the window (false: at release, the reference path).
     pub(super) early: bool,
     pub(super) late: BinaryHeap<Reverse<(u64, u64, Late)>>,
@@ -95,6 +97,8 @@ pub struct PerfettoSink<W: Write> {
     pub(super) nccl: Option<Box<crate::nccl::model::NcclReport>>,
     /// (process, tid, tsc, op) of each work request joined to an NCCL call → the flows it ends.
     pub(super) nccl_wr: FxMap<(u32, u32, u64, u8), Vec<u64>>,
+    /// What the plain encoder needs of each op code.
+    pub(super) op_enc: Box<[OpEnc; 256]>,
 }
 
 impl<W: Write> PerfettoSink<W> {
@@ -116,13 +120,15 @@ impl<W: Write> PerfettoSink<W> {
             cur: Item::default(),
             has_cur: false,
             cur_seq: 0,
-            entries: VecDeque::new(),
+            // The window's bound: `event` releases above it, after `finalize_cur` added one.
+            entries: Ring::new(WINDOW_EVENTS + 2),
             base_seq: 0,
             pending: VecDeque::new(),
             pending_base: 0,
             chunks: VecDeque::new(),
             spare_chunks: Vec::new(),
             read_off: 0,
+            run: 0,
             early: true,
             late: BinaryHeap::new(),
             late_n: 0,
@@ -133,11 +139,13 @@ impl<W: Write> PerfettoSink<W> {
             last_written_ns: 0,
             nccl: None,
             nccl_wr: FxMap::default(),
+            op_enc: op_enc_table(),
         }
     }
 
     /// Finishes writing and returns the output.
     pub fn into_inner(mut self) -> Result<W, io::Error> {
+        self.flush_run();
         self.stage.flush();
         if let Some(e) = self.stage.error.take() {
             return Err(e);
@@ -313,6 +321,7 @@ impl<W: Write> Sink for PerfettoSink<W> {
         self.finalize_cur();
         self.release(u64::MAX);
         self.drain_late(u64::MAX);
+        self.flush_run();
         self.stage.flush();
         if self.stage.error.is_none()
             && let Err(e) = self.stage.out.flush()

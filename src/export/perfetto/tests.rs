@@ -219,3 +219,45 @@ fn early_encoding_equals_encoding_at_release_on_random_streams() {
         assert!(a == b, "round {round}: {} vs {} bytes", a.len(), b.len());
     }
 }
+
+/// The traces of real recordings are byte for byte the ones the writer gave before its
+/// encoders were made faster (issue 41: wide varints, op table, release in runs, huge-page
+/// window): FNV-1a of each trace as `sigmatop export --perfetto` of commit 35f9066 wrote it.
+/// A deliberate change of the trace changes these; anything else changing them is a bug.
+#[test]
+fn fixture_traces_are_the_reference_bytes() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    for (dir, len, fnv) in [
+        ("fixtures/demo-moe", 234_801, 0x7b3a_4695_070a_bdc8u64),
+        ("fixtures/demo-gpu", 6_329_501, 0xd6bd_bd5c_4b47_e235),
+        (
+            "fixtures/nccl/moe_cpu_np4/rec",
+            541_220,
+            0x3f3b_5813_7420_8ea4,
+        ),
+        (
+            "fixtures/nccl/all_reduce_np2/rec",
+            122_918,
+            0x1795_f610_c1a1_7a03,
+        ),
+        (
+            "fixtures/nvshmem/put_bw.gpumem.traced/rec",
+            52_276,
+            0xf02d_9dad_1cb0_926c,
+        ),
+    ] {
+        let rec = crate::trace::reader::Recording::open(&[root.join(dir)]).expect("fixture opens");
+        let c = Correlation::new(&rec);
+        let mut sink = PerfettoSink::new(Vec::new());
+        if let Some(n) = crate::nccl::model::load(&rec) {
+            sink.set_nccl(n);
+        }
+        c.run(&crate::correlate::RunOptions::default(), &mut sink);
+        let out = sink.into_inner().expect("in memory");
+        assert_eq!(
+            (out.len(), crate::event::fnv1a64(&out)),
+            (len, fnv),
+            "{dir}: the trace is no longer the reference bytes"
+        );
+    }
+}

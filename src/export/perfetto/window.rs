@@ -7,6 +7,7 @@ use std::io::Write;
 use super::PerfettoSink;
 use super::encode::{PLAIN_MAX, write_plain};
 use super::item::{Item, plain, tid_of};
+use super::mem::{Mem, Plain};
 use super::stage::{Cursor, vlen};
 use crate::export::proto;
 
@@ -17,17 +18,20 @@ pub const WINDOW_EVENTS: usize = 2 << 20;
 
 /// Encoded packets waiting in the window, in chunks of `CHUNK_BYTES`.
 pub(super) struct Chunk {
-    pub(super) buf: Box<[u8]>,
+    pub(super) buf: Mem,
     pub(super) used: usize,
 }
 
 /// One event in the window: its time, and either the length of its encoded packet (the next
 /// bytes of the chunks) or, with `PENDING`, the index of its item in `pending`.
-#[derive(Clone, Copy)]
+#[derive(Clone, Copy, Default)]
 pub(super) struct Entry {
     pub(super) ns: u64,
     pub(super) what: u64,
 }
+
+// SAFETY: two u64: every bit pattern is a valid Entry.
+unsafe impl Plain for Entry {}
 
 const PENDING: u64 = 1 << 63;
 /// An encoded send the matcher had not paired when it was encoded: its packet ends with the
@@ -39,12 +43,14 @@ pub(super) const PAIRED: u64 = 1 << 61;
 const FLOW: u64 = 1 << 60;
 const LEN_MASK: u64 = (1 << 32) - 1;
 const OPEN_FLOW_BYTES: usize = 10;
-const CHUNK_BYTES: usize = 1 << 20;
+/// One huge page (`mem`).
+const CHUNK_BYTES: usize = 2 << 20;
 
 impl<W: Write> PerfettoSink<W> {
     /// Makes the newest event final: encoded into the window's chunks when nothing but its
     /// own flow can change it any more (a send not yet paired is encoded with that flow, as an
     /// OPEN_SEND), else kept as an item.
+    #[inline(always)]
     pub(super) fn finalize_cur(&mut self) {
         if !self.has_cur {
             return;
@@ -55,10 +61,13 @@ impl<W: Write> PerfettoSink<W> {
         }
         let ns = self.cur.m.ns;
         if self.early && plain(&self.cur) && self.stage.error.is_none() {
-            // A send the matcher has not paired yet may still get its flow when the receive comes.
+            let enc = self.op_enc[self.cur.m.ev.op as usize];
+            // A send the matcher has not paired yet may still get its flow when the receive comes
+            // (`matcher::role`: a send that did not fail).
             let open = self.cur.flow_out == 0
                 && self.cur.peer.is_some()
-                && crate::correlate::matcher::role(&self.cur.m.ev).is_some_and(|r| r.0);
+                && enc.send
+                && self.cur.m.ev.flags & crate::event::flags::ERROR == 0;
             if open {
                 self.cur.flow_out = self.cur_seq + 1;
             }
@@ -69,13 +78,13 @@ impl<W: Write> PerfettoSink<W> {
                 .is_some_and(|c| c.buf.len() - c.used >= PLAIN_MAX);
             if !room {
                 let c = self.spare_chunks.pop().unwrap_or_else(|| Chunk {
-                    buf: vec![0; CHUNK_BYTES].into_boxed_slice(),
+                    buf: Mem::zeroed(CHUNK_BYTES),
                     used: 0,
                 });
                 self.chunks.push_back(c);
             }
             if let Some(c) = self.chunks.back_mut() {
-                let n = write_plain(&self.cur, tid, &mut c.buf[c.used..]);
+                let n = write_plain(&self.cur, tid, &enc, &mut c.buf[c.used..]);
                 c.used += n;
                 // Counted in the stats when written (`release`).
                 let what = if open {
@@ -116,6 +125,7 @@ impl<W: Write> PerfettoSink<W> {
     /// Writes the `len`-byte packet at the read position without its last field (an open
     /// send's flow), its packet and TrackEvent lengths made smaller to match.
     fn write_trimmed(&mut self, len: usize) {
+        self.flush_run();
         let Some(c) = self.chunks.front() else { return };
         let pkt = &c.buf[self.read_off..self.read_off + len];
         // 0x0A, packet length, then `mid` (0x40, ns, sequence id and flags, 0x5A), then the
@@ -146,69 +156,115 @@ impl<W: Write> PerfettoSink<W> {
         self.stats.bytes += (n + body.len()) as u64;
     }
 
-    /// Stages `run` bytes of the front chunk from the read position.
-    fn stage_run(&mut self, run: &mut usize) {
-        if *run == 0 {
+    /// Stages the released packets not yet staged (`run` bytes of the front chunk from the
+    /// read position). Everything else that writes calls it first, so the file keeps the order
+    /// in which packets were released.
+    pub(super) fn flush_run(&mut self) {
+        if self.run == 0 {
             return;
         }
         if let Some(c) = self.chunks.front() {
-            self.stage.put(&c.buf[self.read_off..self.read_off + *run]);
+            self.stage
+                .put(&c.buf[self.read_off..self.read_off + self.run]);
         }
-        self.read_off += *run;
-        *run = 0;
+        self.read_off += self.run;
+        self.run = 0;
     }
 
-    /// Writes the window's events older than `now - WINDOW_NS` (and beyond `WINDOW_EVENTS`),
-    /// with the late packets due before each; runs of encoded packets go out in one copy.
+    /// Releases the window's events older than `now - WINDOW_NS` (and beyond `WINDOW_EVENTS`),
+    /// with the late packets due before each. Encoded packets released one after the other are
+    /// staged in one copy, when something else is written or their chunk ends (`flush_run`).
     pub(super) fn release(&mut self, now: u64) {
-        let mut run = 0usize;
+        // The common step (an encoded packet, final, in the front chunk, no late packet due
+        // before it) with its counts kept in locals; anything else through `release_one`.
+        let mut late_t = self.late_due_at();
+        let mut used = self.chunks.front().map_or(0, |c| c.used);
+        let (mut ops, mut bytes, mut flows) = (0u64, 0u64, 0u64);
+        let mut last = self.last_written_ns;
         while let Some(&e) = self.entries.front() {
             if e.ns.saturating_add(WINDOW_NS) >= now && self.entries.len() <= WINDOW_EVENTS {
                 break;
             }
+            let len = (e.what & LEN_MASK) as usize;
+            if late_t <= e.ns
+                || e.what & PENDING != 0
+                || e.what & (OPEN_SEND | PAIRED) == OPEN_SEND
+                || self.read_off + self.run >= used
+            {
+                self.stats.op_instants += ops;
+                self.stats.packets += ops;
+                self.stats.bytes += bytes;
+                self.stats.flows += flows;
+                self.last_written_ns = last;
+                (ops, bytes, flows) = (0, 0, 0);
+                self.entries.pop_front();
+                self.release_one(e);
+                late_t = self.late_due_at();
+                used = self.chunks.front().map_or(0, |c| c.used);
+                last = self.last_written_ns;
+                continue;
+            }
             self.entries.pop_front();
             self.base_seq += 1;
-            let late_due = self
-                .late
-                .peek()
-                .is_some_and(|Reverse((t, _, _))| *t <= e.ns);
-            if late_due || e.what & PENDING != 0 {
-                self.stage_run(&mut run);
-                self.drain_late(e.ns);
-            }
-            if e.what & PENDING != 0 {
-                self.pending_base += 1;
-                if let Some(it) = self.pending.pop_front() {
-                    self.write_item(it);
-                }
-                continue;
-            }
-            // The packet is the next `len` bytes; a chunk's end moves on to the next chunk.
-            let used = self.chunks.front().map_or(0, |c| c.used);
-            if self.read_off + run >= used {
-                self.stage_run(&mut run);
-                if let Some(c) = self.chunks.pop_front() {
-                    self.spare_chunks.push(Chunk { used: 0, ..c });
-                }
-                self.read_off = 0;
-            }
-            let len = (e.what & LEN_MASK) as usize;
-            self.stats.op_instants += 1;
-            self.last_written_ns = self.last_written_ns.max(e.ns);
-            if e.what & OPEN_SEND != 0 && e.what & PAIRED == 0 {
-                // Never paired: written without its flow.
-                self.stage_run(&mut run);
-                self.write_trimmed(len);
-                self.read_off += len;
-                continue;
-            }
-            self.stats.packets += 1;
-            self.stats.bytes += len as u64;
-            if e.what & (FLOW | PAIRED) != 0 {
-                self.stats.flows += 1;
-            }
-            run += len;
+            ops += 1;
+            bytes += len as u64;
+            flows += (e.what & (FLOW | PAIRED) != 0) as u64;
+            last = last.max(e.ns);
+            self.run += len;
         }
-        self.stage_run(&mut run);
+        self.stats.op_instants += ops;
+        self.stats.packets += ops;
+        self.stats.bytes += bytes;
+        self.stats.flows += flows;
+        self.last_written_ns = last;
+    }
+
+    /// The time of the first late packet (u64::MAX when none).
+    #[inline(always)]
+    fn late_due_at(&self) -> u64 {
+        self.late.peek().map_or(u64::MAX, |Reverse((t, _, _))| *t)
+    }
+
+    /// Releases entry `e`, just taken from the front, in every case.
+    fn release_one(&mut self, e: Entry) {
+        self.base_seq += 1;
+        if self
+            .late
+            .peek()
+            .is_some_and(|Reverse((t, _, _))| *t <= e.ns)
+        {
+            self.drain_late(e.ns);
+        }
+        if e.what & PENDING != 0 {
+            self.pending_base += 1;
+            if let Some(it) = self.pending.pop_front() {
+                self.write_item(it);
+            }
+            return;
+        }
+        // The packet is the next `len` bytes; a chunk's end moves on to the next chunk.
+        let used = self.chunks.front().map_or(0, |c| c.used);
+        if self.read_off + self.run >= used {
+            self.flush_run();
+            if let Some(c) = self.chunks.pop_front() {
+                self.spare_chunks.push(Chunk { used: 0, ..c });
+            }
+            self.read_off = 0;
+        }
+        let len = (e.what & LEN_MASK) as usize;
+        self.stats.op_instants += 1;
+        self.last_written_ns = self.last_written_ns.max(e.ns);
+        if e.what & OPEN_SEND != 0 && e.what & PAIRED == 0 {
+            // Never paired: written without its flow.
+            self.write_trimmed(len);
+            self.read_off += len;
+            return;
+        }
+        self.stats.packets += 1;
+        self.stats.bytes += len as u64;
+        if e.what & (FLOW | PAIRED) != 0 {
+            self.stats.flows += 1;
+        }
+        self.run += len;
     }
 }
