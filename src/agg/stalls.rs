@@ -339,6 +339,54 @@ impl StallWatch {
         self.shown = now;
         lines
     }
+
+    /// The end of a run (every process ended): each edge still said as stalled is cleared, as
+    /// moving again when its QP's last queue has no send work outstanding (its work completed
+    /// between the last look and the end), as ended with its work outstanding otherwise. So a
+    /// log's stall line is always followed by its end.
+    pub fn finish(&mut self, at: &ModelAt) -> Vec<String> {
+        let mut lines = Vec::new();
+        for ((host, pid, q), (edge, since)) in std::mem::take(&mut self.shown) {
+            let qp = if q >> 32 == 0 {
+                format!("QP 0x{q:x}")
+            } else {
+                format!("endpoint {}", q as u32)
+            };
+            let outstanding = at
+                .procs
+                .iter()
+                .find(|a| a.key.host == host && a.key.pid == pid)
+                .and_then(|a| {
+                    let ep = if q >> 32 == 0 {
+                        a.p.endpoints
+                            .values()
+                            .find(|d| d.qpn == Some(q as u32))
+                            .map(|d| d.id)?
+                    } else {
+                        q as u32
+                    };
+                    let qs = a.p.queues.as_ref()?;
+                    qs.queues
+                        .iter()
+                        .find(|x| x.ep == ep)
+                        .map(|x| x.sq_outstanding())
+                });
+            lines.push(match outstanding {
+                Some(0) => format!(
+                    "✓ {edge}, {qp}: moving again after {:.1}s stalled (done at the end)",
+                    at.t.saturating_sub(since) as f64 / 1e9
+                ),
+                Some(n) => format!(
+                    "✗ {edge}, {qp}: its process ended with {} WR{} outstanding, stalled since {:.1}s before",
+                    crate::agg::count_text(n),
+                    if n == 1 { "" } else { "s" },
+                    at.t.saturating_sub(since) as f64 / 1e9
+                ),
+                None => format!("✗ {edge}, {qp}: its process ended while it was stalled"),
+            });
+        }
+        lines
+    }
 }
 
 #[cfg(test)]

@@ -347,6 +347,20 @@ pub fn run_headless(args: &RunArgs) -> CliResult {
     if let Some(f) = finals.as_mut() {
         f.poll(&mut model);
     }
+    // A stall said and not yet cleared (the work completed between the last look and the end,
+    // or the process ended stalled) is cleared now: a stall line is always followed by its end.
+    {
+        let at = crate::agg::ModelAt::new(
+            &model,
+            &crate::agg::AtOptions {
+                detail: crate::agg::Detail::Processes,
+                ..Default::default()
+            },
+        );
+        for l in stalls.finish(&at) {
+            say!("sigmatop: {l}");
+        }
+    }
     let code = exit_code(status);
     // With a record the summary comes from disk: it includes processes too short-lived to attach to.
     let mut from_record = false;
