@@ -513,4 +513,93 @@ mod tests {
             "{q:?}"
         );
     }
+
+    /// The end of a run clears every stall still said: as moving again when its QP's work all
+    /// completed before the end (between the last look and the exit), as ended with its work
+    /// outstanding otherwise.
+    #[test]
+    fn the_end_of_a_run_clears_each_stall_by_what_its_queue_says() {
+        use crate::agg::{AtOptions, Model, ProcKey};
+        use crate::event::{EndpointDef, EndpointKind, Identity, Layer, Snapshot};
+        use crate::queue::Queues;
+        use crate::wire::Frame;
+        const S: u64 = 1_000_000_000;
+        const T0: u64 = 1_700_000_000 * S;
+        for (completed, want) in [
+            (
+                3,
+                "✓ node0 pid 100 → an unknown peer, QP 0x107: moving again after ",
+            ),
+            (
+                1,
+                "✗ node0 pid 100 → an unknown peer, QP 0x107: its process ended with 2 WRs outstanding",
+            ),
+        ] {
+            let mut m = Model::new();
+            let k = ProcKey {
+                host: "node0".into(),
+                pid: 100,
+                start_ns: T0,
+            };
+            m.apply(
+                &k,
+                Frame::hello(Identity {
+                    host: k.host.clone(),
+                    pid: k.pid,
+                    start_ns: T0,
+                    ..Default::default()
+                }),
+            );
+            m.apply(
+                &k,
+                Frame::Endpoints(vec![EndpointDef {
+                    id: 1,
+                    layer: Layer::Ibverbs,
+                    kind: EndpointKind::VerbsQp,
+                    label: "qp 0x107".into(),
+                    transport: String::new(),
+                    peer: Default::default(),
+                    qpn: Some(0x107),
+                    gpu: None,
+                    created_ns: T0,
+                }]),
+            );
+            let queue = |at_ns: u64, done: u64| {
+                Frame::Queues(Queues {
+                    at_ns,
+                    queues: vec![QueueState {
+                        ep: 1,
+                        sq_posted: 3,
+                        sq_completed: done,
+                        sq_signaled_outstanding: 3 - done,
+                        sq_oldest_ns: 4 * S,
+                        sq_stalled_ns: 4 * S,
+                        ..Default::default()
+                    }],
+                })
+            };
+            let snap = |seq: u64, at_ns: u64| {
+                Frame::Snapshot(Snapshot {
+                    at_ns,
+                    seq,
+                    ..Default::default()
+                })
+            };
+            m.apply(&k, snap(1, T0 + 5 * S));
+            m.apply(&k, queue(T0 + 5 * S, 0));
+            let mut w = StallWatch::default();
+            let at = ModelAt::new(&m, &AtOptions::default());
+            let said = w.check(&at, 2 * S);
+            assert_eq!(said.len(), 1, "{said:?}");
+            assert!(said[0].starts_with("⚠ stalled QP 0x107 "), "{said:?}");
+            m.apply(&k, snap(2, T0 + 6 * S));
+            m.apply(&k, queue(T0 + 6 * S, completed));
+            m.source_closed(&k, None);
+            let at = ModelAt::new(&m, &AtOptions::default());
+            let end = w.finish(&at);
+            assert_eq!(end.len(), 1, "{end:?}");
+            assert!(end[0].starts_with(want), "{end:?}");
+            assert!(w.finish(&at).is_empty(), "said once");
+        }
+    }
 }
