@@ -205,18 +205,35 @@ fn ib_write_bw_stalled_after_200_writes_for_1500_ms_completes_exact() {
         "-n",
         &n.to_string(),
     ]);
-    let (server, client) = start_pair(
-        &log,
-        "ib_write_bw",
-        &args,
-        &[],
-        &[format!("TESTNIC_STALL={after}:{ms}")],
-    );
-    let t0 = Instant::now(); // the client was started just before: its run is longer than this
-    let (spid, cpid) = (server.id(), client.id());
-    let co = common::wait_timeout(client, LIMIT);
-    let ran = t0.elapsed();
-    let so = common::wait_timeout(server, LIMIT);
+    // perftest's own CPU-clock calibration can fail on a loaded machine ("Correlation
+    // coefficient r^2 < 0.9 ... Can't produce a report"): nothing of the NIC's; the pair is run
+    // again, at most twice more, the retry listed in the suite's summary.
+    let mut attempt = 0;
+    let (spid, cpid, co, so, ran) = loop {
+        attempt += 1;
+        let (server, client) = start_pair(
+            &log,
+            "ib_write_bw",
+            &args,
+            &[],
+            &[format!("TESTNIC_STALL={after}:{ms}")],
+        );
+        let t0 = Instant::now(); // the client was started just before: its run is longer than this
+        let (spid, cpid) = (server.id(), client.id());
+        let co = common::wait_timeout(client, LIMIT);
+        let ran = t0.elapsed();
+        let so = common::wait_timeout(server, LIMIT);
+        let calibration = [&co, &so].iter().any(|o| {
+            !o.status.success()
+                && format!("{}{}", common::stdout_of(o), common::stderr_of(o))
+                    .contains("Can't produce a report")
+        });
+        if calibration && attempt < 3 {
+            common::note_retry(&format!("{ctx}: perftest's \"Can't produce a report\""));
+            continue;
+        }
+        break (spid, cpid, co, so, ran);
+    };
     assert_ok(&ctx, "client", &co);
     assert_ok(&ctx, "server", &so);
     let cout = common::stdout_of(&co);
