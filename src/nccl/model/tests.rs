@@ -1,5 +1,6 @@
 use super::*;
 use crate::event::Op;
+use crate::nccl::format::Rec;
 
 fn rec(tsc: u64, tid: u32, k: u8, t: u8, id: u64, parent: u64, p: &[u64]) -> Rec {
     let mut r = Rec::new(tsc, tid, k, t, 0);
