@@ -436,31 +436,22 @@ mod tests {
         );
     }
 
-    /// A stall crossed between two queue frames (the preload sends one per interval): the
-    /// stalled edges and the endpoint's queue in the JSON are judged at the one view time, so a
-    /// report that lists the edge marks its QP stalled too (CI once saw the edge listed and the
-    /// QP's queue, read at its frame 0.2 s earlier, not yet stalled).
-    #[test]
-    fn the_edge_and_its_queue_are_judged_at_one_time() {
-        use crate::agg::{Model, ProcKey};
-        use crate::event::{EndpointDef, EndpointKind, Identity, Layer, Snapshot};
-        use crate::queue::Queues;
+    /// Process 100 on node0, started at `t0`, with one verbs QP (endpoint 1, QPN 0x107).
+    fn one_qp(t0: u64) -> (crate::agg::Model, crate::agg::ProcKey) {
+        use crate::event::{EndpointDef, EndpointKind, Identity, Layer};
         use crate::wire::Frame;
-        const S: u64 = 1_000_000_000;
-        const T0: u64 = 1_700_000_000 * S;
-        let hang = crate::agg::warnings::hang_ns();
-        let mut m = Model::new();
-        let k = ProcKey {
+        let mut m = crate::agg::Model::new();
+        let k = crate::agg::ProcKey {
             host: "node0".into(),
             pid: 100,
-            start_ns: T0,
+            start_ns: t0,
         };
         m.apply(
             &k,
             Frame::hello(Identity {
                 host: k.host.clone(),
                 pid: k.pid,
-                start_ns: T0,
+                start_ns: t0,
                 ..Default::default()
             }),
         );
@@ -475,9 +466,25 @@ mod tests {
                 peer: Default::default(),
                 qpn: Some(0x107),
                 gpu: None,
-                created_ns: T0,
+                created_ns: t0,
             }]),
         );
+        (m, k)
+    }
+
+    /// A stall crossed between two queue frames (the preload sends one per interval): the
+    /// stalled edges and the endpoint's queue in the JSON are judged at the one view time, so a
+    /// report that lists the edge marks its QP stalled too (CI once saw the edge listed and the
+    /// QP's queue, read at its frame 0.2 s earlier, not yet stalled).
+    #[test]
+    fn the_edge_and_its_queue_are_judged_at_one_time() {
+        use crate::event::Snapshot;
+        use crate::queue::Queues;
+        use crate::wire::Frame;
+        const S: u64 = 1_000_000_000;
+        const T0: u64 = 1_700_000_000 * S;
+        let hang = crate::agg::warnings::hang_ns();
+        let (mut m, k) = one_qp(T0);
         let frame_at = T0 + hang;
         let snap = |seq: u64, at_ns: u64| {
             Frame::Snapshot(Snapshot {
@@ -519,8 +526,8 @@ mod tests {
     /// outstanding otherwise.
     #[test]
     fn the_end_of_a_run_clears_each_stall_by_what_its_queue_says() {
-        use crate::agg::{AtOptions, Model, ProcKey};
-        use crate::event::{EndpointDef, EndpointKind, Identity, Layer, Snapshot};
+        use crate::agg::AtOptions;
+        use crate::event::Snapshot;
         use crate::queue::Queues;
         use crate::wire::Frame;
         const S: u64 = 1_000_000_000;
@@ -535,35 +542,7 @@ mod tests {
                 "✗ node0 pid 100 → an unknown peer, QP 0x107: its process ended with 2 WRs outstanding",
             ),
         ] {
-            let mut m = Model::new();
-            let k = ProcKey {
-                host: "node0".into(),
-                pid: 100,
-                start_ns: T0,
-            };
-            m.apply(
-                &k,
-                Frame::hello(Identity {
-                    host: k.host.clone(),
-                    pid: k.pid,
-                    start_ns: T0,
-                    ..Default::default()
-                }),
-            );
-            m.apply(
-                &k,
-                Frame::Endpoints(vec![EndpointDef {
-                    id: 1,
-                    layer: Layer::Ibverbs,
-                    kind: EndpointKind::VerbsQp,
-                    label: "qp 0x107".into(),
-                    transport: String::new(),
-                    peer: Default::default(),
-                    qpn: Some(0x107),
-                    gpu: None,
-                    created_ns: T0,
-                }]),
-            );
+            let (mut m, k) = one_qp(T0);
             let queue = |at_ns: u64, done: u64| {
                 Frame::Queues(Queues {
                     at_ns,
