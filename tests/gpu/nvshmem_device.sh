@@ -20,6 +20,11 @@
 #   TESTNIC_LIB   the NIC's libibverbs.so.1 + libmlx5.so.1 [target/testnic/lib; built if missing]
 #   NVT_CHECK_BIN a built `gpu_nvshmem` test binary: also checks the records' events (rkey low
 #                 16 bits, peers with GID) — what `cargo test --test gpu_nvshmem` does after this
+#   PRE_INLINE    a preload from before the copier (main at f400193, the WQE copy on the poller
+#                 thread): bench adds configuration `reci` (recovery, copy per doorbell, with it),
+#                 alternated with the others in every round, for issue 41's before/after
+#   NVT_BENCH_CONFIGS  the configurations bench alternates [base fwd rec recb, + reci with
+#                 PRE_INLINE]; NVT_BENCH_MEMS the queue placements [hostmem gpumem]
 #   NVT_MPS=1     run under MPS (default: no MPS, NVSHMEM's "limited" multi-PE-per-GPU mode)
 #   NVT_NIC       strict | lenient: the NIC's doorbell rules (docs/TESTNIC.md "Strict doorbells";
 #                 lenient sets TESTNIC_LENIENT=1, for debugging the NIC only) [strict]
@@ -142,8 +147,9 @@ stop_mps() { [ "${NVT_MPS:-0}" = 1 ] && echo quit | nvidia-cuda-mps-control; }
 # ---- one 2-PE run ---------------------------------------------------------------------------
 # run_one NAME MEM TRACE PROG ARGS...: RUNDIR = $W/NAME; prints "run NAME rc=.. secs=..".
 run_one() {
-  local name=$1 mem=$2 trace=$3
+  local name=$1 mem=$2 trace=$3 pre=$PRE
   shift 3
+  [ "$trace" = reci ] && pre=${PRE_INLINE:?reci needs PRE_INLINE}
   local d=$W/$name
   if [ "$(elapsed)" -gt "$BUDGET" ]; then
     echo "run $name SKIPPED (time budget of ${BUDGET}s spent)"
@@ -161,7 +167,7 @@ export NVSHMEM_IBGDA_FORCE_NIC_BUF_MEMTYPE=$mem NVSHMEM_SYMMETRIC_SIZE=${NVT_HEA
 export NVSHMEM_DEBUG=$debug
 export TESTNIC_LOG=$d/nic TESTNIC_SPIN=1 NVT_HOSTS=${NVT_HOSTS:-0}
 $([ "${NVT_NIC:-strict}" = lenient ] && echo "export TESTNIC_LENIENT=1")
-export TRACE=$trace PRE=$PRE HARNESS=$HARNESS
+export TRACE=$trace PRE=$pre HARNESS=$HARNESS
 $MPS_ENV
 EOF
   echo "$*" >"$d/cmd"
@@ -227,7 +233,7 @@ bench() {
   echo "== bench: $ROUNDS rounds (t=$(elapsed)s)"
   for r in $(seq "$ROUNDS"); do
     for mem in ${NVT_BENCH_MEMS:-hostmem gpumem}; do
-      for c in base fwd rec recb; do
+      for c in ${NVT_BENCH_CONFIGS:-base fwd rec recb ${PRE_INLINE:+reci}}; do
         mkdir -p "$W/fig4.$mem.$c.$r"
         run_one "fig4.$mem.$c.$r" "$mem" "$c" "$NVT_BIN/nvshmem_fig4" "$W/fig4.$mem.$c.$r" \
           "${NVT_SAMPLES:-2000}" 200

@@ -10,6 +10,8 @@
 #   TRACE=fwd     forward only (SIGMATOP_GPU_WQE=off), aggregate mode, no record
 #   TRACE=rec     forward + WQE recovery, a copy per doorbell, recording
 #   TRACE=recb    forward + WQE recovery, a copy per batch, recording
+#   TRACE=reci    as rec, with the preload PRE_INLINE the device script wrote as PRE (the copy on
+#                 the poller thread, before issue 41's copier)
 set -u
 run=$1
 shift
@@ -32,7 +34,7 @@ esac
 case "$TRACE" in
 traced) export SIGMATOP_MODE=simple SIGMATOP_RECORD=$run/rec SIGMATOP_WQE_LOG=$run/wqe.$rank.log ;;
 fwd) export SIGMATOP_MODE=aggregate SIGMATOP_GPU_WQE=off ;;
-rec) export SIGMATOP_RECORD=$run/rec ;;
+rec | reci) export SIGMATOP_RECORD=$run/rec ;;
 recb) export SIGMATOP_RECORD=$run/rec SIGMATOP_WQE_COPY=batch ;;
 esac
 exec "$@" >"$run/out.$rank" 2>"$run/err.$rank"
