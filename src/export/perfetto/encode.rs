@@ -52,7 +52,7 @@ impl<W: Write> PerfettoSink<W> {
         let tid = tid_of(&self.thread_tid, it);
         let p = &mut self.pkt;
         p.clear();
-        uint(p, P_TIMESTAMP, it.m.ns);
+        uint(p, P_TIMESTAMP, it.ts);
         uint(p, P_SEQ_ID, SEQ);
         uint(p, P_SEQ_FLAGS, SEQ_NEEDS);
         let te = begin(p, P_TRACK_EVENT);
@@ -276,7 +276,7 @@ pub(super) fn write_plain(it: &Item, tid: Option<u32>, enc: &OpEnc, dst: &mut [u
     let mut w = Cursor { buf: dst, n: 0 };
     // Trace.packet key, length (patched), the timestamp's key.
     w.wide(0x0A | ((P_TIMESTAMP as u64) << 19), 3);
-    w.varint_wide(it.m.ns);
+    w.varint_wide(it.ts);
     const MID: u64 = ((P_SEQ_ID << 3) as u64)
         | (SEQ << 8)
         | (((P_SEQ_FLAGS << 3) as u64) << 16)

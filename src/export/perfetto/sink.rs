@@ -99,6 +99,10 @@ pub struct PerfettoSink<W: Write> {
     pub(super) nccl_wr: FxMap<(u32, u32, u64, u8), Vec<u64>>,
     /// What the plain encoder needs of each op code.
     pub(super) op_enc: Box<[OpEnc; 256]>,
+    /// Whether `CLOCK_DELTA`'s snapshot was written, and the time of the last operation
+    /// instant that entered the window (what the next one's timestamp counts from).
+    pub(super) delta_clock: bool,
+    pub(super) delta_ns: u64,
 }
 
 impl<W: Write> PerfettoSink<W> {
@@ -140,6 +144,8 @@ impl<W: Write> PerfettoSink<W> {
             nccl: None,
             nccl_wr: FxMap::default(),
             op_enc: op_enc_table(),
+            delta_clock: false,
+            delta_ns: 0,
         }
     }
 

@@ -6,6 +6,7 @@ use std::io::Write;
 
 use super::PerfettoSink;
 use super::encode::{PLAIN_MAX, write_plain};
+use super::fields::{CLOCK_DELTA, CLOCK_REALTIME, P_CLOCK_SNAPSHOT, P_SEQ_ID, SEQ};
 use super::item::{Item, plain, tid_of};
 use super::mem::{Mem, Plain};
 use super::stage::{Cursor, vlen};
@@ -60,6 +61,13 @@ impl<W: Write> PerfettoSink<W> {
             self.base_seq = self.cur_seq;
         }
         let ns = self.cur.m.ns;
+        // Operation instants leave in the order they enter (one packet each), so the delta from
+        // the one before is known here. The merged stream never goes back in time.
+        if !self.delta_clock {
+            self.write_delta_clock(ns);
+        }
+        self.cur.ts = ns.saturating_sub(self.delta_ns);
+        self.delta_ns = self.delta_ns.max(ns);
         if self.early && plain(&self.cur) && self.stage.error.is_none() {
             let enc = self.op_enc[self.cur.m.ev.op as usize];
             // A send the matcher has not paired yet may still get its flow when the receive comes
@@ -107,6 +115,31 @@ impl<W: Write> PerfettoSink<W> {
             ns,
             what: PENDING | idx,
         });
+    }
+
+    /// The ClockSnapshot that starts `CLOCK_DELTA` at `ns` (REALTIME), written before the first
+    /// operation instant: Perfetto adds each instant's timestamp to the clock's last value.
+    #[cold]
+    fn write_delta_clock(&mut self, ns: u64) {
+        self.delta_clock = true;
+        self.delta_ns = ns;
+        self.flush_run();
+        let p = &mut self.pkt;
+        p.clear();
+        proto::uint(p, P_SEQ_ID, SEQ);
+        let s = proto::begin(p, P_CLOCK_SNAPSHOT);
+        let k = proto::begin(p, 1);
+        proto::uint(p, 1, CLOCK_DELTA);
+        proto::uint(p, 2, ns);
+        // is_incremental
+        proto::uint(p, 3, 1);
+        proto::end(p, k);
+        let k = proto::begin(p, 1);
+        proto::uint(p, 1, CLOCK_REALTIME);
+        proto::uint(p, 2, ns);
+        proto::end(p, k);
+        proto::end(p, s);
+        self.emit();
     }
 
     /// The item of event `seq` while it can still change (the newest, or pending).
