@@ -1,5 +1,6 @@
-//! The window's memory in 2 MiB pages. A full window holds ~2 Mi encoded events (~100 MB) and
-//! their entries (~32 MB); in 4 KiB pages the kernel takes a page fault for every 4 KiB the first
+//! The window's memory in 2 MiB pages. A full window holds 256 Ki encoded events (~11 MB) and
+//! their entries (4 MB); with the 2 Mi events it held before 2026-12-07 (~100 MB and ~32 MB), in
+//! 4 KiB pages the kernel takes a page fault for every 4 KiB the first
 //! time it is written, and on the development VM those faults cost more system time than writing
 //! the trace (0.1–0.4 s for a 6 M-event export, against 0.08 s for its 300 MB of writes).
 //! Anonymous memory asked for with `madvise(MADV_HUGEPAGE)` faults in 2 MiB at a time where the

@@ -15,7 +15,7 @@ use crate::export::proto;
 /// Events held back at most this long (merged time) for their flows and phase ends, and at most
 /// this many.
 pub const WINDOW_NS: u64 = 200_000_000;
-pub const WINDOW_EVENTS: usize = 2 << 20;
+pub const WINDOW_EVENTS: usize = 256 << 10;
 
 /// Encoded packets waiting in the window, in chunks of `CHUNK_BYTES`.
 pub(super) struct Chunk {
@@ -208,6 +208,11 @@ impl<W: Write> PerfettoSink<W> {
     /// with the late packets due before each. Encoded packets released one after the other are
     /// staged in one copy, when something else is written or their chunk ends (`flush_run`).
     pub(super) fn release(&mut self, now: u64) {
+        self.release_to(now, WINDOW_EVENTS);
+    }
+
+    /// `release`, leaving at most `max_len` events in the window.
+    pub(super) fn release_to(&mut self, now: u64, max_len: usize) {
         // The common step (an encoded packet, final, in the front chunk, no late packet due
         // before it) with its counts kept in locals; anything else through `release_one`.
         let mut late_t = self.late_due_at();
@@ -215,7 +220,7 @@ impl<W: Write> PerfettoSink<W> {
         let (mut ops, mut bytes, mut flows) = (0u64, 0u64, 0u64);
         let mut last = self.last_written_ns;
         while let Some(&e) = self.entries.front() {
-            if e.ns.saturating_add(WINDOW_NS) >= now && self.entries.len() <= WINDOW_EVENTS {
+            if e.ns.saturating_add(WINDOW_NS) >= now && self.entries.len() <= max_len {
                 break;
             }
             let len = (e.what & LEN_MASK) as usize;
