@@ -69,7 +69,7 @@ impl<W: Write> PerfettoSink<W> {
         self.cur.ts = ns.saturating_sub(self.delta_ns);
         self.delta_ns = self.delta_ns.max(ns);
         if self.early && plain(&self.cur) && self.stage.error.is_none() {
-            let enc = self.op_enc[self.cur.m.ev.op as usize];
+            let enc = &self.op_enc[self.cur.m.ev.op as usize];
             // A send the matcher has not paired yet may still get its flow when the receive comes
             // (`matcher::role`: a send that did not fail).
             let open = self.cur.flow_out == 0
@@ -92,7 +92,7 @@ impl<W: Write> PerfettoSink<W> {
                 self.chunks.push_back(c);
             }
             if let Some(c) = self.chunks.back_mut() {
-                let n = write_plain(&self.cur, tid, &enc, &mut c.buf[c.used..]);
+                let n = write_plain(&self.cur, tid, enc, &mut c.buf[c.used..]);
                 c.used += n;
                 // Counted in the stats when written (`release`).
                 let what = if open {
