@@ -5,6 +5,8 @@
 //!
 //! A file is applied to the model only when the live stream did not already say goodbye for that
 //! process, and only once its live connection (if any) has closed, so snapshots stay in order.
+//! Of a process that said goodbye live, only the file's queues are taken, when the live stream
+//! gave none or older ones (a reader that falls behind loses frames).
 //! Files are untrusted input: read with the live protocol's decoder, bounded in size, and removed
 //! once read. Processes that traced nothing leave instead the list of objects they had loaded
 //! (`<pid>.libs`, one path per line), which the end-of-run diagnosis reads (`cli::diagnose`).
@@ -206,7 +208,7 @@ fn apply(model: &mut Model, frames: Vec<Frame>) -> Apply {
     let key = ProcKey::of(identity);
     if let Some(p) = model.processes.get(&key) {
         if p.said_bye {
-            return Apply::Done(0);
+            return Apply::Done(fill_queues(model, &key, frames));
         }
         if !p.exited {
             return Apply::Later;
@@ -233,4 +235,118 @@ fn apply(model: &mut Model, frames: Vec<Frame>) -> Apply {
         p.problem = None;
     }
     Apply::Done(1)
+}
+
+/// A process that said goodbye live may still lack its last queues: a live reader that falls
+/// behind loses frames (resolution, never totals), and a process that lives less than one
+/// interval sends one `Queues` frame in all. The final state's queues are the process's last
+/// word on its outstanding work, so they are taken when the live stream gave none or an older
+/// one (1); otherwise nothing is applied (0).
+fn fill_queues(model: &mut Model, key: &ProcKey, frames: Vec<Frame>) -> usize {
+    let have = model
+        .processes
+        .get(key)
+        .and_then(|p| p.queues.as_ref())
+        .map(|q| q.at_ns);
+    let Some(q) = frames.into_iter().find_map(|f| match f {
+        Frame::Queues(q) => Some(q),
+        _ => None,
+    }) else {
+        return 0;
+    };
+    if have.is_some_and(|at| at >= q.at_ns) {
+        return 0;
+    }
+    model.apply(key, Frame::Queues(q));
+    1
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::event::Identity;
+    use crate::queue::{QueueState, Queues};
+
+    const T0: u64 = 1_700_000_000_000_000_000;
+
+    fn ident() -> Identity {
+        Identity {
+            host: "node0".into(),
+            pid: 7,
+            start_ns: T0,
+            ..Default::default()
+        }
+    }
+
+    fn queues(at_ns: u64, errors: u64) -> Frame {
+        Frame::Queues(Queues {
+            at_ns,
+            queues: vec![QueueState {
+                ep: 1,
+                sq_posted: 50,
+                sq_completed: 50,
+                errors: vec![(12, errors)],
+                ..Default::default()
+            }],
+        })
+    }
+
+    /// A process that said goodbye live: hello and bye, and the queues of `live` if any.
+    fn said_bye(live: Option<Frame>) -> (Model, ProcKey) {
+        let mut m = Model::new();
+        let k = ProcKey::of(&ident());
+        m.apply(&k, Frame::hello(ident()));
+        if let Some(q) = live {
+            m.apply(&k, q);
+        }
+        m.apply(&k, Frame::Bye { at_ns: T0 + 300 });
+        assert!(m.processes[&k].said_bye);
+        (m, k)
+    }
+
+    fn final_file(q: Frame) -> Vec<Frame> {
+        vec![Frame::hello(ident()), q, Frame::Bye { at_ns: T0 + 300 }]
+    }
+
+    #[test]
+    fn a_goodbye_without_queues_takes_the_final_states_queues() {
+        let (mut m, k) = said_bye(None);
+        assert!(matches!(
+            apply(&mut m, final_file(queues(T0 + 200, 1))),
+            Apply::Done(1)
+        ));
+        let q = m.processes[&k]
+            .queues
+            .as_ref()
+            .expect("queues from the file");
+        assert_eq!(
+            (q.at_ns, q.queues[0].errors.clone()),
+            (T0 + 200, vec![(12, 1)])
+        );
+    }
+
+    #[test]
+    fn newer_live_queues_are_kept_and_older_ones_replaced() {
+        let (mut m, k) = said_bye(Some(queues(T0 + 200, 0)));
+        assert!(matches!(
+            apply(&mut m, final_file(queues(T0 + 200, 1))),
+            Apply::Done(0)
+        ));
+        assert_eq!(
+            m.processes[&k]
+                .queues
+                .as_ref()
+                .map(|q| q.queues[0].errors.clone()),
+            Some(vec![(12, 0)])
+        );
+        let (mut m, k) = said_bye(Some(queues(T0 + 100, 0)));
+        assert!(matches!(
+            apply(&mut m, final_file(queues(T0 + 200, 1))),
+            Apply::Done(1)
+        ));
+        assert_eq!(
+            m.processes[&k].queues.as_ref().map(|q| q.at_ns),
+            Some(T0 + 200)
+        );
+    }
 }

@@ -513,6 +513,8 @@ hang_one() {
     ${NCT_HANG_ARGS:--b 64K -e 64K -n 3000 -w 5 -c 1} -g 1 \
     >"$d/run.out" 2> >(while IFS= read -r l; do printf '%s %s\n' "$(date +%s.%N)" "$l"; done >"$d/sigmatop.err") </dev/null
   echo $? >"$d/rc"
+  # The epoch minus CLOCK_MONOTONIC here: the NIC stamps its lines with the second.
+  python3 -c 'import time; print(time.time() - time.monotonic())' >"$d/clock_offset"
   sleep 1
   echo "run $name rc=$(cat "$d/rc") secs=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }') t=$(elapsed)s"
   grep 'sigmatop:' "$d/sigmatop.err" | head -12 | cut -c1-260 | sed 's/^/    /'

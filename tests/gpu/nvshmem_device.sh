@@ -231,9 +231,15 @@ proof() {
 bench() {
   local r mem c
   echo "== bench: $ROUNDS rounds (t=$(elapsed)s)"
+  local cfgs order
+  read -r -a cfgs <<<"${NVT_BENCH_CONFIGS:-base fwd rec recb ${PRE_INLINE:+reci}}"
   for r in $(seq "$ROUNDS"); do
+    # Round r starts at configuration r-1 (rotated), so that no configuration always runs
+    # first or right after another: an order effect falls on every one alike.
+    order=()
+    for k in "${!cfgs[@]}"; do order+=("${cfgs[$(((k + r - 1) % ${#cfgs[@]}))]}"); done
     for mem in ${NVT_BENCH_MEMS:-hostmem gpumem}; do
-      for c in ${NVT_BENCH_CONFIGS:-base fwd rec recb ${PRE_INLINE:+reci}}; do
+      for c in "${order[@]}"; do
         mkdir -p "$W/fig4.$mem.$c.$r"
         run_one "fig4.$mem.$c.$r" "$mem" "$c" "$NVT_BIN/nvshmem_fig4" "$W/fig4.$mem.$c.$r" \
           "${NVT_SAMPLES:-2000}" 200

@@ -2,7 +2,8 @@
 """Paper Fig. 4 with NVIDIA's device code: medians and p99 from the raw files of
 `bash tests/gpu/nvshmem_device.sh OUT bench` (tests/gpu/nvshmem_fig4.cu).
 
-    python3 tests/gpu/nvshmem_fig4.py DIR      (DIR: the run directories, or fig4.tgz unpacked)
+    python3 tests/gpu/nvshmem_fig4.py DIR...   (DIR: the run directories, or fig4.tgz unpacked;
+                                                several DIRs: the rounds of several sittings together)
 
 DIR/fig4.MEM.CONFIG.ROUND/OP.ns holds one latency in ns per line (MEM: hostmem or gpumem, the
 NIC's queues; CONFIG: base = no sigmatop, fwd = forward only, rec = forward + WQE recovery with a
@@ -40,14 +41,14 @@ def median(v):
 
 
 def main():
-    d = sys.argv[1]
     per = defaultdict(list)  # (mem, config, op) -> [(median, p99)] per round, µs
     rounds = defaultdict(set)
-    for run in sorted(os.listdir(d)):
+    runs = [(k, d, run) for k, d in enumerate(sys.argv[1:]) for run in sorted(os.listdir(d))]
+    for k, d, run in runs:
         m = re.fullmatch(r"fig4\.(\w+)\.(\w+)\.(\d+)", run)
         if not m:
             continue
-        mem, cfg, r = m.group(1), m.group(2), int(m.group(3))
+        mem, cfg, r = m.group(1), m.group(2), (k, int(m.group(3)))
         for f in sorted(os.listdir(os.path.join(d, run))):
             if not f.endswith(".ns"):
                 continue
