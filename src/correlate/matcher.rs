@@ -217,6 +217,10 @@ impl Matcher {
     /// peer QP (process, endpoint) of a verbs QP when it was traced. Returns the pair it
     /// completes, if any.
     #[allow(clippy::too_many_arguments)]
+    // Inlined into the correlator's loop: returned through memory, the Pair was written field by
+    // field and copied out with 16-byte loads the CPU could not forward from those stores (a
+    // stall per two-sided operation).
+    #[inline(always)]
     pub fn feed(
         &mut self,
         seq: u64,

@@ -11,6 +11,11 @@ exporter promises:
 - every flow id has exactly one source (flow_ids) and one end (terminating_flow_ids), the end no
   earlier than the source;
 - timestamps never go backwards in file order;
+- timestamps are read as Perfetto's trace processor reads them: in the packet's clock
+  (`timestamp_clock_id`, else the sequence's TracePacketDefaults), converted to the trace clock
+  through the ClockSnapshots; a sequence-scoped clock (ids 64-127) marked `is_incremental`
+  counts each timestamp from the previous one of that clock (its snapshot gives the start), so
+  every clock used must have been defined by a snapshot before, on the same sequence;
 - with --ops N: the number of instants of category "op" is N.
 
 Its summary also counts slices per category (`slices_by_category`), slices of category "nccl"
@@ -18,7 +23,10 @@ per the first word of their name (`nccl_by_name`), flows per the category of the
 starts them (`flows_by_category`), and the tracks per name prefix ("NCCL comm": `nccl_comm_tracks`).
 
 Prints a JSON summary on stdout; exits 1 with the reasons on stderr when a check fails.
-Usage: check_perfetto.py TRACE [--ops N]
+With --dump FILE it also writes every TrackEvent as one line, "<timestamp in the trace clock>
+<the TrackEvent's bytes, hex>", in file order: two traces whose dumps are equal hold the same
+events at the same times however their packets encode the times (used to compare encodings).
+Usage: check_perfetto.py TRACE [--ops N] [--dump FILE]
 """
 import json
 import sys
@@ -53,6 +61,9 @@ def main():
     want_ops = None
     if "--ops" in args:
         want_ops = int(args[args.index("--ops") + 1])
+    dump = None
+    if "--dump" in args:
+        dump = open(args[args.index("--dump") + 1], "w")
     data = open(path, "rb").read()
     trace = pb.Trace.FromString(data)
     errors = []
@@ -73,6 +84,15 @@ def main():
     nccl_by_name = defaultdict(int)
     flows_by_cat = defaultdict(int)
     track_names = {}
+    # Clocks: per sequence, the default clock; per (sequence, clock id) of a sequence-scoped
+    # clock or (0, clock id) of a global one: [offset to the trace clock, incremental, last].
+    default_clock = {}
+    clocks = {}
+    trace_clock = None
+
+    def clock_key(seq, cid):
+        return (seq, cid) if 64 <= cid < 128 else (0, cid)
+
     for i, p in enumerate(trace.packet):
         unknown(p, f"packet[{i}]", unk)
         seq = p.trusted_packet_sequence_id
@@ -91,6 +111,34 @@ def main():
                 an_names[e.iid] = e.name
             for e in d.debug_annotation_string_values:
                 an_strings[e.iid] = e.str
+        if p.HasField("trace_packet_defaults") and p.trace_packet_defaults.HasField("timestamp_clock_id"):
+            default_clock[seq] = p.trace_packet_defaults.timestamp_clock_id
+        if p.HasField("clock_snapshot"):
+            cs = p.clock_snapshot
+            if cs.HasField("primary_trace_clock"):
+                trace_clock = cs.primary_trace_clock
+            values = {c.clock_id: c.timestamp for c in cs.clocks}
+            if trace_clock not in values:
+                errors.append(f"packet {i}: clock snapshot without the trace clock {trace_clock}")
+            else:
+                for c in cs.clocks:
+                    if c.is_incremental and not 64 <= c.clock_id < 128:
+                        errors.append(f"packet {i}: global clock {c.clock_id} marked incremental")
+                    clocks[clock_key(seq, c.clock_id)] = [
+                        values[trace_clock] - c.timestamp, c.is_incremental, c.timestamp]
+        ts = None
+        if p.HasField("timestamp"):
+            cid = p.timestamp_clock_id if p.HasField("timestamp_clock_id") else default_clock.get(seq, 0)
+            k = clock_key(seq, cid)
+            if cid == 0 or cid == trace_clock:
+                ts = p.timestamp
+            elif k not in clocks:
+                errors.append(f"packet {i}: timestamp on clock {cid}, which no snapshot defined")
+            else:
+                c = clocks[k]
+                v = c[2] + p.timestamp if c[1] else p.timestamp
+                c[2] = v
+                ts = v + c[0]
         if p.HasField("track_descriptor"):
             td = p.track_descriptor
             if td.HasField("parent_uuid") and td.parent_uuid not in defined:
@@ -99,14 +147,15 @@ def main():
                 errors.append(f"packet {i}: track {td.uuid} defined twice")
             defined.add(td.uuid)
             track_names[td.uuid] = td.name
-        if p.HasField("timestamp"):
-            if last_ts is not None and p.timestamp < last_ts:
-                errors.append(f"packet {i}: timestamp {p.timestamp} goes back from {last_ts}")
-            last_ts = p.timestamp
+        if ts is not None:
+            if last_ts is not None and ts < last_ts:
+                errors.append(f"packet {i}: timestamp {ts} goes back from {last_ts}")
+            last_ts = ts
         if not p.HasField("track_event"):
             continue
         te = p.track_event
-        ts = p.timestamp
+        if dump is not None:
+            dump.write(f"{ts} {te.SerializeToString(deterministic=True).hex()}\n")
         if not p.HasField("timestamp"):
             errors.append(f"packet {i}: track event without timestamp")
         if p.sequence_flags & 2 == 0:

@@ -7,13 +7,13 @@ use std::io::Write;
 use super::PerfettoSink;
 use super::fields::*;
 use super::item::{ALWAYS, Item, OpEnc, UNLESS_MAX, plain, tid_of};
-use super::stage::{Cursor, vlen};
+use super::stage::{CURSOR_MAX, CURSOR_ROOM, Cursor, vlen};
 use crate::event::{Dir, Layer, Op};
 use crate::export::proto::{self, begin, end, fixed64, string, uint};
 
-/// Room kept free for one plain packet (at most ~330 bytes) at the end of a window chunk or of
-/// the staging buffer before it is encoded there.
-pub(super) const PLAIN_MAX: usize = 512;
+/// Room kept free for one plain packet (at most ~370 bytes) at the end of a window chunk or of
+/// the staging buffer before it is encoded there: a `Cursor`'s.
+pub(super) const PLAIN_MAX: usize = CURSOR_ROOM;
 
 impl<W: Write> PerfettoSink<W> {
     /// Writes `self.pkt` as one `Trace.packet`.
@@ -23,7 +23,7 @@ impl<W: Write> PerfettoSink<W> {
         }
         self.flush_run();
         // Trace.packet key, then the packet's length.
-        let mut hdr = [0u8; 11];
+        let mut hdr = [0u8; CURSOR_ROOM];
         let mut h = Cursor {
             buf: &mut hdr,
             n: 0,
@@ -52,7 +52,7 @@ impl<W: Write> PerfettoSink<W> {
         let tid = tid_of(&self.thread_tid, it);
         let p = &mut self.pkt;
         p.clear();
-        uint(p, P_TIMESTAMP, it.m.ns);
+        uint(p, P_TIMESTAMP, it.ts);
         uint(p, P_SEQ_ID, SEQ);
         uint(p, P_SEQ_FLAGS, SEQ_NEEDS);
         let te = begin(p, P_TRACK_EVENT);
@@ -62,7 +62,7 @@ impl<W: Write> PerfettoSink<W> {
         uint(p, TE_NAME_IID, op_name_iid(ev.op));
         // The annotations every instant has, as the plain encoder writes them (at most 8 of at
         // most 16 bytes, and the wide writers' 8 bytes of scratch), then the doorbell / WQE ones.
-        let mut common = [0u8; 160];
+        let mut common = [0u8; CURSOR_ROOM];
         let mut w = Cursor {
             buf: &mut common,
             n: 0,
@@ -273,10 +273,10 @@ fn annotations_fast(it: &Item, tid: Option<u32>, enc: &OpEnc, f: &mut Cursor) {
 /// the general path (`tests::plain_items_encode_like_the_general_path`).
 #[inline(always)]
 pub(super) fn write_plain(it: &Item, tid: Option<u32>, enc: &OpEnc, dst: &mut [u8]) -> usize {
-    let mut w = Cursor { buf: dst, n: 0 };
+    let mut w = Cursor::at_front(dst);
     // Trace.packet key, length (patched), the timestamp's key.
     w.wide(0x0A | ((P_TIMESTAMP as u64) << 19), 3);
-    w.varint_wide(it.m.ns);
+    w.varint_wide(it.ts);
     const MID: u64 = ((P_SEQ_ID << 3) as u64)
         | (SEQ << 8)
         | (((P_SEQ_FLAGS << 3) as u64) << 16)
@@ -313,26 +313,31 @@ pub(super) fn write_plain(it: &Item, tid: Option<u32>, enc: &OpEnc, dst: &mut [u
         w.wide(it.flow_out, 8);
     }
     let end = w.n;
+    // At most 45 bytes before the annotations, 8 annotations of at most 16 and 19 flows of 10
+    // (`plain` allows 16 besides the three inline): 363, and 8 of scratch, well below where the
+    // cursor's positions would wrap.
+    assert!(end + 8 <= CURSOR_MAX, "a plain instant of {end} bytes");
+    let buf = w.buf;
     let te_len = end - te_start;
     // Packet body: everything after its own length byte, with the TrackEvent length's bytes.
     let pkt_len = end - 2 + vlen(te_len as u64) - 1;
     if te_len < 0x80 && pkt_len < 0x80 {
-        dst[te_start - 1] = te_len as u8;
-        dst[1] = pkt_len as u8;
+        buf[(te_start - 1) & (CURSOR_MAX - 1)] = te_len as u8;
+        buf[1] = pkt_len as u8;
         return end;
     }
     // Longer lengths: move the TrackEvent body, then everything after the packet length.
     let te_extra = vlen(te_len as u64) - 1;
-    dst.copy_within(te_start..end, te_start + te_extra);
+    buf.copy_within(te_start..end, te_start + te_extra);
     let mut c = Cursor {
-        buf: dst,
+        buf: &mut *buf,
         n: te_start - 1,
     };
     c.varint(te_len as u64);
     let pkt_extra = vlen(pkt_len as u64) - 1;
     let total_end = end + te_extra;
-    dst.copy_within(2..total_end, 2 + pkt_extra);
-    let mut c = Cursor { buf: dst, n: 1 };
+    buf.copy_within(2..total_end, 2 + pkt_extra);
+    let mut c = Cursor { buf, n: 1 };
     c.varint(pkt_len as u64);
     total_end + pkt_extra
 }

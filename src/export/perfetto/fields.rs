@@ -14,6 +14,8 @@ pub(super) const P_SEQ_FLAGS: u32 = 13;
 pub(super) const P_CLOCK_SNAPSHOT: u32 = 6;
 pub(super) const P_TRACK_DESC: u32 = 60;
 pub(super) const P_DEFAULTS: u32 = 59;
+/// TracePacket.timestamp_clock_id (also TracePacketDefaults.timestamp_clock_id).
+pub(super) const P_TS_CLOCK: u32 = 58;
 pub(super) const P_FIRST_ON_SEQ: u32 = 87;
 pub(super) const SEQ_CLEARED: u64 = 1;
 pub(super) const SEQ_NEEDS: u64 = 2;
@@ -39,6 +41,10 @@ pub(super) const DA_STRING_IID: u32 = 17;
 // Clocks.
 pub(super) const CLOCK_REALTIME: u64 = 1;
 pub(super) const CLOCK_BOOTTIME: u64 = 6;
+/// The clock of operation instants: sequence-scoped (ids 64–127) and incremental, each
+/// timestamp the ns since the previous operation instant, in ns of CLOCK_REALTIME from its
+/// ClockSnapshot on (`window::write_delta_clock`).
+pub(super) const CLOCK_DELTA: u64 = 64;
 
 // Interned iids.
 pub(super) const CAT_OP: u64 = 1;

@@ -17,8 +17,10 @@ impl<W: Write> PerfettoSink<W> {
         uint(p, P_SEQ_ID, SEQ);
         uint(p, P_SEQ_FLAGS, SEQ_CLEARED | SEQ_NEEDS);
         uint(p, P_FIRST_ON_SEQ, 1);
+        // Packets without a clock of their own are operation instants, on the incremental clock
+        // (its snapshot comes before the first of them); every other timed packet names REALTIME.
         let d = begin(p, P_DEFAULTS);
-        uint(p, 58, CLOCK_REALTIME);
+        uint(p, P_TS_CLOCK, CLOCK_DELTA);
         end(p, d);
         let i = begin(p, P_INTERNED);
         for (iid, name) in [

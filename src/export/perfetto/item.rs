@@ -8,6 +8,9 @@ use crate::correlate::merge::Merged;
 #[derive(Default)]
 pub(super) struct Item {
     pub(super) m: Merged,
+    /// The timestamp as written: ns since the operation instant before it (`CLOCK_DELTA`),
+    /// set when it enters the window.
+    pub(super) ts: u64,
     pub(super) track: u64,
     pub(super) peer: Option<u32>,
     /// The process owning the memory region a one-sided operation targets.

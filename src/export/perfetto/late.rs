@@ -94,6 +94,7 @@ impl<W: Write> PerfettoSink<W> {
     fn write_late(&mut self, ns: u64, l: Late) {
         self.pkt.clear();
         uint(&mut self.pkt, P_TIMESTAMP, ns);
+        uint(&mut self.pkt, P_TS_CLOCK, CLOCK_REALTIME);
         uint(&mut self.pkt, P_SEQ_ID, SEQ);
         uint(&mut self.pkt, P_SEQ_FLAGS, SEQ_NEEDS);
         let te = begin(&mut self.pkt, P_TRACK_EVENT);

@@ -3,9 +3,16 @@
 //!
 //! Layout of the trace:
 //! - one packet sequence (`trusted_packet_sequence_id` 1); its first packet clears incremental
-//!   state, sets the default timestamp clock to CLOCK_REALTIME (id 1) and interns every event
-//!   name, category, annotation name and peer label; a ClockSnapshot pairs CLOCK_BOOTTIME with
-//!   CLOCK_REALTIME and makes REALTIME the trace clock, so timestamps from all hosts share it;
+//!   state, sets the default timestamp clock to the incremental clock `CLOCK_DELTA` (id 64,
+//!   sequence-scoped) and interns every event name, category, annotation name and peer label; a
+//!   ClockSnapshot pairs CLOCK_BOOTTIME with CLOCK_REALTIME and makes REALTIME the trace clock,
+//!   so timestamps from all hosts share it;
+//! - operation instants carry the ns since the operation instant before them (1–3 bytes instead
+//!   of 9), on `CLOCK_DELTA`, which a second ClockSnapshot starts at the first instant's
+//!   REALTIME (`is_incremental`: Perfetto adds each timestamp to the clock's last value); every
+//!   other timed packet (counters, slices, flow-end markers) names CLOCK_REALTIME itself. Until
+//!   2026-12-07 every packet carried its REALTIME ns (the trace was 14 % larger); both read the
+//!   same in Perfetto (`tests/tools/check_perfetto.py --dump` resolves the clocks);
 //! - tracks: one process track per traced process (named "exe pid@host", pids made unique over
 //!   hosts), a thread track per thread file under it, a custom track per endpoint / QP (under its
 //!   GPU's track when the endpoint names a GPU, else under the process), a "phases" track per

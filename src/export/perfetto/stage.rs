@@ -75,13 +75,31 @@ pub(super) fn vlen(v: u64) -> usize {
     VLEN[v.leading_zeros() as usize] as usize
 }
 
-/// Writes at the front of a byte slice (the staging buffer's free part, sized beforehand).
-/// The `wide` writers store 8 bytes at a time and move on by fewer: they need 8 bytes of room
-/// past what they write (scratch that later writes cover), which the encoders' buffers keep
-/// (`PLAIN_MAX` of room for a packet of at most ~380 bytes).
+/// The most one encoder writes through a `Cursor` (a plain instant is at most ~370 bytes,
+/// `encode::write_plain`), a power of two; and the room a cursor's buffer has: 8 bytes more.
+pub(super) const CURSOR_MAX: usize = 512;
+pub(super) const CURSOR_ROOM: usize = CURSOR_MAX + 8;
+const MASK: usize = CURSOR_MAX - 1;
+
+/// Writes at the front of a buffer of `CURSOR_ROOM` bytes (a window chunk's or the staging
+/// buffer's free part, or a buffer on the stack). The `wide` writers store 8 bytes at a time and
+/// move on by fewer: they need 8 bytes of room past what they write (scratch that later writes
+/// cover). Positions are taken modulo `CURSOR_MAX`, which an encoder never reaches (it checks
+/// its end), so that no store needs a bounds check: every index is below `CURSOR_ROOM` by type.
 pub(super) struct Cursor<'a> {
-    pub(super) buf: &'a mut [u8],
+    pub(super) buf: &'a mut [u8; CURSOR_ROOM],
     pub(super) n: usize,
+}
+
+impl<'a> Cursor<'a> {
+    /// A cursor at the front of `dst` (at least `CURSOR_ROOM` long).
+    #[inline(always)]
+    pub(super) fn at_front(dst: &'a mut [u8]) -> Cursor<'a> {
+        let buf: &mut [u8; CURSOR_ROOM] = (&mut dst[..CURSOR_ROOM])
+            .try_into()
+            .expect("a cursor's room");
+        Cursor { buf, n: 0 }
+    }
 }
 
 /// The continuation bits of an 8-byte varint group.
@@ -107,24 +125,25 @@ impl Cursor<'_> {
     #[inline(always)]
     pub(super) fn varint(&mut self, mut v: u64) {
         while v >= 0x80 {
-            self.buf[self.n] = (v as u8) | 0x80;
+            self.buf[self.n & MASK] = (v as u8) | 0x80;
             self.n += 1;
             v >>= 7;
         }
-        self.buf[self.n] = v as u8;
+        self.buf[self.n & MASK] = v as u8;
         self.n += 1;
     }
     /// The first `len` (≤ 8) little-endian bytes of `x`, storing all 8.
     #[inline(always)]
     pub(super) fn wide(&mut self, x: u64, len: usize) {
-        self.buf[self.n..self.n + 8].copy_from_slice(&x.to_le_bytes());
+        let i = self.n & MASK;
+        self.buf[i..i + 8].copy_from_slice(&x.to_le_bytes());
         self.n += len;
     }
     /// A varint of `len` = `vlen(v)` bytes, stored 8 bytes at a time (see `Cursor`).
     #[inline(always)]
     pub(super) fn varint_wide_len(&mut self, v: u64, len: usize) {
         if len == 1 {
-            self.buf[self.n] = v as u8;
+            self.buf[self.n & MASK] = v as u8;
             self.n += 1;
         } else if len <= 8 {
             self.wide(spread7(v) | (CONT & ((1u64 << (8 * (len - 1))) - 1)), len);
@@ -132,8 +151,9 @@ impl Cursor<'_> {
             self.wide(spread7(v) | CONT, 8);
             // The top 8 bits: one byte below 128, else two.
             let hi = v >> 56;
-            self.buf[self.n] = hi as u8 | if len == 10 { 0x80 } else { 0 };
-            self.buf[self.n + 1] = 1;
+            let i = self.n & MASK;
+            self.buf[i] = hi as u8 | if len == 10 { 0x80 } else { 0 };
+            self.buf[i + 1] = 1;
             self.n += len - 8;
         }
     }
@@ -168,7 +188,7 @@ mod tests {
             vals.push(x >> (x % 64));
         }
         for v in vals {
-            let (mut a, mut b) = ([0xeeu8; 32], [0xeeu8; 32]);
+            let (mut a, mut b) = ([0xeeu8; CURSOR_ROOM], [0xeeu8; CURSOR_ROOM]);
             let mut ca = Cursor { buf: &mut a, n: 3 };
             ca.varint(v);
             let na = ca.n;

@@ -6,15 +6,16 @@ use std::io::Write;
 
 use super::PerfettoSink;
 use super::encode::{PLAIN_MAX, write_plain};
+use super::fields::{CLOCK_DELTA, CLOCK_REALTIME, P_CLOCK_SNAPSHOT, P_SEQ_ID, SEQ};
 use super::item::{Item, plain, tid_of};
 use super::mem::{Mem, Plain};
-use super::stage::{Cursor, vlen};
+use super::stage::{CURSOR_ROOM, Cursor, vlen};
 use crate::export::proto;
 
 /// Events held back at most this long (merged time) for their flows and phase ends, and at most
 /// this many.
 pub const WINDOW_NS: u64 = 200_000_000;
-pub const WINDOW_EVENTS: usize = 2 << 20;
+pub const WINDOW_EVENTS: usize = 256 << 10;
 
 /// Encoded packets waiting in the window, in chunks of `CHUNK_BYTES`.
 pub(super) struct Chunk {
@@ -43,6 +44,16 @@ pub(super) const PAIRED: u64 = 1 << 61;
 const FLOW: u64 = 1 << 60;
 const LEN_MASK: u64 = (1 << 32) - 1;
 const OPEN_FLOW_BYTES: usize = 10;
+/// Why `release_to`'s pass over the window's front stopped.
+enum Stop {
+    /// Nothing more is due.
+    Done,
+    /// The next entry needs `release_one`.
+    Slow,
+    /// The contiguous part ended.
+    End,
+}
+
 /// One huge page (`mem`).
 const CHUNK_BYTES: usize = 2 << 20;
 
@@ -60,8 +71,15 @@ impl<W: Write> PerfettoSink<W> {
             self.base_seq = self.cur_seq;
         }
         let ns = self.cur.m.ns;
+        // Operation instants leave in the order they enter (one packet each), so the delta from
+        // the one before is known here. The merged stream never goes back in time.
+        if !self.delta_clock {
+            self.write_delta_clock(ns);
+        }
+        self.cur.ts = ns.saturating_sub(self.delta_ns);
+        self.delta_ns = self.delta_ns.max(ns);
         if self.early && plain(&self.cur) && self.stage.error.is_none() {
-            let enc = self.op_enc[self.cur.m.ev.op as usize];
+            let enc = &self.op_enc[self.cur.m.ev.op as usize];
             // A send the matcher has not paired yet may still get its flow when the receive comes
             // (`matcher::role`: a send that did not fail).
             let open = self.cur.flow_out == 0
@@ -84,7 +102,7 @@ impl<W: Write> PerfettoSink<W> {
                 self.chunks.push_back(c);
             }
             if let Some(c) = self.chunks.back_mut() {
-                let n = write_plain(&self.cur, tid, &enc, &mut c.buf[c.used..]);
+                let n = write_plain(&self.cur, tid, enc, &mut c.buf[c.used..]);
                 c.used += n;
                 // Counted in the stats when written (`release`).
                 let what = if open {
@@ -107,6 +125,31 @@ impl<W: Write> PerfettoSink<W> {
             ns,
             what: PENDING | idx,
         });
+    }
+
+    /// The ClockSnapshot that starts `CLOCK_DELTA` at `ns` (REALTIME), written before the first
+    /// operation instant: Perfetto adds each instant's timestamp to the clock's last value.
+    #[cold]
+    fn write_delta_clock(&mut self, ns: u64) {
+        self.delta_clock = true;
+        self.delta_ns = ns;
+        self.flush_run();
+        let p = &mut self.pkt;
+        p.clear();
+        proto::uint(p, P_SEQ_ID, SEQ);
+        let s = proto::begin(p, P_CLOCK_SNAPSHOT);
+        let k = proto::begin(p, 1);
+        proto::uint(p, 1, CLOCK_DELTA);
+        proto::uint(p, 2, ns);
+        // is_incremental
+        proto::uint(p, 3, 1);
+        proto::end(p, k);
+        let k = proto::begin(p, 1);
+        proto::uint(p, 1, CLOCK_REALTIME);
+        proto::uint(p, 2, ns);
+        proto::end(p, k);
+        proto::end(p, s);
+        self.emit();
     }
 
     /// The item of event `seq` while it can still change (the newest, or pending).
@@ -140,7 +183,7 @@ impl<W: Write> PerfettoSink<W> {
         let te_len = proto::read_varint(pkt, &mut pos).unwrap_or(0) as usize;
         let body = &pkt[pos..(pos + te_len.saturating_sub(OPEN_FLOW_BYTES)).min(pkt.len())];
         let te2 = body.len() as u64;
-        let mut hdr = [0u8; 48];
+        let mut hdr = [0u8; CURSOR_ROOM];
         let mut h = Cursor {
             buf: &mut hdr,
             n: 0,
@@ -175,48 +218,66 @@ impl<W: Write> PerfettoSink<W> {
     /// with the late packets due before each. Encoded packets released one after the other are
     /// staged in one copy, when something else is written or their chunk ends (`flush_run`).
     pub(super) fn release(&mut self, now: u64) {
+        self.release_to(now, WINDOW_EVENTS);
+    }
+
+    /// `release`, leaving at most `max_len` events in the window.
+    pub(super) fn release_to(&mut self, now: u64, max_len: usize) {
         // The common step (an encoded packet, final, in the front chunk, no late packet due
         // before it) with its counts kept in locals; anything else through `release_one`.
         let mut late_t = self.late_due_at();
         let mut used = self.chunks.front().map_or(0, |c| c.used);
-        let (mut ops, mut bytes, mut flows) = (0u64, 0u64, 0u64);
-        let mut last = self.last_written_ns;
-        while let Some(&e) = self.entries.front() {
-            if e.ns.saturating_add(WINDOW_NS) >= now && self.entries.len() <= WINDOW_EVENTS {
-                break;
+        loop {
+            // Over the entries' front contiguous part, as far as the steps stay common.
+            let total = self.entries.len();
+            let (mut k, mut run, mut bytes, mut flows, mut last) =
+                (0usize, self.run, 0u64, 0u64, 0);
+            let mut stop = Stop::End;
+            for e in self.entries.front_slice() {
+                if e.ns.saturating_add(WINDOW_NS) >= now && total - k <= max_len {
+                    stop = Stop::Done;
+                    break;
+                }
+                if late_t <= e.ns
+                    || e.what & PENDING != 0
+                    || e.what & (OPEN_SEND | PAIRED) == OPEN_SEND
+                    || self.read_off + run >= used
+                {
+                    stop = Stop::Slow;
+                    break;
+                }
+                let len = (e.what & LEN_MASK) as usize;
+                k += 1;
+                run += len;
+                bytes += len as u64;
+                flows += (e.what & (FLOW | PAIRED) != 0) as u64;
+                last = e.ns;
             }
-            let len = (e.what & LEN_MASK) as usize;
-            if late_t <= e.ns
-                || e.what & PENDING != 0
-                || e.what & (OPEN_SEND | PAIRED) == OPEN_SEND
-                || self.read_off + self.run >= used
-            {
-                self.stats.op_instants += ops;
-                self.stats.packets += ops;
-                self.stats.bytes += bytes;
-                self.stats.flows += flows;
-                self.last_written_ns = last;
-                (ops, bytes, flows) = (0, 0, 0);
-                self.entries.pop_front();
-                self.release_one(e);
-                late_t = self.late_due_at();
-                used = self.chunks.front().map_or(0, |c| c.used);
-                last = self.last_written_ns;
-                continue;
+            self.entries.drop_front(k);
+            self.base_seq += k as u64;
+            self.run = run;
+            self.stats.op_instants += k as u64;
+            self.stats.packets += k as u64;
+            self.stats.bytes += bytes;
+            self.stats.flows += flows;
+            self.last_written_ns = self.last_written_ns.max(last);
+            match stop {
+                Stop::Done => break,
+                Stop::Slow => {
+                    if let Some(e) = self.entries.pop_front() {
+                        self.release_one(e);
+                    }
+                    late_t = self.late_due_at();
+                    used = self.chunks.front().map_or(0, |c| c.used);
+                }
+                // The slots' end (the ring goes on at its first slot), or no entry left.
+                Stop::End => {
+                    if self.entries.is_empty() {
+                        break;
+                    }
+                }
             }
-            self.entries.pop_front();
-            self.base_seq += 1;
-            ops += 1;
-            bytes += len as u64;
-            flows += (e.what & (FLOW | PAIRED) != 0) as u64;
-            last = last.max(e.ns);
-            self.run += len;
         }
-        self.stats.op_instants += ops;
-        self.stats.packets += ops;
-        self.stats.bytes += bytes;
-        self.stats.flows += flows;
-        self.last_written_ns = last;
     }
 
     /// The time of the first late packet (u64::MAX when none).
