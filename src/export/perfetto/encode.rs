@@ -216,21 +216,7 @@ fn annotations(it: &Item, tid: Option<u32>, f: &mut Cursor) {
             _ => {}
         }
     }
-    if let Some(tid) = tid {
-        f.uint(AN_TID, tid as u64);
-    }
-    if let Some(peer) = it.peer {
-        f.string_iid(AN_PEER, peer as u64 + 1);
-    }
-    if ev.flags != 0 {
-        f.uint(AN_FLAGS, ev.flags as u64);
-    }
-    if op.is_some_and(Op::one_sided) {
-        f.uint(AN_RKEY, ev.aux as u64);
-    }
-    if let Some(t) = it.target {
-        f.string_iid(AN_TARGET, t as u64 + 1);
-    }
+    tail(it, tid, op.is_some_and(Op::one_sided), f);
 }
 
 /// `annotations` through the op's table entry: the same annotations, fewer questions.
@@ -250,6 +236,14 @@ fn annotations_fast(it: &Item, tid: Option<u32>, enc: &OpEnc, f: &mut Cursor) {
     if enc.aux_name != 0 && (enc.aux_when == ALWAYS || ev.aux != 0xffff) {
         f.uint(enc.aux_name as u64, ev.aux as u64);
     }
+    tail(it, tid, enc.rkey, f);
+}
+
+/// The annotations both paths end with: thread, peer, flags, rkey (one-sided operations),
+/// target.
+#[inline(always)]
+fn tail(it: &Item, tid: Option<u32>, rkey: bool, f: &mut Cursor) {
+    let ev = &it.m.ev;
     if let Some(tid) = tid {
         f.uint(AN_TID, tid as u64);
     }
@@ -259,7 +253,7 @@ fn annotations_fast(it: &Item, tid: Option<u32>, enc: &OpEnc, f: &mut Cursor) {
     if ev.flags != 0 {
         f.uint(AN_FLAGS, ev.flags as u64);
     }
-    if enc.rkey {
+    if rkey {
         f.uint(AN_RKEY, ev.aux as u64);
     }
     if let Some(t) = it.target {
