@@ -10,7 +10,6 @@ use serde::Serialize;
 use super::fields::{NAME_BUSY, NAME_PHASE};
 use super::item::{Item, OpEnc, op_enc_table};
 use super::late::Late;
-use super::mem::Ring;
 use super::stage::Stage;
 use super::window::{Chunk, Entry, OPEN_SEND, PAIRED, WINDOW_EVENTS};
 use crate::correlate::doorbell::{DoorbellInfo, WqeLink};
@@ -69,7 +68,7 @@ pub struct PerfettoSink<W: Write> {
     pub(super) has_cur: bool,
     pub(super) cur_seq: u64,
     /// Events before it, oldest first; `base_seq` is the first one's sequence number.
-    pub(super) entries: Ring<Entry>,
+    pub(super) entries: std::collections::VecDeque<Entry>,
     pub(super) base_seq: u64,
     /// Items still open to change (doorbells awaiting WQEs, sends awaiting their receive,
     /// anything the plain encoder does not take); `pending_base` is the first one's index.
@@ -125,7 +124,7 @@ impl<W: Write> PerfettoSink<W> {
             has_cur: false,
             cur_seq: 0,
             // The window's bound: `event` releases above it, after `finalize_cur` added one.
-            entries: Ring::new(WINDOW_EVENTS + 2),
+            entries: std::collections::VecDeque::with_capacity(WINDOW_EVENTS + 2),
             base_seq: 0,
             pending: VecDeque::new(),
             pending_base: 0,

@@ -8,7 +8,7 @@ use super::PerfettoSink;
 use super::encode::{PLAIN_MAX, write_plain};
 use super::fields::{CLOCK_DELTA, CLOCK_REALTIME, P_CLOCK_SNAPSHOT, P_SEQ_ID, SEQ};
 use super::item::{Item, plain, tid_of};
-use super::mem::{Mem, Plain};
+use super::mem::Mem;
 use super::stage::{CURSOR_ROOM, Cursor, vlen};
 use crate::export::proto;
 
@@ -30,9 +30,6 @@ pub(super) struct Entry {
     pub(super) ns: u64,
     pub(super) what: u64,
 }
-
-// SAFETY: two u64: every bit pattern is a valid Entry.
-unsafe impl Plain for Entry {}
 
 const PENDING: u64 = 1 << 63;
 /// An encoded send the matcher had not paired when it was encoded: its packet ends with the
@@ -233,7 +230,7 @@ impl<W: Write> PerfettoSink<W> {
             let (mut k, mut run, mut bytes, mut flows, mut last) =
                 (0usize, self.run, 0u64, 0u64, 0);
             let mut stop = Stop::End;
-            for e in self.entries.front_slice() {
+            for e in self.entries.as_slices().0 {
                 if e.ns.saturating_add(WINDOW_NS) >= now && total - k <= max_len {
                     stop = Stop::Done;
                     break;
@@ -253,7 +250,7 @@ impl<W: Write> PerfettoSink<W> {
                 flows += (e.what & (FLOW | PAIRED) != 0) as u64;
                 last = e.ns;
             }
-            self.entries.drop_front(k);
+            self.entries.drain(..k);
             self.base_seq += k as u64;
             self.run = run;
             self.stats.op_instants += k as u64;
