@@ -44,7 +44,7 @@
 //! - `counters`: the counter samples computed from the recorded snapshots;
 //! - `item`: what is kept of one operation while it can still change;
 //! - `window`: the bounded reorder window that releases packets in timestamp order;
-//! - `mem`: the window's memory, in huge pages where the kernel gives them;
+//! - `mem`: the window's chunks, in huge pages where the kernel gives them;
 //! - `encode`: the encoders of operation instants (the fast plain one and the general one);
 //! - `late`: packets outside the event stream (counters, slices, flow ends), by time;
 //! - `nccl`: NCCL calls, proxy operations and steps as slices, and their flows;
